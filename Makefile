@@ -1,0 +1,40 @@
+# Each target bootstraps what it needs: .venv from the pinned requirements, node_modules from
+# package-lock.json (the CDK CLI and Node.js 22, put first on PATH so jsii uses a supported Node).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
+
+.PHONY: synth test bench lint clean prereqs
+
+synth: $(VENV)/.runtime-installed node_modules/.installed
+	cdk synth --no-notices --quiet
+	@echo "synthesized: $$(ls cdk.out/*.template.json | tr '\n' ' ')"
+
+test: $(VENV)/.dev-installed node_modules/.installed
+	$(VENV)/bin/python -m pytest
+
+lint: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+
+prereqs:
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or newer (or run make PYTHON=/path/to/python3.x)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: $(PYTHON) is $$($(PYTHON) --version 2>&1); genai-pacer needs Python 3.11 or newer (make PYTHON=python3.12)"; exit 1; }
+	@command -v npm >/dev/null || { echo "error: npm not found; install Node.js 18+ with npm (https://nodejs.org or your package manager: apt-get install nodejs npm). npm then installs the pinned CDK CLI and Node.js 22 into node_modules."; exit 1; }
+
+$(VENV)/.runtime-installed: requirements.txt pyproject.toml | prereqs
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.runtime-installed requirements-dev.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json | prereqs
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+clean:
+	rm -rf $(VENV) node_modules cdk.out dist

@@ -1,0 +1,25 @@
+#!/usr/bin/env python3
+"""The genai-pacer reference app: every reference stack, checked by cdk-nag's AwsSolutions pack.
+
+Context (`cdk synth -c key=value`): see stacks/settings.py CONTEXT_DEFAULTS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from stacks.orchestration_stack import OrchestrationStack
+
+
+def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) -> cdk.App:
+    app = cdk.App(context=context, outdir=outdir)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    OrchestrationStack(app, "GenaiPacerOrchestration")
+    return app
+
+
+if __name__ == "__main__":
+    build_app().synth()

@@ -1,0 +1,18 @@
+"""genai-pacer: AWS CDK constructs that keep generative-AI workloads fast and inside their quotas."""
+
+from . import planning
+from ._secure import StateMachineOptions
+from .models import PROFILE_REGIONS, BedrockModel
+from .orchestration import DEFAULT_RETRY_ERRORS, BedrockRetry, BoundedMap, ParallelPrompts, invoke_model_task
+
+__all__ = [
+    "planning",
+    "BedrockModel",
+    "PROFILE_REGIONS",
+    "BedrockRetry",
+    "DEFAULT_RETRY_ERRORS",
+    "BoundedMap",
+    "ParallelPrompts",
+    "StateMachineOptions",
+    "invoke_model_task",
+]

@@ -1,0 +1,56 @@
+"""Acknowledge cdk-nag findings precisely, without importing cdk-nag.
+
+cdk-nag names a wildcard finding after the flattened resource (`AwsSolutions-IAM5[Resource::...]`)
+and matches acknowledgments by that exact string. `flatten_reference` reproduces its flattening
+(cdk-nag 3 utils/flatten-cfn-reference) so a construct can acknowledge exactly the wildcard it
+must grant, and nothing broader.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import aws_cdk as cdk
+from constructs import Construct
+
+
+def flatten_reference(node: Any) -> str:
+    if node is None:
+        return ""
+    if isinstance(node, str):
+        return node.replace("${", "<").replace("}", ">")
+    if isinstance(node, dict):
+        if "Fn::Join" in node:
+            delimiter, items = node["Fn::Join"]
+            return delimiter.join(flatten_reference(item) for item in items)
+        if "Fn::Sub" in node:
+            return flatten_reference(node["Fn::Sub"])
+        if "Fn::GetAtt" in node:
+            resource, attribute = node["Fn::GetAtt"]
+            return f"<{flatten_reference(resource)}.{flatten_reference(attribute)}>"
+        if "Fn::ImportValue" in node:
+            return flatten_reference(node["Fn::ImportValue"])
+        if "Ref" in node:
+            return f"<{flatten_reference(node['Ref'])}>"
+    return json.dumps(node, separators=(",", ":"))
+
+
+def acknowledge_wildcard_resources(policy: Construct, *, matches: Callable[[str], bool], reason: str) -> list[str]:
+    """Acknowledge AwsSolutions-IAM5 on each wildcard resource of `policy` that `matches` accepts.
+
+    Returns the finding ids acknowledged, so a test can see exactly what was waived.
+    """
+    cfn = policy.node.default_child if policy.node.default_child is not None else policy
+    document = cdk.Stack.of(policy).resolve(cfn.policy_document)  # type: ignore[attr-defined]
+    acknowledged: list[str] = []
+    for statement in document.get("Statement", []):
+        resources = statement.get("Resource", [])
+        for resource in resources if isinstance(resources, list) else [resources]:
+            flat = flatten_reference(resource)
+            if "*" in flat and matches(flat):
+                finding = f"AwsSolutions-IAM5[Resource::{flat}]"
+                cdk.Validations.of(policy).acknowledge(cdk.Acknowledgment(id=finding, reason=reason))
+                acknowledged.append(finding)
+    return acknowledged

@@ -1,0 +1,87 @@
+"""The reference app as `make synth` builds it: nag-clean, cfn-lint-clean, snapshot-stable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import all_states, definition, normalized, resources
+
+
+def test_every_reference_stack_synthesizes_with_zero_nag_findings(reference_assembly):
+    # the fixture raises with the findings when cdk-nag reports any; here: the report says so too
+    report = reference_assembly / "validation-report.json"
+    if report.exists():
+        plugin_reports = json.loads(report.read_text())["pluginReports"]
+        assert all(not p["violations"] for p in plugin_reports)
+    assert sorted(p.name for p in reference_assembly.glob("*.template.json")) == [
+        "GenaiPacerOrchestration.template.json",
+    ]
+
+
+def test_cfn_lint_finds_no_errors(reference_assembly):
+    templates = sorted(str(p) for p in reference_assembly.glob("*.template.json"))
+    assert templates
+    cfn_lint = Path(sys.executable).with_name("cfn-lint")
+    result = subprocess.run([str(cfn_lint), "--format", "parseable", *templates], capture_output=True, text=True)
+    # exit status is a bit mask: 2 = errors, 4 = warnings, 8 = informational; 1 = cfn-lint itself failed
+    assert result.returncode in (0, 4, 8, 12), result.stdout + result.stderr
+
+
+def test_cfn_lint_catches_a_broken_template(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"Resources": {"Q": {"Type": "AWS::SQS::Queue", "Properties": {"Bogus": 1}}}}))
+    result = subprocess.run([str(Path(sys.executable).with_name("cfn-lint")), str(broken)], capture_output=True)
+    assert result.returncode & 2
+
+
+def test_snapshots(reference_templates, snapshot):
+    for name, template in reference_templates.items():
+        assert normalized(template) == snapshot(name=name)
+
+
+def test_every_model_call_in_every_state_machine_retries_throttles_with_full_jitter(reference_templates):
+    checked = 0
+    for template in reference_templates.values():
+        for machine in resources(template, "AWS::StepFunctions::StateMachine").values():
+            for name, state in all_states(definition(machine)).items():
+                if "bedrock" in str(state.get("Resource", "")).lower() or "bedrock:invokeModel" in json.dumps(state):
+                    if state["Type"] != "Task":
+                        continue
+                    retry = state["Retry"][0]
+                    assert "Bedrock.ThrottlingException" in retry["ErrorEquals"], name
+                    assert retry["JitterStrategy"] == "FULL" and retry["MaxDelaySeconds"] > 0, name
+                    checked += 1
+    assert checked >= 6
+
+
+def test_maps_are_bounded_by_the_quota_plan(reference_templates):
+    from genai_pacer import planning
+    from stacks.settings import CONTEXT_DEFAULTS
+
+    profile = planning.TokenProfile(
+        input_tokens=2_500, output_tokens=300, max_tokens=planning.size_max_tokens(400).max_tokens,
+        burndown=float(CONTEXT_DEFAULTS["burndown"][0]),
+    )
+    expected = planning.sustainable_rate(profile, tpm_quota=float(CONTEXT_DEFAULTS["tpm_quota"][0]), call_seconds=6)
+    caps = [
+        state["MaxConcurrency"]
+        for machine in resources(reference_templates["GenaiPacerOrchestration"], "AWS::StepFunctions::StateMachine").values()
+        for state in definition(machine)["States"].values()
+        if state["Type"] == "Map"
+    ]
+    assert sorted(caps) == sorted([min(expected.max_concurrency, 40), expected.max_concurrency])
+    assert all(cap > 1 for cap in caps)
+
+
+@pytest.mark.parametrize("context", [{"model_id": "amazon.nova-lite-v1:0", "tpm_quota": "2000000", "burndown": "1"}])
+def test_context_changes_the_model_without_code_edits(tmp_path, context):
+    from app import build_app
+
+    assembly = build_app(context=context, outdir=str(tmp_path)).synth()
+    template = json.dumps(assembly.get_stack_by_name("GenaiPacerOrchestration").template)
+    assert "foundation-model/amazon.nova-lite-v1:0" in template
+    assert "inference-profile" not in template
