@@ -13,6 +13,7 @@ synth: $(VENV)/.runtime-installed node_modules/.installed
 	@echo "synthesized: $$(ls cdk.out/*.template.json | tr '\n' ' ')"
 
 test: $(VENV)/.dev-installed node_modules/.installed
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest
 
 lint: $(VENV)/.dev-installed

@@ -12,12 +12,14 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.orchestration_stack import OrchestrationStack
+from stacks.queued_inference_stack import QueuedInferenceStack
 
 
 def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) -> cdk.App:
     app = cdk.App(context=context, outdir=outdir)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     OrchestrationStack(app, "GenaiPacerOrchestration")
+    QueuedInferenceStack(app, "GenaiPacerQueuedInference")
     return app
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
-from constructs import Construct
-
 from genai_pacer import BoundedMap, ParallelPrompts, StateMachineOptions, planning
+
+from constructs import Construct
 
 from .settings import ReferenceSettings
 
@@ -42,12 +42,19 @@ class OrchestrationStack(cdk.Stack):
             "ReviewDigest",
             model=settings.model,
             prompts={
-                "Summary": anthropic_request(sfn.JsonPath.format("Summarize this review: {}", review), sizing.max_tokens),
+                "Summary": anthropic_request(
+                    sfn.JsonPath.format("Summarize this review: {}", review), sizing.max_tokens
+                ),
                 "Sentiment": anthropic_request(sfn.JsonPath.format("Rate the sentiment of: {}", review), 50),
-                "Issues": anthropic_request(sfn.JsonPath.format("List product issues in: {}", review), sizing.max_tokens),
+                "Issues": anthropic_request(
+                    sfn.JsonPath.format("List product issues in: {}", review), sizing.max_tokens
+                ),
             },
             synthesis=anthropic_request(
-                sfn.JsonPath.format("Write a digest from these analyses: {}", sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$"))),
+                sfn.JsonPath.format(
+                    "Write a digest from these analyses: {}",
+                    sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$")),
+                ),
                 sizing.max_tokens,
             ),
         )
@@ -58,7 +65,10 @@ class OrchestrationStack(cdk.Stack):
             "TickerSummaries",
             max_concurrency=min(rate.max_concurrency, 40),
             model=settings.model,
-            body=anthropic_request(sfn.JsonPath.format("Summarize the news for {}", sfn.JsonPath.string_at("$.ticker")), sizing.max_tokens),
+            body=anthropic_request(
+                sfn.JsonPath.format("Summarize the news for {}", sfn.JsonPath.string_at("$.ticker")),
+                sizing.max_tokens,
+            ),
             items_path="$.tickers",
         )
 
@@ -94,7 +104,9 @@ class OrchestrationStack(cdk.Stack):
             max_concurrency=rate.max_concurrency,
             model=settings.model,
             body=anthropic_request(
-                sfn.JsonPath.format("Describe this product for the catalog: {}", sfn.JsonPath.string_at("$.product")),
+                sfn.JsonPath.format(
+                    "Describe this product for the catalog: {}", sfn.JsonPath.string_at("$.product")
+                ),
                 sizing.max_tokens,
             ),
             items_bucket=catalog,

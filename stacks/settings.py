@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from constructs import Construct
-
 from genai_pacer import BedrockModel
+
+from constructs import Construct
 
 #: context key -> (default, meaning)
 CONTEXT_DEFAULTS: dict[str, tuple[str, str]] = {

@@ -37,9 +37,7 @@ def _flatten_tokens(value: Any) -> str:
         return value
     if isinstance(value, dict) and "Fn::Join" in value:
         delimiter, parts = value["Fn::Join"]
-        return delimiter.join(
-            part if isinstance(part, str) else "TOKEN" for part in parts
-        )
+        return delimiter.join(part if isinstance(part, str) else "TOKEN" for part in parts)
     raise TypeError(f"unexpected definition value {value!r}")
 
 

@@ -10,8 +10,6 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from aws_cdk.assertions import Annotations, Match
-from helpers import all_states, definition, new_stack, only, policy_statements, resources, template_of
-
 from genai_pacer import (
     DEFAULT_RETRY_ERRORS,
     BedrockModel,
@@ -21,6 +19,7 @@ from genai_pacer import (
     StateMachineOptions,
     planning,
 )
+from helpers import all_states, definition, new_stack, only, policy_statements, resources, template_of
 
 PROFILE = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
 NOVA = BedrockModel.foundation("amazon.nova-lite-v1:0")
@@ -32,7 +31,9 @@ def bedrock_resources(template) -> list:
     for statement in policy_statements(template):
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         if any(a.startswith("bedrock:") for a in actions):
-            found.extend(statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]])
+            found.extend(
+                statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            )
     return found
 
 
@@ -99,7 +100,10 @@ def test_retry_is_overridable():
         (dict(errors=()), "errors=\\(\\) retries nothing"),
         (dict(max_attempts=0), "max_attempts=0 never retries"),
         (dict(backoff_rate=0.5), "backoff_rate=0.5 shrinks the wait"),
-        (dict(interval=cdk.Duration.seconds(20), max_delay=cdk.Duration.seconds(5)), "max_delay=5 seconds is shorter"),
+        (
+            dict(interval=cdk.Duration.seconds(20), max_delay=cdk.Duration.seconds(5)),
+            "max_delay=5 seconds is shorter",
+        ),
     ],
 )
 def test_retry_rejects_settings_that_defeat_it(kwargs, message):
@@ -155,7 +159,10 @@ def test_foundation_model_role_invokes_only_that_model():
     assert [arn_text(a) for a in bedrock_resources(template)] == [
         "arn:<AWS::Partition>:bedrock:us-east-1::foundation-model/amazon.nova-lite-v1:0"
     ]
-    assert definition(only(template, "AWS::StepFunctions::StateMachine"))["States"]["Map"]["MaxConcurrency"] == 12
+    assert (
+        definition(only(template, "AWS::StepFunctions::StateMachine"))["States"]["Map"]["MaxConcurrency"]
+        == 12
+    )
 
 
 def test_existing_log_group_role_and_options_are_used():
@@ -191,7 +198,9 @@ def test_existing_log_group_role_and_options_are_used():
 def test_one_at_a_time_synthesizes_with_a_warning():
     stack = new_stack()
     BoundedMap(stack, "Map", max_concurrency=1, model=NOVA, body=BODY)
-    Annotations.from_stack(stack).has_warning("/Test/Map", Match.string_like_regexp("runs every call in sequence"))
+    Annotations.from_stack(stack).has_warning(
+        "/Test/Map", Match.string_like_regexp("runs every call in sequence")
+    )
 
 
 def test_unbounded_only_when_allowed():
@@ -199,14 +208,19 @@ def test_unbounded_only_when_allowed():
         BoundedMap(new_stack(), "Map", max_concurrency=0, model=NOVA, body=BODY)
     stack = new_stack()
     BoundedMap(stack, "Map", max_concurrency=0, allow_unbounded=True, model=NOVA, body=BODY)
-    state = definition(only(template_of(stack).to_json(), "AWS::StepFunctions::StateMachine"))["States"]["Map"]
+    state = definition(only(template_of(stack).to_json(), "AWS::StepFunctions::StateMachine"))["States"][
+        "Map"
+    ]
     assert state.get("MaxConcurrency", 0) == 0
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(max_concurrency=41), "max_concurrency=41 exceeds the inline Map limit of 40.*mode='distributed'"),
+        (
+            dict(max_concurrency=41),
+            "max_concurrency=41 exceeds the inline Map limit of 40.*mode='distributed'",
+        ),
         (dict(max_concurrency=-2), "max_concurrency=-2 is negative"),
         (dict(max_concurrency=5, mode="fast"), "mode='fast' must be 'inline' or 'distributed'"),
         (dict(max_concurrency=5, model=None), "exactly one of model"),
@@ -224,7 +238,9 @@ def test_bounded_map_rejects_bad_input(kwargs, message):
 def test_both_model_and_processor_is_rejected():
     stack = new_stack()
     with pytest.raises(ValueError, match="exactly one of model"):
-        BoundedMap(stack, "Map", max_concurrency=2, model=NOVA, body=BODY, item_processor=sfn.Pass(stack, "P"))
+        BoundedMap(
+            stack, "Map", max_concurrency=2, model=NOVA, body=BODY, item_processor=sfn.Pass(stack, "P")
+        )
 
 
 # --- BoundedMap: distributed ----------------------------------------------------------------------------
@@ -293,11 +309,15 @@ def test_distributed_json_items_with_batching_in_a_custom_processor():
         batch_max_items=25,
         child_execution_type=sfn.StateMachineType.EXPRESS,
     )
-    state = definition(only(template_of(stack).to_json(), "AWS::StepFunctions::StateMachine"))["States"]["Map"]
+    state = definition(only(template_of(stack).to_json(), "AWS::StepFunctions::StateMachine"))["States"][
+        "Map"
+    ]
     assert state["ItemReader"]["ReaderConfig"]["InputType"] == "JSON"
     assert state["ItemBatcher"] == {"MaxItemsPerBatch": 25}
     assert state["ItemProcessor"]["ProcessorConfig"]["ExecutionType"] == "EXPRESS"
-    assert state["ItemProcessor"]["States"]["Summarize"]["Retry"][0]["ErrorEquals"] == list(DEFAULT_RETRY_ERRORS)
+    assert state["ItemProcessor"]["States"]["Summarize"]["Retry"][0]["ErrorEquals"] == list(
+        DEFAULT_RETRY_ERRORS
+    )
     assert state["ResultWriter"]["Parameters"]["Prefix"] == "genai-pacer-results/"
 
 
@@ -305,8 +325,15 @@ def test_batching_a_per_item_request_is_rejected():
     stack = new_stack()
     with pytest.raises(ValueError, match="batch_max_items=10 hands each child a list"):
         BoundedMap(
-            stack, "Map", mode="distributed", max_concurrency=5, model=NOVA, body=BODY,
-            items_bucket=s3.Bucket(stack, "B"), items_key="k", batch_max_items=10,
+            stack,
+            "Map",
+            mode="distributed",
+            max_concurrency=5,
+            model=NOVA,
+            body=BODY,
+            items_bucket=s3.Bucket(stack, "B"),
+            items_key="k",
+            batch_max_items=10,
         )
 
 
@@ -321,8 +348,16 @@ def test_batching_a_per_item_request_is_rejected():
 def test_distributed_map_rejects_bad_input(kwargs, message):
     stack = new_stack()
     with pytest.raises(ValueError, match=message):
-        BoundedMap(stack, "Map", mode="distributed", model=NOVA, body=BODY, items_bucket=s3.Bucket(stack, "B"),
-                   items_key="k", **kwargs)
+        BoundedMap(
+            stack,
+            "Map",
+            mode="distributed",
+            model=NOVA,
+            body=BODY,
+            items_bucket=s3.Bucket(stack, "B"),
+            items_key="k",
+            **kwargs,
+        )
 
 
 # --- ParallelPrompts ------------------------------------------------------------------------------------
@@ -336,7 +371,11 @@ def parallel():
         "Digest",
         model=PROFILE,
         prompts={name: BODY for name in ("Summary", "Sentiment", "Issues", "Tags")},
-        synthesis={"messages": [{"role": "user", "content": sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$"))}]},
+        synthesis={
+            "messages": [
+                {"role": "user", "content": sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$"))}
+            ]
+        },
         synthesis_model=NOVA,
     )
     return template_of(stack).to_json()

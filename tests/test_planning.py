@@ -7,12 +7,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from genai_pacer import planning
 from genai_pacer.planning import LatencyProfile, TokenProfile
-
+from hypothesis import given
+from hypothesis import strategies as st
 
 # --- worked figures -----------------------------------------------------------------------------
 
@@ -26,7 +24,12 @@ def test_reserve_settle_bill_on_a_5x_burndown_model():
 
 def test_cache_reads_are_reserved_but_never_settled_and_cache_writes_count():
     profile = TokenProfile(
-        input_tokens=1_000, output_tokens=100, max_tokens=500, burndown=1, cache_write_tokens=200, cache_read_tokens=3_000
+        input_tokens=1_000,
+        output_tokens=100,
+        max_tokens=500,
+        burndown=1,
+        cache_write_tokens=200,
+        cache_read_tokens=3_000,
     )
     assert profile.reserved == 1_000 + 200 + 3_000 + 500
     assert profile.settled == 1_000 + 200 + 100
@@ -49,7 +52,9 @@ def test_tpm_plan_300_rpm_on_a_5x_model_needs_1_65_million():
     assert profile.settled == 5_500
     assert plan.settled_tpm == 1_650_000
     one_to_one = TokenProfile(input_tokens=3_000, output_tokens=500, max_tokens=550, burndown=1)
-    assert planning.plan_tpm(one_to_one, requests_per_minute=300, headroom=0).settled_tpm == 1_050_000  # understated
+    assert (
+        planning.plan_tpm(one_to_one, requests_per_minute=300, headroom=0).settled_tpm == 1_050_000
+    )  # understated
     burndown_on_max_tokens = 300 * (3_000 + 550 * 5)
     assert burndown_on_max_tokens > plan.settled_tpm  # overstated
 
@@ -228,12 +233,18 @@ def test_sustainable_rate_spends_exactly_the_quota(profile, tpm, seconds):
     if profile.settled == 0 and profile.reserved == 0:
         return
     rate = planning.sustainable_rate(profile, tpm_quota=tpm, call_seconds=seconds)
-    window = planning.plan_tpm(profile, requests_per_minute=rate.requests_per_minute, headroom=0, call_seconds=seconds)
-    assert window.reservation_peak_tpm == pytest.approx(tpm, rel=1e-9)
+    window = planning.plan_tpm(
+        profile, requests_per_minute=rate.requests_per_minute, headroom=0, call_seconds=seconds
+    )
+    assert window.required_tpm == pytest.approx(tpm, rel=1e-9)
     assert rate.max_concurrency >= 1
 
 
-@given(st.floats(min_value=0.01, max_value=1e6), st.floats(min_value=0.01, max_value=600), st.floats(min_value=1, max_value=10))
+@given(
+    st.floats(min_value=0.01, max_value=1e6),
+    st.floats(min_value=0.01, max_value=600),
+    st.floats(min_value=1, max_value=10),
+)
 def test_max_concurrency_grows_with_rate_and_duration(rpm, seconds, factor):
     base = planning.max_concurrency(rpm, seconds)
     assert planning.max_concurrency(rpm * factor, seconds) >= base

@@ -19,6 +19,7 @@ def test_every_reference_stack_synthesizes_with_zero_nag_findings(reference_asse
         assert all(not p["violations"] for p in plugin_reports)
     assert sorted(p.name for p in reference_assembly.glob("*.template.json")) == [
         "GenaiPacerOrchestration.template.json",
+        "GenaiPacerQueuedInference.template.json",
     ]
 
 
@@ -26,15 +27,21 @@ def test_cfn_lint_finds_no_errors(reference_assembly):
     templates = sorted(str(p) for p in reference_assembly.glob("*.template.json"))
     assert templates
     cfn_lint = Path(sys.executable).with_name("cfn-lint")
-    result = subprocess.run([str(cfn_lint), "--format", "parseable", *templates], capture_output=True, text=True)
+    result = subprocess.run(
+        [str(cfn_lint), "--format", "parseable", *templates], capture_output=True, text=True
+    )
     # exit status is a bit mask: 2 = errors, 4 = warnings, 8 = informational; 1 = cfn-lint itself failed
     assert result.returncode in (0, 4, 8, 12), result.stdout + result.stderr
 
 
 def test_cfn_lint_catches_a_broken_template(tmp_path):
     broken = tmp_path / "broken.json"
-    broken.write_text(json.dumps({"Resources": {"Q": {"Type": "AWS::SQS::Queue", "Properties": {"Bogus": 1}}}}))
-    result = subprocess.run([str(Path(sys.executable).with_name("cfn-lint")), str(broken)], capture_output=True)
+    broken.write_text(
+        json.dumps({"Resources": {"Q": {"Type": "AWS::SQS::Queue", "Properties": {"Bogus": 1}}}})
+    )
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("cfn-lint")), str(broken)], capture_output=True
+    )
     assert result.returncode & 2
 
 
@@ -48,7 +55,9 @@ def test_every_model_call_in_every_state_machine_retries_throttles_with_full_jit
     for template in reference_templates.values():
         for machine in resources(template, "AWS::StepFunctions::StateMachine").values():
             for name, state in all_states(definition(machine)).items():
-                if "bedrock" in str(state.get("Resource", "")).lower() or "bedrock:invokeModel" in json.dumps(state):
+                if "bedrock" in str(state.get("Resource", "")).lower() or "bedrock:invokeModel" in json.dumps(
+                    state
+                ):
                     if state["Type"] != "Task":
                         continue
                     retry = state["Retry"][0]
@@ -60,16 +69,23 @@ def test_every_model_call_in_every_state_machine_retries_throttles_with_full_jit
 
 def test_maps_are_bounded_by_the_quota_plan(reference_templates):
     from genai_pacer import planning
+
     from stacks.settings import CONTEXT_DEFAULTS
 
     profile = planning.TokenProfile(
-        input_tokens=2_500, output_tokens=300, max_tokens=planning.size_max_tokens(400).max_tokens,
+        input_tokens=2_500,
+        output_tokens=300,
+        max_tokens=planning.size_max_tokens(400).max_tokens,
         burndown=float(CONTEXT_DEFAULTS["burndown"][0]),
     )
-    expected = planning.sustainable_rate(profile, tpm_quota=float(CONTEXT_DEFAULTS["tpm_quota"][0]), call_seconds=6)
+    expected = planning.sustainable_rate(
+        profile, tpm_quota=float(CONTEXT_DEFAULTS["tpm_quota"][0]), call_seconds=6
+    )
     caps = [
         state["MaxConcurrency"]
-        for machine in resources(reference_templates["GenaiPacerOrchestration"], "AWS::StepFunctions::StateMachine").values()
+        for machine in resources(
+            reference_templates["GenaiPacerOrchestration"], "AWS::StepFunctions::StateMachine"
+        ).values()
         for state in definition(machine)["States"].values()
         if state["Type"] == "Map"
     ]
@@ -77,7 +93,9 @@ def test_maps_are_bounded_by_the_quota_plan(reference_templates):
     assert all(cap > 1 for cap in caps)
 
 
-@pytest.mark.parametrize("context", [{"model_id": "amazon.nova-lite-v1:0", "tpm_quota": "2000000", "burndown": "1"}])
+@pytest.mark.parametrize(
+    "context", [{"model_id": "amazon.nova-lite-v1:0", "tpm_quota": "2000000", "burndown": "1"}]
+)
 def test_context_changes_the_model_without_code_edits(tmp_path, context):
     from app import build_app
 
@@ -85,3 +103,10 @@ def test_context_changes_the_model_without_code_edits(tmp_path, context):
     template = json.dumps(assembly.get_stack_by_name("GenaiPacerOrchestration").template)
     assert "foundation-model/amazon.nova-lite-v1:0" in template
     assert "inference-profile" not in template
+
+
+def test_queued_inference_is_bounded_by_half_the_quota(reference_templates):
+    template = reference_templates["GenaiPacerQueuedInference"]
+    (mapping,) = resources(template, "AWS::Lambda::EventSourceMapping").values()
+    assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] >= 2
+    assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]

@@ -4,6 +4,7 @@ from . import planning
 from ._secure import StateMachineOptions
 from .models import PROFILE_REGIONS, BedrockModel
 from .orchestration import DEFAULT_RETRY_ERRORS, BedrockRetry, BoundedMap, ParallelPrompts, invoke_model_task
+from .queued_inference import QueuedInference
 
 __all__ = [
     "planning",
@@ -15,4 +16,5 @@ __all__ = [
     "ParallelPrompts",
     "StateMachineOptions",
     "invoke_model_task",
+    "QueuedInference",
 ]

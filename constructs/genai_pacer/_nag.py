@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import aws_cdk as cdk
+
 from constructs import Construct
 
 
@@ -37,7 +38,9 @@ def flatten_reference(node: Any) -> str:
     return json.dumps(node, separators=(",", ":"))
 
 
-def acknowledge_wildcard_resources(policy: Construct, *, matches: Callable[[str], bool], reason: str) -> list[str]:
+def acknowledge_wildcard_resources(
+    policy: Construct, *, matches: Callable[[str], bool], reason: str
+) -> list[str]:
     """Acknowledge AwsSolutions-IAM5 on each wildcard resource of `policy` that `matches` accepts.
 
     Returns the finding ids acknowledged, so a test can see exactly what was waived.

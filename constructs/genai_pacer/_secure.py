@@ -14,6 +14,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
+
 from constructs import Construct
 
 from .models import INVOKE_ACTIONS, BedrockModel
@@ -62,7 +63,9 @@ def encrypted_log_group(
 
 def acknowledge_wildcards(resource: Construct, reason: str = WILDCARD_REASON) -> None:
     """Acknowledge the one cdk-nag finding CDK's X-Ray and log-delivery grants always raise."""
-    cdk.Validations.of(resource).acknowledge(cdk.Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=reason))
+    cdk.Validations.of(resource).acknowledge(
+        cdk.Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=reason)
+    )
 
 
 @dataclass(frozen=True)

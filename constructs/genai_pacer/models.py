@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from aws_cdk import aws_bedrock as bedrock
 from aws_cdk import aws_iam as iam
+
 from constructs import Construct
 
 __all__ = ["BedrockModel", "PROFILE_REGIONS"]
@@ -61,7 +62,9 @@ class BedrockModel:
             )
         for region in self.profile_regions:
             if not _REGION.match(region):
-                raise ValueError(f"regions contains {region!r}, which is not an AWS Region name such as 'us-east-1'")
+                raise ValueError(
+                    f"regions contains {region!r}, which is not an AWS Region name such as 'us-east-1'"
+                )
 
     @classmethod
     def foundation(cls, model_id: str) -> BedrockModel:

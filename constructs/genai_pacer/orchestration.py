@@ -12,12 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aws_cdk as cdk
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
+
 from constructs import Construct
 
 from . import planning
@@ -72,11 +70,17 @@ class BedrockRetry:
 
     def __post_init__(self) -> None:
         if not self.errors:
-            raise ValueError("errors=() retries nothing; keep DEFAULT_RETRY_ERRORS or list the throttling errors")
+            raise ValueError(
+                "errors=() retries nothing; keep DEFAULT_RETRY_ERRORS or list the throttling errors"
+            )
         if self.max_attempts < 1:
-            raise ValueError(f"max_attempts={self.max_attempts} never retries a throttle; use 1 or more (default 6)")
+            raise ValueError(
+                f"max_attempts={self.max_attempts} never retries a throttle; use 1 or more (default 6)"
+            )
         if self.backoff_rate < 1:
-            raise ValueError(f"backoff_rate={self.backoff_rate} shrinks the wait each attempt; use >= 1 (default 2.0)")
+            raise ValueError(
+                f"backoff_rate={self.backoff_rate} shrinks the wait each attempt; use >= 1 (default 2.0)"
+            )
         if self.max_delay.to_milliseconds() < self.interval.to_milliseconds():
             raise ValueError(
                 f"max_delay={self.max_delay.to_human_string()} is shorter than interval="
@@ -116,13 +120,17 @@ def invoke_model_task(
                 "{'messages': [...], 'max_tokens': 600}, or an sfn.TaskInput"
             )
         body = sfn.TaskInput.from_object(dict(body))
-    task = tasks.BedrockInvokeModel(scope, id, model=model.as_imodel(scope, f"{id}Model"), body=body, **task_props)
+    task = tasks.BedrockInvokeModel(
+        scope, id, model=model.as_imodel(scope, f"{id}Model"), body=body, **task_props
+    )
     retry.apply_to(task)
     return task
 
 
 def _cap(max_concurrency: int | planning.RatePlan) -> int:
-    return max_concurrency.max_concurrency if isinstance(max_concurrency, planning.RatePlan) else max_concurrency
+    return (
+        max_concurrency.max_concurrency if isinstance(max_concurrency, planning.RatePlan) else max_concurrency
+    )
 
 
 class BoundedMap(Construct):
@@ -201,7 +209,9 @@ class BoundedMap(Construct):
                     f"batch_max_items={batch_max_items} hands each child a list of items, which a per-item request "
                     "body cannot read; drop it, or pass an item_processor that handles $.Items"
                 )
-            processor: sfn.IChainable = invoke_model_task(self, "InvokeModel", model=model, body=body, retry=retry)
+            processor: sfn.IChainable = invoke_model_task(
+                self, "InvokeModel", model=model, body=body, retry=retry
+            )
             models = [model]
         else:
             processor = item_processor
@@ -211,10 +221,16 @@ class BoundedMap(Construct):
                     retry.apply_to(state)
 
         if mode == "inline":
-            for name, value in (("items_bucket", items_bucket), ("items_key", items_key), ("results_bucket", results_bucket),
-                                ("batch_max_items", batch_max_items)):
+            for name, value in (
+                ("items_bucket", items_bucket),
+                ("items_key", items_key),
+                ("results_bucket", results_bucket),
+                ("batch_max_items", batch_max_items),
+            ):
                 if value is not None:
-                    raise ValueError(f"{name} applies to mode='distributed' only; an inline Map reads {items_path}")
+                    raise ValueError(
+                        f"{name} applies to mode='distributed' only; an inline Map reads {items_path}"
+                    )
             self.map_state: sfn.Map | sfn.DistributedMap = sfn.Map(
                 self, "Map", max_concurrency=cap, items_path=items_path
             )
@@ -234,9 +250,13 @@ class BoundedMap(Construct):
                 "Map",
                 max_concurrency=cap,
                 item_reader=reader_cls(bucket=items_bucket, key=items_key),
-                result_writer_v2=sfn.ResultWriterV2(bucket=results_bucket or items_bucket, prefix=results_prefix),
+                result_writer_v2=sfn.ResultWriterV2(
+                    bucket=results_bucket or items_bucket, prefix=results_prefix
+                ),
                 tolerated_failure_percentage=tolerated_failure_percentage,
-                item_batcher=sfn.ItemBatcher(max_items_per_batch=batch_max_items) if batch_max_items else None,
+                item_batcher=sfn.ItemBatcher(max_items_per_batch=batch_max_items)
+                if batch_max_items
+                else None,
                 map_execution_type=child_execution_type,
             )
             self.map_state.item_processor(processor)
@@ -358,7 +378,11 @@ class ParallelPrompts(Construct):
         if synthesis is not None:
             synthesis_model = synthesis_model or model
             self.synthesis_task = invoke_model_task(
-                self, "Synthesis", model=synthesis_model, body=synthesis, retry=retry,
+                self,
+                "Synthesis",
+                model=synthesis_model,
+                body=synthesis,
+                retry=retry,
                 result_selector={"response.$": "$.Body"},
             )
             definition = self.parallel_state.next(self.synthesis_task)

@@ -128,7 +128,7 @@ def plan_tpm(
 
     settled_tpm is requests_per_minute x settled tokens. In any one-minute window the requests in
     flight still hold their full reservation, so the window is charged about
-    settled_tpm + concurrency x (reserved - settled). When that exceeds settled_tpm with headroom,
+    settled_tpm + in-window concurrency x (reserved - settled). When that exceeds settled_tpm with headroom,
     the reservation binds and required_tpm follows it instead. concurrency defaults to Little's law
     (requests_per_minute / 60 x call_seconds); with neither given it is taken as 0.
     """
@@ -141,7 +141,9 @@ def plan_tpm(
     _non_negative("concurrency", concurrency)
     settled_tpm = requests_per_minute * profile.settled
     with_headroom = settled_tpm * (1 + headroom)
-    reservation_peak = settled_tpm + concurrency * (profile.reserved - profile.settled)
+    # Only requests that started inside the window hold a reservation in it: at most one minute's worth.
+    in_window = min(concurrency, requests_per_minute)
+    reservation_peak = settled_tpm + in_window * (profile.reserved - profile.settled)
     binds = reservation_peak > with_headroom
     return TpmPlan(
         requests_per_minute=requests_per_minute,
@@ -206,15 +208,18 @@ def sustainable_rate(
 ) -> RatePlan:
     """The steady request rate a TPM (and optional RPM) quota sustains, reservations included.
 
-    At rate r per minute, r x settled tokens settle in the window while r/60 x call_seconds requests
-    hold (reserved - settled) extra tokens, so r = tpm / (settled + call_seconds/60 x (reserved -
-    settled)). RPM is optional: Bedrock no longer enforces it for recent models.
+    At rate r per minute, r x settled tokens settle in the window while r x min(call_seconds/60, 1)
+    requests still hold (reserved - settled) extra tokens, so
+    r = tpm / (settled + min(call_seconds/60, 1) x max(reserved - settled, 0)). When settlement
+    exceeds the reservation (output x burndown > max_tokens) the settled charge is the binding one.
+    RPM is optional: Bedrock no longer enforces it for recent models.
     """
     _positive("tpm_quota", tpm_quota)
     _positive("call_seconds", call_seconds)
     if rpm_quota is not None:
         _positive("rpm_quota", rpm_quota)
-    per_request = profile.settled + call_seconds / 60 * (profile.reserved - profile.settled)
+    held = max(profile.reserved - profile.settled, 0)
+    per_request = profile.settled + min(call_seconds / 60, 1) * held
     rate, limited_by = tpm_quota / per_request, "tpm"
     if rpm_quota is not None and rpm_quota < rate:
         rate, limited_by = rpm_quota, "rpm"
@@ -307,7 +312,9 @@ class LatencyDiagnosis:
     explanation: str
 
 
-def diagnose_latency(before: LatencyProfile, after: LatencyProfile, *, tolerance: float = 0.1) -> LatencyDiagnosis:
+def diagnose_latency(
+    before: LatencyProfile, after: LatencyProfile, *, tolerance: float = 0.1
+) -> LatencyDiagnosis:
     """Tell a prefill problem from a decode problem before touching any setting.
 
     Output-side settings (max_tokens, temperature) do nothing for a prefill problem and input-side

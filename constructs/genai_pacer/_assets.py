@@ -1,0 +1,23 @@
+"""Where the Lambda handler code is: inside the wheel (genai_pacer/_lambda) or, in a checkout, lambda/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import aws_lambda as lambda_
+
+_PACKAGED = Path(__file__).resolve().parent / "_lambda"
+_CHECKOUT = Path(__file__).resolve().parents[2] / "lambda"
+LAMBDA_DIR = _PACKAGED if _PACKAGED.is_dir() else _CHECKOUT
+
+# Byte-identical assets on every machine: no bytecode caches, no docs.
+_EXCLUDE = ["**/__pycache__", "**/*.pyc", "README.md"]
+
+
+def handler_code() -> lambda_.Code:
+    """All handlers as one asset, so each function ships the shared pacer_runtime package."""
+    if not (LAMBDA_DIR / "pacer_runtime").is_dir():
+        raise FileNotFoundError(
+            f"genai-pacer handler code is missing from {LAMBDA_DIR}; reinstall genai-pacer"
+        )
+    return lambda_.Code.from_asset(str(LAMBDA_DIR), exclude=_EXCLUDE)

@@ -1,0 +1,1 @@
+"""The SQS worker behind genai_pacer.QueuedInference."""
