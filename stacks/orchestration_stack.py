@@ -24,6 +24,18 @@ def anthropic_request(prompt: str | dict, max_tokens: int) -> dict:
     }
 
 
+def secure_bucket(scope: Construct, id: str, **props) -> s3.Bucket:
+    """An S3-encrypted, TLS-only, private bucket."""
+    return s3.Bucket(
+        scope,
+        id,
+        encryption=s3.BucketEncryption.S3_MANAGED,
+        enforce_ssl=True,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+        **props,
+    )
+
+
 class OrchestrationStack(cdk.Stack):
     def __init__(self, scope: Construct, id: str, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
@@ -73,13 +85,8 @@ class OrchestrationStack(cdk.Stack):
         )
 
         # Overnight catalog re-description: items from S3 in a distributed Map.
-        access_logs = s3.Bucket(
-            self,
-            "AccessLogs",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+        access_logs = secure_bucket(
+            self, "AccessLogs", object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED
         )
         cdk.Validations.of(access_logs).acknowledge(
             cdk.Acknowledgment(
@@ -87,12 +94,9 @@ class OrchestrationStack(cdk.Stack):
                 reason="this bucket receives the server access logs; logging it to itself would loop",
             )
         )
-        catalog = s3.Bucket(
+        catalog = secure_bucket(
             self,
             "Catalog",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             versioned=True,
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="catalog/",

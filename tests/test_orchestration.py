@@ -444,3 +444,11 @@ def test_model_ids_are_recognized_and_validated():
 def test_global_profile_needs_its_regions_listed():
     with pytest.raises(ValueError, match="prefix 'global'.*pass regions="):
         BedrockModel.from_id("global.anthropic.claude-sonnet-4-5-20250929-v1:0")
+
+
+def test_new_log_key_serves_only_this_accounts_log_groups(inline_map):
+    _, template = inline_map
+    key = only(template, "AWS::KMS::Key")["Properties"]["KeyPolicy"]["Statement"]
+    (logs_statement,) = [s for s in key if "Service" in s["Principal"]]
+    condition = logs_statement["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"]
+    assert ":logs:us-east-1:111122223333:log-group:*" in arn_text(condition)

@@ -207,3 +207,11 @@ def test_an_existing_queue_is_consumed_as_is():
 def test_bad_input_is_rejected_with_the_numbers(kwargs, message):
     with pytest.raises(ValueError, match=message):
         QueuedInference(new_stack(), "Q", model=NOVA, **kwargs)
+
+
+def test_missing_handler_code_is_reported(monkeypatch, tmp_path):
+    from genai_pacer import _assets
+
+    monkeypatch.setattr(_assets, "LAMBDA_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError, match="handler code is missing"):
+        QueuedInference(new_stack(), "Q", model=NOVA, max_concurrency=2)

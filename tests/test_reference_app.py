@@ -110,3 +110,21 @@ def test_queued_inference_is_bounded_by_half_the_quota(reference_templates):
     (mapping,) = resources(template, "AWS::Lambda::EventSourceMapping").values()
     assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] >= 2
     assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+def test_non_numeric_context_is_rejected_with_the_key(tmp_path):
+    from app import build_app
+
+    with pytest.raises(ValueError, match="context burndown and tpm_quota must be numbers"):
+        build_app(context={"tpm_quota": "lots"}, outdir=str(tmp_path))
+
+
+def test_readme_planning_example_runs_and_its_comments_are_true():
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"## Planning\n\n```python\n(.*?)```", readme, re.S).group(1)
+    scope: dict = {}
+    exec(block, scope)
+    assert (scope["p"].reserved, scope["p"].settled, scope["p"].billed) == (8500, 4000, 2800)
+    assert (scope["sizing"].max_tokens, scope["sizing"].reservation_saved_per_request) == (990, 15_010)

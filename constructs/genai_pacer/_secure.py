@@ -37,8 +37,31 @@ def log_key(scope: Construct, id: str, key: kms.IKey | None) -> kms.IKey:
         description=f"genai-pacer: encrypts logs of {scope.node.path}",
         removal_policy=cdk.RemovalPolicy.RETAIN,
     )
-    region = cdk.Stack.of(scope).region
-    created.grant_encrypt_decrypt(iam.ServicePrincipal(f"logs.{region}.amazonaws.com"))
+    stack = cdk.Stack.of(scope)
+    # CloudWatch Logs may use the key only for log groups of this account and Region.
+    created.add_to_resource_policy(
+        iam.PolicyStatement(
+            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+            actions=[
+                "kms:Encrypt*",
+                "kms:Decrypt*",
+                "kms:ReEncrypt*",
+                "kms:GenerateDataKey*",
+                "kms:Describe*",
+            ],
+            resources=["*"],
+            conditions={
+                "ArnLike": {
+                    "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
+                        service="logs",
+                        resource="log-group",
+                        resource_name="*",
+                        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                }
+            },
+        )
+    )
     return created
 
 

@@ -127,12 +127,6 @@ def invoke_model_task(
     return task
 
 
-def _cap(max_concurrency: int | planning.RatePlan) -> int:
-    return (
-        max_concurrency.max_concurrency if isinstance(max_concurrency, planning.RatePlan) else max_concurrency
-    )
-
-
 class BoundedMap(Construct):
     """A Map state whose MaxConcurrency the quota sustains, in a state machine of its own.
 
@@ -193,7 +187,7 @@ class BoundedMap(Construct):
         # Set on this construct only, before any child exists, so the user's app is untouched.
         self.node.set_context("@aws-cdk/aws-stepfunctions:useDistributedMapResultWriterV2", True)
         retry = retry or BedrockRetry()
-        cap = _cap(max_concurrency)
+        cap = planning.as_max_concurrency(max_concurrency)
         self._validate(cap, allow_unbounded, mode)
         if (model is None) == (item_processor is None):
             raise ValueError(

@@ -29,6 +29,7 @@ __all__ = [
     "size_max_tokens",
     "sustainable_rate",
     "max_concurrency",
+    "as_max_concurrency",
     "choose_execution",
     "diagnose_latency",
 ]
@@ -224,6 +225,11 @@ def sustainable_rate(
     if rpm_quota is not None and rpm_quota < rate:
         rate, limited_by = rpm_quota, "rpm"
     return RatePlan(rate, limited_by, max_concurrency(rate, call_seconds), call_seconds)
+
+
+def as_max_concurrency(value: int | RatePlan) -> int:
+    """The cap a construct prop means: an int as given, or a RatePlan's max_concurrency."""
+    return value.max_concurrency if isinstance(value, RatePlan) else value
 
 
 def max_concurrency(requests_per_minute: float, call_seconds: float) -> int:

@@ -89,11 +89,7 @@ class QueuedInference(Construct):
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
-        cap = (
-            max_concurrency.max_concurrency
-            if isinstance(max_concurrency, planning.RatePlan)
-            else max_concurrency
-        )
+        cap = planning.as_max_concurrency(max_concurrency)
         timeout = timeout or cdk.Duration.minutes(5)
         _validate(
             cap, reserved_concurrency, max_receive_count, batch_size, timeout, visibility_timeout, queue
