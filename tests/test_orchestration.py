@@ -5,6 +5,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
@@ -452,3 +453,35 @@ def test_new_log_key_serves_only_this_accounts_log_groups(inline_map):
     (logs_statement,) = [s for s in key if "Service" in s["Principal"]]
     condition = logs_statement["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"]
     assert ":logs:us-east-1:111122223333:log-group:*" in arn_text(condition)
+
+
+def test_state_machine_options_key_and_retention():
+    stack = new_stack()
+    key = kms.Key(stack, "Shared")
+    ParallelPrompts(
+        stack,
+        "P",
+        model=NOVA,
+        prompts={"A": BODY, "B": BODY},
+        retry=BedrockRetry(max_attempts=2),
+        state_machine_options=StateMachineOptions(
+            encryption_key=key, log_retention=logs.RetentionDays.ONE_YEAR
+        ),
+    )
+    template = template_of(stack).to_json()
+    log_group = only(template, "AWS::Logs::LogGroup")["Properties"]
+    assert log_group["RetentionInDays"] == 365
+    assert log_group["KmsKeyId"]["Fn::GetAtt"][0].startswith("Shared")
+    asl = definition(only(template, "AWS::StepFunctions::StateMachine"))
+    assert {
+        b["States"][b["StartAt"]]["Retry"][0]["MaxAttempts"] for b in asl["States"]["Prompts"]["Branches"]
+    } == {2}
+
+
+def test_grant_invoke_with_streaming_allows_the_stream_action():
+    stack = new_stack()
+    role = iam.Role(stack, "Caller", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    PROFILE.grant_invoke(role, streaming=True)
+    (statement,) = policy_statements(template_of(stack).to_json())
+    assert statement["Action"] == ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
+    assert len(statement["Resource"]) == 4

@@ -167,6 +167,10 @@ def test_planner_errors():
         planning.max_concurrency(10, 0)
     with pytest.raises(ValueError, match="latency_seconds=1 must exceed ttft_seconds=2"):
         LatencyProfile(ttft_seconds=2, latency_seconds=1, output_tokens=10)
+    with pytest.raises(ValueError, match="tolerance=-1 must be >= 0"):
+        planning.diagnose_latency(LatencyProfile(1, 2, 3), LatencyProfile(1, 2, 3), tolerance=-1)
+    with pytest.raises(ValueError, match="deadline=.* must be positive"):
+        planning.choose_execution(deadline=timedelta(0), record_count=5)
     with pytest.raises(ValueError, match="record_count=0 must be > 0"):
         planning.choose_execution(deadline=timedelta(hours=30), record_count=0)
 

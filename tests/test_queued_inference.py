@@ -7,6 +7,8 @@ import pytest
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from genai_pacer import BedrockModel, QueuedInference, planning
@@ -113,11 +115,15 @@ def test_props_reach_the_template():
     table = dynamodb.Table(
         stack, "Mine", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING)
     )
+    key = kms.Key(stack, "MyKey")
     construct = QueuedInference(
         stack,
         "Q",
         model=NOVA,
         max_concurrency=planning.RatePlan(600, "tpm", 50, 5),
+        memory_size=512,
+        encryption_key=key,
+        log_retention=logs.RetentionDays.ONE_WEEK,
         reserved_concurrency=60,
         batch_size=10,
         max_batching_window=cdk.Duration.seconds(2),
@@ -136,6 +142,13 @@ def test_props_reach_the_template():
     assert (mapping["BatchSize"], mapping["MaximumBatchingWindowInSeconds"]) == (10, 2)
     function = only(template, "AWS::Lambda::Function")["Properties"]
     assert function["ReservedConcurrentExecutions"] == 60
+    assert function["MemorySize"] == 512 and function["Timeout"] == 60
+    log_group = only(template, "AWS::Logs::LogGroup")["Properties"]
+    assert log_group["RetentionInDays"] == 7
+    assert log_group["KmsKeyId"]["Fn::GetAtt"][0].startswith("MyKey")
+    assert len(resources(template, "AWS::KMS::Key")) == 1
+    metric = construct.metric_oldest_message_age()
+    assert metric.metric_name == "ApproximateAgeOfOldestMessage"
     assert function["Environment"]["Variables"]["PERFORMANCE_LATENCY"] == "optimized"
     assert function["Environment"]["Variables"]["BEDROCK_MAX_ATTEMPTS"] == "6"
     assert construct.table is table and len(resources(template, "AWS::DynamoDB::Table")) == 1

@@ -25,9 +25,11 @@ def test_client_pool_and_retries_are_sized(client):
     assert client.meta.service_model.service_name == "bedrock-runtime"
 
 
-def test_client_rejects_a_pool_of_zero():
+def test_client_rejects_a_pool_of_zero_and_no_attempts():
     with pytest.raises(ValueError, match="max_pool_connections=0 must be >= 1"):
         bedrock_client(max_pool_connections=0)
+    with pytest.raises(ValueError, match="max_attempts=0 must be >= 1"):
+        bedrock_client(max_attempts=0)
 
 
 def test_parameters_go_where_converse_expects_them():
