@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_iam as iam
@@ -20,6 +23,7 @@ from genai_pacer import (
     StateMachineOptions,
     planning,
 )
+from genai_pacer._nag import flatten_reference
 from helpers import all_states, definition, new_stack, only, policy_statements, resources, template_of
 
 PROFILE = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
@@ -252,7 +256,7 @@ def distributed_map():
     stack = new_stack()
     bucket = s3.Bucket(stack, "Items")
     results = s3.Bucket(stack, "Results")
-    BoundedMap(
+    construct = BoundedMap(
         stack,
         "Map",
         mode="distributed",
@@ -265,11 +269,11 @@ def distributed_map():
         results_prefix="out/",
         tolerated_failure_percentage=2.5,
     )
-    return template_of(stack).to_json()
+    return construct, template_of(stack).to_json()
 
 
 def test_distributed_map_reads_s3_and_writes_results(distributed_map):
-    machine = only(distributed_map, "AWS::StepFunctions::StateMachine")
+    machine = only(distributed_map[1], "AWS::StepFunctions::StateMachine")
     state = definition(machine)["States"]["Map"]
     assert state["MaxConcurrency"] == 500
     assert state["ItemReader"]["ReaderConfig"]["InputType"] == "JSONL"
@@ -282,11 +286,53 @@ def test_distributed_map_reads_s3_and_writes_results(distributed_map):
     assert "Results" in joined  # the results bucket, not the items bucket, receives the output
 
 
-def test_distributed_map_acknowledges_only_its_generated_names(distributed_map):
-    # the nag report of the reference app proves zero findings; here: no broader grant was added
-    for statement in policy_statements(distributed_map):
+def acknowledged(construct) -> set[str]:
+    """The rule ids acknowledged on a construct itself (not inherited)."""
+    key = cdk.Validations.ACKNOWLEDGED_RULES_METADATA_KEY
+    return {
+        rule.removeprefix("Annotation::")
+        for entry in construct.node.metadata
+        if entry.type == key
+        for rule in entry.data
+    }
+
+
+def test_distributed_map_acknowledges_exactly_its_generated_names(distributed_map):
+    machine = distributed_map[0].state_machine
+    stack = cdk.Stack.of(machine)
+    logical_id = stack.resolve(stack.get_logical_id(machine.node.default_child))
+    machine_ref = json.dumps(
+        {"Fn::Select": [6, {"Fn::Split": [":", {"Ref": logical_id}]}]}, separators=(",", ":")
+    )
+    executions = f"arn:<AWS::Partition>:states:us-east-1:111122223333:execution:{machine_ref}"
+    assert acknowledged(machine.node.find_child("DistributedMapPolicy")) == {
+        f"AwsSolutions-IAM5[Resource::{executions}:*]",
+        f"AwsSolutions-IAM5[Resource::{executions}/*:*]",
+    }
+    s3_findings = sorted(acknowledged(machine.role.node.find_child("DefaultPolicy")))
+    # objects of the items bucket (reader) and of the results bucket (writer), nothing else
+    assert [re.sub(r"[0-9A-F]{8}>", ">", f) for f in s3_findings] == [
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::<Items>/*]",
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::<Results>/*]",
+    ]
+    assert acknowledged(machine.role) == {"AwsSolutions-IAM5[Resource::*]"}
+    for statement in policy_statements(distributed_map[1]):
         if statement["Resource"] == "*":
             assert all(a.startswith(("xray:", "logs:")) for a in statement["Action"])
+
+
+@pytest.mark.parametrize(
+    ("reference", "flat"),
+    [
+        ("arn:${AWS::Partition}:s3:::b/*", "arn:<AWS::Partition>:s3:::b/*"),
+        ({"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":x/*"]]}, "arn:<AWS::Partition>:x/*"),
+        ({"Fn::GetAtt": ["Bucket1", "Arn"]}, "<Bucket1.Arn>"),
+        ({"Fn::Sub": "${Bucket}/*"}, "<Bucket>/*"),
+        ({"Fn::Select": [0, ["a"]]}, '{"Fn::Select":[0,["a"]]}'),
+    ],
+)
+def test_flatten_reference_names_findings_as_cdk_nag_does(reference, flat):
+    assert flatten_reference(reference) == flat
 
 
 def test_distributed_json_items_with_batching_in_a_custom_processor():

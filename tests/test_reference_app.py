@@ -55,11 +55,7 @@ def test_every_model_call_in_every_state_machine_retries_throttles_with_full_jit
     for template in reference_templates.values():
         for machine in resources(template, "AWS::StepFunctions::StateMachine").values():
             for name, state in all_states(definition(machine)).items():
-                if "bedrock" in str(state.get("Resource", "")).lower() or "bedrock:invokeModel" in json.dumps(
-                    state
-                ):
-                    if state["Type"] != "Task":
-                        continue
+                if state["Type"] == "Task" and state["Resource"].endswith(":bedrock:invokeModel"):
                     retry = state["Retry"][0]
                     assert "Bedrock.ThrottlingException" in retry["ErrorEquals"], name
                     assert retry["JitterStrategy"] == "FULL" and retry["MaxDelaySeconds"] > 0, name

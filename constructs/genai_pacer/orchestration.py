@@ -236,9 +236,9 @@ class BoundedMap(Construct):
                 raise ValueError(
                     f"tolerated_failure_percentage={tolerated_failure_percentage} must be within 0..100"
                 )
-            reader_cls = sfn.S3JsonLItemReader if items_format == "jsonl" else sfn.S3JsonItemReader
             if items_format not in ("jsonl", "json"):
                 raise ValueError(f"items_format={items_format!r} must be 'jsonl' or 'json'")
+            reader_cls = sfn.S3JsonLItemReader if items_format == "jsonl" else sfn.S3JsonItemReader
             self.map_state = sfn.DistributedMap(
                 self,
                 "Map",

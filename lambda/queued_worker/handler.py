@@ -32,10 +32,10 @@ from pacer_runtime import RequestError, bedrock_client, build_converse_request, 
 MODEL_ID = os.environ["MODEL_ID"]
 TABLE_NAME = os.environ["RESULT_TABLE"]
 LATENCY = os.environ.get("PERFORMANCE_LATENCY") or None
-METRICS_NAMESPACE = os.environ.get("METRICS_NAMESPACE", "GenaiPacer")
+METRICS_NAMESPACE = "GenaiPacer"
 
 # Module scope: created once per execution environment and reused by every warm invocation. The
-# worker handles one message at a time, so one pooled connection per client is all it uses.
+# worker handles one message at a time, so a pool of two (one spare) is all it needs.
 BEDROCK = bedrock_client(
     max_pool_connections=int(os.environ.get("MAX_POOL_CONNECTIONS", "2")),
     max_attempts=int(os.environ.get("BEDROCK_MAX_ATTEMPTS", "4")),
@@ -47,7 +47,7 @@ def log(level: str, message: str, **fields: Any) -> None:
     print(json.dumps({"level": level, "message": message, **fields}, default=str))
 
 
-def emit_metrics(result, outcome: str) -> None:
+def emit_metrics(result) -> None:
     """CloudWatch embedded metric format: one line, turned into metrics by Logs with no API call."""
     print(
         json.dumps(
@@ -70,7 +70,6 @@ def emit_metrics(result, outcome: str) -> None:
                 "InputTokens": result.input_tokens,
                 "OutputTokens": result.output_tokens,
                 "LatencyMs": result.latency_ms,
-                "outcome": outcome,
             }
         )
     )
@@ -136,7 +135,7 @@ def process(record: dict) -> None:
         return
     result = converse(BEDROCK, request)
     store(key, request_id, result)
-    emit_metrics(result, "stored")
+    emit_metrics(result)
 
 
 def handler(event: dict, context: Any = None) -> dict:
