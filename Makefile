@@ -16,6 +16,19 @@ test: $(VENV)/.dev-installed node_modules/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest
 
+# Benchmark and experiments against the in-process emulator; reports land in bench/results/.
+BENCH_MODEL := us.anthropic.claude-3-5-haiku-20241022-v1:0
+BENCH_OUT := bench/results
+bench: $(VENV)/.dev-installed
+	$(VENV)/bin/genai-pacer bench --emulator --prompts bench/prompts.jsonl --model-id $(BENCH_MODEL) \
+		--burndown 5 --tpm 300000 --max-tokens 400 --concurrency 8 --requests 200 --warmup 8 \
+		--time-scale 5 --ttft-target 1.0 --otps-target 40 --out $(BENCH_OUT) --name stream > /dev/null
+	$(VENV)/bin/genai-pacer bench --emulator --prompts bench/prompts.jsonl --model-id $(BENCH_MODEL) \
+		--burndown 5 --tpm 300000 --max-tokens 400 --rate 90 --requests 200 --warmup 8 --no-stream \
+		--time-scale 5 --e2e-target 8 --out $(BENCH_OUT) --name converse-open-loop > /dev/null
+	$(VENV)/bin/genai-pacer experiments --prompts bench/prompts.jsonl --out $(BENCH_OUT) > /dev/null
+	@echo "reports: $$(ls $(BENCH_OUT) | tr '\n' ' ')"
+
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 

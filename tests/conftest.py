@@ -16,6 +16,9 @@ if (ROOT / "node_modules" / ".bin").is_dir():  # the supported Node.js that `mak
     os.environ["PATH"] = f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ['PATH']}"
 
 
+pytest_plugins = ["genai_pacer.testing.pytest_plugin"]  # the emulator fixtures users get, used here too
+
+
 class NagFailure(AssertionError):
     pass
 

@@ -78,3 +78,18 @@ def test_installed_wheel_synthesizes_a_consumer_stack_with_the_worker_asset(tmp_
     assert (asset_dir / "queued_worker" / "handler.py").is_file()
     assert (asset_dir / "pacer_runtime" / "bedrock.py").is_file()
     assert any(r["Type"] == "AWS::StepFunctions::StateMachine" for r in template["Resources"].values())
+
+    # The emulator needs only the standard library: without boto3 in the venv, it serves a raw POST,
+    # and the console script is installed.
+    emulator_check = textwrap.dedent(
+        """
+        import json, urllib.request
+        from genai_pacer.testing import BedrockEmulator, ModelSpec
+        with BedrockEmulator([ModelSpec("m", ttft_seconds=0.1)], time_scale=100) as emulator:
+            body = {"messages": [{"role": "user", "content": [{"text": "hi"}]}], "inferenceConfig": {"maxTokens": 5}}
+            request = urllib.request.Request(emulator.endpoint_url + "/model/m/converse", data=json.dumps(body).encode())
+            print(json.loads(urllib.request.urlopen(request).read())["usage"]["outputTokens"])
+        """
+    )
+    assert run(str(python), "-c", emulator_check, cwd=consumer, env=env).stdout.strip() == "5"
+    assert "bench" in run(str(consumer / ".venv" / "bin" / "genai-pacer"), "--help", cwd=consumer, env=env).stdout

@@ -6,7 +6,17 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
-from pacer_runtime import RequestError, bedrock_client, build_converse_request, converse, is_throttle
+from pacer_runtime import (
+    Backoff,
+    RequestError,
+    bedrock_client,
+    build_converse_request,
+    call_with_backoff,
+    converse,
+    converse_stream,
+    is_throttle,
+    run_side_by_side,
+)
 
 MODEL = "us.amazon.nova-lite-v1:0"
 
@@ -95,6 +105,7 @@ def test_converse_returns_text_usage_and_the_mode_that_served_it(client):
     )
     assert result.service_latency_ms == 321 and result.stop_reason == "end_turn"
     assert result.served_latency == "standard"  # asked for optimized, quota fell back: visible, not an error
+    assert result.first_token_ms is None and result.output_tokens_per_second is None  # not streamed
 
 
 def test_throttles_are_recognized(client):
@@ -112,3 +123,127 @@ def test_throttles_are_recognized(client):
 def test_a_session_can_be_supplied(monkeypatch):
     session = boto3.session.Session(aws_access_key_id="a", aws_secret_access_key="b", region_name="eu-west-1")
     assert bedrock_client(session=session).meta.region_name == "eu-west-1"
+
+
+def throttle() -> ClientError:
+    return ClientError({"Error": {"Code": "ThrottlingException", "Message": "Too many tokens"}}, "Converse")
+
+
+def test_backoff_waits_a_full_jitter_delay_that_doubles_to_its_cap():
+    backoff = Backoff(base_seconds=1, cap_seconds=5, max_attempts=8)
+    import random
+
+    rng = random.Random(4)
+    for retry, ceiling in [(0, 1), (1, 2), (2, 4), (3, 5), (6, 5)]:
+        delays = [backoff.delay(retry, rng) for _ in range(200)]
+        assert all(0 <= d <= ceiling for d in delays)
+        assert max(delays) > ceiling * 0.9 and min(delays) < ceiling * 0.1  # spread over the whole range
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(base_seconds=0), "base_seconds=0 must be > 0"),
+        (dict(base_seconds=5, cap_seconds=1), "cap_seconds=1 >= base_seconds"),
+        (dict(max_attempts=0), "max_attempts=0 must be >= 1"),
+    ],
+)
+def test_backoff_rejects_bad_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Backoff(**kwargs)
+
+
+def test_call_with_backoff_retries_throttles_then_succeeds():
+    results = iter([throttle(), throttle(), "answer"])
+    sleeps = []
+
+    def call():
+        result = next(results)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    outcome = call_with_backoff(call, backoff=Backoff(base_seconds=1, cap_seconds=8), sleep=sleeps.append)
+    assert (outcome.value, outcome.attempts, outcome.throttles, outcome.ok) == ("answer", 3, 2, True)
+    assert len(sleeps) == 2 and 0 <= sleeps[0] <= 1 and 0 <= sleeps[1] <= 2
+
+
+def test_call_with_backoff_stops_at_once_on_other_errors_and_after_the_last_attempt():
+    def invalid():
+        raise ClientError({"Error": {"Code": "ValidationException", "Message": "bad"}}, "Converse")
+
+    outcome = call_with_backoff(invalid, sleep=lambda _: None)
+    assert (outcome.attempts, outcome.throttles, outcome.ok) == (1, 0, False)
+
+    def always_throttled():
+        raise throttle()
+
+    outcome = call_with_backoff(always_throttled, backoff=Backoff(max_attempts=3), sleep=lambda _: None)
+    assert (outcome.attempts, outcome.throttles) == (3, 3) and is_throttle(outcome.error)
+
+
+def test_side_by_side_keeps_input_order_and_reports_one_failure_without_losing_the_others():
+    def failing():
+        raise ValueError("bad prompt")
+
+    calls = [lambda: "a", failing, lambda: "c", lambda: "d"]
+    seen = []
+    outcomes = run_side_by_side(calls, max_in_flight=2, on_done=lambda index, outcome: seen.append(index))
+    assert [o.value for o in outcomes] == ["a", None, "c", "d"]
+    assert str(outcomes[1].error) == "bad prompt" and outcomes[1].attempts == 1  # not a throttle: no retry
+    assert sorted(seen) == [0, 1, 2, 3]
+
+
+def test_side_by_side_runs_calls_at_the_same_time():
+    """Four calls that each wait for all four: they finish only if all are in flight together."""
+    import threading
+
+    barrier = threading.Barrier(4, timeout=10)
+    outcomes = run_side_by_side([barrier.wait] * 4, max_in_flight=4)
+    assert all(o.ok for o in outcomes)
+
+
+def test_side_by_side_never_exceeds_its_bound():
+    import threading
+
+    lock, state = threading.Lock(), {"now": 0, "peak": 0}
+    gate = threading.Event()
+
+    def call():
+        with lock:
+            state["now"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+            if state["peak"] == 3:
+                gate.set()
+        gate.wait(timeout=2)  # hold the slot until three are in flight (or give up)
+        with lock:
+            state["now"] -= 1
+
+    run_side_by_side([call] * 9, max_in_flight=3)
+    assert state["peak"] == 3
+    with pytest.raises(ValueError, match="max_in_flight=0 must be >= 1"):
+        run_side_by_side([call], max_in_flight=0)
+
+
+def test_in_stream_throttles_are_recognized():
+    from botocore.exceptions import EventStreamError
+
+    error = EventStreamError({"Error": {"Code": "throttlingException", "Message": "slow down"}}, "ConverseStream")
+    assert is_throttle(error)
+
+
+def test_converse_stream_collects_text_usage_and_first_token(client):
+    stream = [
+        {"messageStart": {"role": "assistant"}},
+        {"contentBlockDelta": {"delta": {"text": "Hel"}, "contentBlockIndex": 0}},
+        {"contentBlockDelta": {"delta": {"text": "lo"}, "contentBlockIndex": 0}},
+        {"contentBlockStop": {"contentBlockIndex": 0}},
+        {"messageStop": {"stopReason": "end_turn"}},
+        {"metadata": {"usage": {"inputTokens": 5, "outputTokens": 2}, "metrics": {"latencyMs": 90},
+                      "performanceConfig": {"latency": "optimized"}}},
+    ]
+    fake = type("Client", (), {"converse_stream": lambda self, **_: {"stream": iter(stream)}})()
+    result = converse_stream(fake, build_converse_request(MODEL, prompt="Hi"))
+    assert (result.text, result.output_tokens, result.stop_reason, result.served_latency) == (
+        "Hello", 2, "end_turn", "optimized")
+    assert result.first_token_ms is not None and result.first_token_ms <= result.latency_ms

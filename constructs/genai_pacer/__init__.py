@@ -1,20 +1,37 @@
-"""genai-pacer: AWS CDK constructs that keep generative-AI workloads fast and inside their quotas."""
+"""genai-pacer: AWS CDK constructs that keep generative-AI workloads fast and inside their quotas.
 
-from . import planning
-from ._secure import StateMachineOptions
-from .models import PROFILE_REGIONS, BedrockModel
-from .orchestration import DEFAULT_RETRY_ERRORS, BedrockRetry, BoundedMap, ParallelPrompts, invoke_model_task
-from .queued_inference import QueuedInference
+The constructs load on first use, so `genai_pacer.planning` and `genai_pacer.testing` import
+without starting the CDK's jsii runtime.
+"""
 
-__all__ = [
-    "planning",
-    "BedrockModel",
-    "PROFILE_REGIONS",
-    "BedrockRetry",
-    "DEFAULT_RETRY_ERRORS",
-    "BoundedMap",
-    "ParallelPrompts",
-    "StateMachineOptions",
-    "invoke_model_task",
-    "QueuedInference",
-]
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "planning": ".planning",
+    "runtime": ".runtime",
+    "BedrockModel": ".models",
+    "PROFILE_REGIONS": ".models",
+    "BedrockRetry": ".orchestration",
+    "DEFAULT_RETRY_ERRORS": ".orchestration",
+    "BoundedMap": ".orchestration",
+    "ParallelPrompts": ".orchestration",
+    "invoke_model_task": ".orchestration",
+    "StateMachineOptions": "._secure",
+    "QueuedInference": ".queued_inference",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'genai_pacer' has no attribute {name!r}")
+    module = import_module(_EXPORTS[name], __name__)
+    value = module if _EXPORTS[name].lstrip(".") == name else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import aws_lambda as lambda_
-
 _PACKAGED = Path(__file__).resolve().parent / "_lambda"
 _CHECKOUT = Path(__file__).resolve().parents[2] / "lambda"
 LAMBDA_DIR = _PACKAGED if _PACKAGED.is_dir() else _CHECKOUT
@@ -14,8 +12,10 @@ LAMBDA_DIR = _PACKAGED if _PACKAGED.is_dir() else _CHECKOUT
 _EXCLUDE = ["**/__pycache__", "**/*.pyc", "README.md"]
 
 
-def handler_code() -> lambda_.Code:
+def handler_code():
     """All handlers as one asset, so each function ships the shared pacer_runtime package."""
+    from aws_cdk import aws_lambda as lambda_  # here, so importing LAMBDA_DIR does not start jsii
+
     if not (LAMBDA_DIR / "pacer_runtime").is_dir():
         raise FileNotFoundError(
             f"genai-pacer handler code is missing from {LAMBDA_DIR}; reinstall genai-pacer"

@@ -124,6 +124,14 @@ class ConverseResult:
     latency_ms: float  # measured by the caller, retries included
     service_latency_ms: int | None  # the service's own metrics.latencyMs
     served_latency: str  # "standard" or "optimized": what actually served the request
+    first_token_ms: float | None = None  # streaming only: time to the first text, measured by the caller
+
+    @property
+    def output_tokens_per_second(self) -> float | None:
+        """Decode speed after the first token (streaming only): what a reader sees the answer keep."""
+        if self.first_token_ms is None or self.latency_ms <= self.first_token_ms:
+            return None
+        return self.output_tokens / ((self.latency_ms - self.first_token_ms) / 1000)
 
 
 def converse(client, request: Mapping[str, Any]) -> ConverseResult:
@@ -131,10 +139,42 @@ def converse(client, request: Mapping[str, Any]) -> ConverseResult:
     started = time.perf_counter()
     response = client.converse(**request)
     elapsed_ms = (time.perf_counter() - started) * 1000
-    usage = response.get("usage", {})
     content = response.get("output", {}).get("message", {}).get("content", [])
+    return _result(
+        "".join(block.get("text", "") for block in content), response, elapsed_ms, first_token_ms=None
+    )
+
+
+def converse_stream(client, request: Mapping[str, Any]) -> ConverseResult:
+    """Call ConverseStream and read it to the end, timing the first text (TTFT) as the user sees it.
+
+    Usage, served latency mode and stop reason come from the stream's own events (server-reported,
+    never re-counted). An exception inside the stream propagates as botocore's EventStreamError,
+    which carries the same error code a ClientError would (is_throttle works on both).
+    """
+    started = time.perf_counter()
+    response = client.converse_stream(**request)
+    parts: list[str] = []
+    summary: dict[str, Any] = {}
+    first_token_ms = None
+    for event in response["stream"]:
+        if "contentBlockDelta" in event:
+            text = event["contentBlockDelta"].get("delta", {}).get("text", "")
+            if text and first_token_ms is None:
+                first_token_ms = (time.perf_counter() - started) * 1000
+            parts.append(text)
+        elif "messageStop" in event:
+            summary["stopReason"] = event["messageStop"].get("stopReason", "")
+        elif "metadata" in event:
+            summary.update(event["metadata"])
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    return _result("".join(parts), summary, elapsed_ms, first_token_ms=first_token_ms)
+
+
+def _result(text: str, response: Mapping[str, Any], elapsed_ms: float, *, first_token_ms: float | None) -> ConverseResult:
+    usage = response.get("usage", {})
     return ConverseResult(
-        text="".join(block.get("text", "") for block in content),
+        text=text,
         input_tokens=usage.get("inputTokens", 0),
         output_tokens=usage.get("outputTokens", 0),
         cache_read_tokens=usage.get("cacheReadInputTokens", 0),
@@ -143,9 +183,17 @@ def converse(client, request: Mapping[str, Any]) -> ConverseResult:
         latency_ms=round(elapsed_ms, 1),
         service_latency_ms=response.get("metrics", {}).get("latencyMs"),
         served_latency=response.get("performanceConfig", {}).get("latency", "standard"),
+        first_token_ms=None if first_token_ms is None else round(first_token_ms, 1),
     )
 
 
 def is_throttle(error: BaseException) -> bool:
-    """True for Bedrock's throttling errors, which are worth retrying later."""
-    return isinstance(error, ClientError) and error.response.get("Error", {}).get("Code") in THROTTLE_CODES
+    """True for Bedrock's throttling errors, which are worth retrying later.
+
+    In-stream exceptions (EventStreamError, a ClientError) carry camelCase codes
+    (throttlingException); both spellings count.
+    """
+    if not isinstance(error, ClientError):
+        return False
+    code = error.response.get("Error", {}).get("Code") or ""
+    return code[:1].upper() + code[1:] in THROTTLE_CODES

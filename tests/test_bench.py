@@ -1,0 +1,183 @@
+"""The benchmark: its arithmetic on synthetic timings, and short runs against the emulator."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+from genai_pacer.testing import BedrockEmulator, ModelSpec
+from genai_pacer.testing.bench import (
+    BenchConfig,
+    Prompt,
+    Sample,
+    decode_rate,
+    load_prompts,
+    percentile,
+    percentiles,
+    run_benchmark,
+    summarize,
+    write_report,
+)
+from genai_pacer.testing.cli import main
+from genai_pacer.testing.experiments import quota_plan
+
+MODEL = "us.amazon.nova-lite-v1:0"
+
+
+def test_percentile_interpolates_between_ranks():
+    values = list(range(1, 101))  # 1..100
+    assert percentile(values, 50) == 50.5
+    assert percentile(values, 90) == pytest.approx(90.1)
+    assert percentile(values, 99) == pytest.approx(99.01)
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([3, 1, 2], 0) == 1 and percentile([3, 1, 2], 100) == 3  # order does not matter
+
+
+def test_percentiles_say_when_the_tail_is_too_thin():
+    assert percentiles(list(range(100))).note == ""
+    assert percentiles(list(range(40))).note == "40 samples: p99 need at least 100 samples to describe a tail"
+    assert percentiles([1.0] * 5).note.startswith("5 samples: p90, p99")
+    assert percentiles([]).n == 0 and percentiles([]).note == "no samples"
+
+
+def test_rate_percentiles_describe_the_slow_tail():
+    rates = list(range(1, 101))  # output tokens per second: the slow requests are the low ones
+    summary = percentiles(rates, lower_is_worse=True)
+    assert (summary.p50, summary.p90, summary.p99) == (50.5, pytest.approx(10.9), pytest.approx(1.99))
+
+
+def test_decode_rate_is_output_over_time_after_the_first_token():
+    assert decode_rate(600, ttft_s=1.0, e2e_s=11.0) == 60.0  # the worked example: 600 tokens in 10 s
+    assert decode_rate(300, ttft_s=1.0, e2e_s=6.0) == 60.0
+    assert decode_rate(300, ttft_s=None, e2e_s=6.0) is None  # non-streaming: no first token time
+    assert decode_rate(0, ttft_s=1.0, e2e_s=2.0) is None
+
+
+def sample(index, *, ttft=0.5, e2e=2.5, output=100, error=None, warmup=False, throttles=0, started=None):
+    return Sample(index=index, prompt_id=str(index), warmup=warmup,
+                  started_s=float(index) if started is None else started, e2e_s=e2e, ttft_s=ttft,
+                  otps=decode_rate(output, ttft, e2e), input_tokens=1_000, output_tokens=0 if error else output,
+                  attempts=1 + throttles, throttles=throttles, error=error, served_latency=None if error else "standard",
+                  reserved=0 if error else 1_000 + 400, settled=0 if error else 1_000 + output * 5)
+
+
+def test_summary_counts_goodput_throttles_errors_and_quota_use():
+    samples = [sample(0, warmup=True, ttft=9.0)]  # warm-up: excluded everywhere
+    samples += [sample(i) for i in range(1, 9)]  # 8 good: TTFT 0.5 s, 50 tokens/s
+    samples += [sample(9, ttft=2.0, e2e=4.0, throttles=2)]  # slow start: misses the TTFT target
+    samples += [sample(10, error="ThrottlingException", throttles=4)]  # failed after retries
+    config = BenchConfig(model_id=MODEL, tpm_quota=100_000, ttft_target_s=1.0, otps_target=40, burndown=5)
+    summary = summarize(samples, config)
+    assert (summary["requests"], summary["succeeded"], summary["failed"]) == (10, 9, 1)
+    assert summary["errors"] == {"ThrottlingException": 1}
+    assert summary["throttles"] == 6 and summary["attempts"] == 16
+    assert summary["goodput"]["requests"] == 8 and summary["goodput"]["fraction"] == 0.8
+    assert summary["ttft_s"]["n"] == 9 and summary["ttft_s"]["p50"] == 0.5
+    assert summary["otps"]["p50"] == 50.0
+    # Busy from t=1 to t=9 + 4 = 13 s; 9 answers settle 1,000 + 100 x 5 = 1,500 tokens each.
+    assert summary["duration_s"] == 12.0
+    assert summary["tpm"]["settled"] == pytest.approx(9 * 1_500 / (12 / 60), abs=0.1)
+    assert summary["tpm"]["reserved"] == pytest.approx(9 * 1_400 / (12 / 60), abs=0.1)
+    assert summary["tpm"]["settled_pct_of_quota"] == round(100 * 9 * 1_500 / (12 / 60) / 100_000, 1)
+
+
+def test_config_refuses_ambiguous_load():
+    with pytest.raises(ValueError, match="exactly one of concurrency"):
+        BenchConfig(model_id=MODEL, concurrency=4, rate_per_minute=60)
+    with pytest.raises(ValueError, match="exactly one of concurrency"):
+        BenchConfig(model_id=MODEL, concurrency=None)
+    with pytest.raises(ValueError, match="concurrency=0 must be >= 1"):
+        BenchConfig(model_id=MODEL, concurrency=0)
+
+
+def test_load_prompts_reads_jsonl_and_names_the_bad_line(tmp_path):
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"prompt": "hi", "expected_output_tokens": 20}\n\n{"id": "b", "prompt": "yo", "expected_output_tokens": 5, "system": "s"}\n')
+    assert load_prompts(good) == [Prompt("hi", 20, "1"), Prompt("yo", 5, "b", "s")]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "hi", "expected_output_tokens": 20}\n{"prompt": "x", "expected_output_tokens": 0}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: 'expected_output_tokens' must be a positive integer, got 0"):
+        load_prompts(bad)
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(ValueError, match="no prompts"):
+        load_prompts(tmp_path / "empty.jsonl")
+
+
+PROMPTS = [Prompt("Summarize: " + "words " * 200, 40, "a"), Prompt("Tag this.", 10, "b")]
+
+
+def test_streaming_run_against_the_emulator_reports_server_usage(tmp_path):
+    spec = ModelSpec(MODEL, output_tokens_per_second=80, ttft_seconds=0.4)
+    with BedrockEmulator([spec], time_scale=20) as emulator:
+        client = emulator.client(max_pool_connections=4)
+        config = BenchConfig(model_id=MODEL, requests=8, concurrency=4, warmup=2, max_tokens=100,
+                             time_scale=20, tpm_quota=spec.tpm_quota, ttft_target_s=5)
+        seen = []
+        report = run_benchmark(client, PROMPTS, config, progress=lambda done, total, s: seen.append((done, total)))
+    measured = [s for s in report.samples if not s.warmup]
+    assert len(report.samples) == 10 and len(measured) == 8
+    assert seen[-1] == (10, 10)
+    by_prompt = {s.prompt_id: s.output_tokens for s in measured}
+    assert by_prompt == {"a": 40, "b": 10}  # the expected lengths, as the server reported them
+    assert all(s.ttft_s is not None and s.otps > 0 and s.attempts == 1 for s in measured)
+    assert all(s.reserved == s.input_tokens + 100 for s in measured)
+    assert report.summary["succeeded"] == 8 and report.summary["goodput"]["fraction"] == 1.0
+    paths = write_report(report, tmp_path, "run")
+    assert [p.name for p in paths] == ["run.json", "run.csv", "run.png"]
+    assert json.loads(paths[0].read_text())["summary"]["requests"] == 8
+    rows = list(csv.DictReader(paths[1].open()))
+    assert len(rows) == 10 and rows[0]["prompt_id"] in ("a", "b")
+    assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_throttles_inside_sdk_retries_are_counted_not_hidden_in_latency():
+    # 1,000 TPM: each request reserves about 60 + 500 tokens, so concurrent ones get throttled.
+    spec = ModelSpec(MODEL, tpm_quota=1_000, ttft_seconds=0.5)
+    with BedrockEmulator([spec], time_scale=60) as emulator:
+        client = emulator.client(max_pool_connections=4, retries={"total_max_attempts": 2, "mode": "standard"})
+        config = BenchConfig(model_id=MODEL, requests=6, concurrency=4, warmup=0, max_tokens=500,
+                             streaming=False, time_scale=60)
+        report = run_benchmark(client, PROMPTS, config)
+        server_throttles = sum(i.outcome == "throttled" for i in emulator.invocations)
+    assert server_throttles > 0
+    assert report.summary["throttles"] == server_throttles  # every throttle the server sent is counted
+    assert report.summary["attempts"] == len(emulator.invocations)
+    assert report.summary["failed"] == sum(1 for s in report.samples if s.error == "ThrottlingException")
+    assert all(s.ttft_s is None and s.otps is None for s in report.samples)  # non-streaming: no TTFT
+
+
+def test_open_loop_run_sends_every_request():
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=50) as emulator:
+        config = BenchConfig(model_id=MODEL, requests=6, concurrency=None, rate_per_minute=600, warmup=0,
+                             time_scale=50, seed=3)
+        report = run_benchmark(emulator.client(max_pool_connections=8), PROMPTS, config)
+    assert report.summary["requests"] == 6 and report.summary["succeeded"] == 6
+
+
+def test_cli_bench_writes_reports_and_rejects_bad_input(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hello there", "expected_output_tokens": 12}\n')
+    code = main(["bench", "--emulator", "--prompts", str(prompts), "--model-id", MODEL, "--requests", "3",
+                 "--warmup", "0", "--concurrency", "2", "--time-scale", "50", "--out", str(tmp_path / "r")])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["succeeded"] == 3 and summary["output_tokens"]["p50"] == 12
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["bench.csv", "bench.json", "bench.png"]
+    prompts.write_text('{"prompt": ""}\n')
+    assert main(["bench", "--emulator", "--prompts", str(prompts), "--model-id", MODEL]) == 2
+    assert "needs a non-empty string 'prompt'" in capsys.readouterr().err
+
+
+def test_quota_plan_sizes_max_tokens_and_the_cap_with_the_planner():
+    spec = ModelSpec(MODEL, tpm_quota=60_000, burndown=5, ttft_seconds=0.5, prefill_tokens_per_second=1_000,
+                     output_tokens_per_second=50)
+    prompts = [Prompt("x" * 4_000, 100), Prompt("x" * 4_000, 300)]  # 1,000 input tokens each
+    plan = quota_plan(prompts, spec)
+    assert plan["p99_output_tokens"] == math.ceil(100 + 200 * 0.99)  # 298
+    assert plan["max_tokens"] == math.ceil(298 * 1.1)
+    # call = 0.5 + 1,000/1,000 + 200/50 = 5.5 s; settled = 1,000 + 200 x 5 = 2,000 > reserved, so
+    # settlement binds: 60,000 / 2,000 = 30 requests/min, x 5.5 s / 60 = 2.75 -> 2 in flight.
+    assert plan["call_seconds"] == 5.5 and plan["settled_per_request"] == 2_000
+    assert plan["sustainable_requests_per_minute"] == 30.0 and plan["max_concurrency"] == 2
