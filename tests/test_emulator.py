@@ -298,3 +298,31 @@ def test_emulator_rejects_a_bad_time_scale_and_unknown_fault():
         BedrockEmulator().fail_next("Nope")
     with pytest.raises(RuntimeError, match="not running"):
         BedrockEmulator().endpoint_url  # noqa: B018
+
+
+def test_the_command_line_emulator_serves_boto3(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import boto3
+
+    from genai_pacer.testing import emulator as module
+
+    root = module.__file__.rsplit("/genai_pacer/", 1)[0]
+    env = os.environ | {"PYTHONPATH": root, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "genai_pacer.testing.cli", "emulator", "--port", "0", "--model-id", NOVA,
+         "--time-scale", "50", "--tpm", "1000"],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        first = process.stdout.readline()
+        endpoint = first.split(" at ")[1].split()[0]
+        client = boto3.client("bedrock-runtime", endpoint_url=endpoint, region_name="us-east-1",
+                              aws_access_key_id="x", aws_secret_access_key="x")
+        response = client.converse(**ask("hi", model=NOVA, max_tokens=100, answer=7))
+        assert response["usage"]["outputTokens"] == 7
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

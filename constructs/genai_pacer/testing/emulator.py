@@ -171,6 +171,13 @@ class EmulatorError(Exception):
         return self.error_type[0].lower() + self.error_type[1:]
 
 
+@dataclass
+class _Charge:
+    started: float
+    tokens: float
+    expired: bool = False
+
+
 class _Window:
     """One quota: charges keyed by request start, forgotten one window later.
 
@@ -180,14 +187,16 @@ class _Window:
 
     def __init__(self, tpm: int, rpm: int | None, window_seconds: float, clock: Callable[[], float]):
         self.tpm, self.rpm, self.window, self.clock = tpm, rpm, window_seconds, clock
-        self.charges: deque[list[float]] = deque()  # [started, tokens]
+        self.charges: deque[_Charge] = deque()
         self.total = 0.0
 
     def _expire(self, now: float) -> None:
-        while self.charges and self.charges[0][0] <= now - self.window:
-            self.total -= self.charges.popleft()[1]
+        while self.charges and self.charges[0].started <= now - self.window:
+            charge = self.charges.popleft()
+            charge.expired = True
+            self.total -= charge.tokens
 
-    def reserve(self, tokens: int) -> list[float] | str:
+    def reserve(self, tokens: int) -> _Charge | str:
         """The charge, or why the request is throttled ("tokens" or "requests")."""
         now = self.clock()
         self._expire(now)
@@ -195,15 +204,15 @@ class _Window:
             return "tokens"
         if self.rpm is not None and len(self.charges) + 1 > self.rpm:
             return "requests"
-        charge = [now, float(tokens)]
+        charge = _Charge(now, float(tokens))
         self.charges.append(charge)
         self.total += tokens
         return charge
 
-    def settle(self, charge: list[float], tokens: float) -> None:
-        if charge in self.charges:  # still inside the window
-            self.total += tokens - charge[1]
-        charge[1] = tokens
+    def settle(self, charge: _Charge, tokens: float) -> None:
+        if not charge.expired:  # still counted in the window
+            self.total += tokens - charge.tokens
+        charge.tokens = tokens
 
     def used(self) -> float:
         self._expire(self.clock())
@@ -413,7 +422,7 @@ class BedrockEmulator:
         tokens = approx_tokens(prefix)
         return (tokens, 0) if hit else (0, tokens)
 
-    def _admit(self, req: _Request, reserved: int) -> tuple[str, _Window, list[float]]:
+    def _admit(self, req: _Request, reserved: int) -> tuple[str, _Window, _Charge]:
         """Reserve on the optimized quota if asked and available, else on the standard quota."""
         model_id = req.spec.model_id
         with self._lock:
@@ -428,7 +437,7 @@ class BedrockEmulator:
             raise EmulatorError("ThrottlingException", f"Too many {charge}, please wait before trying again.")
         return "standard", window, charge
 
-    def _settle(self, window: _Window, charge: list[float], tokens: float) -> None:
+    def _settle(self, window: _Window, charge: _Charge, tokens: float) -> None:
         with self._lock:
             window.settle(charge, tokens)
 

@@ -180,7 +180,7 @@ def quota_experiment(
     *,
     spec: ModelSpec = EXPERIMENT_MODEL,
     load_factor: float = 2.0,
-    arrival_minutes: float = 1.5,
+    arrival_minutes: float = 1.0,
     time_scale: float = 4.0,
     seed: int = 0,
     log: Callable[[str], None] = print,
