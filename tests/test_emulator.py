@@ -306,7 +306,6 @@ def test_the_command_line_emulator_serves_boto3(tmp_path):
     import sys
 
     import boto3
-
     from genai_pacer.testing import emulator as module
 
     root = module.__file__.rsplit("/genai_pacer/", 1)[0]

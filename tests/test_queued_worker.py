@@ -177,3 +177,43 @@ def test_the_bedrock_client_is_created_once_per_process(worker):
     assert worker.BEDROCK is client
     assert worker.created_clients.count("bedrock-runtime") == 1
     assert worker.BEDROCK.meta.config.max_pool_connections == 2
+
+
+def test_unmodified_worker_against_the_emulator_stores_answers_and_returns_throttles(monkeypatch):
+    """The real worker module and a real boto3 client, pointed at the emulator through the standard
+    AWS_ENDPOINT_URL_BEDROCK_RUNTIME variable: no stubs on the model side."""
+    from genai_pacer.testing import BedrockEmulator, ModelSpec
+
+    spec = ModelSpec(MODEL, burndown=5, tpm_quota=3_000, max_output_tokens=4_096)
+    with BedrockEmulator([spec], time_scale=50) as emulator:
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "MODEL_ID": MODEL,
+            "RESULT_TABLE": TABLE,
+            "BEDROCK_MAX_ATTEMPTS": "1",
+            "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": emulator.endpoint_url,
+        }.items():
+            monkeypatch.setenv(name, value)
+        with mock_aws():
+            boto3.resource("dynamodb").create_table(
+                TableName=TABLE,
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                BillingMode="PAY_PER_REQUEST",
+            )
+            sys.modules.pop("queued_worker.handler", None)
+            worker = importlib.import_module("queued_worker.handler")
+            small = {"maxTokens": 200}
+            result = worker.handler({"Records": [
+                record("m-1", {"key": "review#1", "prompt": "Summarize: great battery", "inferenceConfig": small}),
+                # Reserves 1 + 4,000 tokens: more than the 3,000-token quota can ever hold.
+                record("m-2", {"key": "review#2", "prompt": "Summarize it", "inferenceConfig": {"maxTokens": 4_000}}),
+            ]})
+            item = stored(worker, "review#1")
+    assert result == {"batchItemFailures": [{"itemIdentifier": "m-2"}]}  # back to the queue, then the DLQ
+    # The emulator's default 300-token answer, cut at the message's maxTokens; 24 characters = 6 tokens.
+    assert (item["output_tokens"], item["stop_reason"], item["input_tokens"]) == (200, "max_tokens", 6)
+    assert item["served_latency"] == "standard" and len(item["answer"]) == 200 * 4
+    assert [i.outcome for i in emulator.invocations] == ["ok", "throttled"]

@@ -248,9 +248,12 @@ class _Request:
         return self.operation.startswith("invoke") and "anthropic" in self.spec.model_id
 
 
+DEFAULT_MODEL = ModelSpec("us.amazon.nova-lite-v1:0")
+
+
 class BedrockEmulator:
     """Start with `with BedrockEmulator([ModelSpec(...)]) as bedrock:` and point clients at
-    `bedrock.endpoint_url` (or use `bedrock.client()`)."""
+    `bedrock.endpoint_url` (or use `bedrock.client()`). Without models it serves DEFAULT_MODEL."""
 
     def __init__(
         self,
@@ -266,9 +269,7 @@ class BedrockEmulator:
         the TLS handshake a real endpoint costs (loopback HTTP has none)."""
         if time_scale <= 0:
             raise ValueError(f"time_scale={time_scale!r} must be > 0 (60 runs a one-minute quota window in 1 s)")
-        self.models = {spec.model_id: spec for spec in models}
-        if not self.models:
-            self.models = {spec.model_id: spec for spec in [ModelSpec("us.amazon.nova-lite-v1:0")]}
+        self.models = {spec.model_id: spec for spec in models} or {DEFAULT_MODEL.model_id: DEFAULT_MODEL}
         if connection_setup_seconds < 0:
             raise ValueError(f"connection_setup_seconds={connection_setup_seconds!r} must be >= 0")
         self.seed, self.time_scale, self._address = seed, time_scale, (host, port)
@@ -488,22 +489,21 @@ class BedrockEmulator:
                 + (input_tokens + cache_write) / spec.prefill_tokens_per_second) * _jitter(rng, spec.jitter)
         otps = (fast.output_tokens_per_second if fast else spec.output_tokens_per_second) * _jitter(rng, spec.jitter)
         words = [rng.choice(_WORDS) + " " for _ in range(output_tokens)]
-        emitted = 0
         try:
             if req.streaming:
-                emitted = self._stream(req, out, words, ttft, otps, stop_reason, record, fault, served)
+                self._stream(req, out, words, ttft, otps, stop_reason, record, fault, served)
             else:
                 self._sleep(ttft + output_tokens / otps)
-                emitted = record.output_tokens = output_tokens
+                record.output_tokens = output_tokens
                 record.latency_ms = round((ttft + output_tokens / otps) * 1000)
                 out.json(200, _body(req, "".join(words), record, stop_reason), _invoke_headers(req, record))
-        finally:
-            record.output_tokens = emitted
-            record.settled = input_tokens + cache_write + emitted * spec.burndown
+        finally:  # whatever was generated is charged, even if the client went away mid-stream
+            record.settled = input_tokens + cache_write + record.output_tokens * spec.burndown
             self._settle(window, charge, record.settled)
 
-    def _stream(self, req, out, words, ttft, otps, stop_reason, record, fault, served) -> int:
-        """Send the answer as event-stream frames paced at the decode rate; returns tokens sent."""
+    def _stream(self, req, out, words, ttft, otps, stop_reason, record, fault, served) -> None:
+        """Send the answer as event-stream frames paced at the decode rate (record.output_tokens
+        counts what was sent)."""
         dialect = _ConverseStream() if req.operation == "converse-stream" else _InvokeStream(req)
         content_type = {"X-Amzn-Bedrock-PerformanceConfig-Latency": served}
         if req.operation == "invoke-with-response-stream":
@@ -519,10 +519,9 @@ class BedrockEmulator:
             due = min(limit, 1 + int((self.model_seconds() - begin - ttft) * otps))
             if due > sent:
                 out.chunk(dialect.delta("".join(words[sent:due])))
-                sent = due
+                sent = record.output_tokens = due
             if sent < limit:
                 time.sleep(min(max((sent + 1) / otps + ttft - (self.model_seconds() - begin), 0) / self.time_scale, 0.05))
-        record.output_tokens = sent
         if fault:
             record.outcome = fault.error_type
             out.chunk(eventstream.exception(EmulatorError(fault.error_type, fault.message).stream_type, fault.message))
@@ -530,7 +529,6 @@ class BedrockEmulator:
             record.latency_ms = round((self.model_seconds() - begin) * 1000)
             out.chunk(dialect.stop(record, stop_reason))
         out.end_stream()
-        return sent
 
     def _parse(self, operation: str, model_path: str, raw: bytes, headers: dict[str, str]) -> _Request:
         spec = self.models.get(model_path) or self.models.get(model_path.rsplit("/", 1)[-1])
