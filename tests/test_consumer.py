@@ -93,3 +93,6 @@ def test_installed_wheel_synthesizes_a_consumer_stack_with_the_worker_asset(tmp_
     )
     assert run(str(python), "-c", emulator_check, cwd=consumer, env=env).stdout.strip() == "5"
     assert "bench" in run(str(consumer / ".venv" / "bin" / "genai-pacer"), "--help", cwd=consumer, env=env).stdout
+    missing = subprocess.run([str(python), "-c", "import genai_pacer.runtime"], cwd=consumer, env=env,
+                             capture_output=True, text=True)
+    assert missing.returncode == 1 and "pip install 'genai-pacer[bench]'" in missing.stderr

@@ -247,3 +247,23 @@ def test_converse_stream_collects_text_usage_and_first_token(client):
     assert (result.text, result.output_tokens, result.stop_reason, result.served_latency) == (
         "Hello", 2, "end_turn", "optimized")
     assert result.first_token_ms is not None and result.first_token_ms <= result.latency_ms
+
+
+def test_the_library_exposes_the_same_runtime_module_the_handlers_ship():
+    import pacer_runtime
+    from genai_pacer import runtime
+
+    assert runtime.run_side_by_side is pacer_runtime.run_side_by_side
+    assert sorted(runtime.__all__) == sorted(pacer_runtime.__all__)
+
+
+def test_planning_testing_and_runtime_import_without_starting_the_cdk():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = "import sys, genai_pacer.planning, genai_pacer.testing, genai_pacer.runtime; print('aws_cdk' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={"PYTHONPATH": f"{root / 'constructs'}", "PATH": ""})
+    assert result.stdout.strip() == "False", result.stderr

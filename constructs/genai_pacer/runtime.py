@@ -27,6 +27,14 @@ def _load():
     return module
 
 
-_runtime = _load()
+try:
+    _runtime = _load()
+except ModuleNotFoundError as missing:
+    if missing.name not in ("boto3", "botocore"):
+        raise
+    raise ModuleNotFoundError(
+        "genai_pacer.runtime calls Bedrock with boto3, which is not installed: pip install 'genai-pacer[bench]'",
+        name=missing.name,
+    ) from missing
 globals().update({name: getattr(_runtime, name) for name in _runtime.__all__})
 __all__ = list(_runtime.__all__)
