@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import planning
 from .emulator import ANSWER_TOKENS_KEY
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Percentiles",
     "Prompt",
     "Sample",
+    "converse_request",
     "decode_rate",
     "error_code",
     "load_prompts",
@@ -289,17 +291,20 @@ class _AttemptCounter:
         return attempts, throttles
 
 
-def _request(prompt: Prompt, config: BenchConfig) -> dict[str, Any]:
+def converse_request(prompt: Prompt, model_id: str, *, max_tokens: int | None = None, latency: str | None = None,
+                     answer_hint: bool = True) -> dict[str, Any]:
+    """Converse arguments for one workload prompt; answer_hint tells the emulator the expected
+    output length through requestMetadata (real Bedrock only logs it)."""
     from genai_pacer.runtime import build_converse_request
 
     request = build_converse_request(
-        config.model_id,
+        model_id,
         prompt=prompt.prompt,
         system=prompt.system,
-        inference_config={"maxTokens": config.max_tokens} if config.max_tokens else None,
-        latency=config.latency,
+        inference_config={"maxTokens": max_tokens} if max_tokens else None,
+        latency=latency,
     )
-    if config.answer_hint:
+    if answer_hint:
         request["requestMetadata"] = {ANSWER_TOKENS_KEY: str(prompt.expected_output_tokens)}
     return request
 
@@ -341,7 +346,8 @@ def run_benchmark(
         sample = Sample(index, prompt.id, index < config.warmup, now())
         counter.take()
         try:
-            result = call(client, _request(prompt, config))
+            result = call(client, converse_request(prompt, config.model_id, max_tokens=config.max_tokens,
+                                                   latency=config.latency, answer_hint=config.answer_hint))
         except Exception as error:  # counted and reported, never hidden in latency
             sample.error = error_code(error)
         else:
@@ -350,9 +356,15 @@ def run_benchmark(
             sample.served_latency = result.served_latency
             if result.first_token_ms is not None:
                 sample.ttft_s = round(result.first_token_ms / 1000 * config.time_scale, 4)
-            sample.reserved = (sample.input_tokens + sample.cache_write_tokens + sample.cache_read_tokens
-                               + (config.max_tokens or config.model_max_tokens))
-            sample.settled = sample.input_tokens + sample.cache_write_tokens + sample.output_tokens * config.burndown
+            charge = planning.TokenProfile(  # the quota arithmetic the planner uses, on server-reported usage
+                input_tokens=result.input_tokens,
+                output_tokens=result.output_tokens,
+                max_tokens=max(config.max_tokens or config.model_max_tokens, result.output_tokens),
+                burndown=config.burndown,
+                cache_write_tokens=result.cache_write_tokens,
+                cache_read_tokens=result.cache_read_tokens,
+            )
+            sample.reserved, sample.settled = charge.reserved, charge.settled
         sample.e2e_s = round(now() - sample.started_s, 4)
         sample.otps = decode_rate(sample.output_tokens, sample.ttft_s, sample.e2e_s)
         sample.attempts, sample.throttles = counter.take()
@@ -362,23 +374,9 @@ def run_benchmark(
             if progress:
                 progress(done[0], total, sample)
 
-    if config.concurrency is not None:
-        next_index = iter(range(total))
-        index_lock = threading.Lock()
-
-        def worker() -> None:
-            while True:
-                with index_lock:
-                    index = next(next_index, None)
-                if index is None:
-                    return
-                one(index)
-
-        threads = [threading.Thread(target=worker, daemon=True) for _ in range(config.concurrency)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    if config.concurrency is not None:  # closed loop: the next request starts as one finishes
+        with ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="closed-loop") as pool:
+            list(pool.map(one, range(total)))
     else:
         rng = random.Random(config.seed)
         with ThreadPoolExecutor(max_workers=512, thread_name_prefix="open-loop") as pool:

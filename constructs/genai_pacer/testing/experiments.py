@@ -31,8 +31,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from .. import planning
-from .bench import Prompt, error_code, percentiles
-from .emulator import ANSWER_TOKENS_KEY, BedrockEmulator, ModelSpec, approx_tokens
+from .bench import Prompt, converse_request, error_code, percentiles
+from .emulator import BedrockEmulator, ModelSpec, approx_tokens
 
 __all__ = ["EXPERIMENT_MODEL", "pool_experiment", "quota_experiment", "quota_plan", "side_by_side_experiment"]
 
@@ -73,18 +73,6 @@ def quota_plan(prompts: Sequence[Prompt], spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-def _converse_kwargs(prompt: Prompt, model_id: str, max_tokens: int) -> dict[str, Any]:
-    request: dict[str, Any] = {
-        "modelId": model_id,
-        "messages": [{"role": "user", "content": [{"text": prompt.prompt}]}],
-        "inferenceConfig": {"maxTokens": max_tokens},
-        "requestMetadata": {ANSWER_TOKENS_KEY: str(prompt.expected_output_tokens)},
-    }
-    if prompt.system:
-        request["system"] = [{"text": prompt.system}]
-    return request
-
-
 def _replay(arrivals: Sequence[float], time_scale: float, submit: Callable[[int], None]) -> None:
     """Call submit(i) at each arrival time (model seconds from now)."""
     zero = time.perf_counter()
@@ -108,7 +96,8 @@ def _thread_per_request(client: Any, requests: Sequence[dict[str, Any]], arrival
             error = None
         except Exception as failure:  # counted as a failed request
             error = error_code(failure)
-        results[index] = {"error": error, "seconds": time.perf_counter() - arrived}
+        seconds = time.perf_counter() - arrived
+        results[index] = {"error": error, "seconds": seconds, "call_seconds": seconds}  # no queue: the same
 
     def submit(index: int) -> None:
         thread = threading.Thread(target=one, args=(index,), daemon=True)
@@ -131,7 +120,7 @@ def _bounded(client: Any, requests: Sequence[dict[str, Any]], arrivals: Sequence
     def finish(index: int, arrived: float, future: Future) -> None:
         outcome = future.result()
         results[index] = {"error": None if outcome.ok else error_code(outcome.error),
-                          "seconds": time.perf_counter() - arrived}
+                          "seconds": time.perf_counter() - arrived, "call_seconds": outcome.seconds}
 
     with BoundedCalls(max_in_flight, backoff=Backoff(base_seconds=1, cap_seconds=20, max_attempts=8)) as pool:
         def submit(index: int) -> None:
@@ -167,6 +156,10 @@ def _row(name: str, description: str, max_tokens: int, client: Any, emulator: Be
         "settled_tpm": round(settled / busy_minutes, 1),
         "settled_pct_of_quota": round(100 * settled / busy_minutes / spec.tpm_quota, 1),
         "e2e_from_arrival_s": {"p50": e2e.p50, "p90": e2e.p90, "p99": e2e.p99, "n": e2e.n},
+        # From the call's start to its answer (retries included, queue wait excluded), in model seconds:
+        # compare with the plan's call_seconds, which counts only the model's own time.
+        "mean_call_seconds": round(statistics.fmean(r["call_seconds"] for r in results if not r["error"]) * time_scale, 3)
+        if len(failed) < len(results) else None,
     }
 
 
@@ -210,7 +203,7 @@ def quota_experiment(
     rows = []
     for name, description, max_tokens, config in strategies:
         log(f"quota experiment: {name}: {count} requests arriving at {offered:.0f}/min ({load_factor:g}x sustainable)")
-        requests = [_converse_kwargs(prompt, spec.model_id, max_tokens) for prompt in workload]
+        requests = [converse_request(prompt, spec.model_id, max_tokens=max_tokens) for prompt in workload]
         with BedrockEmulator([spec], seed=seed, time_scale=time_scale) as emulator:
             client = emulator.client(**config)
             started = time.perf_counter()
