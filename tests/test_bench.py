@@ -181,3 +181,19 @@ def test_quota_plan_sizes_max_tokens_and_the_cap_with_the_planner():
     # settlement binds: 60,000 / 2,000 = 30 requests/min, x 5.5 s / 60 = 2.75 -> 2 in flight.
     assert plan["call_seconds"] == 5.5 and plan["settled_per_request"] == 2_000
     assert plan["sustainable_requests_per_minute"] == 30.0 and plan["max_concurrency"] == 2
+
+
+def test_cli_bench_against_a_running_emulator_needs_no_aws_credentials(tmp_path, monkeypatch, capsys):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hello there", "expected_output_tokens": 4}\n')
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=50) as emulator:
+        code = main(["bench", "--endpoint-url", emulator.endpoint_url, "--prompts", str(prompts), "--model-id", MODEL,
+                     "--requests", "2", "--warmup", "0", "--no-stream", "--out", str(tmp_path / "r")])
+        served = len(emulator.invocations)
+    assert code == 0 and served == 2
+    assert json.loads(capsys.readouterr().out)["succeeded"] == 2

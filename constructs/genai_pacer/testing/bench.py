@@ -415,7 +415,7 @@ def progress_printer(stream: Any = None, width: int = 30) -> Callable[[int, int,
     return show
 
 
-CSV_FIELDS = [f for f in Sample.__dataclass_fields__]
+CSV_FIELDS = list(Sample.__dataclass_fields__)
 
 
 def write_report(report: BenchReport, outdir: str | Path, name: str = "bench") -> list[Path]:

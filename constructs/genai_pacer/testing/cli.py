@@ -62,7 +62,7 @@ def _emulator(args: argparse.Namespace) -> int:
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
-            pass
+            print(f"stopped after {len(emulator.invocations)} requests", flush=True)
     return 0
 
 
@@ -87,7 +87,7 @@ def _bench(args: argparse.Namespace) -> int:
         ttft_target_s=args.ttft_target,
         otps_target=args.otps_target,
         e2e_target_s=args.e2e_target,
-        time_scale=args.time_scale if args.emulator else 1.0,
+        time_scale=args.time_scale,  # the emulator's factor, so reported times are model seconds
         seed=args.seed,
     )
     pool = config.concurrency or 64
@@ -97,8 +97,14 @@ def _bench(args: argparse.Namespace) -> int:
             client = emulator.client(max_pool_connections=pool, retries={"total_max_attempts": args.max_attempts})
             target = f"the emulator ({emulator.endpoint_url}, time scale {args.time_scale:g})"
         else:
+            import boto3
+
+            session = boto3.session.Session(region_name=args.region)
+            if args.endpoint_url and session.get_credentials() is None:  # a local emulator checks no signature
+                session = boto3.session.Session(aws_access_key_id="emulator", aws_secret_access_key="emulator",
+                                                region_name=args.region or "us-east-1")
             client = bedrock_client(max_pool_connections=pool, max_attempts=args.max_attempts,
-                                    region_name=args.region, endpoint_url=args.endpoint_url)
+                                    endpoint_url=args.endpoint_url, session=session)
             target = args.endpoint_url or f"Bedrock in {client.meta.region_name}"
         print(f"benchmark: {len(prompts)} prompts against {target}", file=sys.stderr)
         report = run_benchmark(client, prompts, config, progress=progress_printer())

@@ -68,6 +68,8 @@ _STATUS = {
     "AccessDeniedException": 403,
     "ResourceNotFoundException": 404,
     "ModelTimeoutException": 408,
+    "ModelErrorException": 424,
+    "ModelStreamErrorException": 424,
     "ThrottlingException": 429,
     "ModelNotReadyException": 429,
     "InternalServerException": 500,
@@ -330,11 +332,6 @@ class BedrockEmulator:
         )
 
     # ---- control and inspection --------------------------------------------------------------
-    def add_model(self, spec: ModelSpec) -> None:
-        with self._lock:
-            self.models[spec.model_id] = spec
-            self._add_windows(spec)
-
     def fail_next(
         self,
         error_type: str = "ServiceUnavailableException",
@@ -346,8 +343,8 @@ class BedrockEmulator:
     ) -> None:
         """Make the next `count` requests fail with error_type. after_tokens makes a streaming request
         fail inside the stream after that many tokens (an in-stream exception event)."""
-        if error_type not in _STATUS and error_type != "ModelStreamErrorException":
-            raise ValueError(f"error_type={error_type!r} is not one of {sorted(_STATUS)} or ModelStreamErrorException")
+        if error_type not in _STATUS:
+            raise ValueError(f"error_type={error_type!r} is not one of {sorted(_STATUS)}")
         with self._lock:
             self._faults.extend(_Fault(error_type, model_id, after_tokens, message) for _ in range(count))
 
@@ -369,17 +366,6 @@ class BedrockEmulator:
     def model_seconds(self) -> float:
         """Model time since start: wall time x time_scale."""
         return (time.monotonic() - self._started_at) * self.time_scale
-
-    def reset(self) -> None:
-        """Forget invocations, charges, cache and faults (between experiments on one emulator)."""
-        with self._lock:
-            self._invocations.clear()
-            self._faults.clear()
-            self._cache.clear()
-            self._seen.clear()
-            self._connections = 0
-            for spec in self.models.values():
-                self._add_windows(spec)
 
     # ---- internals ---------------------------------------------------------------------------
     def _add_windows(self, spec: ModelSpec) -> None:
@@ -820,8 +806,8 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so a client's connection pool is what it seems
     server_version = "genai-pacer-bedrock-emulator"
 
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: the invocation log says it all
-        pass
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: BedrockEmulator.invocations records what each request did."""
 
     def handle(self) -> None:
         time.sleep(self.server.emulator.connection_setup_seconds)  # once per connection, like a handshake
