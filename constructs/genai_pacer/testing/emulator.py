@@ -787,7 +787,9 @@ class _Response:
             self.chunk(eventstream.exception(error.stream_type, error.message))
             self.end_stream()
             return
-        self.json(error.status, {"message": error.message}, {"x-amzn-ErrorType": error.error_type})
+        # The header's form as Bedrock sends it; botocore keeps the part before the colon.
+        self.json(error.status, {"message": error.message},
+                  {"x-amzn-ErrorType": f"{error.error_type}:http://internal.amazon.com/coral/com.amazon.bedrock/"})
 
     def start_stream(self, headers: dict[str, str]) -> None:
         self.streaming = True
