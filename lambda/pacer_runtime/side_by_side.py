@@ -73,9 +73,10 @@ def call_with_backoff(
         try:
             value = call()
         except Exception as error:  # the caller's error, reported in the Outcome, never swallowed
-            if not retryable(error) or attempt == backoff.max_attempts:
-                return Outcome(None, error, attempt, throttles + retryable(error), time.perf_counter() - started)
-            throttles += 1
+            retry = retryable(error)
+            throttles += retry
+            if not retry or attempt == backoff.max_attempts:
+                return Outcome(None, error, attempt, throttles, time.perf_counter() - started)
             sleep(backoff.delay(attempt - 1, rng))
         else:
             return Outcome(value, None, attempt, throttles, time.perf_counter() - started)
