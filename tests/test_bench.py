@@ -12,7 +12,6 @@ from genai_pacer.testing.bench import (
     BenchConfig,
     Prompt,
     Sample,
-    decode_rate,
     load_prompts,
     percentile,
     percentiles,
@@ -48,17 +47,10 @@ def test_rate_percentiles_describe_the_slow_tail():
     assert (summary.p50, summary.p90, summary.p99) == (50.5, pytest.approx(10.9), pytest.approx(1.99))
 
 
-def test_decode_rate_is_output_over_time_after_the_first_token():
-    assert decode_rate(600, ttft_s=1.0, e2e_s=11.0) == 60.0  # the worked example: 600 tokens in 10 s
-    assert decode_rate(300, ttft_s=1.0, e2e_s=6.0) == 60.0
-    assert decode_rate(300, ttft_s=None, e2e_s=6.0) is None  # non-streaming: no first token time
-    assert decode_rate(0, ttft_s=1.0, e2e_s=2.0) is None
-
-
 def sample(index, *, ttft=0.5, e2e=2.5, output=100, error=None, warmup=False, throttles=0, started=None):
     return Sample(index=index, prompt_id=str(index), warmup=warmup,
                   started_s=float(index) if started is None else started, e2e_s=e2e, ttft_s=ttft,
-                  otps=decode_rate(output, ttft, e2e), input_tokens=1_000, output_tokens=0 if error else output,
+                  otps=output / (e2e - ttft), input_tokens=1_000, output_tokens=0 if error else output,
                   attempts=1 + throttles, throttles=throttles, error=error, served_latency=None if error else "standard",
                   reserved=0 if error else 1_000 + 400, settled=0 if error else 1_000 + output * 5)
 

@@ -267,3 +267,16 @@ def test_planning_testing_and_runtime_import_without_starting_the_cdk():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env={"PYTHONPATH": f"{root / 'constructs'}", "PATH": ""})
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_output_tokens_per_second_is_decode_speed_after_the_first_token():
+    from pacer_runtime import ConverseResult
+
+    def result(output, first_token_ms, latency_ms):
+        return ConverseResult("", 3_000, output, 0, 0, "end_turn", latency_ms, None, "standard", first_token_ms)
+
+    # The worked figures: TTFT about 1 s, 300 tokens in 6 s and 600 tokens in 11 s both decode at 60/s.
+    assert result(300, 1_000, 6_000).output_tokens_per_second == 60.0
+    assert result(600, 1_000, 11_000).output_tokens_per_second == 60.0
+    assert result(300, None, 6_000).output_tokens_per_second is None  # not streamed: no first token time
+    assert result(0, 1_000, 1_000).output_tokens_per_second is None

@@ -32,7 +32,6 @@ __all__ = [
     "Prompt",
     "Sample",
     "converse_request",
-    "decode_rate",
     "error_code",
     "load_prompts",
     "percentile",
@@ -254,16 +253,6 @@ def summarize(samples: Sequence[Sample], config: BenchConfig) -> dict[str, Any]:
     }
 
 
-def decode_rate(output_tokens: int, ttft_s: float | None, e2e_s: float) -> float | None:
-    """Output tokens per second after the first token: what a reader sees the answer keep up.
-
-    None without a first-token time (non-streaming calls) or when nothing came after it.
-    """
-    if ttft_s is None or e2e_s <= ttft_s or output_tokens < 1:
-        return None
-    return round(output_tokens / (e2e_s - ttft_s), 2)
-
-
 class _AttemptCounter:
     """Counts each HTTP attempt and each throttle inside the SDK's own retries, per thread."""
 
@@ -356,6 +345,8 @@ def run_benchmark(
             sample.served_latency = result.served_latency
             if result.first_token_ms is not None:
                 sample.ttft_s = round(result.first_token_ms / 1000 * config.time_scale, 4)
+            if result.output_tokens_per_second is not None:
+                sample.otps = round(result.output_tokens_per_second / config.time_scale, 2)
             charge = planning.TokenProfile(  # the quota arithmetic the planner uses, on server-reported usage
                 input_tokens=result.input_tokens,
                 output_tokens=result.output_tokens,
@@ -366,7 +357,6 @@ def run_benchmark(
             )
             sample.reserved, sample.settled = charge.reserved, charge.settled
         sample.e2e_s = round(now() - sample.started_s, 4)
-        sample.otps = decode_rate(sample.output_tokens, sample.ttft_s, sample.e2e_s)
         sample.attempts, sample.throttles = counter.take()
         samples[index] = sample
         with lock:
