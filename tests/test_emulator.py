@@ -85,7 +85,7 @@ def test_runtime_converse_stream_times_the_first_token(bedrock_emulator, client)
     assert result.output_tokens == 80 and result.stop_reason == "end_turn"
     assert 0 < result.first_token_ms < result.latency_ms
     assert result.output_tokens_per_second > 0
-    assert bedrock_emulator.invocations[-1].ttft_ms >= 500  # the model's base TTFT, in model time
+    assert 300 < bedrock_emulator.invocations[-1].ttft_ms < 900  # 0.5 s + 231 tokens / 8,000 per s, jittered
 
 
 def test_invoke_model_speaks_the_anthropic_body_and_headers(client):
@@ -150,16 +150,18 @@ def test_unset_max_tokens_reserves_the_model_maximum(bedrock_emulator, client):
     assert bedrock_emulator.invocations[-1].reserved == approx_tokens("hi") + 4_000
 
 
-def test_a_request_in_flight_holds_its_reservation(bedrock_emulator):
+def test_a_request_in_flight_holds_its_reservation():
     """While one stream is open its reservation counts; a second that would not fit is throttled."""
-    client = bedrock_emulator.client(retries={"total_max_attempts": 1})
-    stream = client.converse_stream(**ask("hi", model=NOVA, max_tokens=3_000, answer=2_000))["stream"]
-    next(iter(stream))  # the first event: the request is admitted and in flight
-    assert bedrock_emulator.quota_used(NOVA) == approx_tokens("hi") + 3_000
-    with pytest.raises(ClientError) as excinfo:
-        client.converse(**ask("hi", model=NOVA, max_tokens=3_000))
+    # time_scale 5: the 2,000-token answer streams for about 7 s inside a 12 s window.
+    with BedrockEmulator([ModelSpec(NOVA, tpm_quota=5_000)], time_scale=5) as emulator:
+        client = emulator.client(retries={"total_max_attempts": 1})
+        stream = client.converse_stream(**ask("hi", model=NOVA, max_tokens=3_000, answer=2_000))["stream"]
+        next(iter(stream))  # the first event: the request is admitted and in flight
+        assert emulator.quota_used(NOVA) == approx_tokens("hi") + 3_000
+        with pytest.raises(ClientError) as excinfo:
+            client.converse(**ask("hi", model=NOVA, max_tokens=3_000))
+        stream.close()
     assert error_of(excinfo)[0] == "ThrottlingException"
-    stream.close()
 
 
 def test_prompt_cache_reads_are_free_and_writes_are_charged(bedrock_emulator, client):
@@ -190,12 +192,12 @@ def test_rpm_quota_throttles_the_request_past_the_limit():
 def test_the_quota_window_frees_after_a_scaled_minute():
     import time
 
-    with BedrockEmulator([ModelSpec(NOVA, tpm_quota=1_000)], time_scale=120) as emulator:  # a 0.5 s window
+    with BedrockEmulator([ModelSpec(NOVA, tpm_quota=1_000)], time_scale=60) as emulator:  # a 1 s window
         client = emulator.client(retries={"total_max_attempts": 1})
-        client.converse(**ask("hi", model=NOVA, max_tokens=900, answer=800))  # settles at 801
+        client.converse(**ask("hi", model=NOVA, max_tokens=900, answer=200))  # settles at 201, in about 0.06 s
         with pytest.raises(ClientError):
-            client.converse(**ask("hi", model=NOVA, max_tokens=900, answer=5))  # 801 + 901 > 1,000
-        time.sleep(0.6)
+            client.converse(**ask("hi", model=NOVA, max_tokens=900, answer=5))  # 201 + 901 > 1,000
+        time.sleep(1.1)
         client.converse(**ask("hi", model=NOVA, max_tokens=900, answer=5))
     assert [i.outcome for i in emulator.invocations] == ["ok", "throttled", "ok"]
 

@@ -135,14 +135,16 @@ class ModelSpec:
 class Invocation:
     """One request as the emulator saw it; throttled and failed requests are recorded too.
 
-    started is in model seconds since the emulator started. reserved is what the request asked the
+    It is listed from the moment the request arrives and complete (outcome, settlement) before the
+    client receives the last byte of its response. started is in model seconds since the emulator
+    started. reserved is what the request asked the
     quota for; settled is what it finally consumed (0 when throttled).
     """
 
     model_id: str
     operation: str
     started: float
-    outcome: str = "ok"  # "ok", "throttled" or the error type that ended it
+    outcome: str = "in-flight"  # then "ok", "throttled", "client-disconnected" or the error type that ended it
     requested_latency: str = "standard"
     served_latency: str = "standard"
     input_tokens: int = 0
@@ -435,6 +437,7 @@ class BedrockEmulator:
     def handle(self, operation: str, model_path: str, raw: bytes, headers: dict[str, str], out: _Response) -> None:
         """Serve one request onto `out`; every failure becomes the service's error shape."""
         record = Invocation(model_id=unquote(model_path), operation=operation, started=self.model_seconds())
+        self._record(record)
         try:
             req = self._parse(operation, record.model_id, raw, headers)
             record.model_id, record.requested_latency, record.max_tokens = (
@@ -452,8 +455,6 @@ class BedrockEmulator:
         except Exception as error:  # a bug here still answers in the service's shape, never a dropped socket
             record.outcome = "InternalServerException"
             out.error(EmulatorError("InternalServerException", f"emulator error: {error!r}"))
-        finally:
-            self._record(record)
 
     def _serve(self, req: _Request, raw: bytes, record: Invocation, out: _Response, fault: _Fault | None) -> None:
         spec = req.spec
@@ -475,19 +476,29 @@ class BedrockEmulator:
                 + (input_tokens + cache_write) / spec.prefill_tokens_per_second) * _jitter(rng, spec.jitter)
         otps = (fast.output_tokens_per_second if fast else spec.output_tokens_per_second) * _jitter(rng, spec.jitter)
         words = [rng.choice(_WORDS) + " " for _ in range(output_tokens)]
+        settled = False
+
+        def settle() -> None:
+            """Charge what was generated, once: before the last byte goes out, or on a disconnect."""
+            nonlocal settled
+            if not settled:
+                settled = True
+                record.settled = input_tokens + cache_write + record.output_tokens * spec.burndown
+                self._settle(window, charge, record.settled)
+
         try:
             if req.streaming:
-                self._stream(req, out, words, ttft, otps, stop_reason, record, fault, served)
+                self._stream(req, out, words, ttft, otps, stop_reason, record, fault, served, settle)
             else:
                 self._sleep(ttft + output_tokens / otps)
-                record.output_tokens = output_tokens
+                record.output_tokens, record.outcome = output_tokens, "ok"
                 record.latency_ms = round((ttft + output_tokens / otps) * 1000)
+                settle()
                 out.json(200, _body(req, "".join(words), record, stop_reason), _invoke_headers(req, record))
         finally:  # whatever was generated is charged, even if the client went away mid-stream
-            record.settled = input_tokens + cache_write + record.output_tokens * spec.burndown
-            self._settle(window, charge, record.settled)
+            settle()
 
-    def _stream(self, req, out, words, ttft, otps, stop_reason, record, fault, served) -> None:
+    def _stream(self, req, out, words, ttft, otps, stop_reason, record, fault, served, settle) -> None:
         """Send the answer as event-stream frames paced at the decode rate (record.output_tokens
         counts what was sent)."""
         dialect = _ConverseStream() if req.operation == "converse-stream" else _InvokeStream(req)
@@ -510,9 +521,11 @@ class BedrockEmulator:
                 time.sleep(min(max((sent + 1) / otps + ttft - (self.model_seconds() - begin), 0) / self.time_scale, 0.05))
         if fault:
             record.outcome = fault.error_type
+            settle()
             out.chunk(eventstream.exception(EmulatorError(fault.error_type, fault.message).stream_type, fault.message))
         else:
-            record.latency_ms = round((self.model_seconds() - begin) * 1000)
+            record.latency_ms, record.outcome = round((self.model_seconds() - begin) * 1000), "ok"
+            settle()
             out.chunk(dialect.stop(record, stop_reason))
         out.end_stream()
 
