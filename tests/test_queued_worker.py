@@ -15,8 +15,8 @@ MODEL = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
 TABLE = "answers"
 
 
-@pytest.fixture
-def worker(monkeypatch):
+def worker_environment(monkeypatch, **extra: str) -> None:
+    """The environment QueuedInference gives the worker, with dummy credentials."""
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -24,8 +24,26 @@ def worker(monkeypatch):
         "MODEL_ID": MODEL,
         "RESULT_TABLE": TABLE,
         "BEDROCK_MAX_ATTEMPTS": "1",
+        **extra,
     }.items():
         monkeypatch.setenv(name, value)
+
+
+def load_worker():
+    """Create the answers table (inside mock_aws) and import the handler module afresh."""
+    boto3.resource("dynamodb").create_table(
+        TableName=TABLE,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    sys.modules.pop("queued_worker.handler", None)
+    return importlib.import_module("queued_worker.handler")
+
+
+@pytest.fixture
+def worker(monkeypatch):
+    worker_environment(monkeypatch)
     created = []
     real_client = boto3.client
 
@@ -34,15 +52,8 @@ def worker(monkeypatch):
         return real_client(service, *args, **kwargs)
 
     with mock_aws():
-        boto3.resource("dynamodb").create_table(
-            TableName=TABLE,
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
         monkeypatch.setattr(boto3, "client", counting_client)
-        sys.modules.pop("queued_worker.handler", None)
-        module = importlib.import_module("queued_worker.handler")
+        module = load_worker()
         module.created_clients = created
         with Stubber(module.BEDROCK) as stub:
             module.stub = stub
@@ -186,25 +197,9 @@ def test_unmodified_worker_against_the_emulator_stores_answers_and_returns_throt
 
     spec = ModelSpec(MODEL, burndown=5, tpm_quota=3_000, max_output_tokens=4_096)
     with BedrockEmulator([spec], time_scale=50) as emulator:
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "MODEL_ID": MODEL,
-            "RESULT_TABLE": TABLE,
-            "BEDROCK_MAX_ATTEMPTS": "1",
-            "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": emulator.endpoint_url,
-        }.items():
-            monkeypatch.setenv(name, value)
+        worker_environment(monkeypatch, AWS_ENDPOINT_URL_BEDROCK_RUNTIME=emulator.endpoint_url)
         with mock_aws():
-            boto3.resource("dynamodb").create_table(
-                TableName=TABLE,
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                BillingMode="PAY_PER_REQUEST",
-            )
-            sys.modules.pop("queued_worker.handler", None)
-            worker = importlib.import_module("queued_worker.handler")
+            worker = load_worker()
             small = {"maxTokens": 200}
             result = worker.handler({"Records": [
                 record("m-1", {"key": "review#1", "prompt": "Summarize: great battery", "inferenceConfig": small}),
