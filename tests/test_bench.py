@@ -82,6 +82,10 @@ def test_config_refuses_ambiguous_load():
         BenchConfig(model_id=MODEL, concurrency=None)
     with pytest.raises(ValueError, match="concurrency=0 must be >= 1"):
         BenchConfig(model_id=MODEL, concurrency=0)
+    with pytest.raises(ValueError, match="requests=0 must be >= 1"):
+        BenchConfig(model_id=MODEL, requests=0)
+    with pytest.raises(ValueError, match="time_scale=0 must be > 0"):
+        BenchConfig(model_id=MODEL, time_scale=0)
 
 
 def test_load_prompts_reads_jsonl_and_names_the_bad_line(tmp_path):
@@ -92,6 +96,9 @@ def test_load_prompts_reads_jsonl_and_names_the_bad_line(tmp_path):
     bad.write_text('{"prompt": "hi", "expected_output_tokens": 20}\n{"prompt": "x", "expected_output_tokens": 0}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2: 'expected_output_tokens' must be a positive integer, got 0"):
         load_prompts(bad)
+    (tmp_path / "broken.jsonl").write_text('{"prompt": "hi", "expected_output_tokens": 2}\n{"prompt": \n')
+    with pytest.raises(ValueError, match=r"broken.jsonl:2: not JSON"):
+        load_prompts(tmp_path / "broken.jsonl")
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(ValueError, match="no prompts"):
         load_prompts(tmp_path / "empty.jsonl")
@@ -189,3 +196,13 @@ def test_cli_bench_against_a_running_emulator_needs_no_aws_credentials(tmp_path,
         served = len(emulator.invocations)
     assert code == 0 and served == 2
     assert json.loads(capsys.readouterr().out)["succeeded"] == 2
+
+
+def test_cli_model_flags_become_the_emulated_model():
+    from genai_pacer.testing.cli import _spec, parser
+
+    args = parser().parse_args(["emulator", "--model-id", MODEL, "--rpm", "50", "--optimized-tpm", "9000",
+                                "--burndown", "5", "--otps", "90"])
+    spec = _spec(args)
+    assert (spec.rpm_quota, spec.burndown, spec.output_tokens_per_second) == (50, 5, 90)
+    assert spec.tpm_quota == 400_000 and spec.latency_optimized.tpm_quota == 9_000

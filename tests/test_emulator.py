@@ -327,3 +327,26 @@ def test_the_command_line_emulator_serves_boto3(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_answer_length_can_be_a_function_of_the_prompt():
+    spec = ModelSpec(NOVA, answer_tokens=lambda prompt: 2 * len(prompt.split()))
+    with BedrockEmulator([spec], time_scale=50) as emulator:
+        response = emulator.client().converse(
+            modelId=NOVA, messages=[{"role": "user", "content": [{"text": "one two three"}]}])
+    assert response["usage"]["outputTokens"] == 6
+
+
+def test_an_unknown_path_is_a_404_not_a_hang(bedrock_emulator):
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(bedrock_emulator.endpoint_url + "/guardrail/x/apply", data=b"{}")
+    with pytest.raises(urllib.error.HTTPError) as excinfo:
+        urllib.request.urlopen(request)
+    assert excinfo.value.code == 404 and "no bedrock-runtime operation" in excinfo.value.read().decode()
+
+
+def test_a_negative_connection_setup_is_refused():
+    with pytest.raises(ValueError, match="connection_setup_seconds=-1 must be >= 0"):
+        BedrockEmulator(connection_setup_seconds=-1)

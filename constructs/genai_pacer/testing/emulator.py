@@ -29,6 +29,7 @@ Approximations (documented, so results can be read for what they are):
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -737,8 +738,6 @@ class _InvokeStream:
 
     @staticmethod
     def _chunk(payload: dict[str, Any]) -> bytes:
-        import base64
-
         raw = json.dumps(payload, separators=(",", ":")).encode()
         return eventstream.event("chunk", {"bytes": base64.b64encode(raw).decode()})
 
