@@ -1,0 +1,242 @@
+"""One validation style for every construct and the planner.
+
+Collect every problem of one call, then raise once, so a user fixes all their props in one round:
+
+    with Checks("QueuedInference") as check:
+        check.integer("batch_size", batch_size, minimum=1, maximum=10, fix="...")
+        if check.integer("max_concurrency", cap, minimum=2, maximum=1000):
+            check.rule(reserved is None or reserved >= cap, "reserved_concurrency=... is below ...")
+
+Each message names the prop, the value, the rule and the fix. Unresolved CDK tokens are skipped
+(their value is known only at deploy time). NaN and infinity are refused before they reach jsii,
+whose process they would kill. Booleans are never numbers. This module imports no CDK at load
+time, so the pure-Python planner can use it too.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+__all__ = ["Checks", "InvalidPropsError", "fit_concurrency", "is_token"]
+
+
+class InvalidPropsError(ValueError, TypeError):
+    """One or more props are wrong. A ValueError (and a TypeError, for wrong types) listing each problem."""
+
+    def __init__(self, owner: str, problems: list[str]) -> None:
+        self.owner = owner
+        self.problems = list(problems)
+        if len(problems) == 1:
+            text = f"{owner}: {problems[0]}"
+        else:
+            text = f"{owner}: {len(problems)} problems:\n" + "\n".join(f"- {p}" for p in problems)
+        super().__init__(text)
+
+
+def is_token(value: Any) -> bool:
+    """True for an unresolved CDK token (a deploy-time value). Never loads the CDK by itself."""
+    cdk = sys.modules.get("aws_cdk")
+    if cdk is None or value is None or isinstance(value, bool):
+        return False
+    try:
+        if hasattr(value, "is_unresolved") and callable(value.is_unresolved):  # Duration, Size
+            return bool(value.is_unresolved())
+        return bool(cdk.Token.is_unresolved(value))
+    except Exception:  # a value jsii cannot pass is not a token
+        return False
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _seconds(duration: Any) -> float:
+    return float(duration.to_seconds(integral=False))
+
+
+def _human(duration: Any) -> str:
+    return str(duration.to_human_string())
+
+
+class Checks:
+    """Collects the problems of one construct's (or function's) props; raises InvalidPropsError once."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.problems: list[str] = []
+
+    def __enter__(self) -> Checks:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.raise_if_any()
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise InvalidPropsError(self.owner, self.problems)
+
+    def fail(self, message: str) -> bool:
+        self.problems.append(message)
+        return False
+
+    def rule(self, ok: bool, message: str) -> bool:
+        """A relation between props (or any other rule): `message` says what is wrong and the fix."""
+        return True if ok else self.fail(message)
+
+    def number(
+        self,
+        name: str,
+        value: Any,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        above: float | None = None,
+        integer: bool = False,
+        optional: bool = False,
+        fix: str = "",
+    ) -> bool:
+        """A finite number (an int where `integer`) within [minimum, maximum] and > `above`.
+
+        Returns True only when the value is a concrete, valid number that further rules may use.
+        """
+        tail = f"; {fix}" if fix else ""
+        kind = "an integer" if integer else "a number"
+        if value is None:
+            return False if optional else self.fail(f"{name} is required: pass {kind}{tail}")
+        if is_token(value):
+            return False
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return self.fail(f"{name}={_show(value)} is a {type(value).__name__}; pass {kind}{tail}")
+        if not math.isfinite(value):
+            return self.fail(f"{name}={value!r} is not a finite number; pass {kind}{tail}")
+        if integer and value != int(value):
+            return self.fail(f"{name}={value!r} is not a whole number; CloudFormation wants an integer{tail}")
+        if above is not None and not value > above:
+            return self.fail(f"{name}={value!r} must be greater than {above:g}{tail}")
+        if minimum is not None and value < minimum:
+            return self.fail(f"{name}={value!r} is below the minimum of {minimum:g}{tail}")
+        if maximum is not None and value > maximum:
+            return self.fail(f"{name}={value!r} exceeds the maximum of {maximum:g}{tail}")
+        return True
+
+    def integer(self, name: str, value: Any, **limits: Any) -> bool:
+        return self.number(name, value, integer=True, **limits)
+
+    def instance(self, name: str, value: Any, types: type | tuple[type, ...], expected: str, *, optional: bool = False) -> bool:
+        """`value` is one of `types`; `expected` says what to pass, e.g. "a BedrockModel (BedrockModel.from_id(...))"."""
+        if value is None:
+            return False if optional else self.fail(f"{name} is required: pass {expected}")
+        bool_refused = isinstance(value, bool) and bool not in _as_tuple(types)
+        if isinstance(value, types) and not bool_refused:
+            return True
+        return self.fail(f"{name}={_show(value)} is a {type(value).__name__}; pass {expected}")
+
+    def duration(
+        self,
+        name: str,
+        value: Any,
+        *,
+        minimum: Any = None,
+        maximum: Any = None,
+        optional: bool = False,
+        fix: str = "",
+    ) -> bool:
+        """A cdk.Duration within [minimum, maximum] (Durations too); tokens skipped."""
+        import aws_cdk as cdk
+
+        tail = f"; {fix}" if fix else ""
+        if value is None:
+            return False if optional else self.fail(f"{name} is required: pass a cdk.Duration{tail}")
+        if not isinstance(value, cdk.Duration):
+            return self.fail(
+                f"{name}={_show(value)} is a {type(value).__name__}; pass a cdk.Duration such as "
+                f"cdk.Duration.seconds({value if isinstance(value, int | float) and not isinstance(value, bool) else 30}){tail}"
+            )
+        if value.is_unresolved():
+            return False
+        seconds = _seconds(value)
+        if minimum is not None and seconds < _seconds(minimum):
+            return self.fail(f"{name}={_human(value)} is below the minimum of {_human(minimum)}{tail}")
+        if maximum is not None and seconds > _seconds(maximum):
+            return self.fail(f"{name}={_human(value)} exceeds the maximum of {_human(maximum)}{tail}")
+        return True
+
+    def one_of(self, name: str, value: Any, choices: Iterable[Any], *, fix: str = "") -> bool:
+        options = list(choices)
+        if is_token(value):
+            return False
+        if any(value is c or (type(value) is type(c) and value == c) for c in options):
+            return True
+        tail = f"; {fix}" if fix else ""
+        return self.fail(f"{name}={_show(value)} must be one of {', '.join(repr(c) for c in options)}{tail}")
+
+    def text(self, name: str, value: Any, *, optional: bool = False, max_length: int | None = None, fix: str = "") -> bool:
+        """A non-empty string (tokens skipped)."""
+        tail = f"; {fix}" if fix else ""
+        if value is None:
+            return False if optional else self.fail(f"{name} is required: pass a non-empty string{tail}")
+        if not isinstance(value, str):
+            return self.fail(f"{name}={_show(value)} is a {type(value).__name__}; pass a string{tail}")
+        if is_token(value):
+            return False
+        if not value.strip():
+            return self.fail(f"{name}={value!r} is empty; pass a non-empty string{tail}")
+        if max_length is not None and len(value) > max_length:
+            return self.fail(f"{name} has {len(value)} characters; at most {max_length} are allowed{tail}")
+        return True
+
+    def each(self, name: str, values: Any, check: Callable[[str, Any], bool]) -> bool:
+        """Apply `check(item_name, item)` to each item of a list or tuple."""
+        if isinstance(values, str) or not isinstance(values, list | tuple):
+            return self.fail(f"{name}={_show(values)} is a {type(values).__name__}; pass a list")
+        results = [check(f"{name}[{i}]", item) for i, item in enumerate(values)]
+        return all(results)
+
+
+def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def fit_concurrency(
+    check: Checks,
+    scope: Any,
+    name: str,
+    value: Any,
+    *,
+    minimum: int,
+    maximum: int,
+    limit: str,
+    fix: str = "size it with genai_pacer.planning.sustainable_rate(...)",
+) -> int | None:
+    """The concurrency cap a construct uses for `value`: an int as given, or a RatePlan fitted to [minimum, maximum].
+
+    A plan above the construct's maximum is clamped, with a warning that the rest of the quota is
+    unused. A plan below the minimum is refused: raising the cap would overdraw the quota the plan
+    came from. An int outside the range is refused. Returns None when the value is invalid or a token.
+    """
+    plan_cap = getattr(value, "max_concurrency", None)
+    if plan_cap is not None and type(value).__name__ == "RatePlan":
+        if plan_cap > maximum:
+            import aws_cdk as cdk
+
+            cdk.Annotations.of(scope).add_warning_v2(
+                f"genai-pacer:{name}-clamped",
+                f"{name}: the plan sustains {plan_cap} calls at once but {limit} allows at most {maximum}; "
+                f"{maximum} is used and the rest of the quota stays unused",
+            )
+            return maximum
+        ok = check.rule(
+            plan_cap >= minimum,
+            f"{name}: the plan sustains {plan_cap} calls at once ({value.requests_per_minute:.1f} requests per "
+            f"minute), below {limit}'s minimum of {minimum}; raising the cap would overdraw the quota the plan "
+            f"came from: give the plan more quota or use a construct that allows {plan_cap}",
+        )
+        return plan_cap if ok else None
+    if check.integer(name, value, minimum=minimum, maximum=maximum, fix=f"{limit} allows {minimum}..{maximum}; {fix}"):
+        return int(value)
+    return value if is_token(value) else None
