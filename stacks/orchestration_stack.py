@@ -6,22 +6,18 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
-from genai_pacer import BoundedMap, ParallelPrompts, StateMachineOptions, planning
+from genai_pacer import (
+    BoundedDistributedMap,
+    BoundedMap,
+    ConverseRequest,
+    ParallelPrompts,
+    StateMachineOptions,
+    planning,
+)
 
 from constructs import Construct
 
 from .settings import ReferenceSettings
-
-ANTHROPIC_VERSION = "bedrock-2023-05-31"
-
-
-def anthropic_request(prompt: str | dict, max_tokens: int) -> dict:
-    """An Anthropic Messages request body; `prompt` may be a JsonPath reference."""
-    return {
-        "anthropic_version": ANTHROPIC_VERSION,
-        "max_tokens": max_tokens,
-        "messages": [{"role": "user", "content": prompt}],
-    }
 
 
 def secure_bucket(scope: Construct, id: str, **props) -> s3.Bucket:
@@ -49,25 +45,23 @@ class OrchestrationStack(cdk.Stack):
         rate = planning.sustainable_rate(profile, tpm_quota=settings.tpm_quota, call_seconds=6)
 
         review = sfn.JsonPath.string_at("$.review")
+
+        def ask(template: str, value: str, max_tokens: int = sizing.max_tokens) -> ConverseRequest:
+            return ConverseRequest(prompt=sfn.JsonPath.format(template, value), max_tokens=max_tokens)
+
+        # Three independent analyses side by side, then one digest from their texts.
         ParallelPrompts(
             self,
             "ReviewDigest",
             model=settings.model,
             prompts={
-                "Summary": anthropic_request(
-                    sfn.JsonPath.format("Summarize this review: {}", review), sizing.max_tokens
-                ),
-                "Sentiment": anthropic_request(sfn.JsonPath.format("Rate the sentiment of: {}", review), 50),
-                "Issues": anthropic_request(
-                    sfn.JsonPath.format("List product issues in: {}", review), sizing.max_tokens
-                ),
+                "Summary": ask("Summarize this review: {}", review),
+                "Sentiment": ask("Rate the sentiment of: {}", review, max_tokens=50),
+                "Issues": ask("List product issues in: {}", review),
             },
-            synthesis=anthropic_request(
-                sfn.JsonPath.format(
-                    "Write a digest from these analyses: {}",
-                    sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$")),
-                ),
-                sizing.max_tokens,
+            synthesis=ask(
+                "Write a digest from these analyses: {}",
+                sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$.answers")),
             ),
         )
 
@@ -75,13 +69,11 @@ class OrchestrationStack(cdk.Stack):
         BoundedMap(
             self,
             "TickerSummaries",
-            max_concurrency=min(rate.max_concurrency, 40),
+            max_concurrency=rate,
             model=settings.model,
-            body=anthropic_request(
-                sfn.JsonPath.format("Summarize the news for {}", sfn.JsonPath.string_at("$.ticker")),
-                sizing.max_tokens,
-            ),
+            request=ask("Summarize the news for {}", sfn.JsonPath.string_at("$.ticker")),
             items_path="$.tickers",
+            expected_items=60,
         )
 
         # Overnight catalog re-description: items from S3 in a distributed Map.
@@ -101,18 +93,12 @@ class OrchestrationStack(cdk.Stack):
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="catalog/",
         )
-        BoundedMap(
+        BoundedDistributedMap(
             self,
             "CatalogDescriptions",
-            mode="distributed",
-            max_concurrency=rate.max_concurrency,
+            max_concurrency=rate,
             model=settings.model,
-            body=anthropic_request(
-                sfn.JsonPath.format(
-                    "Describe this product for the catalog: {}", sfn.JsonPath.string_at("$.product")
-                ),
-                sizing.max_tokens,
-            ),
+            request=ask("Describe this product for the catalog: {}", sfn.JsonPath.string_at("$.product")),
             items_bucket=catalog,
             items_key="catalog/items.jsonl",
             tolerated_failure_percentage=1,

@@ -1,9 +1,11 @@
-"""BedrockRetry, BoundedMap and ParallelPrompts: every prop path and default, read from the template."""
+"""BedrockRetry, requests, BoundedMap, BoundedDistributedMap and ParallelPrompts: every prop path,
+default and bad value, read from the synthesized template."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import re
+import math
 
 import aws_cdk as cdk
 import pytest
@@ -18,17 +20,27 @@ from genai_pacer import (
     DEFAULT_RETRY_ERRORS,
     BedrockModel,
     BedrockRetry,
+    BoundedDistributedMap,
     BoundedMap,
+    ConverseRequest,
+    NativeRequest,
     ParallelPrompts,
     StateMachineOptions,
+    TaskOptions,
     planning,
 )
+from genai_pacer._checks import InvalidPropsError
 from genai_pacer._nag import flatten_reference
 from helpers import all_states, definition, new_stack, only, policy_statements, resources, template_of
 
 PROFILE = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
 NOVA = BedrockModel.foundation("amazon.nova-lite-v1:0")
-BODY = {"messages": [{"role": "user", "content": sfn.JsonPath.string_at("$.prompt")}], "max_tokens": 400}
+REQUEST = ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=400)
+NAN, INF = math.nan, math.inf
+
+
+def a_token() -> float:
+    return cdk.Token.as_number(cdk.Fn.ref("SomeParameter"))
 
 
 def bedrock_resources(template) -> list:
@@ -36,9 +48,7 @@ def bedrock_resources(template) -> list:
     for statement in policy_statements(template):
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         if any(a.startswith("bedrock:") for a in actions):
-            found.extend(
-                statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-            )
+            found.extend(statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]])
     return found
 
 
@@ -49,84 +59,215 @@ def arn_text(arn) -> str:
     return "".join(p if isinstance(p, str) else "<" + p.get("Ref", "?") + ">" for p in arn["Fn::Join"][1])
 
 
-# --- BedrockRetry -----------------------------------------------------------------------------------
+def machine_definition(template: dict) -> dict:
+    return definition(only(template, "AWS::StepFunctions::StateMachine"))
 
 
 @pytest.fixture(scope="module")
 def inline_map():
     stack = new_stack()
-    construct = BoundedMap(stack, "Map", max_concurrency=8, model=PROFILE, body=BODY)
-    template = template_of(stack)
-    return construct, template.to_json()
+    construct = BoundedMap(stack, "Map", max_concurrency=8, model=PROFILE, request=REQUEST)
+    return construct, template_of(stack).to_json()
+
+
+# --- BedrockRetry -----------------------------------------------------------------------------------
 
 
 def test_retry_defaults_on_every_model_task(inline_map):
     _, template = inline_map
-    asl = definition(only(template, "AWS::StepFunctions::StateMachine"))
-    (retry,) = all_states(asl)["InvokeModel"]["Retry"]
-    assert retry == {
-        "ErrorEquals": list(DEFAULT_RETRY_ERRORS),
-        "IntervalSeconds": 2,
-        "BackoffRate": 2,
-        "MaxAttempts": 6,
-        "MaxDelaySeconds": 30,
-        "JitterStrategy": "FULL",
-    }
-    assert "Bedrock.ThrottlingException" in retry["ErrorEquals"]
-    assert "BedrockRuntime.ThrottlingException" in retry["ErrorEquals"]
-
-
-def test_retry_is_overridable():
-    stack = new_stack()
-    retry = BedrockRetry(
-        errors=("Bedrock.ThrottlingException",),
-        interval=cdk.Duration.seconds(1),
-        backoff_rate=3,
-        max_attempts=4,
-        max_delay=cdk.Duration.seconds(10),
-    )
-    BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, body=BODY, retry=retry)
-    asl = definition(only(template_of(stack).to_json(), "AWS::StepFunctions::StateMachine"))
-    assert all_states(asl)["InvokeModel"]["Retry"] == [
+    task = all_states(machine_definition(template))["InvokeModel"]
+    assert task["Retry"] == [
         {
-            "ErrorEquals": ["Bedrock.ThrottlingException"],
-            "IntervalSeconds": 1,
-            "BackoffRate": 3,
-            "MaxAttempts": 4,
-            "MaxDelaySeconds": 10,
+            "ErrorEquals": list(DEFAULT_RETRY_ERRORS),
+            "IntervalSeconds": 2,
+            "MaxAttempts": 6,
+            "BackoffRate": 2,
+            "MaxDelaySeconds": 30,
             "JitterStrategy": "FULL",
         }
     ]
+    assert "BedrockRuntime.ThrottlingException" in DEFAULT_RETRY_ERRORS  # the Converse integration's name
+
+
+def test_retry_is_overridable_and_one_error_name_is_one_name():
+    stack = new_stack()
+    retry = BedrockRetry(
+        errors="BedrockRuntime.ThrottlingException",
+        interval=cdk.Duration.seconds(1),
+        backoff_rate=3,
+        max_retries=9,
+        max_delay=cdk.Duration.seconds(20),
+    )
+    BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST, retry=retry)
+    (entry,) = all_states(machine_definition(template_of(stack).to_json()))["InvokeModel"]["Retry"]
+    assert entry == {
+        "ErrorEquals": ["BedrockRuntime.ThrottlingException"],
+        "IntervalSeconds": 1,
+        "MaxAttempts": 9,
+        "BackoffRate": 3,
+        "MaxDelaySeconds": 20,
+        "JitterStrategy": "FULL",
+    }
+
+
+def test_retry_accepts_deploy_time_tokens():
+    BedrockRetry(max_retries=a_token(), backoff_rate=a_token())
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         (dict(errors=()), "errors=\\(\\) retries nothing"),
-        (dict(max_attempts=0), "max_attempts=0 never retries"),
-        (dict(backoff_rate=0.5), "backoff_rate=0.5 shrinks the wait"),
-        (
-            dict(interval=cdk.Duration.seconds(20), max_delay=cdk.Duration.seconds(5)),
-            "max_delay=5 seconds is shorter",
-        ),
+        (dict(errors=[1]), r"errors\[0\]=1 is a int; pass a string"),
+        (dict(errors=[""]), r"errors\[0\]='' is empty"),
+        (dict(errors=None), "errors=None is a NoneType; pass a list"),
+        (dict(max_retries=0), "max_retries=0 is below the minimum of 1.*needs retries"),
+        (dict(max_retries=2.5), "max_retries=2.5 is not a whole number"),
+        (dict(max_retries=True), "max_retries=True is a bool"),
+        (dict(max_retries=NAN), "max_retries=nan is not a finite number"),
+        (dict(max_retries=INF), "max_retries=inf is not a finite number"),
+        (dict(max_retries=100_000_000), "max_retries=100000000 exceeds the maximum of 99,999,999"),
+        (dict(max_retries="6"), "max_retries='6' is a str"),
+        (dict(backoff_rate=0.5), "backoff_rate=0.5 is below the minimum of 1.*shrinks the wait"),
+        (dict(backoff_rate=NAN), "backoff_rate=nan is not a finite number"),
+        (dict(interval=cdk.Duration.seconds(0)), "interval=0 seconds is below the minimum of 1 second"),
+        (dict(interval=cdk.Duration.millis(1500)), "interval=1 second 500 millis is not whole seconds"),
+        (dict(interval=2), r"interval=2 is a int; pass a cdk.Duration such as cdk.Duration.seconds\(2\)"),
+        (dict(max_delay=cdk.Duration.days(400)), "max_delay=400 days exceeds the maximum of 366 days"),
+        (dict(interval=cdk.Duration.seconds(10), max_delay=cdk.Duration.seconds(5)), "max_delay=5 seconds is shorter than interval=10 seconds"),
     ],
 )
 def test_retry_rejects_settings_that_defeat_it(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidPropsError, match=message):
         BedrockRetry(**kwargs)
 
 
-# --- BoundedMap: inline ---------------------------------------------------------------------------------
+def test_retry_reports_every_problem_at_once():
+    with pytest.raises(InvalidPropsError) as caught:
+        BedrockRetry(max_retries=0, backoff_rate=0.5, interval=cdk.Duration.seconds(0))
+    assert len(caught.value.problems) == 3
+    assert str(caught.value).startswith("BedrockRetry: 3 problems:")
 
 
-def test_inline_map_caps_concurrency_and_reads_items(inline_map):
+# --- requests ---------------------------------------------------------------------------------------
+
+
+def test_converse_request_parameters_are_pascal_case_with_sampling_in_inference_config():
+    request = ConverseRequest(
+        prompt="hi",
+        system="be brief",
+        max_tokens=300,
+        temperature=0.2,
+        top_p=0.9,
+        stop_sequences=["END"],
+        additional_fields={"top_k": 40},
+        latency="optimized",
+    )
+    assert request.parameters("amazon.nova-lite-v1:0") == {
+        "ModelId": "amazon.nova-lite-v1:0",
+        "Messages": [{"Role": "user", "Content": [{"Text": "hi"}]}],
+        "System": [{"Text": "be brief"}],
+        "InferenceConfig": {"MaxTokens": 300, "Temperature": 0.2, "TopP": 0.9, "StopSequences": ["END"]},
+        "AdditionalModelRequestFields": {"top_k": 40},
+        "PerformanceConfig": {"Latency": "optimized"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(max_tokens=400), "exactly one of prompt"),
+        (dict(prompt="a", messages=[{"Role": "user", "Content": []}], max_tokens=4), "exactly one of prompt"),
+        (dict(prompt="", max_tokens=4), "prompt='' is empty"),
+        (dict(prompt=5, max_tokens=4), "prompt=5 is a int; pass a string"),
+        (dict(messages=[{"role": "user", "content": []}], max_tokens=4), r"messages\[0\] has keys \['content', 'role'\].*PascalCase"),
+        (dict(messages=["hi"], max_tokens=4), r"messages\[0\]='hi' is a str"),
+        (dict(messages=[], max_tokens=4), "messages is empty"),
+        (dict(prompt="a"), "max_tokens is required.*reserves the model's maximum"),
+        (dict(prompt="a", max_tokens=0), "max_tokens=0 is below the minimum of 1"),
+        (dict(prompt="a", max_tokens=2.5), "max_tokens=2.5 is not a whole number"),
+        (dict(prompt="a", max_tokens=True), "max_tokens=True is a bool"),
+        (dict(prompt="a", max_tokens=NAN), "max_tokens=nan is not a finite number"),
+        (dict(prompt="a", max_tokens=4, temperature=2), "temperature=2 exceeds the maximum of 1"),
+        (dict(prompt="a", max_tokens=4, top_p=-1), "top_p=-1 is below the minimum of 0"),
+        (dict(prompt="a", max_tokens=4, stop_sequences="END"), "stop_sequences='END' is a str; pass a list"),
+        (dict(prompt="a", max_tokens=4, additional_fields=[1]), r"additional_fields=\[1\] is a list"),
+        (dict(prompt="a", max_tokens=4, latency="fast"), "latency='fast' must be one of 'standard', 'optimized'"),
+        (dict(prompt="a", max_tokens=4, system=""), "system='' is empty"),
+    ],
+)
+def test_converse_request_rejects_bad_fields(kwargs, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        ConverseRequest(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(body={}), "body=\\{\\} is empty"),
+        (dict(body=["x"]), r"body=\['x'\] is a list"),
+        (dict(body={"a": 1}, max_tokens=0), "max_tokens=0 is below the minimum of 1"),
+    ],
+)
+def test_native_request_rejects_bad_fields(kwargs, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        NativeRequest(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(result_path="answer"), "result_path='answer' is not a reference path"),
+        (dict(result_selector=["x"]), r"result_selector=\['x'\] is a list"),
+        (dict(timeout=cdk.Duration.seconds(0)), "timeout=0 seconds is below the minimum"),
+        (dict(heartbeat=30), "heartbeat=30 is a int; pass a cdk.Duration"),
+    ],
+)
+def test_task_options_reject_bad_fields(kwargs, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        TaskOptions(**kwargs)
+
+
+# --- BoundedMap (inline) -----------------------------------------------------------------------------
+
+
+def test_inline_map_calls_converse_and_narrows_each_result(inline_map):
     _, template = inline_map
-    asl = definition(only(template, "AWS::StepFunctions::StateMachine"))
+    asl = machine_definition(template)
     state = asl["States"]["Map"]
-    assert state["MaxConcurrency"] == 8
-    assert state["ItemsPath"] == "$.items"
-    assert state["ItemProcessor"]["ProcessorConfig"]["Mode"] == "INLINE"
-    assert asl["TimeoutSeconds"] == 24 * 3600
+    assert (state["MaxConcurrency"], state["ItemsPath"]) == (8, "$.items")
+    states = all_states(asl)
+    task = states["InvokeModel"]
+    assert task["Resource"].endswith(":states:::aws-sdk:bedrockruntime:converse")
+    assert task["Parameters"] == {
+        "ModelId": "us.anthropic.claude-3-5-haiku-20241022-v1:0",
+        "Messages": [{"Role": "user", "Content": [{"Text.$": "$.prompt"}]}],
+        "InferenceConfig": {"MaxTokens": 400},
+    }
+    # text (the first *text* block: a reasoning block can come first), stop reason and usage only
+    assert task["ResultSelector"] == {
+        "texts.$": "$.Output.Message.Content[?(@.Text)].Text",
+        "stopReason.$": "$.StopReason",
+        "usage": {"inputTokens.$": "$.Usage.InputTokens", "outputTokens.$": "$.Usage.OutputTokens"},
+    }
+    assert states["InvokeModel answer"]["Parameters"] == {
+        "text.$": "States.ArrayGetItem($.texts, 0)",
+        "stopReason.$": "$.stopReason",
+        "usage.$": "$.usage",
+    }
+    assert states["InvokeModel no text"]["Parameters"]["text"] == ""
+    assert states["InvokeModel has text?"]["Choices"][0]["Variable"] == "$.texts[0]"
+
+
+def test_converse_is_granted_as_invoke_model_on_the_profile_and_its_regional_models(inline_map):
+    _, template = inline_map
+    invoke = [s for s in policy_statements(template) if "bedrock:InvokeModel" in json.dumps(s["Action"])]
+    assert all(s["Action"] == "bedrock:InvokeModel" for s in invoke)  # never the derived bedrockruntime:converse
+    arns = sorted(arn_text(a) for a in bedrock_resources(template))
+    assert arns == sorted(
+        ["arn:<AWS::Partition>:bedrock:us-east-1:111122223333:inference-profile/us.anthropic.claude-3-5-haiku-20241022-v1:0"]
+        + [f"arn:<AWS::Partition>:bedrock:{r}::foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" for r in PROFILE.profile_regions]
+    )
 
 
 def test_state_machine_is_logged_traced_and_encrypted(inline_map):
@@ -135,39 +276,360 @@ def test_state_machine_is_logged_traced_and_encrypted(inline_map):
     assert machine["TracingConfiguration"] == {"Enabled": True}
     assert machine["LoggingConfiguration"]["Level"] == "ALL"
     assert machine["LoggingConfiguration"]["IncludeExecutionData"] is False
-    log_group = only(template, "AWS::Logs::LogGroup")["Properties"]
-    assert "KmsKeyId" in log_group and log_group["RetentionInDays"] == 30
+    assert "KmsKeyId" in only(template, "AWS::Logs::LogGroup")["Properties"]
     assert only(template, "AWS::KMS::Key")["Properties"]["EnableKeyRotation"] is True
 
 
-def test_profile_role_invokes_only_the_profile_and_its_regional_models(inline_map):
+def test_only_the_tracing_and_log_delivery_policy_holds_wildcards(inline_map):
     _, template = inline_map
-    arns = sorted(arn_text(a) for a in bedrock_resources(template))
-    assert arns == sorted(
-        [
-            "arn:<AWS::Partition>:bedrock:us-east-1:111122223333:inference-profile/us.anthropic.claude-3-5-haiku-20241022-v1:0",
-        ]
-        + [
-            f"arn:<AWS::Partition>:bedrock:{r}::foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0"
-            for r in ("us-east-1", "us-east-2", "us-west-2")
-        ]
-    )
-    for statement in policy_statements(template):
-        if statement["Resource"] == "*":
-            assert all(a.startswith(("xray:", "logs:")) for a in statement["Action"])
+    wildcard_policies = {
+        name: policy
+        for name, policy in resources(template, "AWS::IAM::Policy").items()
+        if any(s["Resource"] == "*" for s in policy["Properties"]["PolicyDocument"]["Statement"])
+    }
+    (name,) = wildcard_policies
+    assert name.startswith("MapTracingAndLogDelivery")
+    actions = sorted(a for s in wildcard_policies[name]["Properties"]["PolicyDocument"]["Statement"] for a in s["Action"])
+    assert all(a.startswith(("xray:", "logs:")) for a in actions)
 
 
-def test_foundation_model_role_invokes_only_that_model():
+def test_a_plan_is_fitted_to_the_inline_limit_with_a_warning():
     stack = new_stack()
-    BoundedMap(stack, "Map", max_concurrency=planning.RatePlan(300, "tpm", 12, 5), model=NOVA, body=BODY)
-    template = template_of(stack).to_json()
-    assert [arn_text(a) for a in bedrock_resources(template)] == [
-        "arn:<AWS::Partition>:bedrock:us-east-1::foundation-model/amazon.nova-lite-v1:0"
-    ]
-    assert (
-        definition(only(template, "AWS::StepFunctions::StateMachine"))["States"]["Map"]["MaxConcurrency"]
-        == 12
+    plan = planning.RatePlan(requests_per_minute=900, limited_by="tpm", max_concurrency=90, call_seconds=6)
+    BoundedMap(stack, "Map", max_concurrency=plan, model=NOVA, request=REQUEST)
+    assert machine_definition(template_of(stack).to_json())["States"]["Map"]["MaxConcurrency"] == 40
+    Annotations.from_stack(stack).has_warning(
+        "/Test/Map", Match.string_like_regexp("plan sustains 90 calls at once but an inline Map allows at most 40")
     )
+
+
+def test_a_plan_within_range_is_used_as_is():
+    stack = new_stack()
+    BoundedMap(stack, "Map", max_concurrency=planning.RatePlan(300, "tpm", 12, 5), model=NOVA, request=REQUEST)
+    assert machine_definition(template_of(stack).to_json())["States"]["Map"]["MaxConcurrency"] == 12
+
+
+def test_one_at_a_time_synthesizes_with_a_warning():
+    stack = new_stack()
+    BoundedMap(stack, "Map", max_concurrency=1, model=NOVA, request=REQUEST)
+    Annotations.from_stack(stack).has_warning("/Test/Map", Match.string_like_regexp("runs every call in sequence"))
+
+
+def test_unbounded_only_when_allowed():
+    with pytest.raises(InvalidPropsError, match="max_concurrency=0 leaves the Map unbounded.*planning"):
+        BoundedMap(new_stack(), "Map", max_concurrency=0, model=NOVA, request=REQUEST)
+    stack = new_stack()
+    BoundedMap(stack, "Map", max_concurrency=0, allow_unbounded=True, model=NOVA, request=REQUEST)
+    assert machine_definition(template_of(stack).to_json())["States"]["Map"].get("MaxConcurrency", 0) == 0
+
+
+def test_a_token_cap_is_passed_through():
+    stack = new_stack()
+    BoundedMap(stack, "Map", max_concurrency=a_token(), model=NOVA, request=REQUEST)
+    template_of(stack)  # synthesizes
+
+
+def test_output_that_can_exceed_the_state_limit_warns_with_the_numbers():
+    stack = new_stack()
+    BoundedMap(stack, "Map", max_concurrency=8, model=NOVA, request=REQUEST, expected_items=200)
+    Annotations.from_stack(stack).has_warning(
+        "/Test/Map",
+        Match.string_like_regexp("200 items x up to 400 output tokens .* above Step Functions' 256 KiB .*BoundedDistributedMap"),
+    )
+    quiet = new_stack()
+    BoundedMap(quiet, "Map", max_concurrency=8, model=NOVA, request=REQUEST, expected_items=100)
+    assert not Annotations.from_stack(quiet).find_warning("*", Match.string_like_regexp("256 KiB"))
+
+
+def test_task_options_reach_the_task():
+    stack = new_stack()
+    BoundedMap(
+        stack,
+        "Map",
+        max_concurrency=4,
+        model=NOVA,
+        request=REQUEST,
+        task_options=TaskOptions(result_path="$.answer", timeout=cdk.Duration.minutes(2)),
+    )
+    states = all_states(machine_definition(template_of(stack).to_json()))
+    assert (states["InvokeModel"]["ResultPath"], states["InvokeModel"]["TimeoutSeconds"]) == ("$.answer", 120)
+    assert states["InvokeModel answer"]["Parameters"]["text.$"] == "States.ArrayGetItem($.answer.texts, 0)"
+    assert states["InvokeModel answer"]["ResultPath"] == "$.answer"
+    custom = new_stack()
+    BoundedMap(
+        custom, "Map", max_concurrency=4, model=NOVA, request=REQUEST,
+        task_options=TaskOptions(result_selector={"answer.$": "$.Output.Message.Content[0].Text"}),
+    )
+    states = all_states(machine_definition(template_of(custom).to_json()))
+    assert states["InvokeModel"]["ResultSelector"] == {"answer.$": "$.Output.Message.Content[0].Text"}
+    assert "InvokeModel answer" not in states
+
+
+def test_a_native_body_uses_invoke_model_and_keeps_only_the_body():
+    stack = new_stack()
+    body = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 300, "messages": [{"role": "user", "content": "hi"}]}
+    BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=NativeRequest(body))
+    task = all_states(machine_definition(template_of(stack).to_json()))["InvokeModel"]
+    assert task["Resource"].endswith(":states:::bedrock:invokeModel")
+    assert task["ResultSelector"] == {"body.$": "$.Body"}
+    assert task["Parameters"]["Body"] == body
+
+
+def test_a_users_processor_keeps_its_own_retry_and_others_get_ours():
+    stack = new_stack()
+    model = NOVA.as_imodel(stack, "Model")
+    own = tasks.BedrockInvokeModel(stack, "Own", model=model, body=sfn.TaskInput.from_object({"x": 1}))
+    own.add_retry(errors=["Bedrock.ThrottlingException"], max_attempts=2)
+    bare = tasks.BedrockInvokeModel(stack, "Bare", model=model, body=sfn.TaskInput.from_object({"x": 1}))
+    BoundedMap(stack, "Map", max_concurrency=4, item_processor=own.next(bare))
+    states = all_states(machine_definition(template_of(stack).to_json()))
+    assert [r["MaxAttempts"] for r in states["Own"]["Retry"]] == [2]
+    assert [r["MaxAttempts"] for r in states["Bare"]["Retry"]] == [6]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(max_concurrency=41), "max_concurrency=41 exceeds the maximum of 40.*inline Map allows 1..40"),
+        (dict(max_concurrency=-2), "max_concurrency=-2 is below the minimum of 1"),
+        (dict(max_concurrency=2.5), "max_concurrency=2.5 is not a whole number"),
+        (dict(max_concurrency=True), "max_concurrency=True is a bool"),
+        (dict(max_concurrency="8"), "max_concurrency='8' is a str"),
+        (dict(max_concurrency=NAN), "max_concurrency=nan is not a finite number"),
+        (dict(max_concurrency=INF), "max_concurrency=inf is not a finite number"),
+        (dict(max_concurrency=None), "max_concurrency is required"),
+        (dict(model="amazon.nova-lite-v1:0"), "model='amazon.nova-lite-v1:0' is a str; pass a BedrockModel"),
+        (dict(model=None), "exactly one of model"),
+        (dict(request=None), "model is set but request is not"),
+        (dict(request={"messages": []}), "request=.* is a dict; pass ConverseRequest.*NativeRequest"),
+        (dict(item_processor=sfn.Pass(cdk.Stack(), "P")), "exactly one of model"),
+        (dict(retry=3), "retry=3 is a int; pass BedrockRetry"),
+        (dict(task_options={"timeout": 3}), "task_options=.* is a dict; pass TaskOptions"),
+        (dict(items_path="items"), "items_path='items' is not a JsonPath"),
+        (dict(items_path=""), "items_path='' is empty"),
+        (dict(expected_items=0), "expected_items=0 is below the minimum of 1"),
+        (dict(allow_unbounded="yes"), "allow_unbounded='yes' is a str"),
+        (dict(state_machine_options={"timeout": 5}), "state_machine_options=.* is a dict"),
+    ],
+)
+def test_bounded_map_rejects_bad_input(kwargs, message):
+    props = dict(max_concurrency=5, model=NOVA, request=REQUEST) | kwargs
+    with pytest.raises(InvalidPropsError, match=message):
+        BoundedMap(new_stack(), "Map", **props)
+
+
+def test_processor_with_request_or_task_options_is_refused_not_ignored():
+    stack = new_stack()
+    with pytest.raises(InvalidPropsError, match="request is set with item_processor.*\n.*task_options is set with item_processor"):
+        BoundedMap(stack, "Map", max_concurrency=4, item_processor=sfn.Pass(stack, "P"), request=REQUEST, task_options=TaskOptions())
+
+
+# --- BoundedDistributedMap -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def distributed_map():
+    stack = new_stack()
+    items = s3.Bucket(stack, "Items")
+    results = s3.Bucket(stack, "Results")
+    BoundedDistributedMap(
+        stack,
+        "Map",
+        max_concurrency=200,
+        model=PROFILE,
+        request=REQUEST,
+        items_bucket=items,
+        items_key="in/items.jsonl",
+        results_bucket=results,
+        results_prefix="out/",
+        tolerated_failure_percentage=1.5,
+    )
+    return stack, template_of(stack).to_json()
+
+
+def test_distributed_map_reads_s3_and_writes_results(distributed_map):
+    _, template = distributed_map
+    state = machine_definition(template)["States"]["Map"]
+    assert state["MaxConcurrency"] == 200
+    assert state["ToleratedFailurePercentage"] == 1.5
+    assert state["ItemReader"]["Resource"].endswith(":states:::s3:getObject")
+    assert state["ItemReader"]["ReaderConfig"]["InputType"] == "JSONL"
+    assert state["ItemReader"]["Parameters"]["Key"] == "in/items.jsonl"
+    assert state["ResultWriter"]["Parameters"]["Prefix"] == "out/"
+    assert state["ItemProcessor"]["ProcessorConfig"] == {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}
+    machine = only(template, "AWS::StepFunctions::StateMachine")
+    bucket_refs = [p for p in machine["Properties"]["DefinitionString"]["Fn::Join"][1] if isinstance(p, dict)]
+    results_bucket = next(k for k in resources(template, "AWS::S3::Bucket") if k.startswith("Results"))
+    items_bucket = next(k for k in resources(template, "AWS::S3::Bucket") if k.startswith("Items"))
+    assert {"Ref": results_bucket} in bucket_refs and {"Ref": items_bucket} in bucket_refs
+
+
+def test_distributed_map_acknowledges_exactly_its_generated_names(distributed_map):
+    stack, _ = distributed_map
+    # The acknowledgments are stored as metadata; read them back from the construct tree.
+    acknowledged = sorted(
+        (node.node.path.removeprefix("Test/Map/"), key.removeprefix("Annotation::AwsSolutions-IAM5[Resource::").removesuffix("]"))
+        for node in stack.node.find_all()
+        for entry in node.node.metadata
+        if isinstance(entry.data, dict)
+        for key in entry.data
+        if key.startswith("Annotation::AwsSolutions-")
+    )
+    execution = 'arn:<AWS::Partition>:states:us-east-1:111122223333:execution:{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"MapStateMachine1A6C82C3"}]}]}'
+    assert [(path, resource.replace("Results25575328", "Results").replace("Items5C12978B", "Items")) for path, resource in acknowledged] == [
+        ("StateMachine/DistributedMapPolicy", execution + "/*:*"),  # child executions
+        ("StateMachine/DistributedMapPolicy", execution + ":*"),
+        ("StateMachine/Role/DefaultPolicy", "arn:<AWS::Partition>:s3:::<Items>/*"),  # the items object
+        ("StateMachine/Role/DefaultPolicy", "arn:<AWS::Partition>:s3:::<Results>/*"),  # result objects
+        ("TracingAndLogDelivery", "*"),  # X-Ray and log delivery, in a policy of their own
+    ]
+
+
+@pytest.mark.parametrize(
+    ("reference", "flat"),
+    [
+        ("arn:aws:s3:::b/*", "arn:aws:s3:::b/*"),
+        ({"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::", {"Ref": "B1"}, "/*"]]}, "arn:<AWS::Partition>:s3:::<B1>/*"),
+        ({"Fn::GetAtt": ["Bucket", "Arn"]}, "<Bucket.Arn>"),
+        ({"Fn::Sub": "arn:${AWS::Partition}:s3:::x"}, "arn:<AWS::Partition>:s3:::x"),
+    ],
+)
+def test_flatten_reference_names_findings_as_cdk_nag_does(reference, flat):
+    assert flatten_reference(reference) == flat
+
+
+def test_distributed_json_items_with_batching_in_a_custom_processor():
+    stack = new_stack()
+    bucket = s3.Bucket(stack, "Items")
+    BoundedDistributedMap(
+        stack,
+        "Map",
+        max_concurrency=10,
+        item_processor=sfn.Pass(stack, "Each"),
+        items_bucket=bucket,
+        items_key="items.json",
+        items_format="json",
+        batch_max_items=25,
+        child_execution_type=sfn.StateMachineType.EXPRESS,
+    )
+    state = machine_definition(template_of(stack).to_json())["States"]["Map"]
+    assert state["ItemReader"]["ReaderConfig"]["InputType"] == "JSON"
+    assert state["ItemBatcher"] == {"MaxItemsPerBatch": 25}
+    assert state["ItemProcessor"]["ProcessorConfig"]["ExecutionType"] == "EXPRESS"
+    assert "ToleratedFailurePercentage" not in state  # 0, the service default: any failed item fails the run
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(max_concurrency=10_001), "max_concurrency=10001 exceeds the maximum of 10,000"),
+        (dict(tolerated_failure_percentage=101), "tolerated_failure_percentage=101 exceeds the maximum of 100"),
+        (dict(tolerated_failure_percentage=NAN), "tolerated_failure_percentage=nan is not a finite number"),
+        (dict(tolerated_failure_percentage="1"), "tolerated_failure_percentage='1' is a str"),
+        (dict(items_bucket="my-bucket"), "items_bucket='my-bucket' is a str; pass an s3 bucket"),
+        (dict(items_key=""), "items_key='' is empty"),
+        (dict(items_format="csv"), "items_format='csv' must be one of 'jsonl', 'json'"),
+        (dict(batch_max_items=25), "batch_max_items=25 hands each child a list of items"),
+        (dict(batch_max_items=0), "batch_max_items=0 is below the minimum of 1"),
+        (dict(results_prefix=""), "results_prefix='' is empty"),
+        (dict(child_execution_type="EXPRESS"), "child_execution_type='EXPRESS' must be one of"),
+    ],
+)
+def test_distributed_map_rejects_bad_input(kwargs, message):
+    stack = new_stack()
+    props = dict(
+        max_concurrency=5, model=NOVA, request=REQUEST, items_bucket=s3.Bucket(stack, "B"), items_key="items.jsonl"
+    ) | kwargs
+    with pytest.raises(InvalidPropsError, match=message):
+        BoundedDistributedMap(stack, "Map", **props)
+
+
+def test_distributed_map_accepts_a_token_percentage():
+    stack = new_stack()
+    BoundedDistributedMap(
+        stack, "Map", max_concurrency=5, model=NOVA, request=REQUEST, items_bucket=s3.Bucket(stack, "B"),
+        items_key="items.jsonl", tolerated_failure_percentage=a_token(),
+    )
+
+
+# --- ParallelPrompts --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def parallel():
+    stack = new_stack()
+    construct = ParallelPrompts(
+        stack,
+        "Digest",
+        model=PROFILE,
+        prompts={
+            "Summary": ConverseRequest(prompt="summarize", max_tokens=300),
+            "Sentiment": ConverseRequest(prompt="sentiment", max_tokens=20),
+        },
+        synthesis=ConverseRequest(
+            prompt=sfn.JsonPath.format("digest {}", sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$.answers"))),
+            max_tokens=500,
+        ),
+        synthesis_model=NOVA,
+    )
+    return construct, template_of(stack).to_json()
+
+
+def test_prompts_run_as_parallel_branches_and_the_synthesis_sees_names_and_texts_only(parallel):
+    _, template = parallel
+    asl = machine_definition(template)
+    prompts = asl["States"]["Prompts"]
+    assert [b["StartAt"] for b in prompts["Branches"]] == ["Summary", "Sentiment"]
+    assert prompts["ResultSelector"] == {"answers": {"Summary.$": "$[0].text", "Sentiment.$": "$[1].text"}}
+    assert prompts["Next"] == "Synthesis"
+    states = all_states(asl)
+    assert states["Synthesis"]["ResultPath"] == "$.synthesis"
+    assert states["Synthesis"]["Parameters"]["ModelId"] == "amazon.nova-lite-v1:0"
+    assert states["Synthesis answer"]["ResultPath"] == "$.synthesis"
+
+
+def test_parallel_role_covers_both_models_and_nothing_else(parallel):
+    _, template = parallel
+    arns = {arn_text(a) for a in bedrock_resources(template)}
+    assert "arn:<AWS::Partition>:bedrock:us-east-1::foundation-model/amazon.nova-lite-v1:0" in arns
+    assert all("haiku" in a or "nova-lite" in a for a in arns)
+
+
+def test_without_synthesis_the_parallel_state_ends():
+    stack = new_stack()
+    ParallelPrompts(stack, "P", model=NOVA, prompts={"A": REQUEST, "B": REQUEST})
+    asl = machine_definition(template_of(stack).to_json())
+    assert asl["States"]["Prompts"]["End"] is True
+
+
+def test_single_prompt_warns():
+    stack = new_stack()
+    ParallelPrompts(stack, "P", model=NOVA, prompts={"A": REQUEST})
+    Annotations.from_stack(stack).has_warning("/Test/P", Match.string_like_regexp("only saves time with two or more"))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(prompts={}), "prompts is empty"),
+        (dict(prompts=[REQUEST]), "prompts=.* is a list; pass a dict"),
+        (dict(prompts={"a/b": REQUEST}), "prompt name 'a/b' cannot be a Step Functions state name"),
+        (dict(prompts={"x" * 81: REQUEST}), "prompt name has 81 characters; at most 80"),
+        (dict(prompts={"Synthesis": REQUEST}), "prompt name 'Synthesis' is taken by ParallelPrompts' own states"),
+        (dict(prompts={"A answer": REQUEST}), "prompt name 'A answer' is taken"),
+        (dict(prompts={"A": {"messages": []}}), r"prompts\['A'\]=.* is a dict; pass ConverseRequest"),
+        (dict(synthesis_model=NOVA), "synthesis_model is set without synthesis"),
+        (dict(model="amazon.nova-lite-v1:0"), "model='amazon.nova-lite-v1:0' is a str; pass a BedrockModel"),
+        (dict(synthesis={"x": 1}), "synthesis=.* is a dict; pass ConverseRequest"),
+    ],
+)
+def test_parallel_prompts_rejects_bad_input(kwargs, message):
+    props = dict(model=NOVA, prompts={"A": REQUEST, "B": REQUEST}) | kwargs
+    with pytest.raises(InvalidPropsError, match=message):
+        ParallelPrompts(new_stack(), "P", **props)
+
+
+# --- StateMachineOptions ----------------------------------------------------------------------------
 
 
 def test_existing_log_group_role_and_options_are_used():
@@ -179,14 +641,14 @@ def test_existing_log_group_role_and_options_are_used():
         "Map",
         max_concurrency=5,
         model=NOVA,
-        body=BODY,
+        request=REQUEST,
         state_machine_options=StateMachineOptions(
             log_group=group,
             role=role,
             log_execution_data=True,
             state_machine_name="tickers",
             state_machine_type=sfn.StateMachineType.EXPRESS,
-            timeout=cdk.Duration.minutes(5),
+            timeout=cdk.Duration.minutes(4),
         ),
     )
     template = template_of(stack).to_json()
@@ -197,337 +659,100 @@ def test_existing_log_group_role_and_options_are_used():
     assert machine["RoleArn"]["Fn::GetAtt"][0].startswith("Role")
     assert not resources(template, "AWS::KMS::Key")
     assert len(resources(template, "AWS::Logs::LogGroup")) == 1
-    assert definition(only(template, "AWS::StepFunctions::StateMachine"))["TimeoutSeconds"] == 300
+    assert definition(only(template, "AWS::StepFunctions::StateMachine"))["TimeoutSeconds"] == 240
 
 
-def test_one_at_a_time_synthesizes_with_a_warning():
+def test_express_defaults_to_its_five_minute_limit():
     stack = new_stack()
-    BoundedMap(stack, "Map", max_concurrency=1, model=NOVA, body=BODY)
-    Annotations.from_stack(stack).has_warning(
-        "/Test/Map", Match.string_like_regexp("runs every call in sequence")
+    BoundedMap(
+        stack, "Map", max_concurrency=5, model=NOVA, request=REQUEST,
+        state_machine_options=StateMachineOptions(state_machine_type=sfn.StateMachineType.EXPRESS),
     )
+    assert machine_definition(template_of(stack).to_json())["TimeoutSeconds"] == 300
 
 
-def test_unbounded_only_when_allowed():
-    with pytest.raises(ValueError, match="max_concurrency=0 leaves the Map unbounded.*planning"):
-        BoundedMap(new_stack(), "Map", max_concurrency=0, model=NOVA, body=BODY)
+def test_state_machine_options_key_and_retention():
     stack = new_stack()
-    BoundedMap(stack, "Map", max_concurrency=0, allow_unbounded=True, model=NOVA, body=BODY)
-    state = definition(only(template_of(stack).to_json(), "AWS::StepFunctions::StateMachine"))["States"][
-        "Map"
-    ]
-    assert state.get("MaxConcurrency", 0) == 0
+    key = kms.Key(stack, "MyKey")
+    BoundedMap(
+        stack, "Map", max_concurrency=5, model=NOVA, request=REQUEST,
+        state_machine_options=StateMachineOptions(encryption_key=key, log_retention=logs.RetentionDays.ONE_WEEK),
+    )
+    template = template_of(stack).to_json()
+    group = only(template, "AWS::Logs::LogGroup")["Properties"]
+    assert group["RetentionInDays"] == 7
+    assert group["KmsKeyId"]["Fn::GetAtt"][0].startswith("MyKey")
+
+
+def test_new_log_key_serves_only_this_accounts_log_groups(inline_map):
+    _, template = inline_map
+    statements = only(template, "AWS::KMS::Key")["Properties"]["KeyPolicy"]["Statement"]
+    logs_statement = next(s for s in statements if "Service" in s["Principal"])
+    assert logs_statement["Principal"]["Service"] == "logs.us-east-1.amazonaws.com"
+    condition = logs_statement["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"]
+    assert arn_text(condition) == "arn:<AWS::Partition>:logs:us-east-1:111122223333:log-group:*"
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         (
-            dict(max_concurrency=41),
-            "max_concurrency=41 exceeds the inline Map limit of 40.*mode='distributed'",
+            dict(state_machine_type=sfn.StateMachineType.EXPRESS, timeout=cdk.Duration.hours(24)),
+            "timeout=1 day exceeds the maximum of 5 minutes; an EXPRESS workflow runs at most 5 minutes",
         ),
-        (dict(max_concurrency=-2), "max_concurrency=-2 is negative"),
-        (dict(max_concurrency=5, mode="fast"), "mode='fast' must be 'inline' or 'distributed'"),
-        (dict(max_concurrency=5, model=None), "exactly one of model"),
-        (dict(max_concurrency=5, body=None), "body is not"),
-        (dict(max_concurrency=5, items_key="x.jsonl"), "items_key applies to mode='distributed' only"),
-        (dict(max_concurrency=5, mode="distributed"), "pass items_bucket and items_key"),
+        (dict(timeout=cdk.Duration.seconds(0)), "timeout=0 seconds is below the minimum of 1 second"),
+        (dict(timeout=cdk.Duration.days(400)), "timeout=400 days exceeds the maximum of 365 days"),
+        (dict(timeout=300), "timeout=300 is a int; pass a cdk.Duration"),
+        (dict(state_machine_name="a b"), "state_machine_name='a b' may hold letters"),
+        (dict(state_machine_name="x" * 81), "state_machine_name has 81 characters"),
+        (dict(state_machine_type="EXPRESS"), "state_machine_type='EXPRESS' must be one of"),
+        (dict(role="arn:aws:iam::1:role/x"), "role='arn:aws:iam::1:role/x' is a str; pass an iam.Role"),
+        (dict(log_execution_data="yes"), "log_execution_data='yes' is a str"),
+        (dict(log_retention=30), "log_retention=30 is a int; pass a logs.RetentionDays"),
     ],
 )
-def test_bounded_map_rejects_bad_input(kwargs, message):
-    props = dict(model=NOVA, body=BODY) | kwargs
-    with pytest.raises(ValueError, match=message):
-        BoundedMap(new_stack(), "Map", **props)
+def test_state_machine_options_reject_bad_input(kwargs, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        StateMachineOptions(**kwargs)
 
 
-def test_both_model_and_processor_is_rejected():
+def test_options_for_a_new_log_group_with_an_existing_one_are_refused_not_ignored():
     stack = new_stack()
-    with pytest.raises(ValueError, match="exactly one of model"):
-        BoundedMap(
-            stack, "Map", max_concurrency=2, model=NOVA, body=BODY, item_processor=sfn.Pass(stack, "P")
+    with pytest.raises(InvalidPropsError, match="encryption_key configures a new log group"):
+        StateMachineOptions(log_group=logs.LogGroup(stack, "G"), encryption_key=kms.Key(stack, "K"))
+
+
+# --- cdk-nag: the library never hides the user's own findings ----------------------------------------
+
+
+def nag_findings(build) -> list[str]:
+    """Synthesize a one-stack app with AwsSolutions registered; return the unacknowledged findings."""
+    import tempfile
+    from pathlib import Path
+
+    from cdk_nag import AwsSolutionsChecks
+    from conftest import nag_violations
+
+    outdir = tempfile.mkdtemp()
+    app = cdk.App(outdir=outdir)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    stack = cdk.Stack(app, "Nag", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    build(stack)
+    with contextlib.suppress(RuntimeError):  # ValidationFailed: the findings are in the report
+        app.synth()
+    return nag_violations(Path(outdir))
+
+
+def test_a_users_own_wildcard_on_the_map_role_still_fails_nag():
+    def build(stack):
+        bounded = BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST)
+        bounded.state_machine.add_to_role_policy(
+            iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=["*"])
         )
 
-
-# --- BoundedMap: distributed ----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def distributed_map():
-    stack = new_stack()
-    bucket = s3.Bucket(stack, "Items")
-    results = s3.Bucket(stack, "Results")
-    construct = BoundedMap(
-        stack,
-        "Map",
-        mode="distributed",
-        max_concurrency=500,
-        model=NOVA,
-        body=BODY,
-        items_bucket=bucket,
-        items_key="in/items.jsonl",
-        results_bucket=results,
-        results_prefix="out/",
-        tolerated_failure_percentage=2.5,
-    )
-    return construct, template_of(stack).to_json()
+    findings = nag_findings(build)
+    assert findings == ["AwsSolutions-IAM5[Resource::*] at Nag/Map/StateMachine/Role/DefaultPolicy/Resource"]
 
 
-def test_distributed_map_reads_s3_and_writes_results(distributed_map):
-    machine = only(distributed_map[1], "AWS::StepFunctions::StateMachine")
-    state = definition(machine)["States"]["Map"]
-    assert state["MaxConcurrency"] == 500
-    assert state["ItemReader"]["ReaderConfig"]["InputType"] == "JSONL"
-    assert state["ItemReader"]["Parameters"]["Key"] == "in/items.jsonl"
-    assert state["ResultWriter"]["Parameters"]["Prefix"] == "out/"
-    assert state["ToleratedFailurePercentage"] == 2.5
-    assert state["ItemProcessor"]["ProcessorConfig"] == {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}
-    assert state["ItemProcessor"]["States"]["InvokeModel"]["Retry"][0]["JitterStrategy"] == "FULL"
-    joined = str(machine["Properties"]["DefinitionString"])
-    assert "Results" in joined  # the results bucket, not the items bucket, receives the output
-
-
-def acknowledged(construct) -> set[str]:
-    """The rule ids acknowledged on a construct itself (not inherited)."""
-    key = cdk.Validations.ACKNOWLEDGED_RULES_METADATA_KEY
-    return {
-        rule.removeprefix("Annotation::")
-        for entry in construct.node.metadata
-        if entry.type == key
-        for rule in entry.data
-    }
-
-
-def test_distributed_map_acknowledges_exactly_its_generated_names(distributed_map):
-    machine = distributed_map[0].state_machine
-    stack = cdk.Stack.of(machine)
-    logical_id = stack.resolve(stack.get_logical_id(machine.node.default_child))
-    machine_ref = json.dumps(
-        {"Fn::Select": [6, {"Fn::Split": [":", {"Ref": logical_id}]}]}, separators=(",", ":")
-    )
-    executions = f"arn:<AWS::Partition>:states:us-east-1:111122223333:execution:{machine_ref}"
-    assert acknowledged(machine.node.find_child("DistributedMapPolicy")) == {
-        f"AwsSolutions-IAM5[Resource::{executions}:*]",
-        f"AwsSolutions-IAM5[Resource::{executions}/*:*]",
-    }
-    s3_findings = sorted(acknowledged(machine.role.node.find_child("DefaultPolicy")))
-    # objects of the items bucket (reader) and of the results bucket (writer), nothing else
-    assert [re.sub(r"[0-9A-F]{8}>", ">", f) for f in s3_findings] == [
-        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::<Items>/*]",
-        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::<Results>/*]",
-    ]
-    assert acknowledged(machine.role) == {"AwsSolutions-IAM5[Resource::*]"}
-    for statement in policy_statements(distributed_map[1]):
-        if statement["Resource"] == "*":
-            assert all(a.startswith(("xray:", "logs:")) for a in statement["Action"])
-
-
-@pytest.mark.parametrize(
-    ("reference", "flat"),
-    [
-        ("arn:${AWS::Partition}:s3:::b/*", "arn:<AWS::Partition>:s3:::b/*"),
-        ({"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":x/*"]]}, "arn:<AWS::Partition>:x/*"),
-        ({"Fn::GetAtt": ["Bucket1", "Arn"]}, "<Bucket1.Arn>"),
-        ({"Fn::Sub": "${Bucket}/*"}, "<Bucket>/*"),
-        ({"Fn::Select": [0, ["a"]]}, '{"Fn::Select":[0,["a"]]}'),
-    ],
-)
-def test_flatten_reference_names_findings_as_cdk_nag_does(reference, flat):
-    assert flatten_reference(reference) == flat
-
-
-def test_distributed_json_items_with_batching_in_a_custom_processor():
-    stack = new_stack()
-    bucket = s3.Bucket(stack, "Items")
-    own = tasks.BedrockInvokeModel(
-        stack,
-        "Summarize",
-        model=NOVA.as_imodel(stack, "Nova"),
-        body=sfn.TaskInput.from_object({"items": sfn.JsonPath.object_at("$.Items")}),
-    )
-    BoundedMap(
-        stack,
-        "Map",
-        mode="distributed",
-        max_concurrency=20,
-        item_processor=own,
-        items_bucket=bucket,
-        items_key="items.json",
-        items_format="json",
-        batch_max_items=25,
-        child_execution_type=sfn.StateMachineType.EXPRESS,
-    )
-    state = definition(only(template_of(stack).to_json(), "AWS::StepFunctions::StateMachine"))["States"][
-        "Map"
-    ]
-    assert state["ItemReader"]["ReaderConfig"]["InputType"] == "JSON"
-    assert state["ItemBatcher"] == {"MaxItemsPerBatch": 25}
-    assert state["ItemProcessor"]["ProcessorConfig"]["ExecutionType"] == "EXPRESS"
-    assert state["ItemProcessor"]["States"]["Summarize"]["Retry"][0]["ErrorEquals"] == list(
-        DEFAULT_RETRY_ERRORS
-    )
-    assert state["ResultWriter"]["Parameters"]["Prefix"] == "genai-pacer-results/"
-
-
-def test_batching_a_per_item_request_is_rejected():
-    stack = new_stack()
-    with pytest.raises(ValueError, match="batch_max_items=10 hands each child a list"):
-        BoundedMap(
-            stack,
-            "Map",
-            mode="distributed",
-            max_concurrency=5,
-            model=NOVA,
-            body=BODY,
-            items_bucket=s3.Bucket(stack, "B"),
-            items_key="k",
-            batch_max_items=10,
-        )
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        (dict(max_concurrency=10_001), "max_concurrency=10001 exceeds the distributed Map limit of 10000"),
-        (dict(max_concurrency=5, tolerated_failure_percentage=150), "tolerated_failure_percentage=150"),
-        (dict(max_concurrency=5, items_format="csv"), "items_format='csv'"),
-    ],
-)
-def test_distributed_map_rejects_bad_input(kwargs, message):
-    stack = new_stack()
-    with pytest.raises(ValueError, match=message):
-        BoundedMap(
-            stack,
-            "Map",
-            mode="distributed",
-            model=NOVA,
-            body=BODY,
-            items_bucket=s3.Bucket(stack, "B"),
-            items_key="k",
-            **kwargs,
-        )
-
-
-# --- ParallelPrompts ------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def parallel():
-    stack = new_stack()
-    ParallelPrompts(
-        stack,
-        "Digest",
-        model=PROFILE,
-        prompts={name: BODY for name in ("Summary", "Sentiment", "Issues", "Tags")},
-        synthesis={
-            "messages": [
-                {"role": "user", "content": sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$"))}
-            ]
-        },
-        synthesis_model=NOVA,
-    )
-    return template_of(stack).to_json()
-
-
-def test_prompts_run_as_parallel_branches_then_synthesis(parallel):
-    asl = definition(only(parallel, "AWS::StepFunctions::StateMachine"))
-    prompts = asl["States"]["Prompts"]
-    assert prompts["Type"] == "Parallel"
-    assert [b["StartAt"] for b in prompts["Branches"]] == ["Summary", "Sentiment", "Issues", "Tags"]
-    assert prompts["Next"] == "Synthesis"
-    for branch in prompts["Branches"]:
-        (task,) = branch["States"].values()
-        assert task["Retry"][0]["JitterStrategy"] == "FULL"
-        assert task["ResultSelector"] == {"prompt": branch["StartAt"], "response.$": "$.Body"}
-    assert asl["States"]["Synthesis"]["Retry"][0]["MaxDelaySeconds"] == 30
-    assert asl["States"]["Synthesis"]["End"] is True
-    assert asl["TimeoutSeconds"] == 900
-
-
-def test_parallel_role_covers_both_models_and_nothing_else(parallel):
-    arns = {arn_text(a) for a in bedrock_resources(parallel)}
-    assert "arn:<AWS::Partition>:bedrock:us-east-1::foundation-model/amazon.nova-lite-v1:0" in arns
-    assert any("inference-profile/us.anthropic" in a for a in arns)
-    assert len(arns) == 5  # profile + 3 routed regions + the synthesis model
-    machine = only(parallel, "AWS::StepFunctions::StateMachine")["Properties"]
-    assert machine["TracingConfiguration"] == {"Enabled": True}
-
-
-def test_without_synthesis_the_parallel_state_ends():
-    stack = new_stack()
-    ParallelPrompts(stack, "P", model=NOVA, prompts={"A": BODY, "B": BODY})
-    asl = definition(only(template_of(stack).to_json(), "AWS::StepFunctions::StateMachine"))
-    assert asl["States"]["Prompts"]["End"] is True and "Synthesis" not in asl["States"]
-
-
-def test_single_prompt_warns_and_bad_input_is_rejected():
-    stack = new_stack()
-    ParallelPrompts(stack, "P", model=NOVA, prompts={"Only": BODY})
-    Annotations.from_stack(stack).has_warning("/Test/P", Match.string_like_regexp("only saves time with two"))
-    with pytest.raises(ValueError, match="prompts is empty"):
-        ParallelPrompts(new_stack(), "P", model=NOVA, prompts={})
-    with pytest.raises(ValueError, match="prompt name 'a/b' cannot be a Step Functions state name"):
-        ParallelPrompts(new_stack(), "P", model=NOVA, prompts={"a/b": BODY})
-    with pytest.raises(ValueError, match="body='hello' is not a request"):
-        ParallelPrompts(new_stack(), "P", model=NOVA, prompts={"A": "hello"})
-
-
-# --- BedrockModel ---------------------------------------------------------------------------------------
-
-
-def test_model_ids_are_recognized_and_validated():
-    assert PROFILE.is_inference_profile and PROFILE.profile_regions == ("us-east-1", "us-east-2", "us-west-2")
-    assert PROFILE.foundation_model_id == "anthropic.claude-3-5-haiku-20241022-v1:0"
-    assert not NOVA.is_inference_profile
-    custom = BedrockModel.from_id("global.amazon.nova-lite-v1:0", regions=["us-east-1", "eu-west-1"])
-    assert custom.profile_regions == ("us-east-1", "eu-west-1")
-    with pytest.raises(ValueError, match="prefix 'global', whose routing Regions genai-pacer does not know"):
-        BedrockModel.inference_profile("global.amazon.nova-lite-v1:0")
-    with pytest.raises(ValueError, match="model_id='not a model' is not a Bedrock model id"):
-        BedrockModel.foundation("not a model")
-    with pytest.raises(ValueError, match="regions contains 'moon-1', which is not an AWS Region"):
-        BedrockModel.inference_profile("us.amazon.nova-lite-v1:0", regions=["moon-1"])
-
-
-def test_global_profile_needs_its_regions_listed():
-    with pytest.raises(ValueError, match="prefix 'global'.*pass regions="):
-        BedrockModel.from_id("global.anthropic.claude-sonnet-4-5-20250929-v1:0")
-
-
-def test_new_log_key_serves_only_this_accounts_log_groups(inline_map):
-    _, template = inline_map
-    key = only(template, "AWS::KMS::Key")["Properties"]["KeyPolicy"]["Statement"]
-    (logs_statement,) = [s for s in key if "Service" in s["Principal"]]
-    condition = logs_statement["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"]
-    assert ":logs:us-east-1:111122223333:log-group:*" in arn_text(condition)
-
-
-def test_state_machine_options_key_and_retention():
-    stack = new_stack()
-    key = kms.Key(stack, "Shared")
-    ParallelPrompts(
-        stack,
-        "P",
-        model=NOVA,
-        prompts={"A": BODY, "B": BODY},
-        retry=BedrockRetry(max_attempts=2),
-        state_machine_options=StateMachineOptions(
-            encryption_key=key, log_retention=logs.RetentionDays.ONE_YEAR
-        ),
-    )
-    template = template_of(stack).to_json()
-    log_group = only(template, "AWS::Logs::LogGroup")["Properties"]
-    assert log_group["RetentionInDays"] == 365
-    assert log_group["KmsKeyId"]["Fn::GetAtt"][0].startswith("Shared")
-    asl = definition(only(template, "AWS::StepFunctions::StateMachine"))
-    assert {
-        b["States"][b["StartAt"]]["Retry"][0]["MaxAttempts"] for b in asl["States"]["Prompts"]["Branches"]
-    } == {2}
-
-
-def test_grant_invoke_with_streaming_allows_the_stream_action():
-    stack = new_stack()
-    role = iam.Role(stack, "Caller", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-    PROFILE.grant_invoke(role, streaming=True)
-    (statement,) = policy_statements(template_of(stack).to_json())
-    assert statement["Action"] == ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
-    assert len(statement["Resource"]) == 4
+def test_the_library_alone_passes_nag():
+    assert nag_findings(lambda stack: BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST)) == []

@@ -44,9 +44,18 @@ def is_token(value: Any) -> bool:
     try:
         if hasattr(value, "is_unresolved") and callable(value.is_unresolved):  # Duration, Size
             return bool(value.is_unresolved())
+        if isinstance(value, float) and not math.isfinite(value):
+            return False  # NaN or infinity would kill the jsii process; they are never tokens
+        if not isinstance(value, str | int | float):
+            return False
         return bool(cdk.Token.is_unresolved(value))
     except Exception:  # a value jsii cannot pass is not a token
         return False
+
+
+def _num(value: float) -> str:
+    """A limit as people write it: 99,999,999 or 0.5."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
 def _show(value: Any) -> str:
@@ -117,11 +126,11 @@ class Checks:
         if integer and value != int(value):
             return self.fail(f"{name}={value!r} is not a whole number; CloudFormation wants an integer{tail}")
         if above is not None and not value > above:
-            return self.fail(f"{name}={value!r} must be greater than {above:g}{tail}")
+            return self.fail(f"{name}={value!r} must be greater than {_num(above)}{tail}")
         if minimum is not None and value < minimum:
-            return self.fail(f"{name}={value!r} is below the minimum of {minimum:g}{tail}")
+            return self.fail(f"{name}={value!r} is below the minimum of {_num(minimum)}{tail}")
         if maximum is not None and value > maximum:
-            return self.fail(f"{name}={value!r} exceeds the maximum of {maximum:g}{tail}")
+            return self.fail(f"{name}={value!r} exceeds the maximum of {_num(maximum)}{tail}")
         return True
 
     def integer(self, name: str, value: Any, **limits: Any) -> bool:
@@ -132,7 +141,7 @@ class Checks:
         if value is None:
             return False if optional else self.fail(f"{name} is required: pass {expected}")
         bool_refused = isinstance(value, bool) and bool not in _as_tuple(types)
-        if isinstance(value, types) and not bool_refused:
+        if not bool_refused and any(_is_instance(value, t) for t in _as_tuple(types)):
             return True
         return self.fail(f"{name}={_show(value)} is a {type(value).__name__}; pass {expected}")
 
@@ -196,6 +205,27 @@ class Checks:
             return self.fail(f"{name}={_show(values)} is a {type(values).__name__}; pass a list")
         results = [check(f"{name}[{i}]", item) for i, item in enumerate(values)]
         return all(results)
+
+
+def _is_instance(value: Any, kind: type) -> bool:
+    """isinstance, also for jsii interfaces (IBucket, IRole...), which are Protocols isinstance refuses."""
+    if not getattr(kind, "_is_protocol", False) or getattr(kind, "_is_runtime_protocol", False):
+        return isinstance(value, kind)
+    if kind in _jsii_interfaces(value):
+        return True
+    proxy = getattr(kind, "__jsii_proxy_class__", None)  # an object jsii returned typed as the interface
+    return proxy is not None and any(isinstance(obj, proxy()) for obj in [value, *getattr(value, "_delegates", ())])
+
+
+def _jsii_interfaces(value: Any) -> set[type]:
+    """Every jsii interface `value` implements, inherited ones included."""
+    objects = [value, *getattr(value, "_delegates", ())]  # an imported resource is a dynamic proxy
+    found: set[type] = set()
+    for obj in objects:
+        for cls in type(obj).__mro__:
+            for iface in getattr(cls, "__jsii_ifaces__", None) or ():
+                found.update(getattr(iface, "__mro__", (iface,)))
+    return found
 
 
 def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:

@@ -3,12 +3,15 @@
 Bedrock rejects a throttled call at once rather than queuing it, so only two settings change how
 often a workflow throttles: a MaxConcurrency the quota sustains, and a Retry on throttling with
 exponential backoff and jitter. Every model call these constructs build gets both.
+
+`BoundedMap` (inline: items from the state input, at most 40 at once) and `BoundedDistributedMap`
+(items from S3, up to 10,000 at once, results written to S3) are two constructs, as aws-cdk-lib
+has Map and DistributedMap, so no prop of one is silently ignored by the other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import aws_cdk as cdk
@@ -19,142 +22,110 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from . import planning
+from ._checks import Checks, fit_concurrency
 from ._nag import acknowledge_wildcard_resources
 from ._secure import StateMachineOptions, model_state_machine
+from .model_tasks import (
+    ANSWER_BYTES_OVERHEAD,
+    DEFAULT_RETRY_ERRORS,
+    BedrockRetry,
+    ConverseRequest,
+    ModelRequest,
+    NativeRequest,
+    TaskOptions,
+    has_retry,
+    model_call,
+)
 from .models import BedrockModel
 
 __all__ = [
-    "BedrockRetry",
     "BoundedMap",
+    "BoundedDistributedMap",
     "ParallelPrompts",
+    "BedrockRetry",
+    "ConverseRequest",
+    "NativeRequest",
+    "TaskOptions",
     "StateMachineOptions",
-    "invoke_model_task",
     "DEFAULT_RETRY_ERRORS",
     "INLINE_MAP_LIMIT",
     "DISTRIBUTED_MAP_LIMIT",
+    "STATE_PAYLOAD_LIMIT_BYTES",
 ]
 
 INLINE_MAP_LIMIT = 40
 DISTRIBUTED_MAP_LIMIT = 10_000
+#: Step Functions' limit on a state's input or output (256 KiB).
+STATE_PAYLOAD_LIMIT_BYTES = 256 * 1024
+#: Bytes per output token when estimating an answer's size (English text averages about 4).
+BYTES_PER_TOKEN = 4
 
-#: Error names a model call is retried on. The optimized bedrock:invokeModel integration reports
-#: Bedrock.<Name>Exception; the AWS SDK integration for bedrock-runtime reports
-#: BedrockRuntime.<Name>Exception. Both spellings are listed so either task type is covered.
-DEFAULT_RETRY_ERRORS: tuple[str, ...] = tuple(
-    f"{service}.{name}Exception"
-    for name in ("Throttling", "ServiceUnavailable", "ModelNotReady", "InternalServer", "ModelTimeout")
-    for service in ("Bedrock", "BedrockRuntime")
-)
+_MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')"
+_PLAN_HINT = "size it with planning.sustainable_rate(...) and pass the plan"
 
 
-@dataclass(frozen=True)
-class BedrockRetry:
-    """The Retry a model-calling task needs: exponential backoff with FULL jitter, capped.
+class _MapBase(Construct):
+    """What both Map constructs share: the per-item processor, the Retry, and the state machine."""
 
-    errors: error names to retry. Default: throttling plus the transient Bedrock errors
-        (DEFAULT_RETRY_ERRORS); validation and access errors are never worth retrying.
-    interval: first wait. Default: 2 seconds.
-    backoff_rate: growth per attempt. Default: 2.0.
-    max_attempts: retries after the first call. Default: 6 (about 2 minutes of waiting at most).
-    max_delay: cap on any one wait, so late retries do not sleep for minutes. Default: 30 seconds.
+    map_state: sfn.MapBase
+    state_machine: sfn.StateMachine
 
-    FULL jitter spreads retries of calls throttled together over the whole wait, so they do not
-    come back as the same burst.
-    """
-
-    errors: tuple[str, ...] = DEFAULT_RETRY_ERRORS
-    interval: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(2))
-    backoff_rate: float = 2.0
-    max_attempts: int = 6
-    max_delay: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(30))
-
-    def __post_init__(self) -> None:
-        if not self.errors:
-            raise ValueError(
-                "errors=() retries nothing; keep DEFAULT_RETRY_ERRORS or list the throttling errors"
-            )
-        if self.max_attempts < 1:
-            raise ValueError(
-                f"max_attempts={self.max_attempts} never retries a throttle; use 1 or more (default 6)"
-            )
-        if self.backoff_rate < 1:
-            raise ValueError(
-                f"backoff_rate={self.backoff_rate} shrinks the wait each attempt; use >= 1 (default 2.0)"
-            )
-        if self.max_delay.to_milliseconds() < self.interval.to_milliseconds():
-            raise ValueError(
-                f"max_delay={self.max_delay.to_human_string()} is shorter than interval="
-                f"{self.interval.to_human_string()}; the cap must be at least the first wait"
-            )
-
-    def apply_to(self, task: sfn.TaskStateBase) -> sfn.TaskStateBase:
-        """Add this Retry to a task state and return the task."""
-        task.add_retry(
-            errors=list(self.errors),
-            interval=self.interval,
-            backoff_rate=self.backoff_rate,
-            max_attempts=self.max_attempts,
-            max_delay=self.max_delay,
-            jitter_strategy=sfn.JitterType.FULL,
-        )
-        return task
+    def _processor(
+        self,
+        check: Checks,
+        *,
+        model: BedrockModel | None,
+        request: ModelRequest | None,
+        item_processor: sfn.IChainable | None,
+        retry: BedrockRetry,
+        task_options: TaskOptions | None,
+    ) -> tuple[sfn.IChainable | None, list[BedrockModel]]:
+        check.instance("model", model, BedrockModel, _MODEL_HINT, optional=True)
+        check.instance("item_processor", item_processor, sfn.IChainable, "an sfn chain (a state or .next() chain)", optional=True)
+        check.instance("task_options", task_options, TaskOptions, "TaskOptions(...)", optional=True)
+        if not check.rule(
+            (model is None) != (item_processor is None),
+            "pass exactly one of model (with request) for a model call per item, or item_processor for your own chain",
+        ):
+            return None, []
+        if item_processor is not None:
+            check.rule(request is None, "request is set with item_processor; the processor makes its own calls: drop request")
+            check.rule(task_options is None, "task_options is set with item_processor; set them on your own tasks instead")
+            # A user's own InvokeModel tasks get the Retry unless they already carry one.
+            for state in sfn.State.find_reachable_states(item_processor.start_state):
+                if isinstance(state, tasks.BedrockInvokeModel) and not has_retry(state):
+                    retry.apply_to(state)
+            return item_processor, []
+        if not check.rule(request is not None, "model is set but request is not; pass ConverseRequest(prompt=..., max_tokens=...)"):
+            return None, []
+        check.raise_if_any()  # model_call needs valid inputs
+        _, chain = model_call(self, "InvokeModel", model=model, request=request, retry=retry, options=task_options)  # type: ignore[arg-type]
+        return chain, [model]  # type: ignore[list-item]
 
 
-RequestBody = Mapping[str, Any] | sfn.TaskInput
+class BoundedMap(_MapBase):
+    """An inline Map state whose MaxConcurrency the quota sustains, in a state machine of its own.
 
+    Per item it calls `model` with `request` (JsonPath references such as `$.prompt` read the
+    item), or runs your own `item_processor`. Each item's result is narrowed to the answer text,
+    stop reason and token usage, so the Map's output stays under Step Functions' 256 KiB limit.
 
-def invoke_model_task(
-    scope: Construct,
-    id: str,
-    *,
-    model: BedrockModel,
-    body: RequestBody,
-    retry: BedrockRetry,
-    **task_props: Any,
-) -> tasks.BedrockInvokeModel:
-    """A Bedrock InvokeModel task with `retry` applied; its grant covers only `model`."""
-    if not isinstance(body, sfn.TaskInput):
-        if not isinstance(body, Mapping) or not body:
-            raise ValueError(
-                f"{id}: body={body!r} is not a request; pass the model's native request as a dict, e.g. "
-                "{'messages': [...], 'max_tokens': 600}, or an sfn.TaskInput"
-            )
-        body = sfn.TaskInput.from_object(dict(body))
-    task = tasks.BedrockInvokeModel(
-        scope, id, model=model.as_imodel(scope, f"{id}Model"), body=body, **task_props
-    )
-    retry.apply_to(task)
-    return task
-
-
-class BoundedMap(Construct):
-    """A Map state whose MaxConcurrency the quota sustains, in a state machine of its own.
-
-    Per item it calls `model` with `body` (JSONPath references such as `$.prompt` read the item), or
-    runs your own `item_processor`; every Bedrock task in it gets `retry`.
-
-    max_concurrency: required; an int or a `planning.RatePlan` (its max_concurrency is used). 0 is
-        unbounded and rejected unless allow_unbounded=True; 1 runs every call in sequence (warning);
-        inline maps allow at most 40, distributed maps 10,000.
+    max_concurrency: required; an int 1..40 or a `planning.RatePlan` (fitted: above 40 it uses 40
+        and warns; a plan below 1 cannot exist). 1 runs every call in sequence (warning). 0 is
+        unbounded and refused unless allow_unbounded=True.
     allow_unbounded: accept max_concurrency=0. Default: False.
-    model / body: the per-item model call (both, or neither when item_processor is given).
-    item_processor: your own chain per item (a distributed child). Bedrock InvokeModel tasks in it
-        receive `retry`; grant any other models it calls yourself.
+    model / request: the per-item model call: `ConverseRequest(...)` (default form, any model) or
+        `NativeRequest(body)`.
+    item_processor: instead of model/request, your own chain per item. Bedrock InvokeModel tasks
+        in it without a Retry receive `retry`; grant any other models it calls yourself.
     retry: Default: BedrockRetry().
-    mode: "inline" (items from the state input) or "distributed" (items from S3). Default: "inline".
-    items_path: inline only; where the items are in the input. Default: "$.items".
-    items_bucket / items_key: distributed only; the S3 object that lists the items. Required there.
-    items_format: "jsonl" or "json" (an array). Default: "jsonl".
-    results_bucket / results_prefix: distributed only; where Step Functions writes the results.
-        Default: items_bucket, prefix "genai-pacer-results/".
-    tolerated_failure_percentage: distributed only; failed items that still let the run succeed.
-        Default: 0 (any failed item fails the run, so nothing is lost silently).
-    batch_max_items: distributed with item_processor only; items per child execution. Default: no
-        batching.
-    child_execution_type: distributed only. Default: STANDARD (Express children stop after 5 minutes,
-        which a throttled call retrying with backoff can exceed).
-    state_machine_options: how the state machine is built (StateMachineOptions). Default: encrypted logs,
-        X-Ray, STANDARD type, 24-hour timeout.
+    task_options: result selection, result path, timeout, heartbeat of the model task. Default:
+        TaskOptions() (text, stop reason and usage replace the item).
+    items_path: where the items are in the input. Default: "$.items".
+    expected_items: how many items a run usually gets; with the request's max_tokens it estimates
+        the Map's output and warns at synth when that can exceed 256 KiB. Default: not estimated.
+    state_machine_options: how the state machine is built. Default: encrypted logs, X-Ray,
+        STANDARD type, 24-hour timeout.
 
     Attributes: `map_state`, `state_machine`.
     """
@@ -167,13 +138,101 @@ class BoundedMap(Construct):
         max_concurrency: int | planning.RatePlan,
         allow_unbounded: bool = False,
         model: BedrockModel | None = None,
-        body: RequestBody | None = None,
+        request: ModelRequest | None = None,
         item_processor: sfn.IChainable | None = None,
         retry: BedrockRetry | None = None,
-        mode: Literal["inline", "distributed"] = "inline",
+        task_options: TaskOptions | None = None,
         items_path: str = "$.items",
-        items_bucket: s3.IBucket | None = None,
-        items_key: str | None = None,
+        expected_items: int | None = None,
+        state_machine_options: StateMachineOptions | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        with Checks(f"BoundedMap {id}") as check:
+            cap = _cap(self, check, max_concurrency, allow_unbounded, INLINE_MAP_LIMIT, "an inline Map")
+            check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
+            check.instance("allow_unbounded", allow_unbounded, bool, "True or False")
+            if check.text("items_path", items_path):
+                check.rule(items_path.startswith("$"), f"items_path={items_path!r} is not a JsonPath; use e.g. '$.items'")
+            check.integer("expected_items", expected_items, minimum=1, optional=True)
+            check.instance("state_machine_options", state_machine_options, StateMachineOptions, "StateMachineOptions(...)", optional=True)
+            check.raise_if_any()
+            retry = retry or BedrockRetry()
+            processor, models = self._processor(
+                check, model=model, request=request, item_processor=item_processor, retry=retry, task_options=task_options
+            )
+        self.map_state = sfn.Map(self, "Map", max_concurrency=cap, items_path=items_path)
+        self.map_state.item_processor(processor)  # type: ignore[arg-type]
+        if expected_items is not None and request is not None:
+            self._warn_if_output_can_exceed_the_limit(expected_items, request, task_options)
+        self.state_machine = model_state_machine(
+            self,
+            definition=self.map_state,
+            models=models,
+            options=state_machine_options or StateMachineOptions(),
+            default_timeout=cdk.Duration.hours(24),
+        )
+
+    def _warn_if_output_can_exceed_the_limit(
+        self, items: int, request: ModelRequest, task_options: TaskOptions | None
+    ) -> None:
+        max_tokens = request.max_tokens
+        if max_tokens is None or (task_options is not None and task_options.result_selector is not None):
+            return  # a native body without max_tokens, or a selection we cannot size
+        if isinstance(request, NativeRequest):
+            per_item = max_tokens * BYTES_PER_TOKEN * 3  # a native body repeats ids, usage and JSON framing
+        else:
+            per_item = max_tokens * BYTES_PER_TOKEN + ANSWER_BYTES_OVERHEAD
+        worst = items * per_item
+        if worst > STATE_PAYLOAD_LIMIT_BYTES:
+            fits = max(1, STATE_PAYLOAD_LIMIT_BYTES // per_item)
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:map-output-size",
+                f"{items} items x up to {max_tokens} output tokens (about {per_item:,} bytes each) can reach "
+                f"{worst:,} bytes, above Step Functions' 256 KiB state limit: the run would fail with "
+                f"States.DataLimitExceeded after paying for the answers. About {fits} items fit; use "
+                "BoundedDistributedMap (results written to S3) for more",
+            )
+
+
+class BoundedDistributedMap(_MapBase):
+    """A distributed Map over items in S3, bounded by the quota, with results written to S3.
+
+    max_concurrency: required; an int 1..10,000 or a `planning.RatePlan` (fitted to 1..10,000).
+        0 is unbounded and refused unless allow_unbounded=True.
+    allow_unbounded: accept max_concurrency=0. Default: False.
+    model / request / item_processor / retry / task_options: as in BoundedMap.
+    items_bucket / items_key: required; the S3 object that lists the items.
+    items_format: "jsonl" (one item per line) or "json" (an array). Default: "jsonl".
+    results_bucket / results_prefix: where Step Functions writes the results. Default: items_bucket,
+        prefix "genai-pacer-results/".
+    tolerated_failure_percentage: failed items that still let the run succeed, 0..100. Default: 0
+        (any failed item fails the run, so nothing is lost silently).
+    batch_max_items: with item_processor only; items per child execution. Default: no batching.
+    child_execution_type: Default: STANDARD (Express children stop after 5 minutes, which a
+        throttled call retrying with backoff can exceed).
+    state_machine_options: Default: encrypted logs, X-Ray, STANDARD type, 24-hour timeout.
+
+    The role may read every object of items_bucket and write every object of results_bucket:
+    aws-cdk-lib's item reader and result writer grant `bucket/*`. Pass your own role in
+    state_machine_options to narrow it.
+
+    Attributes: `map_state`, `state_machine`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        max_concurrency: int | planning.RatePlan,
+        items_bucket: s3.IBucket,
+        items_key: str,
+        allow_unbounded: bool = False,
+        model: BedrockModel | None = None,
+        request: ModelRequest | None = None,
+        item_processor: sfn.IChainable | None = None,
+        retry: BedrockRetry | None = None,
+        task_options: TaskOptions | None = None,
         items_format: Literal["jsonl", "json"] = "jsonl",
         results_bucket: s3.IBucket | None = None,
         results_prefix: str = "genai-pacer-results/",
@@ -186,75 +245,46 @@ class BoundedMap(Construct):
         # Without this flag aws-cdk-lib silently drops result_writer_v2 and nothing is written to S3.
         # Set on this construct only, before any child exists, so the user's app is untouched.
         self.node.set_context("@aws-cdk/aws-stepfunctions:useDistributedMapResultWriterV2", True)
-        retry = retry or BedrockRetry()
-        cap = planning.as_max_concurrency(max_concurrency)
-        self._validate(cap, allow_unbounded, mode)
-        if (model is None) == (item_processor is None):
-            raise ValueError(
-                "BoundedMap needs exactly one of model (with body) for a model call per item, or item_processor "
-                "for your own chain"
+        with Checks(f"BoundedDistributedMap {id}") as check:
+            cap = _cap(self, check, max_concurrency, allow_unbounded, DISTRIBUTED_MAP_LIMIT, "a distributed Map")
+            check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
+            check.instance("items_bucket", items_bucket, s3.IBucket, "an s3 bucket (s3.Bucket or s3.Bucket.from_bucket_name)")
+            check.text("items_key", items_key, fix="the key of the JSONL or JSON object listing the items")
+            check.one_of("items_format", items_format, ("jsonl", "json"))
+            check.instance("results_bucket", results_bucket, s3.IBucket, "an s3 bucket", optional=True)
+            check.text("results_prefix", results_prefix)
+            check.number(
+                "tolerated_failure_percentage", tolerated_failure_percentage, minimum=0, maximum=100,
+                fix="a share of items in percent; 0 fails the run on any failed item",
             )
-        if model is not None and body is None:
-            raise ValueError("model is set but body is not; pass the request body template for each item")
-
-        if model is not None:
-            if batch_max_items is not None:
-                raise ValueError(
+            if check.integer("batch_max_items", batch_max_items, minimum=1, maximum=100_000_000, optional=True):
+                check.rule(
+                    model is None,
                     f"batch_max_items={batch_max_items} hands each child a list of items, which a per-item request "
-                    "body cannot read; drop it, or pass an item_processor that handles $.Items"
+                    "cannot read; drop it, or pass an item_processor that handles $.Items",
                 )
-            processor: sfn.IChainable = invoke_model_task(
-                self, "InvokeModel", model=model, body=body, retry=retry
+            check.one_of(
+                "child_execution_type", child_execution_type,
+                (sfn.StateMachineType.STANDARD, sfn.StateMachineType.EXPRESS),
             )
-            models = [model]
-        else:
-            processor = item_processor
-            models = []
-            for state in sfn.State.find_reachable_states(item_processor.start_state):
-                if isinstance(state, tasks.BedrockInvokeModel):
-                    retry.apply_to(state)
-
-        if mode == "inline":
-            for name, value in (
-                ("items_bucket", items_bucket),
-                ("items_key", items_key),
-                ("results_bucket", results_bucket),
-                ("batch_max_items", batch_max_items),
-            ):
-                if value is not None:
-                    raise ValueError(
-                        f"{name} applies to mode='distributed' only; an inline Map reads {items_path}"
-                    )
-            self.map_state: sfn.Map | sfn.DistributedMap = sfn.Map(
-                self, "Map", max_concurrency=cap, items_path=items_path
+            check.instance("state_machine_options", state_machine_options, StateMachineOptions, "StateMachineOptions(...)", optional=True)
+            check.raise_if_any()
+            retry = retry or BedrockRetry()
+            processor, models = self._processor(
+                check, model=model, request=request, item_processor=item_processor, retry=retry, task_options=task_options
             )
-            self.map_state.item_processor(processor)
-        else:
-            if items_bucket is None or not items_key:
-                raise ValueError("mode='distributed' reads items from S3: pass items_bucket and items_key")
-            if not 0 <= tolerated_failure_percentage <= 100:
-                raise ValueError(
-                    f"tolerated_failure_percentage={tolerated_failure_percentage} must be within 0..100"
-                )
-            if items_format not in ("jsonl", "json"):
-                raise ValueError(f"items_format={items_format!r} must be 'jsonl' or 'json'")
-            reader_cls = sfn.S3JsonLItemReader if items_format == "jsonl" else sfn.S3JsonItemReader
-            self.map_state = sfn.DistributedMap(
-                self,
-                "Map",
-                max_concurrency=cap,
-                item_reader=reader_cls(bucket=items_bucket, key=items_key),
-                result_writer_v2=sfn.ResultWriterV2(
-                    bucket=results_bucket or items_bucket, prefix=results_prefix
-                ),
-                tolerated_failure_percentage=tolerated_failure_percentage,
-                item_batcher=sfn.ItemBatcher(max_items_per_batch=batch_max_items)
-                if batch_max_items
-                else None,
-                map_execution_type=child_execution_type,
-            )
-            self.map_state.item_processor(processor)
-
+        reader_cls = sfn.S3JsonLItemReader if items_format == "jsonl" else sfn.S3JsonItemReader
+        self.map_state = sfn.DistributedMap(
+            self,
+            "Map",
+            max_concurrency=cap,
+            item_reader=reader_cls(bucket=items_bucket, key=items_key),
+            result_writer_v2=sfn.ResultWriterV2(bucket=results_bucket or items_bucket, prefix=results_prefix),
+            tolerated_failure_percentage=tolerated_failure_percentage,
+            item_batcher=sfn.ItemBatcher(max_items_per_batch=batch_max_items) if batch_max_items else None,
+            map_execution_type=child_execution_type,
+        )
+        self.map_state.item_processor(processor)  # type: ignore[arg-type]
         self.state_machine = model_state_machine(
             self,
             definition=self.map_state,
@@ -262,12 +292,12 @@ class BoundedMap(Construct):
             options=state_machine_options or StateMachineOptions(),
             default_timeout=cdk.Duration.hours(24),
         )
-        if mode == "distributed" and (state_machine_options is None or state_machine_options.role is None):
-            self._acknowledge_distributed_grants()
+        if state_machine_options is None or state_machine_options.role is None:
+            self._acknowledge_generated_names()
 
-    def _acknowledge_distributed_grants(self) -> None:
-        """A distributed Map must start child executions with generated names and read and write S3
-        objects whose names it generates; those grants cannot name each object."""
+    def _acknowledge_generated_names(self) -> None:
+        """A distributed Map starts child executions with generated names and reads and writes S3
+        objects whose keys it generates; those grants cannot name each execution or object."""
         machine = self.state_machine
         child_policy = machine.node.try_find_child("DistributedMapPolicy")
         if child_policy is not None:
@@ -280,54 +310,55 @@ class BoundedMap(Construct):
         acknowledge_wildcard_resources(
             machine.role.node.find_child("DefaultPolicy"),
             matches=lambda arn: ":s3:::" in arn and arn.endswith("/*"),
-            reason="the Map reads the items object and writes result objects whose keys Step Functions generates "
-            "under the results prefix of the configured buckets only",
+            reason="aws-cdk-lib's item reader and result writer grant every object of the items and results "
+            "buckets (bucket/*): the Map reads the items object and writes result objects whose keys Step "
+            "Functions generates; pass your own role to narrow it",
         )
 
-    def _validate(self, cap: int, allow_unbounded: bool, mode: str) -> None:
-        if mode not in ("inline", "distributed"):
-            raise ValueError(f"mode={mode!r} must be 'inline' or 'distributed'")
-        if cdk.Token.is_unresolved(cap):
-            return
-        hint = "pass a positive cap, e.g. planning.sustainable_rate(...).max_concurrency"
-        if cap < 0:
-            raise ValueError(f"max_concurrency={cap} is negative; {hint}")
-        if cap == 0 and not allow_unbounded:
-            raise ValueError(
-                f"max_concurrency=0 leaves the Map unbounded, the usual cause of throttling bursts; {hint} "
-                "(or allow_unbounded=True if a downstream limit really bounds it)"
-            )
-        if mode == "inline" and cap > INLINE_MAP_LIMIT:
-            raise ValueError(
-                f"max_concurrency={cap} exceeds the inline Map limit of {INLINE_MAP_LIMIT} concurrent iterations; "
-                "use mode='distributed' (items from S3, up to 10,000) or lower the cap"
-            )
-        if cap > DISTRIBUTED_MAP_LIMIT:
-            raise ValueError(
-                f"max_concurrency={cap} exceeds the distributed Map limit of {DISTRIBUTED_MAP_LIMIT}; lower the cap"
-            )
-        if cap == 1:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:map-sequential",
-                "max_concurrency=1 runs every call in sequence; independent calls finish sooner side by side "
-                "(size the cap with genai_pacer.planning)",
-            )
+
+def _cap(
+    scope: Construct, check: Checks, value: Any, allow_unbounded: bool, maximum: int, limit: str
+) -> int | None:
+    """The Map's MaxConcurrency: 0 only when explicitly unbounded, 1 with a warning."""
+    if value == 0 and not isinstance(value, bool) and type(value) is int:
+        check.rule(
+            allow_unbounded is True,
+            f"max_concurrency=0 leaves the Map unbounded, the usual cause of throttling bursts; {_PLAN_HINT} "
+            "(or allow_unbounded=True if a downstream limit really bounds it)",
+        )
+        return 0
+    cap = fit_concurrency(check, scope, "max_concurrency", value, minimum=1, maximum=maximum, limit=limit, fix=_PLAN_HINT)
+    if cap == 1:
+        cdk.Annotations.of(scope).add_warning_v2(
+            "genai-pacer:map-sequential",
+            "max_concurrency=1 runs every call in sequence; independent calls finish sooner side by side "
+            "(size the cap with genai_pacer.planning)",
+        )
+    return cap
+
+
+#: State names ParallelPrompts uses itself; a prompt may not take them.
+_PARALLEL_STATES = ("Prompts", "Synthesis", "Synthesis answer", "Synthesis no text", "Synthesis has text?")
+_STATE_NAME_FORBIDDEN = '<>{}[]?*"#%\\^|~`$&,;:/'
 
 
 class ParallelPrompts(Construct):
     """Independent prompts as branches of one Parallel state, then an optional synthesis call.
 
-    Run side by side, four 5-second prompts take about 5 seconds instead of 20. Each branch returns
-    {"prompt": <name>, "response": <model response body>}; the Parallel state's output is the list
-    of those in `prompts` order, which is what `synthesis` receives as its input ($[0].response...).
+    Run side by side, four 5-second prompts take about 5 seconds instead of 20. The output is
+    {"answers": {<name>: <answer text>, ...}} and, with a synthesis, also
+    {"synthesis": {"text", "stopReason", "usage"}}. The synthesis receives the state with
+    `answers` (names and texts only, no response metadata), e.g.
+    `sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$.answers"))` in its prompt.
 
-    prompts: branch name -> request body (the model's native request). At least one.
+    prompts: branch name -> ConverseRequest (or NativeRequest: its answer is then the native
+        body). At least one; names are state names (1-80 characters, no brackets or punctuation).
     model: the model every branch calls.
-    synthesis: request body of a final call that runs after every branch. Default: none.
-    synthesis_model: Default: `model`.
+    synthesis: the request of a final call that runs after every branch. Default: none.
+    synthesis_model: requires synthesis. Default: `model`.
     retry: Default: BedrockRetry().
-    state_machine_options: how the state machine is built (StateMachineOptions). Default: encrypted logs,
-        X-Ray, STANDARD type, 15-minute timeout.
+    state_machine_options: Default: encrypted logs, X-Ray, STANDARD type, 15-minute timeout. For a
+        caller that waits for the answer, use EXPRESS (at most 5 minutes) and StartSyncExecution.
 
     Attributes: `parallel_state`, `synthesis_task` (or None), `state_machine`.
     """
@@ -337,50 +368,55 @@ class ParallelPrompts(Construct):
         scope: Construct,
         id: str,
         *,
-        prompts: Mapping[str, RequestBody],
+        prompts: Mapping[str, ModelRequest],
         model: BedrockModel,
-        synthesis: RequestBody | None = None,
+        synthesis: ModelRequest | None = None,
         synthesis_model: BedrockModel | None = None,
         retry: BedrockRetry | None = None,
         state_machine_options: StateMachineOptions | None = None,
     ) -> None:
         super().__init__(scope, id)
+        with Checks(f"ParallelPrompts {id}") as check:
+            check.instance("model", model, BedrockModel, _MODEL_HINT)
+            check.instance("synthesis_model", synthesis_model, BedrockModel, _MODEL_HINT, optional=True)
+            check.rule(
+                synthesis_model is None or synthesis is not None,
+                "synthesis_model is set without synthesis; it would be ignored: pass synthesis or drop synthesis_model",
+            )
+            check.instance("synthesis", synthesis, (ConverseRequest, NativeRequest), "ConverseRequest(...)", optional=True)
+            check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
+            check.instance("state_machine_options", state_machine_options, StateMachineOptions, "StateMachineOptions(...)", optional=True)
+            if check.instance("prompts", prompts, Mapping, "a dict of branch name -> ConverseRequest"):
+                check.rule(bool(prompts), "prompts is empty; pass at least one branch name -> ConverseRequest")
+                for name, request in prompts.items():
+                    _check_state_name(check, name)
+                    check.instance(f"prompts[{name!r}]", request, (ConverseRequest, NativeRequest), "ConverseRequest(prompt=..., max_tokens=...)")
         retry = retry or BedrockRetry()
-        if not prompts:
-            raise ValueError("prompts is empty; pass at least one branch name -> request body")
         if len(prompts) == 1:
             cdk.Annotations.of(self).add_warning_v2(
                 "genai-pacer:single-branch",
                 "ParallelPrompts has one prompt; a Parallel state only saves time with two or more independent calls",
             )
-        self.parallel_state = sfn.Parallel(self, "Prompts")
-        for name, body in prompts.items():
-            _check_state_name(name)
-            self.parallel_state.branch(
-                invoke_model_task(
-                    self,
-                    name,
-                    model=model,
-                    body=body,
-                    retry=retry,
-                    result_selector={"prompt": name, "response.$": "$.Body"},
-                )
-            )
-        models: Sequence[BedrockModel] = [model]
+        # Only names and texts move on: ids, usage and model names would cost the synthesis tokens.
+        answers = {
+            f"{name}.$": f"$[{index}].{'body' if isinstance(request, NativeRequest) else 'text'}"
+            for index, (name, request) in enumerate(prompts.items())
+        }
+        self.parallel_state = sfn.Parallel(self, "Prompts", result_selector={"answers": answers})
+        for name, request in prompts.items():
+            _, chain = model_call(self, name, model=model, request=request, retry=retry)
+            self.parallel_state.branch(chain)
         definition: sfn.IChainable = self.parallel_state
-        self.synthesis_task: tasks.BedrockInvokeModel | None = None
+        models = [model]
+        self.synthesis_task: sfn.TaskStateBase | None = None
         if synthesis is not None:
             synthesis_model = synthesis_model or model
-            self.synthesis_task = invoke_model_task(
-                self,
-                "Synthesis",
-                model=synthesis_model,
-                body=synthesis,
-                retry=retry,
-                result_selector={"response.$": "$.Body"},
+            self.synthesis_task, chain = model_call(
+                self, "Synthesis", model=synthesis_model, request=synthesis, retry=retry,
+                options=TaskOptions(result_path="$.synthesis"),
             )
-            definition = self.parallel_state.next(self.synthesis_task)
-            models = [model, synthesis_model]
+            definition = self.parallel_state.next(chain)
+            models.append(synthesis_model)
         self.state_machine = model_state_machine(
             self,
             definition=definition,
@@ -390,9 +426,16 @@ class ParallelPrompts(Construct):
         )
 
 
-def _check_state_name(name: str) -> None:
-    if not name or len(name) > 80 or any(c in name for c in '<>{}[]?*"#%\\^|~`$&,;:/'):
-        raise ValueError(
-            f"prompt name {name!r} cannot be a Step Functions state name: use 1-80 characters without "
-            "brackets, wildcards, quotes or punctuation such as : / $"
-        )
+def _check_state_name(check: Checks, name: Any) -> None:
+    if not check.text("prompt name", name, max_length=80):
+        return
+    check.rule(
+        not any(c in name for c in _STATE_NAME_FORBIDDEN),
+        f"prompt name {name!r} cannot be a Step Functions state name: use 1-80 characters without "
+        "brackets, wildcards, quotes or punctuation such as : / $",
+    )
+    check.rule(
+        name not in _PARALLEL_STATES and not name.endswith((" answer", " no text", " has text?")),
+        f"prompt name {name!r} is taken by ParallelPrompts' own states ({', '.join(_PARALLEL_STATES)}, and "
+        "'<name> answer', '<name> no text', '<name> has text?'); rename the prompt",
+    )

@@ -1,0 +1,362 @@
+"""Model calls as Step Functions tasks: one request shape for every model, a Retry on throttling,
+and a result narrowed to what the next state needs.
+
+Converse (the AWS SDK integration `aws-sdk:bedrockruntime:converse`) is the default request form:
+one body works for Anthropic, Nova, Llama and the rest, sampling goes in InferenceConfig and
+model-specific fields in AdditionalModelRequestFields. A task's result is narrowed to the answer
+text, the stop reason and the token usage: a whole response per item is what pushes a Map past
+Step Functions' 256 KiB state limit. Native InvokeModel bodies stay available as `NativeRequest`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aws_cdk as cdk
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+
+from constructs import Construct
+
+from ._checks import Checks
+from .models import INVOKE_ACTIONS, BedrockModel
+
+__all__ = [
+    "DEFAULT_RETRY_ERRORS",
+    "BedrockRetry",
+    "ConverseRequest",
+    "NativeRequest",
+    "ModelRequest",
+    "TaskOptions",
+    "model_call",
+    "ANSWER_BYTES_OVERHEAD",
+]
+
+#: Error names a model call is retried on. The optimized bedrock:invokeModel integration reports
+#: Bedrock.<Name>Exception; the AWS SDK integration for bedrock-runtime (Converse) reports
+#: BedrockRuntime.<Name>Exception. Both spellings are listed so either task type is covered.
+DEFAULT_RETRY_ERRORS: tuple[str, ...] = tuple(
+    f"{service}.{name}Exception"
+    for name in ("Throttling", "ServiceUnavailable", "ModelNotReady", "InternalServer", "ModelTimeout")
+    for service in ("Bedrock", "BedrockRuntime")
+)
+
+#: Step Functions Retry field limits (Amazon States Language).
+_MAX_RETRIES = 99_999_999
+_MAX_DELAY_SECONDS = 31_622_400
+
+#: Bytes a narrowed answer carries besides its text: field names, stop reason, usage.
+ANSWER_BYTES_OVERHEAD = 120
+
+
+@dataclass(frozen=True)
+class BedrockRetry:
+    """The Retry a model-calling task needs: exponential backoff with FULL jitter, capped.
+
+    errors: error names to retry; one name or a list. Default: throttling plus the transient
+        Bedrock errors (DEFAULT_RETRY_ERRORS); validation and access errors are never worth retrying.
+    interval: first wait, whole seconds. Default: 2 seconds.
+    backoff_rate: growth per retry, >= 1. Default: 2.0.
+    max_retries: retries after the first call (Step Functions' MaxAttempts). Default: 6 (about
+        2 minutes of waiting at most).
+    max_delay: cap on any one wait, so late retries do not sleep for minutes. Default: 30 seconds.
+
+    FULL jitter spreads retries of calls throttled together over the whole wait, so they do not
+    come back as the same burst.
+    """
+
+    errors: str | Sequence[str] = DEFAULT_RETRY_ERRORS
+    interval: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(2))
+    backoff_rate: float = 2.0
+    max_retries: int = 6
+    max_delay: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(30))
+
+    def __post_init__(self) -> None:
+        if isinstance(self.errors, str):  # one name, not its characters
+            object.__setattr__(self, "errors", (self.errors,))
+        with Checks("BedrockRetry") as check:
+            if check.each("errors", self.errors, lambda n, v: check.text(n, v)):
+                object.__setattr__(self, "errors", tuple(self.errors))
+                check.rule(
+                    bool(self.errors), "errors=() retries nothing; keep DEFAULT_RETRY_ERRORS or list the throttling errors"
+                )
+            check.integer(
+                "max_retries", self.max_retries, minimum=1, maximum=_MAX_RETRIES,
+                fix="a throttled call needs retries to succeed; the default is 6",
+            )
+            check.number(
+                "backoff_rate", self.backoff_rate, minimum=1,
+                fix="a rate below 1 shrinks the wait each retry; the default is 2.0",
+            )
+            interval_ok = check.duration(
+                "interval", self.interval, minimum=cdk.Duration.seconds(1),
+                maximum=cdk.Duration.seconds(_MAX_RETRIES), fix="Step Functions waits whole seconds, at least 1",
+            )
+            delay_ok = check.duration(
+                "max_delay", self.max_delay, minimum=cdk.Duration.seconds(1),
+                maximum=cdk.Duration.seconds(_MAX_DELAY_SECONDS), fix="Step Functions caps MaxDelaySeconds at 366 days",
+            )
+            if interval_ok:
+                check.rule(
+                    self.interval.to_seconds(integral=False) == int(self.interval.to_seconds(integral=False)),
+                    f"interval={self.interval.to_human_string()} is not whole seconds; Step Functions' "
+                    "IntervalSeconds is an integer",
+                )
+            if interval_ok and delay_ok:
+                check.rule(
+                    self.max_delay.to_seconds(integral=False) >= self.interval.to_seconds(integral=False),
+                    f"max_delay={self.max_delay.to_human_string()} is shorter than interval="
+                    f"{self.interval.to_human_string()}; the cap must be at least the first wait",
+                )
+
+    def apply_to(self, task: sfn.TaskStateBase) -> sfn.TaskStateBase:
+        """Add this Retry to a task state and return the task."""
+        task.add_retry(
+            errors=list(self.errors),
+            interval=self.interval,
+            backoff_rate=self.backoff_rate,
+            max_attempts=self.max_retries,
+            max_delay=self.max_delay,
+            jitter_strategy=sfn.JitterType.FULL,
+        )
+        return task
+
+
+def has_retry(task: sfn.TaskStateBase) -> bool:
+    """Whether a task already carries a Retry (a user's own, which we must not stack another on)."""
+    return bool(task.to_state_json().get("Retry"))
+
+
+_PASCAL_HINT = (
+    "Step Functions' SDK integration takes Converse fields in PascalCase: "
+    "{'Role': 'user', 'Content': [{'Text': ...}]}"
+)
+
+
+@dataclass(frozen=True)
+class ConverseRequest:
+    """A Converse request (the default): one body for every model family.
+
+    prompt: the user message text; a literal or a JsonPath expression such as
+        sfn.JsonPath.string_at("$.prompt") or sfn.JsonPath.format("Summarize {}", ...).
+    messages: instead of prompt, Converse messages in PascalCase as the SDK integration takes them
+        ({"Role": "user", "Content": [{"Text": ...}]}).
+    system: a system prompt. Default: none.
+    max_tokens: required; size it from the p99 answer (planning.size_max_tokens): Bedrock reserves
+        it against the quota at the start of every call.
+    temperature / top_p / stop_sequences: Default: the model's.
+    additional_fields: model-specific fields (e.g. Anthropic's top_k), sent as
+        AdditionalModelRequestFields. Default: none.
+    latency: "optimized" requests latency-optimized inference. Default: standard.
+    """
+
+    prompt: str | None = None
+    messages: Sequence[Mapping[str, Any]] | None = None
+    system: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop_sequences: Sequence[str] | None = None
+    additional_fields: Mapping[str, Any] | None = None
+    latency: Literal["standard", "optimized"] | None = None
+
+    def __post_init__(self) -> None:
+        with Checks("ConverseRequest") as check:
+            check.rule(
+                (self.prompt is None) != (self.messages is None),
+                "pass exactly one of prompt (the user message text) or messages (Converse messages)",
+            )
+            check.text("prompt", self.prompt, optional=True)
+            if self.messages is not None and check.each(
+                "messages", self.messages, lambda n, v: check.instance(n, v, Mapping, "a dict " + _PASCAL_HINT)
+            ):
+                check.rule(bool(self.messages), "messages is empty; pass at least one user message")
+                for i, message in enumerate(self.messages):
+                    if "role" in message or "content" in message or not {"Role", "Content"} <= set(message):
+                        check.fail(f"messages[{i}] has keys {sorted(message)}; {_PASCAL_HINT}")
+            check.text("system", self.system, optional=True)
+            check.integer(
+                "max_tokens", self.max_tokens, minimum=1,
+                fix="size it from the p99 answer with planning.size_max_tokens: Bedrock reserves max_tokens "
+                "against the quota, and an unset value reserves the model's maximum",
+            )
+            check.number("temperature", self.temperature, minimum=0, maximum=1, optional=True)
+            check.number("top_p", self.top_p, minimum=0, maximum=1, optional=True)
+            if self.stop_sequences is not None:
+                check.each("stop_sequences", self.stop_sequences, lambda n, v: check.text(n, v))
+            if self.additional_fields is not None:
+                check.instance(
+                    "additional_fields", self.additional_fields, Mapping, "a dict of model-specific fields"
+                )
+            if self.latency is not None:
+                check.one_of("latency", self.latency, ("standard", "optimized"))
+
+    def parameters(self, model_id: str) -> dict[str, Any]:
+        """The SDK integration's Parameters (PascalCase, as Step Functions passes them to Converse)."""
+        messages = (
+            [dict(m) for m in self.messages]
+            if self.messages is not None
+            else [{"Role": "user", "Content": [{"Text": self.prompt}]}]
+        )
+        inference: dict[str, Any] = {"MaxTokens": self.max_tokens}
+        for key, value in (
+            ("Temperature", self.temperature),
+            ("TopP", self.top_p),
+            ("StopSequences", list(self.stop_sequences) if self.stop_sequences is not None else None),
+        ):
+            if value is not None:
+                inference[key] = value
+        parameters: dict[str, Any] = {"ModelId": model_id, "Messages": messages, "InferenceConfig": inference}
+        if self.system is not None:
+            parameters["System"] = [{"Text": self.system}]
+        if self.additional_fields:
+            parameters["AdditionalModelRequestFields"] = dict(self.additional_fields)
+        if self.latency is not None:
+            parameters["PerformanceConfig"] = {"Latency": self.latency}
+        return parameters
+
+
+@dataclass(frozen=True)
+class NativeRequest:
+    """A model-native InvokeModel body (e.g. Anthropic Messages), for features Converse lacks.
+
+    body: the request as a dict (JsonPath references allowed) or an sfn.TaskInput.
+    max_tokens: the body's max_tokens, when you want the Map size estimate to use it. Default: none.
+    """
+
+    body: Mapping[str, Any] | sfn.TaskInput
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        with Checks("NativeRequest") as check:
+            if check.instance("body", self.body, (Mapping, sfn.TaskInput), "the model's native request as a dict, or an sfn.TaskInput"):
+                check.rule(
+                    isinstance(self.body, sfn.TaskInput) or bool(self.body),
+                    "body={} is empty; pass the model's native request, e.g. {'messages': [...], 'max_tokens': 600}",
+                )
+            check.integer("max_tokens", self.max_tokens, minimum=1, optional=True)
+
+
+ModelRequest = ConverseRequest | NativeRequest
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """Settings of the model-call task itself, so you need no item processor of your own for them.
+
+    result_selector: your own selection from the raw response (Converse: PascalCase, e.g.
+        {"answer.$": "$.Output.Message.Content[0].Text"}). Default: text (first text block), stop
+        reason and token usage.
+    result_path: where the selected result goes in the state, e.g. "$.answer" to keep the input
+        beside it. Default: "$" (the result replaces the input).
+    timeout: the task's timeout. Default: none (the state machine's).
+    heartbeat: Default: none.
+    """
+
+    result_selector: Mapping[str, Any] | None = None
+    result_path: str | None = None
+    timeout: cdk.Duration | None = None
+    heartbeat: cdk.Duration | None = None
+
+    def __post_init__(self) -> None:
+        with Checks("TaskOptions") as check:
+            check.instance("result_selector", self.result_selector, Mapping, "a dict of selections", optional=True)
+            if check.text("result_path", self.result_path, optional=True):
+                check.rule(
+                    str(self.result_path).startswith("$"),
+                    f"result_path={self.result_path!r} is not a reference path; use '$' or '$.field'",
+                )
+            for name in ("timeout", "heartbeat"):
+                check.duration(
+                    name, getattr(self, name), minimum=cdk.Duration.seconds(1),
+                    maximum=cdk.Duration.days(365), optional=True,
+                )
+
+
+def model_call(
+    scope: Construct,
+    id: str,
+    *,
+    model: BedrockModel,
+    request: ModelRequest,
+    retry: BedrockRetry,
+    options: TaskOptions | None = None,
+    result_extra: Mapping[str, Any] | None = None,
+) -> tuple[sfn.TaskStateBase, sfn.IChainable]:
+    """The task that calls `model` with `request`, `retry` applied, its result narrowed.
+
+    Returns (task, chain): the task itself and what to put in a definition. With the default
+    selection of a Converse call, the chain picks the first text block (a reasoning block can come
+    first) in two small states after the task. `result_extra` adds constant fields to the answer
+    (e.g. the branch name). The task grants only `model`'s invoke ARN; the state machine adds the
+    Regions an inference profile routes to.
+    """
+    options = options or TaskOptions()
+    with Checks(id) as check:
+        check.instance("model", model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('amazon.nova-lite-v1:0')")
+        check.instance(
+            "request", request, (ConverseRequest, NativeRequest),
+            "ConverseRequest(prompt=..., max_tokens=...) or NativeRequest(body={...}); a plain dict is "
+            "ambiguous: wrap a native body in NativeRequest",
+        )
+        check.instance("retry", retry, BedrockRetry, "a BedrockRetry", optional=True)
+        check.instance("options", options, TaskOptions, "TaskOptions(...)")
+    extra = dict(result_extra or {})
+    path = options.result_path or "$"
+    common: dict[str, Any] = {
+        "result_path": options.result_path,
+        "task_timeout": sfn.Timeout.duration(options.timeout) if options.timeout else None,
+        "heartbeat_timeout": sfn.Timeout.duration(options.heartbeat) if options.heartbeat else None,
+    }
+    task: sfn.TaskStateBase
+    if isinstance(request, NativeRequest):
+        body = request.body if isinstance(request.body, sfn.TaskInput) else sfn.TaskInput.from_object(dict(request.body))
+        task = tasks.BedrockInvokeModel(
+            scope, id, model=model.as_imodel(scope, f"{id}Model"), body=body,
+            result_selector=dict(options.result_selector) if options.result_selector else {"body.$": "$.Body", **extra},
+            **common,
+        )
+        retry.apply_to(task)
+        return task, task
+    selected = options.result_selector is not None
+    task = tasks.CallAwsService(
+        scope,
+        id,
+        service="bedrockruntime",
+        action="converse",
+        # The SDK integration would derive "bedrockruntime:converse", which is no IAM action.
+        iam_action=INVOKE_ACTIONS[0],
+        iam_resources=[model.invoke_arn(scope)],
+        parameters=request.parameters(model.model_id),
+        result_selector=dict(options.result_selector)
+        if selected
+        else {
+            "texts.$": "$.Output.Message.Content[?(@.Text)].Text",
+            "stopReason.$": "$.StopReason",
+            "usage": {"inputTokens.$": "$.Usage.InputTokens", "outputTokens.$": "$.Usage.OutputTokens"},
+        },
+        **common,
+    )
+    retry.apply_to(task)
+    if selected:
+        return task, task
+    answer = {"stopReason.$": f"{_join(path, 'stopReason')}", "usage.$": f"{_join(path, 'usage')}", **extra}
+    first_text = sfn.Pass(
+        scope, f"{id} answer",
+        parameters={"text.$": f"States.ArrayGetItem({_join(path, 'texts')}, 0)", **answer},
+        result_path=path,
+    )
+    no_text = sfn.Pass(scope, f"{id} no text", parameters={"text": "", **answer}, result_path=path)
+    pick = (
+        sfn.Choice(scope, f"{id} has text?")
+        .when(sfn.Condition.is_present(_join(path, "texts[0]")), first_text)
+        .otherwise(no_text)
+        .afterwards()
+    )
+    return task, task.next(pick)
+
+
+def _join(path: str, field_name: str) -> str:
+    return f"$.{field_name}" if path == "$" else f"{path}.{field_name}"
