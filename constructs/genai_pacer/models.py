@@ -1,16 +1,38 @@
 """Which Bedrock model a construct calls, and the exact IAM resources that call needs.
 
-A cross-Region inference profile is invoked by its own ARN but serves the request from a
-foundation model in one of several Regions, so the caller's role needs the profile ARN *and* the
-foundation-model ARN in every Region the profile routes to. Granting `*` instead would fail cdk-nag
-and let the role call any model; this module keeps the list explicit.
+Bedrock authorizes a call against every resource it passes through, not only the one named in
+ModelId, so each kind of target needs its own set of ARNs (granting `*` instead would fail cdk-nag
+and let the role call any model):
+
+- an on-demand foundation model: its ARN in the caller's Region;
+- a geographic cross-Region profile (`us.`, `eu.`, `apac.`, ...): the profile, plus the foundation
+  model in the source Region and in every Region the profile routes to, those model ARNs usable
+  only through the profile (`bedrock:InferenceProfileArn`). AWS's policy:
+  https://docs.aws.amazon.com/bedrock/latest/userguide/geographic-cross-region-inference.html
+- a global profile (`global.`): the documented three-part policy, i.e. the profile in the source
+  Region, the foundation model in the source Region, and the Region-less foundation model
+  `arn:aws:bedrock:::foundation-model/<id>` (evaluated with `aws:RequestedRegion` = `unspecified`);
+  no list of destination Regions:
+  https://docs.aws.amazon.com/bedrock/latest/userguide/global-cross-region-inference.html
+- an application inference profile (invoked by its ARN): the profile plus what it copies from,
+  i.e. the foundation model, or the system profile and the foundation model in each Region
+  associated with it ("When you specify an inference profile in the Resource field ... you must
+  also specify the foundation model in each Region associated with it"):
+  https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-prereq.html
+- provisioned throughput (invoked by its ARN): the provisioned-model ARN:
+  https://docs.aws.amazon.com/bedrock/latest/userguide/security_iam_id-based-policy-examples.html
+  and https://docs.aws.amazon.com/bedrock/latest/userguide/prov-thru-prereq.html
+
+A foundation-model ARN built from a profile id (`us.anthropic...`) names no model and is refused
+at run time, so such ids are refused here instead, with the call to make.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_bedrock as bedrock
@@ -18,7 +40,9 @@ from aws_cdk import aws_iam as iam
 
 from constructs import Construct
 
-__all__ = ["BedrockModel", "PROFILE_REGIONS"]
+from ._checks import Checks, is_token
+
+__all__ = ["BedrockModel", "ModelKind", "PROFILE_REGIONS", "KNOWN_PROVIDERS"]
 
 #: Regions that the geographic cross-Region inference profiles commonly route to. Routing differs
 #: per model and grows over time: check `aws bedrock get-inference-profile` and pass `regions=`
@@ -33,122 +57,626 @@ PROFILE_REGIONS: dict[str, tuple[str, ...]] = {
     "au": ("ap-southeast-2", "ap-southeast-4"),
 }
 
+GLOBAL_PREFIX = "global"
+
+#: Model providers whose ids start foundation-model ids (`anthropic.claude-...`): every provider
+#: in aws-cdk-lib 2.275's `FoundationModelIdentifier`. Used to tell a profile with a geography
+#: prefix genai-pacer does not know (`xx.anthropic.claude-...`) from a foundation model id.
+KNOWN_PROVIDERS: frozenset[str] = frozenset(
+    {
+        "ai21", "amazon", "anthropic", "cohere", "deepseek", "luma", "meta", "minimax", "mistral",
+        "openai", "qwen", "stability", "twelvelabs", "writer", "zai",
+    }
+)
+
+ModelKind = Literal["foundation", "geographic-profile", "global-profile", "application-profile", "provisioned"]
+KINDS: tuple[ModelKind, ...] = (
+    "foundation", "geographic-profile", "global-profile", "application-profile", "provisioned",
+)
+
 _MODEL_ID = re.compile(r"^[a-z0-9-]+\.[A-Za-z0-9.:_-]+$")
-_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+_REGION = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-\d{1,2}$")
+_ARN = re.compile(
+    r"^arn:(?P<partition>aws[a-z-]*):bedrock:(?P<region>[a-z0-9-]*):(?P<account>\d{12})?:"
+    r"(?P<type>[a-z-]+)/(?P<name>.+)$"
+)
+#: ARN resource type -> the kind it makes.
+_ARN_TYPES: dict[str, ModelKind] = {
+    "foundation-model": "foundation",
+    "inference-profile": "geographic-profile",  # or global, by the id's prefix
+    "application-inference-profile": "application-profile",
+    "provisioned-model": "provisioned",
+}
+
+#: How messages name each kind.
+_KIND_NAMES: dict[str, str] = {
+    "foundation": "a foundation model",
+    "geographic-profile": "a geographic cross-Region profile",
+    "global-profile": "a global cross-Region profile",
+    "application-profile": "an application inference profile",
+    "provisioned": "a Provisioned Throughput model",
+}
 
 INVOKE_ACTIONS = ("bedrock:InvokeModel",)
 STREAM_ACTIONS = ("bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream")
 
+_GET_PROFILE = "`aws bedrock get-inference-profile --inference-profile-identifier <id>`"
+
+
+@dataclass(frozen=True)
+class _Arn:
+    partition: str
+    region: str
+    account: str
+    type: str
+    name: str
+
+
+def _parse_arn(value: str) -> _Arn | None:
+    match = _ARN.match(value)
+    if not match:
+        return None
+    return _Arn(
+        match["partition"], match["region"], match["account"] or "", match["type"], match["name"]
+    )
+
+
+def _looks_like_arn(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("arn:")
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """One IAM statement of an invoke grant: resources and the documented conditions."""
+
+    resources: tuple[str, ...]
+    conditions: Mapping[str, Mapping[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where the call starts: the partition, Region and account its ARNs are rendered in."""
+
+    stack: cdk.Stack
+    partition: str | None  # None: the stack's partition
+    region: str
+    account: str
+
+    def arn(self, resource: str, name: str, *, region: str | None = None, account: str | None = None) -> str:
+        return self.stack.format_arn(
+            service="bedrock",
+            partition=self.partition,
+            region=self.region if region is None else region,
+            account=self.account if account is None else account,
+            resource=resource,
+            resource_name=name,
+            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
+        )
+
 
 @dataclass(frozen=True)
 class BedrockModel:
-    """A foundation model or a cross-Region inference profile to invoke.
+    """A Bedrock model to invoke: a foundation model, an inference profile or provisioned throughput.
 
-    Build it with `BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")` (a known
-    geographic prefix makes it an inference profile), `BedrockModel.foundation(...)` or
-    `BedrockModel.inference_profile(..., regions=[...])`.
+    Build it with a class method rather than the constructor:
+
+    - `BedrockModel.from_id(text)`: the kind read from the id or ARN (a known geographic prefix
+      makes a cross-Region profile, `global.` a global profile, an ARN its resource type);
+    - `BedrockModel.foundation("amazon.nova-lite-v1:0")`: an on-demand model in the caller's Region;
+    - `BedrockModel.inference_profile("us.anthropic...", regions=[...])`: a system-defined
+      cross-Region profile (regions default to PROFILE_REGIONS for its prefix; none for global);
+    - `BedrockModel.application_inference_profile(arn, copies=...)`: your own profile, with the
+      model or system profile it was created from (CloudFormation cannot read it back);
+    - `BedrockModel.provisioned(arn)`: a Provisioned Throughput model.
+
+    Attributes: `model_id` is what goes in ModelId (the id or ARN as given; always the ARN for
+    application profiles and provisioned throughput);
+    `kind`; `profile_regions` (the Regions a geographic profile routes to); `copies`.
     """
 
     model_id: str
     profile_regions: tuple[str, ...] = ()
+    kind: ModelKind | None = None
+    copies: BedrockModel | None = None
 
     def __post_init__(self) -> None:
-        if cdk.Token.is_unresolved(self.model_id):
-            return
-        if not _MODEL_ID.match(self.model_id):
-            raise ValueError(
-                f"model_id={self.model_id!r} is not a Bedrock model id; expected provider.model[:version] "
-                "such as 'amazon.nova-lite-v1:0', or a profile id such as 'us.amazon.nova-lite-v1:0'"
-            )
-        for region in self.profile_regions:
-            if not _REGION.match(region):
-                raise ValueError(
-                    f"regions contains {region!r}, which is not an AWS Region name such as 'us-east-1'"
-                )
+        if isinstance(self.profile_regions, list):  # a list from a caller: keep the value hashable
+            object.__setattr__(self, "profile_regions", tuple(self.profile_regions))
+        with Checks("BedrockModel") as check:
+            if not check.text("model_id", self.model_id, fix=_ID_FIX) and not is_token(self.model_id):
+                return
+            if self.kind is None:  # BedrockModel("...") reads the kind like from_id
+                regions = self.profile_regions or None
+                kind = _classify(check, self.model_id, regions=regions, copies=self.copies)
+                if kind is None:
+                    return
+                object.__setattr__(self, "kind", kind)
+                if kind == "geographic-profile" and regions is None:
+                    object.__setattr__(self, "profile_regions", _profile_regions(self.model_id, None))
+            if not check.one_of("kind", self.kind, KINDS, fix="build the model with a BedrockModel class method"):
+                return
+            _validate(check, self)
+
+    # --- construction -------------------------------------------------------------------------
 
     @classmethod
     def foundation(cls, model_id: str) -> BedrockModel:
-        """An on-demand foundation model in the stack's own Region."""
-        return cls(model_id)
+        """An on-demand foundation model in the caller's Region (an id such as 'amazon.nova-lite-v1:0', or its ARN)."""
+        return cls(model_id, kind="foundation")
 
     @classmethod
     def inference_profile(cls, profile_id: str, *, regions: Sequence[str] | None = None) -> BedrockModel:
-        """A cross-Region inference profile; regions default to PROFILE_REGIONS for its prefix."""
-        prefix = profile_id.split(".", 1)[0]
-        if regions is None:
-            if prefix not in PROFILE_REGIONS:
-                raise ValueError(
-                    f"profile {profile_id!r} has prefix {prefix!r}, whose routing Regions genai-pacer does not "
-                    f"know (known: {', '.join(sorted(PROFILE_REGIONS))}); pass regions=[...] as listed by "
-                    "`aws bedrock get-inference-profile`"
+        """A system-defined cross-Region inference profile, by id or ARN.
+
+        Geographic profiles (`us.`, `eu.`, `apac.`, ...) route to `regions`, by default
+        PROFILE_REGIONS for the prefix; a prefix genai-pacer does not know needs `regions`.
+        Global profiles (`global.`) take no `regions`: they are authorized against the Region-less
+        foundation-model ARN, not a list of destinations.
+        """
+        kind: ModelKind | None = None
+        with Checks("BedrockModel.inference_profile") as check:
+            if check.text("profile_id", profile_id, fix=_PROFILE_FIX):
+                kind = _profile_kind(check, "profile_id", profile_id, regions)
+            elif is_token(profile_id):
+                check.fail(
+                    "profile_id is a deploy-time token: the profile's model and Regions must be known at synth "
+                    "to grant them; pass the profile id as text, e.g. 'us.amazon.nova-lite-v1:0'"
                 )
-            regions = PROFILE_REGIONS[prefix]
-        if not regions:
-            raise ValueError(f"regions for profile {profile_id!r} is empty; list the Regions it routes to")
-        return cls(profile_id, tuple(regions))
+        assert kind is not None  # every other path recorded a problem, and Checks raised it
+        resolved = _profile_regions(profile_id, regions) if kind == "geographic-profile" else ()
+        return cls(profile_id, resolved, kind=kind)
 
     @classmethod
-    def from_id(cls, model_id: str, *, regions: Sequence[str] | None = None) -> BedrockModel:
-        """A profile when the id starts with a geographic prefix (or regions are given), else a model."""
-        if regions is not None or model_id.split(".", 1)[0] in (*PROFILE_REGIONS, "global"):
+    def application_inference_profile(cls, arn: str, *, copies: BedrockModel | str) -> BedrockModel:
+        """An application inference profile you created, invoked by its ARN.
+
+        `copies` is the foundation model or system-defined profile the profile was created from
+        (`modelSource.copyFrom`; `aws bedrock get-inference-profile` lists its models): a
+        BedrockModel or an id/ARN for `from_id`. The role needs it too, and CloudFormation cannot
+        read it from the profile. A deploy-time token ARN (e.g. a CfnApplicationInferenceProfile's
+        `attr_inference_profile_arn`) is accepted.
+        """
+        source = _coerce_copies(copies)
+        return cls(arn, kind="application-profile", copies=source)
+
+    @classmethod
+    def provisioned(cls, arn: str) -> BedrockModel:
+        """A Provisioned Throughput model, invoked by its ARN (a deploy-time token is accepted)."""
+        return cls(arn, kind="provisioned")
+
+    @classmethod
+    def from_id(
+        cls,
+        model_id: str,
+        *,
+        regions: Sequence[str] | None = None,
+        copies: BedrockModel | str | None = None,
+    ) -> BedrockModel:
+        """The kind read from `model_id`: a profile prefix, `global.`, an ARN's type, else a foundation model.
+
+        `regions` applies to geographic profiles, `copies` to application inference profile ARNs.
+        """
+        source = _coerce_copies(copies) if copies is not None else None
+        kind: ModelKind | None = None
+        with Checks("BedrockModel.from_id") as check:
+            if check.text("model_id", model_id, fix=_ID_FIX) or is_token(model_id):
+                kind = _classify(check, model_id, regions=regions, copies=source)
+        assert kind is not None  # every other path recorded a problem, and Checks raised it
+        if kind in ("geographic-profile", "global-profile"):
             return cls.inference_profile(model_id, regions=regions)
-        return cls.foundation(model_id)
+        # Regions given for another kind reach the constructor, which refuses them by name.
+        given: Any = () if regions is None else tuple(regions) if isinstance(regions, list | tuple) else regions
+        return cls(model_id, given, kind=kind, copies=source)
+
+    # --- what a caller needs -------------------------------------------------------------------
 
     @property
     def is_inference_profile(self) -> bool:
-        return bool(self.profile_regions)
+        """True for geographic, global and application inference profiles."""
+        return self.kind in ("geographic-profile", "global-profile", "application-profile")
 
     @property
-    def foundation_model_id(self) -> str:
-        """The model id without the profile's geographic prefix."""
-        return self.model_id.split(".", 1)[1] if self.is_inference_profile else self.model_id
+    def profile_id(self) -> str | None:
+        """A system-defined profile's id (e.g. 'us.anthropic...'); None for other kinds."""
+        if self.kind not in ("geographic-profile", "global-profile"):
+            return None
+        return _name_of(self.model_id)
+
+    @property
+    def foundation_model_id(self) -> str | None:
+        """The underlying foundation model id: without a profile's prefix, or the one an application profile copies.
+
+        None for provisioned throughput, whose model is not known at synth.
+        """
+        if self.kind == "foundation":
+            return _name_of(self.model_id)
+        if self.kind in ("geographic-profile", "global-profile"):
+            return _name_of(self.model_id).split(".", 1)[1]
+        if self.kind == "application-profile" and self.copies is not None:
+            return self.copies.foundation_model_id
+        return None
 
     def invoke_arn(self, scope: Construct) -> str:
-        """The ARN to pass as ModelId: the profile's when there is one, else the model's."""
-        stack = cdk.Stack.of(scope)
-        if self.is_inference_profile:
-            return stack.format_arn(
-                service="bedrock",
-                resource="inference-profile",
-                resource_name=self.model_id,
-                arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
-            )
-        return self._foundation_arn(stack, stack.region)
+        """The ARN of what ModelId names: the model's, the profile's, or the given ARN."""
+        if _looks_like_arn(self.model_id) or self.kind in ("application-profile", "provisioned"):
+            return self.model_id
+        source = self._source(scope)
+        if self.kind == "foundation":
+            return source.arn("foundation-model", self.model_id, account="")
+        return source.arn("inference-profile", self.model_id)
 
     def routed_model_arns(self, scope: Construct) -> list[str]:
-        """The foundation-model ARNs a profile serves from (none for a plain foundation model)."""
-        stack = cdk.Stack.of(scope)
-        return [self._foundation_arn(stack, region) for region in self.profile_regions]
+        """Every ARN beyond the invoke ARN that the call is authorized against (none for a plain model)."""
+        return self.resource_arns(scope)[1:]
 
     def resource_arns(self, scope: Construct) -> list[str]:
-        """Every ARN an invoking role must be allowed: the invoke ARN plus any routed foundation model."""
-        return [self.invoke_arn(scope), *self.routed_model_arns(scope)]
+        """Every ARN an invoking role must be allowed: the invoke ARN first, then the rest, without repeats."""
+        arns: list[str] = []
+        for statement in self._statements(scope):
+            arns.extend(a for a in statement.resources if a not in arns)
+        return arns
+
+    def policy_statements(
+        self, scope: Construct, *, streaming: bool = False, routed_only: bool = False
+    ) -> list[iam.PolicyStatement]:
+        """The invoke grant as IAM statements, with the conditions AWS documents for each kind.
+
+        routed_only: leave out the statement on the invoke ARN, for a caller (such as a Step
+        Functions Bedrock task) that grants that ARN itself. Default: False.
+        """
+        actions = _actions(streaming, "BedrockModel.policy_statements")
+        with Checks("BedrockModel.policy_statements") as check:
+            check.instance("routed_only", routed_only, bool, "True or False")
+        statements = self._statements(scope)
+        return [
+            iam.PolicyStatement(
+                actions=actions, resources=list(s.resources), conditions=dict(s.conditions) if s.conditions else None
+            )
+            for s in (statements[1:] if routed_only else statements)
+        ]
 
     def grant_invoke(self, grantee: iam.IGrantable, *, streaming: bool = False) -> iam.Grant:
-        """Allow InvokeModel (Converse) and, with streaming, the response-stream action too."""
-        return iam.Grant.add_to_principal(
-            grantee=grantee,
-            actions=list(STREAM_ACTIONS if streaming else INVOKE_ACTIONS),
-            resource_arns=self.resource_arns(_scope_of(grantee)),
-        )
+        """Allow InvokeModel (Converse) on exactly this model's resources; with streaming, the response-stream action too."""
+        actions = _actions(streaming, "BedrockModel.grant_invoke")
+        grants = [
+            iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=actions,
+                resource_arns=list(s.resources),
+                conditions=dict(s.conditions) if s.conditions else None,
+            )
+            for s in self._statements(_scope_of(grantee))
+        ]
+        combined = grants[0]
+        for grant in grants[1:]:
+            combined = combined.combine(grant)
+        return combined
 
     def as_imodel(self, scope: Construct, id: str) -> bedrock.IModel:
         """The aws-cdk-lib IModel whose ARN the Step Functions Bedrock task puts in ModelId."""
-        if self.is_inference_profile:
-            return bedrock.ProvisionedModel.from_provisioned_model_arn(scope, id, self.invoke_arn(scope))
-        return bedrock.FoundationModel.from_foundation_model_id(
-            scope, id, bedrock.FoundationModelIdentifier(self.model_id)
+        if self.kind == "foundation" and not _looks_like_arn(self.model_id):
+            return bedrock.FoundationModel.from_foundation_model_id(
+                scope, id, bedrock.FoundationModelIdentifier(self.model_id)
+            )
+        # Any IModel works here: the task only reads model_arn (ModelId) and grants it.
+        return bedrock.ProvisionedModel.from_provisioned_model_arn(scope, id, self.invoke_arn(scope))
+
+    # --- rendering -----------------------------------------------------------------------------
+
+    def _source(self, scope: Construct) -> _Source:
+        """The caller's environment: the stack's, or the partition, Region and account of a given ARN."""
+        stack = cdk.Stack.of(scope)
+        parsed = _parse_arn(self.model_id) if _looks_like_arn(self.model_id) else None
+        if parsed is None:
+            return _Source(stack, None, stack.region, stack.account)
+        return _Source(stack, parsed.partition, parsed.region or stack.region, parsed.account or stack.account)
+
+    def _statements(self, scope: Construct, source: _Source | None = None) -> list[_Statement]:
+        source = source or self._source(scope)
+        kind = self.kind
+        if kind == "foundation":
+            if _looks_like_arn(self.model_id):
+                return [_Statement((self.model_id,))]
+            return [_Statement((source.arn("foundation-model", self.model_id, account=""),))]
+        if kind == "provisioned":
+            return [_Statement((self.model_id,))]
+        if kind == "application-profile":
+            assert self.copies is not None  # validated at construction
+            copied = self.copies._statements(scope, self._copy_source(source))
+            # No bedrock:InferenceProfileArn conditions here: which ARN Bedrock puts in that key
+            # when the call arrives through an application profile is not documented.
+            resources = tuple(dict.fromkeys(a for s in copied for a in s.resources))
+            return [_Statement((self.model_id,)), _Statement(resources)]
+        profile = self._profile_arn(source)
+        model = self.foundation_model_id
+        assert model is not None
+        in_region = source.arn("foundation-model", model, account="")
+        if kind == "global-profile":
+            # The three statements of the documented global policy, conditions included.
+            return [
+                _Statement((profile,), {"StringEquals": {"aws:RequestedRegion": source.region}}),
+                _Statement(
+                    (in_region,),
+                    {"StringEquals": {"aws:RequestedRegion": source.region, "bedrock:InferenceProfileArn": profile}},
+                ),
+                _Statement(
+                    (source.arn("foundation-model", model, region="", account=""),),
+                    {"StringEquals": {"aws:RequestedRegion": "unspecified", "bedrock:InferenceProfileArn": profile}},
+                ),
+            ]
+        # Geographic: the source Region's model and every destination's, only through the profile.
+        routed = [in_region] + [source.arn("foundation-model", model, region=r, account="") for r in self.profile_regions]
+        return [
+            _Statement((profile,)),
+            _Statement(tuple(dict.fromkeys(routed)), {"StringEquals": {"bedrock:InferenceProfileArn": profile}}),
+        ]
+
+    def _profile_arn(self, source: _Source) -> str:
+        if _looks_like_arn(self.model_id):
+            return self.model_id
+        return source.arn("inference-profile", self.model_id)
+
+    def _copy_source(self, source: _Source) -> _Source | None:
+        """An application profile's copy lives in the profile's own Region and account (unless given as an ARN)."""
+        if self.copies is not None and _looks_like_arn(self.copies.model_id):
+            return None  # the copy's own ARN says where it is
+        return source
+
+
+_ID_FIX = (
+    "pass a Bedrock model id such as 'amazon.nova-lite-v1:0', a profile id such as "
+    "'us.amazon.nova-lite-v1:0', or an ARN"
+)
+_PROFILE_FIX = "pass a profile id such as 'us.amazon.nova-lite-v1:0' or 'global.anthropic.claude-sonnet-4-5-20250929-v1:0'"
+
+
+def _actions(streaming: Any, owner: str) -> list[str]:
+    with Checks(owner) as check:
+        check.instance("streaming", streaming, bool, "True or False")
+    return list(STREAM_ACTIONS if streaming else INVOKE_ACTIONS)
+
+
+def _name_of(model_id: str) -> str:
+    """The id itself, or the resource name of an ARN."""
+    parsed = _parse_arn(model_id) if _looks_like_arn(model_id) else None
+    return parsed.name if parsed else model_id
+
+
+def _prefix(identifier: str) -> tuple[str, str]:
+    """(first segment, second segment) of a dotted id, '' when absent."""
+    parts = identifier.split(".")
+    return parts[0], parts[1] if len(parts) > 2 else ""
+
+
+def _coerce_copies(copies: Any) -> Any:
+    """An id or ARN for `copies` becomes a BedrockModel; anything else is validated later."""
+    if isinstance(copies, str) and not is_token(copies):
+        return BedrockModel.from_id(copies)
+    return copies
+
+
+def _profile_regions(profile_id: str, regions: Sequence[str] | None) -> tuple[str, ...]:
+    if regions is not None:
+        return tuple(regions) if isinstance(regions, list | tuple) else cast(tuple[str, ...], regions)
+    return PROFILE_REGIONS.get(_prefix(_name_of(profile_id))[0], ())
+
+
+def _profile_kind(check: Checks, name: str, profile_id: str, regions: Any) -> ModelKind | None:
+    """Geographic or global, refusing ids that are no system-defined profile."""
+    identifier = profile_id
+    if _looks_like_arn(profile_id):
+        parsed = _parse_arn(profile_id)
+        if parsed is None or parsed.type != "inference-profile":
+            check.fail(
+                f"{name}={profile_id!r} is not an inference-profile ARN "
+                "(arn:aws:bedrock:<region>:<account>:inference-profile/<id>); call BedrockModel.from_id(...) "
+                "for other ARNs"
+            )
+            return None
+        identifier = parsed.name
+    first, second = _prefix(identifier)
+    rest = identifier.split(".", 1)[1] if "." in identifier else ""
+    if first in KNOWN_PROVIDERS:
+        check.fail(
+            f"{name}={profile_id!r} is a foundation model id (provider {first!r}), not an inference profile: "
+            f"call BedrockModel.foundation({profile_id!r}), or use a profile id such as 'us.{identifier}'"
+        )
+        return None
+    if not _MODEL_ID.match(rest) or first == "":
+        check.fail(f"{name}={profile_id!r} is not an inference profile id; {_PROFILE_FIX}")
+        return None
+    if first == GLOBAL_PREFIX:
+        if regions is not None:
+            check.fail(
+                f"regions={regions!r} cannot be given for the global profile {profile_id!r}: a global profile "
+                "routes to any supported commercial Region and is authorized against the Region-less ARN "
+                f"arn:aws:bedrock:::foundation-model/{rest}; drop regions="
+            )
+            return None
+        return "global-profile"
+    if regions is None and first not in PROFILE_REGIONS:
+        check.fail(
+            f"{name}={profile_id!r} has prefix {first!r}, whose routing Regions genai-pacer does not know "
+            f"(known: {', '.join(sorted(PROFILE_REGIONS))}, {GLOBAL_PREFIX}); call "
+            f"BedrockModel.inference_profile({profile_id!r}, regions=[...]) with the Regions {_GET_PROFILE} lists"
+        )
+        return None
+    return "geographic-profile"
+
+
+def _classify(check: Checks, model_id: str, *, regions: Any, copies: Any) -> ModelKind | None:
+    """The kind `from_id` infers from an id or ARN."""
+    if is_token(model_id):
+        check.fail(
+            "model_id is a deploy-time token, so its kind cannot be read at synth: call "
+            "BedrockModel.foundation(...), .application_inference_profile(..., copies=...) or .provisioned(...)"
+        )
+        return None
+    if _looks_like_arn(model_id):
+        parsed = _parse_arn(model_id)
+        kind = _ARN_TYPES.get(parsed.type) if parsed else None
+        if parsed is None or kind is None:
+            check.fail(
+                f"model_id={model_id!r} is not an ARN genai-pacer can grant: expected a Bedrock "
+                f"{', '.join(_ARN_TYPES)} ARN (custom models, imported models and prompt routers need "
+                "your own grant)"
+            )
+            return None
+        if kind == "geographic-profile":
+            return _profile_kind(check, "model_id", model_id, regions)
+        return kind
+    first, second = _prefix(model_id)
+    if first in PROFILE_REGIONS or first == GLOBAL_PREFIX or regions is not None:
+        return _profile_kind(check, "model_id", model_id, regions)
+    if copies is not None:
+        check.fail(
+            f"copies={copies!r} applies only to an application inference profile ARN, and model_id={model_id!r} "
+            "is not one: drop copies, or pass the profile's ARN"
+        )
+        return None
+    return "foundation"
+
+
+def _validate(check: Checks, model: BedrockModel) -> None:
+    """The rules of one kind: the id's form, the Regions and the copied source."""
+    kind, model_id = model.kind, model.model_id
+    token = is_token(model_id)
+    parsed = _parse_arn(model_id) if _looks_like_arn(model_id) else None
+    if _looks_like_arn(model_id) and parsed is None:
+        check.fail(f"model_id={model_id!r} is not a Bedrock ARN (arn:<partition>:bedrock:<region>:<account>:<type>/<id>)")
+        return
+    expected_type = {
+        "foundation": "foundation-model",
+        "geographic-profile": "inference-profile",
+        "global-profile": "inference-profile",
+        "application-profile": "application-inference-profile",
+        "provisioned": "provisioned-model",
+    }[cast(ModelKind, kind)]
+    if parsed is not None and parsed.type != expected_type:
+        check.fail(
+            f"model_id={model_id!r} is an ARN of type {parsed.type!r}, not {expected_type!r}: call "
+            f"BedrockModel.from_id({model_id!r}) to build the kind the ARN names"
+        )
+        return
+
+    if kind == "foundation":
+        _validate_foundation(check, model_id, parsed, token)
+    elif kind in ("geographic-profile", "global-profile"):
+        if token:
+            check.fail(
+                "model_id is a deploy-time token: a cross-Region profile's model and Regions must be known at "
+                "synth; pass the profile id as text"
+            )
+            return
+        found = _profile_kind(check, "model_id", model_id, model.profile_regions or None)
+        if found is not None and found != kind:
+            check.fail(
+                f"model_id={model_id!r} is {_KIND_NAMES[found]}, not {_KIND_NAMES[cast(str, kind)]}: call "
+                f"BedrockModel.from_id({model_id!r})"
+            )
+    elif kind in ("application-profile", "provisioned"):
+        if not token and parsed is None:
+            example = (
+                "arn:aws:bedrock:us-east-1:111122223333:application-inference-profile/abc123"
+                if kind == "application-profile"
+                else "arn:aws:bedrock:us-east-1:111122223333:provisioned-model/abc123"
+            )
+            check.fail(
+                f"model_id={model_id!r} is not an ARN; {_KIND_NAMES[kind]} is invoked by its ARN, e.g. {example!r}"
+            )
+        elif parsed is not None and (not parsed.region or not parsed.account):
+            check.fail(f"model_id={model_id!r} lacks a Region or account; pass the full ARN Bedrock returned")
+
+    _validate_regions(check, model)
+    _validate_copies(check, model)
+
+
+def _validate_foundation(check: Checks, model_id: str, parsed: _Arn | None, token: bool) -> None:
+    if token:
+        return
+    if parsed is not None:
+        if not parsed.region:
+            check.fail(
+                f"model_id={model_id!r} is the Region-less ARN a global profile is authorized against, not an "
+                f"invocable model: call BedrockModel.inference_profile('global.{parsed.name}')"
+            )
+        identifier = parsed.name
+    else:
+        identifier = model_id
+    if not _MODEL_ID.match(identifier):
+        check.fail(f"model_id={model_id!r} is not a Bedrock model id; {_ID_FIX}")
+        return
+    first, second = _prefix(identifier)
+    if first in PROFILE_REGIONS or first == GLOBAL_PREFIX:
+        check.fail(
+            f"model_id={model_id!r} is a cross-Region inference profile id (prefix {first!r}), not a foundation "
+            "model: a foundation-model ARN for it names no model and Bedrock refuses the call at run time; call "
+            f"BedrockModel.inference_profile({identifier!r}) (or BedrockModel.from_id)"
+        )
+    elif first not in KNOWN_PROVIDERS and second in KNOWN_PROVIDERS:
+        check.fail(
+            f"model_id={model_id!r} looks like an inference profile of geography {first!r}, which genai-pacer does "
+            f"not know (known: {', '.join(sorted(PROFILE_REGIONS))}, {GLOBAL_PREFIX}); a foundation-model ARN for "
+            f"it would be refused at run time: call BedrockModel.inference_profile({identifier!r}, regions=[...]) "
+            f"with the Regions {_GET_PROFILE} lists"
         )
 
-    def _foundation_arn(self, stack: cdk.Stack, region: str) -> str:
-        return stack.format_arn(
-            service="bedrock",
-            region=region,
-            account="",
-            resource="foundation-model",
-            resource_name=self.foundation_model_id,
-            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
+
+def _validate_regions(check: Checks, model: BedrockModel) -> None:
+    regions: Any = model.profile_regions
+    if model.kind != "geographic-profile":
+        check.rule(
+            not regions,
+            f"regions={regions!r} applies only to a geographic cross-Region profile, and {model.model_id!r} is "
+            f"{_KIND_NAMES[cast(str, model.kind)]}: drop regions",
         )
+        return
+    if not isinstance(regions, tuple):  # a str or a token list: refused before it is iterated
+        check.fail(
+            f"regions={regions!r} is a {type(regions).__name__}; pass a list of Region names such as "
+            "['us-east-1', 'us-west-2']"
+        )
+        return
+    if not regions:
+        check.fail(
+            f"regions for profile {model.model_id!r} is empty; list the Regions it routes to, as {_GET_PROFILE} shows"
+        )
+        return
+    for i, region in enumerate(regions):
+        if is_token(region):
+            continue
+        if not isinstance(region, str):
+            check.fail(f"regions[{i}]={region!r} is a {type(region).__name__}; pass a Region name such as 'us-east-1'")
+        elif not _REGION.match(region):
+            check.fail(f"regions[{i}]={region!r} is not an AWS Region name such as 'us-east-1'")
+
+
+def _validate_copies(check: Checks, model: BedrockModel) -> None:
+    copies = model.copies
+    if model.kind != "application-profile":
+        check.rule(
+            copies is None,
+            f"copies={copies!r} applies only to an application inference profile; drop it",
+        )
+        return
+    if copies is None:
+        check.fail(
+            "copies is required for an application inference profile: pass the foundation model or system-defined "
+            f"profile it was created from (its modelSource.copyFrom; {_GET_PROFILE} lists its models), e.g. "
+            "copies='us.anthropic.claude-3-5-haiku-20241022-v1:0'; the role needs that too"
+        )
+        return
+    if not isinstance(copies, BedrockModel):
+        check.fail(
+            f"copies={copies!r} is a {type(copies).__name__}; pass a BedrockModel or a model or profile id such as "
+            "'us.anthropic.claude-3-5-haiku-20241022-v1:0'"
+        )
+        return
+    check.rule(
+        copies.kind in ("foundation", "geographic-profile", "global-profile"),
+        f"copies is {_KIND_NAMES[cast(str, copies.kind)]}; an application inference profile copies a foundation "
+        "model or a system-defined cross-Region profile",
+    )
 
 
 def _scope_of(grantee: iam.IGrantable) -> Construct:

@@ -1,0 +1,541 @@
+"""BedrockModel: each kind's exact IAM statements, read from a synthesized policy, and every refusal.
+
+The policies are the ones AWS documents (URLs in genai_pacer/models.py): a geographic profile needs
+the profile plus the foundation model in the source and destination Regions, only through the
+profile; a global profile the three-part policy with the Region-less model ARN; an application
+profile itself plus what it copies; provisioned throughput its own ARN.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_bedrock as bedrock
+from aws_cdk import aws_iam as iam
+from genai_pacer import BedrockModel
+from genai_pacer._checks import InvalidPropsError
+from genai_pacer.models import KNOWN_PROVIDERS, PROFILE_REGIONS
+from helpers import policy_statements, template_of
+
+ACCOUNT = "111122223333"
+HAIKU = "anthropic.claude-3-5-haiku-20241022-v1:0"
+SONNET = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+NOVA = "amazon.nova-lite-v1:0"
+P = "<AWS::Partition>"
+APP_ARN = f"arn:aws:bedrock:us-east-1:{ACCOUNT}:application-inference-profile/abc123xyz"
+PROVISIONED_ARN = f"arn:aws:bedrock:us-east-1:{ACCOUNT}:provisioned-model/pt0123abcd"
+
+
+def stack_in(region: str | None = "us-east-1") -> cdk.Stack:
+    env = cdk.Environment(account=ACCOUNT, region=region) if region else None
+    return cdk.Stack(cdk.App(), "Models", env=env)
+
+
+def text(value: Any) -> Any:
+    """A synthesized value with Fn::Join flattened and Refs named, recursively."""
+    if isinstance(value, dict) and "Fn::Join" in value:
+        return "".join(p if isinstance(p, str) else f"<{p['Ref']}>" for p in value["Fn::Join"][1])
+    if isinstance(value, dict):
+        return {k: text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [text(v) for v in value]
+    return value
+
+
+def granted(model: BedrockModel, *, region: str | None = "us-east-1", streaming: bool = False) -> list[dict]:
+    """The statements a fresh role gets from model.grant_invoke, as flat text."""
+    stack = stack_in(region)
+    role = iam.Role(stack, "Caller", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    model.grant_invoke(role, streaming=streaming)
+    statements = []
+    for statement in policy_statements(template_of(stack).to_json()):
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        entry = {"Action": statement["Action"], "Resource": text(resources)}
+        if "Condition" in statement:
+            entry["Condition"] = text(statement["Condition"])
+        statements.append(entry)
+    return statements
+
+
+def fm(region: str, model: str = HAIKU, partition: str = P) -> str:
+    return f"arn:{partition}:bedrock:{region}::foundation-model/{model}"
+
+
+def profile(profile_id: str, region: str = "us-east-1", partition: str = P) -> str:
+    return f"arn:{partition}:bedrock:{region}:{ACCOUNT}:inference-profile/{profile_id}"
+
+
+# --- each kind's exact statements -----------------------------------------------------------------
+
+
+def test_foundation_model_grants_its_arn_in_the_callers_region():
+    assert granted(BedrockModel.foundation(NOVA)) == [
+        {"Action": "bedrock:InvokeModel", "Resource": [fm("us-east-1", NOVA)]}
+    ]
+
+
+def test_foundation_model_arn_is_granted_as_given():
+    arn = f"arn:aws:bedrock:us-west-2::foundation-model/{NOVA}"
+    model = BedrockModel.from_id(arn)
+    assert (model.kind, model.model_id, model.foundation_model_id) == ("foundation", arn, NOVA)
+    assert granted(model) == [{"Action": "bedrock:InvokeModel", "Resource": [arn]}]
+
+
+def test_geographic_profile_grants_the_profile_and_its_regional_models_only_through_it():
+    us = f"us.{HAIKU}"
+    assert granted(BedrockModel.from_id(us)) == [
+        {"Action": "bedrock:InvokeModel", "Resource": [profile(us)]},
+        {
+            "Action": "bedrock:InvokeModel",
+            "Resource": [fm("us-east-1"), fm("us-east-2"), fm("us-west-2")],
+            "Condition": {"StringEquals": {"bedrock:InferenceProfileArn": profile(us)}},
+        },
+    ]
+
+
+def test_geographic_profile_adds_the_source_region_model_when_the_caller_is_elsewhere():
+    us = f"us.{HAIKU}"
+    (_, models) = granted(BedrockModel.from_id(us), region="us-west-1")
+    assert models["Resource"] == [fm("us-west-1"), fm("us-east-1"), fm("us-east-2"), fm("us-west-2")]
+    assert models["Condition"] == {"StringEquals": {"bedrock:InferenceProfileArn": profile(us, "us-west-1")}}
+
+
+def test_unknown_geography_works_with_its_regions_listed():
+    model_id = "in.openai.gpt-oss-120b-1:0"
+    model = BedrockModel.inference_profile(model_id, regions=["ap-south-1", "ap-south-2"])
+    assert (model.kind, model.profile_regions, model.foundation_model_id) == (
+        "geographic-profile", ("ap-south-1", "ap-south-2"), "openai.gpt-oss-120b-1:0",
+    )
+    (_, models) = granted(model, region="ap-south-1")
+    assert models["Resource"] == [fm("ap-south-1", "openai.gpt-oss-120b-1:0"), fm("ap-south-2", "openai.gpt-oss-120b-1:0")]
+
+
+def test_inference_profile_arn_is_parsed_and_used_as_given():
+    arn = f"arn:aws:bedrock:eu-west-1:{ACCOUNT}:inference-profile/eu.{HAIKU}"
+    model = BedrockModel.from_id(arn)
+    assert (model.kind, model.model_id, model.profile_id, model.profile_regions) == (
+        "geographic-profile", arn, f"eu.{HAIKU}", PROFILE_REGIONS["eu"],
+    )
+    statements = granted(model)
+    assert statements[0] == {"Action": "bedrock:InvokeModel", "Resource": [arn]}
+    assert statements[1]["Resource"] == [
+        fm(r, partition="aws") for r in ("eu-west-1", "eu-central-1", "eu-north-1", "eu-west-3")
+    ]
+    assert statements[1]["Condition"] == {"StringEquals": {"bedrock:InferenceProfileArn": arn}}
+
+
+def test_global_profile_grants_the_documented_three_part_policy_without_regions():
+    glob = f"global.{SONNET}"
+    model = BedrockModel.from_id(glob)
+    assert (model.kind, model.profile_regions, model.foundation_model_id) == ("global-profile", (), SONNET)
+    assert granted(model) == [
+        {
+            "Action": "bedrock:InvokeModel",
+            "Resource": [profile(glob)],
+            "Condition": {"StringEquals": {"aws:RequestedRegion": "us-east-1"}},
+        },
+        {
+            "Action": "bedrock:InvokeModel",
+            "Resource": [fm("us-east-1", SONNET)],
+            "Condition": {
+                "StringEquals": {"aws:RequestedRegion": "us-east-1", "bedrock:InferenceProfileArn": profile(glob)}
+            },
+        },
+        {
+            "Action": "bedrock:InvokeModel",
+            "Resource": [f"arn:{P}:bedrock:::foundation-model/{SONNET}"],
+            "Condition": {
+                "StringEquals": {"aws:RequestedRegion": "unspecified", "bedrock:InferenceProfileArn": profile(glob)}
+            },
+        },
+    ]
+
+
+def test_global_profile_in_an_environment_agnostic_stack_conditions_on_the_deploy_region():
+    (first, second, third) = granted(BedrockModel.from_id(f"global.{SONNET}"), region=None)
+    assert first["Condition"] == {"StringEquals": {"aws:RequestedRegion": {"Ref": "AWS::Region"}}}
+    assert second["Resource"] == [f"arn:{P}:bedrock:<AWS::Region>::foundation-model/{SONNET}"]
+    assert third["Resource"] == [f"arn:{P}:bedrock:::foundation-model/{SONNET}"]
+
+
+def test_application_profile_grants_itself_and_the_system_profile_it_copies():
+    model = BedrockModel.application_inference_profile(APP_ARN, copies=f"us.{HAIKU}")
+    assert (model.kind, model.model_id, model.foundation_model_id, model.is_inference_profile) == (
+        "application-profile", APP_ARN, HAIKU, True,
+    )
+    assert granted(model) == [
+        {"Action": "bedrock:InvokeModel", "Resource": [APP_ARN]},
+        {
+            "Action": "bedrock:InvokeModel",
+            "Resource": [
+                profile(f"us.{HAIKU}", partition="aws"),
+                *(fm(r, partition="aws") for r in ("us-east-1", "us-east-2", "us-west-2")),
+            ],
+        },
+    ]
+
+
+def test_application_profile_copying_a_model_grants_it_in_the_profiles_region():
+    arn = f"arn:aws:bedrock:us-west-2:{ACCOUNT}:application-inference-profile/p1"
+    model = BedrockModel.application_inference_profile(arn, copies=BedrockModel.foundation(NOVA))
+    assert granted(model) == [
+        {"Action": "bedrock:InvokeModel", "Resource": [arn]},
+        {"Action": "bedrock:InvokeModel", "Resource": [fm("us-west-2", NOVA, partition="aws")]},
+    ]
+
+
+def test_application_profile_copying_a_global_profile_includes_the_region_less_model():
+    model = BedrockModel.application_inference_profile(APP_ARN, copies=f"global.{SONNET}")
+    (_, copied) = granted(model)
+    assert copied["Resource"] == [
+        profile(f"global.{SONNET}", partition="aws"),
+        fm("us-east-1", SONNET, partition="aws"),
+        f"arn:aws:bedrock:::foundation-model/{SONNET}",
+    ]
+
+
+def test_application_profile_arn_may_be_a_deploy_time_token():
+    stack = stack_in()
+    cfn = bedrock.CfnApplicationInferenceProfile(
+        stack, "Profile", inference_profile_name="tagged", model_source={"copyFrom": fm("us-east-1", NOVA)}
+    )
+    model = BedrockModel.application_inference_profile(cfn.attr_inference_profile_arn, copies=NOVA)
+    role = iam.Role(stack, "Caller", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    model.grant_invoke(role)
+    (own, copied) = policy_statements(template_of(stack).to_json())
+    assert own["Resource"] == {"Fn::GetAtt": ["Profile", "InferenceProfileArn"]}
+    assert text(copied["Resource"]) == fm("us-east-1", NOVA)
+
+
+def test_provisioned_throughput_grants_its_arn():
+    model = BedrockModel.provisioned(PROVISIONED_ARN)
+    assert (model.kind, model.foundation_model_id, model.is_inference_profile) == ("provisioned", None, False)
+    assert granted(model) == [{"Action": "bedrock:InvokeModel", "Resource": [PROVISIONED_ARN]}]
+    assert BedrockModel.from_id(PROVISIONED_ARN) == model
+
+
+def test_provisioned_arn_may_be_a_deploy_time_token():
+    stack = stack_in()
+    arn = cdk.Fn.import_value("ProvisionedModelArn")
+    model = BedrockModel.provisioned(arn)
+    role = iam.Role(stack, "Caller", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    model.grant_invoke(role)
+    (statement,) = policy_statements(template_of(stack).to_json())
+    assert statement["Resource"] == {"Fn::ImportValue": "ProvisionedModelArn"}
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        BedrockModel.foundation(NOVA),
+        BedrockModel.from_id(f"us.{HAIKU}"),
+        BedrockModel.from_id(f"global.{SONNET}"),
+        BedrockModel.application_inference_profile(APP_ARN, copies=f"us.{HAIKU}"),
+        BedrockModel.provisioned(PROVISIONED_ARN),
+    ],
+    ids=lambda m: m.kind,
+)
+def test_streaming_adds_the_stream_action_to_every_statement(model):
+    statements = granted(model, streaming=True)
+    assert statements and all(
+        s["Action"] == ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"] for s in statements
+    )
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        BedrockModel.foundation(NOVA),
+        BedrockModel.from_id(f"us.{HAIKU}"),
+        BedrockModel.from_id(f"global.{SONNET}"),
+        BedrockModel.application_inference_profile(APP_ARN, copies=f"us.{HAIKU}"),
+        BedrockModel.provisioned(PROVISIONED_ARN),
+    ],
+    ids=lambda m: m.kind,
+)
+def test_arn_views_agree_with_the_grant(model):
+    """invoke_arn comes first, routed_model_arns are the rest, and policy_statements match the grant."""
+    stack = stack_in()
+    arns = [text(stack.resolve(a)) for a in model.resource_arns(stack)]
+    assert arns[0] == text(stack.resolve(model.invoke_arn(stack)))
+    assert arns[1:] == [text(stack.resolve(a)) for a in model.routed_model_arns(stack)]
+    assert len(arns) == len(set(arns))
+    granted_arns = [a for s in granted(model) for a in s["Resource"]]
+    assert sorted(granted_arns) == sorted(arns)
+    from_statements = [
+        {k: text(v) for k, v in stack.resolve(s.to_statement_json()).items()}
+        for s in model.policy_statements(stack)
+    ]
+    assert [s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]] for s in from_statements] == [
+        s["Resource"] for s in granted(model)
+    ]
+    routed = [
+        {k: text(v) for k, v in stack.resolve(s.to_statement_json()).items()}
+        for s in model.policy_statements(stack, routed_only=True)
+    ]
+    assert routed == from_statements[1:]
+    imodel = model.as_imodel(stack, "Imodel")
+    assert text(stack.resolve(imodel.model_arn)) == arns[0]
+
+
+def test_model_id_is_what_goes_in_model_id():
+    assert BedrockModel.foundation(NOVA).model_id == NOVA
+    assert BedrockModel.from_id(f"us.{HAIKU}").model_id == f"us.{HAIKU}"
+    assert BedrockModel.application_inference_profile(APP_ARN, copies=NOVA).model_id == APP_ARN
+    assert BedrockModel.provisioned(PROVISIONED_ARN).model_id == PROVISIONED_ARN
+
+
+@pytest.mark.parametrize(
+    ("model_id", "kind"),
+    [
+        (NOVA, "foundation"),
+        ("openai.gpt-5.4", "foundation"),  # a dot in the model name is not a profile prefix
+        ("newprovider.model-v1:0", "foundation"),  # a provider genai-pacer does not list yet
+        (f"us.{HAIKU}", "geographic-profile"),
+        (f"us-gov.{HAIKU}", "geographic-profile"),
+        (f"apac.{HAIKU}", "geographic-profile"),
+        (f"global.{SONNET}", "global-profile"),
+        (f"arn:aws:bedrock:us-east-1::foundation-model/{NOVA}", "foundation"),
+        (f"arn:aws:bedrock:us-east-1:{ACCOUNT}:inference-profile/global.{SONNET}", "global-profile"),
+        (PROVISIONED_ARN, "provisioned"),
+    ],
+)
+def test_from_id_reads_the_kind(model_id, kind):
+    assert BedrockModel.from_id(model_id).kind == kind
+
+
+def test_constructor_reads_the_kind_like_from_id_and_models_are_values():
+    assert BedrockModel(f"us.{HAIKU}") == BedrockModel.from_id(f"us.{HAIKU}")
+    assert BedrockModel(f"us.{HAIKU}", ["us-east-1"]).profile_regions == ("us-east-1",)
+    models = [BedrockModel.from_id(f"us.{HAIKU}"), BedrockModel.inference_profile(f"us.{HAIKU}")]
+    assert len(dict.fromkeys(models)) == 1
+
+
+def test_known_providers_cover_every_provider_aws_cdk_lib_lists():
+    """A new provider in aws-cdk-lib must be added, or its profiles cannot be told from foundation ids."""
+    identifiers = bedrock.FoundationModelIdentifier
+    providers = {
+        getattr(identifiers, name).model_id.split(".", 1)[0] for name in dir(identifiers) if name.isupper()
+    }
+    assert providers <= KNOWN_PROVIDERS, sorted(providers - KNOWN_PROVIDERS)
+    assert not KNOWN_PROVIDERS & {*PROFILE_REGIONS, "global"}
+
+
+# --- refusals ---------------------------------------------------------------------------------------
+
+
+def refused(call) -> str:
+    with pytest.raises(InvalidPropsError) as raised:
+        call()
+    assert isinstance(raised.value, ValueError) and isinstance(raised.value, TypeError)
+    return str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        # a profile id given as a foundation model: refused, with the call to make instead
+        (
+            lambda: BedrockModel.foundation(f"us.{HAIKU}"),
+            f"model_id='us.{HAIKU}' is a cross-Region inference profile id (prefix 'us'), not a foundation "
+            "model: a foundation-model ARN for it names no model and Bedrock refuses the call at run time; "
+            f"call BedrockModel.inference_profile('us.{HAIKU}')",
+        ),
+        (
+            lambda: BedrockModel.foundation(f"global.{SONNET}"),
+            f"call BedrockModel.inference_profile('global.{SONNET}')",
+        ),
+        # an unknown geography prefix: refused from every entry point, pointing to regions=
+        (
+            lambda: BedrockModel.foundation(f"xx.{HAIKU}"),
+            f"model_id='xx.{HAIKU}' looks like an inference profile of geography 'xx', which genai-pacer does "
+            "not know (known: apac, au, ca, eu, jp, us, us-gov, global); a foundation-model ARN for it would be "
+            f"refused at run time: call BedrockModel.inference_profile('xx.{HAIKU}', regions=[...])",
+        ),
+        (lambda: BedrockModel.from_id(f"xx.{HAIKU}"), "looks like an inference profile of geography 'xx'"),
+        (lambda: BedrockModel(f"xx.{HAIKU}"), "looks like an inference profile of geography 'xx'"),
+        (
+            lambda: BedrockModel.inference_profile(f"xx.{HAIKU}"),
+            f"profile_id='xx.{HAIKU}' has prefix 'xx', whose routing Regions genai-pacer does not know "
+            "(known: apac, au, ca, eu, jp, us, us-gov, global); call "
+            f"BedrockModel.inference_profile('xx.{HAIKU}', regions=[...])",
+        ),
+        (
+            lambda: BedrockModel.inference_profile(NOVA),
+            f"profile_id='{NOVA}' is a foundation model id (provider 'amazon'), not an inference profile: "
+            f"call BedrockModel.foundation('{NOVA}')",
+        ),
+        (
+            lambda: BedrockModel.from_id(NOVA, regions=["us-east-1"]),
+            f"model_id='{NOVA}' is a foundation model id (provider 'amazon')",
+        ),
+        (
+            lambda: BedrockModel.from_id(f"global.{SONNET}", regions=["us-east-1", "eu-west-1"]),
+            f"regions=['us-east-1', 'eu-west-1'] cannot be given for the global profile 'global.{SONNET}'",
+        ),
+        (
+            lambda: BedrockModel.inference_profile(f"global.{SONNET}", regions=["us-east-1"]),
+            "is authorized against the Region-less ARN",
+        ),
+        (
+            lambda: BedrockModel.from_id(f"arn:aws:bedrock:::foundation-model/{SONNET}"),
+            f"is the Region-less ARN a global profile is authorized against, not an invocable model: call "
+            f"BedrockModel.inference_profile('global.{SONNET}')",
+        ),
+        # application profiles need what they copy
+        (
+            lambda: BedrockModel.from_id(APP_ARN),
+            "copies is required for an application inference profile: pass the foundation model or "
+            "system-defined profile it was created from",
+        ),
+        (
+            lambda: BedrockModel.application_inference_profile(APP_ARN, copies=BedrockModel.provisioned(PROVISIONED_ARN)),
+            "copies is a Provisioned Throughput model; an application inference profile copies a foundation "
+            "model or a system-defined cross-Region profile",
+        ),
+        (
+            lambda: BedrockModel.application_inference_profile(APP_ARN, copies=42),
+            "copies=42 is a int; pass a BedrockModel or a model or profile id",
+        ),
+        (
+            lambda: BedrockModel.application_inference_profile(f"us.{HAIKU}", copies=NOVA),
+            f"model_id='us.{HAIKU}' is not an ARN; an application inference profile is invoked by its ARN",
+        ),
+        (
+            lambda: BedrockModel.from_id(NOVA, copies=f"us.{HAIKU}"),
+            "applies only to an application inference profile ARN",
+        ),
+        # provisioned throughput is invoked by its ARN
+        (
+            lambda: BedrockModel.provisioned("pt0123abcd"),
+            "model_id='pt0123abcd' is not an ARN; a Provisioned Throughput model is invoked by its ARN",
+        ),
+        (
+            lambda: BedrockModel.provisioned(APP_ARN),
+            "is an ARN of type 'application-inference-profile', not 'provisioned-model': call BedrockModel.from_id(",
+        ),
+        (
+            lambda: BedrockModel.foundation(PROVISIONED_ARN),
+            "is an ARN of type 'provisioned-model', not 'foundation-model'",
+        ),
+        (
+            lambda: BedrockModel.from_id(f"arn:aws:bedrock:us-east-1:{ACCOUNT}:custom-model/abc"),
+            "is not an ARN genai-pacer can grant: expected a Bedrock foundation-model, inference-profile, "
+            "application-inference-profile, provisioned-model ARN",
+        ),
+        (lambda: BedrockModel.from_id("arn:aws:s3:::bucket"), "is not an ARN genai-pacer can grant"),
+        (
+            lambda: BedrockModel.provisioned("arn:aws:bedrock:us-east-1::provisioned-model/x"),
+            "lacks a Region or account",
+        ),
+        # a kind that contradicts the id
+        (
+            lambda: BedrockModel(f"us.{HAIKU}", ("us-east-1",), kind="global-profile"),
+            f"model_id='us.{HAIKU}' is a geographic cross-Region profile, not a global cross-Region profile",
+        ),
+        (lambda: BedrockModel(NOVA, kind="model"), "kind='model' must be one of 'foundation', 'geographic-profile'"),
+        # tokens where the kind or the Regions cannot be known at synth
+        (lambda: BedrockModel.from_id(cdk.Fn.import_value("ModelId")), "model_id is a deploy-time token"),
+        (
+            lambda: BedrockModel.inference_profile(cdk.Fn.import_value("ProfileId")),
+            "profile_id is a deploy-time token",
+        ),
+    ],
+)
+def test_refusals_say_what_to_call_instead(call, expected):
+    assert expected in refused(call)
+
+
+# --- table-driven bad inputs ---------------------------------------------------------------------
+
+BAD_MODEL_IDS = [
+    (123, "model_id=123 is a int; pass a string"),
+    (None, "model_id is required"),
+    (True, "model_id=True is a bool; pass a string"),
+    (1.5, "model_id=1.5 is a float; pass a string"),
+    (["amazon.nova-lite-v1:0"], "is a list; pass a string"),
+    ("", "model_id='' is empty"),
+    ("not a model", "model_id='not a model' is not a Bedrock model id"),
+    ("nova", "model_id='nova' is not a Bedrock model id"),
+]
+
+
+@pytest.mark.parametrize(("value", "expected"), BAD_MODEL_IDS)
+@pytest.mark.parametrize("build", ["foundation", "from_id", "constructor"])
+def test_bad_model_ids(build, value, expected):
+    call = {
+        "foundation": lambda: BedrockModel.foundation(value),
+        "from_id": lambda: BedrockModel.from_id(value),
+        "constructor": lambda: BedrockModel(value),
+    }[build]
+    assert expected in refused(call)
+
+
+@pytest.mark.parametrize(
+    ("regions", "expected"),
+    [
+        ("us-east-1", "regions='us-east-1' is a str; pass a list of Region names such as ['us-east-1', 'us-west-2']"),
+        ([], "regions for profile 'us.anthropic"),
+        (["moon-1"], "regions[0]='moon-1' is not an AWS Region name such as 'us-east-1'"),
+        (["us-east-1", 5], "regions[1]=5 is a int; pass a Region name"),
+        (["us-east-1", None], "regions[1]=None is a NoneType"),
+    ],
+)
+def test_bad_regions(regions, expected):
+    assert expected in refused(lambda: BedrockModel.inference_profile(f"us.{HAIKU}", regions=regions))
+    assert expected in refused(lambda: BedrockModel.from_id(f"us.{HAIKU}", regions=regions))
+
+
+def test_regions_for_a_kind_without_routing_are_refused_by_name():
+    assert (
+        f"regions=('us-east-1',) applies only to a geographic cross-Region profile, and {PROVISIONED_ARN!r} is "
+        "a Provisioned Throughput model: drop regions"
+    ) in refused(
+        lambda: BedrockModel.from_id(PROVISIONED_ARN, regions=["us-east-1"])
+    )
+
+
+def test_several_problems_are_reported_together():
+    message = refused(lambda: BedrockModel(f"us.{HAIKU}", ("moon-1", 5)))
+    assert "2 problems" in message and "'moon-1'" in message and "regions[1]=5" in message
+
+
+@pytest.mark.parametrize(
+    ("streaming", "expected"),
+    [
+        ("yes", "streaming='yes' is a str; pass True or False"),
+        (None, "streaming is required: pass True or False"),
+        (1, "streaming=1 is a int; pass True or False"),
+        (0.0, "streaming=0.0 is a float; pass True or False"),
+    ],
+)
+def test_bad_streaming(streaming, expected):
+    stack = stack_in()
+    role = iam.Role(stack, "Caller", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    model = BedrockModel.foundation(NOVA)
+    assert f"BedrockModel.grant_invoke: {expected}" in refused(lambda: model.grant_invoke(role, streaming=streaming))
+    assert f"BedrockModel.policy_statements: {expected}" in refused(
+        lambda: model.policy_statements(stack, streaming=streaming)
+    )
+
+
+def test_bad_routed_only():
+    assert "routed_only='yes' is a str; pass True or False" in refused(
+        lambda: BedrockModel.foundation(NOVA).policy_statements(stack_in(), routed_only="yes")
+    )
+
+
+def test_tokens_are_accepted_where_the_kind_is_given():
+    token = cdk.Fn.import_value("SomeModelId")
+    assert BedrockModel.foundation(token).kind == "foundation"
+    assert BedrockModel.provisioned(token).kind == "provisioned"
+    assert BedrockModel.application_inference_profile(token, copies=NOVA).kind == "application-profile"
+    region = cdk.Fn.import_value("Region")
+    assert BedrockModel.inference_profile(f"us.{HAIKU}", regions=[region]).profile_regions == (region,)
+
+
+def test_grant_to_a_non_construct_is_refused():
+    with pytest.raises(TypeError, match="cannot grant to"):
+        BedrockModel.foundation(NOVA).grant_invoke(iam.AccountRootPrincipal())  # type: ignore[arg-type]
