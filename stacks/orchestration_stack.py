@@ -12,6 +12,7 @@ from genai_pacer import (
     ConverseRequest,
     ParallelPrompts,
     StateMachineOptions,
+    SyncExecutionUrl,
     planning,
 )
 
@@ -49,8 +50,9 @@ class OrchestrationStack(cdk.Stack):
         def ask(template: str, value: str, max_tokens: int = sizing.max_tokens) -> ConverseRequest:
             return ConverseRequest(prompt=sfn.JsonPath.format(template, value), max_tokens=max_tokens)
 
-        # Three independent analyses side by side, then one digest from their texts.
-        ParallelPrompts(
+        # Three independent analyses side by side, then one digest from their texts, on a user's
+        # path: an EXPRESS workflow the caller waits on through a signed function URL.
+        digest = ParallelPrompts(
             self,
             "ReviewDigest",
             model=settings.model,
@@ -63,7 +65,10 @@ class OrchestrationStack(cdk.Stack):
                 "Write a digest from these analyses: {}",
                 sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$.answers")),
             ),
+            state_machine_options=StateMachineOptions(state_machine_type=sfn.StateMachineType.EXPRESS),
         )
+        digest_url = SyncExecutionUrl(self, "ReviewDigestUrl", state_machine=digest.state_machine)
+        cdk.CfnOutput(self, "ReviewDigestEndpoint", value=digest_url.url.url)
 
         # The morning ticker summaries: a few dozen items from the execution input.
         BoundedMap(

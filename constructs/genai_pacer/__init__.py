@@ -1,11 +1,29 @@
 """genai-pacer: AWS CDK constructs that keep generative-AI workloads fast and inside their quotas.
 
 The constructs load on first use, so `genai_pacer.planning` and `genai_pacer.testing` import
-without starting the CDK's jsii runtime.
+without starting the CDK's jsii runtime. Type checkers and editors read the TYPE_CHECKING imports
+below instead, which name the same objects as _EXPORTS (tests/test_typing.py keeps the two equal).
 """
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from . import planning as planning
+    from . import runtime as runtime
+    from ._secure import StateMachineOptions as StateMachineOptions
+    from .model_tasks import DEFAULT_RETRY_ERRORS as DEFAULT_RETRY_ERRORS
+    from .model_tasks import BedrockRetry as BedrockRetry
+    from .model_tasks import ConverseRequest as ConverseRequest
+    from .model_tasks import NativeRequest as NativeRequest
+    from .model_tasks import TaskOptions as TaskOptions
+    from .models import PROFILE_REGIONS as PROFILE_REGIONS
+    from .models import BedrockModel as BedrockModel
+    from .orchestration import BoundedDistributedMap as BoundedDistributedMap
+    from .orchestration import BoundedMap as BoundedMap
+    from .orchestration import ParallelPrompts as ParallelPrompts
+    from .queued_inference import QueuedInference as QueuedInference
+    from .sync_execution import SyncExecutionUrl as SyncExecutionUrl
 
 _EXPORTS = {
     "planning": ".planning",
@@ -20,6 +38,7 @@ _EXPORTS = {
     "BoundedMap": ".orchestration",
     "BoundedDistributedMap": ".orchestration",
     "ParallelPrompts": ".orchestration",
+    "SyncExecutionUrl": ".sync_execution",
     "StateMachineOptions": "._secure",
     "QueuedInference": ".queued_inference",
 }
@@ -27,13 +46,15 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'genai_pacer' has no attribute {name!r}")
-    module = import_module(_EXPORTS[name], __name__)
-    value = module if _EXPORTS[name].lstrip(".") == name else getattr(module, name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # hidden from type checkers, so a misspelt name is an error there, not Any
+
+    def __getattr__(name: str) -> Any:
+        if name not in _EXPORTS:
+            raise AttributeError(f"module 'genai_pacer' has no attribute {name!r}")
+        module = import_module(_EXPORTS[name], __name__)
+        value = module if _EXPORTS[name].lstrip(".") == name else getattr(module, name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

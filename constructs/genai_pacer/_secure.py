@@ -12,13 +12,15 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 
 from constructs import Construct
 
+from ._assets import handler_code
 from ._checks import Checks
-from .models import INVOKE_ACTIONS, BedrockModel
+from .models import BedrockModel
 
 # The actions aws-cdk-lib grants for tracing and logging; AWS offers no narrower resource for them.
 XRAY_ACTIONS = ("xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules", "xray:GetSamplingTargets")
@@ -218,7 +220,44 @@ def model_state_machine(
     cdk.Validations.of(wildcard_policy).acknowledge(
         cdk.Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=WILDCARD_REASON)
     )
-    routed = [arn for model in dict.fromkeys(models) for arn in model.routed_model_arns(scope)]
-    if routed:
-        machine.add_to_role_policy(iam.PolicyStatement(actions=list(INVOKE_ACTIONS), resources=routed))
+    for model in dict.fromkeys(models):
+        for statement in model.policy_statements(scope, routed_only=True):
+            machine.add_to_role_policy(statement)
     return machine
+
+
+def handler_function(
+    scope: Construct,
+    id: str,
+    *,
+    handler: str,
+    environment: dict[str, str],
+    timeout: cdk.Duration,
+    memory_size: int = 256,
+    encryption_key: kms.IKey | None = None,
+    log_retention: logs.RetentionDays | None = None,
+) -> lambda_.Function:
+    """A genai-pacer handler as a Lambda function: Python 3.14 on arm64, its own encrypted log group
+    and an explicit role with inline grants only (the default role would attach the AWS managed
+    AWSLambdaBasicExecutionRole policy, cdk-nag IAM4, and allow writing to any log group)."""
+    log_group = encrypted_log_group(
+        scope,
+        f"{id}Logs",
+        key=log_key(scope, f"{id}LogsKey", encryption_key),
+        retention=log_retention or logs.RetentionDays.ONE_MONTH,
+    )
+    role = iam.Role(scope, f"{id}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    log_group.grant_write(role)
+    return lambda_.Function(
+        scope,
+        id,
+        runtime=lambda_.Runtime.PYTHON_3_14,
+        architecture=lambda_.Architecture.ARM_64,
+        handler=handler,
+        code=handler_code(),
+        role=role,
+        log_group=log_group,
+        timeout=timeout,
+        memory_size=memory_size,
+        environment=environment,
+    )

@@ -1,0 +1,86 @@
+"""A synchronous front door for an EXPRESS workflow: a caller sends the input and waits for the output.
+
+ParallelPrompts exists to cut latency on a user's path, where polling a Standard execution adds
+seconds and a second request. StartSyncExecution answers in the same request, but only for
+EXPRESS workflows, which run at most 5 minutes. The URL uses IAM auth: callers sign with SigV4
+and need lambda:InvokeFunctionUrl (`grant_invoke_url`).
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+
+from constructs import Construct
+
+from ._checks import Checks
+from ._secure import handler_function
+
+__all__ = ["SyncExecutionUrl", "EXPRESS_LIMIT"]
+
+#: The longest an EXPRESS execution runs.
+EXPRESS_LIMIT = cdk.Duration.minutes(5)
+
+
+class SyncExecutionUrl(Construct):
+    """A Lambda function URL (AWS_IAM auth) that runs an EXPRESS state machine with StartSyncExecution.
+
+    POST a JSON object (the execution input); the response is the execution's output (200), or its
+    error and cause (502 FAILED, 504 TIMED_OUT), or 400 for a body that is not a JSON object.
+
+    state_machine: required; an EXPRESS sfn.StateMachine, e.g. ParallelPrompts(...,
+        state_machine_options=StateMachineOptions(state_machine_type=sfn.StateMachineType.EXPRESS)).state_machine.
+    wait: how long the function waits for the execution, 1 s..5 min. Set it at or above the
+        workflow's timeout. Default: 5 minutes (the EXPRESS limit).
+    encryption_key / log_retention: for the function's new log group. Default: a new key with
+        rotation; one month.
+
+    Attributes: `function`, `url` (its `url` attribute is the endpoint).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        state_machine: sfn.StateMachine,
+        wait: cdk.Duration | None = None,
+        encryption_key: kms.IKey | None = None,
+        log_retention: logs.RetentionDays | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        wait = wait or EXPRESS_LIMIT
+        with Checks(f"SyncExecutionUrl {id}") as check:
+            if check.instance("state_machine", state_machine, sfn.StateMachine, "an sfn.StateMachine built in this app"):
+                check.rule(
+                    state_machine.state_machine_type == sfn.StateMachineType.EXPRESS,
+                    f"state_machine {state_machine.node.path} is {state_machine.state_machine_type.value}; "
+                    "StartSyncExecution runs EXPRESS workflows only: build it with "
+                    "StateMachineOptions(state_machine_type=sfn.StateMachineType.EXPRESS)",
+                )
+            check.duration(
+                "wait", wait, minimum=cdk.Duration.seconds(1), maximum=EXPRESS_LIMIT,
+                fix="an EXPRESS execution runs at most 5 minutes",
+            )
+            check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
+            check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
+        self.function = handler_function(
+            self,
+            "Function",
+            handler="sync_execution.handler.handler",
+            environment={"STATE_MACHINE_ARN": state_machine.state_machine_arn},
+            # a little above the wait, so the function reports a timed-out execution itself
+            timeout=cdk.Duration.seconds(wait.to_seconds() + 10),
+            encryption_key=encryption_key,
+            log_retention=log_retention,
+        )
+        state_machine.grant_start_sync_execution(self.function)
+        self.url = self.function.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM)
+
+    def grant_invoke_url(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let a caller (a role, a function) call the URL."""
+        return self.function.grant_invoke_url(grantee)
