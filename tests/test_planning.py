@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
+import inspect
+import math
+import re
+import subprocess
+import sys
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from genai_pacer import planning
+from genai_pacer._checks import Checks, InvalidPropsError, fit_concurrency
 from genai_pacer.planning import LatencyProfile, TokenProfile
 from hypothesis import given
 from hypothesis import strategies as st
@@ -130,49 +139,356 @@ def test_minute_deadline_stays_on_demand_and_overnight_archive_goes_to_batch():
     assert small.mode == "on-demand" and "minimum of 100" in small.reason
 
 
-# --- errors name the input and the rule -----------------------------------------------------------
+# --- errors name the input, the value, the rule and the fix --------------------------------------
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(input_tokens=-1, output_tokens=1, max_tokens=2), "input_tokens=-1 is negative"),
-        (dict(input_tokens=1, output_tokens=-5, max_tokens=2), "output_tokens=-5 is negative"),
-        (dict(input_tokens=1, output_tokens=1, max_tokens=0), "max_tokens=0 must be >= 1"),
-        (dict(input_tokens=1, output_tokens=10, max_tokens=5), "output_tokens=10 exceeds max_tokens=5"),
-        (dict(input_tokens=1, output_tokens=1, max_tokens=5, burndown=0.5), "burndown=0.5 is below 1"),
+        (dict(input_tokens=-1, output_tokens=1, max_tokens=2), "input_tokens=-1 is below the minimum of 0"),
+        (dict(input_tokens=1, output_tokens=-5, max_tokens=2), "output_tokens=-5 is below the minimum of 0"),
+        (
+            dict(input_tokens=1, output_tokens=1, max_tokens=0),
+            "max_tokens=0 is below the minimum of 1.*model's maximum",
+        ),
+        (
+            dict(input_tokens=1, output_tokens=10, max_tokens=5),
+            "output_tokens=10 exceeds max_tokens=5.*raise max_tokens",
+        ),
+        (
+            dict(input_tokens=1, output_tokens=1, max_tokens=5, burndown=0.5),
+            "burndown=0.5 is below the minimum of 1",
+        ),
         (dict(input_tokens=1, output_tokens=1, max_tokens=5, cache_read_tokens=-3), "cache_read_tokens=-3"),
+        (
+            dict(input_tokens=1.5, output_tokens=1, max_tokens=5),
+            "input_tokens=1.5 is not a whole number of tokens",
+        ),
+        (
+            dict(input_tokens=2e8, output_tokens=1, max_tokens=5),
+            "input_tokens=200000000.0 exceeds.*total over many",
+        ),
+        (
+            dict(input_tokens=1, output_tokens=1, max_tokens=5, burndown=math.inf),
+            "burndown=inf is not a finite",
+        ),
+        (
+            dict(input_tokens=1, output_tokens=1, max_tokens=True),
+            "max_tokens=True is a bool; pass an integer",
+        ),
     ],
 )
 def test_token_profile_rejects_nonsense(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidPropsError, match=message):
         TokenProfile(**kwargs)
 
 
 def test_planner_errors():
     profile = TokenProfile(input_tokens=1, output_tokens=1, max_tokens=5)
-    with pytest.raises(ValueError, match="headroom=-0.1 is below 0"):
+    with pytest.raises(ValueError, match="headroom=-0.1 is below the minimum of 0; headroom is a fraction"):
         planning.plan_tpm(profile, requests_per_minute=10, headroom=-0.1)
-    with pytest.raises(ValueError, match="requests_per_minute=0 must be > 0"):
+    with pytest.raises(ValueError, match="headroom=20 exceeds the maximum of 10; .*0.2 keeps 20% spare"):
+        planning.plan_tpm(profile, requests_per_minute=10, headroom=20)
+    with pytest.raises(ValueError, match="requests_per_minute=0 must be greater than 0"):
         planning.plan_tpm(profile, requests_per_minute=0)
-    with pytest.raises(ValueError, match="current_max_tokens=800 is below the p99 output \\(900\\)"):
+    with pytest.raises(
+        ValueError, match="current_max_tokens=800 is below the p99 output \\(900\\).*at least 990"
+    ):
         planning.size_max_tokens(900, current_max_tokens=800)
-    with pytest.raises(ValueError, match="p99_output_tokens=0 must be > 0"):
+    with pytest.raises(ValueError, match="p99_output_tokens=0 is below the minimum of 1"):
         planning.size_max_tokens(0)
-    with pytest.raises(ValueError, match="margin=-0.2 is below 0"):
+    with pytest.raises(ValueError, match="p99_output_tokens=911.4 is not a whole number.*math.ceil"):
+        planning.size_max_tokens(911.4)
+    with pytest.raises(ValueError, match="margin=-0.2 is below the minimum of 0"):
         planning.size_max_tokens(100, margin=-0.2)
-    with pytest.raises(ValueError, match="tpm_quota=0 must be > 0"):
+    with pytest.raises(ValueError, match="tpm_quota=0 is below the minimum of 1"):
         planning.sustainable_rate(profile, tpm_quota=0, call_seconds=1)
-    with pytest.raises(ValueError, match="call_seconds=0 must be > 0"):
+    with pytest.raises(ValueError, match="call_seconds=0 is below the minimum of 0.001"):
         planning.max_concurrency(10, 0)
+    with pytest.raises(ValueError, match="call_seconds=6000000 exceeds.*milliseconds passed as seconds"):
+        planning.max_concurrency(10, 6_000_000)
     with pytest.raises(ValueError, match="latency_seconds=1 must exceed ttft_seconds=2"):
         LatencyProfile(ttft_seconds=2, latency_seconds=1, output_tokens=10)
-    with pytest.raises(ValueError, match="tolerance=-1 must be >= 0"):
+    with pytest.raises(ValueError, match="tolerance=-1 is below the minimum of 0"):
         planning.diagnose_latency(LatencyProfile(1, 2, 3), LatencyProfile(1, 2, 3), tolerance=-1)
     with pytest.raises(ValueError, match="deadline=.* must be positive"):
         planning.choose_execution(deadline=timedelta(0), record_count=5)
-    with pytest.raises(ValueError, match="record_count=0 must be > 0"):
+    with pytest.raises(ValueError, match="record_count=0 is below the minimum of 1"):
         planning.choose_execution(deadline=timedelta(hours=30), record_count=0)
+    with pytest.raises(TypeError, match="deadline=3600 is a int; pass a datetime.timedelta"):
+        planning.choose_execution(deadline=3600, record_count=5)
+
+
+def test_relations_between_inputs_are_checked():
+    profile = TokenProfile(input_tokens=1, output_tokens=1, max_tokens=5)
+    with pytest.raises(
+        InvalidPropsError, match="concurrency=10 and call_seconds=5 are both given.*pass only one"
+    ):
+        planning.plan_tpm(profile, requests_per_minute=10, concurrency=10, call_seconds=5)
+    # 1 token in 1e-300 s after the first token: an infinite decode speed, a unit mistake.
+    with pytest.raises(InvalidPropsError, match="output_tokens=300 in .* tokens/s, above the 1,000,000"):
+        LatencyProfile(ttft_seconds=0, latency_seconds=1e-300, output_tokens=300)
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(InvalidPropsError) as excinfo:
+        TokenProfile(
+            input_tokens=-1, output_tokens="5", max_tokens=None, burndown=math.nan, cache_read_tokens=1.5
+        )
+    assert excinfo.value.owner == "TokenProfile"
+    assert [problem.split("=")[0].split(" ")[0] for problem in excinfo.value.problems] == [
+        "input_tokens",
+        "output_tokens",
+        "max_tokens",
+        "burndown",
+        "cache_read_tokens",
+    ]
+    with pytest.raises(InvalidPropsError) as excinfo:
+        planning.choose_execution(
+            deadline=None, record_count=-3, batch_min_records=2.5, batch_turnaround="1d"
+        )
+    assert len(excinfo.value.problems) == 4
+
+
+def test_whole_floats_are_counts_and_stored_as_ints():
+    """A CloudWatch statistic arrives as 2500.0: accepted, and the figures stay exact ints."""
+    profile = TokenProfile(input_tokens=2_500.0, output_tokens=300.0, max_tokens=6_000.0, burndown=5)
+    assert (profile.input_tokens, profile.output_tokens, profile.max_tokens) == (2_500, 300, 6_000)
+    assert all(type(value) is int for value in (profile.input_tokens, profile.max_tokens, profile.reserved))
+    assert profile == TokenProfile(input_tokens=2_500, output_tokens=300, max_tokens=6_000, burndown=5)
+    sizing = planning.size_max_tokens(900.0, current_max_tokens=16_000.0)
+    assert (sizing.p99_output_tokens, sizing.max_tokens, sizing.reservation_saved_per_request) == (
+        900,
+        990,
+        15_010,
+    )
+    assert type(sizing.current_max_tokens) is int
+    assert type(planning.RatePlan(300, "tpm", 12.0, 5).max_concurrency) is int
+    with pytest.raises(
+        InvalidPropsError, match="max_concurrency=12.5 is not a whole number of calls: round down"
+    ):
+        planning.RatePlan(300, "tpm", 12.5, 5)
+
+
+def test_the_largest_accepted_inputs_give_finite_results():
+    """The bounds exist so that no accepted input reaches inf, NaN or an OverflowError."""
+    biggest = TokenProfile(
+        input_tokens=planning.MAX_REQUEST_TOKENS,
+        output_tokens=planning.MAX_REQUEST_TOKENS,
+        max_tokens=planning.MAX_REQUEST_TOKENS,
+        burndown=planning.MAX_BURNDOWN,
+        cache_write_tokens=planning.MAX_REQUEST_TOKENS,
+        cache_read_tokens=planning.MAX_REQUEST_TOKENS,
+    )
+    reservation_only = TokenProfile(input_tokens=0, output_tokens=0, max_tokens=1)  # settles to 0 tokens
+    for profile in (biggest, reservation_only):
+        for seconds in (planning.MIN_CALL_SECONDS, planning.MAX_CALL_SECONDS):
+            for tpm in (1, planning.MAX_TPM_QUOTA):
+                rate = planning.sustainable_rate(profile, tpm_quota=tpm, call_seconds=seconds)
+                assert 0 < rate.requests_per_minute <= planning.MAX_RATE
+                assert_finite(rate)
+                assert_finite(
+                    planning.plan_tpm(
+                        profile, requests_per_minute=rate.requests_per_minute, call_seconds=seconds
+                    )
+                )
+        assert_finite(
+            planning.plan_tpm(
+                profile, requests_per_minute=planning.MAX_RATE, headroom=10, concurrency=planning.MAX_RATE
+            )
+        )
+    assert planning.max_concurrency(planning.MAX_RATE, planning.MAX_CALL_SECONDS) == math.floor(
+        1e18 / 60 * 86_400
+    )
+    assert planning.size_max_tokens(planning.MAX_REQUEST_TOKENS, margin=10).max_tokens == 1_100_000_000
+    fast = LatencyProfile(
+        ttft_seconds=0, latency_seconds=planning.MAX_REQUEST_TOKENS / 1e6, output_tokens=1e8
+    )
+    assert_finite(planning.diagnose_latency(fast, fast, tolerance=10))
+
+
+def test_an_infinite_burndown_is_named_not_blamed_on_the_rate():
+    """It used to surface as 'requests_per_minute=0.0 must be > 0' from deep inside sustainable_rate."""
+    with pytest.raises(InvalidPropsError, match="^TokenProfile: burndown=inf is not a finite number"):
+        TokenProfile(input_tokens=1, output_tokens=1, max_tokens=5, burndown=math.inf)
+
+
+def test_a_rate_plan_is_what_constructs_fit_to_their_range():
+    """_checks.fit_concurrency recognises a plan by its class name and reads these two attributes."""
+    profile = TokenProfile(input_tokens=2_000, output_tokens=500, max_tokens=500)
+    plan = planning.sustainable_rate(profile, tpm_quota=1_000_000, call_seconds=6)
+    assert type(plan).__name__ == "RatePlan" and (plan.max_concurrency, plan.requests_per_minute) == (40, 400)
+    check = Checks("BoundedMap")
+    assert fit_concurrency(check, None, "max_concurrency", plan, minimum=1, maximum=40, limit="x") == 40
+    assert planning.as_max_concurrency(plan) == 40
+    assert planning.as_max_concurrency(12.0) == 12 and type(planning.as_max_concurrency(12.0)) is int
+
+
+def test_planning_stays_pure_python_at_run_time():
+    code = "import genai_pacer.planning, sys; assert 'aws_cdk' not in sys.modules, sorted(sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- bad input: every parameter of every public function and value object -------------------------
+#
+# Each row: (target, parameter, label of the bad value, expected outcome). A target is called with
+# valid values for everything else, so a refusal must name exactly that parameter. "accepted" rows
+# are documented: 0 tokens, a 0 headroom, None for an optional input, a fractional rate or duration,
+# and as_max_concurrency's 0 and negatives (the range is the construct's: 0 means an unbounded Map).
+# The same table runs against any version of the module (python tests/test_planning.py [git-rev]),
+# which is how the before/after counts in the closing note of issue 8 were made.
+
+NUMBERS = {
+    "str": "5",
+    "None": None,
+    "True": True,
+    "0": 0,
+    "-1": -1,
+    "1.5": 1.5,
+    "NaN": math.nan,
+    "inf": math.inf,
+    "-inf": -math.inf,
+    "1e308": 1e308,
+    "10**400": 10**400,
+    "CDK token": "cdk-token",  # replaced by cdk.Token.as_number(...) when the row runs
+}
+DURATIONS = {
+    "str": "5",
+    "None": None,
+    "True": True,
+    "seconds int": 3_600,
+    "zero": timedelta(0),
+    "negative": timedelta(hours=-1),
+    "timedelta.max": timedelta.max,
+}
+OBJECTS = {"str": "5", "None": None, "True": True, "dict": {"input_tokens": 1}}
+LIMITED_BY = {"str": "TPM", "None": None, "True": True, "int": 5}
+
+# (target, parameter, bad values, labels accepted). Every other label must be refused.
+PARAMETERS: list[tuple[str, str, dict[str, Any], set[str]]] = [
+    *[("TokenProfile", name, NUMBERS, {"0"}) for name in ("input_tokens", "output_tokens")],
+    *[("TokenProfile", name, NUMBERS, {"0"}) for name in ("cache_write_tokens", "cache_read_tokens")],
+    ("TokenProfile", "max_tokens", NUMBERS, set()),
+    ("TokenProfile", "burndown", NUMBERS, {"1.5"}),
+    ("plan_tpm", "profile", OBJECTS, set()),
+    ("plan_tpm", "requests_per_minute", NUMBERS, {"1.5"}),
+    ("plan_tpm", "headroom", NUMBERS, {"0", "1.5"}),
+    ("plan_tpm", "concurrency", NUMBERS, {"None", "0", "1.5"}),
+    ("plan_tpm", "call_seconds", NUMBERS, {"None", "1.5"}),
+    ("size_max_tokens", "p99_output_tokens", NUMBERS, set()),
+    ("size_max_tokens", "margin", NUMBERS, {"0", "1.5"}),
+    ("size_max_tokens", "current_max_tokens", NUMBERS, {"None"}),
+    ("sustainable_rate", "profile", OBJECTS, set()),
+    ("sustainable_rate", "tpm_quota", NUMBERS, {"1.5"}),
+    ("sustainable_rate", "call_seconds", NUMBERS, {"1.5"}),
+    ("sustainable_rate", "rpm_quota", NUMBERS, {"None", "1.5"}),
+    ("max_concurrency", "requests_per_minute", NUMBERS, {"1.5"}),
+    ("max_concurrency", "call_seconds", NUMBERS, {"1.5"}),
+    ("as_max_concurrency", "value", NUMBERS, {"0", "-1", "CDK token"}),
+    ("choose_execution", "deadline", DURATIONS, {"timedelta.max"}),
+    ("choose_execution", "record_count", NUMBERS, set()),
+    ("choose_execution", "batch_min_records", NUMBERS, set()),
+    ("choose_execution", "batch_turnaround", DURATIONS, {"timedelta.max"}),
+    ("LatencyProfile", "ttft_seconds", NUMBERS, {"0", "1.5"}),
+    ("LatencyProfile", "latency_seconds", NUMBERS, {"1.5"}),
+    ("LatencyProfile", "output_tokens", NUMBERS, {"0", "1.5"}),
+    ("diagnose_latency", "before", OBJECTS, set()),
+    ("diagnose_latency", "after", OBJECTS, set()),
+    ("diagnose_latency", "tolerance", NUMBERS, {"0", "1.5"}),
+    ("RatePlan", "requests_per_minute", NUMBERS, {"1.5"}),
+    ("RatePlan", "limited_by", LIMITED_BY, set()),
+    ("RatePlan", "max_concurrency", NUMBERS, set()),
+    ("RatePlan", "call_seconds", NUMBERS, {"1.5"}),
+]
+# as_max_concurrency(value) reports the construct prop the value stands for.
+REPORTED_AS = {("as_max_concurrency", "value"): "max_concurrency"}
+ROWS = [
+    (target, param, label, value, "accepted" if label in accepted else "refused")
+    for target, param, values, accepted in PARAMETERS
+    for label, value in values.items()
+]
+
+
+def valid_arguments(module: Any, target: str) -> dict[str, Any]:
+    """Valid values for every required input of `target` (optional ones stay at their defaults)."""
+    profile = module.TokenProfile(input_tokens=2_500, output_tokens=300, max_tokens=6_000, burndown=5)
+    latency = module.LatencyProfile(ttft_seconds=1, latency_seconds=6, output_tokens=300)
+    return {
+        "TokenProfile": dict(input_tokens=2_500, output_tokens=300, max_tokens=6_000, burndown=5),
+        "plan_tpm": dict(profile=profile, requests_per_minute=300),
+        "size_max_tokens": dict(p99_output_tokens=900, current_max_tokens=16_000),
+        "sustainable_rate": dict(profile=profile, tpm_quota=1_000_000, call_seconds=6),
+        "max_concurrency": dict(requests_per_minute=400, call_seconds=6),
+        "as_max_concurrency": dict(value=8),
+        "choose_execution": dict(deadline=timedelta(hours=30), record_count=500),
+        "LatencyProfile": dict(ttft_seconds=1, latency_seconds=6, output_tokens=300),
+        "diagnose_latency": dict(before=latency, after=latency),
+        "RatePlan": dict(requests_per_minute=400, limited_by="tpm", max_concurrency=40, call_seconds=6),
+    }[target]
+
+
+def call_row(module: Any, target: str, param: str, value: Any) -> Any:
+    if isinstance(value, str) and value == "cdk-token":
+        import aws_cdk as cdk
+
+        value = cdk.Token.as_number({"Ref": "Quota"})
+    return getattr(module, target)(**{**valid_arguments(module, target), param: value})
+
+
+def outcome(module: Any, target: str, param: str, value: Any) -> str:
+    """refused (a ValueError/TypeError that names the parameter), accepted, or unclear (anything else)."""
+    try:
+        call_row(module, target, param, value)
+    except (ValueError, TypeError) as error:
+        named = REPORTED_AS.get((target, param), param)
+        return "refused" if re.search(rf"\b{named}\b", str(error)) else "unclear"
+    except Exception:
+        return "unclear"
+    return "accepted"
+
+
+@pytest.mark.parametrize(
+    ("target", "param", "label", "value", "expected"),
+    ROWS,
+    ids=[f"{target}.{param}={label}" for target, param, label, _, _ in ROWS],
+)
+def test_bad_input_table(target, param, label, value, expected):
+    if expected == "accepted":
+        assert_finite(call_row(planning, target, param, value))
+        return
+    with pytest.raises(InvalidPropsError) as excinfo:
+        call_row(planning, target, param, value)
+    (problem,) = excinfo.value.problems  # only the bad input is reported, and it is named first
+    assert re.match(rf"{REPORTED_AS.get((target, param), param)}\b", problem), problem
+    assert ";" in problem or ":" in problem  # the rule is followed by a fix or a reason
+
+
+def test_the_table_covers_every_public_parameter():
+    covered = {(target, param) for target, param, _, _ in PARAMETERS}
+    for name in planning.__all__:
+        obj = getattr(planning, name)
+        if name in {"TpmPlan", "MaxTokensSizing", "ExecutionChoice", "LatencyDiagnosis"}:
+            continue  # results the planner builds, never inputs
+        for param in inspect.signature(obj).parameters:
+            assert (name, param) in covered, f"{name}({param}) has no bad-input rows"
+
+
+def tally(module: Any) -> Counter[str]:
+    """Outcome counts of the table for one version of the planner, and how many match the expectation."""
+    counts: Counter[str] = Counter()
+    for target, param, _, value, expected in ROWS:
+        got = outcome(module, target, param, value)
+        counts[got] += 1
+        counts["as expected" if got == expected else "not as expected"] += 1
+    return counts
+
+
+def assert_finite(result: Any) -> None:
+    """No number in a result (a dataclass or a number) is inf or NaN."""
+    values = dataclasses.astuple(result) if dataclasses.is_dataclass(result) else (result,)
+    for value in values:
+        if isinstance(value, float):
+            assert math.isfinite(value), result
 
 
 def test_planning_imports_no_cdk():
@@ -259,3 +575,78 @@ def test_max_concurrency_grows_with_rate_and_duration(rpm, seconds, factor):
 @given(st.integers(min_value=1, max_value=200_000), st.floats(min_value=0, max_value=1))
 def test_sized_max_tokens_never_truncates_the_p99(p99, margin):
     assert planning.size_max_tokens(p99, margin=margin).max_tokens >= p99
+
+
+# Anything a caller might pass: floats of every size (NaN and inf included), ints beyond a float's
+# range, bools, None and strings.
+anything = st.one_of(
+    st.floats(),
+    st.integers(min_value=-(10**400), max_value=10**400),
+    st.integers(min_value=-10, max_value=300_000),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=2),
+)
+
+
+def refused_or_finite(build: Any) -> Any:
+    """Only InvalidPropsError may escape, and an accepted call's result holds no inf or NaN."""
+    try:
+        result = build()
+    except InvalidPropsError:
+        return None
+    assert_finite(result)
+    return result
+
+
+@given(anything, anything, anything, anything, anything, anything, anything, anything)
+def test_any_token_profile_and_rate_is_refused_or_finite(
+    inp, out, max_tokens, burndown, tpm, seconds, rpm, headroom
+):
+    profile = refused_or_finite(
+        lambda: TokenProfile(input_tokens=inp, output_tokens=out, max_tokens=max_tokens, burndown=burndown)
+    )
+    profile = profile or TokenProfile(input_tokens=0, output_tokens=0, max_tokens=1)
+    for value in (profile.reserved, profile.settled, profile.billed):
+        assert math.isfinite(value)
+    refused_or_finite(
+        lambda: planning.sustainable_rate(profile, tpm_quota=tpm, call_seconds=seconds, rpm_quota=rpm)
+    )
+    refused_or_finite(
+        lambda: planning.plan_tpm(profile, requests_per_minute=tpm, headroom=headroom, concurrency=rpm)
+    )
+    refused_or_finite(lambda: planning.plan_tpm(profile, requests_per_minute=tpm, call_seconds=seconds))
+    refused_or_finite(lambda: planning.max_concurrency(tpm, seconds))
+    refused_or_finite(lambda: planning.size_max_tokens(out, margin=headroom, current_max_tokens=max_tokens))
+
+
+@given(anything, anything, anything, anything)
+def test_any_latency_reading_is_refused_or_finite(ttft, latency, output, tolerance):
+    reading = refused_or_finite(
+        lambda: LatencyProfile(ttft_seconds=ttft, latency_seconds=latency, output_tokens=output)
+    )
+    if reading is not None:
+        assert math.isfinite(reading.output_tokens_per_second)
+        refused_or_finite(lambda: planning.diagnose_latency(reading, reading, tolerance=tolerance))
+
+
+if __name__ == "__main__":  # python tests/test_planning.py [git-rev]: the table's counts for a revision
+    import importlib.util
+
+    revision = sys.argv[1] if len(sys.argv) > 1 else None
+    if revision is None:
+        target_module: Any = planning
+    else:
+        source = subprocess.run(
+            ["git", "show", f"{revision}:constructs/genai_pacer/planning.py"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        spec = importlib.util.spec_from_loader("genai_pacer.planning_at_revision", loader=None)
+        assert spec is not None
+        target_module = importlib.util.module_from_spec(spec)
+        target_module.__package__ = "genai_pacer"
+        sys.modules[spec.name] = target_module
+        exec(compile(source, f"{revision}:planning.py", "exec"), target_module.__dict__)
+    print(f"{len(ROWS)} rows at {revision or 'the working tree'}: {dict(tally(target_module))}")

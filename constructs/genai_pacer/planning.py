@@ -9,13 +9,31 @@ stacks and the tests use one arithmetic.
 
 Burndown rates differ per model and change over time, so they are always inputs: check the model's
 current rate in the Bedrock documentation.
+
+Every function and value object checks all its inputs at once (genai_pacer._checks): one
+InvalidPropsError (a ValueError and a TypeError) lists each bad input with its value, the rule and
+the fix. The rules, so a plan is never built on a value that cannot be right:
+
+- Numbers are finite ints or floats. A bool is not a number; an unresolved CDK token is refused
+  (a plan needs the value at synth time).
+- Counts of tokens, records and calls are whole numbers: an int, or a float without a fractional
+  part (900.0 read from a CloudWatch statistic), stored as an int. 1.5 tokens is refused: round a
+  mean, ceil a percentile. LatencyProfile.output_tokens is a reading (a p50 over a period) and may
+  be fractional.
+- The bounds below (MAX_REQUEST_TOKENS, MAX_BURNDOWN, ...) keep every result finite, so no
+  accepted input yields inf, NaN or an OverflowError, and they catch unit mistakes (milliseconds
+  passed as seconds, 20 passed for a 20% headroom).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
+
+from ._checks import Checks, is_token
 
 __all__ = [
     "TokenProfile",
@@ -35,17 +53,136 @@ __all__ = [
 ]
 
 
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
+# Bounds. They keep every result finite (no inf, NaN or OverflowError from any accepted input) and
+# catch unit mistakes; each is far beyond what a real workload needs.
+MAX_REQUEST_TOKENS = 100_000_000
+"""Tokens in one request: ten times the largest advertised context window (about 10 million). A
+bigger count is a total over many requests (per minute, per day) passed as one request's shape."""
+MAX_BURNDOWN = 100
+"""Quota tokens per output token: published rates are 1, 5, 10 and 15."""
+MAX_TPM_QUOTA = 1e12
+"""Tokens per minute: far above any quota Service Quotas grants; the bound keeps the arithmetic finite."""
+MAX_RATE = 1e18
+"""Requests per minute (or requests in flight): beyond any quota; the bound keeps the arithmetic finite."""
+MIN_CALL_SECONDS = 0.001
+"""A model call takes at least a millisecond; shorter durations make the sustainable rate unbounded."""
+MAX_CALL_SECONDS = 86_400.0
+"""One day. A longer call is usually milliseconds passed as seconds."""
+MAX_FRACTION = 10.0
+"""headroom, margin and tolerance are fractions (0.2 is 20%); above 10 (1,000%) a percentage was
+passed as a fraction."""
+MAX_OUTPUT_TOKENS_PER_SECOND = 1_000_000
+"""Decode speed no model approaches: a LatencyProfile implying more has its units wrong."""
+
+_EXACT_FLOAT = 2**53  # the largest float that still holds every whole number below it exactly
+_TOKEN_FIX = (
+    f"a request holds 0..{MAX_REQUEST_TOKENS:,} tokens (ten times the largest context window); "
+    "a bigger count is a total over many requests"
+)
+_CALL_FIX = (
+    f"the average duration of one model call in seconds, {MIN_CALL_SECONDS:g}..{MAX_CALL_SECONDS:,.0f} "
+    "(a larger value is usually milliseconds passed as seconds)"
+)
+_RATE_FIX = f"requests per minute, more than 0 and at most {MAX_RATE:.0e}"
+_ROUNDING = {  # how to make a whole count of each unit, and which way to round
+    "tokens": "round a mean with round(x) or a percentile up with math.ceil(x)",
+    "records": "count whole records",
+    "calls": "round down with math.floor(x): a cap above the plan overdraws the quota",
+}
 
 
-def _non_negative(name: str, value: float) -> None:
-    _require(value >= 0, f"{name}={value!r} is negative; token counts and durations must be >= 0")
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _positive(name: str, value: float) -> None:
-    _require(value > 0, f"{name}={value!r} must be > 0")
+def _number(
+    check: Checks,
+    name: str,
+    value: Any,
+    *,
+    fix: str,
+    whole: str | None = None,
+    tokens_pass: bool = False,
+    **limits: Any,
+) -> bool:
+    """Checks.number plus the planner's own rules; True when `value` is a usable number.
+
+    whole: the unit of a count ("tokens", "records", "calls"): the value must be an int, or a float
+    with no fractional part up to 2**53 (above that a float skips whole numbers). A CDK token (a
+    float or str; only those can be one) is refused, as a plan needs its value at synth time, unless
+    tokens_pass, where the caller hands it on. Ints beyond a float's range are refused here because
+    math.isfinite raises OverflowError on them.
+    """
+    if isinstance(value, float | str) and is_token(value):
+        if tokens_pass:
+            return False
+        return check.fail(
+            f"{name} is an unresolved CDK token (a deploy-time value); the planner needs the number at "
+            f"synth time: pass it as a constant or from context; {fix}"
+        )
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
+        return check.fail(f"{name}={_short(value)} is beyond any float's range; {fix}")
+    if whole and isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+        return check.fail(f"{name}={value!r} is not a whole number of {whole}: {_ROUNDING[whole]}; {fix}")
+    ok = check.number(name, value, integer=whole is not None, fix=fix, **limits)
+    if ok and whole and isinstance(value, float) and abs(value) > _EXACT_FLOAT:
+        return check.fail(f"{name}={value!r} is too large for a float to count exactly; pass an int")
+    return ok
+
+
+def _count(check: Checks, name: str, value: Any, *, unit: str = "tokens", **limits: Any) -> bool:
+    """A whole count; token counts are bounded by MAX_REQUEST_TOKENS unless a maximum is given."""
+    if unit == "tokens":
+        limits.setdefault("maximum", MAX_REQUEST_TOKENS)
+        limits.setdefault("fix", _TOKEN_FIX)
+    return _number(check, name, value, whole=unit, **limits)
+
+
+def _call_seconds(check: Checks, name: str, value: Any, *, optional: bool = False) -> bool:
+    return _number(
+        check,
+        name,
+        value,
+        minimum=MIN_CALL_SECONDS,
+        maximum=MAX_CALL_SECONDS,
+        optional=optional,
+        fix=_CALL_FIX,
+    )
+
+
+def _fraction(check: Checks, name: str, value: Any, *, meaning: str) -> bool:
+    return _number(
+        check,
+        name,
+        value,
+        minimum=0,
+        maximum=MAX_FRACTION,
+        fix=f"{name} is a fraction, 0..{MAX_FRACTION:g}: {meaning}",
+    )
+
+
+def _duration(check: Checks, name: str, value: Any, *, fix: str) -> bool:
+    if not check.instance(name, value, timedelta, f"a datetime.timedelta such as timedelta(hours=36); {fix}"):
+        return False
+    return check.rule(value > timedelta(0), f"{name}={value!r} must be positive; {fix}")
+
+
+def _whole_values(obj: Any, *names: str) -> None:
+    """Store integral floats (900.0 from a CloudWatch statistic) as ints, after validation."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, float):
+            object.__setattr__(obj, name, int(value))
+
+
+def _profile(check: Checks, profile: Any) -> bool:
+    return check.instance(
+        "profile",
+        profile,
+        TokenProfile,
+        "a planning.TokenProfile(input_tokens=..., output_tokens=..., max_tokens=...)",
+    )
 
 
 @dataclass(frozen=True)
@@ -70,22 +207,36 @@ class TokenProfile:
     cache_read_tokens: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"):
-            _non_negative(name, getattr(self, name))
-        _require(
-            self.max_tokens >= 1,
-            f"max_tokens={self.max_tokens!r} must be >= 1; pass the model's maximum output if the "
-            "request leaves max_tokens unset (Bedrock reserves that)",
-        )
-        _require(
-            self.output_tokens <= self.max_tokens,
-            f"output_tokens={self.output_tokens} exceeds max_tokens={self.max_tokens}: a model never "
-            "generates more than max_tokens; raise max_tokens or lower the output estimate",
-        )
-        _require(
-            self.burndown >= 1,
-            f"burndown={self.burndown!r} is below 1; output tokens cost at least one quota token each "
-            "(1 for most models, 5 or more for Anthropic Claude)",
+        with Checks("TokenProfile") as check:
+            _count(check, "input_tokens", self.input_tokens, minimum=0)
+            output_ok = _count(check, "output_tokens", self.output_tokens, minimum=0)
+            max_ok = _count(
+                check,
+                "max_tokens",
+                self.max_tokens,
+                minimum=1,
+                fix=f"1..{MAX_REQUEST_TOKENS:,}; pass the model's maximum output if the request leaves "
+                "max_tokens unset (Bedrock reserves that)",
+            )
+            _number(
+                check,
+                "burndown",
+                self.burndown,
+                minimum=1,
+                maximum=MAX_BURNDOWN,
+                fix=f"quota tokens per output token, 1..{MAX_BURNDOWN}: 1 for most models, 5 for older "
+                "Anthropic Claude models, 10 or 15 for the newest (check the model's current rate)",
+            )
+            for name in ("cache_write_tokens", "cache_read_tokens"):
+                _count(check, name, getattr(self, name), minimum=0)
+            if output_ok and max_ok:
+                check.rule(
+                    self.output_tokens <= self.max_tokens,
+                    f"output_tokens={self.output_tokens} exceeds max_tokens={self.max_tokens}: a model never "
+                    "generates more than max_tokens; raise max_tokens or lower the output estimate",
+                )
+        _whole_values(
+            self, "input_tokens", "output_tokens", "max_tokens", "cache_write_tokens", "cache_read_tokens"
         )
 
     @property
@@ -131,15 +282,38 @@ def plan_tpm(
     flight still hold their full reservation, so the window is charged about
     settled_tpm + in-window concurrency x (reserved - settled). When that exceeds settled_tpm with headroom,
     the reservation binds and required_tpm follows it instead. concurrency defaults to Little's law
-    (requests_per_minute / 60 x call_seconds); with neither given it is taken as 0.
+    (requests_per_minute / 60 x call_seconds); with neither given it is taken as 0. Pass one of
+    them, not both.
     """
-    _positive("requests_per_minute", requests_per_minute)
-    _require(headroom >= 0, f"headroom={headroom!r} is below 0; pass a fraction such as 0.2 for 20% spare")
+    with Checks("plan_tpm") as check:
+        _profile(check, profile)
+        _number(
+            check,
+            "requests_per_minute",
+            requests_per_minute,
+            above=0,
+            maximum=MAX_RATE,
+            fix=f"the peak load in {_RATE_FIX}",
+        )
+        _fraction(check, "headroom", headroom, meaning="0.2 keeps 20% spare above the settled need")
+        _number(
+            check,
+            "concurrency",
+            concurrency,
+            minimum=0,
+            maximum=MAX_RATE,
+            optional=True,
+            fix="the requests in flight at peak (or pass call_seconds to derive it)",
+        )
+        _call_seconds(check, "call_seconds", call_seconds, optional=True)
+        check.rule(
+            concurrency is None or call_seconds is None,
+            f"concurrency={_short(concurrency)} and call_seconds={_short(call_seconds)} are both given; "
+            "concurrency is derived from call_seconds (requests_per_minute / 60 x call_seconds), so one "
+            "would be ignored: pass only one",
+        )
     if concurrency is None:
-        if call_seconds is not None:
-            _non_negative("call_seconds", call_seconds)
         concurrency = requests_per_minute / 60 * (call_seconds or 0)
-    _non_negative("concurrency", concurrency)
     settled_tpm = requests_per_minute * profile.settled
     with_headroom = settled_tpm * (1 + headroom)
     # Only requests that started inside the window hold a reservation in it: at most one minute's worth.
@@ -175,19 +349,45 @@ def size_max_tokens(
     A reservation uses max_tokens, so an oversized value throttles concurrent requests long before
     real consumption reaches the quota. The margin keeps the rare answer above p99 from being cut.
     """
-    _positive("p99_output_tokens", p99_output_tokens)
-    _require(margin >= 0, f"margin={margin!r} is below 0; max_tokens below the p99 output truncates answers")
-    sized = math.ceil(round(p99_output_tokens * (1 + margin), 6))  # round: 900 x 1.1 is 990.0000000000001
-    saved = 0
-    if current_max_tokens is not None:
-        _require(
-            current_max_tokens >= p99_output_tokens,
-            f"current_max_tokens={current_max_tokens} is below the p99 output ({p99_output_tokens}): "
-            "more than 1% of answers are already truncated; raise max_tokens to at least "
-            f"{sized}",
+    with Checks("size_max_tokens") as check:
+        p99_ok = _count(
+            check,
+            "p99_output_tokens",
+            p99_output_tokens,
+            minimum=1,
+            fix=f"the 99th percentile of OutputTokenCount, 1..{MAX_REQUEST_TOKENS:,} (math.ceil a fractional percentile)",
         )
-        saved = max(current_max_tokens - sized, 0)
-    return MaxTokensSizing(p99_output_tokens, sized, current_max_tokens, saved)
+        margin_ok = _fraction(
+            check,
+            "margin",
+            margin,
+            meaning="0.1 sizes max_tokens 10% above the p99; below 0 truncates answers",
+        )
+        current_ok = _count(
+            check,
+            "current_max_tokens",
+            current_max_tokens,
+            minimum=1,
+            optional=True,
+            fix=f"the max_tokens requests use today, 1..{MAX_REQUEST_TOKENS:,}, or None",
+        )
+        if p99_ok and current_ok:
+            at_least = _sized(p99_output_tokens, margin) if margin_ok else p99_output_tokens
+            check.rule(
+                current_max_tokens is not None and current_max_tokens >= p99_output_tokens,
+                f"current_max_tokens={current_max_tokens} is below the p99 output ({p99_output_tokens}): "
+                "more than 1% of answers are already truncated; raise max_tokens to at least "
+                f"{at_least}",
+            )
+    p99 = int(p99_output_tokens)
+    current = None if current_max_tokens is None else int(current_max_tokens)
+    sized = _sized(p99, margin)
+    saved = 0 if current is None else max(current - sized, 0)
+    return MaxTokensSizing(p99, sized, current, saved)
+
+
+def _sized(p99_output_tokens: float, margin: float) -> int:
+    return math.ceil(round(p99_output_tokens * (1 + margin), 6))  # round: 900 x 1.1 is 990.0000000000001
 
 
 @dataclass(frozen=True)
@@ -195,9 +395,33 @@ class RatePlan:
     """The request rate a quota sustains and the concurrency cap that holds the load to it."""
 
     requests_per_minute: float
-    limited_by: str
+    limited_by: str  # "tpm" or "rpm"
     max_concurrency: int
     call_seconds: float
+
+    def __post_init__(self) -> None:
+        # Constructs fit a plan to their own range (_checks.fit_concurrency): a hand-built plan must
+        # be as sound as one sustainable_rate returns.
+        with Checks("RatePlan") as check:
+            _number(
+                check,
+                "requests_per_minute",
+                self.requests_per_minute,
+                above=0,
+                maximum=MAX_RATE,
+                fix=_RATE_FIX,
+            )
+            check.one_of("limited_by", self.limited_by, ("tpm", "rpm"), fix="the quota that binds the rate")
+            _count(
+                check,
+                "max_concurrency",
+                self.max_concurrency,
+                unit="calls",
+                minimum=1,
+                fix="at least one call in flight; planning.max_concurrency(...) rounds down and never below 1",
+            )
+            _call_seconds(check, "call_seconds", self.call_seconds)
+        _whole_values(self, "max_concurrency")
 
 
 def sustainable_rate(
@@ -215,21 +439,55 @@ def sustainable_rate(
     exceeds the reservation (output x burndown > max_tokens) the settled charge is the binding one.
     RPM is optional: Bedrock no longer enforces it for recent models.
     """
-    _positive("tpm_quota", tpm_quota)
-    _positive("call_seconds", call_seconds)
-    if rpm_quota is not None:
-        _positive("rpm_quota", rpm_quota)
+    with Checks("sustainable_rate") as check:
+        _profile(check, profile)
+        _number(
+            check,
+            "tpm_quota",
+            tpm_quota,
+            minimum=1,
+            maximum=MAX_TPM_QUOTA,
+            fix=f"the model's tokens-per-minute quota (Service Quotas), 1..{MAX_TPM_QUOTA:.0e}",
+        )
+        _call_seconds(check, "call_seconds", call_seconds)
+        _number(
+            check,
+            "rpm_quota",
+            rpm_quota,
+            above=0,
+            maximum=MAX_RATE,
+            optional=True,
+            fix="the requests-per-minute quota, or None where the model enforces TPM only",
+        )
+    # Bounded: settled >= 0 and, when it is 0, reserved >= max_tokens >= 1 held for >= 1 ms, so the
+    # rate is at most MAX_TPM_QUOTA / (MIN_CALL_SECONDS / 60) = 6e16 < MAX_RATE, never inf.
     held = max(profile.reserved - profile.settled, 0)
     per_request = profile.settled + min(call_seconds / 60, 1) * held
     rate, limited_by = tpm_quota / per_request, "tpm"
     if rpm_quota is not None and rpm_quota < rate:
         rate, limited_by = rpm_quota, "rpm"
-    return RatePlan(rate, limited_by, max_concurrency(rate, call_seconds), call_seconds)
+    return RatePlan(rate, limited_by, _cap(rate, call_seconds), call_seconds)
 
 
 def as_max_concurrency(value: int | RatePlan) -> int:
-    """The cap a construct prop means: an int as given, or a RatePlan's max_concurrency."""
-    return value.max_concurrency if isinstance(value, RatePlan) else value
+    """The cap a construct prop means: an int as given, or a RatePlan's max_concurrency.
+
+    Kept for compatibility: constructs now fit a plan to their range with _checks.fit_concurrency.
+    The range (0 for an unbounded Map, 2..1000 for an SQS event source) is the construct's to check,
+    so only the type is checked here; a CDK token is handed on unchanged.
+    """
+    if isinstance(value, RatePlan):
+        return value.max_concurrency
+    with Checks("as_max_concurrency") as check:
+        ok = _count(
+            check,
+            "max_concurrency",
+            value,
+            unit="calls",
+            tokens_pass=True,
+            fix="pass an int or a planning.RatePlan (sustainable_rate(...))",
+        )
+    return int(value) if ok else value
 
 
 def max_concurrency(requests_per_minute: float, call_seconds: float) -> int:
@@ -237,8 +495,13 @@ def max_concurrency(requests_per_minute: float, call_seconds: float) -> int:
 
     Rounded down so the cap never exceeds what the quota sustains, but never below 1.
     """
-    _positive("requests_per_minute", requests_per_minute)
-    _positive("call_seconds", call_seconds)
+    with Checks("max_concurrency") as check:
+        _number(check, "requests_per_minute", requests_per_minute, above=0, maximum=MAX_RATE, fix=_RATE_FIX)
+        _call_seconds(check, "call_seconds", call_seconds)
+    return _cap(requests_per_minute, call_seconds)
+
+
+def _cap(requests_per_minute: float, call_seconds: float) -> int:
     return max(1, math.floor(requests_per_minute / 60 * call_seconds))
 
 
@@ -264,9 +527,31 @@ def choose_execution(
     interactive users share. batch_turnaround is the slack a job must be given (Default: 24 hours,
     the shortest batch job timeout).
     """
-    _require(deadline > timedelta(0), f"deadline={deadline!r} must be positive")
-    _positive("record_count", record_count)
-    _positive("batch_min_records", batch_min_records)
+    with Checks("choose_execution") as check:
+        _duration(check, "deadline", deadline, fix="the time by which every record must be answered")
+        _count(
+            check,
+            "record_count",
+            record_count,
+            unit="records",
+            minimum=1,
+            fix="the number of records to answer",
+        )
+        _count(
+            check,
+            "batch_min_records",
+            batch_min_records,
+            unit="records",
+            minimum=1,
+            fix="the model's minimum records per batch job (a Service Quota, commonly 100)",
+        )
+        _duration(
+            check,
+            "batch_turnaround",
+            batch_turnaround,
+            fix="the slack a batch job needs; Default: 24 hours, the shortest batch job timeout",
+        )
+    record_count, batch_min_records = int(record_count), int(batch_min_records)
     if deadline < batch_turnaround:
         return ExecutionChoice(
             "on-demand",
@@ -294,13 +579,47 @@ class LatencyProfile:
     output_tokens: float
 
     def __post_init__(self) -> None:
-        _non_negative("ttft_seconds", self.ttft_seconds)
-        _non_negative("output_tokens", self.output_tokens)
-        _require(
-            self.latency_seconds > self.ttft_seconds,
-            f"latency_seconds={self.latency_seconds} must exceed ttft_seconds={self.ttft_seconds}: "
-            "end-to-end latency includes the time to first token",
-        )
+        seconds = f"seconds, 0..{MAX_CALL_SECONDS:,.0f} (a larger value is usually milliseconds)"
+        with Checks("LatencyProfile") as check:
+            ttft_ok = _number(
+                check,
+                "ttft_seconds",
+                self.ttft_seconds,
+                minimum=0,
+                maximum=MAX_CALL_SECONDS,
+                fix=f"time to first token in {seconds}",
+            )
+            latency_ok = _number(
+                check,
+                "latency_seconds",
+                self.latency_seconds,
+                above=0,
+                maximum=MAX_CALL_SECONDS,
+                fix=f"end-to-end latency in {seconds}",
+            )
+            output_ok = _number(
+                check,
+                "output_tokens",
+                self.output_tokens,
+                minimum=0,
+                maximum=MAX_REQUEST_TOKENS,
+                fix=f"output tokens of the reading, 0..{MAX_REQUEST_TOKENS:,} (a mean or percentile may be fractional)",
+            )
+            if ttft_ok and latency_ok:
+                ordered = check.rule(
+                    self.latency_seconds > self.ttft_seconds,
+                    f"latency_seconds={self.latency_seconds} must exceed ttft_seconds={self.ttft_seconds}: "
+                    "end-to-end latency includes the time to first token",
+                )
+                # The decode time is > 0 here, but can be tiny enough to make the speed infinite.
+                if ordered and output_ok:
+                    speed = self.output_tokens / (self.latency_seconds - self.ttft_seconds)
+                    check.rule(
+                        speed <= MAX_OUTPUT_TOKENS_PER_SECOND,
+                        f"output_tokens={self.output_tokens:g} in {self.latency_seconds - self.ttft_seconds:g} s "
+                        f"after the first token is {speed:g} tokens/s, above the {MAX_OUTPUT_TOKENS_PER_SECOND:,} "
+                        "no model reaches: check that both latencies are in seconds",
+                    )
 
     @property
     def output_tokens_per_second(self) -> float:
@@ -327,7 +646,17 @@ def diagnose_latency(
     ones nothing for decode, so the cause decides the fix. tolerance is the relative change treated
     as noise.
     """
-    _require(tolerance >= 0, f"tolerance={tolerance!r} must be >= 0")
+    with Checks("diagnose_latency") as check:
+        for name, value in (("before", before), ("after", after)):
+            check.instance(
+                name,
+                value,
+                LatencyProfile,
+                "a planning.LatencyProfile(ttft_seconds=..., latency_seconds=..., output_tokens=...)",
+            )
+        _fraction(
+            check, "tolerance", tolerance, meaning="the relative change treated as noise, e.g. 0.1 for 10%"
+        )
     b, a = before.output_tokens_per_second, after.output_tokens_per_second
 
     def grew(old: float, new: float) -> bool:
