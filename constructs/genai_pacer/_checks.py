@@ -121,10 +121,14 @@ class Checks:
             return False
         if isinstance(value, bool) or not isinstance(value, int | float):
             return self.fail(f"{name}={_show(value)} is a {type(value).__name__}; pass {kind}{tail}")
-        if not math.isfinite(value):
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an int beyond any float
+            return self.fail(f"{name}={_show(value)} is too large for any service limit; pass a realistic {kind[3:] if integer else 'number'}{tail}")
+        if not finite:
             return self.fail(f"{name}={value!r} is not a finite number; pass {kind}{tail}")
         if integer and value != int(value):
-            return self.fail(f"{name}={value!r} is not a whole number; CloudFormation wants an integer{tail}")
+            return self.fail(f"{name}={value!r} is not a whole number; pass an integer{tail}")
         if above is not None and not value > above:
             return self.fail(f"{name}={value!r} must be greater than {_num(above)}{tail}")
         if minimum is not None and value < minimum:
