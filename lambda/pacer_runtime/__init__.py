@@ -1,5 +1,6 @@
 """Runtime helpers shared by genai-pacer's Lambda handlers (and usable in any Python service)."""
 
+from . import answers
 from .bedrock import (
     ConverseResult,
     RequestError,
@@ -12,6 +13,7 @@ from .bedrock import (
 from .side_by_side import Backoff, BoundedCalls, Outcome, call_with_backoff, run_side_by_side
 
 __all__ = [
+    "answers",
     "Backoff",
     "BoundedCalls",
     "ConverseResult",

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,9 @@ THROTTLE_CODES = frozenset(
     {"ThrottlingException", "TooManyRequestsException", "ServiceQuotaExceededException"}
 )
 INFERENCE_CONFIG_KEYS = frozenset({"maxTokens", "temperature", "topP", "stopSequences"})
+MESSAGE_KEYS = frozenset({"role", "content"})
+MESSAGE_ROLES = ("user", "assistant")
+MAX_STOP_SEQUENCES = 2500  # the Converse API model's limit; models may accept fewer
 
 
 class RequestError(ValueError):
@@ -74,43 +78,139 @@ def build_converse_request(
 
     Shared parameters (maxTokens, temperature, topP, stopSequences) go in inferenceConfig; anything
     model-specific (Anthropic's top_k) goes in additionalModelRequestFields; performanceConfig only
-    selects "standard" or "optimized" latency. Raises RequestError for anything misplaced.
+    selects "standard" or "optimized" latency. Every field is type-checked here, so input decoded
+    from JSON (a queue message) fails with a RequestError naming the field instead of an
+    AttributeError or TypeError deep inside the caller. The checks follow the Converse API shapes;
+    content blocks other than text are passed through for botocore to validate.
     """
     if (prompt is None) == (messages is None):
         raise RequestError("pass exactly one of prompt (text) or messages (Converse messages)")
     if prompt is not None:
         if not isinstance(prompt, str) or not prompt.strip():
-            raise RequestError("prompt must be a non-empty string")
+            raise RequestError(f"prompt must be a non-empty string, not {_kind(prompt)}")
         messages = [{"role": "user", "content": [{"text": prompt}]}]
-    if (
-        not isinstance(messages, Sequence)
-        or not messages
-        or not all(isinstance(m, Mapping) for m in messages)
-    ):
-        raise RequestError("messages must be a non-empty list of {'role': ..., 'content': [...]} objects")
-    request: dict[str, Any] = {"modelId": model_id, "messages": [dict(m) for m in messages]}
+    request: dict[str, Any] = {"modelId": model_id, "messages": _checked_messages(messages)}
     if system is not None:
         if not isinstance(system, str) or not system.strip():
-            raise RequestError("system must be a non-empty string")
+            raise RequestError(f"system must be a non-empty string, not {_kind(system)}")
         request["system"] = [{"text": system}]
-    if inference_config:
-        unknown = set(inference_config) - INFERENCE_CONFIG_KEYS
-        if unknown:
+    if inference_config is not None:
+        config = _checked_inference_config(inference_config)
+        if config:
+            request["inferenceConfig"] = config
+    if additional_fields is not None:
+        if not isinstance(additional_fields, Mapping) or not all(isinstance(k, str) for k in additional_fields):
             raise RequestError(
-                f"inferenceConfig has {sorted(unknown)}; it takes only {sorted(INFERENCE_CONFIG_KEYS)}: put "
-                "model-specific parameters such as top_k in additionalModelRequestFields"
+                f"additionalModelRequestFields must be an object of model-specific fields such as "
+                f"{{\"top_k\": 40}}, not {_kind(additional_fields)}"
             )
-        max_tokens = inference_config.get("maxTokens")
-        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-            raise RequestError(f"inferenceConfig.maxTokens={max_tokens!r} must be a positive integer")
-        request["inferenceConfig"] = dict(inference_config)
-    if additional_fields:
-        request["additionalModelRequestFields"] = dict(additional_fields)
+        if additional_fields:
+            request["additionalModelRequestFields"] = dict(additional_fields)
     if latency is not None:
         if latency not in ("standard", "optimized"):
             raise RequestError(f"latency={latency!r} must be 'standard' or 'optimized'")
         request["performanceConfig"] = {"latency": latency}
     return request
+
+
+def _kind(value: Any) -> str:
+    """What a value is, for an error message, without echoing it (it may be the user's prompt)."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return "an empty string" if not value.strip() else "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "an empty list" if not value else "a list"
+    return f"a {type(value).__name__}"
+
+
+def _show(value: Any) -> str:
+    """`=value` for a number (safe to log), ` (a string)` and the like for anything else."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"={value!r}"
+    return f" ({_kind(value)})"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _checked_messages(messages: Any) -> list[dict[str, Any]]:
+    """Converse messages: a non-empty list of {role: user|assistant, content: [one-key blocks]}."""
+    shape = "messages must be a non-empty list of {'role': 'user'|'assistant', 'content': [...]} objects"
+    if not isinstance(messages, list | tuple) or not messages:
+        raise RequestError(f"{shape}, not {_kind(messages)}")
+    checked = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, Mapping):
+            raise RequestError(f"{where} must be an object with role and content, not {_kind(message)}")
+        unknown = sorted(str(k) for k in message if k not in MESSAGE_KEYS)
+        if unknown:
+            raise RequestError(f"{where} has unknown fields {unknown}; a message takes only role and content")
+        if message.get("role") not in MESSAGE_ROLES:
+            raise RequestError(f"{where}.role must be 'user' or 'assistant', not {_kind(message.get('role'))}")
+        content = message.get("content")
+        if not isinstance(content, list | tuple) or not content:
+            raise RequestError(f"{where}.content must be a non-empty list of content blocks, not {_kind(content)}")
+        for j, block in enumerate(content):
+            _check_block(f"{where}.content[{j}]", block)
+        checked.append({"role": message["role"], "content": [dict(block) for block in content]})
+    return checked
+
+
+def _check_block(where: str, block: Any) -> None:
+    """A content block is a union: exactly one key. Text is checked here; other kinds (image,
+    document, toolUse, ...) must be objects and are validated by botocore against the API model."""
+    if not isinstance(block, Mapping) or len(block) != 1:
+        raise RequestError(
+            f"{where} must be an object with exactly one key such as {{\"text\": \"...\"}}, not "
+            f"{_kind(block) if not isinstance(block, Mapping) else f'an object with {len(block)} keys'}"
+        )
+    ((kind, value),) = block.items()
+    if kind == "text":
+        if not isinstance(value, str) or not value.strip():
+            raise RequestError(f"{where}.text must be a non-empty string, not {_kind(value)}")
+    elif not isinstance(kind, str) or not isinstance(value, Mapping):
+        raise RequestError(f"{where}.{kind} must be an object, not {_kind(value)}")
+
+
+def _checked_inference_config(config: Any) -> dict[str, Any]:
+    if not isinstance(config, Mapping):
+        raise RequestError(
+            f"inferenceConfig must be an object such as {{\"maxTokens\": 600, \"temperature\": 0.2}}, "
+            f"not {_kind(config)}"
+        )
+    unknown = set(config) - INFERENCE_CONFIG_KEYS
+    if unknown:
+        raise RequestError(
+            f"inferenceConfig has {sorted(map(str, unknown))}; it takes only {sorted(INFERENCE_CONFIG_KEYS)}: put "
+            "model-specific parameters such as top_k in additionalModelRequestFields"
+        )
+    max_tokens = config.get("maxTokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
+        raise RequestError(f"inferenceConfig.maxTokens{_show(max_tokens)} must be a positive integer")
+    for name in ("temperature", "topP"):
+        value = config.get(name)
+        if value is not None and (not _is_number(value) or not 0 <= value <= 1):
+            raise RequestError(f"inferenceConfig.{name}{_show(value)} must be a number from 0 to 1")
+    stops = config.get("stopSequences")
+    if stops is not None and (
+        not isinstance(stops, list | tuple)
+        or len(stops) > MAX_STOP_SEQUENCES
+        or not all(isinstance(s, str) and s for s in stops)
+    ):
+        raise RequestError(
+            f"inferenceConfig.stopSequences must be a list of at most {MAX_STOP_SEQUENCES} non-empty strings, "
+            f"not {_kind(stops)}"
+        )
+    return {name: list(value) if name == "stopSequences" else value for name, value in config.items()}
 
 
 @dataclass(frozen=True)

@@ -1,46 +1,80 @@
 """SQS worker: one Converse call per message, answer stored in DynamoDB, failures reported per message.
 
-Message body (JSON):
+Message body (JSON object; any other field is refused, so a misspelt one is never ignored):
 
     {
-      "key": "review#123",                    required: where the answer is stored (table pk)
+      "key": "review#123",                    required: where the answer is stored, normalized by
+                                              pacer_runtime.answers.normalize_key (at most 2,048 UTF-8 bytes)
       "prompt": "Summarize ..."               text, or
       "messages": [{"role": "user", "content": [{"text": "..."}]}],   Converse messages
       "system": "You are ...",                optional
-      "inferenceConfig": {"maxTokens": 600, "temperature": 0.2},       optional
+      "inferenceConfig": {"maxTokens": 600, "temperature": 0.2},       optional; maxTokens defaults to
+                                              and may not exceed MAX_OUTPUT_TOKENS (the time budget's size)
       "additionalModelRequestFields": {"top_k": 40},                    optional
-      "requestId": "..."                      optional idempotency key (default: the SQS messageId)
+      "requestId": "...",                     optional idempotency key (default: the SQS messageId)
+      "sequence": 42                          optional producer order (integer >= 0; default: the
+                                              message's SentTimestamp in milliseconds)
     }
 
-A message that fails (malformed, throttled past the SDK's retries, timed out) is reported as a
-batch item failure: it alone returns to the queue and, after the queue's receive limit, lands in
-the dead-letter queue. Every failure logs one structured line saying why.
+Per message: claim the request (one model call even when SQS delivers it twice at once), skip it
+when the stored answer is this request's or a newer one's, otherwise call the model and write the
+answer unless a newer one arrived meanwhile (an older request never replaces a newer answer).
+A message that fails (malformed, throttled past the SDK's retries, claimed by another delivery,
+any unexpected error) is reported as a batch item failure: it alone returns to the queue and, after
+the queue's receive limit, lands in the dead-letter queue. Before each message the worker checks
+that the invocation's remaining time covers one more worst-case call (CALL_BUDGET_SECONDS plus the
+DynamoDB work); when it does not, the rest of the batch is reported unprocessed and comes back.
+Every failure logs one structured line saying why, never the prompt.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
-from datetime import UTC, datetime
+import traceback
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
-from pacer_runtime import RequestError, bedrock_client, build_converse_request, converse, is_throttle
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
+from pacer_runtime import RequestError, answers, bedrock_client, build_converse_request, converse, is_throttle
 
 MODEL_ID = os.environ["MODEL_ID"]
 TABLE_NAME = os.environ["RESULT_TABLE"]
 LATENCY = os.environ.get("PERFORMANCE_LATENCY") or None
+#: A model call's worst case, SDK retries included (set by QueuedInference from its token props).
+CALL_BUDGET_SECONDS = float(os.environ["CALL_BUDGET_SECONDS"])
+#: The answer length the budget is sized for: the default maxTokens and its ceiling.
+MAX_OUTPUT_TOKENS = int(os.environ["MAX_OUTPUT_TOKENS"])
+#: The DynamoDB work around one call (claim, read, write, release, with their retries). Keep equal
+#: to genai_pacer.queued_inference.STORE_SECONDS, which sizes the function timeout.
+STORE_SECONDS = 2.0
+RECORD_BUDGET_MS = (CALL_BUDGET_SECONDS + STORE_SECONDS) * 1000
 METRICS_NAMESPACE = "GenaiPacer"
+BODY_FIELDS = frozenset(
+    {"key", "prompt", "messages", "system", "inferenceConfig", "additionalModelRequestFields", "requestId", "sequence"}
+)
 
 # Module scope: created once per execution environment and reused by every warm invocation. The
-# worker handles one message at a time, so a pool of two (one spare) is all it needs.
+# worker handles one message at a time, so a pool of two (one spare) is all it needs. The low-level
+# DynamoDB client, not boto3.resource: the resource layer adds about 100 ms to every cold start.
 BEDROCK = bedrock_client(
     max_pool_connections=int(os.environ.get("MAX_POOL_CONNECTIONS", "2")),
     max_attempts=int(os.environ.get("BEDROCK_MAX_ATTEMPTS", "4")),
+    read_timeout=float(os.environ.get("READ_TIMEOUT_SECONDS", "120")),
 )
-TABLE = boto3.resource("dynamodb").Table(TABLE_NAME)
+DDB = boto3.client(
+    "dynamodb",
+    config=Config(
+        max_pool_connections=2,
+        retries={"total_max_attempts": 3, "mode": "standard"},
+        connect_timeout=2,
+        read_timeout=5,
+    ),
+)
 
 
 def log(level: str, message: str, **fields: Any) -> None:
@@ -75,17 +109,45 @@ def emit_metrics(result) -> None:
     )
 
 
-def parse(record: dict) -> tuple[str, str, dict]:
-    """(key, request id, Converse request) from an SQS record; RequestError says what is wrong."""
+@dataclass(frozen=True)
+class Message:
+    key: str  # normalized
+    request_id: str
+    sequence: int  # the producer's sequence, else SentTimestamp in ms
+    sent_at: str | None
+    request: dict[str, Any]
+
+
+def parse(record: dict) -> Message:
+    """The checked message of an SQS record; RequestError says what is wrong (never quoting the prompt)."""
     try:
         body = json.loads(record["body"])
     except (TypeError, ValueError) as error:
-        raise RequestError(f"body is not JSON: {error}") from None
+        raise RequestError(f"body is not JSON: {type(error).__name__} at position {getattr(error, 'pos', '?')}") from None
     if not isinstance(body, dict):
-        raise RequestError("body must be a JSON object")
-    key = body.get("key")
-    if not isinstance(key, str) or not key or len(key) > 1024:
-        raise RequestError("key must be a non-empty string of at most 1024 characters")
+        raise RequestError(f"body must be a JSON object, not a {type(body).__name__}")
+    unknown = sorted(set(body) - BODY_FIELDS)
+    if unknown:
+        raise RequestError(f"body has unknown fields {unknown[:10]}; the fields are {sorted(BODY_FIELDS)}")
+    try:
+        key = answers.check_key(body.get("key"))
+        request_id = answers.check_request_id(body.get("requestId", record.get("messageId")))
+    except answers.InvalidKeyError as error:
+        raise RequestError(str(error)) from None
+
+    sent_ms = (record.get("attributes") or {}).get("SentTimestamp")
+    sent_ms = int(sent_ms) if isinstance(sent_ms, str) and sent_ms.isdigit() else None
+    sequence = body.get("sequence")
+    if sequence is not None:
+        if not isinstance(sequence, int) or isinstance(sequence, bool):
+            raise RequestError(f"sequence must be an integer, not a {type(sequence).__name__}")
+        if not 0 <= sequence <= answers.MAX_SEQUENCE:
+            raise RequestError(f"sequence={sequence} must be from 0 to 10^38 - 1 (a DynamoDB number)")
+    elif sent_ms is None:
+        raise RequestError(
+            "the record has no SentTimestamp attribute and the body no sequence: its answer cannot be ordered"
+        )
+
     request = build_converse_request(
         MODEL_ID,
         prompt=body.get("prompt"),
@@ -95,61 +157,140 @@ def parse(record: dict) -> tuple[str, str, dict]:
         additional_fields=body.get("additionalModelRequestFields"),
         latency=LATENCY,
     )
-    return key, str(body.get("requestId") or record["messageId"]), request
+    config = request.setdefault("inferenceConfig", {})
+    max_tokens = config.setdefault("maxTokens", MAX_OUTPUT_TOKENS)
+    if max_tokens > MAX_OUTPUT_TOKENS:
+        raise RequestError(
+            f"inferenceConfig.maxTokens={max_tokens} exceeds this worker's max_output_tokens={MAX_OUTPUT_TOKENS}, "
+            "which its time budget is sized for: lower maxTokens or raise max_output_tokens on QueuedInference"
+        )
+    return Message(
+        key=key,
+        request_id=request_id,
+        sequence=sequence if sequence is not None else sent_ms,  # type: ignore[arg-type]
+        sent_at=answers.iso_utc(sent_ms / 1000) if sent_ms is not None else None,
+        request=request,
+    )
 
 
-def already_answered(key: str, request_id: str) -> bool:
-    item = TABLE.get_item(Key={"pk": key}, ConsistentRead=True).get("Item")
-    return bool(item) and item.get("request_id") == request_id
-
-
-def store(key: str, request_id: str, result) -> None:
-    """Write the answer unless this very request already wrote it (a redelivery racing itself)."""
+def process(record: dict) -> bool:
+    """Handle one record; True when it is done (delete it), False when it must come back later."""
+    message = parse(record)
+    ids = {"messageId": record.get("messageId"), "requestId": message.request_id}
+    # Claim first, then read: a delivery that finds the answer already stored is skipped, and of
+    # deliveries running at once only the claim holder calls the model.
+    owner = answers.claim(DDB, TABLE_NAME, message.request_id, seconds=CALL_BUDGET_SECONDS + STORE_SECONDS)
     try:
-        TABLE.put_item(
-            Item={
-                "pk": key,
-                "request_id": request_id,
-                "answer": result.text,
-                "model_id": MODEL_ID,
-                "input_tokens": result.input_tokens,
-                "output_tokens": result.output_tokens,
-                "stop_reason": result.stop_reason,
-                "served_latency": result.served_latency,
-                "created_at": datetime.now(UTC).isoformat(),
-            },
-            ConditionExpression="attribute_not_exists(pk) OR request_id <> :rid",
-            ExpressionAttributeValues={":rid": request_id},
+        stored = answers.get_answer(DDB, TABLE_NAME, message.key)
+        if stored is not None and answers.supersedes(stored, message.request_id, message.sequence):
+            same = stored.request_id == message.request_id
+            log("INFO", "already answered" if same else "superseded by a newer answer", **ids,
+                storedRequestId=stored.request_id)
+            return True
+        if owner is None:
+            log("INFO", "another delivery of this request is in progress; it comes back later", **ids,
+                reason="in-progress")
+            return False
+        result = converse(BEDROCK, message.request)
+        written = answers.put_answer(
+            DDB,
+            TABLE_NAME,
+            answers.Answer(
+                key=message.key,
+                text=result.text,
+                model_id=MODEL_ID,
+                request_id=message.request_id,
+                sequence=message.sequence,
+                stop_reason=result.stop_reason,
+                input_tokens=result.input_tokens,
+                output_tokens=result.output_tokens,
+                cache_read_tokens=result.cache_read_tokens,
+                cache_write_tokens=result.cache_write_tokens,
+                served_latency=result.served_latency,
+                generated_at=answers.iso_utc(time.time()),
+                sent_at=message.sent_at,
+            ),
         )
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-            raise
+        if not written:
+            log("INFO", "a newer answer was stored while this one was generated; kept the newer", **ids)
+        emit_metrics(result)
+        return True
+    finally:
+        if owner is not None:
+            _release(message.request_id, owner, ids)
 
 
-def process(record: dict) -> None:
-    key, request_id, request = parse(record)
-    if already_answered(key, request_id):
-        log(
-            "INFO", "duplicate delivery skipped", messageId=record["messageId"], key=key, requestId=request_id
-        )
-        return
-    result = converse(BEDROCK, request)
-    store(key, request_id, result)
-    emit_metrics(result)
+def _release(request_id: str, owner: str, ids: dict) -> None:
+    """Release a claim; a failure here only delays a redelivery until the claim expires."""
+    try:
+        answers.release(DDB, TABLE_NAME, request_id, owner)
+    except (ClientError, BotoCoreError) as error:
+        log("WARN", "claim not released; it expires on its own", **ids, reason=type(error).__name__)
+
+
+_PARAM_PATH = re.compile(
+    r"^(?P<kind>Invalid type for (?:document )?parameter|Invalid value for parameter|Invalid length for parameter"
+    r"|Missing required parameter in|Unknown parameter in|Invalid parameter"
+    r"|Invalid number of parameters set for tagged union structure|Must set one of the following keys for tagged union ?structure)"
+    r" (?P<path>[^\s,:]+)(?::? \"(?P<name>[^\"]{0,64})\")?"
+)
+
+
+def param_problems(error: ParamValidationError) -> list[str]:
+    """What botocore refused, as 'kind at path' lines: its report quotes the values (the prompt), these do not."""
+    problems = []
+    for line in str(error.kwargs.get("report", "")).splitlines():
+        match = _PARAM_PATH.match(line.strip())
+        if match is None:
+            problems.append("unrecognized problem")
+            continue
+        path = match["path"].rstrip(".")[:200] + (f".{match['name']}" if match["name"] else "")
+        problems.append(f"{match['kind']} {path}")
+    return problems
+
+
+def _where(error: BaseException) -> str:
+    """file:line of the innermost frame, which locates a bug without logging any value."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else "?"
+
+
+def message_id_of(record: Any) -> str | None:
+    return record.get("messageId") if isinstance(record, dict) else None
+
+
+def handle(record: dict) -> bool:
+    """process(), with every exception turned into this record's failure and one log line."""
+    message_id = message_id_of(record)
+    try:
+        return process(record)
+    except RequestError as error:
+        log("ERROR", "message rejected", messageId=message_id, reason="invalid-message", detail=str(error))
+    except ParamValidationError as error:
+        log("ERROR", "message rejected by botocore's parameter validation", messageId=message_id,
+            reason="invalid-message", errorClass=type(error).__name__, problems=param_problems(error))
+    except (ClientError, BotoCoreError) as error:
+        reason = "throttled" if is_throttle(error) else type(error).__name__
+        code = error.response.get("Error", {}).get("Code") if isinstance(error, ClientError) else None
+        log("ERROR", "model call or write failed", messageId=message_id, reason=reason, code=code,
+            detail=str(error)[:500])
+    except Exception as error:  # one record's bug must never fail its neighbours
+        log("ERROR", "unexpected error", messageId=message_id, reason="unexpected",
+            errorClass=type(error).__name__, where=_where(error))
+    return False
 
 
 def handler(event: dict, context: Any = None) -> dict:
-    failures = []
-    for record in event.get("Records", []):
-        message_id = record.get("messageId")
-        try:
-            process(record)
-        except RequestError as error:
-            reason = "invalid-message"
-            log("ERROR", "message rejected", messageId=message_id, reason=reason, detail=str(error))
-            failures.append({"itemIdentifier": message_id})
-        except (ClientError, BotoCoreError) as error:
-            reason = "throttled" if is_throttle(error) else type(error).__name__
-            log("ERROR", "model call or write failed", messageId=message_id, reason=reason, detail=str(error))
-            failures.append({"itemIdentifier": message_id})
+    records = event.get("Records") or []
+    failures: list[dict[str, str | None]] = []
+    for index, record in enumerate(records):
+        if context is not None and context.get_remaining_time_in_millis() < RECORD_BUDGET_MS:
+            rest = [message_id_of(r) for r in records[index:]]
+            log("WARN", "remaining time cannot cover another worst-case call; returning the rest unprocessed",
+                reason="time-budget", remainingMs=context.get_remaining_time_in_millis(),
+                neededMs=RECORD_BUDGET_MS, messageIds=rest)
+            failures.extend({"itemIdentifier": message_id} for message_id in rest)
+            break
+        if not handle(record):
+            failures.append({"itemIdentifier": message_id_of(record)})
     return {"batchItemFailures": failures}
