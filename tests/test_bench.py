@@ -206,3 +206,99 @@ def test_cli_model_flags_become_the_emulated_model():
     spec = _spec(args)
     assert (spec.rpm_quota, spec.burndown, spec.output_tokens_per_second) == (50, 5, 90)
     assert spec.tpm_quota == 400_000 and spec.latency_optimized.tpm_quota == 9_000
+
+
+# ---- the command line: every input error is one line and a non-zero exit, never a traceback ----------
+
+def _cli(argv: list[str], capsys) -> tuple[int, str]:
+    """Run `genai-pacer argv` in-process: (exit status, stderr). An escaping exception fails the test."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's own exit for a bad flag
+        code = exit_.code
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture
+def no_aws(tmp_path, monkeypatch):
+    """No credentials and no Region from anywhere botocore looks."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+BENCH = ["bench", "--prompts", "{ok}", "--model-id", MODEL, "--requests", "1", "--warmup", "0", "--out", "{out}"]
+BAD_INPUT = [
+    # (case, argv, what the one line says)
+    ("missing prompts file", ["bench", "--emulator", "--prompts", "{missing}", "--model-id", MODEL],
+     "missing.jsonl: No such file or directory"),
+    ("prompts file is a directory", ["bench", "--emulator", "--prompts", "{tmp}", "--model-id", MODEL],
+     "Is a directory"),
+    ("malformed line", ["bench", "--emulator", "--prompts", "{malformed}", "--model-id", MODEL],
+     "malformed.jsonl:2: not JSON"),
+    ("empty prompts file", ["bench", "--emulator", "--prompts", "{empty}", "--model-id", MODEL], "no prompts"),
+    ("not a number", [*BENCH, "--emulator", "--concurrency", "x"], "argument --concurrency: 'x' is not an integer >= 1"),
+    ("zero concurrency", [*BENCH, "--emulator", "--concurrency", "0"], "'0' is not an integer >= 1"),
+    ("zero rate", [*BENCH, "--emulator", "--rate", "0"], "argument --rate: '0' is not a number > 0"),
+    ("rate and concurrency", [*BENCH, "--emulator", "--rate", "5", "--concurrency", "2"], "not allowed with argument"),
+    ("no requests", [*BENCH, "--emulator", "--requests", "0"], "argument --requests"),
+    ("negative warm-up", [*BENCH, "--emulator", "--warmup", "-1"], "argument --warmup: '-1' is not an integer >= 0"),
+    ("no attempts", [*BENCH, "--emulator", "--max-attempts", "0"], "argument --max-attempts"),
+    ("zero TPM, once silently the default", [*BENCH, "--emulator", "--tpm", "0"], "argument --tpm: '0'"),
+    ("zero time scale", [*BENCH, "--emulator", "--time-scale", "0"], "argument --time-scale"),
+    ("NaN burndown", [*BENCH, "--emulator", "--burndown", "nan"], "argument --burndown: 'nan' is not a number >= 1"),
+    ("unknown flag", [*BENCH, "--emulator", "--fast"], "unrecognized arguments: --fast"),
+    ("missing model id", ["bench", "--emulator", "--prompts", "{ok}"], "required: --model-id"),
+    ("Region with the emulator", [*BENCH, "--emulator", "--region", "us-east-1"], "--region is for real Bedrock"),
+    ("emulator flags for real Bedrock", [*BENCH, "--region", "us-east-1", "--otps", "90", "--jitter", "0"],
+     "--otps, --jitter: only for the in-process emulator"),
+    ("time scale for real Bedrock", [*BENCH, "--region", "us-east-1", "--time-scale", "5"], "real Bedrock runs in real time"),
+    ("no Region for real Bedrock", BENCH, "real Bedrock needs a Region: pass --region"),
+    ("no credentials for real Bedrock", [*BENCH, "--region", "us-east-1"], "no AWS credentials found for real Bedrock"),
+    ("--out under a file", [*BENCH, "--emulator", "--out", "{ok}/results"], "Not a directory"),
+    ("experiments without their prompts", ["experiments", "--prompts", "{missing}"], "No such file or directory"),
+    ("port out of range", ["emulator", "--port", "70000"], "argument --port: '70000' is not an integer >= 0 and <= 65535"),
+]
+
+
+@pytest.mark.parametrize(("argv", "says"), [case[1:] for case in BAD_INPUT], ids=[case[0] for case in BAD_INPUT])
+def test_cli_input_errors_are_one_line_and_exit_2(argv, says, tmp_path, capsys, no_aws):
+    files = {"ok": tmp_path / "ok.jsonl", "malformed": tmp_path / "malformed.jsonl", "empty": tmp_path / "empty.jsonl",
+             "missing": tmp_path / "missing.jsonl", "tmp": tmp_path, "out": tmp_path / "out"}
+    files["ok"].write_text('{"prompt": "hello there", "expected_output_tokens": 4}\n')
+    files["malformed"].write_text('{"prompt": "fine", "expected_output_tokens": 4}\n{"prompt": \n')
+    files["empty"].write_text("\n")
+    code, err = _cli([arg.format(**files) for arg in argv], capsys)
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert says in err
+    assert not (tmp_path / "out").exists()  # refused before the run: no report, no model call
+
+
+def test_cli_input_error_from_the_installed_command_has_no_traceback(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    command = Path(sys.executable).with_name("genai-pacer")
+    result = subprocess.run([str(command), "bench", "--emulator", "--prompts", str(tmp_path / "missing.jsonl"),
+                             "--model-id", MODEL], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr == f"genai-pacer bench: {tmp_path / 'missing.jsonl'}: No such file or directory\n"
+
+
+def test_cli_bench_exits_1_when_no_request_succeeded(tmp_path, capsys, no_aws):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hello there", "expected_output_tokens": 4}\n')
+    with BedrockEmulator([ModelSpec("us.amazon.nova-pro-v1:0")], time_scale=50) as emulator:  # serves another model
+        code, err = _cli(["bench", "--endpoint-url", emulator.endpoint_url, "--prompts", str(prompts),
+                          "--model-id", MODEL, "--requests", "3", "--warmup", "0", "--max-attempts", "1",
+                          "--out", str(tmp_path / "r")], capsys)
+    assert code == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("genai-pacer bench: none of the 3 requests succeeded (") and "x3)" in last
+    assert json.loads((tmp_path / "r" / "bench.json").read_text())["summary"]["failed"] == 3  # the report is kept

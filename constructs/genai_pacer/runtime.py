@@ -6,13 +6,27 @@ When `pacer_runtime` is already importable (inside a Lambda function, or a test 
 sys.path) that module is reused, so there is never a second copy with its own state.
 """
 
+from __future__ import annotations
+
 import importlib.util
 import sys
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ._assets import LAMBDA_DIR
 
+# One install hint, worded as the README's "Use it in your app" section says it.
+_BOTO3_HINT = "pip install boto3 (or install genai-pacer with its [bench] extra, see the README's \"Use it in your app\")"
 
-def _load():
+if TYPE_CHECKING:
+    # What type checkers and editors see: pacer_runtime's own names and signatures. In a checkout
+    # pacer_runtime is lambda/pacer_runtime (mypy_path); the wheel ships runtime.pyi, which imports
+    # the same names from genai_pacer/_lambda/pacer_runtime.
+    from pacer_runtime import *  # noqa: F403
+    from pacer_runtime import __all__ as __all__
+
+
+def _load() -> ModuleType:
     if "pacer_runtime" in sys.modules:
         return sys.modules["pacer_runtime"]
     if importlib.util.find_spec("pacer_runtime") is not None:
@@ -21,20 +35,27 @@ def _load():
     spec = importlib.util.spec_from_file_location(
         "pacer_runtime", package / "__init__.py", submodule_search_locations=[str(package)]
     )
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(f"genai-pacer's runtime module is missing from {package}; reinstall genai-pacer")
     module = importlib.util.module_from_spec(spec)
     sys.modules["pacer_runtime"] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["pacer_runtime"]  # a failed import leaves no half-initialized module behind
+        raise
     return module
 
 
-try:
-    _runtime = _load()
-except ModuleNotFoundError as missing:
-    if missing.name not in ("boto3", "botocore"):
-        raise
-    raise ModuleNotFoundError(
-        "genai_pacer.runtime calls Bedrock with boto3, which is not installed: pip install 'genai-pacer[bench]'",
-        name=missing.name,
-    ) from missing
-globals().update({name: getattr(_runtime, name) for name in _runtime.__all__})
-__all__ = list(_runtime.__all__)
+if not TYPE_CHECKING:
+    try:
+        _runtime = _load()
+    except ModuleNotFoundError as missing:
+        if missing.name not in ("boto3", "botocore"):
+            raise
+        raise ModuleNotFoundError(
+            f"genai_pacer.runtime calls Bedrock with boto3, which is not installed: {_BOTO3_HINT}",
+            name=missing.name,
+        ) from missing
+    globals().update({name: getattr(_runtime, name) for name in _runtime.__all__})
+    __all__ = list(_runtime.__all__)

@@ -111,8 +111,8 @@ def percentiles(values: Sequence[float], *, lower_is_worse: bool = False) -> Per
         f"{', '.join(str(TAIL_MINIMUM[name]) for name in thin)} samples to describe a tail"
         if thin else ""
     )
-    ranks = (50, 10, 1) if lower_is_worse else (50, 90, 99)
-    return Percentiles(len(values), *(round(percentile(values, q), 4) for q in ranks), note)
+    p50, p90, p99 = (round(percentile(values, q), 4) for q in ((50, 10, 1) if lower_is_worse else (50, 90, 99)))
+    return Percentiles(len(values), p50, p90, p99, note)
 
 
 @dataclass
@@ -369,6 +369,7 @@ def run_benchmark(
             list(pool.map(one, range(total)))
     else:
         rng = random.Random(config.seed)
+        per_second = (config.rate_per_minute or 0) / 60  # BenchConfig sets it whenever concurrency is None
         with ThreadPoolExecutor(max_workers=512, thread_name_prefix="open-loop") as pool:
             due = 0.0
             futures = []
@@ -377,7 +378,7 @@ def run_benchmark(
                 if wait > 0:
                     time.sleep(wait / config.time_scale)
                 futures.append(pool.submit(one, index))
-                due += rng.expovariate(config.rate_per_minute / 60)
+                due += rng.expovariate(per_second)
             for future in futures:
                 future.result()
     finished = [s for s in samples if s is not None]
@@ -434,7 +435,8 @@ def _chart(report: BenchReport, path: Path) -> Path | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no PNG chart (pip install genai-pacer[bench])", file=sys.stderr)
+        print("matplotlib is not installed: no PNG chart (pip install matplotlib, or install genai-pacer with its "
+              "[bench] extra, see the README's \"Use it in your app\")", file=sys.stderr)
         return None
     ok = [s for s in report.samples if s.ok and not s.warmup]
     panels = [("TTFT (s)", [s.ttft_s for s in ok if s.ttft_s is not None], "ttft_s"),

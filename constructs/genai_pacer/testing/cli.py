@@ -10,51 +10,146 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .emulator import BedrockEmulator, LatencyOptimized, ModelSpec
 
 DEFAULT_TPM = 400_000
+# Flags that shape the in-process emulator only (--emulator); with a real endpoint they would be
+# silently ignored, so they are refused there. Defaults apply when they are not given.
+EMULATOR_ONLY = {
+    "rpm": None,
+    "ttft": 0.5,
+    "prefill_tps": 8_000.0,
+    "otps": 60.0,
+    "jitter": 0.1,
+    "answer_tokens": 300,
+    "optimized_tpm": None,
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """An input error is one line on stderr and exit status 2, not the whole usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: Callable[[str], Any], *, minimum: float | None = None, above: float | None = None,
+            maximum: float | None = None) -> Callable[[str], Any]:
+    """An argparse type: a finite number of `kind` within the given bounds, or a message saying which."""
+    bounds = [f">= {minimum:g}" if minimum is not None else "", f"> {above:g}" if above is not None else "",
+              f"<= {maximum:g}" if maximum is not None else ""]
+    wanted = f"{'an integer' if kind is int else 'a number'} {' and '.join(b for b in bounds if b)}".strip()
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}") from None
+        if (not math.isfinite(value) or (minimum is not None and value < minimum)
+                or (above is not None and value <= above) or (maximum is not None and value > maximum)):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}")
+        return value
+
+    return parse
+
+
+COUNT = _number(int, minimum=1)
+POSITIVE = _number(float, above=0)
 
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("emulated model")
-    group.add_argument("--tpm", type=int, default=None, help=f"TPM quota (default {DEFAULT_TPM})")
-    group.add_argument("--rpm", type=int, default=None, help="RPM quota (default: none)")
-    group.add_argument("--burndown", type=float, default=1.0, help="quota tokens per output token (default 1)")
-    group.add_argument("--max-output-tokens", type=int, default=8_192, help="reserved when max_tokens is unset")
-    group.add_argument("--ttft", type=float, default=0.5, help="base time to first token, seconds")
-    group.add_argument("--prefill-tps", type=float, default=8_000, help="prompt tokens read per second")
-    group.add_argument("--otps", type=float, default=60, help="output tokens per second")
-    group.add_argument("--jitter", type=float, default=0.1, help="log-normal sigma of TTFT and OTPS")
-    group.add_argument("--answer-tokens", type=int, default=300, help="answer length when a request gives none")
-    group.add_argument("--optimized-tpm", type=int, default=None, help="enable latency-optimized mode with this TPM")
-    group.add_argument("--time-scale", type=float, default=1.0, help="run the quota window and latencies N x faster")
+    group.add_argument("--tpm", type=COUNT, default=None, help=f"TPM quota (default {DEFAULT_TPM})")
+    group.add_argument("--rpm", type=COUNT, default=None, help="RPM quota (default: none)")
+    group.add_argument("--burndown", type=_number(float, minimum=1), default=1.0,
+                       help="quota tokens per output token (default 1)")
+    group.add_argument("--max-output-tokens", type=COUNT, default=8_192, help="reserved when max_tokens is unset")
+    group.add_argument("--ttft", type=_number(float, minimum=0), help="base time to first token, seconds (default 0.5)")
+    group.add_argument("--prefill-tps", type=POSITIVE, help="prompt tokens read per second (default 8000)")
+    group.add_argument("--otps", type=POSITIVE, help="output tokens per second (default 60)")
+    group.add_argument("--jitter", type=_number(float, minimum=0), help="log-normal sigma of TTFT and OTPS (default 0.1)")
+    group.add_argument("--answer-tokens", type=COUNT, help="answer length when a request gives none (default 300)")
+    group.add_argument("--optimized-tpm", type=COUNT, help="enable latency-optimized mode with this TPM")
+    group.add_argument("--time-scale", type=POSITIVE, default=None,
+                       help="run the quota window and latencies N x faster (default 1)")
     group.add_argument("--seed", type=int, default=0)
 
 
+def _model(args: argparse.Namespace, name: str) -> Any:
+    value = getattr(args, name)
+    return EMULATOR_ONLY[name] if value is None else value
+
+
 def _spec(args: argparse.Namespace) -> ModelSpec:
+    optimized_tpm = _model(args, "optimized_tpm")
     return ModelSpec(
         args.model_id,
-        tpm_quota=args.tpm or DEFAULT_TPM,
-        rpm_quota=args.rpm,
+        tpm_quota=DEFAULT_TPM if args.tpm is None else args.tpm,
+        rpm_quota=_model(args, "rpm"),
         burndown=args.burndown,
         max_output_tokens=args.max_output_tokens,
-        ttft_seconds=args.ttft,
-        prefill_tokens_per_second=args.prefill_tps,
-        output_tokens_per_second=args.otps,
-        jitter=args.jitter,
-        answer_tokens=args.answer_tokens,
-        latency_optimized=LatencyOptimized(args.optimized_tpm) if args.optimized_tpm else None,
+        ttft_seconds=_model(args, "ttft"),
+        prefill_tokens_per_second=_model(args, "prefill_tps"),
+        output_tokens_per_second=_model(args, "otps"),
+        jitter=_model(args, "jitter"),
+        answer_tokens=_model(args, "answer_tokens"),
+        latency_optimized=None if optimized_tpm is None else LatencyOptimized(optimized_tpm),
     )
 
 
+def _time_scale(args: argparse.Namespace) -> float:
+    return 1.0 if args.time_scale is None else args.time_scale
+
+
+class InputError(ValueError):
+    """A problem with the command line or its files: reported as one line, exit status 2."""
+
+
+class NothingSucceeded(RuntimeError):
+    """The run finished but no measured request succeeded: exit status 1."""
+
+
+def _bedrock_session(args: argparse.Namespace) -> Any:
+    """A boto3 session for real Bedrock, checked before the run starts: a Region and credentials."""
+    import boto3
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        session = boto3.session.Session(region_name=args.region)
+        credentials = session.get_credentials()
+    except BotoCoreError as error:  # e.g. AWS_PROFILE names a profile that does not exist
+        raise InputError(f"cannot set up AWS credentials for real Bedrock: {error}") from None
+    if args.endpoint_url:  # a separately started emulator checks no signature: any credentials and Region do
+        if credentials is None or session.region_name is None:
+            session = boto3.session.Session(
+                aws_access_key_id=credentials.access_key if credentials else "emulator",
+                aws_secret_access_key=credentials.secret_key if credentials else "emulator",
+                aws_session_token=credentials.token if credentials else None,
+                region_name=session.region_name or "us-east-1",
+            )
+        return session
+    if session.region_name is None:
+        raise InputError("real Bedrock needs a Region: pass --region (e.g. --region us-east-1) or set AWS_REGION; "
+                         "use --emulator to run offline")
+    if credentials is None:
+        raise InputError(
+            "no AWS credentials found for real Bedrock (botocore looked in the environment, the shared "
+            "credentials and config files, SSO and instance roles): configure them (aws configure, "
+            "AWS_PROFILE=...) or run offline with --emulator"
+        )
+    return session
+
+
 def _emulator(args: argparse.Namespace) -> int:
-    with BedrockEmulator([_spec(args)], seed=args.seed, time_scale=args.time_scale, port=args.port) as emulator:
+    with BedrockEmulator([_spec(args)], seed=args.seed, time_scale=_time_scale(args), port=args.port) as emulator:
         print(f"Bedrock Runtime emulator for {args.model_id} at {emulator.endpoint_url} (Ctrl-C stops it)", flush=True)
         print(f"  boto3.client('bedrock-runtime', endpoint_url='{emulator.endpoint_url}', region_name='us-east-1', "
               "aws_access_key_id='x', aws_secret_access_key='x')", flush=True)
@@ -67,15 +162,22 @@ def _emulator(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from genai_pacer.runtime import bedrock_client
-
     from .bench import BenchConfig, load_prompts, progress_printer, run_benchmark, write_report
 
+    if not args.emulator:
+        given = [f"--{name.replace('_', '-')}" for name in EMULATOR_ONLY if getattr(args, name) is not None]
+        if given:
+            raise InputError(f"{', '.join(given)}: only for the in-process emulator (--emulator); leave "
+                             f"{'it' if len(given) == 1 else 'them'} out for {args.endpoint_url or 'real Bedrock'}")
+        if args.time_scale is not None and not args.endpoint_url:
+            raise InputError("--time-scale converts an emulator's time; real Bedrock runs in real time (leave it out)")
+    elif args.region:
+        raise InputError("--region is for real Bedrock; --emulator runs locally (leave one out)")
     prompts = load_prompts(args.prompts)
     config = BenchConfig(
         model_id=args.model_id,
         requests=args.requests,
-        concurrency=None if args.rate else args.concurrency,
+        concurrency=None if args.rate is not None else args.concurrency,
         rate_per_minute=args.rate,
         streaming=not args.no_stream,
         warmup=args.warmup,
@@ -83,26 +185,24 @@ def _bench(args: argparse.Namespace) -> int:
         model_max_tokens=args.max_output_tokens,
         latency=args.latency,
         burndown=args.burndown,
-        tpm_quota=args.tpm or (DEFAULT_TPM if args.emulator else None),
+        tpm_quota=args.tpm if args.tpm is not None else (DEFAULT_TPM if args.emulator else None),
         ttft_target_s=args.ttft_target,
         otps_target=args.otps_target,
         e2e_target_s=args.e2e_target,
-        time_scale=args.time_scale,  # the emulator's factor, so reported times are model seconds
+        time_scale=_time_scale(args),  # the emulator's factor, so reported times are model seconds
         seed=args.seed,
     )
+    session = None if args.emulator else _bedrock_session(args)  # no Region or credentials: stop before any call
+    Path(args.out).mkdir(parents=True, exist_ok=True)  # before the run, so an unwritable --out costs nothing
     pool = config.concurrency or 64
     with ExitStack() as stack:
         if args.emulator:
-            emulator = stack.enter_context(BedrockEmulator([_spec(args)], seed=args.seed, time_scale=args.time_scale))
+            emulator = stack.enter_context(BedrockEmulator([_spec(args)], seed=args.seed, time_scale=config.time_scale))
             client = emulator.client(max_pool_connections=pool, retries={"total_max_attempts": args.max_attempts})
-            target = f"the emulator ({emulator.endpoint_url}, time scale {args.time_scale:g})"
+            target = f"the emulator ({emulator.endpoint_url}, time scale {config.time_scale:g})"
         else:
-            import boto3
+            from genai_pacer.runtime import bedrock_client
 
-            session = boto3.session.Session(region_name=args.region)
-            if args.endpoint_url and session.get_credentials() is None:  # a local emulator checks no signature
-                session = boto3.session.Session(aws_access_key_id="emulator", aws_secret_access_key="emulator",
-                                                region_name=args.region or "us-east-1")
             client = bedrock_client(max_pool_connections=pool, max_attempts=args.max_attempts,
                                     endpoint_url=args.endpoint_url, session=session)
             target = args.endpoint_url or f"Bedrock in {client.meta.region_name}"
@@ -111,6 +211,10 @@ def _bench(args: argparse.Namespace) -> int:
     paths = write_report(report, args.out, args.name)
     print(json.dumps(report.summary, indent=2))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    if report.summary["succeeded"] == 0:
+        errors = ", ".join(f"{code} x{count}" for code, count in report.summary["errors"].items())
+        raise NothingSucceeded(f"none of the {report.summary['requests']} requests succeeded ({errors}); "
+                               f"the report is in {args.out}")
     return 0
 
 
@@ -139,12 +243,13 @@ def _experiments(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="genai-pacer", description=__doc__.split("\n\n")[0])
+    root = _Parser(prog="genai-pacer", description=(__doc__ or "").split("\n\n")[0])
     commands = root.add_subparsers(dest="command", required=True)
 
     emulator = commands.add_parser("emulator", help="serve a Bedrock Runtime emulator on loopback")
     emulator.add_argument("--model-id", default="us.amazon.nova-lite-v1:0")
-    emulator.add_argument("--port", type=int, default=8765)
+    emulator.add_argument("--port", type=_number(int, minimum=0, maximum=65_535), default=8765,
+                          help="loopback port (default 8765; 0 picks a free one)")
     _model_args(emulator)
     emulator.set_defaults(run=_emulator)
 
@@ -156,17 +261,18 @@ def parser() -> argparse.ArgumentParser:
     target.add_argument("--endpoint-url", help="a running emulator (or any bedrock-runtime endpoint)")
     bench.add_argument("--region", help="AWS Region for real Bedrock")
     load = bench.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=int, default=8, help="closed loop: requests in flight (default 8)")
-    load.add_argument("--rate", type=float, help="open loop: Poisson arrivals per minute")
-    bench.add_argument("--requests", type=int, default=200)
-    bench.add_argument("--warmup", type=int, default=8)
+    load.add_argument("--concurrency", type=COUNT, default=8, help="closed loop: requests in flight (default 8)")
+    load.add_argument("--rate", type=POSITIVE, help="open loop: Poisson arrivals per minute")
+    bench.add_argument("--requests", type=COUNT, default=200)
+    bench.add_argument("--warmup", type=_number(int, minimum=0), default=8)
     bench.add_argument("--no-stream", action="store_true", help="call Converse instead of ConverseStream")
-    bench.add_argument("--max-tokens", type=int, default=None)
+    bench.add_argument("--max-tokens", type=COUNT, default=None)
     bench.add_argument("--latency", choices=["standard", "optimized"], default=None)
-    bench.add_argument("--max-attempts", type=int, default=4, help="SDK attempts per request, first call included")
-    bench.add_argument("--ttft-target", type=float, help="goodput: TTFT at most this many seconds")
-    bench.add_argument("--otps-target", type=float, help="goodput: at least this many output tokens per second")
-    bench.add_argument("--e2e-target", type=float, help="goodput: end-to-end latency at most this many seconds")
+    bench.add_argument("--max-attempts", type=COUNT, default=4,
+                       help="SDK attempts per request, first call included (default 4; 1 disables retries)")
+    bench.add_argument("--ttft-target", type=POSITIVE, help="goodput: TTFT at most this many seconds")
+    bench.add_argument("--otps-target", type=POSITIVE, help="goodput: at least this many output tokens per second")
+    bench.add_argument("--e2e-target", type=POSITIVE, help="goodput: end-to-end latency at most this many seconds")
     bench.add_argument("--out", default="bench-results")
     bench.add_argument("--name", default="bench", help="file name stem of the report")
     _model_args(bench)
@@ -175,8 +281,8 @@ def parser() -> argparse.ArgumentParser:
     experiments = commands.add_parser("experiments", help="quota and connection-pool experiments on the emulator")
     experiments.add_argument("--prompts", required=True)
     experiments.add_argument("--which", choices=["quota", "side-by-side", "pool", "all"], default="all")
-    experiments.add_argument("--time-scale", type=float, default=4.0)
-    experiments.add_argument("--arrival-minutes", type=float, default=1.0)
+    experiments.add_argument("--time-scale", type=POSITIVE, default=4.0)
+    experiments.add_argument("--arrival-minutes", type=POSITIVE, default=1.0)
     experiments.add_argument("--seed", type=int, default=0)
     experiments.add_argument("--out", default="bench-results")
     experiments.set_defaults(run=_experiments)
@@ -184,12 +290,27 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every input error is one line on stderr (exit 2), never a traceback."""
     args = parser().parse_args(argv)
+    prog = f"genai-pacer {args.command}"
     try:
         return args.run(args)
-    except ValueError as error:  # bad input: one clear line, not a traceback
-        print(f"genai-pacer {args.command}: {error}", file=sys.stderr)
+    except NothingSucceeded as failure:
+        print(f"{prog}: {failure}", file=sys.stderr)
+        return 1
+    except ValueError as error:  # bad input (InputError, a malformed prompts line, a refused setting)
+        print(f"{prog}: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
+    except ImportError as error:  # boto3 or matplotlib missing: the message says what to install
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a prompts file that is missing or a directory, an --out or --port that cannot be used
+        reason = error.strerror or str(error)
+        print(f"{prog}: {f'{error.filename}: {reason}' if error.filename else reason}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

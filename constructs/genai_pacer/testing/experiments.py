@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from .. import planning
@@ -53,7 +54,10 @@ def quota_plan(prompts: Sequence[Prompt], spec: ModelSpec) -> dict[str, Any]:
     """What genai_pacer.planning says for this workload on this model: max_tokens, rate, cap."""
     inputs = [approx_tokens((p.system or "") + p.prompt) for p in prompts]
     outputs = [p.expected_output_tokens for p in prompts]
-    sizing = planning.size_max_tokens(math.ceil(percentiles(outputs).p99))
+    p99 = percentiles(outputs).p99
+    if p99 is None:
+        raise ValueError("quota_plan needs at least one prompt")
+    sizing = planning.size_max_tokens(math.ceil(p99))
     mean_in, mean_out = statistics.fmean(inputs), statistics.fmean(outputs)
     call_seconds = spec.ttft_seconds + mean_in / spec.prefill_tokens_per_second + mean_out / spec.output_tokens_per_second
     profile = planning.TokenProfile(
@@ -193,7 +197,7 @@ def quota_experiment(
         due += rng.expovariate(offered / 60)
     workload = [prompts[rng.randrange(len(prompts))] for _ in range(count)]
     cap = plan["max_concurrency"]
-    strategies = [
+    strategies: list[tuple[str, str, int, dict[str, Any]]] = [
         ("unbounded", "a thread per request, botocore's default retries", NAIVE_MAX_TOKENS, {"max_pool_connections": 256}),
         ("adaptive", "a thread per request, botocore's adaptive retry mode", NAIVE_MAX_TOKENS,
          {"max_pool_connections": 256, "retries": {"mode": "adaptive"}}),
@@ -308,7 +312,7 @@ def side_by_side_experiment(*, calls: int = 4, call_seconds: float = 5.0, time_s
             converse(client, request)
         sequential = (time.perf_counter() - began) * time_scale
         began = time.perf_counter()
-        outcomes = run_side_by_side([lambda r=r: converse(client, r) for r in requests], max_in_flight=calls)
+        outcomes = run_side_by_side([partial(converse, client, r) for r in requests], max_in_flight=calls)
         parallel = (time.perf_counter() - began) * time_scale
     result = {"calls": calls, "call_seconds": call_seconds, "sequential_s": round(sequential, 2),
               "side_by_side_s": round(parallel, 2), "speedup": round(sequential / parallel, 2),

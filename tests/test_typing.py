@@ -1,0 +1,68 @@
+"""The type information editors and type checkers read matches what the lazy imports load at run time."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import genai_pacer
+
+PACKAGE = Path(genai_pacer.__file__).parent
+
+
+def _type_checking_imports(source: str) -> dict[str, str]:
+    """name -> relative module of every `from .x import Name as Name` under `if TYPE_CHECKING:`."""
+    found: dict[str, str] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for statement in node.body:
+                assert isinstance(statement, ast.ImportFrom), ast.unparse(statement)
+                for alias in statement.names:
+                    assert alias.asname == alias.name, f"{ast.unparse(statement)}: re-export as itself (X as X)"
+                    module = "." * statement.level + (statement.module or "")
+                    found[alias.name] = f".{alias.name}" if module == "." else module
+    return found
+
+
+def test_every_lazy_export_has_a_type_checking_import_of_the_same_object():
+    typed = _type_checking_imports((PACKAGE / "__init__.py").read_text())
+    assert typed == genai_pacer._EXPORTS
+    assert sorted(genai_pacer.__all__) == sorted(typed)
+
+
+def test_runtime_exports_exactly_pacer_runtimes_names_and_objects():
+    import pacer_runtime
+    from genai_pacer import runtime
+
+    assert runtime.__all__ == pacer_runtime.__all__
+    for name in pacer_runtime.__all__:
+        assert getattr(runtime, name) is getattr(pacer_runtime, name), name
+
+
+def test_the_wheel_stub_re_exports_pacer_runtime_from_where_the_wheel_puts_it():
+    import tomllib
+
+    stub = ast.parse((PACKAGE / "_wheel" / "runtime.pyi").read_text())
+    imports = [(node.level, node.module, [a.name for a in node.names]) for node in stub.body]
+    assert imports == [(1, "_lambda.pacer_runtime", ["*"]), (1, "_lambda.pacer_runtime", ["__all__"])]
+    wheel = tomllib.loads((PACKAGE.parents[1] / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert wheel["force-include"]["constructs/genai_pacer/_wheel/runtime.pyi"] == "genai_pacer/runtime.pyi"
+    assert wheel["force-include"]["lambda"] == "genai_pacer/_lambda"
+    assert (PACKAGE / "py.typed").is_file()  # PEP 561: type checkers read an installed genai-pacer's types
+
+
+def test_runtime_without_boto3_says_how_to_install_it(monkeypatch):
+    import sys
+
+    for name in [n for n in sys.modules if n == "genai_pacer.runtime" or n.split(".")[0] in ("pacer_runtime", "boto3")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "boto3", None)  # `import boto3` now raises ModuleNotFoundError
+    try:
+        importlib.import_module("genai_pacer.runtime")
+    except ModuleNotFoundError as error:
+        assert error.name == "boto3"
+        assert "pip install boto3" in str(error) and "[bench] extra" in str(error)
+    else:
+        raise AssertionError("genai_pacer.runtime imported without boto3")
+    assert "pacer_runtime" not in sys.modules  # no half-initialized module left for the next import
