@@ -4,17 +4,37 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
+# jsii prints an end-of-life banner unless this names the major version of the Node.js it runs on
+# ("1" silences nothing). Expanded per command, so after `npm ci` it names the pinned Node 22.
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = $(shell PATH="$(PATH)" node -p 'process.versions.node.split(".")[0]' 2>/dev/null)
+DIST ?= dist
 
-.PHONY: synth test bench lint clean prereqs
+.PHONY: synth test test-fast typecheck dist bench lint clean prereqs
 
 synth: $(VENV)/.runtime-installed node_modules/.installed
 	cdk synth --no-notices --quiet
 	@echo "synthesized: $$(ls cdk.out/*.template.json | tr '\n' ' ')"
 
+# The gate (CI runs it): lint, types, then every test, the fresh-install ones included.
 test: $(VENV)/.dev-installed node_modules/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest
+
+# The development loop: lint and every test except those that install into a fresh environment
+# (markers consumer and slow) and without the type checker. It never replaces `make test`.
+test-fast: $(VENV)/.dev-installed node_modules/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/python -m pytest -m "not consumer and not slow"
+
+typecheck: $(VENV)/.dev-installed
+	$(VENV)/bin/mypy
+
+# A wheel and an sdist in $(DIST)/, to install the library into your own app (README: "Use it in your app").
+dist: $(VENV)/.dev-installed
+	rm -rf $(DIST)
+	$(VENV)/bin/python -m build --no-isolation --outdir $(DIST) . > /dev/null
+	@echo "built: $$(ls $(DIST)/* | tr '\n' ' ')"
 
 # Benchmark and experiments against the in-process emulator; reports land in bench/results/.
 BENCH_MODEL := us.anthropic.claude-3-5-haiku-20241022-v1:0
@@ -51,4 +71,4 @@ node_modules/.installed: package.json package-lock.json | prereqs
 	@touch $@
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out dist
+	rm -rf $(VENV) node_modules cdk.out $(DIST) .mypy_cache

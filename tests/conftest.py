@@ -4,16 +4,34 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "lambda")]
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "1")
 if (ROOT / "node_modules" / ".bin").is_dir():  # the supported Node.js that `make` installs
     os.environ["PATH"] = f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ['PATH']}"
+
+
+def _silence_node_end_of_life_banner() -> None:
+    """jsii prints its Node end-of-life banner unless this variable lists the major version of the
+    Node.js it runs on (`1` silences nothing); add that version, keeping any the user set."""
+    node = shutil.which("node")
+    if node is None:
+        return
+    major = subprocess.run([node, "-p", "process.versions.node.split('.')[0]"], capture_output=True, text=True)
+    name = "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"
+    listed = [v.strip() for v in os.environ.get(name, "").split(",") if v.strip()]
+    if major.returncode == 0 and major.stdout.strip() not in listed:
+        os.environ[name] = ",".join([*listed, major.stdout.strip()])
+
+
+_silence_node_end_of_life_banner()
 
 
 pytest_plugins = ["genai_pacer.testing.pytest_plugin"]  # the emulator fixtures users get, used here too
@@ -36,20 +54,24 @@ def nag_violations(outdir: Path) -> list[str]:
     return lines
 
 
-@pytest.fixture(scope="session")
-def reference_assembly(tmp_path_factory):
-    """The reference app synthesized once, nag included; fails with the findings if nag objects."""
+def synth_reference_app(outdir: Path, context: dict[str, Any] | None = None) -> Path:
+    """The reference app synthesized into outdir, nag included; fails with the findings if nag objects."""
     from app import build_app
 
-    outdir = tmp_path_factory.mktemp("cdk.out")
     try:
-        build_app(outdir=str(outdir)).synth()
+        build_app(context=context, outdir=str(outdir)).synth()
     except RuntimeError as error:
         findings = nag_violations(outdir)
         if findings:
             raise NagFailure("cdk-nag findings:\n" + "\n".join(findings)) from error
         raise
     return outdir
+
+
+@pytest.fixture(scope="session")
+def reference_assembly(tmp_path_factory):
+    """The reference app as a test or a user's own code builds it: cdk.App() without cdk.json's context."""
+    return synth_reference_app(tmp_path_factory.mktemp("cdk.out"))
 
 
 @pytest.fixture(scope="session")
