@@ -1,0 +1,25 @@
+"""Execute synthesized state machines offline: moto's Step Functions interpreter, with Bedrock served
+by the BedrockEmulator (quota, throttles, latency) and S3 and DynamoDB by moto.
+
+    with BedrockEmulator([ModelSpec("amazon.nova-lite-v1:0", tpm_quota=50_000)], time_scale=60) as bedrock, \\
+            StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({"items": items}).raise_for_status()
+        assert run.model_calls == len(items) + run.throttled   # every throttled call was retried
+
+Needs `moto[stepfunctions]` and boto3 (test dependencies, not runtime ones).
+"""
+
+from ._batch import BatchJob, BatchJobSimulator, BatchRecordError
+from ._errors import OfflineExecutionError
+from ._runner import Execution, StateMachineRunner
+from ._template import StateMachineSpec
+
+__all__ = [
+    "BatchJob",
+    "BatchJobSimulator",
+    "BatchRecordError",
+    "Execution",
+    "OfflineExecutionError",
+    "StateMachineRunner",
+    "StateMachineSpec",
+]

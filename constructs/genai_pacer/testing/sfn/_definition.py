@@ -1,0 +1,241 @@
+"""The executed copy of a definition: what moto's interpreter cannot parse is rewritten or set aside.
+
+Nothing here touches what is synthesized for AWS; the runner works on a deep copy. Fields moto's
+grammar rejects but the runner can honour itself (a Map's ItemBatcher, a ResultWriter's
+WriterConfig) are removed from the copy and handed to the interpreter patches as MapSettings.
+Whatever neither moto nor the runner can execute the way AWS does is refused up front with an
+OfflineExecutionError naming the state, rather than running and answering differently.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import OfflineExecutionError
+
+#: Bedrock control-plane actions the runner simulates (batch inference jobs).
+BATCH_ACTIONS = ("createModelInvocationJob", "getModelInvocationJob", "stopModelInvocationJob",
+                 "listModelInvocationJobs")
+#: bedrock-runtime operations Step Functions' SDK integration cannot call (AWS rejects the definition).
+STREAMING_ACTIONS = ("converseStream", "invokeModelWithResponseStream", "invokeModelWithBidirectionalStream")
+
+_SERVICE_ARN = re.compile(r"^arn:[a-z-]+:states:::(?P<service>[A-Za-z0-9-]+):(?P<rest>.+)$")
+
+
+@dataclass(frozen=True)
+class Integration:
+    """A Task's Resource ARN taken apart."""
+
+    service: str  # "aws-sdk", "bedrock", "dynamodb", ...
+    api: str  # the SDK service for aws-sdk ("bedrockruntime"), else the service itself
+    action: str
+    pattern: str | None  # "sync", "sync:2", "waitForTaskToken" or None
+
+    @classmethod
+    def parse(cls, resource: str) -> Integration | None:
+        match = _SERVICE_ARN.match(resource)
+        if match is None:
+            return None
+        service, rest = match["service"], match["rest"]
+        rest, _, pattern = rest.partition(".")
+        if service == "aws-sdk":
+            api, _, action = rest.partition(":")
+        else:
+            api, action = service, rest
+        return cls(service=service, api=api, action=action, pattern=pattern or None)
+
+
+@dataclass(frozen=True)
+class ItemBatcher:
+    max_items: int | None
+    max_bytes: int | None
+    batch_input: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    output_type: str  # JSON or JSONL
+    transformation: str  # NONE, COMPACT or FLATTEN
+    exported: bool  # the ResultWriter also writes to S3 (Resource and Parameters given)
+
+
+@dataclass
+class MapSettings:
+    """What the runner executes for a distributed Map beyond what moto parses."""
+
+    item_batcher: ItemBatcher | None = None
+    writer_config: WriterConfig | None = None
+    tolerated_failure_count: int | None = None
+    tolerated_failure_percentage: float | None = None
+    distributed: bool = False
+
+
+@dataclass
+class ExecutablePlan:
+    definition: dict[str, Any]
+    maps: dict[str, MapSettings] = field(default_factory=dict)
+    integrations: dict[str, Integration] = field(default_factory=dict)  # Task state name -> integration
+
+
+def executable_copy(definition: dict[str, Any], *, where: str) -> ExecutablePlan:
+    """A copy of `definition` that moto's interpreter accepts, with the settings it cannot hold."""
+    plan = ExecutablePlan(definition=copy.deepcopy(definition))
+    problems: list[str] = []
+    for name, state in _states(plan.definition):
+        kind = state.get("Type")
+        if kind == "Task":
+            _task(name, state, plan, problems)
+        elif kind == "Map":
+            _map(name, state, plan, problems)
+    if problems:
+        raise OfflineExecutionError(
+            f"{where} cannot be executed offline:\n" + "\n".join(f"- {problem}" for problem in problems)
+        )
+    return plan
+
+
+def _states(scope: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every state, those in Parallel branches and Map processors included."""
+    for name, state in (scope.get("States") or {}).items():
+        yield name, state
+        for branch in state.get("Branches") or []:
+            yield from _states(branch)
+        for key in ("ItemProcessor", "Iterator"):
+            if isinstance(state.get(key), dict):
+                yield from _states(state[key])
+
+
+def _task(name: str, state: dict[str, Any], plan: ExecutablePlan, problems: list[str]) -> None:
+    resource = state.get("Resource")
+    if not isinstance(resource, str):
+        return
+    if ":lambda:" in resource and ":function:" in resource or resource.endswith(":::lambda:invoke") or (
+        ":::lambda:invoke." in resource
+    ):
+        problems.append(
+            f"Task {name!r} invokes AWS Lambda ({resource}): moto runs Lambda functions in Docker, which this "
+            "offline test bed does not use; test the handler on its own and replace the Task with a Pass state "
+            "holding its expected result in the state machine under test"
+        )
+        return
+    integration = Integration.parse(resource)
+    if integration is None:
+        return
+    plan.integrations[name] = integration
+    parameters = state.get("Parameters") or state.get("Arguments") or {}
+    if integration.service == "bedrock":
+        if integration.action != "invokeModel":
+            problems.append(
+                f"Task {name!r} calls bedrock:{integration.action}, which the runner does not emulate "
+                "(only bedrock:invokeModel and the aws-sdk:bedrockruntime / batch-job calls are)"
+            )
+        elif integration.pattern:
+            problems.append(
+                f"Task {name!r} uses bedrock:invokeModel.{integration.pattern}; InvokeModel supports only the "
+                "request-response pattern"
+            )
+        elif isinstance(parameters, dict) and ("Output" in parameters or "Output.$" in parameters):
+            problems.append(
+                f"Task {name!r} writes the InvokeModel response to S3 (Output.S3Uri); the result Step Functions "
+                "returns in that case is not reproduced offline; drop Output for the test or read the Body"
+            )
+    elif integration.service == "aws-sdk" and integration.api == "bedrockruntime":
+        if integration.action in STREAMING_ACTIONS:
+            problems.append(
+                f"Task {name!r} calls bedrockruntime:{integration.action}: Step Functions' SDK integration cannot "
+                "call streaming operations (AWS rejects the definition); call converse or invokeModel"
+            )
+        elif integration.pattern:
+            problems.append(f"Task {name!r}: aws-sdk:bedrockruntime calls support only the request-response pattern")
+    elif integration.service == "aws-sdk" and integration.api == "bedrock":
+        if integration.action not in BATCH_ACTIONS:
+            problems.append(
+                f"Task {name!r} calls bedrock:{integration.action}; of the Bedrock control plane the runner "
+                f"simulates only the batch inference calls ({', '.join(BATCH_ACTIONS)})"
+            )
+        elif integration.pattern:
+            problems.append(f"Task {name!r}: aws-sdk:bedrock calls support only the request-response pattern")
+
+
+def _map(name: str, state: dict[str, Any], plan: ExecutablePlan, problems: list[str]) -> None:
+    processor = state.get("ItemProcessor") or {}
+    config = processor.get("ProcessorConfig") or {}
+    settings = MapSettings(distributed=config.get("Mode") == "DISTRIBUTED")
+
+    # moto's grammar reads ToleratedFailurePercentage as a decimal only: 5 fails to parse, 5.0 works.
+    percentage = state.get("ToleratedFailurePercentage")
+    if isinstance(percentage, int) and not isinstance(percentage, bool):
+        state["ToleratedFailurePercentage"] = float(percentage)
+    for key in ("ToleratedFailurePercentagePath", "ToleratedFailureCountPath"):
+        if key in state:
+            problems.append(f"Map {name!r}: {key} is not executed offline; give the literal value instead")
+    if isinstance(state.get("ToleratedFailurePercentage"), float):
+        settings.tolerated_failure_percentage = state["ToleratedFailurePercentage"]
+    if isinstance(state.get("ToleratedFailureCount"), int):
+        settings.tolerated_failure_count = state["ToleratedFailureCount"]
+
+    batcher = state.pop("ItemBatcher", None)
+    if batcher is not None and ("ItemSelector" in state or "Parameters" in state):
+        problems.append(
+            f"Map {name!r}: ItemBatcher with ItemSelector is not executed offline (Step Functions selects each "
+            "item before batching; the runner batches after moto selects); drop one of them for the test"
+        )
+    elif batcher is not None:
+        unsupported = sorted(k for k in batcher if k not in ("MaxItemsPerBatch", "MaxInputBytesPerBatch", "BatchInput"))
+        batch_input = batcher.get("BatchInput")
+        if unsupported:
+            problems.append(
+                f"Map {name!r}: ItemBatcher {', '.join(unsupported)} is not executed offline; use literal "
+                "MaxItemsPerBatch / MaxInputBytesPerBatch"
+            )
+        elif batch_input is not None and (not isinstance(batch_input, dict) or _has_paths(batch_input)):
+            problems.append(
+                f"Map {name!r}: ItemBatcher BatchInput with JSONPath or JSONata fields is not executed offline; "
+                "use literal values"
+            )
+        else:
+            settings.item_batcher = ItemBatcher(
+                max_items=batcher.get("MaxItemsPerBatch"),
+                max_bytes=batcher.get("MaxInputBytesPerBatch"),
+                batch_input=batch_input,
+            )
+
+    reader = state.get("ItemReader") or {}
+    input_type = (reader.get("ReaderConfig") or {}).get("InputType")
+    if input_type not in (None, "JSON", "JSONL", "CSV"):
+        problems.append(
+            f"Map {name!r}: ItemReader InputType {input_type!r} is not executed offline (moto reads JSON and CSV "
+            "objects and S3 listings; the runner adds JSONL)"
+        )
+
+    writer = state.get("ResultWriter")
+    if isinstance(writer, dict) and "WriterConfig" in writer:
+        raw = writer.pop("WriterConfig") or {}
+        exported = "Resource" in writer
+        settings.writer_config = WriterConfig(
+            output_type=str(raw.get("OutputType", "JSON")),
+            transformation=str(raw.get("Transformation", "NONE" if exported else "COMPACT")),
+            exported=exported,
+        )
+        if settings.writer_config.transformation not in ("NONE", "COMPACT", "FLATTEN"):
+            problems.append(f"Map {name!r}: WriterConfig Transformation {raw.get('Transformation')!r} is not known")
+        if settings.writer_config.output_type not in ("JSON", "JSONL"):
+            problems.append(f"Map {name!r}: WriterConfig OutputType {raw.get('OutputType')!r} is not known")
+        if not exported:
+            del state["ResultWriter"]
+    if isinstance(state.get("ResultWriter"), dict) and not settings.distributed:
+        problems.append(f"Map {name!r}: ResultWriter applies to distributed Maps only")
+    if settings != MapSettings(distributed=settings.distributed) or settings.distributed:
+        plan.maps[name] = settings
+
+
+def _has_paths(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(str(k).endswith(".$") or _has_paths(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_paths(v) for v in value)
+    return isinstance(value, str) and value.startswith("{%")

@@ -1,0 +1,576 @@
+"""Patches to moto's Step Functions interpreter (a port of LocalStack's), active while a runner is.
+
+What each patch does and why:
+- Service integrations: `bedrock:invokeModel` (moto forwards it to the boto3 `bedrock` control-plane
+  client, which has no such operation) and `aws-sdk:bedrockruntime:*` (moto fails with "Unknown
+  service: 'bedrockruntime'") go to the BedrockEmulator; `aws-sdk:bedrock:*ModelInvocationJob` to the
+  BatchJobSimulator. Parameters and results are converted between Step Functions' PascalCase and the
+  API's names, and errors are named as AWS names them (BedrockRuntime.ThrottlingException,
+  Bedrock.ThrottlingException), so a definition's Retry and Catch match as they do on AWS.
+- Clock: retry waits and Wait states sleep 1/time_scale of their time. ASL intervals are whole
+  seconds, so scaling the definition cannot go below one second; scaling the interpreter's clock
+  keeps the backoff, the MaxDelaySeconds cap and the jitter exactly as defined, on the same clock as
+  the emulator's quota window.
+- JSONPath: moto returns a list for a definite path through an index ($.Output.Message.Content[0].Text);
+  Step Functions returns the value.
+- Distributed Map: JSONL item readers, ItemBatcher, the tolerated-failure threshold (moto parses it
+  but lets every failed item pass) and ResultWriter files (moto writes an empty manifest).
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore import xform_name
+from botocore.exceptions import BotoCoreError, ClientError
+from moto.stepfunctions.parser.api import HistoryEventType, MapRunFailedEventDetails, TaskFailedEventDetails
+from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+    FailureEvent,
+    FailureEventException,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+    StatesErrorNameType,
+)
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader import item_reader_decl
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval.resource_output_transformer.transformer import (
+    ResourceOutputTransformer,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.reader_config.input_type import (
+    InputType,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.distributed_iteration_component import (
+    DistributedIterationComponent,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor.distributed_item_processor_worker import (
+    DistributedItemProcessorWorker,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.result_writer.resource_eval.resource_eval_s3 import (
+    ResourceEvalS3 as ResultWriterS3,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_factory
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk import (
+    StateTaskServiceAwsSdk,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
+    StateTaskServiceCallback,
+)
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails as _EventDetails
+from moto.stepfunctions.parser.asl.eval.program_state import (
+    ProgramEnded,
+    ProgramError,
+    ProgramStopped,
+    ProgramTimedOut,
+)
+from moto.stepfunctions.parser.asl.utils import json_path
+
+from ._batch import BatchJobSimulator, ServiceError
+from ._casing import operation_model, to_api, to_sfn
+from ._definition import MapSettings
+
+EventDetails: Any = _EventDetails  # a total TypedDict in moto's stubs; events carry one member
+
+# Step Functions' name for each service in error names (BedrockRuntime.ThrottlingException).
+ERROR_PREFIX = {"bedrockruntime": "BedrockRuntime", "bedrock": "Bedrock"}
+
+
+@dataclass
+class JobResult:
+    """One child execution of a distributed Map, as the ResultWriter reports it."""
+
+    index: int
+    input: Any
+    output: Any = None
+    status: str = "SUCCEEDED"
+    error: str | None = None
+    cause: str | None = None
+    started: datetime.datetime = field(default_factory=lambda: datetime.datetime.now(datetime.UTC))
+    stopped: datetime.datetime | None = None
+
+
+@dataclass
+class Runtime:
+    """What the patched interpreter reaches while a runner is active."""
+
+    bedrock: Any  # a boto3 bedrock-runtime client pointed at the emulator
+    s3: Callable[[], Any]  # a boto3 S3 client factory (moto's S3 while the runner is active)
+    region: str
+    account: str
+    time_scale: float = 1.0
+    batch: BatchJobSimulator | None = None
+    maps: dict[str, MapSettings] = field(default_factory=dict)  # of the state machine being run
+    map_runs: dict[str, dict[int, JobResult]] = field(default_factory=dict)
+    map_run_settings: dict[str, MapSettings] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_ACTIVE: Runtime | None = None
+_INSTALL_LOCK = threading.Lock()
+_ORIGINALS: list[tuple[Any, str, Any, Any]] = []  # owner, name, callable original, own attribute
+_local = threading.local()
+
+
+def active() -> Runtime:
+    if _ACTIVE is None:  # only reachable if moto runs a state machine after the runner closed
+        raise RuntimeError("no StateMachineRunner is active; run state machines through StateMachineRunner.run")
+    return _ACTIVE
+
+
+# ---- service integrations ----------------------------------------------------------------------
+
+
+def _failure(env: Any, state: Any, error: str, cause: str) -> FailureEvent:
+    return FailureEvent(
+        env=env,
+        error_name=CustomErrorName(error_name=error),
+        event_type=HistoryEventType.TaskFailed,
+        event_details=EventDetails(
+            taskFailedEventDetails=TaskFailedEventDetails(
+                resource=state._get_sfn_resource(),
+                resourceType=state._get_sfn_resource_type(),
+                error=error,
+                cause=cause,
+            )
+        ),
+    )
+
+
+def _service_failure(env: Any, state: Any, prefix: str, ex: Exception) -> FailureEvent | None:
+    """The failure AWS reports for a service error: <Prefix>.<Code>, cause with status and request id."""
+    if isinstance(ex, ClientError):
+        code = ex.response.get("Error", {}).get("Code") or "Unknown"
+        message = ex.response.get("Error", {}).get("Message") or str(ex)
+        meta = ex.response.get("ResponseMetadata", {})
+        status, request_id = meta.get("HTTPStatusCode"), meta.get("RequestId", "")
+    elif isinstance(ex, ServiceError):
+        code, message, status, request_id = ex.code, ex.message, ex.status, str(uuid.uuid4())
+    elif isinstance(ex, BotoCoreError):  # the emulator is not running, or a read timed out
+        code, message, status, request_id = "SdkClientException", f"{ex} (is the BedrockEmulator running?)", None, ""
+    else:
+        return None
+    name = code if code.endswith("Exception") else f"{code}Exception"
+    service = "BedrockRuntime" if prefix == "Bedrock" and not isinstance(ex, ServiceError) else prefix
+    cause = f"{message} (Service: {service}, Status Code: {status}, Request ID: {request_id})"
+    return _failure(env, state, f"{prefix}.{name}", cause)
+
+
+def _call_runtime(action: str, params: dict[str, Any], where: str) -> dict[str, Any]:
+    """A bedrock-runtime operation on the emulator, PascalCase in and out."""
+    model = operation_model("bedrock-runtime", action)
+    api_params = to_api(params, model.input_shape, where)
+    response = getattr(active().bedrock, xform_name(model.name))(**api_params)
+    return to_sfn(response, model.output_shape)
+
+
+def _call_batch(action: str, params: dict[str, Any], where: str) -> dict[str, Any]:
+    runtime = active()
+    if runtime.batch is None:
+        raise RuntimeError(
+            f"{where} calls bedrock:{action}, but the runner simulates no batch jobs: pass "
+            "batch_jobs=BatchJobSimulator(respond=...) to StateMachineRunner"
+        )
+    model = operation_model("bedrock", action)
+    api_params = to_api(params, model.input_shape, where)
+    response = runtime.batch.call(model.name, api_params, s3=runtime.s3(), region=runtime.region,
+                                  account=runtime.account)
+    return to_sfn(response, model.output_shape)
+
+
+class AwsSdkTask(StateTaskServiceAwsSdk):
+    """aws-sdk:* tasks: Bedrock ones served offline, every other service left to moto."""
+
+    def _bedrock_api(self) -> str | None:
+        api = self.resource.api_name
+        return api if api in ERROR_PREFIX else None
+
+    def _eval_service_task(self, env, resource_runtime_part, normalised_parameters, state_credentials):
+        api = self._bedrock_api()
+        if api is None:
+            return super()._eval_service_task(
+                env=env,
+                resource_runtime_part=resource_runtime_part,
+                normalised_parameters=normalised_parameters,
+                state_credentials=state_credentials,
+            )
+        where = f"state {self.name!r} Parameters"
+        call = _call_runtime if api == "bedrockruntime" else _call_batch
+        env.stack.append(call(self.resource.api_action, normalised_parameters, where))
+
+    def _from_error(self, env, ex):
+        api = self._bedrock_api()
+        failure = _service_failure(env, self, ERROR_PREFIX[api], ex) if api else None
+        return failure or super()._from_error(env=env, ex=ex)
+
+
+class BedrockInvokeModelTask(StateTaskServiceCallback):
+    """The optimized `arn:aws:states:::bedrock:invokeModel` integration: Body as JSON in, parsed out."""
+
+    def __init__(self):
+        super().__init__(supported_integration_patterns=set())
+
+    def _validate_service_integration_is_supported(self):
+        """Checked before the definition reaches moto (see _definition)."""
+
+    def _eval_service_task(self, env, resource_runtime_part, normalised_parameters, state_credentials):
+        params = dict(normalised_parameters)
+        where = f"state {self.name!r} Parameters"
+        body, source = params.pop("Body", None), params.pop("Input", None)
+        if (body is None) == (source is None):
+            raise ServiceError("ValidationException", "Specify exactly one of Body and Input")
+        if source is not None:
+            body = _read_s3_uri((source or {}).get("S3Uri"))
+        model = operation_model("bedrock-runtime", "InvokeModel")
+        api_params = to_api(params, model.input_shape, where)
+        api_params["body"] = to_api(body, model.input_shape.members["body"], where)
+        api_params.setdefault("contentType", "application/json")
+        api_params.setdefault("accept", "application/json")
+        response = active().bedrock.invoke_model(**api_params)
+        raw = response["body"].read()
+        content_type = response.get("contentType", "application/json")
+        try:
+            parsed: Any = json.loads(raw)
+        except ValueError:
+            parsed = raw.decode("utf-8", errors="replace")
+        env.stack.append({"Body": parsed, "ContentType": content_type})
+
+    def _from_error(self, env, ex):
+        return _service_failure(env, self, "Bedrock", ex) or super()._from_error(env=env, ex=ex)
+
+
+def _read_s3_uri(uri: Any) -> bytes:
+    if not isinstance(uri, str) or not uri.startswith("s3://"):
+        raise ServiceError("ValidationException", f"Input.S3Uri {uri!r} is not an s3:// URI")
+    bucket, _, key = uri[5:].partition("/")
+    try:
+        return active().s3().get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as error:
+        raise ServiceError("ValidationException", f"cannot read Input.S3Uri {uri}: {error}") from None
+
+
+def _state_task_service_for(service_name: str):
+    if service_name == "bedrock":
+        return BedrockInvokeModelTask()
+    if service_name == "aws-sdk":
+        return AwsSdkTask()
+    return _original(state_task_factory, "state_task_service_for")(service_name=service_name)
+
+
+# ---- clock -------------------------------------------------------------------------------------
+
+
+class _ScaledTime:
+    """Stands in for the `time` module in moto's retrier: sleeps 1/time_scale of the interval."""
+
+    def sleep(self, seconds: float) -> None:
+        scale = _ACTIVE.time_scale if _ACTIVE else 1.0
+        time.sleep(max(seconds, 0) / scale)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def _wait_interval(self, env, wait_seconds) -> None:
+    scale = _ACTIVE.time_scale if _ACTIVE else 1.0
+    deadline = time.monotonic() + max(wait_seconds, 0) / scale
+    while env.is_running():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        env.program_state_event.wait(remaining)
+
+
+# ---- JSONPath ----------------------------------------------------------------------------------
+
+_INDEFINITE = re.compile(r"\.\.|\*|\?\(|\[[^\]]*[:,][^\]]*\]")
+
+
+def _extract_json(path: str, data: Any) -> Any:
+    """A definite path (no wildcard, filter, slice, union or deep scan) selects one value."""
+    if _INDEFINITE.search(path) is None:
+        matches = json_path.parse(path).find(data)
+        if not matches:
+            raise json_path.NoSuchJsonPathError(json_path=path, data=data)
+        return matches[0].value
+    return _original(json_path, "extract_json")(path, data)
+
+
+# ---- distributed Map ---------------------------------------------------------------------------
+
+
+def _input_type_init(self, input_type: str) -> None:
+    if input_type == "JSONL":
+        self.input_type_value = "JSONL"  # moto's enum has CSV and JSON only
+    else:
+        _original(InputType, "__init__")(self, input_type)
+
+
+class JsonLinesTransformer(ResourceOutputTransformer):
+    """Reads a JSON Lines object as the item list, one item per non-empty line."""
+
+    def _eval_body(self, env) -> None:
+        reader_config = env.stack.pop()
+        text = env.stack.pop()
+        items = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                items.append(json.loads(line))
+            except ValueError:
+                raise FailureEventException(_map_run_failure(
+                    env, StatesErrorName(typ=StatesErrorNameType.StatesItemReaderFailed),
+                    f"line {number} of the JSONL items object is not JSON: {line[:200]!r}",
+                )) from None
+        env.stack.append(items[: reader_config["MaxItemsValue"]])
+
+
+def _transformer_for(input_type):
+    if input_type.input_type_value == "JSONL":
+        return JsonLinesTransformer()
+    return _original(item_reader_decl, "resource_output_transformer_for")(input_type=input_type)
+
+
+def _map_run_failure(env: Any, error_name: Any, cause: str) -> FailureEvent:
+    return FailureEvent(
+        env=env,
+        error_name=error_name,
+        event_type=HistoryEventType.MapRunFailed,
+        event_details=EventDetails(
+            mapRunFailedEventDetails=MapRunFailedEventDetails(error=error_name.error_name, cause=cause)
+        ),
+    )
+
+
+def _batches(items: list[Any], settings: MapSettings) -> list[Any]:
+    batcher = settings.item_batcher
+    assert batcher is not None
+    batches: list[list[Any]] = []
+    size = 0
+    for item in items:
+        item_size = len(json.dumps(item).encode())
+        full = batches and (
+            (batcher.max_items and len(batches[-1]) >= batcher.max_items)
+            or (batcher.max_bytes and size + item_size > batcher.max_bytes)
+        )
+        if not batches or full:
+            batches.append([])
+            size = 0
+        batches[-1].append(item)
+        size += item_size
+    wrap = {"BatchInput": batcher.batch_input} if batcher.batch_input is not None else {}
+    return [{**wrap, "Items": batch} for batch in batches]
+
+
+def _map_run(self, env, eval_input) -> None:
+    runtime = active()
+    settings = runtime.maps.get(eval_input.state_name) or MapSettings(distributed=True)
+    items = env.stack.pop()
+    if settings.item_batcher is not None:
+        items = _batches(items, settings)
+    env.stack.append(items)
+    arn = eval_input.map_run_record.map_run_arn
+    with runtime.lock:
+        runtime.map_runs[arn], runtime.map_run_settings[arn] = {}, settings
+    _original(DistributedIterationComponent, "_map_run")(self, env, eval_input)
+    outputs = env.stack.pop()
+    with runtime.lock:
+        results = dict(runtime.map_runs[arn])
+    failed = sum(result.status != "SUCCEEDED" for result in results.values())
+    if failed and _exceeds(failed, len(items), settings):
+        first = min((r for r in results.values() if r.status != "SUCCEEDED"), key=lambda r: r.index)
+        raise FailureEventException(_map_run_failure(
+            env, StatesErrorName(typ=StatesErrorNameType.StatesExceedToleratedFailureThreshold),
+            f"The specified tolerated failure threshold was exceeded: {failed} of {len(items)} items failed "
+            f"(first: item {first.index}, {first.error}: {first.cause})",
+        ))
+    writer = settings.writer_config
+    if writer is not None and not writer.exported:
+        outputs = _transform([results[i] for i in sorted(results)], writer.transformation, eval_input.map_run_record)
+    env.stack.append(outputs)
+
+
+def _exceeds(failed: int, total: int, settings: MapSettings) -> bool:
+    """Step Functions fails the Map Run past either threshold given; with none given, on any failure."""
+    count, percentage = settings.tolerated_failure_count, settings.tolerated_failure_percentage
+    if count is None and percentage is None:
+        return failed > 0
+    over_count = count is not None and failed > count
+    over_percentage = percentage is not None and failed * 100.0 / max(total, 1) > percentage
+    return over_count or over_percentage
+
+
+def _eval_input(self, env_frame) -> None:
+    _original(DistributedItemProcessorWorker, "_eval_input")(self, env_frame)
+    _local.child_input = env_frame.states.get_input()
+
+
+def _eval_job(self, env, job) -> None:
+    runtime = active()
+    _local.child_input = job.job_input
+    result = JobResult(index=job.job_index, input=job.job_input)
+    _original(DistributedItemProcessorWorker, "_eval_job")(self, env, job)
+    result.input, result.stopped = _local.child_input, datetime.datetime.now(datetime.UTC)
+    state = env.program_state()
+    if isinstance(state, ProgramEnded):
+        result.output = job.job_output
+    elif isinstance(state, ProgramError):
+        details = state.error or {}
+        result.status, result.error, result.cause = "FAILED", details.get("error"), details.get("cause")
+    elif isinstance(state, ProgramTimedOut):
+        result.status, result.error, result.cause = "TIMED_OUT", "States.Timeout", "the child execution timed out"
+    elif isinstance(state, ProgramStopped):
+        result.status, result.error, result.cause = "ABORTED", state.error, state.cause
+    else:
+        result.status, result.error, result.cause = "FAILED", "States.Runtime", "the child execution did not end"
+    arn = self._map_run_record.map_run_arn
+    with runtime.lock:
+        runtime.map_runs.setdefault(arn, {})[job.job_index] = result
+
+
+def _metadata(result: JobResult, record: Any) -> dict[str, Any]:
+    name = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{record.map_run_arn}/{result.index}"))
+    entry: dict[str, Any] = {
+        "ExecutionArn": f"{record.map_state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}",
+        "Name": name,
+        "StateMachineArn": record.map_state_machine_arn,
+        "Status": result.status,
+        "Input": json.dumps(result.input),
+        "InputDetails": {"Included": True},
+        "StartDate": result.started.isoformat(),
+        "StopDate": (result.stopped or result.started).isoformat(),
+        "RedriveCount": 0,
+    }
+    if result.status == "SUCCEEDED":
+        entry.update({"Output": json.dumps(result.output), "OutputDetails": {"Included": True}})
+    else:
+        entry.update({"Error": result.error, "Cause": result.cause})
+    return entry
+
+
+def _transform(results: list[JobResult], transformation: str, record: Any) -> list[Any]:
+    """Result entries as a WriterConfig Transformation shapes them; failed ones always whole."""
+    out: list[Any] = []
+    for result in results:
+        if transformation == "NONE" or result.status != "SUCCEEDED":
+            out.append(_metadata(result, record))
+        elif transformation == "FLATTEN" and isinstance(result.output, list):
+            out.extend(result.output)
+        else:
+            out.append(result.output)
+    return out
+
+
+def _handle_put_object(env, resource_runtime_part, state_credentials) -> None:
+    """Write the Map Run's results the way Step Functions exports them: one file per status and a manifest."""
+    runtime = active()
+    parameters = env.stack.pop()
+    env.stack.pop()  # the outputs; the per-item results below carry inputs and errors too
+    record = env.map_run_record_pool_manager.get_all()[-1]
+    with runtime.lock:
+        results = dict(runtime.map_runs.get(record.map_run_arn, {}))
+        writer = runtime.map_run_settings[record.map_run_arn].writer_config
+    transformation = writer.transformation if writer else "NONE"
+    output_type = writer.output_type if writer else "JSON"
+    bucket, prefix = parameters["Bucket"], parameters.get("Prefix") or ""
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    base = f"{prefix}{record.map_run_arn.split(':')[-1]}/"
+    s3 = runtime.s3()
+    files: dict[str, list[dict[str, Any]]] = {"FAILED": [], "PENDING": [], "SUCCEEDED": []}
+    ordered = [results[i] for i in sorted(results)]
+    for status, group in itertools.groupby(
+        sorted(ordered, key=lambda r: r.status == "SUCCEEDED"), key=lambda r: r.status == "SUCCEEDED"
+    ):
+        entries = _transform(list(group), transformation, record)
+        label = "SUCCEEDED" if status else "FAILED"
+        suffix = "json" if output_type == "JSON" else "jsonl"
+        body = (json.dumps(entries) if output_type == "JSON" else "".join(json.dumps(e) + "\n" for e in entries)).encode()
+        key = f"{base}{label}_0.{suffix}"
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+        files[label].append({"Key": key, "Size": len(body)})
+    manifest = {"DestinationBucket": bucket, "MapRunArn": record.map_run_arn, "ResultFiles": files}
+    s3.put_object(Bucket=bucket, Key=f"{base}manifest.json", Body=json.dumps(manifest, indent=2).encode())
+    env.stack.append({
+        "MapRunArn": record.map_run_arn,
+        "ResultWriterDetails": {"Bucket": bucket, "Key": f"{base}manifest.json"},
+    })
+
+
+# ---- installation ------------------------------------------------------------------------------
+
+
+_INHERITED = object()  # the patched class had no attribute of its own: delete the patch on uninstall
+
+
+def _original(owner: Any, name: str) -> Any:
+    for patched_owner, patched_name, original, _own in _ORIGINALS:
+        if patched_owner is owner and patched_name == name:
+            return original
+    return getattr(owner, name)
+
+
+def _set(owner: Any, name: str, value: Any) -> None:
+    if isinstance(owner, type):
+        own = owner.__dict__.get(name, _INHERITED)
+        callable_original = getattr(owner, name) if own is _INHERITED or isinstance(own, staticmethod) else own
+    else:
+        own = callable_original = getattr(owner, name)
+    _ORIGINALS.append((owner, name, callable_original, own))
+    setattr(owner, name, value)
+
+
+def _json_path_users() -> list[Any]:
+    import sys
+
+    original = json_path.extract_json
+    return [
+        module for name, module in list(sys.modules.items())
+        if name.startswith("moto.stepfunctions.parser") and getattr(module, "extract_json", None) is original
+    ]
+
+
+def install(runtime: Runtime) -> None:
+    """Activate the patches for `runtime`; one runner at a time per process."""
+    global _ACTIVE
+    with _INSTALL_LOCK:
+        if _ACTIVE is not None:
+            raise RuntimeError(
+                "another StateMachineRunner is active in this process; close it first (use one runner per test, "
+                "as a context manager)"
+            )
+        _ACTIVE = runtime
+        _set(state_task_factory, "state_task_service_for", _state_task_service_for)
+        _set(retrier_decl, "time", _ScaledTime())
+        _set(WaitFunction, "_wait_interval", _wait_interval)
+        _set(InputType, "__init__", _input_type_init)
+        _set(item_reader_decl, "resource_output_transformer_for", _transformer_for)
+        _set(DistributedIterationComponent, "_map_run", _map_run)
+        _set(DistributedItemProcessorWorker, "_eval_job", _eval_job)
+        _set(DistributedItemProcessorWorker, "_eval_input", _eval_input)
+        _set(ResultWriterS3, "_handle_put_object", staticmethod(_handle_put_object))
+        for module in [*_json_path_users(), json_path]:
+            _set(module, "extract_json", _extract_json)
+
+
+def uninstall() -> None:
+    global _ACTIVE
+    with _INSTALL_LOCK:
+        while _ORIGINALS:
+            owner, name, _original_callable, own = _ORIGINALS.pop()
+            if own is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, own)
+        _ACTIVE = None

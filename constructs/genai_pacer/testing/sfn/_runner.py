@@ -1,0 +1,411 @@
+"""StateMachineRunner: execute a synthesized state machine offline and read what happened."""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._batch import BatchJob, BatchJobSimulator
+from ._definition import ExecutablePlan, executable_copy
+from ._errors import OfflineExecutionError
+from ._template import BUCKET_TYPES, TABLE_TYPES, Environment, StateMachineSpec, Template, load_template
+
+TERMINAL = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+
+
+@dataclass
+class Execution:
+    """The outcome of one offline execution, and the model calls it made.
+
+    invocations are the emulator's records of the calls made during this execution (throttled and
+    failed ones included), so a test can count attempts; history is Step Functions' event history
+    (child executions of a distributed Map keep their own, which moto does not expose).
+    """
+
+    state_machine: str
+    execution_arn: str
+    status: str
+    output: Any
+    error: str | None
+    cause: str | None
+    history: list[dict[str, Any]]
+    invocations: list[Any]
+    batch_jobs: list[BatchJob] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "SUCCEEDED"
+
+    @property
+    def model_calls(self) -> int:
+        """Every model call the emulator received, retries included."""
+        return len(self.invocations)
+
+    @property
+    def throttled(self) -> int:
+        """Calls the emulator refused for quota (each one a ThrottlingException the Retry saw)."""
+        return sum(1 for invocation in self.invocations if invocation.outcome == "throttled")
+
+    @property
+    def outcomes(self) -> collections.Counter[str]:
+        """How the model calls ended: ok, throttled, or the error type."""
+        return collections.Counter(invocation.outcome for invocation in self.invocations)
+
+    def task_errors(self) -> collections.Counter[str]:
+        """Error names of the failed task attempts in the history (retried ones included)."""
+        return collections.Counter(
+            event["taskFailedEventDetails"].get("error")
+            for event in self.history
+            if event.get("type") == "TaskFailed" and "taskFailedEventDetails" in event
+        )
+
+    def raise_for_status(self) -> Execution:
+        """Return self if the execution succeeded; else raise AssertionError with its error and cause."""
+        if not self.succeeded:
+            raise AssertionError(
+                f"{self.state_machine} ended {self.status}: {self.error}: {self.cause} "
+                f"(model calls: {dict(self.outcomes)})"
+            )
+        return self
+
+
+class StateMachineRunner:
+    """Executes the state machines of a synthesized stack in moto's Step Functions interpreter, with
+    Bedrock served by a BedrockEmulator and S3 and DynamoDB by moto.
+
+    source: a cdk.Stack, a template dict, or the path of a synthesized template.
+    bedrock: the running BedrockEmulator that serves bedrock:invokeModel and aws-sdk:bedrockruntime:*
+        tasks (its quota throttles them; emulator.fail_next injects errors). Default: none; a model
+        task then fails with a States.Runtime error saying so.
+    batch_jobs: serves aws-sdk:bedrock:*ModelInvocationJob tasks. Default: none (such a task fails).
+    time_scale: retry waits and Wait states last 1/time_scale of their time. Default: the emulator's
+        time_scale, so retries, the quota window and model latency share one clock.
+    values: what a Ref, Fn::GetAtt ("LogicalId.Attribute"), parameter or Fn::ImportValue resolves to,
+        where the runner's fake value does not suit. Default: none.
+    region / account: the pseudo parameters. Default: the stack's own when concrete, else us-east-1 and
+        moto's account 123456789012.
+
+    Use it as a context manager: it starts moto (`mock_aws` with state machine execution on), creates
+    the template's S3 buckets and DynamoDB tables there, and patches the interpreter until it closes.
+    Put test data with `runner.s3` / `runner.dynamodb` (boto3 clients inside the mock).
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        bedrock: Any = None,
+        batch_jobs: BatchJobSimulator | None = None,
+        time_scale: float | None = None,
+        values: Mapping[str, Any] | None = None,
+        region: str | None = None,
+        account: str | None = None,
+    ) -> None:
+        body, found, paths = load_template(source)
+        scale = time_scale if time_scale is not None else getattr(bedrock, "time_scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0 or scale == float("inf"):
+            raise ValueError(f"time_scale={time_scale!r} must be a finite number > 0 (60 runs a 2-second retry wait in 33 ms)")
+        env = Environment(
+            region=region or found.get("region") or "us-east-1",
+            account=account or found.get("account") or "123456789012",
+            stack_name=found.get("stack_name") or "Stack",
+        )
+        self.template = Template(body=body, env=env, values=dict(values or {}), paths=paths)
+        self.bedrock, self.batch_jobs, self.time_scale = bedrock, batch_jobs, float(scale)
+        self._specs = self.template.state_machines()
+        if not self._specs:
+            raise OfflineExecutionError("the template has no AWS::StepFunctions::StateMachine to run")
+        self._plans: dict[str, ExecutablePlan] = {}
+        self._arns: dict[str, str] = {}
+        self._mock: Any = None
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def __enter__(self) -> StateMachineRunner:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> StateMachineRunner:
+        if self._mock is not None:
+            return self
+        try:
+            import boto3
+            from moto import mock_aws
+        except ImportError as error:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "StateMachineRunner needs moto with Step Functions support and boto3: "
+                "pip install 'moto[stepfunctions]' boto3"
+            ) from error
+        from . import _interpreter
+
+        self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
+        self._mock.start()
+        try:
+            region = self.template.env.region
+            self._boto3 = boto3
+            self.sfn = boto3.client("stepfunctions", region_name=region)
+            self.s3 = boto3.client("s3", region_name=region)
+            self.dynamodb = boto3.client("dynamodb", region_name=region)
+            bedrock_client = None
+            if self.bedrock is not None:
+                bedrock_client = self.bedrock.client(
+                    retries={"total_max_attempts": 1},  # only the definition's Retry retries, as on AWS
+                    parameter_validation=False,  # Step Functions sends parameters unvalidated
+                    max_pool_connections=64,
+                    connect_timeout=10,
+                    read_timeout=120,
+                )
+            self._runtime = _interpreter.Runtime(
+                bedrock=bedrock_client or _NoEmulator(),
+                s3=lambda: boto3.client("s3", region_name=region),
+                region=region,
+                account=self.template.env.account,
+                time_scale=self.time_scale,
+                batch=self.batch_jobs,
+            )
+            _interpreter.install(self._runtime)
+            self._create_resources()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        if self._mock is None:
+            return
+        from . import _interpreter
+
+        for arn in self._arns.values():  # stop what still runs, so no worker outlives the patches
+            try:
+                for item in self.sfn.list_executions(stateMachineArn=arn, statusFilter="RUNNING")["executions"]:
+                    self.sfn.stop_execution(executionArn=item["executionArn"])
+            except Exception:  # closing must not hide the test's own failure
+                pass
+        if _interpreter._ACTIVE is not None and _interpreter._ACTIVE is getattr(self, "_runtime", None):
+            _interpreter.uninstall()
+        self._mock.stop()
+        self._mock = None
+        self._arns.clear()
+
+    # ---- inspection ----------------------------------------------------------------------------
+    @property
+    def state_machines(self) -> list[StateMachineSpec]:
+        """The template's state machines (logical id, construct path, resolved definition)."""
+        return list(self._specs)
+
+    def physical_name(self, resource: Any) -> str:
+        """The name a template resource has offline (what its Ref resolves to): a bucket's name, a
+        table's name. resource: a logical id, or the construct (s3.Bucket, dynamodb.Table, its L1)."""
+        logical_id = _logical_id(resource)
+        if logical_id not in self.template.resources:
+            raise OfflineExecutionError(f"{logical_id!r} is no resource of this template")
+        return self.template.physical_name(logical_id)
+
+    def definition(self, state_machine: Any = None) -> dict[str, Any]:
+        """The definition as executed offline (tokens resolved, interpreter limits worked around)."""
+        return self._plan(self.select(state_machine)).definition
+
+    def select(self, state_machine: Any = None) -> StateMachineSpec:
+        """Find a state machine by logical id, construct path (or its end), or the construct itself;
+        None picks the only one."""
+        if state_machine is None:
+            if len(self._specs) == 1:
+                return self._specs[0]
+            raise OfflineExecutionError(
+                f"the template has {len(self._specs)} state machines; pass state_machine= one of: "
+                + ", ".join(spec.describe() for spec in self._specs)
+            )
+        wanted = _construct_path(state_machine)
+        for spec in self._specs:
+            if wanted == spec.logical_id:
+                return spec
+        matches = [
+            spec for spec in self._specs
+            if spec.path and any(
+                spec.path == candidate or spec.path.endswith("/" + candidate)
+                for candidate in (wanted, f"{wanted}/Resource")
+            )
+        ]
+        if not matches:  # a construct that holds the state machine, e.g. a BoundedMap
+            matches = [spec for spec in self._specs if spec.path and f"/{wanted}/" in f"/{spec.path}"]
+        if len(matches) == 1:
+            return matches[0]
+        raise OfflineExecutionError(
+            f"state_machine={wanted!r} matches {len(matches)} state machines; use a logical id or a full construct "
+            "path, one of: " + ", ".join(spec.describe() for spec in self._specs)
+        )
+
+    # ---- execution -----------------------------------------------------------------------------
+    def run(
+        self,
+        input: Any = None,
+        *,
+        state_machine: Any = None,
+        timeout: float = 120.0,
+        name: str | None = None,
+    ) -> Execution:
+        """Start `state_machine` with `input` (JSON-serializable; default {}) and wait for it to end.
+
+        timeout is in real seconds: past it the execution is stopped and TimeoutError raised with
+        the last events of its history.
+        """
+        if self._mock is None:
+            raise RuntimeError("the runner is not started: use `with StateMachineRunner(...) as runner:`")
+        from . import _interpreter
+
+        spec = self.select(state_machine)
+        plan = self._plan(spec)
+        arn = self._create(spec, plan)
+        runtime = _interpreter.active()
+        runtime.maps = plan.maps
+        runtime.map_runs.clear()
+        runtime.map_run_settings.clear()
+        calls_before = self.bedrock.invocations if self.bedrock is not None else []
+        jobs_before = len(self.batch_jobs.jobs) if self.batch_jobs is not None else 0
+        began = time.monotonic()
+        execution_arn = self.sfn.start_execution(
+            stateMachineArn=arn,
+            name=name or uuid.uuid4().hex,
+            input=json.dumps({} if input is None else input),
+        )["executionArn"]
+        described = self.sfn.describe_execution(executionArn=execution_arn)
+        while described["status"] not in TERMINAL:
+            if time.monotonic() - began > timeout:
+                self.sfn.stop_execution(executionArn=execution_arn, error="Runner.Timeout")
+                tail = self._history(execution_arn)[-5:]
+                raise TimeoutError(
+                    f"{spec.describe()} still ran after {timeout} s (real time) and was stopped; raise timeout= or "
+                    f"time_scale=. Last events: {json.dumps(tail, default=str)[:2000]}"
+                )
+            time.sleep(0.02)
+            described = self.sfn.describe_execution(executionArn=execution_arn)
+        wall = time.monotonic() - began
+        output = described.get("output")
+        return Execution(
+            state_machine=spec.logical_id,
+            execution_arn=execution_arn,
+            status=described["status"],
+            output=json.loads(output) if output else None,
+            error=described.get("error"),
+            cause=described.get("cause"),
+            history=self._history(execution_arn),
+            invocations=_new_records(calls_before, self.bedrock.invocations) if self.bedrock is not None else [],
+            batch_jobs=self.batch_jobs.jobs[jobs_before:] if self.batch_jobs is not None else [],
+            wall_seconds=wall,
+        )
+
+    # ---- internals -----------------------------------------------------------------------------
+    def _plan(self, spec: StateMachineSpec) -> ExecutablePlan:
+        if spec.logical_id not in self._plans:
+            self._plans[spec.logical_id] = executable_copy(spec.definition, where=f"state machine {spec.describe()}")
+        return self._plans[spec.logical_id]
+
+    def _create(self, spec: StateMachineSpec, plan: ExecutablePlan) -> str:
+        if spec.logical_id in self._arns:
+            return self._arns[spec.logical_id]
+        from botocore.exceptions import ClientError
+
+        try:
+            arn = self.sfn.create_state_machine(
+                name=spec.name, definition=json.dumps(plan.definition), roleArn=spec.role_arn, type=spec.type
+            )["stateMachineArn"]
+        except ClientError as error:
+            raise OfflineExecutionError(
+                f"moto's interpreter rejects the definition of state machine {spec.describe()}: "
+                f"{error.response['Error'].get('Message', error)}"
+            ) from None
+        self._arns[spec.logical_id] = arn
+        return arn
+
+    def _history(self, execution_arn: str) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"executionArn": execution_arn, "maxResults": 1000}
+        while True:
+            page = self.sfn.get_execution_history(**kwargs)
+            events.extend(page["events"])
+            if not page.get("nextToken"):
+                return events
+            kwargs["nextToken"] = page["nextToken"]
+
+    def _create_resources(self) -> None:
+        """The template's buckets and tables, in moto, under the names the definitions use."""
+        region = self.template.env.region
+        for logical_id in self.template.of_type(*BUCKET_TYPES):
+            name = self.template.physical_name(logical_id)
+            kwargs: dict[str, Any] = {"Bucket": name}
+            if region != "us-east-1":
+                kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+            self.s3.create_bucket(**kwargs)
+        for logical_id, resource in self.template.of_type(*TABLE_TYPES).items():
+            props = self.template.resolve(resource.get("Properties") or {}, where=logical_id)
+            table: dict[str, Any] = {
+                "TableName": self.template.physical_name(logical_id),
+                "KeySchema": props["KeySchema"],
+                "AttributeDefinitions": props["AttributeDefinitions"],
+                "BillingMode": "PAY_PER_REQUEST",
+            }
+            indexes = [
+                {key: index[key] for key in ("IndexName", "KeySchema", "Projection") if key in index}
+                for index in props.get("GlobalSecondaryIndexes") or []
+            ]
+            if indexes:
+                table["GlobalSecondaryIndexes"] = indexes
+            local = [
+                {key: index[key] for key in ("IndexName", "KeySchema", "Projection") if key in index}
+                for index in props.get("LocalSecondaryIndexes") or []
+            ]
+            if local:
+                table["LocalSecondaryIndexes"] = local
+            self.dynamodb.create_table(**table)
+
+
+class _NoEmulator:
+    """Stands in for the emulator client when the runner has none, so a model task says what is missing."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(
+            "this state machine calls Bedrock, but the runner has no emulator: pass "
+            "bedrock=BedrockEmulator([...]) (running) to StateMachineRunner"
+        )
+
+
+def _new_records(before: list[Any], after: list[Any]) -> list[Any]:
+    """The emulator's records added since `before`: a slice, unless its bounded history dropped some."""
+    if not before or (len(after) >= len(before) and after[len(before) - 1] is before[-1]):
+        return after[len(before):]
+    seen = {id(record) for record in before}  # `before` keeps these objects alive, so ids stay unique
+    return [record for record in after if id(record) not in seen]
+
+
+def _logical_id(resource: Any) -> str:
+    if isinstance(resource, str):
+        return resource
+    node = getattr(resource, "node", None)
+    if node is None:
+        raise TypeError(f"resource={resource!r}: pass a logical id or a construct of the stack")
+    import aws_cdk as cdk
+
+    element = resource if isinstance(resource, cdk.CfnElement) else node.default_child
+    if not isinstance(element, cdk.CfnElement):
+        raise TypeError(f"{node.path} has no CloudFormation resource of its own; pass the construct that has one")
+    stack = cdk.Stack.of(element)
+    return str(stack.resolve(stack.get_logical_id(element)))
+
+
+def _construct_path(state_machine: Any) -> str:
+    """A logical id or path as given, or the path of a construct (an sfn.StateMachine or its L1)."""
+    if isinstance(state_machine, str):
+        return state_machine.strip("/")
+    node = getattr(state_machine, "node", None)
+    if node is not None:
+        return str(node.path)
+    raise TypeError(
+        f"state_machine={state_machine!r}: pass a logical id, a construct path or the StateMachine construct"
+    )

@@ -1,0 +1,580 @@
+"""State machines executed offline: moto's interpreter, Bedrock served by the emulator.
+
+Each test synthesizes a small stack, runs one of its state machines against an emulated quota and
+asserts on the output and on the model calls the emulator saw (throttled ones included). Clocks
+run 60x (or faster): a one-minute quota window lasts one second, and retry waits shrink with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from genai_pacer import BedrockModel, BoundedDistributedMap, BoundedMap, ConverseRequest, ParallelPrompts
+from genai_pacer.testing import BedrockEmulator, ModelSpec
+from genai_pacer.testing.sfn import (
+    BatchJobSimulator,
+    BatchRecordError,
+    OfflineExecutionError,
+    StateMachineRunner,
+)
+
+NOVA = "amazon.nova-lite-v1:0"
+MICRO = "amazon.nova-micro-v1:0"
+CLAUDE = "anthropic.claude-3-5-haiku-20241022-v1:0"
+QUOTA = 50_000  # tokens per minute
+SCALE = 60  # one model minute per real second
+
+
+def new_stack() -> cdk.Stack:
+    app = cdk.App(context={"@aws-cdk/aws-stepfunctions:useDistributedMapResultWriterV2": True})
+    return cdk.Stack(app, "Offline")
+
+
+def machine(stack: cdk.Stack, id: str, definition: sfn.IChainable) -> sfn.StateMachine:
+    return sfn.StateMachine(stack, id, definition_body=sfn.DefinitionBody.from_chainable(definition))
+
+
+def converse(
+    scope, id: str, *, model_id: str | None = NOVA, max_tokens: int = 100, retries: int = 3, **task_props
+) -> tasks.CallAwsService:
+    """A Converse call the way users write it with aws-cdk-lib: PascalCase parameters, Retry on throttling."""
+    task = tasks.CallAwsService(
+        scope, id,
+        service="bedrockruntime",
+        action="converse",
+        iam_action="bedrock:InvokeModel",
+        iam_resources=["*"],
+        parameters={
+            "ModelId": model_id if model_id else sfn.JsonPath.string_at("$.model"),
+            "Messages": [{"Role": "user", "Content": [{"Text": sfn.JsonPath.string_at("$.prompt")}]}],
+            "InferenceConfig": {"MaxTokens": max_tokens},
+        },
+        result_selector={"text.$": "$.Output.Message.Content[0].Text", "outputTokens.$": "$.Usage.OutputTokens"},
+        **task_props,
+    )
+    task.add_retry(
+        errors=["BedrockRuntime.ThrottlingException"],
+        interval=cdk.Duration.seconds(2),
+        backoff_rate=2,
+        max_attempts=retries,
+        max_delay=cdk.Duration.seconds(30),
+        jitter_strategy=sfn.JitterType.FULL,
+    )
+    return task
+
+
+def emulator(*specs: ModelSpec, scale: float = SCALE) -> BedrockEmulator:
+    return BedrockEmulator(list(specs) or [slow_model(NOVA)], time_scale=scale, seed=7)
+
+
+def slow_model(model_id: str) -> ModelSpec:
+    """50,000 TPM; 200-token answers at 25 tokens/s (8 model seconds, 133 ms real at 60x), so a burst
+    of calls is still in flight, holding its reservations, when the next ones arrive."""
+    return ModelSpec(model_id, tpm_quota=QUOTA, answer_tokens=200, output_tokens_per_second=25)
+
+
+def peak_in_flight(invocations) -> int:
+    """The most answered calls whose emulated service times overlap (a lower bound of the real peak)."""
+    edges = sorted(
+        edge
+        for call in invocations
+        if call.outcome == "ok"
+        for edge in ((call.started, 1), (call.started + call.latency_ms / 1000, -1))
+    )
+    peak = current = 0
+    for _, step in sorted(edges, key=lambda edge: (edge[0], edge[1])):
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+def items(count: int) -> list[dict]:
+    return [{"prompt": f"Summarize ticket {i} in one line."} for i in range(count)]
+
+
+def calls_to(run, model_id: str) -> list:
+    return [invocation for invocation in run.invocations if invocation.model_id == model_id]
+
+
+# ---- aws-cdk-lib state machines ------------------------------------------------------------------
+
+
+def test_a_map_of_50_items_under_a_quota_that_throttles_answers_every_item_and_retries_each_throttle():
+    stack = new_stack()
+    # 20 calls at once each reserve 4,096 + input tokens: more than a 50,000 TPM quota holds.
+    fan_out = sfn.Map(stack, "Fan out", max_concurrency=20, items_path="$.items")
+    fan_out.item_processor(converse(stack, "Ask", max_tokens=4096, retries=6))
+    machine(stack, "Machine", fan_out)
+
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({"items": items(50)}).raise_for_status()
+
+    assert len(run.output) == 50
+    assert all(answer["text"] and answer["outputTokens"] == 200 for answer in run.output)
+    assert run.throttled > 0, "the quota should have throttled the first burst"
+    assert set(run.outcomes) == {"ok", "throttled"}
+    # Every throttled call came back as another attempt: 50 answers plus one call per throttle.
+    assert run.outcomes["ok"] == 50
+    assert run.model_calls == 50 + run.throttled
+    assert run.task_errors() == Counter({"BedrockRuntime.ThrottlingException": run.throttled})
+    assert 1 < peak_in_flight(run.invocations) <= 20  # the interpreter held MaxConcurrency
+
+
+def test_an_item_that_always_throttles_fails_the_map_after_the_configured_attempts():
+    stack = new_stack()
+    fan_out = sfn.Map(stack, "Fan out", max_concurrency=5, items_path="$.items")
+    fan_out.item_processor(converse(stack, "Ask", model_id=None, retries=3))  # ModelId from the item
+    machine(stack, "Machine", fan_out)
+    batch = [{**item, "model": NOVA} for item in items(10)]
+    batch[6]["model"] = MICRO
+
+    with emulator(ModelSpec(NOVA, tpm_quota=QUOTA), ModelSpec(MICRO, tpm_quota=QUOTA)) as bedrock:
+        bedrock.fail_next("ThrottlingException", model_id=MICRO, count=100, message="Too many tokens, please wait")
+        with StateMachineRunner(stack, bedrock=bedrock) as runner:
+            run = runner.run({"items": batch})
+
+    assert run.status == "FAILED"
+    assert run.error == "BedrockRuntime.ThrottlingException"
+    assert "Too many tokens, please wait" in run.cause and "Status Code: 429" in run.cause
+    # The first call and MaxAttempts=3 retries, no more.
+    assert [call.outcome for call in calls_to(run, MICRO)] == ["throttled"] * 4
+
+
+def test_a_parallel_returns_its_branches_results_in_order_and_each_integration_names_errors_as_aws_does():
+    stack = new_stack()
+    claude = BedrockModel.foundation(CLAUDE)
+    native = tasks.BedrockInvokeModel(
+        stack, "Native",
+        model=claude.as_imodel(stack, "Claude"),
+        body=sfn.TaskInput.from_object({
+            "anthropic_version": "bedrock-2023-05-31",
+            "max_tokens": 200,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": sfn.JsonPath.string_at("$.prompt")}]}],
+        }),
+        result_selector={"text.$": "$.Body.content[0].text", "contentType.$": "$.ContentType"},
+    )
+    native.add_retry(errors=["Bedrock.ThrottlingException"], interval=cdk.Duration.seconds(1), max_attempts=2)
+    both = sfn.Parallel(stack, "Both").branch(native).branch(converse(stack, "Converse"))
+    machine(stack, "Machine", both)
+
+    with emulator(ModelSpec(NOVA, answer_tokens=30), ModelSpec(CLAUDE, answer_tokens=40)) as bedrock:
+        bedrock.fail_next("ThrottlingException", model_id=CLAUDE)
+        with StateMachineRunner(stack, bedrock=bedrock) as runner:
+            run = runner.run({"prompt": "Name three rivers."}).raise_for_status()
+
+    assert isinstance(run.output, list) and len(run.output) == 2
+    first, second = run.output
+    assert set(first) == {"text", "contentType"} and first["contentType"] == "application/json"
+    assert len(first["text"].split()) == 40
+    assert set(second) == {"text", "outputTokens"} and second["outputTokens"] == 30
+    # The optimized integration names the throttle Bedrock.*, and its Retry ran.
+    assert run.task_errors() == Counter({"Bedrock.ThrottlingException": 1})
+    assert [call.outcome for call in calls_to(run, CLAUDE)] == ["throttled", "ok"]
+
+
+def test_a_caught_error_carries_the_sdk_integrations_error_name():
+    stack = new_stack()
+    ask = converse(stack, "Ask")
+    ask.add_catch(sfn.Pass(stack, "Denied"), errors=["BedrockRuntime.AccessDeniedException"], result_path="$.error")
+    machine(stack, "Machine", ask)
+
+    with emulator() as bedrock:
+        bedrock.fail_next("AccessDeniedException", message="no access to this model")
+        with StateMachineRunner(stack, bedrock=bedrock) as runner:
+            run = runner.run({"prompt": "hello"}).raise_for_status()
+
+    assert run.output["error"]["Error"] == "BedrockRuntime.AccessDeniedException"
+    assert "no access to this model" in run.output["error"]["Cause"]
+    assert run.model_calls == 1  # access errors are not retried
+
+
+def test_a_distributed_map_reads_jsonl_items_from_s3_and_writes_each_result_to_s3():
+    stack = new_stack()
+    bucket = s3.Bucket(stack, "Data")
+    fan_out = sfn.DistributedMap(
+        stack, "Fan out",
+        max_concurrency=8,
+        item_reader=sfn.S3JsonLItemReader(bucket=bucket, key="in/items.jsonl"),
+        result_writer_v2=sfn.ResultWriterV2(bucket=bucket, prefix="results"),
+    )
+    fan_out.item_processor(converse(stack, "Ask"))
+    machine(stack, "Machine", fan_out)
+
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        name = runner.physical_name(bucket)
+        lines = "".join(json.dumps(item) + "\n" for item in items(20))
+        runner.s3.put_object(Bucket=name, Key="in/items.jsonl", Body=lines.encode())
+        run = runner.run().raise_for_status()
+        details = run.output["ResultWriterDetails"]
+        manifest = json.loads(runner.s3.get_object(Bucket=details["Bucket"], Key=details["Key"])["Body"].read())
+        (succeeded,) = manifest["ResultFiles"]["SUCCEEDED"]
+        results = json.loads(runner.s3.get_object(Bucket=name, Key=succeeded["Key"])["Body"].read())
+
+    assert details["Bucket"] == name and details["Key"].startswith("results/")
+    assert manifest["ResultFiles"]["FAILED"] == [] and manifest["MapRunArn"] == run.output["MapRunArn"]
+    assert sorted(json.loads(result["Input"])["prompt"] for result in results) == sorted(i["prompt"] for i in items(20))
+    assert all(result["Status"] == "SUCCEEDED" and json.loads(result["Output"])["text"] for result in results)
+    assert run.model_calls == 20
+
+
+def test_a_distributed_map_fails_past_its_tolerated_failure_percentage_and_reports_the_failed_items():
+    stack = new_stack()
+    bucket = s3.Bucket(stack, "Data")
+    for tolerated in (10, 30):
+        fan_out = sfn.DistributedMap(
+            stack, f"Tolerate {tolerated}",
+            max_concurrency=1,  # one item at a time, so the two injected failures hit items 0 and 1
+            item_reader=sfn.S3JsonLItemReader(bucket=bucket, key="items.jsonl"),
+            result_writer_v2=sfn.ResultWriterV2(bucket=bucket, prefix=f"tolerate-{tolerated}"),
+            tolerated_failure_percentage=tolerated,
+        )
+        fan_out.item_processor(converse(stack, f"Ask {tolerated}"))
+        machine(stack, f"Machine{tolerated}", fan_out)
+
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        name = runner.physical_name(bucket)
+        runner.s3.put_object(Bucket=name, Key="items.jsonl", Body="".join(json.dumps(i) + "\n" for i in items(10)))
+        bedrock.fail_next("ValidationException", count=2, message="malformed prompt")
+        strict = runner.run(state_machine="Machine10")
+        bedrock.fail_next("ValidationException", count=2, message="malformed prompt")
+        lenient = runner.run(state_machine="Machine30").raise_for_status()
+        details = lenient.output["ResultWriterDetails"]
+        manifest = json.loads(runner.s3.get_object(Bucket=name, Key=details["Key"])["Body"].read())
+        (failed,) = manifest["ResultFiles"]["FAILED"]
+        failures = json.loads(runner.s3.get_object(Bucket=name, Key=failed["Key"])["Body"].read())
+        executed = runner.definition("Machine10")["States"]["Tolerate 10"]["ToleratedFailurePercentage"]
+        spec = runner.select("Machine10")
+
+    assert strict.status == "FAILED" and strict.error == "States.ExceedToleratedFailureThreshold"
+    assert "2 of 10 items failed" in strict.cause and "BedrockRuntime.ValidationException" in strict.cause
+    assert [json.loads(f["Input"])["prompt"] for f in failures] == [items(10)[0]["prompt"], items(10)[1]["prompt"]]
+    assert {f["Error"] for f in failures} == {"BedrockRuntime.ValidationException"}
+    # moto parses only a decimal percentage: the executed copy says 10.0; what CDK synthesized keeps 10.
+    assert executed == 10.0 and isinstance(executed, float)
+    assert spec.definition["States"]["Tolerate 10"]["ToleratedFailurePercentage"] == 10
+    assert isinstance(spec.definition["States"]["Tolerate 10"]["ToleratedFailurePercentage"], int)
+
+
+def test_an_item_batcher_hands_each_child_a_batch_with_the_batch_input():
+    stack = new_stack()
+    bucket = s3.Bucket(stack, "Data")
+    fan_out = sfn.DistributedMap(
+        stack, "Batches",
+        max_concurrency=2,
+        item_reader=sfn.S3JsonItemReader(bucket=bucket, key="items.json"),
+        item_batcher=sfn.ItemBatcher(max_items_per_batch=4, batch_input={"purpose": "triage"}),
+    )
+    fan_out.item_processor(sfn.Pass(stack, "Count", parameters={
+        "size.$": "States.ArrayLength($.Items)", "purpose.$": "$.BatchInput.purpose",
+    }))
+    machine(stack, "Machine", fan_out)
+
+    with StateMachineRunner(stack) as runner:
+        runner.s3.put_object(Bucket=runner.physical_name(bucket), Key="items.json", Body=json.dumps(items(10)).encode())
+        run = runner.run().raise_for_status()
+
+    assert run.output == [{"size": 4, "purpose": "triage"}, {"size": 4, "purpose": "triage"}, {"size": 2, "purpose": "triage"}]
+
+
+def test_a_batch_inference_job_is_submitted_polled_through_wait_states_and_its_output_written_to_s3():
+    stack = new_stack()
+    bucket = s3.Bucket(stack, "Batch")
+    submit = tasks.CallAwsService(
+        stack, "Submit",
+        service="bedrock",
+        action="createModelInvocationJob",
+        iam_resources=["*"],
+        parameters={
+            "JobName": "nightly",
+            "ModelId": NOVA,
+            "RoleArn": "arn:aws:iam::123456789012:role/batch",
+            "InputDataConfig": {"S3InputDataConfig": {"S3Uri": f"s3://{bucket.bucket_name}/in/records.jsonl"}},
+            "OutputDataConfig": {"S3OutputDataConfig": {"S3Uri": f"s3://{bucket.bucket_name}/out/"}},
+        },
+        result_path="$.job",
+    )
+    wait = sfn.Wait(stack, "Wait an hour", time=sfn.WaitTime.duration(cdk.Duration.hours(1)))
+    poll = tasks.CallAwsService(
+        stack, "Poll",
+        service="bedrock",
+        action="getModelInvocationJob",
+        iam_resources=["*"],
+        parameters={"JobIdentifier": sfn.JsonPath.string_at("$.job.JobArn")},
+        result_selector={"status.$": "$.Status", "arn.$": "$.JobArn"},
+        result_path="$.poll",
+    )
+    done = (
+        sfn.Choice(stack, "Done?")
+        .when(sfn.Condition.string_equals("$.poll.status", "Completed"), sfn.Succeed(stack, "Completed"))
+        .when(sfn.Condition.string_equals("$.poll.status", "PartiallyCompleted"), sfn.Succeed(stack, "Partly"))
+        .otherwise(wait)
+    )
+    machine(stack, "Machine", submit.next(wait).next(poll).next(done))
+
+    def respond(record):
+        if record["recordId"] == "r3":
+            raise BatchRecordError("Input is too long for requested model.")
+        return {"output": {"message": {"content": [{"text": f"answer to {record['recordId']}"}]}}}
+
+    jobs = BatchJobSimulator(respond, polls_until_done=2)
+    # An hour's Wait, three times, at 36,000x: 0.3 s. Without the scaling the timeout below would fire.
+    with StateMachineRunner(stack, batch_jobs=jobs, time_scale=36_000) as runner:
+        name = runner.physical_name(bucket)
+        records = "".join(json.dumps({"recordId": f"r{i}", "modelInput": {"n": i}}) + "\n" for i in range(5))
+        runner.s3.put_object(Bucket=name, Key="in/records.jsonl", Body=records.encode())
+        run = runner.run(timeout=30).raise_for_status()
+        keys = sorted(item["Key"] for item in runner.s3.list_objects_v2(Bucket=name, Prefix="out/")["Contents"])
+        job = run.batch_jobs[0]
+        lines = [json.loads(line) for line in
+                 runner.s3.get_object(Bucket=name, Key=f"out/{job.job_id}/records.jsonl.out")["Body"].read().splitlines()]
+        manifest = json.loads(runner.s3.get_object(Bucket=name, Key=f"out/{job.job_id}/manifest.json.out")["Body"].read())
+
+    assert run.output["poll"] == {"status": "PartiallyCompleted", "arn": job.job_arn}
+    assert run.output["job"] == {"JobArn": job.job_arn}  # the SDK integration's PascalCase result
+    assert job.polls == 3 and job.model_id == NOVA
+    assert keys == [f"out/{job.job_id}/manifest.json.out", f"out/{job.job_id}/records.jsonl.out"]
+    assert sorted(line["recordId"] for line in lines) == [f"r{i}" for i in range(5)]
+    by_id = {line["recordId"]: line for line in lines}
+    assert by_id["r3"]["error"]["errorMessage"] == "Input is too long for requested model."
+    assert by_id["r1"]["modelOutput"]["output"]["message"]["content"][0]["text"] == "answer to r1"
+    assert manifest == {"totalRecordCount": 5, "processedRecordCount": 5, "successRecordCount": 4, "errorRecordCount": 1}
+
+
+def test_the_template_tokens_resolve_to_resources_the_runner_created():
+    stack = new_stack()
+    table = dynamodb.Table(stack, "Answers", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    ask = converse(stack, "Ask", result_path="$.answer")
+    store = tasks.DynamoPutItem(
+        stack, "Store",
+        table=table,
+        item={
+            "pk": tasks.DynamoAttributeValue.from_string(sfn.JsonPath.string_at("$.key")),
+            "answer": tasks.DynamoAttributeValue.from_string(sfn.JsonPath.string_at("$.answer.text")),
+        },
+    )
+    machine(stack, "Machine", ask.next(store))
+
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        runner.run({"key": "q1", "prompt": "What is a token?"}).raise_for_status()
+        stored = runner.dynamodb.get_item(TableName=runner.physical_name(table), Key={"pk": {"S": "q1"}})["Item"]
+
+    assert len(stored["answer"]["S"].split()) == 100  # the 200-token answer, cut at MaxTokens
+
+
+# ---- genai-pacer's own constructs ------------------------------------------------------------------
+
+NOVA_PROFILE = "us.amazon.nova-lite-v1:0"
+
+
+@pytest.fixture(scope="module")
+def pacer_stack():
+    """genai-pacer's constructs as a user composes them (one synth for the tests below)."""
+    stack = new_stack()
+    model = BedrockModel.from_id(NOVA_PROFILE)
+    prompt = ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=4096)
+    constructs = {
+        "bounded": BoundedMap(stack, "Bounded", max_concurrency=20, model=model, request=prompt),
+        "sequential": BoundedMap(stack, "Sequential", max_concurrency=1, model=model, request=prompt),
+        "parallel": ParallelPrompts(
+            stack, "Parallel", model=model,
+            prompts={
+                "Pros": ConverseRequest(prompt="List the pros.", max_tokens=300),
+                "Cons": ConverseRequest(prompt="List the cons.", max_tokens=300),
+            },
+            synthesis=ConverseRequest(
+                prompt=sfn.JsonPath.format("Weigh these: {}", sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$.answers"))),
+                max_tokens=300,
+            ),
+        ),
+    }
+    bucket = s3.Bucket(stack, "Items")
+    constructs["distributed"] = BoundedDistributedMap(
+        stack, "Distributed", max_concurrency=10, model=model, items_bucket=bucket, items_key="items.jsonl",
+        request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=300),
+    )
+    constructs["bucket"] = bucket
+    return stack, constructs
+
+
+def pacer_emulator() -> BedrockEmulator:
+    return emulator(slow_model(NOVA_PROFILE))
+
+
+def test_bounded_map_of_50_items_under_a_quota_that_throttles_answers_every_item(pacer_stack):
+    stack, built = pacer_stack
+    with pacer_emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({"items": items(50)}, state_machine=built["bounded"].state_machine).raise_for_status()
+
+    assert len(run.output) == 50
+    assert all(set(answer) == {"text", "stopReason", "usage"} and answer["text"] for answer in run.output)
+    assert all(answer["usage"]["outputTokens"] == 200 for answer in run.output)
+    assert run.throttled > 0 and run.model_calls == 50 + run.throttled
+
+
+def test_bounded_map_with_an_item_that_always_throttles_fails_after_bedrock_retrys_attempts(pacer_stack):
+    stack, built = pacer_stack
+    with pacer_emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        # MaxConcurrency 1: the first item takes the injected throttles, every attempt of it.
+        bedrock.fail_next("ThrottlingException", count=7)
+        run = runner.run({"items": items(5)}, state_machine=built["sequential"].state_machine)
+
+    assert run.status == "FAILED" and run.error == "BedrockRuntime.ThrottlingException"
+    # BedrockRetry's default: the first call and 6 retries.
+    assert [call.outcome for call in run.invocations] == ["throttled"] * 7
+
+
+def test_parallel_prompts_output_and_synthesis_input_have_the_documented_shape(pacer_stack):
+    stack, built = pacer_stack
+    with pacer_emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({}, state_machine=built["parallel"]).raise_for_status()
+
+    assert set(run.output) == {"answers", "synthesis"}
+    assert set(run.output["answers"]) == {"Pros", "Cons"}
+    assert all(len(text.split()) == 200 for text in run.output["answers"].values())
+    assert set(run.output["synthesis"]) == {"text", "stopReason", "usage"}
+    scheduled = [
+        json.loads(event["taskScheduledEventDetails"]["parameters"])
+        for event in run.history
+        if event["type"] == "TaskScheduled"
+    ]
+    synthesis_prompt = next(
+        p["Messages"][0]["Content"][0]["Text"] for p in scheduled if p["Messages"][0]["Content"][0]["Text"].startswith("Weigh")
+    )
+    assert json.loads(synthesis_prompt.removeprefix("Weigh these: ")) == run.output["answers"]
+
+
+def test_bounded_distributed_map_writes_its_results(pacer_stack):
+    stack, built = pacer_stack
+    with pacer_emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        name = runner.physical_name(built["bucket"])
+        runner.s3.put_object(Bucket=name, Key="items.jsonl", Body="".join(json.dumps(i) + "\n" for i in items(25)))
+        run = runner.run(state_machine=built["distributed"]).raise_for_status()
+        manifest_key = run.output["ResultWriterDetails"]["Key"]
+        manifest = json.loads(runner.s3.get_object(Bucket=name, Key=manifest_key)["Body"].read())
+        (succeeded,) = manifest["ResultFiles"]["SUCCEEDED"]
+        results = json.loads(runner.s3.get_object(Bucket=name, Key=succeeded["Key"])["Body"].read())
+
+    assert manifest_key.startswith("genai-pacer-results/")
+    assert len(results) == 25
+    assert all(set(json.loads(result["Output"])) == {"text", "stopReason", "usage"} for result in results)
+
+
+# ---- what the runner refuses, and how it is used --------------------------------------------------
+
+
+def template(states: dict, *, start: str | None = None, extra: dict | None = None) -> dict:
+    definition = {"StartAt": start or next(iter(states)), "States": states}
+    resources = {"Machine": {"Type": "AWS::StepFunctions::StateMachine",
+                             "Properties": {"DefinitionString": json.dumps(definition)}}}
+    return {"Resources": {**resources, **(extra or {})}}
+
+
+def task(resource: str, **fields) -> dict:
+    return {"Type": "Task", "Resource": resource, "End": True, **fields}
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        (task("arn:aws:states:::lambda:invoke", Parameters={"FunctionName": "f"}), "invokes AWS Lambda"),
+        (task("arn:aws:lambda:us-east-1:1:function:f"), "invokes AWS Lambda"),
+        (task("arn:aws:states:::aws-sdk:bedrockruntime:converseStream"), "cannot call streaming operations"),
+        (task("arn:aws:states:::bedrock:invokeModel", Parameters={"ModelId": NOVA, "Body": {}, "Output": {"S3Uri": "s3://b/k"}}),
+         "Output.S3Uri"),
+        (task("arn:aws:states:::bedrock:createModelCustomizationJob.sync"), "does not emulate"),
+        (task("arn:aws:states:::aws-sdk:bedrock:createGuardrail"), "only the batch inference calls"),
+        ({"Type": "Map", "End": True, "ItemReader": {"Resource": "arn:aws:states:::s3:getObject",
+                                                      "ReaderConfig": {"InputType": "MANIFEST"}},
+          "ItemProcessor": {"ProcessorConfig": {"Mode": "DISTRIBUTED"}, "StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}},
+         "InputType 'MANIFEST'"),
+        ({"Type": "Map", "End": True, "ItemBatcher": {"MaxItemsPerBatch": 2}, "ItemSelector": {"x.$": "$$.Map.Item.Value"},
+          "ItemProcessor": {"ProcessorConfig": {"Mode": "DISTRIBUTED"}, "StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}},
+         "ItemBatcher with ItemSelector"),
+    ],
+)
+def test_what_cannot_run_offline_is_refused_naming_the_state_and_the_reason(state, expected):
+    with StateMachineRunner(template({"The state": state})) as runner, pytest.raises(OfflineExecutionError) as raised:
+        runner.run()
+    assert "The state" in str(raised.value) and expected in str(raised.value)
+
+
+def test_a_parameter_not_in_pascal_case_fails_the_task_with_the_name_to_use():
+    bad = task("arn:aws:states:::aws-sdk:bedrockruntime:converse",
+               Parameters={"modelId": NOVA, "Messages": [{"Role": "user", "Content": [{"Text": "hi"}]}]})
+    with emulator() as bedrock, StateMachineRunner(template({"Ask": bad}), bedrock=bedrock) as runner:
+        run = runner.run()
+    assert run.status == "FAILED" and run.error == "States.Runtime"
+    assert "Parameters.modelId" in run.cause and "'ModelId'" in run.cause
+    assert run.model_calls == 0
+
+
+def test_a_model_task_without_an_emulator_says_what_is_missing():
+    ask = task("arn:aws:states:::aws-sdk:bedrockruntime:converse", Parameters={"ModelId": NOVA, "Messages": []})
+    with StateMachineRunner(template({"Ask": ask})) as runner:
+        run = runner.run()
+    assert run.status == "FAILED" and "pass bedrock=BedrockEmulator" in run.cause
+
+
+def test_state_machines_are_chosen_by_logical_id_path_or_construct_and_the_only_one_by_default():
+    two = template({"P": {"Type": "Pass", "Result": 1, "End": True}})
+    second = json.loads(json.dumps(two["Resources"]["Machine"]))
+    second["Properties"]["DefinitionString"] = json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "Result": 2, "End": True}}})
+    second["Metadata"] = {"aws:cdk:path": "App/Reports/StateMachine/Resource"}
+    two["Resources"]["Second"] = second
+
+    with StateMachineRunner(two) as runner:
+        with pytest.raises(OfflineExecutionError, match="has 2 state machines; pass state_machine= one of: Machine, Second"):
+            runner.run()
+        assert runner.run(state_machine="Machine").output == 1
+        assert runner.run(state_machine="Reports/StateMachine").output == 2
+        assert runner.run(state_machine="App/Reports/StateMachine/Resource").output == 2
+        with pytest.raises(OfflineExecutionError, match="'Nope' matches 0 state machines"):
+            runner.run(state_machine="Nope")
+
+
+def test_a_run_that_outlasts_its_timeout_is_stopped_and_reported():
+    waiting = template({"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}})
+    with StateMachineRunner(waiting, time_scale=1) as runner, pytest.raises(TimeoutError, match="was stopped"):
+        runner.run(timeout=0.3)
+
+
+def test_the_runner_patches_moto_only_while_it_is_open():
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_factory
+
+    original = state_task_factory.state_task_service_for
+    passing = template({"P": {"Type": "Pass", "End": True}})
+    with StateMachineRunner(passing) as runner:
+        assert state_task_factory.state_task_service_for is not original
+        with pytest.raises(RuntimeError, match="another StateMachineRunner is active"), StateMachineRunner(passing):
+            pass
+        assert runner.run().succeeded  # the refused second runner left the first one working
+    assert state_task_factory.state_task_service_for is original
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ({"Resources": {}}, "no AWS::StepFunctions::StateMachine"),
+        (template({"P": {"Type": "Pass", "End": True}}, extra={}) | {"Resources": {"Machine": {
+            "Type": "AWS::StepFunctions::StateMachine",
+            "Properties": {"DefinitionString": {"Fn::Join": ["", ["{\"x\":\"", {"Ref": "Missing"}, "\"}"]]}}}}},
+         "Ref 'Missing' names no resource"),
+        (42, "pass a cdk.Stack, a template dict or the path"),
+    ],
+)
+def test_a_template_that_cannot_be_read_is_refused_with_the_reason(source, expected):
+    with pytest.raises(OfflineExecutionError, match=expected):
+        StateMachineRunner(source)
+
+
+@pytest.mark.parametrize("time_scale", [0, -1, float("nan"), float("inf"), True, "fast"])
+def test_a_time_scale_that_is_not_a_positive_number_is_refused(time_scale):
+    with pytest.raises(ValueError, match="time_scale"):
+        StateMachineRunner(template({"P": {"Type": "Pass", "End": True}}), time_scale=time_scale)
