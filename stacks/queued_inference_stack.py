@@ -26,7 +26,10 @@ class QueuedInferenceStack(cdk.Stack):
             self,
             "ReviewSummaries",
             model=settings.model,
-            max_concurrency=max(rate.max_concurrency, 2),
+            max_concurrency=rate,  # fitted by the construct: clamped above 1000 with a warning, refused below 2
+            # The worker caps each answer at the planned max_tokens: the reservation the plan assumed,
+            # and the length its time budget (and so the function timeout) is sized for.
+            max_output_tokens=profile.max_tokens,
         )
         cdk.CfnOutput(self, "QueueUrl", value=self.inference.queue.queue_url)
         cdk.CfnOutput(self, "AnswerTable", value=self.inference.table.table_name)

@@ -7,7 +7,9 @@ pulling, Lambda throttles, and messages bounce back and can land in the dead-let
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -23,15 +25,50 @@ from constructs import Construct
 
 from . import planning
 from ._assets import handler_code
+from ._checks import Checks, fit_concurrency, is_token
 from ._secure import encrypted_log_group, log_key
 from .models import BedrockModel
 
-__all__ = ["QueuedInference", "VISIBILITY_FACTOR"]
+__all__ = [
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "DEFAULT_OUTPUT_TOKENS_PER_SECOND",
+    "DEFAULT_TIME_TO_FIRST_TOKEN_SECONDS",
+    "STORE_SECONDS",
+    "VISIBILITY_FACTOR",
+    "QueuedInference",
+    "worst_case_call_seconds",
+]
 
 #: AWS's guidance for SQS event sources: visibility timeout at least six times the function timeout,
 #: so a batch retried by the poller is not redelivered while the first attempt still runs.
 VISIBILITY_FACTOR = 6
 MIN_EVENT_SOURCE_CONCURRENCY, MAX_EVENT_SOURCE_CONCURRENCY = 2, 1000
+MAX_LAMBDA_TIMEOUT_SECONDS = 900
+MAX_VISIBILITY_TIMEOUT_SECONDS = 12 * 3600
+#: The DynamoDB work around one call (claim, read, write, release). Equal to STORE_SECONDS in
+#: lambda/queued_worker/handler.py, which reserves the same time before each message.
+STORE_SECONDS = 2
+#: An invocation's own start-up and bookkeeping, on top of its messages.
+HANDLER_MARGIN_SECONDS = 3
+#: botocore's standard retry mode waits up to min(2^i, 20) s before retry i+1 after a throttle.
+SDK_MAX_BACKOFF_SECONDS = 20
+DEFAULT_MAX_OUTPUT_TOKENS = 1000
+DEFAULT_OUTPUT_TOKENS_PER_SECOND = 30
+DEFAULT_TIME_TO_FIRST_TOKEN_SECONDS = 5
+_TABLE_KEY_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*")
+
+
+def worst_case_call_seconds(
+    *, max_output_tokens: int, output_tokens_per_second: float, time_to_first_token_seconds: float, max_attempts: int
+) -> float:
+    """How long one model call may take, SDK retries included.
+
+    One attempt decodes the whole answer (time to first token + max_output_tokens / tokens per
+    second); each retried attempt is a throttle, which Bedrock returns at admission (counted as one
+    time-to-first-token), followed by the SDK's largest backoff for that retry.
+    """
+    backoff = sum(min(2**i, SDK_MAX_BACKOFF_SECONDS) for i in range(max_attempts - 1))
+    return max_attempts * time_to_first_token_seconds + max_output_tokens / output_tokens_per_second + backoff
 
 
 class QueuedInference(Construct):
@@ -39,29 +76,46 @@ class QueuedInference(Construct):
 
     model: the model or inference profile the worker calls; its role may invoke only that.
     max_concurrency: required; the event source's maximum concurrent invocations (2..1000), an int
-        or a `planning.RatePlan` (its max_concurrency; the worker makes one call at a time, so this
-        is also the number of model calls in flight).
+        or a `planning.RatePlan` (fitted: a plan above 1000 uses 1000 with a warning, a plan below 2
+        is refused). The worker makes one call at a time, so this is also the calls in flight.
     queue: an existing queue to consume. Default: a new SSE-encrypted, TLS-only queue with a
-        dead-letter queue. Give an existing queue its own DLQ: nothing here can add one to it.
-    dead_letter_queue: the DLQ of a new queue. Default: a new encrypted, TLS-only queue (14 days).
-    max_receive_count: deliveries before a message moves to the DLQ. Default: 3.
-    batch_size: messages per invocation. Default: 5.
-    max_batching_window: how long the poller gathers a batch. Default: none (lowest latency).
-    timeout: the worker's timeout. Default: 5 minutes (a batch of slow, retried model calls).
-    visibility_timeout: of a new queue. Default: 6 x timeout; a smaller value is rejected.
+        dead-letter queue. An existing `sqs.Queue` must have a dead-letter queue and a visibility
+        timeout of at least 6 x the function timeout; an imported queue gets a warning to check both.
+    dead_letter_queue: the DLQ of a new queue. Default: a new encrypted, TLS-only queue (14 days),
+        retained when the stack is deleted (the messages it holds are unanswered work).
+    max_receive_count: deliveries before a message of a new queue moves to the DLQ (1..1000). Default: 3.
+    batch_size: messages per invocation: 1..10, or 1..10,000 with max_batching_window. Default: 5.
+    max_batching_window: how long the poller gathers a batch (0..300 s). Default: none (lowest latency).
+    timeout: the worker's timeout (1 s..15 min). Default: derived, batch_size x (a call's worst case
+        + 2 s of DynamoDB work) + 3 s; a combination that cannot fit 15 minutes is refused.
+    visibility_timeout: of a new queue (up to 12 h). Default: 6 x timeout; a smaller value is refused.
     reserved_concurrency: optional reserved concurrency of the worker; at least max_concurrency.
-    memory_size: Default: 256 MB (the worker waits on the network, not the CPU).
-    table: an existing DynamoDB table (string partition key "pk") for the answers. Default: a new
-        on-demand table with point-in-time recovery.
+    memory_size: 128..10240 MB. Default: 256 MB (the worker waits on the network, not the CPU).
+    table: an existing DynamoDB table for the answers and claims: string partition key "pk", no
+        sort key (refused otherwise where its schema is known). Default: a new on-demand table with
+        point-in-time recovery and TTL on `expires_at` (which removes claims of crashed invocations).
     latency_optimized: request Bedrock latency-optimized inference. Default: False.
-    bedrock_max_attempts: SDK attempts per call, first included. Default: 4.
+    bedrock_max_attempts: SDK attempts per call, the first included (>= 1). Default: 4.
+    max_output_tokens: the longest answer a call may produce: the maxTokens a message gets when it
+        sets none, and the most it may set. Sizes the time budget. Default: 1000.
+    output_tokens_per_second: a conservative decode speed of the model, for the time budget.
+        Default: 30 (about half of what current models sustain, so a slow period still fits).
+    time_to_first_token: a conservative time to first token, for the time budget. Default: 5 s.
     encryption_key: KMS key for the worker's log group. Default: a new key with rotation.
+    queue_encryption_key: customer-managed KMS key for a new queue. Default: SQS-managed encryption.
+    dead_letter_queue_encryption_key: customer-managed KMS key for a new DLQ. Default: SQS-managed.
+    table_encryption_key: customer-managed KMS key for a new table. Default: AWS-managed encryption.
     log_retention: Default: one month.
-    max_message_age: alarm when the oldest message waits longer. Default: 15 minutes.
+    max_message_age: alarm when the oldest message waits longer (1 s..14 days). Default: 15 minutes.
     alarm_actions: actions for every alarm (e.g. an SNS topic action). Default: none.
 
-    Attributes: `queue`, `dead_letter_queue` (None for an existing queue), `function`, `table`,
-    `event_source`, `log_group`, `alarms` (name -> Alarm).
+    The worker gets the time budget as CALL_BUDGET_SECONDS (see `worst_case_call_seconds`) and
+    stops taking messages when the invocation's remaining time cannot cover one more; the rest
+    return to the queue unprocessed.
+
+    Attributes: `queue`, `dead_letter_queue` (an existing queue's own DLQ when it can be read, else
+    None), `function`, `table`, `event_source`, `log_group`, `alarms` (name -> Alarm),
+    `call_budget_seconds`, `timeout`.
     """
 
     def __init__(
@@ -73,7 +127,7 @@ class QueuedInference(Construct):
         max_concurrency: int | planning.RatePlan,
         queue: sqs.IQueue | None = None,
         dead_letter_queue: sqs.IQueue | None = None,
-        max_receive_count: int = 3,
+        max_receive_count: int | None = None,
         batch_size: int = 5,
         max_batching_window: cdk.Duration | None = None,
         timeout: cdk.Duration | None = None,
@@ -83,55 +137,104 @@ class QueuedInference(Construct):
         table: dynamodb.ITable | None = None,
         latency_optimized: bool = False,
         bedrock_max_attempts: int = 4,
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        output_tokens_per_second: float = DEFAULT_OUTPUT_TOKENS_PER_SECOND,
+        time_to_first_token: cdk.Duration | None = None,
         encryption_key: kms.IKey | None = None,
+        queue_encryption_key: kms.IKey | None = None,
+        dead_letter_queue_encryption_key: kms.IKey | None = None,
+        table_encryption_key: kms.IKey | None = None,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         max_message_age: cdk.Duration | None = None,
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
-        cap = planning.as_max_concurrency(max_concurrency)
-        timeout = timeout or cdk.Duration.minutes(5)
-        _validate(
-            cap, reserved_concurrency, max_receive_count, batch_size, timeout, visibility_timeout, queue
+        ttft = time_to_first_token if time_to_first_token is not None else cdk.Duration.seconds(
+            DEFAULT_TIME_TO_FIRST_TOKEN_SECONDS
         )
+        with Checks(f"QueuedInference {id}") as check:
+            check.instance("model", model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
+            cap = fit_concurrency(
+                check, self, "max_concurrency", max_concurrency,
+                minimum=MIN_EVENT_SOURCE_CONCURRENCY, maximum=MAX_EVENT_SOURCE_CONCURRENCY,
+                limit="the SQS event source's maximum concurrency",
+            )
+            self._check_plain_props(
+                check,
+                memory_size=memory_size, latency_optimized=latency_optimized, log_retention=log_retention,
+                max_message_age=max_message_age, alarm_actions=alarm_actions, encryption_key=encryption_key,
+                queue_encryption_key=queue_encryption_key,
+                dead_letter_queue_encryption_key=dead_letter_queue_encryption_key,
+                table_encryption_key=table_encryption_key, queue=queue, dead_letter_queue=dead_letter_queue,
+                table=table,
+            )
+            reserved_ok = check.integer("reserved_concurrency", reserved_concurrency, minimum=1, optional=True)
+            if reserved_ok and reserved_concurrency is not None and isinstance(cap, int):
+                check.rule(
+                    reserved_concurrency >= cap,
+                    f"reserved_concurrency={reserved_concurrency} is below max_concurrency={cap}: the poller would "
+                    f"start {cap} invocations and Lambda would throttle all but {reserved_concurrency}, bouncing "
+                    "messages back toward the DLQ; raise reserved_concurrency to at least max_concurrency or leave it unset",
+                )
+            batch_ok = self._check_batch(check, batch_size, max_batching_window, queue)
+            budget = self._check_budget(check, bedrock_max_attempts, max_output_tokens, output_tokens_per_second, ttft)
+            timeout = self._check_timeout(check, timeout, budget, batch_size if batch_ok or is_token(batch_size) else None)
+            self._check_new_resource_props(
+                check, queue, table,
+                dead_letter_queue=dead_letter_queue, max_receive_count=max_receive_count,
+                visibility_timeout=visibility_timeout, queue_encryption_key=queue_encryption_key,
+                dead_letter_queue_encryption_key=dead_letter_queue_encryption_key,
+                table_encryption_key=table_encryption_key,
+            )
+            visibility_timeout = self._check_visibility(check, visibility_timeout, timeout, queue)
+            self._check_existing_queue(check, queue, timeout)
+            self._check_existing_table(check, table)
+        assert budget is not None and timeout is not None  # Checks raised otherwise
+        self.call_budget_seconds = budget
+        self.timeout = timeout
 
         self.dead_letter_queue: sqs.IQueue | None = None
         if queue is None:
             self.dead_letter_queue = dead_letter_queue or sqs.Queue(
                 self,
                 "DeadLetterQueue",
-                encryption=sqs.QueueEncryption.SQS_MANAGED,
                 enforce_ssl=True,
                 retention_period=cdk.Duration.days(14),
+                removal_policy=cdk.RemovalPolicy.RETAIN,
+                **_queue_encryption(dead_letter_queue_encryption_key),
             )
             queue = sqs.Queue(
                 self,
                 "Queue",
-                encryption=sqs.QueueEncryption.SQS_MANAGED,
                 enforce_ssl=True,
-                visibility_timeout=visibility_timeout
-                or cdk.Duration.seconds(timeout.to_seconds() * VISIBILITY_FACTOR),
+                visibility_timeout=visibility_timeout,
                 dead_letter_queue=sqs.DeadLetterQueue(
-                    queue=self.dead_letter_queue, max_receive_count=max_receive_count
+                    queue=self.dead_letter_queue, max_receive_count=max_receive_count or 3
                 ),
+                **_queue_encryption(queue_encryption_key),
             )
-        elif dead_letter_queue is not None or visibility_timeout is not None:
-            raise ValueError(
-                "dead_letter_queue and visibility_timeout configure a new queue; set them on your existing queue instead"
-            )
+        elif isinstance(queue, sqs.Queue) and queue.dead_letter_queue is not None:
+            self.dead_letter_queue = queue.dead_letter_queue.queue
         self.queue = queue
 
-        self.table = table or dynamodb.Table(
-            self,
-            "Answers",
-            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            removal_policy=cdk.RemovalPolicy.RETAIN,
-        )
+        if table is None:
+            table = dynamodb.Table(
+                self,
+                "Answers",
+                partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+                billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+                point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                    point_in_time_recovery_enabled=True
+                ),
+                time_to_live_attribute="expires_at",
+                removal_policy=cdk.RemovalPolicy.RETAIN,
+                **(
+                    dict(encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED, encryption_key=table_encryption_key)
+                    if table_encryption_key is not None
+                    else dict(encryption=dynamodb.TableEncryption.AWS_MANAGED)
+                ),
+            )
+        self.table = table
 
         self.log_group = encrypted_log_group(
             self, "WorkerLogs", key=log_key(self, "LogsKey", encryption_key), retention=log_retention
@@ -140,6 +243,7 @@ class QueuedInference(Construct):
         # AWSLambdaBasicExecutionRole policy (cdk-nag IAM4) and allow any log group.
         role = iam.Role(self, "WorkerRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         self.log_group.grant_write(role)
+        generation_seconds = ttft.to_seconds(integral=False) + max_output_tokens / output_tokens_per_second
         self.function = lambda_.Function(
             self,
             "Worker",
@@ -158,10 +262,18 @@ class QueuedInference(Construct):
                 "BEDROCK_MAX_ATTEMPTS": str(bedrock_max_attempts),
                 "MAX_POOL_CONNECTIONS": "2",
                 "PERFORMANCE_LATENCY": "optimized" if latency_optimized else "",
+                "CALL_BUDGET_SECONDS": str(budget),
+                "MAX_OUTPUT_TOKENS": str(max_output_tokens),
+                # One attempt may decode the longest answer at the conservative speed; slower is a hung call.
+                "READ_TIMEOUT_SECONDS": str(math.ceil(generation_seconds)),
             },
         )
         model.grant_invoke(role)
-        self.table.grant(role, "dynamodb:GetItem", "dynamodb:PutItem")
+        # Answers and claims, on this table only: read, conditional write, claim release.
+        self.table.grant(role, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
+        table_key = getattr(self.table, "encryption_key", None)
+        if table_key is not None:  # Table.grant grants no KMS actions; a customer-managed key needs them
+            table_key.grant(role, *_TABLE_KEY_ACTIONS)
 
         self.event_source = sources.SqsEventSource(
             queue,
@@ -172,6 +284,256 @@ class QueuedInference(Construct):
         )
         self.function.add_event_source(self.event_source)
         self.alarms = self._alarms(max_message_age or cdk.Duration.minutes(15), alarm_actions)
+
+    # -- validation -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_plain_props(check: Checks, **props: Any) -> None:
+        """Props checked on their own (type and range)."""
+        check.integer("memory_size", props["memory_size"], minimum=128, maximum=10_240, fix="Lambda allows 128..10240 MB")
+        check.instance("latency_optimized", props["latency_optimized"], bool, "True or False")
+        check.instance("log_retention", props["log_retention"], logs.RetentionDays, "a logs.RetentionDays, e.g. logs.RetentionDays.ONE_MONTH")
+        check.duration(
+            "max_message_age", props["max_message_age"], minimum=cdk.Duration.seconds(1), maximum=cdk.Duration.days(14),
+            optional=True, fix="SQS keeps a message at most 14 days",
+        )
+        actions = props["alarm_actions"]
+        if isinstance(actions, list | tuple):
+            for i, action in enumerate(actions):
+                if not hasattr(action, "bind"):
+                    check.fail(f"alarm_actions[{i}] is a {type(action).__name__}; pass an alarm action such as cloudwatch_actions.SnsAction(topic)")
+        else:
+            check.fail(f"alarm_actions is a {type(actions).__name__}; pass a list of alarm actions")
+        for name in ("encryption_key", "queue_encryption_key", "dead_letter_queue_encryption_key", "table_encryption_key"):
+            check.instance(name, props[name], kms.IKey, "a kms.IKey", optional=True)
+        check.instance("queue", props["queue"], sqs.IQueue, "an sqs.IQueue", optional=True)
+        check.instance("dead_letter_queue", props["dead_letter_queue"], sqs.IQueue, "an sqs.IQueue", optional=True)
+        check.instance("table", props["table"], dynamodb.ITable, "a dynamodb.ITable", optional=True)
+
+    @staticmethod
+    def _check_batch(check: Checks, batch_size: Any, window: Any, queue: Any) -> bool:
+        """The SQS event source's rules, in our words: 1..10 messages, or up to 10,000 with a batching window."""
+        has_window = window is not None
+        check.duration(
+            "max_batching_window", window, minimum=cdk.Duration.seconds(0), maximum=cdk.Duration.seconds(300),
+            optional=True, fix="the SQS event source gathers a batch for at most 300 s",
+        )
+        maximum = 10_000 if has_window else 10
+        rule = (
+            "an SQS event source with max_batching_window takes 1..10000 messages per batch"
+            if has_window
+            else "an SQS event source without max_batching_window takes 1..10 messages per batch; "
+            "set max_batching_window to allow up to 10000"
+        )
+        ok = check.integer("batch_size", batch_size, minimum=1, maximum=maximum, fix=rule)
+        if has_window and queue is not None and getattr(queue, "fifo", False) is True:
+            check.fail("max_batching_window is set but the queue is FIFO, which the SQS event source cannot batch by time; remove it")
+        return ok
+
+    def _check_budget(self, check: Checks, attempts: Any, max_output: Any, otps: Any, ttft: Any) -> int | None:
+        """A call's worst case in whole seconds, from props that must be known at synth."""
+        ok = [
+            check.integer("bedrock_max_attempts", attempts, minimum=1, fix="1 makes one attempt and no retry"),
+            check.integer("max_output_tokens", max_output, minimum=1, fix="the longest answer a message may ask for"),
+            check.number("output_tokens_per_second", otps, above=0, fix="a conservative decode speed, e.g. 30"),
+            check.duration("time_to_first_token", ttft, minimum=cdk.Duration.seconds(0), maximum=cdk.Duration.minutes(15)),
+        ]
+        for name, value in (
+            ("bedrock_max_attempts", attempts),
+            ("max_output_tokens", max_output),
+            ("output_tokens_per_second", otps),
+            ("time_to_first_token", ttft),
+        ):
+            if is_token(value):
+                check.fail(f"{name} is a deploy-time token, but it sizes the worker's time budget at synth: pass a number")
+        if not all(ok):
+            return None
+        seconds = worst_case_call_seconds(
+            max_output_tokens=max_output,
+            output_tokens_per_second=otps,
+            time_to_first_token_seconds=ttft.to_seconds(integral=False),
+            max_attempts=attempts,
+        )
+        budget = math.ceil(seconds)
+        per_message = budget + STORE_SECONDS
+        self._budget_text = (
+            f"{per_message:g} s per message (a call's worst case {budget:g} s = {attempts} attempts x "
+            f"{_num(ttft.to_seconds(integral=False))} s to first token + {max_output} tokens / {_num(otps)} tokens per s + "
+            f"{_num(seconds - attempts * ttft.to_seconds(integral=False) - max_output / otps)} s of retry backoff; "
+            f"plus {STORE_SECONDS} s of DynamoDB work)"
+        )
+        if not check.rule(
+            per_message + HANDLER_MARGIN_SECONDS <= MAX_LAMBDA_TIMEOUT_SECONDS,
+            f"one message needs {self._budget_text}, more than Lambda's 15-minute limit: lower max_output_tokens "
+            "or bedrock_max_attempts, or raise output_tokens_per_second if the model is faster",
+        ):
+            return None
+        return budget
+
+    def _check_timeout(self, check: Checks, timeout: Any, budget: int | None, batch_size: Any) -> cdk.Duration | None:
+        """The given timeout (checked against one message's budget) or one derived from the batch.
+
+        batch_size is None when it is invalid (already reported): nothing is derived from it.
+        """
+        if timeout is not None:
+            if not check.duration(
+                "timeout", timeout, minimum=cdk.Duration.seconds(1), maximum=cdk.Duration.minutes(15),
+                fix="Lambda allows 1 s..15 min",
+            ):
+                return timeout if is_token(timeout) else None
+            if budget is None:
+                return timeout
+            seconds = timeout.to_seconds(integral=False)
+            per_message = budget + STORE_SECONDS
+            if not check.rule(
+                seconds >= per_message + HANDLER_MARGIN_SECONDS,
+                f"timeout={_num(seconds)} s cannot cover one message: it needs {self._budget_text} + "
+                f"{HANDLER_MARGIN_SECONDS} s; every message would return unprocessed until it reached the DLQ. "
+                f"Use at least {math.ceil(per_message + HANDLER_MARGIN_SECONDS)} s or leave timeout unset",
+            ):
+                return None
+            if isinstance(batch_size, int) and not is_token(batch_size):
+                fits = int((seconds - HANDLER_MARGIN_SECONDS) // per_message)
+                needed = math.ceil(batch_size * per_message + HANDLER_MARGIN_SECONDS)
+                if fits < batch_size:
+                    cdk.Annotations.of(self).add_warning_v2(
+                        "genai-pacer:timeout-below-batch",
+                        f"timeout={_num(seconds)} s covers {fits} worst-case messages of {per_message:g} s but "
+                        f"batch_size={batch_size}: when calls run near their worst case the worker returns the rest "
+                        "unprocessed, and each return counts toward the queue's receive limit (then the DLQ). "
+                        f"Use timeout >= {needed} s, a smaller batch_size, or leave timeout unset",
+                    )
+            return timeout
+        if budget is None:
+            return None
+        if is_token(batch_size):
+            check.fail("batch_size is a deploy-time token, so the timeout cannot be derived from it: pass timeout")
+            return None
+        if batch_size is None:
+            return None
+        per_message = budget + STORE_SECONDS
+        seconds = math.ceil(batch_size * per_message + HANDLER_MARGIN_SECONDS)
+        fits = int((MAX_LAMBDA_TIMEOUT_SECONDS - HANDLER_MARGIN_SECONDS) // per_message)
+        if not check.rule(
+            seconds <= MAX_LAMBDA_TIMEOUT_SECONDS,
+            f"batch_size={batch_size} x {self._budget_text} + {HANDLER_MARGIN_SECONDS} s = {seconds} s exceeds "
+            f"Lambda's 15-minute limit ({MAX_LAMBDA_TIMEOUT_SECONDS} s): use batch_size <= {fits}, lower "
+            "max_output_tokens, or pass a shorter timeout (the worker then takes what fits and returns the rest)",
+        ):
+            return None
+        return cdk.Duration.seconds(seconds)
+
+    @staticmethod
+    def _check_new_resource_props(check: Checks, queue: Any, table: Any, **props: Any) -> None:
+        """Props that configure a queue, DLQ or table the construct creates: refused beside an existing one."""
+        if queue is not None:
+            given = [
+                name
+                for name in ("dead_letter_queue", "max_receive_count", "visibility_timeout", "queue_encryption_key",
+                             "dead_letter_queue_encryption_key")
+                if props[name] is not None
+            ]
+            check.rule(
+                not given,
+                f"{', '.join(given)} configure{'s' if len(given) == 1 else ''} a new queue, but queue is an existing "
+                "one: set them on your queue instead, or drop queue",
+            )
+        elif props["dead_letter_queue"] is not None and props["dead_letter_queue_encryption_key"] is not None:
+            check.fail("dead_letter_queue_encryption_key configures a new DLQ, but dead_letter_queue is an existing one: encrypt your DLQ yourself")
+        if table is not None and props["table_encryption_key"] is not None:
+            check.fail("table_encryption_key configures a new table, but table is an existing one: encrypt your table yourself")
+        if props["max_receive_count"] is not None:
+            check.integer("max_receive_count", props["max_receive_count"], minimum=1, maximum=1000, fix="SQS redrive allows 1..1000")
+
+    @staticmethod
+    def _check_visibility(check: Checks, visibility: Any, timeout: Any, queue: Any) -> cdk.Duration | None:
+        """A new queue's visibility timeout: given (>= 6 x timeout, <= 12 h) or 6 x timeout."""
+        if queue is not None:
+            return None  # the existing queue keeps its own (checked in _check_existing_queue)
+        if visibility is not None:
+            if not check.duration(
+                "visibility_timeout", visibility, minimum=cdk.Duration.seconds(0), maximum=cdk.Duration.hours(12),
+                fix="SQS allows up to 12 hours",
+            ):
+                return visibility if is_token(visibility) else None
+            if isinstance(timeout, cdk.Duration) and not timeout.is_unresolved():
+                needed = timeout.to_seconds(integral=False) * VISIBILITY_FACTOR
+                check.rule(
+                    visibility.to_seconds(integral=False) >= needed,
+                    f"visibility_timeout={_num(visibility.to_seconds(integral=False))} s is shorter than {VISIBILITY_FACTOR} x the "
+                    f"function timeout ({_num(timeout.to_seconds(integral=False))} s) = {_num(needed)} s; messages would be "
+                    f"redelivered while still being processed. Use at least {_num(needed)} s or leave it unset",
+                )
+            return visibility
+        if timeout is None:
+            return None
+        if timeout.is_unresolved():
+            check.fail("timeout is a deploy-time token, so the queue's visibility timeout cannot be derived: pass visibility_timeout")
+            return None
+        seconds = timeout.to_seconds(integral=False) * VISIBILITY_FACTOR
+        if not check.rule(
+            seconds <= MAX_VISIBILITY_TIMEOUT_SECONDS,
+            f"{VISIBILITY_FACTOR} x timeout = {_num(seconds)} s exceeds SQS's 12-hour visibility limit: lower timeout",
+        ):
+            return None
+        return cdk.Duration.seconds(math.ceil(seconds))
+
+    def _check_existing_queue(self, check: Checks, queue: Any, timeout: Any) -> None:
+        """A concrete queue's DLQ and visibility timeout are read and checked; an imported one is flagged."""
+        if queue is None or not _is_queue(queue):
+            return
+        needed = (
+            timeout.to_seconds(integral=False) * VISIBILITY_FACTOR
+            if isinstance(timeout, cdk.Duration) and not timeout.is_unresolved()
+            else None
+        )
+        if not isinstance(queue, sqs.Queue):
+            needed_text = f"{_num(needed)} s" if needed is not None else f"{VISIBILITY_FACTOR} x the function timeout"
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:queue-unverified",
+                f"queue {queue.node.path} is imported, so its settings cannot be read: check that it has a "
+                f"dead-letter queue (a redrive policy; without one a failing message is retried until it "
+                f"expires) and a visibility timeout of at least {needed_text} (6 x the function timeout; "
+                "shorter, a message is redelivered while the worker still runs it)",
+            )
+            return
+        check.rule(
+            queue.dead_letter_queue is not None,
+            f"queue {queue.node.path} has no dead-letter queue: a message that keeps failing would be retried "
+            "until it expires. Give it one: sqs.Queue(..., dead_letter_queue=sqs.DeadLetterQueue(queue=dlq, "
+            "max_receive_count=3)), or omit queue to get one",
+        )
+        raw = queue.node.default_child.visibility_timeout  # type: ignore[union-attr]
+        seconds = 30 if raw is None else raw  # SQS's default
+        if needed is not None and not is_token(seconds):
+            check.rule(
+                seconds >= needed,
+                f"queue {queue.node.path} has a visibility timeout of {_num(seconds)} s, under {VISIBILITY_FACTOR} x the "
+                f"function timeout = {_num(needed)} s: a message would be redelivered while the worker still runs it "
+                f"(a second paid call). Set visibility_timeout=cdk.Duration.seconds({math.ceil(needed)}) on the queue",
+            )
+
+    def _check_existing_table(self, check: Checks, table: Any) -> None:
+        """A table's partition key must be the string 'pk' and it may have no sort key (GetItem uses pk only)."""
+        if table is None or not _is_table(table):
+            return
+        keys = _table_keys(table)
+        if keys is None:
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:table-unverified",
+                f"table {table.node.path} is imported, so its key schema cannot be read: check that its partition "
+                "key is a string named 'pk' and that it has no sort key (the worker reads and writes by pk alone)",
+            )
+            return
+        partition, sort = keys
+        check.rule(
+            partition == ("pk", "S") and not sort,
+            f"table {table.node.path} has partition key {partition[0]!r} ({_TYPE_NAMES.get(partition[1], partition[1])})"
+            f"{f' and sort key {sort[0][0]!r}' if sort else ''}; answers and claims need a string partition key "
+            "named 'pk' and no sort key. Use such a table or omit table to get one",
+        )
+
+    # -- grants and metrics -------------------------------------------------------------------------
 
     def grant_send_messages(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let a producer (a function, a role in another stack) enqueue prompts."""
@@ -229,38 +591,43 @@ class QueuedInference(Construct):
         return alarms
 
 
-def _validate(
-    cap: int,
-    reserved: int | None,
-    max_receive_count: int,
-    batch_size: int,
-    timeout: cdk.Duration,
-    visibility_timeout: cdk.Duration | None,
-    queue: sqs.IQueue | None,
-) -> None:
-    if (
-        not cdk.Token.is_unresolved(cap)
-        and not MIN_EVENT_SOURCE_CONCURRENCY <= cap <= MAX_EVENT_SOURCE_CONCURRENCY
-    ):
-        raise ValueError(
-            f"max_concurrency={cap} is outside the SQS event source range {MIN_EVENT_SOURCE_CONCURRENCY}.."
-            f"{MAX_EVENT_SOURCE_CONCURRENCY}; size it with genai_pacer.planning.sustainable_rate(...).max_concurrency"
-        )
-    if reserved is not None and not cdk.Token.is_unresolved(cap) and reserved < cap:
-        raise ValueError(
-            f"reserved_concurrency={reserved} is below max_concurrency={cap}: the poller would start {cap} invocations "
-            f"and Lambda would throttle all but {reserved}, bouncing messages back toward the DLQ; raise "
-            "reserved_concurrency to at least max_concurrency or leave it unset"
-        )
-    if max_receive_count < 1:
-        raise ValueError(f"max_receive_count={max_receive_count} must be >= 1")
-    if not 1 <= batch_size <= 10_000:
-        raise ValueError(f"batch_size={batch_size} must be within 1..10000")
-    if visibility_timeout is not None and queue is None:
-        needed = timeout.to_seconds() * VISIBILITY_FACTOR
-        if visibility_timeout.to_seconds() < needed:
-            raise ValueError(
-                f"visibility_timeout={visibility_timeout.to_seconds()}s is shorter than {VISIBILITY_FACTOR} x the "
-                f"function timeout ({timeout.to_seconds()}s) = {needed}s; messages would be redelivered while "
-                f"still being processed. Use at least {needed}s or leave it unset"
-            )
+_TYPE_NAMES = {"S": "a string", "N": "a number", "B": "binary"}
+
+
+def _num(value: float) -> str:
+    return f"{value:,.1f}".rstrip("0").rstrip(".")
+
+
+def _queue_encryption(key: kms.IKey | None) -> dict[str, Any]:
+    if key is None:
+        return {"encryption": sqs.QueueEncryption.SQS_MANAGED}
+    return {"encryption": sqs.QueueEncryption.KMS, "encryption_master_key": key}
+
+
+def _is_queue(value: Any) -> bool:
+    return hasattr(value, "queue_arn") and hasattr(value, "node")
+
+
+def _is_table(value: Any) -> bool:
+    return hasattr(value, "table_arn") and hasattr(value, "node")
+
+
+def _table_keys(table: Any) -> tuple[tuple[str, str], list[tuple[str, str]]] | None:
+    """((partition name, type), [(sort name, type)]) of a table defined in this app, None if imported."""
+    if isinstance(table, dynamodb.Table):
+        schema = table.schema_v2()
+        codes = {dynamodb.AttributeType.STRING: "S", dynamodb.AttributeType.NUMBER: "N", dynamodb.AttributeType.BINARY: "B"}
+        (partition, *more) = schema.partition_keys
+        parts = [(partition.name, codes[partition.type])]
+        if more:  # a multi-attribute partition key is not a plain 'pk'
+            return (("+".join(a.name for a in schema.partition_keys), "composite"), [])
+        return parts[0], [(a.name, codes[a.type]) for a in schema.sort_keys]
+    if isinstance(table, dynamodb.TableV2):
+        stack = cdk.Stack.of(table)
+        cfn = table.node.default_child
+        types = {d["attributeName"]: d["attributeType"] for d in stack.resolve(cfn.attribute_definitions)}  # type: ignore[union-attr]
+        schema = stack.resolve(cfn.key_schema)  # type: ignore[union-attr]
+        hash_keys = [k["attributeName"] for k in schema if k["keyType"] == "HASH"]
+        ranges = [(k["attributeName"], types.get(k["attributeName"], "?")) for k in schema if k["keyType"] == "RANGE"]
+        return (hash_keys[0], types.get(hash_keys[0], "?")), ranges
+    return None
