@@ -124,6 +124,7 @@ def test_a_map_of_50_items_under_a_quota_that_throttles_answers_every_item_and_r
     assert run.outcomes["ok"] == 50
     assert run.model_calls == 50 + run.throttled
     assert run.task_errors() == Counter({"BedrockRuntime.ThrottlingException": run.throttled})
+    assert run.retries == run.throttled
     assert 1 < peak_in_flight(run.invocations) <= 20  # the interpreter held MaxConcurrency
 
 
@@ -497,12 +498,38 @@ def task(resource: str, **fields) -> dict:
         ({"Type": "Map", "End": True, "ItemBatcher": {"MaxItemsPerBatch": 2}, "ItemSelector": {"x.$": "$$.Map.Item.Value"},
           "ItemProcessor": {"ProcessorConfig": {"Mode": "DISTRIBUTED"}, "StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}},
          "ItemBatcher with ItemSelector"),
+        ({"Type": "Pass", "QueryLanguage": "JSONata", "Output": "{% $states.input %}", "End": True}, "uses JSONata"),
     ],
 )
 def test_what_cannot_run_offline_is_refused_naming_the_state_and_the_reason(state, expected):
     with StateMachineRunner(template({"The state": state})) as runner, pytest.raises(OfflineExecutionError) as raised:
         runner.run()
     assert "The state" in str(raised.value) and expected in str(raised.value)
+
+
+def test_the_sdk_integrations_invoke_model_sends_the_body_and_returns_it_as_text():
+    invoke = task(
+        "arn:aws:states:::aws-sdk:bedrockruntime:invokeModel",
+        Parameters={"ModelId": CLAUDE, "ContentType": "application/json", "Body": {
+            "anthropic_version": "bedrock-2023-05-31", "max_tokens": 50,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        }},
+        ResultSelector={"body.$": "States.StringToJson($.Body)", "contentType.$": "$.ContentType"},
+    )
+    with emulator(ModelSpec(CLAUDE, answer_tokens=12)) as bedrock, \
+            StateMachineRunner(template({"Invoke": invoke}), bedrock=bedrock) as runner:
+        run = runner.run().raise_for_status()
+    assert run.output["contentType"] == "application/json"
+    assert len(run.output["body"]["content"][0]["text"].split()) == 12
+    assert run.invocations[0].operation.lower() in ("invoke", "invokemodel") and run.invocations[0].max_tokens == 50
+
+
+def test_a_jsonata_state_machine_is_refused_as_a_whole():
+    jsonata = template({"P": {"Type": "Pass", "End": True}})
+    definition = json.loads(jsonata["Resources"]["Machine"]["Properties"]["DefinitionString"])
+    jsonata["Resources"]["Machine"]["Properties"]["DefinitionString"] = json.dumps({"QueryLanguage": "JSONata", **definition})
+    with StateMachineRunner(jsonata) as runner, pytest.raises(OfflineExecutionError, match="its QueryLanguage is JSONata"):
+        runner.run()
 
 
 def test_a_parameter_not_in_pascal_case_fails_the_task_with_the_name_to_use():
@@ -574,7 +601,91 @@ def test_a_template_that_cannot_be_read_is_refused_with_the_reason(source, expec
         StateMachineRunner(source)
 
 
-@pytest.mark.parametrize("time_scale", [0, -1, float("nan"), float("inf"), True, "fast"])
-def test_a_time_scale_that_is_not_a_positive_number_is_refused(time_scale):
-    with pytest.raises(ValueError, match="time_scale"):
-        StateMachineRunner(template({"P": {"Type": "Pass", "End": True}}), time_scale=time_scale)
+def distributed_over_input(tolerated_count: int) -> dict:
+    """A distributed Map over the input's items whose children fail for items 3 and 7."""
+    fail_some = {
+        "StartAt": "Bad?",
+        "States": {
+            "Bad?": {"Type": "Choice", "Default": "Fine", "Choices": [
+                {"Or": [{"Variable": "$.n", "NumericEquals": 3}, {"Variable": "$.n", "NumericEquals": 7}], "Next": "Broken"}]},
+            "Broken": {"Type": "Fail", "Error": "Item.Broken", "Cause": "bad item"},
+            "Fine": {"Type": "Pass", "End": True},
+        },
+        "ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"},
+    }
+    return {"Type": "Map", "ItemsPath": "$.items", "ItemProcessor": fail_some, "MaxConcurrency": 2,
+            "ToleratedFailureCount": tolerated_count, "End": True}
+
+
+@pytest.mark.parametrize(("tolerated", "status", "error"), [
+    (1, "FAILED", "States.ExceedToleratedFailureThreshold"),
+    (2, "SUCCEEDED", None),
+])
+def test_a_tolerated_failure_count_lets_that_many_children_fail(tolerated, status, error):
+    with StateMachineRunner(template({"Fan out": distributed_over_input(tolerated)})) as runner:
+        run = runner.run({"items": [{"n": n} for n in range(10)]})
+    assert (run.status, run.error) == (status, error)
+    if error:
+        assert "2 of 10 items failed" in run.cause and "item 3, Item.Broken: bad item" in run.cause
+
+
+PASS_ONLY = template({"P": {"Type": "Pass", "End": True}})
+
+
+@pytest.mark.parametrize(
+    ("props", "expected"),
+    [
+        ({"bedrock": "http://127.0.0.1:8000"}, "bedrock='http://127.0.0.1:8000' is a str; pass a running BedrockEmulator"),
+        ({"batch_jobs": {}}, "batch_jobs={} is a dict; pass BatchJobSimulator"),
+        ({"time_scale": 0}, "time_scale=0 must be greater than 0"),
+        ({"time_scale": -1}, "time_scale=-1 must be greater than 0"),
+        ({"time_scale": float("nan")}, "time_scale=nan is not a finite number"),
+        ({"time_scale": float("inf")}, "time_scale=inf is not a finite number"),
+        ({"time_scale": True}, "time_scale=True is a bool"),
+        ({"time_scale": "fast"}, "time_scale='fast' is a str"),
+        ({"values": [("Bucket", "b")]}, "values=.* is a list; pass a dict"),
+        ({"region": ""}, "region='' is empty"),
+        ({"account": "123"}, "account='123' is not a 12-digit AWS account id"),
+        ({"account": 123456789012}, "account=123456789012 is a int; pass a string"),
+    ],
+)
+def test_bad_runner_props_are_refused_naming_the_prop_and_the_fix(props, expected):
+    with pytest.raises(ValueError, match=expected):
+        StateMachineRunner(PASS_ONLY, **props)
+
+
+@pytest.mark.parametrize(
+    ("props", "expected"),
+    [
+        ({"respond": None}, "respond=None is not callable"),
+        ({"polls_until_done": -1}, "polls_until_done=-1 is below the minimum of 0"),
+        ({"polls_until_done": 1.5}, "polls_until_done=1.5 is not a whole number"),
+        ({"polls_until_done": True}, "polls_until_done=True is a bool"),
+        ({"final_status": "Done"}, "final_status='Done' must be one of 'Completed'"),
+        ({"message": ""}, "message='' is empty"),
+        ({"seed": "x"}, "seed='x' is a str"),
+    ],
+)
+def test_bad_batch_simulator_props_are_refused(props, expected):
+    with pytest.raises(ValueError, match=expected):
+        BatchJobSimulator(**{"respond": lambda record: {}, **props})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"timeout": 0}, "timeout=0 must be greater than 0"),
+        ({"timeout": float("inf")}, "timeout=inf is not a finite number"),
+        ({"input": {"when": object()}}, "input is not JSON"),
+        ({"name": ""}, "name='' is empty"),
+    ],
+)
+def test_bad_run_arguments_are_refused(kwargs, expected):
+    with StateMachineRunner(PASS_ONLY) as runner, pytest.raises(ValueError, match=expected):
+        runner.run(**kwargs)
+
+
+def test_an_emulator_that_is_not_running_is_refused_when_the_runner_starts():
+    stopped = emulator()
+    with pytest.raises(RuntimeError, match="the BedrockEmulator is not running: start it before the runner"):
+        StateMachineRunner(PASS_ONLY, bedrock=stopped).start()

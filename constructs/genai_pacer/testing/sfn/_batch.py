@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._checks import Checks
+
 
 class ServiceError(Exception):
     """An error the simulated service answers with; the task fails with `<Service>.<code>`."""
@@ -77,10 +79,13 @@ class BatchJobSimulator:
         message: str | None = None,
         seed: int = 0,
     ) -> None:
-        if polls_until_done < 0:
-            raise ValueError(f"polls_until_done={polls_until_done} must be >= 0 (0 ends the job on the first poll)")
-        if final_status is not None and final_status not in TERMINAL:
-            raise ValueError(f"final_status={final_status!r} is not a terminal job status; use one of {TERMINAL}")
+        with Checks("BatchJobSimulator") as check:
+            check.rule(callable(respond), f"respond={respond!r} is not callable; pass a function record -> modelOutput")
+            check.integer("polls_until_done", polls_until_done, minimum=0, fix="0 ends the job on the first poll")
+            if final_status is not None:
+                check.one_of("final_status", final_status, TERMINAL)
+            check.text("message", message, optional=True)
+            check.integer("seed", seed)
         self.respond, self.polls_until_done = respond, polls_until_done
         self.final_status, self.message, self.seed = final_status, message, seed
         self.jobs: list[BatchJob] = []

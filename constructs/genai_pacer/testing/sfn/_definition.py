@@ -85,8 +85,15 @@ def executable_copy(definition: dict[str, Any], *, where: str) -> ExecutablePlan
     """A copy of `definition` that moto's interpreter accepts, with the settings it cannot hold."""
     plan = ExecutablePlan(definition=copy.deepcopy(definition))
     problems: list[str] = []
+    if plan.definition.get("QueryLanguage") == "JSONata":
+        problems.append(
+            "its QueryLanguage is JSONata: moto evaluates JSONata through a Java bridge it does not ship, so "
+            "every JSONata expression fails offline; test a JSONPath version of the definition"
+        )
     for name, state in _states(plan.definition):
         kind = state.get("Type")
+        if state.get("QueryLanguage") == "JSONata":
+            problems.append(f"{kind} {name!r} uses JSONata, which moto cannot evaluate offline (no Java bridge)")
         if kind == "Task":
             _task(name, state, plan, problems)
         elif kind == "Map":

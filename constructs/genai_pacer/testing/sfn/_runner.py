@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._checks import Checks
+from ..emulator import BedrockEmulator
 from ._batch import BatchJob, BatchJobSimulator
 from ._definition import ExecutablePlan, executable_copy
 from ._errors import OfflineExecutionError
@@ -56,6 +58,15 @@ class Execution:
     def outcomes(self) -> collections.Counter[str]:
         """How the model calls ended: ok, throttled, or the error type."""
         return collections.Counter(invocation.outcome for invocation in self.invocations)
+
+    @property
+    def retries(self) -> int:
+        """Task attempts the definition's Retry started after a failure (each retry schedules the task
+        again within one entry into its state). Children of a distributed Map keep their own history,
+        which this does not see: count their calls with `invocations`."""
+        scheduled = sum(1 for event in self.history if event.get("type") == "TaskScheduled")
+        entered = sum(1 for event in self.history if event.get("type") == "TaskStateEntered")
+        return scheduled - entered
 
     def task_errors(self) -> collections.Counter[str]:
         """Error names of the failed task attempts in the history (retried ones included)."""
@@ -107,10 +118,18 @@ class StateMachineRunner:
         region: str | None = None,
         account: str | None = None,
     ) -> None:
+        with Checks("StateMachineRunner") as check:
+            check.instance("bedrock", bedrock, BedrockEmulator, "a running BedrockEmulator([ModelSpec(...)])", optional=True)
+            check.instance("batch_jobs", batch_jobs, BatchJobSimulator, "BatchJobSimulator(respond=...)", optional=True)
+            check.number("time_scale", time_scale, above=0, optional=True,
+                         fix="60 runs a 2-second retry wait in 33 ms; the default is the emulator's time_scale")
+            check.instance("values", values, Mapping, "a dict of logical id (or 'Id.Attribute') -> value", optional=True)
+            check.text("region", region, optional=True, fix="an AWS Region such as 'us-east-1'")
+            if check.text("account", account, optional=True):
+                check.rule(str(account).isdigit() and len(str(account)) == 12,
+                           f"account={account!r} is not a 12-digit AWS account id; moto refuses ARNs with any other")
         body, found, paths = load_template(source)
-        scale = time_scale if time_scale is not None else getattr(bedrock, "time_scale", 1.0)
-        if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0 or scale == float("inf"):
-            raise ValueError(f"time_scale={time_scale!r} must be a finite number > 0 (60 runs a 2-second retry wait in 33 ms)")
+        scale = time_scale if time_scale is not None else (bedrock.time_scale if bedrock is not None else 1.0)
         env = Environment(
             region=region or found.get("region") or "us-east-1",
             account=account or found.get("account") or "123456789012",
@@ -155,10 +174,17 @@ class StateMachineRunner:
             self.dynamodb = boto3.client("dynamodb", region_name=region)
             bedrock_client = None
             if self.bedrock is not None:
+                try:
+                    _ = self.bedrock.endpoint_url  # raises while the emulator is stopped
+                except RuntimeError:
+                    raise RuntimeError(
+                        "the BedrockEmulator is not running: start it before the runner, e.g. "
+                        "`with BedrockEmulator([...]) as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:`"
+                    ) from None
                 bedrock_client = self.bedrock.client(
                     retries={"total_max_attempts": 1},  # only the definition's Retry retries, as on AWS
                     parameter_validation=False,  # Step Functions sends parameters unvalidated
-                    max_pool_connections=64,
+                    max_pool_connections=1024,  # a distributed Map runs up to MaxConcurrency calls at once
                     connect_timeout=10,
                     read_timeout=120,
                 )
@@ -258,6 +284,13 @@ class StateMachineRunner:
         """
         if self._mock is None:
             raise RuntimeError("the runner is not started: use `with StateMachineRunner(...) as runner:`")
+        with Checks("StateMachineRunner.run") as check:
+            check.number("timeout", timeout, above=0, fix="real seconds to wait for the execution to end")
+            check.text("name", name, optional=True)
+            try:
+                payload = json.dumps({} if input is None else input)
+            except (TypeError, ValueError) as error:
+                check.fail(f"input is not JSON ({error}); pass what json.dumps accepts, as Step Functions takes JSON")
         from . import _interpreter
 
         spec = self.select(state_machine)
@@ -273,7 +306,7 @@ class StateMachineRunner:
         execution_arn = self.sfn.start_execution(
             stateMachineArn=arn,
             name=name or uuid.uuid4().hex,
-            input=json.dumps({} if input is None else input),
+            input=payload,
         )["executionArn"]
         described = self.sfn.describe_execution(executionArn=execution_arn)
         while described["status"] not in TERMINAL:
