@@ -16,7 +16,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Annotations, Match
-from genai_pacer import BedrockModel, QueuedInference, planning
+from genai_pacer import AnswerStore, BedrockModel, QueuedInference, planning
 from genai_pacer.queued_inference import STORE_SECONDS, worst_case_call_seconds
 from helpers import new_stack, only, policy_statements, resources, template_of
 
@@ -89,7 +89,7 @@ def test_worker_runtime_budget_code_and_logs(default):
 def test_the_store_time_matches_the_worker(monkeypatch):
     """The construct sizes the timeout with the same per-message DynamoDB time the worker reserves."""
     for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1", "MODEL_ID": "m", "RESULT_TABLE": "t",
+        "AWS_DEFAULT_REGION": "us-east-1", "MODEL_ID": "m", "ANSWER_TABLE": "t",
         "CALL_BUDGET_SECONDS": "61", "MAX_OUTPUT_TOKENS": "1000",
     }.items():
         monkeypatch.setenv(name, value)
@@ -164,7 +164,7 @@ def test_props_reach_the_template():
         timeout=cdk.Duration.minutes(2),
         visibility_timeout=cdk.Duration.minutes(15),
         max_receive_count=5,
-        table=table,
+        answer_store=AnswerStore(stack, "Store", table=table),
         latency_optimized=True,
         bedrock_max_attempts=2,
         max_output_tokens=400,
@@ -318,9 +318,8 @@ BAD = [
     (dict(alarm_actions="topic"), "alarm_actions is a str; pass a list of alarm actions"),
     (dict(encryption_key="alias/mine"), "encryption_key='alias/mine' is a str; pass a kms.IKey"),
     (dict(queue_encryption_key="alias/mine"), "queue_encryption_key='alias/mine' is a str; pass a kms.IKey"),
-    (dict(table_encryption_key=42), "table_encryption_key=42 is a int; pass a kms.IKey"),
     (dict(queue="https://sqs.us-east-1.amazonaws.com/111122223333/q"), "queue='https://sqs.us-east-1.amazonaws.com/111122223333/q' is a str"),
-    (dict(table="answers"), "table='answers' is a str; pass a dynamodb.ITable"),
+    (dict(answer_store="answers"), "answer_store='answers' is a str; pass an AnswerStore"),
     (dict(dead_letter_queue="dlq"), "dead_letter_queue='dlq' is a str; pass an sqs.IQueue"),
 ]
 
@@ -457,63 +456,6 @@ def test_a_fifo_queue_cannot_batch_by_time():
         QueuedInference(stack, "Q", model=NOVA, max_concurrency=4, queue=fifo, max_batching_window=cdk.Duration.seconds(1))
 
 
-@pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (
-            lambda s: dynamodb.Table(s, "T", partition_key=dynamodb.Attribute(name="id", type=dynamodb.AttributeType.STRING)),
-            "table Test/T has partition key 'id' (a string); answers and claims need a string partition key named 'pk'",
-        ),
-        (
-            lambda s: dynamodb.Table(s, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.NUMBER)),
-            "table Test/T has partition key 'pk' (a number)",
-        ),
-        (
-            lambda s: dynamodb.Table(
-                s, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-                sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
-            ),
-            "table Test/T has partition key 'pk' (a string) and sort key 'sk'; answers and claims need",
-        ),
-        (
-            lambda s: dynamodb.TableV2(s, "T", partition_key=dynamodb.Attribute(name="id", type=dynamodb.AttributeType.NUMBER)),
-            "table Test/T has partition key 'id' (a number)",
-        ),
-    ],
-)
-def test_an_existing_table_without_a_string_pk_is_refused(make, message):
-    stack = new_stack()
-    with pytest.raises(ValueError, match="no sort key") as caught:
-        QueuedInference(stack, "Q", model=NOVA, max_concurrency=4, table=make(stack))
-    assert message in str(caught.value)
-
-
-def test_a_table_v2_with_a_string_pk_is_accepted_and_an_imported_table_is_flagged():
-    stack = new_stack()
-    table = dynamodb.TableV2(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
-    assert QueuedInference(stack, "A", model=NOVA, max_concurrency=4, table=table).table is table
-    imported = dynamodb.Table.from_table_name(stack, "Imported", "answers")
-    QueuedInference(stack, "B", model=NOVA, max_concurrency=4, table=imported)
-    Annotations.from_stack(stack).has_warning(
-        "/Test/B", Match.string_like_regexp("table Test/Imported is imported, so its key schema cannot be read")
-    )
-
-
-def test_an_existing_table_with_a_customer_managed_key_gets_that_key_granted():
-    stack = new_stack()
-    key = kms.Key(stack, "TableKey")
-    table = dynamodb.Table(
-        stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-        encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED, encryption_key=key,
-    )
-    QueuedInference(stack, "Q", model=NOVA, max_concurrency=4, table=table)
-    template = template_of(stack).to_json()
-    (statement,) = [s for s in policy_statements(template) if s["Resource"] == {"Fn::GetAtt": [_id(template, "TableKey"), "Arn"]}]
-    assert sorted(statement["Action"]) == [
-        "kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*",
-    ]
-
-
 def _id(template: dict, prefix: str) -> str:
     (found,) = [k for k in template["Resources"] if k.startswith(prefix)]
     return found
@@ -525,7 +467,8 @@ def customer_keys():
     keys = {name: kms.Key(stack, name, enable_key_rotation=True) for name in ("QueueKey", "DlqKey", "TableKey")}
     construct = QueuedInference(
         stack, "Q", model=NOVA, max_concurrency=4, queue_encryption_key=keys["QueueKey"],
-        dead_letter_queue_encryption_key=keys["DlqKey"], table_encryption_key=keys["TableKey"],
+        dead_letter_queue_encryption_key=keys["DlqKey"],
+        answer_store=AnswerStore(stack, "Store", encryption_key=keys["TableKey"]),
     )
     producer = iam.Role(stack, "Producer", assumed_by=iam.AccountRootPrincipal())
     construct.grant_send_messages(producer)
@@ -567,14 +510,12 @@ def test_the_worker_and_producers_get_exactly_the_key_actions_they_need(customer
 
 def test_key_props_for_resources_the_construct_does_not_create_are_refused():
     stack = new_stack()
-    table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
     with pytest.raises(ValueError) as caught:
         QueuedInference(
-            stack, "Q", model=NOVA, max_concurrency=4, table=table, table_encryption_key=kms.Key(stack, "K1"),
+            stack, "Q", model=NOVA, max_concurrency=4,
             dead_letter_queue=sqs.Queue(stack, "D"), dead_letter_queue_encryption_key=kms.Key(stack, "K2"),
         )
     assert "dead_letter_queue_encryption_key configures a new DLQ, but dead_letter_queue is an existing one" in str(caught.value)
-    assert "table_encryption_key configures a new table, but table is an existing one" in str(caught.value)
 
 
 def test_missing_handler_code_is_reported(monkeypatch, tmp_path):

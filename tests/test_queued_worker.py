@@ -27,7 +27,7 @@ def worker_environment(monkeypatch, **extra: str) -> None:
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
         "MODEL_ID": MODEL,
-        "RESULT_TABLE": TABLE,
+        "ANSWER_TABLE": TABLE,
         "BEDROCK_MAX_ATTEMPTS": "1",
         "CALL_BUDGET_SECONDS": str(CALL_BUDGET),
         "MAX_OUTPUT_TOKENS": "4096",
@@ -155,6 +155,17 @@ def test_good_batch_stores_each_answer_with_usage_order_and_times(worker, capsys
     metrics = [json.loads(line) for line in out if '"_aws"' in line]
     assert [m["OutputTokens"] for m in metrics] == [4, 5]
     assert metrics[0]["_aws"]["CloudWatchMetrics"][0]["Metrics"][0] == {"Name": "InputTokens", "Unit": "Count"}
+
+
+def test_answers_get_the_stores_ttl_when_it_has_one(monkeypatch):
+    worker_environment(monkeypatch, ANSWER_TTL_SECONDS="3600")
+    with mock_aws():
+        module = load_worker()
+        with Stubber(module.BEDROCK) as stub:
+            stub.add_response("converse", answer("ok"))
+            monkeypatch.setattr(module.time, "time", lambda: 1_000_000.0)
+            assert module.handler({"Records": [record("m1", {"key": "k", "prompt": "p"})]}) == {"batchItemFailures": []}
+        assert item(module, "k")["expires_at"] == str(1_000_000 + 3600)
 
 
 def test_mixed_batch_reports_exactly_the_malformed_and_the_throttled(worker, capsys):

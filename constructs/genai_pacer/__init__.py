@@ -41,6 +41,7 @@ _EXPORTS = {
     "SyncExecutionUrl": ".sync_execution",
     "StateMachineOptions": "._secure",
     "QueuedInference": ".queued_inference",
+    "AnswerStore": ".answer_store",
 }
 
 __all__ = list(_EXPORTS)

@@ -13,7 +13,6 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -27,6 +26,7 @@ from . import planning
 from ._assets import handler_code
 from ._checks import Checks, fit_concurrency, is_token
 from ._secure import encrypted_log_group, log_key
+from .answer_store import AnswerStore
 from .models import BedrockModel
 
 __all__ = [
@@ -55,7 +55,6 @@ SDK_MAX_BACKOFF_SECONDS = 20
 DEFAULT_MAX_OUTPUT_TOKENS = 1000
 DEFAULT_OUTPUT_TOKENS_PER_SECOND = 30
 DEFAULT_TIME_TO_FIRST_TOKEN_SECONDS = 5
-_TABLE_KEY_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*")
 
 
 def worst_case_call_seconds(
@@ -91,9 +90,10 @@ class QueuedInference(Construct):
     visibility_timeout: of a new queue (up to 12 h). Default: 6 x timeout; a smaller value is refused.
     reserved_concurrency: optional reserved concurrency of the worker; at least max_concurrency.
     memory_size: 128..10240 MB. Default: 256 MB (the worker waits on the network, not the CPU).
-    table: an existing DynamoDB table for the answers and claims: string partition key "pk", no
-        sort key (refused otherwise where its schema is known). Default: a new on-demand table with
-        point-in-time recovery and TTL on `expires_at` (which removes claims of crashed invocations).
+    answer_store: where answers and claims are written (an `AnswerStore`, which also accepts your
+        own table); share one store with the router and pre-computation that serve the same keys.
+        Default: a new AnswerStore (on-demand table, point-in-time recovery, TTL on `expires_at`,
+        which also removes claims of crashed invocations).
     latency_optimized: request Bedrock latency-optimized inference. Default: False.
     bedrock_max_attempts: SDK attempts per call, the first included (>= 1). Default: 4.
     max_output_tokens: the longest answer a call may produce: the maxTokens a message gets when it
@@ -104,7 +104,6 @@ class QueuedInference(Construct):
     encryption_key: KMS key for the worker's log group. Default: a new key with rotation.
     queue_encryption_key: customer-managed KMS key for a new queue. Default: SQS-managed encryption.
     dead_letter_queue_encryption_key: customer-managed KMS key for a new DLQ. Default: SQS-managed.
-    table_encryption_key: customer-managed KMS key for a new table. Default: AWS-managed encryption.
     log_retention: Default: one month.
     max_message_age: alarm when the oldest message waits longer (1 s..14 days). Default: 15 minutes.
     alarm_actions: actions for every alarm (e.g. an SNS topic action). Default: none.
@@ -114,7 +113,7 @@ class QueuedInference(Construct):
     return to the queue unprocessed.
 
     Attributes: `queue`, `dead_letter_queue` (an existing queue's own DLQ when it can be read, else
-    None), `function`, `table`, `event_source`, `log_group`, `alarms` (name -> Alarm),
+    None), `function`, `answer_store`, `table` (its table), `event_source`, `log_group`, `alarms` (name -> Alarm),
     `call_budget_seconds`, `timeout`.
     """
 
@@ -134,7 +133,7 @@ class QueuedInference(Construct):
         visibility_timeout: cdk.Duration | None = None,
         reserved_concurrency: int | None = None,
         memory_size: int = 256,
-        table: dynamodb.ITable | None = None,
+        answer_store: AnswerStore | None = None,
         latency_optimized: bool = False,
         bedrock_max_attempts: int = 4,
         max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
@@ -143,7 +142,6 @@ class QueuedInference(Construct):
         encryption_key: kms.IKey | None = None,
         queue_encryption_key: kms.IKey | None = None,
         dead_letter_queue_encryption_key: kms.IKey | None = None,
-        table_encryption_key: kms.IKey | None = None,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         max_message_age: cdk.Duration | None = None,
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
@@ -165,8 +163,7 @@ class QueuedInference(Construct):
                 max_message_age=max_message_age, alarm_actions=alarm_actions, encryption_key=encryption_key,
                 queue_encryption_key=queue_encryption_key,
                 dead_letter_queue_encryption_key=dead_letter_queue_encryption_key,
-                table_encryption_key=table_encryption_key, queue=queue, dead_letter_queue=dead_letter_queue,
-                table=table,
+                queue=queue, dead_letter_queue=dead_letter_queue, answer_store=answer_store,
             )
             reserved_ok = check.integer("reserved_concurrency", reserved_concurrency, minimum=1, optional=True)
             if reserved_ok and reserved_concurrency is not None and isinstance(cap, int):
@@ -180,15 +177,13 @@ class QueuedInference(Construct):
             budget = self._check_budget(check, bedrock_max_attempts, max_output_tokens, output_tokens_per_second, ttft)
             timeout = self._check_timeout(check, timeout, budget, batch_size if batch_ok or is_token(batch_size) else None)
             self._check_new_resource_props(
-                check, queue, table,
+                check, queue,
                 dead_letter_queue=dead_letter_queue, max_receive_count=max_receive_count,
                 visibility_timeout=visibility_timeout, queue_encryption_key=queue_encryption_key,
                 dead_letter_queue_encryption_key=dead_letter_queue_encryption_key,
-                table_encryption_key=table_encryption_key,
             )
             visibility_timeout = self._check_visibility(check, visibility_timeout, timeout, queue)
             self._check_existing_queue(check, queue, timeout)
-            self._check_existing_table(check, table)
         assert budget is not None and timeout is not None  # Checks raised otherwise
         self.call_budget_seconds = budget
         self.timeout = timeout
@@ -217,24 +212,8 @@ class QueuedInference(Construct):
             self.dead_letter_queue = queue.dead_letter_queue.queue
         self.queue = queue
 
-        if table is None:
-            table = dynamodb.Table(
-                self,
-                "Answers",
-                partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-                billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-                point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                    point_in_time_recovery_enabled=True
-                ),
-                time_to_live_attribute="expires_at",
-                removal_policy=cdk.RemovalPolicy.RETAIN,
-                **(
-                    dict(encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED, encryption_key=table_encryption_key)
-                    if table_encryption_key is not None
-                    else dict(encryption=dynamodb.TableEncryption.AWS_MANAGED)
-                ),
-            )
-        self.table = table
+        self.answer_store = answer_store or AnswerStore(self, "Answers")
+        self.table = self.answer_store.table
 
         self.log_group = encrypted_log_group(
             self, "WorkerLogs", key=log_key(self, "LogsKey", encryption_key), retention=log_retention
@@ -258,7 +237,7 @@ class QueuedInference(Construct):
             reserved_concurrent_executions=reserved_concurrency,
             environment={
                 "MODEL_ID": model.model_id,
-                "RESULT_TABLE": self.table.table_name,
+                **self.answer_store.environment(),
                 "BEDROCK_MAX_ATTEMPTS": str(bedrock_max_attempts),
                 "MAX_POOL_CONNECTIONS": "2",
                 "PERFORMANCE_LATENCY": "optimized" if latency_optimized else "",
@@ -269,11 +248,7 @@ class QueuedInference(Construct):
             },
         )
         model.grant_invoke(role)
-        # Answers and claims, on this table only: read, conditional write, claim release.
-        self.table.grant(role, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
-        table_key = getattr(self.table, "encryption_key", None)
-        if table_key is not None:  # Table.grant grants no KMS actions; a customer-managed key needs them
-            table_key.grant(role, *_TABLE_KEY_ACTIONS)
+        self.answer_store.grant_write(role)  # answers and claims, on this table only
 
         self.event_source = sources.SqsEventSource(
             queue,
@@ -304,11 +279,11 @@ class QueuedInference(Construct):
                     check.fail(f"alarm_actions[{i}] is a {type(action).__name__}; pass an alarm action such as cloudwatch_actions.SnsAction(topic)")
         else:
             check.fail(f"alarm_actions is a {type(actions).__name__}; pass a list of alarm actions")
-        for name in ("encryption_key", "queue_encryption_key", "dead_letter_queue_encryption_key", "table_encryption_key"):
+        for name in ("encryption_key", "queue_encryption_key", "dead_letter_queue_encryption_key"):
             check.instance(name, props[name], kms.IKey, "a kms.IKey", optional=True)
         check.instance("queue", props["queue"], sqs.IQueue, "an sqs.IQueue", optional=True)
         check.instance("dead_letter_queue", props["dead_letter_queue"], sqs.IQueue, "an sqs.IQueue", optional=True)
-        check.instance("table", props["table"], dynamodb.ITable, "a dynamodb.ITable", optional=True)
+        check.instance("answer_store", props["answer_store"], AnswerStore, "an AnswerStore (AnswerStore(scope, id, table=...) for your own table)", optional=True)
 
     @staticmethod
     def _check_batch(check: Checks, batch_size: Any, window: Any, queue: Any) -> bool:
@@ -424,8 +399,8 @@ class QueuedInference(Construct):
         return cdk.Duration.seconds(seconds)
 
     @staticmethod
-    def _check_new_resource_props(check: Checks, queue: Any, table: Any, **props: Any) -> None:
-        """Props that configure a queue, DLQ or table the construct creates: refused beside an existing one."""
+    def _check_new_resource_props(check: Checks, queue: Any, **props: Any) -> None:
+        """Props that configure a queue or DLQ the construct creates: refused beside an existing one."""
         if queue is not None:
             given = [
                 name
@@ -440,8 +415,6 @@ class QueuedInference(Construct):
             )
         elif props["dead_letter_queue"] is not None and props["dead_letter_queue_encryption_key"] is not None:
             check.fail("dead_letter_queue_encryption_key configures a new DLQ, but dead_letter_queue is an existing one: encrypt your DLQ yourself")
-        if table is not None and props["table_encryption_key"] is not None:
-            check.fail("table_encryption_key configures a new table, but table is an existing one: encrypt your table yourself")
         if props["max_receive_count"] is not None:
             check.integer("max_receive_count", props["max_receive_count"], minimum=1, maximum=1000, fix="SQS redrive allows 1..1000")
 
@@ -513,28 +486,6 @@ class QueuedInference(Construct):
                 f"(a second paid call). Set visibility_timeout=cdk.Duration.seconds({math.ceil(needed)}) on the queue",
             )
 
-    def _check_existing_table(self, check: Checks, table: Any) -> None:
-        """A table's partition key must be the string 'pk' and it may have no sort key (GetItem uses pk only)."""
-        if table is None or not _is_table(table):
-            return
-        keys = _table_keys(table)
-        if keys is None:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:table-unverified",
-                f"table {table.node.path} is imported, so its key schema cannot be read: check that its partition "
-                "key is a string named 'pk' and that it has no sort key (the worker reads and writes by pk alone)",
-            )
-            return
-        partition, sort = keys
-        check.rule(
-            partition == ("pk", "S") and not sort,
-            f"table {table.node.path} has partition key {partition[0]!r} ({_TYPE_NAMES.get(partition[1], partition[1])})"
-            f"{f' and sort key {sort[0][0]!r}' if sort else ''}; answers and claims need a string partition key "
-            "named 'pk' and no sort key. Use such a table or omit table to get one",
-        )
-
-    # -- grants and metrics -------------------------------------------------------------------------
-
     def grant_send_messages(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let a producer (a function, a role in another stack) enqueue prompts."""
         return self.queue.grant_send_messages(grantee)
@@ -591,7 +542,6 @@ class QueuedInference(Construct):
         return alarms
 
 
-_TYPE_NAMES = {"S": "a string", "N": "a number", "B": "binary"}
 
 
 def _num(value: float) -> str:
@@ -608,26 +558,3 @@ def _is_queue(value: Any) -> bool:
     return hasattr(value, "queue_arn") and hasattr(value, "node")
 
 
-def _is_table(value: Any) -> bool:
-    return hasattr(value, "table_arn") and hasattr(value, "node")
-
-
-def _table_keys(table: Any) -> tuple[tuple[str, str], list[tuple[str, str]]] | None:
-    """((partition name, type), [(sort name, type)]) of a table defined in this app, None if imported."""
-    if isinstance(table, dynamodb.Table):
-        schema = table.schema_v2()
-        codes = {dynamodb.AttributeType.STRING: "S", dynamodb.AttributeType.NUMBER: "N", dynamodb.AttributeType.BINARY: "B"}
-        (partition, *more) = schema.partition_keys
-        parts = [(partition.name, codes[partition.type])]
-        if more:  # a multi-attribute partition key is not a plain 'pk'
-            return (("+".join(a.name for a in schema.partition_keys), "composite"), [])
-        return parts[0], [(a.name, codes[a.type]) for a in schema.sort_keys]
-    if isinstance(table, dynamodb.TableV2):
-        stack = cdk.Stack.of(table)
-        cfn = table.node.default_child
-        types = {d["attributeName"]: d["attributeType"] for d in stack.resolve(cfn.attribute_definitions)}  # type: ignore[union-attr]
-        schema = stack.resolve(cfn.key_schema)  # type: ignore[union-attr]
-        hash_keys = [k["attributeName"] for k in schema if k["keyType"] == "HASH"]
-        ranges = [(k["attributeName"], types.get(k["attributeName"], "?")) for k in schema if k["keyType"] == "RANGE"]
-        return (hash_keys[0], types.get(hash_keys[0], "?")), ranges
-    return None

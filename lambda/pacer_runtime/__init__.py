@@ -1,6 +1,6 @@
 """Runtime helpers shared by genai-pacer's Lambda handlers (and usable in any Python service)."""
 
-from . import answers
+from . import answers, metrics
 from .bedrock import (
     ConverseResult,
     RequestError,
@@ -14,6 +14,7 @@ from .side_by_side import Backoff, BoundedCalls, Outcome, call_with_backoff, run
 
 __all__ = [
     "answers",
+    "metrics",
     "Backoff",
     "BoundedCalls",
     "ConverseResult",

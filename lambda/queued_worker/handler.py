@@ -40,10 +40,20 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
-from pacer_runtime import RequestError, answers, bedrock_client, build_converse_request, converse, is_throttle
+from pacer_runtime import (
+    RequestError,
+    answers,
+    bedrock_client,
+    build_converse_request,
+    converse,
+    is_throttle,
+    metrics,
+)
 
 MODEL_ID = os.environ["MODEL_ID"]
-TABLE_NAME = os.environ["RESULT_TABLE"]
+TABLE_NAME = os.environ["ANSWER_TABLE"]
+#: How long a stored answer lives (its TTL), set by AnswerStore; "" keeps answers until replaced.
+ANSWER_TTL_SECONDS = int(os.environ.get("ANSWER_TTL_SECONDS") or 0) or None
 LATENCY = os.environ.get("PERFORMANCE_LATENCY") or None
 #: A model call's worst case, SDK retries included (set by QueuedInference from its token props).
 CALL_BUDGET_SECONDS = float(os.environ["CALL_BUDGET_SECONDS"])
@@ -53,7 +63,6 @@ MAX_OUTPUT_TOKENS = int(os.environ["MAX_OUTPUT_TOKENS"])
 #: to genai_pacer.queued_inference.STORE_SECONDS, which sizes the function timeout.
 STORE_SECONDS = 2.0
 RECORD_BUDGET_MS = (CALL_BUDGET_SECONDS + STORE_SECONDS) * 1000
-METRICS_NAMESPACE = "GenaiPacer"
 BODY_FIELDS = frozenset(
     {"key", "prompt", "messages", "system", "inferenceConfig", "additionalModelRequestFields", "requestId", "sequence"}
 )
@@ -82,30 +91,11 @@ def log(level: str, message: str, **fields: Any) -> None:
 
 
 def emit_metrics(result) -> None:
-    """CloudWatch embedded metric format: one line, turned into metrics by Logs with no API call."""
-    print(
-        json.dumps(
-            {
-                "_aws": {
-                    "Timestamp": int(time.time() * 1000),
-                    "CloudWatchMetrics": [
-                        {
-                            "Namespace": METRICS_NAMESPACE,
-                            "Dimensions": [["ModelId"]],
-                            "Metrics": [
-                                {"Name": "InputTokens", "Unit": "Count"},
-                                {"Name": "OutputTokens", "Unit": "Count"},
-                                {"Name": "LatencyMs", "Unit": "Milliseconds"},
-                            ],
-                        }
-                    ],
-                },
-                "ModelId": MODEL_ID,
-                "InputTokens": result.input_tokens,
-                "OutputTokens": result.output_tokens,
-                "LatencyMs": result.latency_ms,
-            }
-        )
+    """Token and latency metrics of one call, per model (EMF: no API call on the request path)."""
+    metrics.emit(
+        {metrics.INPUT_TOKENS: result.input_tokens, metrics.OUTPUT_TOKENS: result.output_tokens,
+         metrics.LATENCY_MS: result.latency_ms},
+        {"ModelId": MODEL_ID},
     )
 
 
@@ -209,6 +199,7 @@ def process(record: dict) -> bool:
                 served_latency=result.served_latency,
                 generated_at=answers.iso_utc(time.time()),
                 sent_at=message.sent_at,
+                expires_at=int(time.time()) + ANSWER_TTL_SECONDS if ANSWER_TTL_SECONDS else None,
             ),
         )
         if not written:

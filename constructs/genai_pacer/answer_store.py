@@ -1,0 +1,162 @@
+"""The answer store: one DynamoDB table of generated answers, written ahead of time and read by lookup.
+
+Every writer (the queue worker, scheduled and batch pre-computation, a router's write-back) and
+every reader go through `pacer_runtime.answers`, which defines the key rule (`normalize_key`), the
+attributes, the write order (an older answer never replaces a newer one) and the claims kept under
+their own `claim#` prefix. This construct is the table those functions expect: a string partition
+key `pk` and no sort key, a TTL attribute that ages answers out and cleans up abandoned claims.
+
+Lookups are by exact normalized key only. A semantic cache (nearest embedding) would answer
+"summarize reviews of product 123" with the stored summary of product 124: the two queries differ
+by one entity name and sit close together in embedding space, but their answers must not be shared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+
+from constructs import Construct
+
+from ._checks import Checks
+
+__all__ = ["AnswerStore", "DEFAULT_ANSWER_TTL", "PARTITION_KEY", "TTL_ATTRIBUTE"]
+
+#: Kept equal to pacer_runtime.answers (the handlers' side of the schema); a test holds them together.
+PARTITION_KEY = "pk"
+TTL_ATTRIBUTE = "expires_at"
+
+#: How long an answer lives by default: a month-old summary is stale for most uses.
+DEFAULT_ANSWER_TTL = cdk.Duration.days(30)
+
+_KEY_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*")
+_READ_ACTIONS = ("dynamodb:GetItem",)
+#: put_answer (conditional PutItem), claim (PutItem) and release (DeleteItem) also read by GetItem.
+_WRITE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
+_TYPE_NAMES = {"S": "a string", "N": "a number", "B": "binary"}
+
+
+class AnswerStore(Construct):
+    """The DynamoDB table of generated answers (see `pacer_runtime.answers` for the item schema).
+
+    table: an existing table: string partition key "pk", no sort key (refused otherwise where its
+        schema is known; an imported table gets a warning saying what to check). Its TTL attribute,
+        if any, should be "expires_at". Default: a new on-demand table with point-in-time recovery,
+        TTL on "expires_at", kept when the stack is deleted.
+    encryption_key: customer-managed KMS key for a new table. Default: AWS-managed encryption.
+    answer_ttl: how long a written answer lives before DynamoDB's TTL removes it (within a few
+        days of expiry; readers check freshness themselves). Default: 30 days. None keeps answers
+        until they are replaced.
+
+    Attributes: `table`, `answer_ttl`. Grants: `grant_read`, `grant_write`. Handlers receive
+    `environment()`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        table: dynamodb.ITable | None = None,
+        encryption_key: kms.IKey | None = None,
+        answer_ttl: cdk.Duration | None = DEFAULT_ANSWER_TTL,
+    ) -> None:
+        super().__init__(scope, id)
+        with Checks(f"AnswerStore {id}") as check:
+            check.instance("table", table, dynamodb.ITable, "a dynamodb.Table or dynamodb.Table.from_table_name(...)", optional=True)
+            check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
+            check.rule(
+                table is None or encryption_key is None,
+                "encryption_key configures a new table, but table is an existing one: encrypt your table yourself",
+            )
+            check.duration(
+                "answer_ttl", answer_ttl, minimum=cdk.Duration.minutes(1), maximum=cdk.Duration.days(3650), optional=True,
+                fix="None keeps answers until they are replaced",
+            )
+            if table is not None and _is_table(table):
+                self._check_existing(check, table)
+        self.answer_ttl = answer_ttl
+        self.table: dynamodb.ITable = table or dynamodb.Table(
+            self,
+            "Table",
+            partition_key=dynamodb.Attribute(name=PARTITION_KEY, type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            time_to_live_attribute=TTL_ATTRIBUTE,
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+            **(
+                dict(encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED, encryption_key=encryption_key)
+                if encryption_key is not None
+                else dict(encryption=dynamodb.TableEncryption.AWS_MANAGED)
+            ),
+        )
+
+    def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Look answers up by key (GetItem), and decrypt with a customer-managed key."""
+        return self._grant(grantee, _READ_ACTIONS)
+
+    def grant_write(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Write answers and claims (conditional PutItem, DeleteItem, GetItem), and use the key."""
+        return self._grant(grantee, _WRITE_ACTIONS)
+
+    def environment(self) -> dict[str, str]:
+        """What a handler needs to use this store: ANSWER_TABLE and ANSWER_TTL_SECONDS ("" = no TTL)."""
+        ttl = "" if self.answer_ttl is None else str(int(self.answer_ttl.to_seconds()))
+        return {"ANSWER_TABLE": self.table.table_name, "ANSWER_TTL_SECONDS": ttl}
+
+    def _grant(self, grantee: iam.IGrantable, actions: tuple[str, ...]) -> iam.Grant:
+        grant = self.table.grant(grantee, *actions)
+        key = getattr(self.table, "encryption_key", None)
+        if key is not None:  # Table.grant grants no KMS actions; a customer-managed key needs them
+            key.grant(grantee, *_KEY_ACTIONS)
+        return grant
+
+    def _check_existing(self, check: Checks, table: Any) -> None:
+        """pk must be a string partition key with no sort key: every lookup is a GetItem by pk alone."""
+        keys = _table_keys(table)
+        if keys is None:
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:table-unverified",
+                f"table {table.node.path} is imported, so its key schema cannot be read: check that its partition "
+                f"key is a string named '{PARTITION_KEY}', that it has no sort key, and that its TTL attribute is "
+                f"'{TTL_ATTRIBUTE}'",
+            )
+            return
+        partition, sort = keys
+        check.rule(
+            partition == (PARTITION_KEY, "S") and not sort,
+            f"table {table.node.path} has partition key {partition[0]!r} ({_TYPE_NAMES.get(partition[1], partition[1])})"
+            + (f" and sort key {sort[0][0]!r}" if sort else "")
+            + f"; answers are read and written by a string partition key named '{PARTITION_KEY}' and no sort key. "
+            "Use such a table or omit table to get one",
+        )
+
+
+def _is_table(value: Any) -> bool:
+    return hasattr(value, "table_arn") and hasattr(value, "node")
+
+
+def _table_keys(table: Any) -> tuple[tuple[str, str], list[tuple[str, str]]] | None:
+    """((partition name, type), [(sort name, type)]) of a table defined in this app, None if imported."""
+    if isinstance(table, dynamodb.Table):
+        schema = table.schema_v2()
+        codes = {dynamodb.AttributeType.STRING: "S", dynamodb.AttributeType.NUMBER: "N", dynamodb.AttributeType.BINARY: "B"}
+        (partition, *more) = schema.partition_keys
+        if more:  # a multi-attribute partition key is not a plain 'pk'
+            return (("+".join(a.name for a in schema.partition_keys), "composite"), [])
+        return (partition.name, codes[partition.type]), [(a.name, codes[a.type]) for a in schema.sort_keys]
+    if isinstance(table, dynamodb.TableV2):
+        stack = cdk.Stack.of(table)
+        cfn = table.node.default_child
+        types = {d["attributeName"]: d["attributeType"] for d in stack.resolve(cfn.attribute_definitions)}  # type: ignore[union-attr]
+        schema = stack.resolve(cfn.key_schema)  # type: ignore[union-attr]
+        hash_keys = [k["attributeName"] for k in schema if k["keyType"] == "HASH"]
+        ranges = [(k["attributeName"], types.get(k["attributeName"], "?")) for k in schema if k["keyType"] == "RANGE"]
+        return (hash_keys[0], types.get(hash_keys[0], "?")), ranges
+    return None

@@ -1,0 +1,156 @@
+"""AnswerStore: the answers table every writer and reader shares, its checks of your own table, its grants."""
+
+from __future__ import annotations
+
+import math
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk.assertions import Annotations, Match
+from genai_pacer import AnswerStore
+from genai_pacer._checks import InvalidPropsError
+from genai_pacer.answer_store import PARTITION_KEY, TTL_ATTRIBUTE
+from helpers import new_stack, only, policy_statements, template_of
+
+
+def _id(template: dict, prefix: str) -> str:
+    (found,) = [k for k in template["Resources"] if k.startswith(prefix)]
+    return found
+
+
+def test_the_schema_constants_match_the_handlers_side():
+    from pacer_runtime import answers
+
+    assert (PARTITION_KEY, TTL_ATTRIBUTE) == (answers.PARTITION_KEY, answers.TTL_ATTRIBUTE)
+
+
+def test_a_new_store_is_on_demand_recoverable_retained_and_ages_answers_out():
+    stack = new_stack()
+    store = AnswerStore(stack, "Store")
+    table = only(template_of(stack).to_json(), "AWS::DynamoDB::Table")
+    assert table["Properties"]["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}]
+    assert table["Properties"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["Properties"]["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert table["Properties"]["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    assert table["Properties"]["SSESpecification"] == {"SSEEnabled": True}
+    assert table["DeletionPolicy"] == "Retain"
+    assert cdk.Stack.of(store).resolve(store.environment()) == {
+        "ANSWER_TABLE": {"Ref": _id(template_of(stack).to_json(), "StoreTable")},
+        "ANSWER_TTL_SECONDS": str(30 * 24 * 3600),
+    }
+
+
+def test_no_ttl_keeps_answers_and_a_customer_key_encrypts_the_table():
+    stack = new_stack()
+    key = kms.Key(stack, "TableKey", enable_key_rotation=True)
+    store = AnswerStore(stack, "Store", encryption_key=key, answer_ttl=None)
+    template = template_of(stack).to_json()
+    assert only(template, "AWS::DynamoDB::Table")["Properties"]["SSESpecification"] == {
+        "KMSMasterKeyId": {"Fn::GetAtt": [_id(template, "TableKey"), "Arn"]}, "SSEEnabled": True, "SSEType": "KMS",
+    }
+    assert store.environment()["ANSWER_TTL_SECONDS"] == ""
+
+
+@pytest.fixture(scope="module")
+def granted():
+    stack = new_stack()
+    key = kms.Key(stack, "TableKey", enable_key_rotation=True)
+    table = dynamodb.Table(
+        stack, "Mine", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+        encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED, encryption_key=key,
+    )
+    store = AnswerStore(stack, "Store", table=table)
+    reader = iam.Role(stack, "Reader", assumed_by=iam.AccountRootPrincipal())
+    writer = iam.Role(stack, "Writer", assumed_by=iam.AccountRootPrincipal())
+    store.grant_read(reader)
+    store.grant_write(writer)
+    return store, table, template_of(stack).to_json()
+
+
+def actions_of(template: dict, role_prefix: str, resource: dict) -> list[str]:
+    statements = [
+        s for name, policy in template["Resources"].items()
+        if name.startswith(role_prefix) and policy["Type"] == "AWS::IAM::Policy"
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+        if resource in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+    ]
+    return sorted(a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))
+
+
+def test_readers_get_item_and_writers_put_and_delete_on_that_table_and_key_only(granted):
+    store, table, template = granted
+    assert store.table is table
+    table_arn = {"Fn::GetAtt": [_id(template, "Mine"), "Arn"]}
+    key_arn = {"Fn::GetAtt": [_id(template, "TableKey"), "Arn"]}
+    assert actions_of(template, "Reader", table_arn) == ["dynamodb:GetItem"]
+    assert actions_of(template, "Writer", table_arn) == ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem"]
+    key_actions = ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"]
+    assert actions_of(template, "Reader", key_arn) == key_actions == actions_of(template, "Writer", key_arn)
+    assert not any(s["Resource"] == "*" for s in policy_statements(template))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda s: dynamodb.Table(s, "T", partition_key=dynamodb.Attribute(name="id", type=dynamodb.AttributeType.STRING)),
+            "table Test/T has partition key 'id' (a string); answers are read and written by a string partition key named 'pk'",
+        ),
+        (
+            lambda s: dynamodb.Table(s, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.NUMBER)),
+            "table Test/T has partition key 'pk' (a number)",
+        ),
+        (
+            lambda s: dynamodb.Table(
+                s, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+                sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
+            ),
+            "table Test/T has partition key 'pk' (a string) and sort key 'sk'",
+        ),
+        (
+            lambda s: dynamodb.TableV2(s, "T", partition_key=dynamodb.Attribute(name="id", type=dynamodb.AttributeType.NUMBER)),
+            "table Test/T has partition key 'id' (a number)",
+        ),
+    ],
+)
+def test_an_existing_table_without_a_string_pk_is_refused(make, message):
+    stack = new_stack()
+    with pytest.raises(InvalidPropsError, match="no sort key") as caught:
+        AnswerStore(stack, "Store", table=make(stack))
+    assert message in str(caught.value)
+
+
+def test_a_table_v2_with_a_string_pk_is_accepted_and_an_imported_table_is_flagged():
+    stack = new_stack()
+    table = dynamodb.TableV2(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    assert AnswerStore(stack, "A", table=table).table is table
+    AnswerStore(stack, "B", table=dynamodb.Table.from_table_name(stack, "Imported", "answers"))
+    Annotations.from_stack(stack).has_warning(
+        "/Test/B", Match.string_like_regexp("table Test/Imported is imported, so its key schema cannot be read")
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(table="answers"), "table='answers' is a str; pass a dynamodb.Table"),
+        (dict(encryption_key="alias/k"), "encryption_key='alias/k' is a str; pass a kms.Key"),
+        (dict(answer_ttl=3600), "answer_ttl=3600 is a int; pass a cdk.Duration"),
+        (dict(answer_ttl=cdk.Duration.seconds(10)), "answer_ttl=10 seconds is below the minimum of 1 minute"),
+        (dict(answer_ttl=cdk.Duration.days(4000)), "answer_ttl=4000 days exceeds the maximum of 3650 days"),
+        (dict(answer_ttl=math.nan), "answer_ttl=nan is a float"),
+    ],
+)
+def test_bad_props_are_refused(kwargs, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        AnswerStore(new_stack(), "Store", **kwargs)
+
+
+def test_a_key_for_an_existing_table_is_refused_not_ignored():
+    stack = new_stack()
+    table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    with pytest.raises(InvalidPropsError, match="encryption_key configures a new table, but table is an existing one"):
+        AnswerStore(stack, "Store", table=table, encryption_key=kms.Key(stack, "K"))
