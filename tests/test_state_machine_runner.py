@@ -499,6 +499,9 @@ def task(resource: str, **fields) -> dict:
           "ItemProcessor": {"ProcessorConfig": {"Mode": "DISTRIBUTED"}, "StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}},
          "ItemBatcher with ItemSelector"),
         ({"Type": "Pass", "QueryLanguage": "JSONata", "Output": "{% $states.input %}", "End": True}, "uses JSONata"),
+        ({"Type": "Map", "End": True, "ItemsPath": "$.items", "ResultWriter": {"WriterConfig": {"OutputType": "JSONL"}},
+          "ItemProcessor": {"ProcessorConfig": {"Mode": "DISTRIBUTED"}, "StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}},
+         "OutputType 'JSONL' is not executed offline"),
     ],
 )
 def test_what_cannot_run_offline_is_refused_naming_the_state_and_the_reason(state, expected):
@@ -627,6 +630,23 @@ def test_a_tolerated_failure_count_lets_that_many_children_fail(tolerated, statu
     assert (run.status, run.error) == (status, error)
     if error:
         assert "2 of 10 items failed" in run.cause and "item 3, Item.Broken: bad item" in run.cause
+    else:  # the output is COMPACT: each child's output, a failed child's whole result in its place
+        assert [entry for i, entry in enumerate(run.output) if i not in (3, 7)] == [{"n": n} for n in range(10) if n not in (3, 7)]
+        assert [(run.output[i]["Status"], run.output[i]["Error"], json.loads(run.output[i]["Input"])) for i in (3, 7)] == [
+            ("FAILED", "Item.Broken", {"n": 3}), ("FAILED", "Item.Broken", {"n": 7})]
+
+
+def test_a_writer_config_flatten_joins_the_childrens_arrays_in_the_maps_output():
+    fan_out = {
+        "Type": "Map", "ItemsPath": "$.items", "End": True, "ResultWriter": {"WriterConfig": {"Transformation": "FLATTEN"}},
+        "ItemProcessor": {
+            "ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}, "StartAt": "Twice",
+            "States": {"Twice": {"Type": "Pass", "Parameters": {"v.$": "States.Array($.n, $.n)"}, "OutputPath": "$.v", "End": True}},
+        },
+    }
+    with StateMachineRunner(template({"Fan out": fan_out})) as runner:
+        run = runner.run({"items": [{"n": n} for n in range(3)]}).raise_for_status()
+    assert run.output == [0, 0, 1, 1, 2, 2]
 
 
 PASS_ONLY = template({"P": {"Type": "Pass", "End": True}})

@@ -72,6 +72,7 @@ class MapSettings:
     tolerated_failure_count: int | None = None
     tolerated_failure_percentage: float | None = None
     distributed: bool = False
+    exports_results: bool = False  # a ResultWriter with Resource: the Map's output is the export's location
 
 
 @dataclass
@@ -230,12 +231,17 @@ def _map(name: str, state: dict[str, Any], plan: ExecutablePlan, problems: list[
         )
         if settings.writer_config.transformation not in ("NONE", "COMPACT", "FLATTEN"):
             problems.append(f"Map {name!r}: WriterConfig Transformation {raw.get('Transformation')!r} is not known")
-        if settings.writer_config.output_type not in ("JSON", "JSONL"):
-            problems.append(f"Map {name!r}: WriterConfig OutputType {raw.get('OutputType')!r} is not known")
+        if settings.writer_config.output_type != "JSON":
+            problems.append(
+                f"Map {name!r}: WriterConfig OutputType {raw.get('OutputType')!r} is not executed offline (the runner "
+                "writes JSON result files, whose names it knows); use JSON for the test"
+            )
         if not exported:
             del state["ResultWriter"]
-    if isinstance(state.get("ResultWriter"), dict) and not settings.distributed:
-        problems.append(f"Map {name!r}: ResultWriter applies to distributed Maps only")
+    if isinstance(state.get("ResultWriter"), dict):
+        settings.exports_results = True
+        if not settings.distributed:
+            problems.append(f"Map {name!r}: ResultWriter applies to distributed Maps only")
     if settings != MapSettings(distributed=settings.distributed) or settings.distributed:
         plan.maps[name] = settings
 

@@ -395,9 +395,11 @@ def _map_run(self, env, eval_input) -> None:
             f"The specified tolerated failure threshold was exceeded: {failed} of {len(items)} items failed "
             f"(first: item {first.index}, {first.error}: {first.cause})",
         ))
-    writer = settings.writer_config
-    if writer is not None and not writer.exported:
-        outputs = _transform([results[i] for i in sorted(results)], writer.transformation, eval_input.map_run_record)
+    if not settings.exports_results:
+        # Without an export the output is COMPACT (or the WriterConfig's transformation): the children's
+        # outputs, a failed child's whole result in its place (moto would put null there).
+        transformation = settings.writer_config.transformation if settings.writer_config else "COMPACT"
+        outputs = _transform([results[i] for i in sorted(results)], transformation, eval_input.map_run_record)
     env.stack.append(outputs)
 
 
@@ -482,7 +484,6 @@ def _handle_put_object(env, resource_runtime_part, state_credentials) -> None:
         results = dict(runtime.map_runs.get(record.map_run_arn, {}))
         writer = runtime.map_run_settings[record.map_run_arn].writer_config
     transformation = writer.transformation if writer else "NONE"
-    output_type = writer.output_type if writer else "JSON"
     bucket, prefix = parameters["Bucket"], parameters.get("Prefix") or ""
     if prefix and not prefix.endswith("/"):
         prefix += "/"
@@ -495,9 +496,8 @@ def _handle_put_object(env, resource_runtime_part, state_credentials) -> None:
     ):
         entries = _transform(list(group), transformation, record)
         label = "SUCCEEDED" if status else "FAILED"
-        suffix = "json" if output_type == "JSON" else "jsonl"
-        body = (json.dumps(entries) if output_type == "JSON" else "".join(json.dumps(e) + "\n" for e in entries)).encode()
-        key = f"{base}{label}_0.{suffix}"
+        body = json.dumps(entries).encode()
+        key = f"{base}{label}_0.json"
         s3.put_object(Bucket=bucket, Key=key, Body=body)
         files[label].append({"Key": key, "Size": len(body)})
     manifest = {"DestinationBucket": bucket, "MapRunArn": record.map_run_arn, "ResultFiles": files}
