@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._checks import Checks
-from ..emulator import BedrockEmulator
+from ..emulator import BedrockEmulator, Invocation
 from ._batch import BatchJob, BatchJobSimulator
 from ._definition import ExecutablePlan, executable_copy
 from ._errors import OfflineExecutionError
@@ -36,7 +36,7 @@ class Execution:
     error: str | None
     cause: str | None
     history: list[dict[str, Any]]
-    invocations: list[Any]
+    invocations: list[Invocation]
     batch_jobs: list[BatchJob] = field(default_factory=list)
     wall_seconds: float = 0.0
 
@@ -102,6 +102,11 @@ class StateMachineRunner:
     region / account: the pseudo parameters. Default: the stack's own when concrete, else us-east-1 and
         moto's account 123456789012.
 
+    The interpreter's own work (a few milliseconds per state, more on a loaded machine) runs in real
+    time. Pick a time_scale at which a model call still lasts far longer than that (a 4-second call
+    lasts 200 ms at 20x, 67 ms at 60x), or calls finish before the next ones start and a Map throttles
+    less than it would on AWS. Task TimeoutSeconds and HeartbeatSeconds are real seconds offline.
+
     Use it as a context manager: it starts moto (`mock_aws` with state machine execution on), creates
     the template's S3 buckets and DynamoDB tables there, and patches the interpreter until it closes.
     Put test data with `runner.s3` / `runner.dynamodb` (boto3 clients inside the mock).
@@ -162,7 +167,15 @@ class StateMachineRunner:
                 "StateMachineRunner needs moto with Step Functions support and boto3: "
                 "pip install 'moto[stepfunctions]' boto3"
             ) from error
-        from . import _interpreter
+        try:
+            from . import _interpreter
+        except (ImportError, AttributeError) as error:  # moto moved an internal the runner patches
+            from importlib.metadata import version
+
+            raise ImportError(
+                f"StateMachineRunner patches moto's Step Functions interpreter and was built against moto 5.2.x; "
+                f"moto {version('moto')} is installed and lacks what it patches ({error}). Install moto[stepfunctions]==5.2.5"
+            ) from error
 
         self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
         self._mock.start()
@@ -409,7 +422,7 @@ class _NoEmulator:
         )
 
 
-def _new_records(before: list[Any], after: list[Any]) -> list[Any]:
+def _new_records(before: list[Invocation], after: list[Invocation]) -> list[Invocation]:
     """The emulator's records added since `before`: a slice, unless its bounded history dropped some."""
     if not before or (len(after) >= len(before) and after[len(before) - 1] is before[-1]):
         return after[len(before):]
