@@ -94,7 +94,13 @@ def _number(check: Checks, name: str, value: Any, *, fix: str, optional: bool = 
 
 def _latency(check: Checks, name: str, value: Any, *, optional: bool = False) -> bool:
     return _number(
-        check, name, value, minimum=MIN_LATENCY_SECONDS, maximum=MAX_LATENCY_SECONDS, optional=optional, fix=_LATENCY_FIX
+        check,
+        name,
+        value,
+        minimum=MIN_LATENCY_SECONDS,
+        maximum=MAX_LATENCY_SECONDS,
+        optional=optional,
+        fix=_LATENCY_FIX,
     )
 
 
@@ -135,17 +141,32 @@ class ConcurrencyTarget:
         # EndpointScaling takes this object as its target: a hand-built one must be as sound.
         with Checks("ConcurrencyTarget") as check:
             _number(
-                check, "saturation", self.saturation, above=0, maximum=MAX_CONCURRENT_REQUESTS,
+                check,
+                "saturation",
+                self.saturation,
+                above=0,
+                maximum=MAX_CONCURRENT_REQUESTS,
                 fix="the concurrent requests one instance holds at the latency target (target_concurrency(...))",
             )
             _number(
-                check, "headroom", self.headroom, minimum=0, maximum=MAX_HEADROOM,
+                check,
+                "headroom",
+                self.headroom,
+                minimum=0,
+                maximum=MAX_HEADROOM,
                 fix=f"a fraction of the saturation kept free, 0..{MAX_HEADROOM:g} (0.2 is 20%)",
             )
-            if _number(
-                check, "target_value", self.target_value, above=0, maximum=MAX_TARGET_CONCURRENCY,
-                fix=f"concurrent requests per model or copy, more than 0 and at most {MAX_TARGET_CONCURRENCY:,}",
-            ) and not check.problems:  # the relation needs all three numbers valid
+            if (
+                _number(
+                    check,
+                    "target_value",
+                    self.target_value,
+                    above=0,
+                    maximum=MAX_TARGET_CONCURRENCY,
+                    fix=f"concurrent requests per model or copy, more than 0 and at most {MAX_TARGET_CONCURRENCY:,}",
+                )
+                and not check.problems
+            ):  # the relation needs all three numbers valid
                 expected = _exact(self.saturation * (1 - self.headroom))
                 check.rule(
                     math.isclose(self.target_value, expected, rel_tol=1e-9),
@@ -175,7 +196,11 @@ def target_concurrency(
         _rate(check, "sustained_requests_per_minute", sustained_requests_per_minute)
         _latency(check, "latency_seconds", latency_seconds)
         _number(
-            check, "headroom", headroom, minimum=0, maximum=MAX_HEADROOM,
+            check,
+            "headroom",
+            headroom,
+            minimum=0,
+            maximum=MAX_HEADROOM,
             fix=f"a fraction of the saturation kept free, 0..{MAX_HEADROOM:g} (0.2 is 20%)",
         )
     saturation = _exact(sustained_requests_per_minute / 60 * latency_seconds)
@@ -207,12 +232,29 @@ class PeakCapacity:
 
     def __post_init__(self) -> None:
         with Checks("PeakCapacity") as check:
-            _number(check, "concurrent_requests", self.concurrent_requests, minimum=0, maximum=MAX_CONCURRENT_REQUESTS,
-                    fix="requests in flight at the peak (capacity_for_peak(...))")
-            _number(check, "target_concurrency", self.target_concurrency, above=0, maximum=MAX_TARGET_CONCURRENCY,
-                    fix="the concurrency per model or copy the capacity is sized for")
-            check.integer("capacity", self.capacity, minimum=1, maximum=MAX_CAPACITY,
-                          fix=f"instances or copies, 1..{MAX_CAPACITY:,} (capacity_for_peak(...))")
+            _number(
+                check,
+                "concurrent_requests",
+                self.concurrent_requests,
+                minimum=0,
+                maximum=MAX_CONCURRENT_REQUESTS,
+                fix="requests in flight at the peak (capacity_for_peak(...))",
+            )
+            _number(
+                check,
+                "target_concurrency",
+                self.target_concurrency,
+                above=0,
+                maximum=MAX_TARGET_CONCURRENCY,
+                fix="the concurrency per model or copy the capacity is sized for",
+            )
+            check.integer(
+                "capacity",
+                self.capacity,
+                minimum=1,
+                maximum=MAX_CAPACITY,
+                fix=f"instances or copies, 1..{MAX_CAPACITY:,} (capacity_for_peak(...))",
+            )
 
 
 def capacity_for_peak(
@@ -239,7 +281,11 @@ def capacity_for_peak(
         else:
             target = target_concurrency
             _number(
-                check, "target_concurrency", target, above=0, maximum=MAX_TARGET_CONCURRENCY,
+                check,
+                "target_concurrency",
+                target,
+                above=0,
+                maximum=MAX_TARGET_CONCURRENCY,
                 fix="concurrent requests per model or copy, or a capacity.ConcurrencyTarget",
             )
         by_rate = requests_per_minute is not None or latency_seconds is not None
@@ -251,7 +297,11 @@ def capacity_for_peak(
             pass
         elif concurrent_requests is not None:
             _number(
-                check, "concurrent_requests", concurrent_requests, minimum=0, maximum=MAX_CONCURRENT_REQUESTS,
+                check,
+                "concurrent_requests",
+                concurrent_requests,
+                minimum=0,
+                maximum=MAX_CONCURRENT_REQUESTS,
                 fix="requests in flight at the peak, 0 or more",
             )
         else:
@@ -304,12 +354,20 @@ def lead_time(model_load_seconds: float, *, margin: float = 0.25) -> LeadTime:
     """
     with Checks("lead_time") as check:
         _number(
-            check, "model_load_seconds", model_load_seconds, above=0, maximum=MAX_LOAD_SECONDS,
+            check,
+            "model_load_seconds",
+            model_load_seconds,
+            above=0,
+            maximum=MAX_LOAD_SECONDS,
             fix=f"seconds from scale-out to a serving instance, at most {MAX_LOAD_SECONDS:,.0f} (SageMaker's two "
             "one-hour startup timeouts); a larger value is usually milliseconds passed as seconds",
         )
         _number(
-            check, "margin", margin, minimum=0, maximum=MAX_MARGIN,
+            check,
+            "margin",
+            margin,
+            minimum=0,
+            maximum=MAX_MARGIN,
             fix=f"a fraction added to the load time, 0..{MAX_MARGIN:g} (0.25 is 25%)",
         )
     minutes = max(1, math.ceil(_exact(model_load_seconds * (1 + margin) / 60)))

@@ -1,0 +1,988 @@
+"""Scale a SageMaker real-time endpoint that hosts an LLM: scheduled capacity ahead of known peaks,
+target tracking on concurrent requests in between.
+
+A new instance serves nothing for the minutes it takes to download and load its model, so reactive
+scaling cannot cover the first minutes of a sharp surge. Two policies work together:
+
+- Scheduled actions raise the minimum capacity `lead_time` before each known peak (a weekday
+  opening rush, a launch) and lower it when the peak ends, so instances are loaded when demand
+  arrives and not paid for through nights and weekends.
+- Target tracking on concurrency (`ConcurrentRequestsPerModel` for a variant,
+  `ConcurrentRequestsPerCopy` for an inference component, both high-resolution) follows the load in
+  between. Concurrency reflects LLM load; CPU and invocations per minute do not, because one long
+  generation occupies a model for seconds at low CPU and counts as one invocation.
+
+Size the target and the peaks with genai_pacer.capacity. Serverless inference is refused: it has no
+GPUs and adds cold starts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import aws_cdk as cdk
+from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sagemaker as sagemaker
+
+from constructs import Construct
+
+from ._checks import Checks, is_token
+from .capacity import MAX_CAPACITY, MAX_TARGET_CONCURRENCY, ConcurrencyTarget, PeakCapacity
+from .llm_endpoint import LlmEndpoint
+
+__all__ = ["EndpointScaling", "PeakWindow", "SCALING_METRICS", "MAX_SCHEDULED_ACTIONS"]
+
+#: What target tracking may follow. Only "concurrency" reflects LLM load; the others need
+#: allow_non_concurrency_metric=True.
+SCALING_METRICS = ("concurrency", "invocations", "cpu")
+#: Application Auto Scaling's quota of scheduled actions per scalable target; each peak takes two.
+MAX_SCHEDULED_ACTIONS = 200
+
+_DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
+_WEEK = 7 * 24 * 60
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+_CRON = re.compile(r"^cron\((.+)\)$")
+_SLR = (
+    "aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
+    "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
+)
+_SERVERLESS = (
+    "SageMaker Serverless Inference has no GPUs and starts cold, so it suits neither LLM hosting nor sharp "
+    "bursts; host the model on a real-time GPU variant (LlmEndpoint) and scale that"
+)
+
+
+@dataclass(frozen=True)
+class PeakWindow:
+    """A known peak: the capacity to hold from `start` to `end`, in an IANA time zone.
+
+    capacity: required; instances (variant) or copies (inference component) to hold as the minimum
+        during the peak; an int or a capacity.PeakCapacity (capacity_for_peak(...)). Must not exceed
+        EndpointScaling's max_capacity, and must be above its min_capacity (else the window changes
+        nothing).
+    start / end: required; one of three forms, the same for both:
+        - a time of day, "08:30" or datetime.time(8, 30): a weekly window on `days`. An end at or
+          before the start ends on the next day (an overnight window).
+        - a datetime: a one-off window (Application Auto Scaling `at()` schedules). A naive datetime
+          is read in time_zone; an aware one is converted to it.
+        - a cron expression, "cron(0 9 1 * ? *)", fields as Application Auto Scaling takes them
+          (minute hour day-of-month month day-of-week year); minute and hour must be single numbers
+          so the lead can be subtracted. Overlaps with other windows are not checked for this form.
+    time_zone: required; an IANA name such as "Europe/Berlin" or "America/New_York". Peaks follow
+        the users' clock, daylight saving included, so there is no default.
+    days: weekly windows only: "MON-FRI", "SAT,SUN", ["MON", "WED"] or "*". Default: every day.
+    name: names the scheduled actions (letters, digits, - and _). Default: "peak<n>".
+
+    For each window EndpointScaling adds a scheduled action that raises the minimum capacity
+    `lead_time` before the start and one that restores the minimum at the end; target tracking
+    keeps scaling above the minimum throughout.
+    """
+
+    capacity: int | PeakCapacity
+    start: str | time | datetime
+    end: str | time | datetime
+    time_zone: str
+    days: str | Sequence[str] | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        with Checks("PeakWindow") as check:
+            capacity = self.capacity.capacity if isinstance(self.capacity, PeakCapacity) else self.capacity
+            check.integer(
+                "capacity",
+                capacity,
+                minimum=1,
+                maximum=MAX_CAPACITY,
+                fix="instances or copies to hold during the peak (capacity.capacity_for_peak(...))",
+            )
+            if check.text("time_zone", self.time_zone, fix="an IANA name such as 'Europe/Berlin'"):
+                _zone(check, self.time_zone)
+            if self.name is not None and check.text("name", self.name):
+                check.rule(
+                    _NAME.match(self.name) is not None,
+                    f"name={self.name!r} names scheduled actions: use 1-100 letters, digits, '-' and '_'",
+                )
+            kinds = {_kind(self.start), _kind(self.end)}
+            if not check.rule(
+                len(kinds) == 1 and None not in kinds,
+                f"start={self.start!r} and end={self.end!r} must be the same form: two times of day ('08:00' or "
+                "datetime.time), two datetimes (a one-off window) or two 'cron(...)' expressions",
+            ):
+                return
+            kind = kinds.pop()
+            if kind != "weekly":
+                check.rule(
+                    self.days is None,
+                    f"days={self.days!r} applies to weekly windows (times of day) only; a {kind} window carries its "
+                    "own dates: drop days",
+                )
+            if kind == "weekly":
+                start, end = (
+                    _minute_of_day(check, "start", self.start),
+                    _minute_of_day(check, "end", self.end),
+                )
+                if start is not None and end is not None:
+                    check.rule(
+                        start != end, f"start and end are both {self.start!r}: the window has no length"
+                    )
+                _weekdays(check, self.days)
+            elif kind == "once":
+                if (
+                    isinstance(self.start, datetime)
+                    and isinstance(self.end, datetime)
+                    and check.problems == []
+                ):
+                    zone = ZoneInfo(self.time_zone)
+                    check.rule(
+                        _local(self.end, zone) > _local(self.start, zone),
+                        f"end={self.end.isoformat()} is not after start={self.start.isoformat()}",
+                    )
+            else:
+                for prop in ("start", "end"):
+                    _cron_fields(check, prop, getattr(self, prop))
+
+    @property
+    def min_capacity(self) -> int:
+        """The minimum capacity held during the window, as an int."""
+        return self.capacity.capacity if isinstance(self.capacity, PeakCapacity) else int(self.capacity)
+
+    @property
+    def kind(self) -> str:
+        """ "weekly", "once" or "cron"."""
+        return _kind(self.start) or ""
+
+
+def _kind(value: Any) -> str | None:
+    if isinstance(value, datetime):
+        return "once"
+    if isinstance(value, time):
+        return "weekly"
+    if isinstance(value, str) and not is_token(value):
+        return "cron" if value.strip().startswith("cron(") else "weekly"
+    return None
+
+
+def _zone(check: Checks, name: str) -> ZoneInfo | None:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        check.fail(
+            f"time_zone={name!r} is not an IANA time zone; use a name such as 'Europe/Berlin', 'America/New_York' "
+            "or 'UTC' (if every name fails, install the tzdata package)"
+        )
+        return None
+
+
+def _minute_of_day(check: Checks, prop: str, value: Any) -> int | None:
+    if isinstance(value, time):
+        if value.second or value.microsecond:
+            check.fail(f"{prop}={value.isoformat()} has seconds; schedules run on whole minutes")
+            return None
+        return value.hour * 60 + value.minute
+    match = re.fullmatch(r"(\d{1,2}):(\d{2})", value.strip())
+    if not match or int(match[1]) > 23 or int(match[2]) > 59:
+        check.fail(f"{prop}={value!r} is not a time of day; write 'HH:MM' in 24-hour form, e.g. '08:30'")
+        return None
+    return int(match[1]) * 60 + int(match[2])
+
+
+def _weekdays(check: Checks, days: Any) -> list[int] | None:
+    """Weekday indexes (0 = Monday) from "MON-FRI", "SAT,SUN", "*" or a list of names."""
+    if days is None:
+        return list(range(7))
+    fix = "use day names MON..SUN: 'MON-FRI', 'SAT,SUN', ['MON', 'WED'] or '*'"
+    if isinstance(days, str):
+        parts = [p.strip() for p in days.split(",")]
+    elif isinstance(days, list | tuple) and all(isinstance(d, str) for d in days):
+        parts = [d.strip() for d in days]
+    else:
+        check.fail(f"days={days!r} is a {type(days).__name__}; {fix}")
+        return None
+    if parts == ["*"]:
+        return list(range(7))
+    found: list[int] = []
+    for part in parts:
+        ends = [p.strip().upper() for p in part.split("-")]
+        if not ends or len(ends) > 2 or any(e not in _DAYS for e in ends):
+            check.fail(
+                f"days={days!r}: {part!r} is not a day or a range of days; {fix} (numbers are ambiguous: "
+                "cron counts 1 as Sunday)"
+            )
+            return None
+        first, last = _DAYS.index(ends[0]), _DAYS.index(ends[-1])
+        span = (last - first) % 7
+        found.extend((first + i) % 7 for i in range(span + 1))
+    if not found:
+        check.fail(f"days={days!r} names no day; {fix}")
+        return None
+    return sorted(set(found))
+
+
+def _cron_fields(check: Checks, prop: str, value: str) -> list[str] | None:
+    match = _CRON.match(value.strip())
+    fields = match[1].split() if match else []
+    if len(fields) != 6:
+        check.fail(
+            f"{prop}={value!r} is not an Application Auto Scaling cron expression: cron(minute hour "
+            "day-of-month month day-of-week year), six fields, e.g. 'cron(0 9 ? * MON-FRI *)'"
+        )
+        return None
+    minute, hour = fields[0], fields[1]
+    if not (minute.isdigit() and int(minute) <= 59 and hour.isdigit() and int(hour) <= 23):
+        check.fail(
+            f"{prop}={value!r}: minute and hour must be single numbers so the lead time can be subtracted from the "
+            "start; use a weekly window (start='08:30', days=...) for anything else"
+        )
+        return None
+    if (fields[2] == "?") == (fields[4] == "?"):
+        check.fail(f"{prop}={value!r}: exactly one of day-of-month and day-of-week must be '?'")
+        return None
+    return fields
+
+
+def _local(moment: datetime, zone: ZoneInfo) -> datetime:
+    """A datetime in `zone`: a naive one is read as local time there, an aware one converted."""
+    return moment.replace(tzinfo=zone) if moment.tzinfo is None else moment.astimezone(zone)
+
+
+def _at(moment: datetime) -> str:
+    return f"at({moment.strftime('%Y-%m-%dT%H:%M:%S')})"
+
+
+class EndpointScaling(Construct):
+    """Target tracking on concurrent requests plus scheduled capacity ahead of known peaks, for a
+    SageMaker real-time endpoint's variant (instances) or inference component (copies).
+
+    endpoint: required; an LlmEndpoint, or the name of an endpoint created elsewhere (a literal or a
+        token such as `cfn_endpoint.attr_endpoint_name`).
+    variant_name: with an endpoint name: the production variant whose instances to scale.
+        Default: "AllTraffic" (the name SageMaker's SDK and console give a single variant).
+    inference_component_name: with an endpoint name: scale this inference component's copies
+        instead of a variant's instances. Default: none.
+    max_capacity: required; the most instances (or copies) scaling may run, 1..10,000.
+    min_capacity: the fewest instances (or copies). Default: 1, or 0 with scale_to_zero.
+    target_concurrency: required with the default metric; the concurrent requests per model (or per
+        copy) target tracking holds: a number > 0 or a capacity.ConcurrencyTarget
+        (capacity.target_concurrency(...) derives it from the throughput you measured).
+    scale_out_cooldown: Default: model_load_time if known, else 10 minutes. Target tracking counts
+        capacity still loading as already added, so a long cooldown does not delay a needed
+        scale-out; it stops a second one for load that the loading instances will absorb.
+    scale_in_cooldown: Default: 15 minutes, so a lull shorter than that does not release an
+        instance that takes minutes to load again.
+    disable_scale_in: target tracking never removes capacity. Default: False. With peaks it warns:
+        capacity raised for a peak would then stay after it.
+    peaks: PeakWindow list; each raises the minimum `lead_time` before its start and restores
+        min_capacity at its end. Windows whose lead-extended spans overlap are refused (the earlier
+        window's end would lower the minimum the later one raised). At most 100. Default: none.
+    lead_time: how far ahead of each peak the minimum rises, whole minutes, 1 minute..1 day.
+        Default: 20 minutes. Refused when shorter than model_load_time (capacity.lead_time(...)
+        derives it).
+    model_load_time: from scale-out to a serving instance. Default: an LlmEndpoint's startup
+        health-check timeout; unknown for an endpoint by name (lead_time then unchecked).
+    scale_to_zero: inference components only: min_capacity 0, and a step-scaling policy on
+        NoCapacityInvocationFailures that adds a copy when a request finds none. Default: False.
+        The cost: requests fail until a copy is loaded, several minutes after the first one
+        (a warning annotation says so). An LlmEndpoint must have
+        InferenceComponentOptions(min_instances=0) for the instances to go too.
+    endpoint_config: the CfnEndpointConfig of an endpoint by name, when it is in your app: a
+        serverless variant is then refused and the variant name checked. Default: none.
+    metric: "concurrency" (default), or "invocations" (per instance or copy per minute) or "cpu"
+        (percent) with allow_non_concurrency_metric=True, which leaves a warning annotation.
+    target_value: the target of an "invocations" or "cpu" metric.
+    allow_non_concurrency_metric: Default: False.
+    alarm_actions: actions for the alarms. Default: none.
+
+    Attributes: `scalable_target`, `tracking_policy`, `scale_out_from_zero` (or None),
+    `scheduled_action_names`, `target_value`, `resource_id`, `alarms` (name -> Alarm):
+    "ConcurrencyAboveTarget" fires when concurrency stays above the target longer than a scale-out
+    takes: the endpoint is at max_capacity or cannot add instances (quota, capacity), and with
+    scale_to_zero "NoCapacity" is the alarm that wakes the inference component.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        endpoint: LlmEndpoint | str,
+        max_capacity: int,
+        target_concurrency: float | ConcurrencyTarget | None = None,
+        variant_name: str | None = None,
+        inference_component_name: str | None = None,
+        min_capacity: int | None = None,
+        scale_out_cooldown: cdk.Duration | None = None,
+        scale_in_cooldown: cdk.Duration | None = None,
+        disable_scale_in: bool = False,
+        peaks: Sequence[PeakWindow] = (),
+        lead_time: cdk.Duration | None = None,
+        model_load_time: cdk.Duration | None = None,
+        scale_to_zero: bool = False,
+        endpoint_config: sagemaker.CfnEndpointConfig | None = None,
+        metric: str = "concurrency",
+        target_value: float | None = None,
+        allow_non_concurrency_metric: bool = False,
+        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
+    ) -> None:
+        super().__init__(scope, id)
+        lead_time = lead_time if lead_time is not None else cdk.Duration.minutes(20)
+        if model_load_time is None and isinstance(endpoint, LlmEndpoint):
+            model_load_time = endpoint.startup_health_check_timeout
+        with Checks(f"EndpointScaling {id}") as check:
+            target = self._check_target(
+                check, endpoint, variant_name, inference_component_name, endpoint_config, scale_to_zero
+            )
+            tracked = self._check_metric(
+                check, metric, target_concurrency, target_value, allow_non_concurrency_metric
+            )
+            minimum = self._check_capacity(check, min_capacity, max_capacity, scale_to_zero)
+            check.instance("disable_scale_in", disable_scale_in, bool, "True or False")
+            for name, value in (
+                ("scale_out_cooldown", scale_out_cooldown),
+                ("scale_in_cooldown", scale_in_cooldown),
+            ):
+                if check.duration(
+                    name,
+                    value,
+                    minimum=cdk.Duration.seconds(0),
+                    maximum=cdk.Duration.days(1),
+                    optional=True,
+                    fix="Application Auto Scaling waits whole seconds, up to a day here",
+                ):
+                    assert value is not None  # check.duration passed it
+                    seconds = value.to_seconds(integral=False)
+                    check.rule(
+                        seconds == int(seconds), f"{name}={value.to_human_string()} is not whole seconds"
+                    )
+            load_ok = check.duration(
+                "model_load_time",
+                model_load_time,
+                minimum=cdk.Duration.seconds(1),
+                maximum=cdk.Duration.hours(2),
+                optional=True,
+                fix="from scale-out to a serving instance; SageMaker's two startup timeouts allow 2 hours",
+            )
+            lead_ok = check.duration(
+                "lead_time",
+                lead_time,
+                minimum=cdk.Duration.minutes(1),
+                maximum=cdk.Duration.days(1),
+                fix="how far ahead of each peak the minimum rises (capacity.lead_time(...))",
+            )
+            if lead_ok:
+                lead_minutes = lead_time.to_seconds(integral=False) / 60
+                lead_ok = check.rule(
+                    lead_minutes == int(lead_minutes),
+                    f"lead_time={lead_time.to_human_string()} is not whole minutes; schedules fire on whole minutes: "
+                    f"use cdk.Duration.minutes({math.ceil(lead_minutes)})",
+                )
+            if lead_ok and load_ok and model_load_time is not None and peaks:
+                check.rule(
+                    lead_time.to_seconds(integral=False) >= model_load_time.to_seconds(integral=False),
+                    f"lead_time={lead_time.to_human_string()} is shorter than the model load time "
+                    f"({model_load_time.to_human_string()}): capacity raised that late is still loading when the peak "
+                    f"starts; use at least cdk.Duration.minutes({math.ceil(model_load_time.to_seconds(integral=False) / 60)}) "
+                    "(capacity.lead_time(...) adds a margin)",
+                )
+            windows = self._check_peaks(check, peaks, minimum, max_capacity, lead_time if lead_ok else None)
+            schedules = (
+                _plan_schedules(check, windows, int(lead_time.to_minutes()), minimum) if lead_ok else []
+            )
+            check.instance("scale_to_zero", scale_to_zero, bool, "True or False")
+            check.each(
+                "alarm_actions",
+                alarm_actions,
+                lambda n, v: check.instance(
+                    n, v, cloudwatch.IAlarmAction, "an alarm action, e.g. cloudwatch_actions.SnsAction(topic)"
+                ),
+            )
+        assert target is not None and tracked is not None and minimum is not None
+
+        self.resource_id, dimension, self._dimensions, is_component = target
+        self.target_value = tracked
+        stack = cdk.Stack.of(self)
+        # SageMaker scaling always runs as Application Auto Scaling's service-linked role; naming it
+        # keeps aws-cdk-lib from creating a role of its own that would never be used.
+        role = iam.Role.from_role_arn(
+            self,
+            "ServiceLinkedRole",
+            stack.format_arn(service="iam", region="", resource="role", resource_name=_SLR),
+            mutable=False,
+        )
+        self.scalable_target = appscaling.ScalableTarget(
+            self,
+            "Target",
+            service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
+            resource_id=self.resource_id,
+            scalable_dimension=dimension,
+            min_capacity=minimum,
+            max_capacity=max_capacity,
+            role=role,
+        )
+        if isinstance(endpoint, LlmEndpoint):  # the target exists only once the endpoint is in service
+            self.scalable_target.node.add_dependency(endpoint.scaled_resource)
+
+        load = model_load_time or cdk.Duration.minutes(10)
+        self.tracking_policy = self.scalable_target.scale_to_track_metric(
+            "Tracking",
+            target_value=tracked,
+            predefined_metric=self._predefined(metric, is_component),
+            custom_metric=self._cpu_metric(is_component) if metric == "cpu" else None,
+            scale_out_cooldown=scale_out_cooldown or load,
+            scale_in_cooldown=scale_in_cooldown or cdk.Duration.minutes(15),
+            disable_scale_in=disable_scale_in or None,
+        )
+        if metric != "concurrency":
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:non-concurrency-metric",
+                f"target tracking follows {metric} (allow_non_concurrency_metric=True): a long generation occupies "
+                "a model for seconds at low CPU and counts as one invocation, so this metric lags LLM load; track "
+                "concurrency unless you measured otherwise",
+            )
+
+        self.scheduled_action_names: list[str] = []
+        for action, expression, capacity, time_zone in schedules:
+            self.scalable_target.scale_on_schedule(
+                action,
+                schedule=appscaling.Schedule.expression(expression),
+                min_capacity=capacity,
+                time_zone=cdk.TimeZone.of(time_zone),
+            )
+            self.scheduled_action_names.append(action)
+        if disable_scale_in and peaks:
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:scale-in-disabled-with-peaks",
+                "disable_scale_in=True with peaks: restoring the minimum after a peak does not remove instances "
+                "(only target tracking scales in), so capacity raised for a peak stays until you lower it",
+            )
+
+        self.scale_out_from_zero: appscaling.StepScalingAction | None = None
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+        if scale_to_zero:
+            self._scale_to_zero(alarm_actions)
+        if metric == "concurrency":
+            self._shortfall_alarm(tracked, max_capacity, load, alarm_actions)
+
+    # --- validation ------------------------------------------------------------------------------
+
+    def _check_target(
+        self,
+        check: Checks,
+        endpoint: Any,
+        variant_name: Any,
+        component_name: Any,
+        endpoint_config: Any,
+        scale_to_zero: Any,
+    ) -> tuple[str, str, dict[str, str], bool] | None:
+        """(resource id, scalable dimension, metric dimensions, is an inference component)."""
+        if isinstance(endpoint, LlmEndpoint):
+            for prop, value in (
+                ("variant_name", variant_name),
+                ("inference_component_name", component_name),
+                ("endpoint_config", endpoint_config),
+            ):
+                check.rule(
+                    value is None,
+                    f"{prop} is set with an LlmEndpoint, which knows its own; it would be ignored: drop {prop}",
+                )
+            name, variant, component = (
+                endpoint.endpoint_name,
+                endpoint.variant_name,
+                endpoint.inference_component_name,
+            )
+            if not is_token(endpoint.instance_type) and endpoint.instance_type.startswith("ml.t2."):
+                check.fail(
+                    f"{endpoint.instance_type} is a burstable T2 type, which SageMaker cannot auto scale; host the "
+                    "model on a GPU type"
+                )
+            if scale_to_zero is True and component is not None:
+                options_min = endpoint.inference_component_options.min_instances  # type: ignore[union-attr]
+                check.rule(
+                    options_min == 0,
+                    "scale_to_zero=True but the LlmEndpoint keeps at least "
+                    f"{options_min} instance(s): copies would go to zero while instances keep running; pass "
+                    "InferenceComponentOptions(min_instances=0)",
+                )
+        else:
+            if is_token(endpoint):
+                pass  # a deploy-time name, e.g. CfnEndpoint.attr_endpoint_name
+            elif not check.text(
+                "endpoint", endpoint, fix="an LlmEndpoint, or the name of an existing endpoint"
+            ):
+                return None
+            else:
+                check.rule(
+                    re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", endpoint) is not None,
+                    f"endpoint={endpoint!r} is not a SageMaker endpoint name (1-63 letters, digits and hyphens)",
+                )
+            check.rule(
+                variant_name is None or component_name is None,
+                "variant_name and inference_component_name are both set: scale either a variant's instances or an "
+                "inference component's copies, one per EndpointScaling",
+            )
+            for prop, value in (("variant_name", variant_name), ("inference_component_name", component_name)):
+                if value is not None and check.text(prop, value, max_length=63) and not is_token(value):
+                    check.rule(
+                        re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", value) is not None,
+                        f"{prop}={value!r} is not a SageMaker name (1-63 letters, digits and hyphens)",
+                    )
+            name, variant, component = endpoint, variant_name or "AllTraffic", component_name
+            if check.instance(
+                "endpoint_config",
+                endpoint_config,
+                sagemaker.CfnEndpointConfig,
+                "the sagemaker.CfnEndpointConfig of the endpoint",
+                optional=True,
+            ):
+                self._check_config(check, endpoint_config, variant, component)
+        if component is not None:
+            return (
+                f"inference-component/{component}",
+                "sagemaker:inference-component:DesiredCopyCount",
+                {"InferenceComponentName": component},
+                True,
+            )
+        check.rule(
+            scale_to_zero is not True,
+            "scale_to_zero=True needs an inference component: SageMaker scales a variant to zero instances only "
+            "through its inference components; host the model as one (InferenceComponentOptions) or keep min_capacity >= 1",
+        )
+        return (
+            f"endpoint/{name}/variant/{variant}",
+            "sagemaker:variant:DesiredInstanceCount",
+            {"EndpointName": name, "VariantName": variant},
+            False,
+        )
+
+    def _check_config(
+        self, check: Checks, config: sagemaker.CfnEndpointConfig, variant: str, component: str | None
+    ) -> None:
+        resolved = cdk.Stack.of(config).resolve(config.production_variants)
+        variants = resolved if isinstance(resolved, list) else []
+        by_name = {v.get("variantName"): v for v in variants if isinstance(v, dict)}
+        if any(isinstance(v, dict) and v.get("serverlessConfig") for v in variants):
+            check.fail(f"the endpoint config has a serverless variant: {_SERVERLESS}")
+            return
+        if component is None and by_name and not is_token(variant):
+            check.rule(
+                variant in by_name,
+                f"variant_name={variant!r} is not a variant of the endpoint config (it has {', '.join(sorted(map(str, by_name)))})",
+            )
+
+    def _check_metric(
+        self, check: Checks, metric: Any, target_concurrency: Any, target_value: Any, allow: Any
+    ) -> float | None:
+        check.instance("allow_non_concurrency_metric", allow, bool, "True or False")
+        if not check.one_of(
+            "metric",
+            metric,
+            SCALING_METRICS,
+            fix="track 'concurrency': it reflects LLM load; CPU and invocations do not",
+        ):
+            return None
+        if metric == "concurrency":
+            check.rule(
+                target_value is None,
+                "target_value is for the 'invocations' and 'cpu' metrics; with concurrency pass target_concurrency",
+            )
+            if isinstance(target_concurrency, ConcurrencyTarget):
+                return target_concurrency.target_value
+            fix = (
+                "the concurrent requests per model or copy to hold; derive it with "
+                "capacity.target_concurrency(sustained_requests_per_minute=..., latency_seconds=...)"
+            )
+            if check.number(
+                "target_concurrency", target_concurrency, above=0, maximum=MAX_TARGET_CONCURRENCY, fix=fix
+            ):
+                return float(target_concurrency)
+            return target_concurrency if is_token(target_concurrency) else None
+        if not check.rule(
+            allow is True,
+            f"metric={metric!r} as the signal for an LLM endpoint: one generation occupies a model for seconds at low "
+            "CPU and counts as one invocation, so the metric lags the load and the endpoint saturates before it "
+            "scales; track 'concurrency', or pass allow_non_concurrency_metric=True if you measured that it fits",
+        ):
+            return None
+        check.rule(
+            target_concurrency is None,
+            f"target_concurrency is for the concurrency metric; with metric={metric!r} pass target_value",
+        )
+        if metric == "cpu":
+            ok = check.number(
+                "target_value",
+                target_value,
+                above=0,
+                maximum=100,
+                fix="the CPU utilization to hold, in percent",
+            )
+        else:
+            ok = check.number(
+                "target_value",
+                target_value,
+                above=0,
+                maximum=1e6,
+                fix="invocations per instance (or copy) per minute to hold",
+            )
+        return float(target_value) if ok else (target_value if is_token(target_value) else None)
+
+    def _check_capacity(self, check: Checks, minimum: Any, maximum: Any, scale_to_zero: Any) -> int | None:
+        max_ok = check.integer(
+            "max_capacity",
+            maximum,
+            minimum=1,
+            maximum=MAX_CAPACITY,
+            fix="the most instances or copies scaling may run (capacity.capacity_for_peak(...))",
+        )
+        if minimum is None:
+            return 0 if scale_to_zero is True else 1
+        if not check.integer(
+            "min_capacity",
+            minimum,
+            minimum=0,
+            maximum=MAX_CAPACITY,
+            fix="the fewest instances or copies to keep",
+        ):
+            return None
+        if minimum == 0 and scale_to_zero is not True:
+            check.fail(
+                "min_capacity=0 without scale_to_zero: at zero nothing brings capacity back (target tracking has no "
+                "copies to measure); pass scale_to_zero=True (inference components) or min_capacity >= 1"
+            )
+        if minimum > 0 and scale_to_zero is True:
+            check.fail(
+                f"min_capacity={minimum} with scale_to_zero=True: drop min_capacity (scale to zero means 0)"
+            )
+        if max_ok:
+            check.rule(minimum <= maximum, f"min_capacity={minimum} exceeds max_capacity={maximum}")
+        return int(minimum)
+
+    def _check_peaks(
+        self, check: Checks, peaks: Any, minimum: int | None, maximum: Any, lead: cdk.Duration | None
+    ) -> list[tuple[str, PeakWindow]]:
+        if not check.each("peaks", peaks, lambda n, v: check.instance(n, v, PeakWindow, "a PeakWindow(...)")):
+            return []
+        if not check.rule(
+            2 * len(peaks) <= MAX_SCHEDULED_ACTIONS,
+            f"{len(peaks)} peaks need {2 * len(peaks)} scheduled actions; Application Auto Scaling allows "
+            f"{MAX_SCHEDULED_ACTIONS} per scalable target",
+        ):
+            return []
+        windows = [(w.name or f"peak{i + 1}", w) for i, w in enumerate(peaks)]
+        names = [n for n, _ in windows]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            check.fail(f"two peaks are named {name!r}; scheduled action names must be unique: rename one")
+        for name, window in windows:
+            if isinstance(maximum, int) and not isinstance(maximum, bool):
+                check.rule(
+                    window.min_capacity <= maximum,
+                    f"peak {name!r} holds {window.min_capacity} but max_capacity={maximum}: Application Auto Scaling "
+                    f"would cap the peak at {maximum}; raise max_capacity or lower the peak's capacity",
+                )
+            if minimum is not None:
+                check.rule(
+                    window.min_capacity > minimum,
+                    f"peak {name!r} holds {window.min_capacity}, not above min_capacity={minimum}: the window "
+                    "changes nothing; raise its capacity or drop it",
+                )
+        if lead is not None and not check.problems:
+            _check_overlaps(check, windows, int(lead.to_minutes()))
+            self._warn_past(windows)
+            self._warn_unchecked(windows)
+        return windows
+
+    def _warn_past(self, windows: list[tuple[str, PeakWindow]]) -> None:
+        now = datetime.now(UTC)
+        for name, window in windows:
+            if window.kind == "once" and _local(window.end, ZoneInfo(window.time_zone)) <= now:  # type: ignore[arg-type]
+                cdk.Annotations.of(self).add_warning_v2(
+                    "genai-pacer:peak-in-the-past",
+                    f"peak {name!r} ended at {window.end.isoformat()} ({window.time_zone}), before this synth: its "  # type: ignore[union-attr]
+                    "one-off scheduled actions will never run; drop or move the window",
+                )
+
+    def _warn_unchecked(self, windows: list[tuple[str, PeakWindow]]) -> None:
+        crons = [name for name, w in windows if w.kind == "cron"]
+        if crons and len(windows) > 1:
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:peak-overlap-unchecked",
+                f"peaks {', '.join(map(repr, crons))} are cron expressions, whose overlap with other peaks is not "
+                "checked: if one ends while another is running, the minimum drops early",
+            )
+
+    # --- resources -------------------------------------------------------------------------------
+
+    def _predefined(self, metric: str, is_component: bool) -> appscaling.PredefinedMetric | None:
+        metrics = {
+            (
+                "concurrency",
+                False,
+            ): appscaling.PredefinedMetric.SAGEMAKER_VARIANT_CONCURRENT_REQUESTS_PER_MODEL_HIGH_RESOLUTION,
+            (
+                "concurrency",
+                True,
+            ): appscaling.PredefinedMetric.SAGEMAKER_INFERENCE_COMPONENT_CONCURRENT_REQUESTS_PER_COPY_HIGH_RESOLUTION,
+            ("invocations", False): appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE,
+            (
+                "invocations",
+                True,
+            ): appscaling.PredefinedMetric.SAGEMAKER_INFERENCE_COMPONENT_INVOCATIONS_PER_COPY,
+        }
+        return metrics.get((metric, is_component))
+
+    def _cpu_metric(self, is_component: bool) -> cloudwatch.Metric:
+        if is_component:
+            return cloudwatch.Metric(
+                namespace="/aws/sagemaker/InferenceComponents",
+                metric_name="CPUUtilizationNormalized",
+                dimensions_map=self._dimensions,
+                statistic="Average",
+                period=cdk.Duration.minutes(1),
+            )
+        return cloudwatch.Metric(
+            namespace="/aws/sagemaker/Endpoints",
+            metric_name="CPUUtilization",
+            dimensions_map=self._dimensions,
+            statistic="Average",
+            period=cdk.Duration.minutes(1),
+        )
+
+    def metric_concurrent_requests(self, **props: Any) -> cloudwatch.Metric:
+        """The tracked concurrency: requests in flight per model (variant) or per copy, averaged."""
+        props.setdefault("statistic", "Average")
+        props.setdefault("period", cdk.Duration.minutes(1))
+        name = (
+            "ConcurrentRequestsPerCopy"
+            if "InferenceComponentName" in self._dimensions
+            else "ConcurrentRequestsPerModel"
+        )
+        return cloudwatch.Metric(
+            namespace="AWS/SageMaker", metric_name=name, dimensions_map=self._dimensions, **props
+        )
+
+    def _scale_to_zero(self, actions: Sequence[cloudwatch.IAlarmAction]) -> None:
+        """Target tracking cannot leave zero (there is no copy to measure): a request that finds no copy
+        raises NoCapacityInvocationFailures, whose alarm adds one copy."""
+        self.scale_out_from_zero = appscaling.StepScalingAction(
+            self,
+            "ScaleOutFromZero",
+            scaling_target=self.scalable_target,
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            metric_aggregation_type=appscaling.MetricAggregationType.MAXIMUM,
+            cooldown=cdk.Duration.minutes(1),
+        )
+        self.scale_out_from_zero.add_adjustment(adjustment=1, lower_bound=0)
+        alarm = cloudwatch.Alarm(
+            self,
+            "NoCapacityAlarm",
+            metric=cloudwatch.Metric(
+                namespace="AWS/SageMaker",
+                metric_name="NoCapacityInvocationFailures",
+                dimensions_map=self._dimensions,
+                statistic="Sum",
+                period=cdk.Duration.minutes(1),
+            ),
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description="a request found no copy of the inference component: adds one (scale out from zero)",
+        )
+        alarm.add_alarm_action(cloudwatch_actions.ApplicationScalingAction(self.scale_out_from_zero))
+        for action in actions:
+            alarm.add_alarm_action(action)
+        self.alarms["NoCapacity"] = alarm
+        cdk.Annotations.of(self).add_warning_v2(
+            "genai-pacer:scale-to-zero",
+            "scale_to_zero=True: after an idle period the inference component has no copy, and requests fail "
+            "(NoCapacityInvocationFailures) until a new copy is loaded, several minutes after the first one. "
+            "Use it for endpoints that tolerate a cold start, never on a user-facing path",
+        )
+
+    def _shortfall_alarm(
+        self, target: float, maximum: int, load: cdk.Duration, actions: Sequence[cloudwatch.IAlarmAction]
+    ) -> None:
+        minutes = (
+            math.ceil(load.to_seconds(integral=False) / 60) + 5
+        )  # a scale-out's load, plus the alarm's own lag
+        alarm = cloudwatch.Alarm(
+            self,
+            "ConcurrencyAboveTargetAlarm",
+            metric=self.metric_concurrent_requests(),
+            threshold=target,
+            evaluation_periods=minutes,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=(
+                f"concurrency per model stayed above the target for {minutes} minutes, longer than a scale-out takes: "
+                f"the endpoint is at max_capacity ({maximum}) or cannot add instances (quota, insufficient capacity); "
+                "raise max_capacity or schedule the peak"
+            ),
+        )
+        for action in actions:
+            alarm.add_alarm_action(action)
+        self.alarms["ConcurrencyAboveTarget"] = alarm
+
+
+def _plan_schedules(
+    check: Checks, windows: list[tuple[str, PeakWindow]], lead: int, baseline: int | None
+) -> list[tuple[str, str, int, str]]:
+    """Each window's two scheduled actions: (name, schedule expression, minimum capacity, time zone)."""
+    if baseline is None or check.problems:
+        return []
+    planned = []
+    for name, window in windows:
+        if window.kind == "weekly":
+            raised, restored = _weekly_expressions(window, lead)
+        elif window.kind == "once":
+            zone = ZoneInfo(window.time_zone)
+            start = _local(window.start, zone)  # type: ignore[arg-type]
+            raised = _at((start.astimezone(UTC) - timedelta(minutes=lead)).astimezone(zone))
+            restored = _at(_local(window.end, zone))  # type: ignore[arg-type]
+        else:
+            expressions = _cron_expressions(check, name, window, lead)
+            if expressions is None:
+                continue
+            raised, restored = expressions
+        planned.append((f"{name}-raise", raised, window.min_capacity, window.time_zone))
+        planned.append((f"{name}-restore", restored, baseline, window.time_zone))
+    return planned
+
+
+def _weekly_expressions(window: PeakWindow, lead: int) -> tuple[str, str]:
+    scratch = Checks("PeakWindow")  # the window was validated when it was built
+    start = _minute_of_day(scratch, "start", window.start)
+    end = _minute_of_day(scratch, "end", window.end)
+    days = _weekdays(scratch, window.days)
+    assert start is not None and end is not None and days is not None
+
+    def cron(minute_of_day: int, day_shift: int) -> str:
+        shifted = sorted({(d + day_shift) % 7 for d in days})
+        week_day = "*" if len(shifted) == 7 else ",".join(_DAYS[d] for d in shifted)
+        return f"cron({minute_of_day % 60} {minute_of_day // 60} ? * {week_day} *)"
+
+    # A lead that crosses midnight raises the minimum the day before; an overnight window ends the next day.
+    return cron((start - lead) % 1440, math.floor((start - lead) / 1440)), cron(end, 1 if end <= start else 0)
+
+
+def _cron_expressions(check: Checks, name: str, window: PeakWindow, lead: int) -> tuple[str, str] | None:
+    fields = _cron_fields(Checks("PeakWindow"), "start", str(window.start))
+    assert fields is not None
+    start = int(fields[1]) * 60 + int(fields[0])
+    raised, shift = (start - lead) % 1440, math.floor((start - lead) / 1440)
+    raise_fields = [str(raised % 60), str(raised // 60), *fields[2:]]
+    if shift and fields[4] != "?":  # day-of-week schedule: move each day back
+        shifted = _shift_cron_days(fields[4], shift)
+        if shifted is None:
+            check.fail(
+                f"peak {name!r}: its {lead}-minute lead starts the day before, and the day-of-week field "
+                f"{fields[4]!r} cannot be shifted; use day names or numbers 1-7 (Sunday = 1), or a weekly window"
+            )
+            return None
+        raise_fields[4] = shifted
+    elif shift and fields[2] != "*":
+        check.fail(
+            f"peak {name!r}: its {lead}-minute lead starts the day before a day-of-month schedule "
+            f"({window.start}), which one cron expression cannot say; start the peak later, shorten the lead, or "
+            "use a one-off window"
+        )
+        return None
+    return f"cron({' '.join(raise_fields)})", str(window.end).strip()
+
+
+def _shift_cron_days(field: str, shift: int) -> str | None:
+    """A cron day-of-week field (names, or 1-7 with Sunday = 1) moved by `shift` days, or None."""
+    if field == "*":
+        return "*"
+    names = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+    parts = []
+    for part in field.split(","):
+        ends = part.split("-")
+        if not all(e.isdigit() and 1 <= int(e) <= 7 or e.upper() in names for e in ends):
+            return None
+        parts.append("-".join(names[int(e) - 1] if e.isdigit() else e.upper() for e in ends))
+    days = _weekdays(Checks("PeakWindow"), ",".join(parts))
+    if days is None:
+        return None
+    return ",".join(_DAYS[(d + shift) % 7] for d in days)
+
+
+def _check_overlaps(check: Checks, windows: list[tuple[str, PeakWindow]], lead: int) -> None:
+    """Refuse windows whose spans, extended by the lead before their start, overlap: the earlier window's
+    restore action would lower the minimum the later window raised."""
+    checked = [(name, w) for name, w in windows if w.kind != "cron"]
+    for i, (a, first) in enumerate(checked):
+        for b, second in checked[i + 1 :]:
+            if _overlap(first, second, lead):
+                check.fail(
+                    f"peaks {a!r} ({_describe(first)}) and {b!r} ({_describe(second)}) overlap once each minimum "
+                    f"rises {lead} minutes early: the first to end restores the minimum while the other is still "
+                    "running; merge them into one window with the larger capacity, or move one"
+                )
+
+
+def _overlap(first: PeakWindow, second: PeakWindow, lead: int) -> bool:
+    if first.kind == "once" and second.kind == "once":
+        a, b = _absolute(first, lead), _absolute(second, lead)
+        return a[0] < b[1] and b[0] < a[1]
+    # A weekly window's UTC offset is the one on the one-off's date, else both winter's and summer's.
+    once = [w for w in (first, second) if w.kind == "once"]
+    references = (
+        [_local(once[0].start, ZoneInfo(once[0].time_zone)).astimezone(UTC).replace(tzinfo=None)]  # type: ignore[arg-type]
+        if once
+        else [datetime(2025, 1, 6), datetime(2025, 7, 7)]  # Mondays in winter and in summer
+    )
+    for reference in references:
+        spans_a = _intervals(first, ZoneInfo(first.time_zone), lead, reference)
+        spans_b = _intervals(second, ZoneInfo(second.time_zone), lead, reference)
+        if any(s1 < e2 and s2 < e1 for s1, e1 in spans_a for s2, e2 in spans_b):
+            return True
+    return False
+
+
+def _absolute(window: PeakWindow, lead: int) -> tuple[datetime, datetime]:
+    zone = ZoneInfo(window.time_zone)
+    start = _local(window.start, zone).astimezone(UTC) - timedelta(minutes=lead)  # type: ignore[arg-type]
+    return start, _local(window.end, zone).astimezone(UTC)  # type: ignore[arg-type]
+
+
+def _describe(window: PeakWindow) -> str:
+    if window.kind == "once":
+        return f"{window.start.isoformat()} to {window.end.isoformat()} {window.time_zone}"  # type: ignore[union-attr]
+    days = window.days if window.days is not None else "every day"
+    start = window.start.strftime("%H:%M") if isinstance(window.start, time) else window.start
+    end = window.end.strftime("%H:%M") if isinstance(window.end, time) else window.end
+    return f"{days} {start}-{end} {window.time_zone}"
+
+
+def _intervals(window: PeakWindow, zone: ZoneInfo, lead: int, reference: datetime) -> list[tuple[int, int]]:
+    """The window's lead-extended spans as UTC minutes of a week (0 = Monday 00:00), unrolled over three
+    weeks so spans that wrap the week boundary compare correctly; `reference` picks the UTC offset."""
+    if window.kind == "once":
+        first, last = _absolute(window, lead)
+        epoch = datetime(2025, 1, 6, tzinfo=UTC)  # a Monday
+        s = int((first - epoch).total_seconds() // 60)
+        e = int((last - epoch).total_seconds() // 60)
+        if e - s >= _WEEK:  # longer than a week overlaps every weekly window
+            return [(-_WEEK * 2, _WEEK * 3)]
+        s_mod = s % _WEEK
+        return [(s_mod + k * _WEEK, s_mod + (e - s) + k * _WEEK) for k in (-1, 0, 1)]
+    scratch = Checks("PeakWindow")
+    start = _minute_of_day(scratch, "start", window.start)
+    end = _minute_of_day(scratch, "end", window.end)
+    days = _weekdays(scratch, window.days) or []
+    assert start is not None and end is not None
+    offset = int(zone.utcoffset(reference).total_seconds() // 60)  # type: ignore[union-attr]
+    length = (end - start) % 1440 or 1440
+    result: list[tuple[int, int]] = []
+    for day in days:
+        begin = (day * 1440 + start - lead - offset) % _WEEK
+        result.extend((begin + k * _WEEK, begin + lead + length + k * _WEEK) for k in (-1, 0, 1))
+    return result
