@@ -165,6 +165,20 @@ def test_a_deploy_time_endpoint_name_and_target_are_accepted():
     assert tracking_of(template)["TargetValue"] == {"Ref": "Target"}
 
 
+def test_deploy_time_names_and_keys_are_accepted_where_valid():
+    def build(stack):
+        component = cdk.CfnParameter(stack, "Component").value_as_string
+        by_name(stack, inference_component_name=component)
+        key = cdk.CfnParameter(stack, "WeightsKey").value_as_string
+        llm(stack, model_data_key=key, endpoint_name=cdk.CfnParameter(stack, "Name").value_as_string)
+
+    _, template = scaling_of(build)
+    assert target_of(template)["ResourceId"] == {"Fn::Join": ["", ["inference-component/", {"Ref": "Component"}]]}
+    container = only(template, "AWS::SageMaker::Model")["Properties"]["PrimaryContainer"]
+    assert container["ModelDataUrl"] == {"Fn::Join": ["", ["s3://my-models/", {"Ref": "WeightsKey"}]]}
+    assert only(template, "AWS::SageMaker::Endpoint")["Properties"]["EndpointName"] == {"Ref": "Name"}
+
+
 def test_an_llm_endpoint_is_scaled_after_it_is_in_service_and_its_load_time_sets_the_cooldown():
     def build(stack):
         endpoint = llm(stack, startup_health_check_timeout=cdk.Duration.minutes(12))
@@ -312,6 +326,17 @@ def test_overlapping_peaks_are_refused(windows, message):
     peaks = [PeakWindow(**{**WEEKDAY_MORNING, **w}) for w in windows]
     with pytest.raises(InvalidPropsError, match=message):
         by_name(new_stack(), peaks=peaks)
+
+
+def test_a_daily_window_that_reaches_its_own_next_occurrence_is_refused():
+    almost_all_day = PeakWindow(capacity=4, start="06:00", end="05:50", time_zone="UTC", name="always")
+    with pytest.raises(InvalidPropsError, match=(
+        "peak 'always' .* lasts 1430 minutes and rises 20 minutes early, so it reaches its own next occurrence 1 day"
+    )):
+        by_name(new_stack(), peaks=[almost_all_day])
+    # the same window on Mondays only, or with a lead that fits, is fine
+    by_name(new_stack(), peaks=[PeakWindow(**{**almost_all_day.__dict__, "days": "MON"})])
+    by_name(new_stack(), peaks=[almost_all_day], lead_time=cdk.Duration.minutes(10))
 
 
 def test_peaks_that_only_look_alike_are_not_overlaps():

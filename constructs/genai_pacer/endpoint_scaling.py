@@ -918,6 +918,9 @@ def _check_overlaps(check: Checks, windows: list[tuple[str, PeakWindow]], lead: 
     """Refuse windows whose spans, extended by the lead before their start, overlap: the earlier window's
     restore action would lower the minimum the later window raised."""
     checked = [(name, w) for name, w in windows if w.kind != "cron"]
+    for name, window in checked:
+        if window.kind == "weekly":
+            _check_self_overlap(check, name, window, lead)
     for i, (a, first) in enumerate(checked):
         for b, second in checked[i + 1 :]:
             if _overlap(first, second, lead):
@@ -926,6 +929,26 @@ def _check_overlaps(check: Checks, windows: list[tuple[str, PeakWindow]], lead: 
                     f"rises {lead} minutes early: the first to end restores the minimum while the other is still "
                     "running; merge them into one window with the larger capacity, or move one"
                 )
+
+
+def _check_self_overlap(check: Checks, name: str, window: PeakWindow, lead: int) -> None:
+    """A weekly window nearly a day long can reach its own next occurrence: the day's restore would
+    then lower the minimum the next day's raise has just set."""
+    scratch = Checks("PeakWindow")
+    start = _minute_of_day(scratch, "start", window.start)
+    end = _minute_of_day(scratch, "end", window.end)
+    days = _weekdays(scratch, window.days) or []
+    if start is None or end is None or len(days) < 2:
+        return
+    gap = min((days[(i + 1) % len(days)] - day) % 7 or 7 for i, day in enumerate(days)) * 1440
+    length = (end - start) % 1440 or 1440
+    check.rule(
+        length + lead <= gap,
+        f"peak {name!r} ({_describe(window)}) lasts {length} minutes and rises {lead} minutes early, so it "
+        f"reaches its own next occurrence {gap // 1440} day(s) later: that day's raise comes before the "
+        "previous restore, which then drops the minimum; end it earlier, shorten the lead, or hold the "
+        "capacity with min_capacity instead",
+    )
 
 
 def _overlap(first: PeakWindow, second: PeakWindow, lead: int) -> bool:
