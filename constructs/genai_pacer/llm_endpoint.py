@@ -554,14 +554,13 @@ class LlmEndpoint(Construct):
                 fix="the p90 model latency you consider too slow",
             )
             actions = props["alarm_actions"]
-            if check.each(
+            check.each(
                 "alarm_actions",
                 actions,
                 lambda n, v: check.instance(
                     n, v, cloudwatch.IAlarmAction, "an alarm action, e.g. cloudwatch_actions.SnsAction(topic)"
                 ),
-            ):
-                pass
+            )
             if (
                 ic_ok
                 and options is not None
