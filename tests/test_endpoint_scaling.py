@@ -457,7 +457,7 @@ def test_concurrency_above_target_longer_than_a_scale_out_raises_an_alarm():
     _, template = scaling_of(lambda s: by_name(s, model_load_time=cdk.Duration.minutes(12)))
     (alarm,) = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
     assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
-        "AWS/SageMaker", "ConcurrentRequestsPerModel", "Average"
+        "AWS/SageMaker", "ConcurrentRequestsPerModel", "Minimum"  # published for Minimum and Maximum only
     )
     assert (alarm["Threshold"], alarm["EvaluationPeriods"], alarm["Period"]) == (6.4, 17, 60)
     assert "at max_capacity (12)" in alarm["AlarmDescription"]
@@ -515,7 +515,8 @@ SCRATCH = cdk.Stack(cdk.App(), "Scratch")
         (dict(metric="gpu"), "metric='gpu' must be one of 'concurrency', 'invocations', 'cpu'"),
         (dict(metric="cpu", target_concurrency=None, target_value=50), "metric='cpu' as the signal for an LLM endpoint"),
         (dict(metric="cpu", target_value=50, allow_non_concurrency_metric=True), "target_concurrency is for the concurrency metric"),
-        (dict(metric="cpu", target_concurrency=None, target_value=150, allow_non_concurrency_metric=True), "target_value=150 exceeds the maximum of 100"),
+        (dict(metric="cpu", target_concurrency=None, target_value=150, inference_component_name="ic", allow_non_concurrency_metric=True), "target_value=150 exceeds the maximum of 100.*of its reservation"),
+        (dict(metric="cpu", target_concurrency=None, target_value=30_000, allow_non_concurrency_metric=True), "target_value=30000 exceeds the maximum of 25,600.*summed over vCPUs"),
         (dict(metric="cpu", target_concurrency=None, allow_non_concurrency_metric=True), "target_value is required"),
         (dict(metric="invocations", target_concurrency=None, target_value=0, allow_non_concurrency_metric=True), "target_value=0 must be greater than 0"),
         (dict(allow_non_concurrency_metric="yes"), "allow_non_concurrency_metric='yes' is a str"),
@@ -738,7 +739,8 @@ def test_latency_and_5xx_alarms_read_the_endpoints_metrics(gpu_endpoint):
         {"Name": "EndpointName", "Value": endpoint.endpoint_name}, {"Name": "VariantName", "Value": "AllTraffic"}
     ]
     assert set(endpoint.alarms) == {"ModelLatency", "Invocation5XXErrors"}
-    assert endpoint.metric_concurrent_requests().metric_name == "ConcurrentRequestsPerModel"
+    concurrency = endpoint.metric_concurrent_requests()
+    assert (concurrency.metric_name, concurrency.statistic) == ("ConcurrentRequestsPerModel", "Maximum")
 
 
 def test_an_ebs_instance_type_gets_a_rotating_volume_key_and_an_archive_uses_model_data_url():

@@ -44,6 +44,8 @@ __all__ = ["EndpointScaling", "PeakWindow", "SCALING_METRICS", "MAX_SCHEDULED_AC
 #: What target tracking may follow. Only "concurrency" reflects LLM load; the others need
 #: allow_non_concurrency_metric=True.
 SCALING_METRICS = ("concurrency", "invocations", "cpu")
+#: A variant's CPUUtilization is summed over vCPUs (0..100 each); no SageMaker instance has 256.
+_MAX_CPU_PERCENT = 100 * 256
 #: Application Auto Scaling's quota of scheduled actions per scalable target; each peak takes two.
 MAX_SCHEDULED_ACTIONS = 200
 
@@ -296,7 +298,9 @@ class EndpointScaling(Construct):
     endpoint_config: the CfnEndpointConfig of an endpoint by name, when it is in your app: a
         serverless variant is then refused and the variant name checked. Default: none.
     metric: "concurrency" (default), or "invocations" (per instance or copy per minute) or "cpu"
-        (percent) with allow_non_concurrency_metric=True, which leaves a warning annotation.
+        with allow_non_concurrency_metric=True, which leaves a warning annotation. "cpu" tracks a
+        variant's CPUUtilization (percent summed over vCPUs: 400 is four busy vCPUs) or an inference
+        component's CPUUtilizationNormalized (0..100 of its reservation).
     target_value: the target of an "invocations" or "cpu" metric.
     allow_non_concurrency_metric: Default: False.
     alarm_actions: actions for the alarms. Default: none.
@@ -341,7 +345,12 @@ class EndpointScaling(Construct):
                 check, endpoint, variant_name, inference_component_name, endpoint_config, scale_to_zero
             )
             tracked = self._check_metric(
-                check, metric, target_concurrency, target_value, allow_non_concurrency_metric
+                check,
+                metric,
+                target_concurrency,
+                target_value,
+                allow_non_concurrency_metric,
+                target[3] if target is not None else None,
             )
             minimum = self._check_capacity(check, min_capacity, max_capacity, scale_to_zero)
             check.instance("disable_scale_in", disable_scale_in, bool, "True or False")
@@ -578,7 +587,13 @@ class EndpointScaling(Construct):
             )
 
     def _check_metric(
-        self, check: Checks, metric: Any, target_concurrency: Any, target_value: Any, allow: Any
+        self,
+        check: Checks,
+        metric: Any,
+        target_concurrency: Any,
+        target_value: Any,
+        allow: Any,
+        is_component: bool | None,
     ) -> float | None:
         check.instance("allow_non_concurrency_metric", allow, bool, "True or False")
         if not check.one_of(
@@ -615,13 +630,21 @@ class EndpointScaling(Construct):
             target_concurrency is None,
             f"target_concurrency is for the concurrency metric; with metric={metric!r} pass target_value",
         )
-        if metric == "cpu":
+        if metric == "cpu" and is_component is not False:
             ok = check.number(
                 "target_value",
                 target_value,
                 above=0,
                 maximum=100,
-                fix="the CPU utilization to hold, in percent",
+                fix="the CPU utilization per copy to hold, in percent of its reservation (0..100)",
+            )
+        elif metric == "cpu":
+            ok = check.number(
+                "target_value",
+                target_value,
+                above=0,
+                maximum=_MAX_CPU_PERCENT,
+                fix="the variant's CPUUtilization to hold: percent summed over vCPUs (400 is four busy vCPUs)",
             )
         else:
             ok = check.number(
@@ -755,8 +778,9 @@ class EndpointScaling(Construct):
         )
 
     def metric_concurrent_requests(self, **props: Any) -> cloudwatch.Metric:
-        """The tracked concurrency: requests in flight per model (variant) or per copy, averaged."""
-        props.setdefault("statistic", "Average")
+        """The tracked concurrency: requests in flight per model (variant) or per copy. SageMaker
+        publishes it for the Minimum and Maximum statistics; the default is the Maximum in each minute."""
+        props.setdefault("statistic", "Maximum")
         props.setdefault("period", cdk.Duration.minutes(1))
         name = (
             "ConcurrentRequestsPerCopy"
@@ -815,7 +839,9 @@ class EndpointScaling(Construct):
         alarm = cloudwatch.Alarm(
             self,
             "ConcurrencyAboveTargetAlarm",
-            metric=self.metric_concurrent_requests(),
+            # Minimum: even the quietest sample of every model stayed above the target, so the
+            # alarm is about missing capacity, not a burst that one more minute would absorb.
+            metric=self.metric_concurrent_requests(statistic="Minimum"),
             threshold=target,
             evaluation_periods=minutes,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,

@@ -434,9 +434,10 @@ class LlmEndpoint(Construct):
         return self.metric("Invocations", **props)
 
     def metric_concurrent_requests(self, **props: Any) -> cloudwatch.Metric:
-        """Requests in flight per model (variant) or per copy (inference component), averaged: the
-        signal EndpointScaling tracks. Queued requests and streams until their last token count."""
-        props.setdefault("statistic", "Average")
+        """Requests in flight per model (variant) or per copy (inference component): the signal
+        EndpointScaling tracks. Queued requests and streams until their last token count. SageMaker
+        publishes it for the Minimum and Maximum statistics; the default is the Maximum in each minute."""
+        props.setdefault("statistic", "Maximum")
         name = "ConcurrentRequestsPerCopy" if self.inference_component_name else "ConcurrentRequestsPerModel"
         return self.metric(name, **props)
 
