@@ -11,6 +11,7 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from stacks.endpoint_scaling_stack import EndpointScalingStack
 from stacks.orchestration_stack import OrchestrationStack
 from stacks.queued_inference_stack import QueuedInferenceStack
 
@@ -20,6 +21,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     OrchestrationStack(app, "GenaiPacerOrchestration")
     QueuedInferenceStack(app, "GenaiPacerQueuedInference")
+    EndpointScalingStack(app, "GenaiPacerEndpointScaling")
     return app
 
 

@@ -18,6 +18,7 @@ def test_every_reference_stack_synthesizes_with_zero_nag_findings(reference_asse
         plugin_reports = json.loads(report.read_text())["pluginReports"]
         assert all(not p["violations"] for p in plugin_reports)
     assert sorted(p.name for p in reference_assembly.glob("*.template.json")) == [
+        "GenaiPacerEndpointScaling.template.json",
         "GenaiPacerOrchestration.template.json",
         "GenaiPacerQueuedInference.template.json",
     ]

@@ -9,9 +9,15 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from . import capacity as capacity
     from . import planning as planning
     from . import runtime as runtime
     from ._secure import StateMachineOptions as StateMachineOptions
+    from .answer_store import AnswerStore as AnswerStore
+    from .endpoint_scaling import EndpointScaling as EndpointScaling
+    from .endpoint_scaling import PeakWindow as PeakWindow
+    from .llm_endpoint import InferenceComponentOptions as InferenceComponentOptions
+    from .llm_endpoint import LlmEndpoint as LlmEndpoint
     from .model_tasks import DEFAULT_RETRY_ERRORS as DEFAULT_RETRY_ERRORS
     from .model_tasks import BedrockRetry as BedrockRetry
     from .model_tasks import ConverseRequest as ConverseRequest
@@ -27,6 +33,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "planning": ".planning",
+    "capacity": ".capacity",
     "runtime": ".runtime",
     "BedrockModel": ".models",
     "PROFILE_REGIONS": ".models",
@@ -42,6 +49,10 @@ _EXPORTS = {
     "StateMachineOptions": "._secure",
     "QueuedInference": ".queued_inference",
     "AnswerStore": ".answer_store",
+    "EndpointScaling": ".endpoint_scaling",
+    "PeakWindow": ".endpoint_scaling",
+    "LlmEndpoint": ".llm_endpoint",
+    "InferenceComponentOptions": ".llm_endpoint",
 }
 
 __all__ = list(_EXPORTS)

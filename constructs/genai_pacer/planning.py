@@ -35,7 +35,26 @@ from typing import Any
 
 from ._checks import Checks, is_token
 
+# Capacity arithmetic for self-hosted endpoints lives in its own module; planning is the one place
+# users look for the numbers, so it re-exports it.
+from .capacity import (
+    ConcurrencyTarget,
+    LeadTime,
+    PeakCapacity,
+    capacity_for_peak,
+    concurrent_requests,
+    lead_time,
+    target_concurrency,
+)
+
 __all__ = [
+    "ConcurrencyTarget",
+    "LeadTime",
+    "PeakCapacity",
+    "capacity_for_peak",
+    "concurrent_requests",
+    "lead_time",
+    "target_concurrency",
     "TokenProfile",
     "TpmPlan",
     "MaxTokensSizing",
