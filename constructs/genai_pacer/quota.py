@@ -1,0 +1,583 @@
+"""One model quota, many consumers: every construct that calls a model draws a named share of one plan.
+
+A model's TPM quota is one pool per account and Region, but each construct sizes its concurrency as
+if it had the pool to itself: three consumers each planned against the whole quota allow three
+times the calls in flight the quota sustains, and nothing warns. `ModelQuota` is declared once per
+model (or inference profile) and Region; each consumer draws a share from it:
+
+    quota = ModelQuota(self, "HaikuQuota", model=model, tpm_quota=400_000, burndown=5)
+    profile = quota.profile(input_tokens=2_500, output_tokens=300, max_tokens=440)
+    BoundedMap(self, "Nightly", max_concurrency=quota.share("Nightly", profile, fraction=0.3, call_seconds=6), ...)
+
+A share's plan is a `planning.RatePlan`, so every construct's max_concurrency takes it unchanged and
+fits it to its own range. At synth the quota checks that its shares fit (over-allocation is an
+error listing each consumer), warns when little headroom is left, and writes the plan into the
+cloud assembly (`genai-pacer-quota.<id>.json`, and the construct's metadata) for
+`genai-pacer quota-check` and dashboards to read.
+
+MaxConcurrency and Parallel width apply per execution, so a share states how many executions of
+its consumer may run at once (`executions`) and its plan caps each one at its slice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import weakref
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import aws_cdk as cdk
+import jsii
+
+from constructs import Construct, IConstruct, IValidation
+
+from . import planning
+from ._checks import Checks, is_token
+from .models import BedrockModel
+
+__all__ = [
+    "DEFAULT_WARN_AT",
+    "PACER_ENVIRONMENT",
+    "PLAN_FILE_PREFIX",
+    "PLAN_METADATA_TYPE",
+    "ModelQuota",
+    "QuotaPlan",
+    "Share",
+]
+
+#: Allocation (shares over the allocatable quota) from which synth warns: below 10% headroom, the
+#: estimates a plan rests on (input length, output p99, call duration) leave no margin for error.
+DEFAULT_WARN_AT = 0.9
+#: The cloud-assembly file each quota writes its plan to: <prefix><construct unique id>.json.
+PLAN_FILE_PREFIX = "genai-pacer-quota."
+#: The construct metadata type holding the same plan (in <stack>.metadata.json of the assembly).
+PLAN_METADATA_TYPE = "genai-pacer:quota-plan"
+#: Environment variables `ModelQuota.pacer_environment` sets and `pacer_runtime.QuotaPacer.from_environment`
+#: reads (the runtime cannot import this module, so tests keep the two lists equal).
+PACER_ENVIRONMENT = ("GENAI_PACER_TPM", "GENAI_PACER_RPM", "GENAI_PACER_BURNDOWN")
+
+_SHARE_KINDS = ("fraction", "tpm", "calls")
+_MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.anthropic.claude-3-5-haiku-20241022-v1:0')"
+_PROFILE_HINT = "a planning.TokenProfile; quota.profile(input_tokens=..., output_tokens=..., max_tokens=...) applies the quota's burndown"
+_MAX_CALLS = 1_000_000  # far above any construct's range (a distributed Map allows 10,000 at once)
+
+
+@dataclass(frozen=True)
+class Share:
+    """One consumer's draw on the quota.
+
+    tpm (and rpm) is what the share allocates; per_execution is the plan one execution uses (its
+    max_concurrency is what the construct gets); in_flight = per_execution.max_concurrency x
+    executions is the most calls the consumer has in flight; tpm_at_cap is what it draws when
+    every execution runs at its cap (at most tpm, as the cap rounds down).
+    """
+
+    name: str
+    kind: str  # "fraction", "tpm" or "calls": how the share was declared
+    tpm: float
+    rpm: float | None
+    executions: int
+    per_execution: planning.RatePlan
+    tpm_at_cap: float
+    profile: planning.TokenProfile
+
+    @property
+    def in_flight(self) -> int:
+        return self.per_execution.max_concurrency * self.executions
+
+    @property
+    def requests_per_minute(self) -> float:
+        """Requests per minute of all executions together at the plan's rate."""
+        return self.per_execution.requests_per_minute * self.executions
+
+
+@dataclass(frozen=True)
+class QuotaPlan:
+    """The quota and every share drawn from it, with the totals the checks and the table use.
+
+    allocation is the shares' TPM over the allocatable quota (tpm_quota minus what keep_free keeps
+    for interactive traffic): above 1 the consumers overdraw the quota when they run together.
+    """
+
+    model_id: str
+    region: str
+    account: str
+    tpm_quota: float
+    rpm_quota: float | None
+    burndown: float
+    keep_free: float
+    warn_at: float
+    service_quota_code: str | None
+    shares: tuple[Share, ...]
+
+    @property
+    def kept_free_tpm(self) -> float:
+        return self.tpm_quota * self.keep_free
+
+    @property
+    def allocatable_tpm(self) -> float:
+        return self.tpm_quota - self.kept_free_tpm
+
+    @property
+    def allocated_tpm(self) -> float:
+        return sum(share.tpm for share in self.shares)
+
+    @property
+    def headroom_tpm(self) -> float:
+        """Allocatable TPM no share holds (negative when over-allocated)."""
+        return self.allocatable_tpm - self.allocated_tpm
+
+    @property
+    def allocation(self) -> float:
+        return self.allocated_tpm / self.allocatable_tpm if self.allocatable_tpm > 0 else math.inf
+
+    @property
+    def allocated_rpm(self) -> float:
+        return sum(share.rpm or 0 for share in self.shares)
+
+    @property
+    def rpm_allocation(self) -> float | None:
+        if self.rpm_quota is None:
+            return None
+        return self.allocated_rpm / (self.rpm_quota * (1 - self.keep_free))
+
+    @property
+    def in_flight(self) -> int:
+        """Calls in flight when every consumer runs at its cap."""
+        return sum(share.in_flight for share in self.shares)
+
+    def over_allocated(self) -> bool:
+        # A hair of tolerance: fractions such as 0.1 + 0.2 do not add up exactly in floating point.
+        rpm = self.rpm_allocation
+        return self.allocation > 1 + 1e-9 or (rpm is not None and rpm > 1 + 1e-9)
+
+    def table(self) -> str:
+        """The plan as a plain-text table: consumers, TPM, concurrency and headroom."""
+        quota = self.tpm_quota
+        header = ("consumer", "TPM", "of quota", "RPM", "calls/execution", "executions", "in flight", "TPM at cap")
+        rows = [
+            (
+                share.name,
+                f"{share.tpm:,.0f}",
+                f"{share.tpm / quota:.1%}",
+                "-" if share.rpm is None else f"{share.rpm:,.1f}",
+                str(share.per_execution.max_concurrency),
+                str(share.executions),
+                str(share.in_flight),
+                f"{share.tpm_at_cap:,.0f}",
+            )
+            for share in self.shares
+        ]
+        rows.append(("(kept free)", f"{self.kept_free_tpm:,.0f}", f"{self.keep_free:.1%}", "", "", "", "", ""))
+        rows.append(("(headroom)", f"{self.headroom_tpm:,.0f}", f"{self.headroom_tpm / quota:.1%}", "", "", "", "", ""))
+        widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+        lines = [
+            f"{self.model_id} in {self.region}: {quota:,.0f} TPM"
+            + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM")
+            + f", burndown {self.burndown:g}; {self.allocated_tpm:,.0f} TPM allocated ({self.allocation:.1%} of "
+            f"{self.allocatable_tpm:,.0f} allocatable), {self.in_flight} calls in flight at the caps"
+        ]
+        for row in (header, *rows):
+            lines.append("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip())
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready data (what the cloud assembly file holds)."""
+        return {
+            "model_id": self.model_id,
+            "region": self.region,
+            "account": self.account,
+            "tpm_quota": self.tpm_quota,
+            "rpm_quota": self.rpm_quota,
+            "burndown": self.burndown,
+            "keep_free": self.keep_free,
+            "warn_at": self.warn_at,
+            "service_quota_code": self.service_quota_code,
+            "allocated_tpm": round(self.allocated_tpm, 1),
+            "allocatable_tpm": round(self.allocatable_tpm, 1),
+            "headroom_tpm": round(self.headroom_tpm, 1),
+            "allocation": round(self.allocation, 4),
+            "in_flight": self.in_flight,
+            "shares": [
+                {
+                    "name": share.name,
+                    "kind": share.kind,
+                    "tpm": round(share.tpm, 1),
+                    "rpm": None if share.rpm is None else round(share.rpm, 2),
+                    "fraction_of_quota": round(share.tpm / self.tpm_quota, 4),
+                    "executions": share.executions,
+                    "calls_per_execution": share.per_execution.max_concurrency,
+                    "in_flight": share.in_flight,
+                    "requests_per_minute": round(share.requests_per_minute, 2),
+                    "call_seconds": share.per_execution.call_seconds,
+                    "tpm_at_cap": round(share.tpm_at_cap, 1),
+                    "profile": asdict(share.profile),
+                }
+                for share in self.shares
+            ],
+            "table": self.table().splitlines(),
+        }
+
+
+# Quotas per app, to find two declared for the same model, account and Region.
+_QUOTAS: weakref.WeakKeyDictionary[Any, list[ModelQuota]] = weakref.WeakKeyDictionary()
+
+
+class ModelQuota(Construct):
+    """One model's (or inference profile's) quota in one account and Region, shared by named consumers.
+
+    model: required; the model or inference profile the consumers call. Bedrock keeps separate
+        quotas for on-demand and cross-Region calls of one model: declare the one the consumers use.
+    tpm_quota: required; the tokens-per-minute quota (Service Quotas: "On-demand InvokeModel tokens
+        per minute for <model>" or "Cross-Region InvokeModel tokens per minute for <model>").
+        `genai-pacer quota-check` compares it with the account's value before you deploy.
+    rpm_quota: the requests-per-minute quota where the model still enforces one. Default: None
+        (Bedrock throttles recent models on TPM only).
+    burndown: quota tokens per output token of the model (1, 5, 10 or 15: check its current rate).
+        Every share's profile must use it. Default: 1.
+    keep_free: the fraction of the quota no share may take, kept for traffic the app does not
+        declare (interactive users, a console, another application), 0 <= keep_free < 1. Default: 0.
+    warn_at: allocation of the allocatable quota (tpm_quota x (1 - keep_free)) from which synth
+        warns that little headroom is left, 0 < warn_at <= 1. Default: 0.9.
+    service_quota_code: the Service Quotas code of this quota (L-...), so `genai-pacer quota-check`
+        reads it without matching quota names. Default: None (matched by the model's name).
+
+    Draw shares with `share(...)`; read the plan with `plan()`. At synth: over-allocation is an
+    error (validation) listing every consumer with its TPM and concurrency; an allocation at or
+    above warn_at, a quota without shares, and a second quota for the same model, account and
+    Region are warnings; the plan is written to the cloud assembly.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        model: BedrockModel,
+        tpm_quota: float,
+        rpm_quota: float | None = None,
+        burndown: float = 1.0,
+        keep_free: float = 0.0,
+        warn_at: float = DEFAULT_WARN_AT,
+        service_quota_code: str | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        with Checks(f"ModelQuota {id}") as check:
+            check.instance("model", model, BedrockModel, _MODEL_HINT)
+            _plan_number(check, "tpm_quota", tpm_quota, minimum=1, maximum=planning.MAX_TPM_QUOTA,
+                         fix="the model's tokens-per-minute quota from Service Quotas, e.g. 400000")
+            _plan_number(check, "rpm_quota", rpm_quota, above=0, maximum=planning.MAX_RATE, optional=True,
+                         fix="the requests-per-minute quota, or None where the model enforces TPM only")
+            _plan_number(check, "burndown", burndown, minimum=1, maximum=planning.MAX_BURNDOWN,
+                         fix="quota tokens per output token: 1 for most models, 5 for older Claude models, "
+                         "10 or 15 for the newest (check the model's current rate)")
+            if _plan_number(check, "keep_free", keep_free, minimum=0,
+                            fix="a fraction of the quota kept for undeclared traffic, 0 <= keep_free < 1, e.g. 0.2"):
+                check.rule(keep_free < 1, f"keep_free={keep_free!r} keeps the whole quota free, so no share can draw "
+                           "from it; pass a fraction below 1, e.g. 0.2")
+            _plan_number(check, "warn_at", warn_at, above=0, maximum=1,
+                         fix="the allocation (0..1 of the allocatable quota) from which synth warns, e.g. 0.9")
+            if service_quota_code is not None and check.text("service_quota_code", service_quota_code):
+                check.rule(service_quota_code.startswith("L-"),
+                           f"service_quota_code={service_quota_code!r} is not a Service Quotas code; codes look like "
+                           "'L-A1B2C3D4' (aws service-quotas list-service-quotas --service-code bedrock)")
+        self.model = model
+        self.tpm_quota = float(tpm_quota)
+        self.rpm_quota = None if rpm_quota is None else float(rpm_quota)
+        self.burndown = float(burndown)
+        self.keep_free = float(keep_free)
+        self.warn_at = float(warn_at)
+        self.service_quota_code = service_quota_code
+        self._shares: dict[str, Share] = {}
+        _QUOTAS.setdefault(self.node.root, []).append(self)
+        self.node.add_validation(_NotOverAllocated(self))
+        cdk.Aspects.of(self).add(_PublishPlan(self))
+
+    # --- drawing shares ---------------------------------------------------------------------------
+
+    def profile(
+        self,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        max_tokens: int,
+        cache_write_tokens: int = 0,
+        cache_read_tokens: int = 0,
+    ) -> planning.TokenProfile:
+        """A planning.TokenProfile of one request to this model, with the quota's burndown."""
+        return planning.TokenProfile(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            max_tokens=max_tokens,
+            burndown=self.burndown,
+            cache_write_tokens=cache_write_tokens,
+            cache_read_tokens=cache_read_tokens,
+        )
+
+    def share(
+        self,
+        name: str,
+        profile: planning.TokenProfile,
+        *,
+        call_seconds: float,
+        fraction: float | None = None,
+        tpm: float | None = None,
+        calls: int | None = None,
+        executions: int = 1,
+    ) -> planning.RatePlan:
+        """Draw a named share and return the plan one execution of the consumer uses.
+
+        Give exactly one of:
+        - fraction: of the whole tpm_quota (0.3 is 30%), or tpm: an absolute TPM. The share's
+          plan is `planning.sustainable_rate` over the share divided by `executions`; its
+          max_concurrency is the cap a Map or queue construct takes (`max_concurrency=plan`).
+        - calls: a fixed number of calls one execution has in flight (ParallelPrompts' branch
+          count, which takes no cap). The share is then the TPM those calls draw
+          (`planning.plan_tpm` at calls x 60 / call_seconds requests per minute).
+
+        profile: the token shape of one request (quota.profile(...) applies the burndown).
+        call_seconds: the average duration of one call, which turns a rate into calls in flight.
+        executions: how many executions of the consumer may run at once (MaxConcurrency and Parallel
+            width apply per execution). Default: 1, for a consumer that never overlaps itself.
+        With an rpm_quota, a fraction or tpm share also takes that fraction of the RPM.
+        """
+        with Checks(f"ModelQuota {self.node.id}: share {name!r}") as check:
+            if is_token(name):
+                check.fail("name is an unresolved CDK token; a share's name is a label in the plan: pass text")
+            elif check.text("name", name, max_length=80, fix="the consumer's name, e.g. its construct id"):
+                check.rule(name not in self._shares,
+                           f"name={name!r} is already drawn from this quota; give each consumer its own name "
+                           f"(taken: {', '.join(self._shares)})")
+            profile_ok = check.instance("profile", profile, planning.TokenProfile, _PROFILE_HINT)
+            if profile_ok:
+                check.rule(profile.burndown == self.burndown,
+                           f"profile.burndown={profile.burndown:g} differs from the quota's burndown={self.burndown:g}: "
+                           "the share would be planned for another model; build the profile with "
+                           "quota.profile(...) or dataclasses.replace(profile, burndown=quota.burndown)")
+            seconds_ok = _plan_number(check, "call_seconds", call_seconds, minimum=planning.MIN_CALL_SECONDS,
+                                      maximum=planning.MAX_CALL_SECONDS,
+                                      fix="the average duration of one model call in seconds, e.g. 6")
+            given = [kind for kind, value in (("fraction", fraction), ("tpm", tpm), ("calls", calls)) if value is not None]
+            kind_ok = check.rule(len(given) == 1,
+                                 f"{' and '.join(given) or 'none of fraction, tpm and calls'} given; pass exactly one: "
+                                 "fraction (of the quota) or tpm for a consumer that takes a cap (a Map, a queue), "
+                                 "calls for one with a fixed width (ParallelPrompts' branches)")
+            amount_ok = False
+            if fraction is not None:
+                amount_ok = _plan_number(check, "fraction", fraction, above=0, maximum=1,
+                                         fix="a fraction of the whole tpm_quota, e.g. 0.3 for 30%")
+            elif tpm is not None:
+                amount_ok = _plan_number(check, "tpm", tpm, minimum=1, maximum=self.tpm_quota,
+                                         fix=f"tokens per minute, at most the quota's {self.tpm_quota:,.0f}")
+            elif calls is not None:
+                amount_ok = _plan_number(check, "calls", calls, minimum=1, maximum=_MAX_CALLS, whole=True,
+                                         fix="the calls one execution has in flight, e.g. the number of Parallel branches")
+            executions_ok = _plan_number(check, "executions", executions, minimum=1, maximum=_MAX_CALLS, whole=True,
+                                         fix="how many executions may run at once; 1 for a consumer that never overlaps")
+            share: Share | None = None
+            if profile_ok and seconds_ok and kind_ok and amount_ok and executions_ok and not check.problems:
+                if calls is not None:
+                    share = self._fixed_width(name, profile, int(calls), int(executions), call_seconds)
+                else:
+                    budget = fraction * self.tpm_quota if fraction is not None else float(tpm)  # type: ignore[arg-type]
+                    share = self._budget(check, name, "fraction" if fraction is not None else "tpm", profile, budget,
+                                         int(executions), call_seconds)
+        assert share is not None  # every path without a share recorded a problem, and Checks raised it
+        self._shares[name] = share
+        return share.per_execution
+
+    def _budget(
+        self, check: Checks, name: str, kind: str, profile: planning.TokenProfile, budget: float,
+        executions: int, call_seconds: float,
+    ) -> Share | None:
+        """A share sized by its TPM: each execution gets the rate its slice sustains."""
+        rpm = None if self.rpm_quota is None else self.rpm_quota * budget / self.tpm_quota
+        per_execution, exact = None, 0.0
+        if budget / executions >= 1:  # sustainable_rate's smallest quota
+            per_execution = planning.sustainable_rate(
+                profile,
+                tpm_quota=budget / executions,
+                call_seconds=call_seconds,
+                rpm_quota=None if rpm is None else rpm / executions,
+            )
+            exact = per_execution.requests_per_minute / 60 * call_seconds
+        # sustainable_rate never caps below 1 call, but a slice that sustains less than one call in
+        # flight would be overdrawn by that one call: say how much it needs instead.
+        if per_execution is None or exact < 1:
+            one_call = planning.plan_tpm(profile, requests_per_minute=60 / call_seconds, headroom=0,
+                                         call_seconds=call_seconds).required_tpm * executions
+            check.fail(
+                f"{budget:,.0f} TPM over {executions} execution(s) sustains {exact:.2f} calls in flight per execution "
+                f"(each call settles {profile.settled:,.0f} and reserves {profile.reserved:,} tokens over {call_seconds:g} s): "
+                f"not one whole call, so the construct's cap of 1 would overdraw the share; give it at least "
+                f"{one_call:,.0f} TPM ({one_call / self.tpm_quota:.1%} of the quota), or fewer executions"
+            )
+            return None
+        return Share(name, kind, budget, rpm, executions, per_execution,
+                     self._tpm_at(profile, per_execution.max_concurrency * executions, call_seconds), profile)
+
+    def _fixed_width(self, name: str, profile: planning.TokenProfile, calls: int, executions: int,
+                     call_seconds: float) -> Share:
+        """A share sized by its calls in flight: the TPM they draw at one call per call_seconds each."""
+        per_minute = calls * 60 / call_seconds
+        per_execution = planning.RatePlan(per_minute, "tpm", calls, call_seconds)
+        tpm = self._tpm_at(profile, calls * executions, call_seconds)
+        rpm = None if self.rpm_quota is None else per_minute * executions
+        return Share(name, "calls", tpm, rpm, executions, per_execution, tpm, profile)
+
+    @staticmethod
+    def _tpm_at(profile: planning.TokenProfile, in_flight: int, call_seconds: float) -> float:
+        """TPM drawn by `in_flight` calls back to back (Little's law), reservations included."""
+        rate = in_flight * 60 / call_seconds
+        return planning.plan_tpm(profile, requests_per_minute=rate, headroom=0, call_seconds=call_seconds).required_tpm
+
+    # --- reading the plan ---------------------------------------------------------------------------
+
+    @property
+    def shares(self) -> Mapping[str, Share]:
+        """The shares drawn so far, by name, in the order they were drawn."""
+        return dict(self._shares)
+
+    def plan(self) -> QuotaPlan:
+        """The quota and its shares as they stand (final once every consumer has drawn)."""
+        stack = cdk.Stack.of(self)
+        return QuotaPlan(
+            model_id=_shown(self.model.model_id, "the model's deploy-time ARN"),
+            region=_shown(stack.region, "the stack's deploy-time Region"),
+            account=_shown(stack.account, "the stack's deploy-time account"),
+            tpm_quota=self.tpm_quota,
+            rpm_quota=self.rpm_quota,
+            burndown=self.burndown,
+            keep_free=self.keep_free,
+            warn_at=self.warn_at,
+            service_quota_code=self.service_quota_code,
+            shares=tuple(self._shares.values()),
+        )
+
+    def pacer_environment(self, name: str) -> dict[str, str]:
+        """Environment variables that size a `pacer_runtime.QuotaPacer` in each process of a share.
+
+        The share's TPM (and RPM) is split over its executions: pass executions = the processes
+        (e.g. a function's reserved concurrency) when drawing it. Read them with
+        `QuotaPacer.from_environment()`.
+        """
+        share = self._shares.get(name)
+        if share is None:
+            raise KeyError(f"ModelQuota {self.node.id}: no share named {name!r}; drawn: {', '.join(self._shares) or 'none'}")
+        tpm_name, rpm_name, burndown_name = PACER_ENVIRONMENT
+        environment = {tpm_name: f"{share.tpm / share.executions:.0f}", burndown_name: f"{self.burndown:g}"}
+        if share.rpm is not None:
+            environment[rpm_name] = f"{share.rpm / share.executions:g}"
+        return environment
+
+    # --- synth ----------------------------------------------------------------------------------
+
+    def _key(self) -> tuple[str, str, str]:
+        stack = cdk.Stack.of(self)
+        return (str(self.model.model_id), str(stack.account), str(stack.region))
+
+    def _twins(self) -> list[ModelQuota]:
+        """Other quotas of this app for the same model, account and Region."""
+        return [q for q in _QUOTAS.get(self.node.root, []) if q is not self and q._key() == self._key()]
+
+
+def _plan_number(check: Checks, name: str, value: Any, *, whole: bool = False, optional: bool = False, **limits: Any) -> bool:
+    """A number the plan needs at synth: a deploy-time token is refused, as the planner refuses it."""
+    if is_token(value):
+        return check.fail(f"{name} is an unresolved CDK token (a deploy-time value); the quota plan needs the number "
+                          f"at synth time: pass it as a constant or from context; {limits.get('fix', '')}".rstrip("; "))
+    return check.number(name, value, integer=whole, optional=optional, **limits)
+
+
+def _shown(value: str, what: str) -> str:
+    return f"({what})" if cdk.Token.is_unresolved(value) else value
+
+
+@jsii.implements(IValidation)
+class _NotOverAllocated:
+    """Synth fails when the shares drawn from one quota overdraw it."""
+
+    def __init__(self, quota: ModelQuota) -> None:
+        self.quota = quota
+
+    def validate(self) -> list[str]:
+        plan = self.quota.plan()
+        if not plan.over_allocated():
+            return []
+        rpm = plan.rpm_allocation
+        overdrawn = (
+            f"the shares draw {plan.allocated_tpm:,.0f} TPM, {plan.allocation:.1%} of the {plan.allocatable_tpm:,.0f} "
+            f"TPM allocatable"
+            + (f" ({plan.tpm_quota:,.0f} TPM quota, {plan.keep_free:.0%} kept free)" if plan.keep_free else "")
+        )
+        if rpm is not None and rpm > 1 + 1e-9:
+            overdrawn += f", and {plan.allocated_rpm:,.1f} RPM, {rpm:.1%} of the allocatable RPM"
+        consumers = "\n".join(
+            f"  - {share.name}: {share.tpm:,.0f} TPM ({share.tpm / plan.tpm_quota:.1%}), "
+            f"{share.per_execution.max_concurrency} calls per execution x {share.executions} execution(s) = "
+            f"{share.in_flight} in flight"
+            for share in plan.shares
+        )
+        return [
+            f"ModelQuota {self.quota.node.id} ({plan.model_id}): {overdrawn}; when the consumers run together, "
+            f"{plan.in_flight} calls are in flight and Bedrock throttles them. Consumers:\n{consumers}\n"
+            "Fix: lower a share's fraction, tpm, calls or executions, lower keep_free, or raise the quota in Service "
+            "Quotas and tpm_quota with it."
+        ]
+
+
+@jsii.implements(cdk.IAspect)
+class _PublishPlan:
+    """At synth (prepare phase, after every share is drawn): warn, and write the plan into the assembly."""
+
+    def __init__(self, quota: ModelQuota) -> None:
+        self.quota = quota
+        self.written: set[str] = set()
+
+    def visit(self, node: IConstruct) -> None:
+        if node is not self.quota:
+            return
+        quota, plan = self.quota, self.quota.plan()
+        outdir = cdk.Stage.of(quota).outdir if cdk.Stage.of(quota) is not None else None  # type: ignore[union-attr]
+        if outdir is None or outdir in self.written:
+            return  # once per assembly, however often it is synthesized
+        first = not self.written
+        self.written.add(outdir)
+        data = plan.as_dict()
+        if first:
+            self._warn(plan)
+            quota.node.add_metadata(PLAN_METADATA_TYPE, data)
+        path = os.path.join(outdir, f"{PLAN_FILE_PREFIX}{cdk.Names.unique_id(quota)}.json")
+        with open(path, "w", encoding="utf-8") as file:
+            json.dump(data, file, indent=2)
+            file.write("\n")
+
+    def _warn(self, plan: QuotaPlan) -> None:
+        quota = self.quota
+        annotations = cdk.Annotations.of(quota)
+        if not plan.shares:
+            annotations.add_warning_v2(
+                "genai-pacer:quota-unused",
+                f"ModelQuota {quota.node.id} has no shares: no consumer draws from it, so nothing is checked; "
+                "pass quota.share(...) as each consumer's max_concurrency (or declare calls= for fixed-width ones)",
+            )
+        elif not plan.over_allocated() and plan.allocation >= plan.warn_at:
+            annotations.add_warning_v2(
+                "genai-pacer:quota-nearly-allocated",
+                f"ModelQuota {quota.node.id}: the shares allocate {plan.allocation:.1%} of the allocatable quota "
+                f"(warn_at {plan.warn_at:.0%}), leaving {plan.headroom_tpm:,.0f} TPM of headroom for estimation error "
+                "(input length, output p99, call duration); lower a share or raise the quota if the estimates are "
+                "not measured",
+            )
+        twins = quota._twins()
+        if twins:
+            annotations.add_warning_v2(
+                "genai-pacer:quota-declared-twice",
+                f"ModelQuota {quota.node.id} and {', '.join(t.node.path for t in twins)} declare the same quota "
+                f"({quota.model.model_id} in the same account and Region, or both environment-agnostic): each checks "
+                "only its own shares, so together they can overdraw it; declare one ModelQuota and draw every share "
+                "from it (its shares may serve constructs in other stacks)",
+            )

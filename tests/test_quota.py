@@ -1,0 +1,402 @@
+"""ModelQuota: the arithmetic of shares, what each consumer construct receives, and the synth-time
+checks (over-allocation error, warning threshold, the plan written into the cloud assembly)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_s3 as s3
+from aws_cdk.assertions import Annotations, Match
+from genai_pacer import (
+    BedrockModel,
+    BoundedDistributedMap,
+    BoundedMap,
+    ConverseRequest,
+    QueuedInference,
+    planning,
+)
+from genai_pacer._checks import InvalidPropsError
+from genai_pacer.quota import (
+    PACER_ENVIRONMENT,
+    PLAN_FILE_PREFIX,
+    PLAN_METADATA_TYPE,
+    ModelQuota,
+)
+from helpers import definition, new_stack, only, resources, template_of
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+HAIKU = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
+NOVA = BedrockModel.foundation("amazon.nova-lite-v1:0")
+REQUEST = ConverseRequest(prompt="Summarize the news", max_tokens=440)
+NAN, INF = math.nan, math.inf
+
+# The reference orchestration stack's workload: 2,500 input, 300 output (burndown 5), max_tokens 440:
+# each request settles 2,500 + 300 x 5 = 4,000 tokens, more than it reserves (2,940), so settlement
+# binds and a 400,000 TPM quota sustains 100 requests per minute: 10 calls of 6 s in flight.
+PROFILE = planning.TokenProfile(input_tokens=2_500, output_tokens=300, max_tokens=440, burndown=5)
+
+
+def a_token() -> float:
+    return cdk.Token.as_number(cdk.Fn.ref("SomeParameter"))
+
+
+def haiku_quota(stack: cdk.Stack | None = None, **props) -> ModelQuota:
+    props = {"model": HAIKU, "tpm_quota": 400_000, "burndown": 5, **props}
+    return ModelQuota(stack or new_stack(), "Quota", **props)
+
+
+def synth(stack: cdk.Stack) -> Path:
+    return Path(cdk.Stage.of(stack).synth().directory)
+
+
+def map_cap(template: dict, construct_id: str) -> int:
+    """The MaxConcurrency of the Map state in the state machine of the construct `construct_id`."""
+    (machine,) = [r for logical_id, r in resources(template, "AWS::StepFunctions::StateMachine").items()
+                  if logical_id.startswith(construct_id)]
+    return definition(machine)["States"]["Map"]["MaxConcurrency"]
+
+
+def warnings_of(stack: cdk.Stack) -> list[str]:
+    found = Annotations.from_stack(stack).find_warning("*", Match.any_value())
+    return [str(message.entry.data) for message in found]
+
+
+# --- the arithmetic of shares --------------------------------------------------------------------
+
+
+def test_a_fraction_share_is_the_sustainable_rate_of_its_slice():
+    quota = haiku_quota()
+    plan = quota.share("Nightly", PROFILE, fraction=0.3, call_seconds=6)
+    assert plan == planning.sustainable_rate(PROFILE, tpm_quota=120_000, call_seconds=6)
+    assert (plan.requests_per_minute, plan.max_concurrency) == (30, 3)  # 120,000 / 4,000; 30/min x 6 s
+    share = quota.shares["Nightly"]
+    assert (share.kind, share.tpm, share.in_flight, share.tpm_at_cap) == ("fraction", 120_000, 3, 120_000)
+
+
+def test_an_absolute_tpm_share_equals_the_same_fraction():
+    quota = haiku_quota()
+    assert quota.share("A", PROFILE, tpm=100_000, call_seconds=6) == quota.share("B", PROFILE, fraction=0.25, call_seconds=6)
+    share = quota.shares["A"]
+    assert share.per_execution.max_concurrency == 2  # 25/min x 6 s = 2.5, rounded down
+    assert share.tpm_at_cap == 80_000  # 2 calls in flight draw 20/min x 4,000: the cap never overdraws
+
+
+def test_executions_split_the_share_so_the_caps_add_up_to_the_plan():
+    quota = haiku_quota()
+    plan = quota.share("Reports", PROFILE, fraction=0.6, call_seconds=6, executions=3)
+    assert plan == planning.sustainable_rate(PROFILE, tpm_quota=80_000, call_seconds=6)
+    assert plan.max_concurrency == 2
+    assert quota.shares["Reports"].in_flight == 6  # 3 executions x 2: the 240,000 TPM sustain 6
+
+
+def test_a_slice_below_one_call_is_refused_with_the_tpm_it_needs():
+    quota = haiku_quota()
+    with pytest.raises(InvalidPropsError) as error:
+        quota.share("Reports", PROFILE, fraction=0.3, call_seconds=6, executions=4)  # 30,000 each: 0.75 calls
+    text = str(error.value)
+    assert "sustains 0.75 calls in flight per execution" in text
+    assert "at least 160,000 TPM (40.0% of the quota), or fewer executions" in text  # 4 x 40,000
+    assert "Reports" not in quota.shares
+
+
+def test_a_fixed_width_share_draws_the_tpm_its_calls_need():
+    quota = haiku_quota()
+    plan = quota.share("Digest", PROFILE, calls=3, call_seconds=6, executions=2)
+    share = quota.shares["Digest"]
+    assert plan == planning.RatePlan(30, "tpm", 3, 6)  # one execution: 3 calls of 6 s = 30/min
+    expected = planning.plan_tpm(PROFILE, requests_per_minute=60, headroom=0, call_seconds=6).required_tpm
+    assert share.tpm == share.tpm_at_cap == expected == 240_000
+    assert share.in_flight == 6
+
+
+def test_when_the_reservation_binds_the_share_counts_it():
+    """1,000 input and 4,000 max_tokens reserve 5,000 tokens but settle 1,200: in-flight calls hold the
+    difference, so a share sustains fewer calls than settlement alone suggests."""
+    quota = ModelQuota(new_stack(), "Quota", model=NOVA, tpm_quota=100_000)
+    profile = quota.profile(input_tokens=1_000, output_tokens=200, max_tokens=4_000)
+    plan = quota.share("Chat", profile, fraction=1, call_seconds=30)
+    assert plan.requests_per_minute == pytest.approx(100_000 / (1_200 + 0.5 * 3_800))  # 32.3/min, not 83
+    assert plan.max_concurrency == 16
+    width = quota.share("Fixed", profile, calls=16, call_seconds=30)
+    assert quota.shares["Fixed"].tpm == pytest.approx(32 * (1_200 + 0.5 * 3_800))
+    assert width.max_concurrency == 16
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    fraction=st.floats(0.05, 1),
+    executions=st.integers(1, 4),
+    call_seconds=st.floats(0.5, 90),
+    input_tokens=st.integers(0, 20_000),
+    output_tokens=st.integers(1, 2_000),
+    extra=st.integers(0, 8_000),
+)
+def test_property_a_cap_never_overdraws_its_share_and_one_more_call_would(fraction, executions, call_seconds,
+                                                                            input_tokens, output_tokens, extra):
+    quota = ModelQuota(cdk.Stack(), "Quota", model=NOVA, tpm_quota=2_000_000)
+    profile = quota.profile(input_tokens=input_tokens, output_tokens=output_tokens, max_tokens=output_tokens + extra)
+    try:
+        plan = quota.share("S", profile, fraction=fraction, call_seconds=call_seconds, executions=executions)
+    except InvalidPropsError as error:
+        assert "not one whole call" in str(error)
+        return
+    share = quota.shares["S"]
+
+    def tpm_of(calls_per_execution: int) -> float:
+        rate = calls_per_execution * executions * 60 / call_seconds
+        return planning.plan_tpm(profile, requests_per_minute=rate, headroom=0, call_seconds=call_seconds).required_tpm
+
+    assert share.tpm_at_cap == pytest.approx(tpm_of(plan.max_concurrency))
+    assert tpm_of(plan.max_concurrency) <= share.tpm * (1 + 1e-9)
+    assert tpm_of(plan.max_concurrency + 1) > share.tpm * (1 - 1e-9)
+
+
+def test_with_an_rpm_quota_a_share_takes_the_same_fraction_of_it():
+    quota = haiku_quota(rpm_quota=50)
+    plan = quota.share("Nightly", PROFILE, fraction=0.4, call_seconds=6)
+    assert quota.shares["Nightly"].rpm == 20
+    assert plan.limited_by == "rpm" and plan.requests_per_minute == 20  # TPM alone would allow 40/min
+    assert plan.max_concurrency == 2
+
+
+# --- what constructs receive -----------------------------------------------------------------------
+
+
+def test_every_cap_taking_construct_takes_a_share_unchanged():
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    bucket = s3.Bucket(stack, "Items")
+    BoundedMap(stack, "Map", model=HAIKU, request=REQUEST,
+               max_concurrency=quota.share("Map", PROFILE, fraction=0.3, call_seconds=6))
+    BoundedDistributedMap(stack, "Distributed", model=HAIKU, request=REQUEST, items_bucket=bucket, items_key="k.jsonl",
+                          max_concurrency=quota.share("Distributed", PROFILE, fraction=0.25, call_seconds=6))
+    QueuedInference(stack, "Queue", model=HAIKU,
+                    max_concurrency=quota.share("Queue", PROFILE, fraction=0.2, call_seconds=6))
+    template = template_of(stack).to_json()
+    caps = {name: map_cap(template, name) for name in ("Map", "Distributed")}
+    assert caps == {"Map": 3, "Distributed": 2}
+    assert only(template, "AWS::Lambda::EventSourceMapping")["Properties"]["ScalingConfig"] == {"MaximumConcurrency": 2}
+
+
+def test_a_share_below_a_constructs_minimum_is_refused_by_the_construct():
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    plan = quota.share("Queue", PROFILE, fraction=0.1, call_seconds=6)  # 10/min x 6 s: one call
+    with pytest.raises(InvalidPropsError, match="below the SQS event source's maximum concurrency's minimum of 2"):
+        QueuedInference(stack, "Queue", model=HAIKU, max_concurrency=plan)
+
+
+# --- synth-time checks -----------------------------------------------------------------------------
+
+
+def test_three_consumers_each_sized_against_the_whole_quota_fail_synth_listing_each():
+    """The reference stack's mistake: ParallelPrompts (3 branches) and two Maps each planned on the
+    whole quota, 23 calls in flight against a plan of 10."""
+    stack = new_stack()
+    quota = haiku_quota(stack, keep_free=0.1)
+    quota.share("ReviewDigest", PROFILE, calls=3, call_seconds=6)
+    quota.share("TickerSummaries", PROFILE, fraction=1, call_seconds=6)
+    quota.share("CatalogDescriptions", PROFILE, fraction=1, call_seconds=6)
+    with pytest.raises(RuntimeError) as error:
+        synth(stack)
+    text = str(error.value)
+    assert ("ModelQuota Quota (us.anthropic.claude-3-5-haiku-20241022-v1:0): the shares draw 920,000 TPM, 255.6% of "
+            "the 360,000 TPM allocatable (400,000 TPM quota, 10% kept free)") in text
+    assert "23 calls are in flight and Bedrock throttles them" in text
+    assert "- ReviewDigest: 120,000 TPM (30.0%), 3 calls per execution x 1 execution(s) = 3 in flight" in text
+    assert "- TickerSummaries: 400,000 TPM (100.0%), 10 calls per execution x 1 execution(s) = 10 in flight" in text
+    assert "- CatalogDescriptions: 400,000 TPM (100.0%), 10 calls per execution" in text
+    assert "Fix: lower a share's fraction, tpm, calls or executions" in text
+
+
+def test_rpm_over_allocation_fails_synth_even_when_tpm_fits():
+    stack = new_stack()
+    quota = haiku_quota(stack, rpm_quota=50)
+    quota.share("Fixed", PROFILE, calls=4, call_seconds=4, executions=1)  # 60/min: more than the 50 RPM
+    with pytest.raises(RuntimeError, match=r"and 60.0 RPM, 120.0% of the allocatable RPM"):
+        synth(stack)
+
+
+@pytest.mark.parametrize(
+    ("fractions", "props", "warned"),
+    [
+        ((0.5, 0.39), {}, False),  # 89%
+        ((0.5, 0.4), {}, True),  # 90%: at warn_at
+        ((0.5, 0.3), {"warn_at": 0.75}, True),
+        ((0.4, 0.3), {"keep_free": 0.2}, False),  # 70% of 320,000 allocatable is 87.5%
+        ((0.4, 0.32), {"keep_free": 0.2}, True),  # 72% of the quota is 90% of the allocatable
+    ],
+)
+def test_allocation_at_the_threshold_warns_below_it_does_not(fractions, props, warned):
+    stack = new_stack()
+    quota = haiku_quota(stack, **props)
+    for i, fraction in enumerate(fractions):
+        quota.share(f"Consumer{i}", PROFILE, fraction=fraction, call_seconds=6)
+    synth(stack)
+    messages = [m for m in warnings_of(stack) if "genai-pacer:quota-nearly-allocated" in m]
+    assert bool(messages) is warned
+    if warned:
+        assert "of the allocatable quota" in messages[0] and "TPM of headroom" in messages[0]
+
+
+def test_a_quota_without_shares_warns():
+    stack = new_stack()
+    haiku_quota(stack)
+    synth(stack)
+    assert any("has no shares" in m for m in warnings_of(stack))
+
+
+def test_two_quotas_for_the_same_model_and_region_warn_and_other_models_do_not():
+    app = cdk.App()
+    env = cdk.Environment(account="111122223333", region="us-east-1")
+    first, second = cdk.Stack(app, "First", env=env), cdk.Stack(app, "Second", env=env)
+    haiku_quota(first).share("A", PROFILE, fraction=0.5, call_seconds=6)
+    haiku_quota(second).share("B", PROFILE, fraction=0.5, call_seconds=6)
+    ModelQuota(second, "Nova", model=NOVA, tpm_quota=100_000).share("C", planning.TokenProfile(10, 10, 10), fraction=0.5,
+                                                                     call_seconds=6)
+    app.synth()
+    twice = [m for m in warnings_of(second) if "declare the same quota" in m]
+    assert len(twice) == 1 and "First/Quota" in twice[0]
+    assert not any("Nova" in m for m in twice)
+
+
+def test_the_plan_is_written_into_the_cloud_assembly_and_the_construct_metadata():
+    stack = new_stack()
+    quota = haiku_quota(stack, keep_free=0.1, service_quota_code="L-12345678")
+    quota.share("ReviewDigest", PROFILE, calls=3, call_seconds=6)
+    quota.share("TickerSummaries", PROFILE, fraction=0.3, call_seconds=6)
+    assembly = synth(stack)
+    (path,) = assembly.glob(f"{PLAN_FILE_PREFIX}*.json")
+    data = json.loads(path.read_text())
+    assert {k: data[k] for k in ("model_id", "region", "account", "tpm_quota", "allocated_tpm", "headroom_tpm",
+                                 "in_flight", "service_quota_code")} == {
+        "model_id": "us.anthropic.claude-3-5-haiku-20241022-v1:0", "region": "us-east-1", "account": "111122223333",
+        "tpm_quota": 400_000, "allocated_tpm": 240_000, "headroom_tpm": 120_000, "in_flight": 6,
+        "service_quota_code": "L-12345678",
+    }
+    assert [(s["name"], s["tpm"], s["calls_per_execution"], s["executions"]) for s in data["shares"]] == [
+        ("ReviewDigest", 120_000, 3, 1), ("TickerSummaries", 120_000, 3, 1),
+    ]
+    assert data["table"][1].split() == ["consumer", "TPM", "of", "quota", "RPM", "calls/execution", "executions",
+                                        "in", "flight", "TPM", "at", "cap"]
+    assert data["table"][2].split() == ["ReviewDigest", "120,000", "30.0%", "-", "3", "1", "3", "120,000"]
+    assert data["table"][-2].split()[:3] == ["(kept", "free)", "40,000"]
+    assert data["table"][-1].split()[:3] == ["(headroom)", "120,000", "30.0%"]
+    metadata = json.loads((assembly / f"{stack.artifact_id}.metadata.json").read_text())
+    entries = [e for e in metadata[f"/{quota.node.path}"] if e["type"] == PLAN_METADATA_TYPE]
+    # the same plan (jsii leaves out keys whose value is None)
+    assert len(entries) == 1
+    assert entries[0]["data"]["shares"] == [{k: v for k, v in s.items() if v is not None} for s in data["shares"]]
+
+
+def test_the_plan_table_names_deploy_time_values_instead_of_tokens():
+    stack = cdk.Stack(cdk.App(), "Agnostic")  # environment-agnostic: account and Region are tokens
+    quota = ModelQuota(stack, "Quota", model=NOVA, tpm_quota=100_000)
+    assert (quota.plan().region, quota.plan().account) == ("(the stack's deploy-time Region)",
+                                                           "(the stack's deploy-time account)")
+
+
+def test_pacer_environment_splits_the_share_over_its_processes():
+    quota = haiku_quota(rpm_quota=100)
+    quota.share("Workers", PROFILE, fraction=0.5, call_seconds=6, executions=4)
+    assert quota.pacer_environment("Workers") == {
+        "GENAI_PACER_TPM": "50000", "GENAI_PACER_RPM": "12.5", "GENAI_PACER_BURNDOWN": "5",
+    }
+    assert set(quota.pacer_environment("Workers")) == set(PACER_ENVIRONMENT)
+    with pytest.raises(KeyError, match="no share named 'Nope'; drawn: Workers"):
+        quota.pacer_environment("Nope")
+
+
+# --- bad input -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"model": "us.anthropic.claude"}, "model='us.anthropic.claude' is a str; pass a BedrockModel"),
+        ({"model": None}, "model is required"),
+        ({"tpm_quota": 0}, "tpm_quota=0 is below the minimum of 1"),
+        ({"tpm_quota": -5}, "tpm_quota=-5 is below the minimum of 1"),
+        ({"tpm_quota": NAN}, "tpm_quota=nan is not a finite number"),
+        ({"tpm_quota": INF}, "tpm_quota=inf is not a finite number"),
+        ({"tpm_quota": True}, "tpm_quota=True is a bool"),
+        ({"tpm_quota": "400000"}, "tpm_quota='400000' is a str"),
+        ({"tpm_quota": None}, "tpm_quota is required"),
+        ({"tpm_quota": 1e13}, "exceeds the maximum of 1,000,000,000,000"),
+        ({"tpm_quota": a_token()}, "tpm_quota is an unresolved CDK token"),
+        ({"rpm_quota": 0}, "rpm_quota=0 must be greater than 0"),
+        ({"rpm_quota": NAN}, "rpm_quota=nan is not a finite number"),
+        ({"burndown": 0.5}, "burndown=0.5 is below the minimum of 1"),
+        ({"burndown": 500}, "burndown=500 exceeds the maximum of 100"),
+        ({"keep_free": -0.1}, "keep_free=-0.1 is below the minimum of 0"),
+        ({"keep_free": 1}, "keep_free=1 keeps the whole quota free"),
+        ({"keep_free": 20}, "keep_free=20 keeps the whole quota free"),
+        ({"warn_at": 0}, "warn_at=0 must be greater than 0"),
+        ({"warn_at": 90}, "warn_at=90 exceeds the maximum of 1"),
+        ({"service_quota_code": "Q-1"}, "service_quota_code='Q-1' is not a Service Quotas code"),
+        ({"service_quota_code": ""}, "service_quota_code='' is empty"),
+    ],
+)
+def test_bad_quota_props_are_refused_with_the_fix(props, message):
+    with pytest.raises(InvalidPropsError) as error:
+        haiku_quota(**props)
+    assert message in str(error.value)
+
+
+def test_several_bad_quota_props_are_reported_together():
+    with pytest.raises(InvalidPropsError) as error:
+        haiku_quota(tpm_quota=0, burndown=0, keep_free=2)
+    assert len(error.value.problems) == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "message"),
+    [
+        ("", {"fraction": 0.1}, "name='' is empty"),
+        ("x" * 81, {"fraction": 0.1}, "name has 81 characters; at most 80"),
+        (7, {"fraction": 0.1}, "name=7 is a int; pass a string"),
+        ("S", {}, "none of fraction, tpm and calls given; pass exactly one"),
+        ("S", {"fraction": 0.1, "tpm": 1000}, "fraction and tpm given; pass exactly one"),
+        ("S", {"fraction": 0}, "fraction=0 must be greater than 0"),
+        ("S", {"fraction": 1.5}, "fraction=1.5 exceeds the maximum of 1"),
+        ("S", {"fraction": NAN}, "fraction=nan is not a finite number"),
+        ("S", {"fraction": True}, "fraction=True is a bool"),
+        ("S", {"fraction": a_token()}, "fraction is an unresolved CDK token"),
+        ("S", {"tpm": 0}, "tpm=0 is below the minimum of 1"),
+        ("S", {"tpm": 500_000}, "tpm=500000 exceeds the maximum of 400,000"),
+        ("S", {"calls": 0}, "calls=0 is below the minimum of 1"),
+        ("S", {"calls": 2.5}, "calls=2.5 is not a whole number"),
+        ("S", {"calls": INF}, "calls=inf is not a finite number"),
+        ("S", {"fraction": 0.1, "executions": 0}, "executions=0 is below the minimum of 1"),
+        ("S", {"fraction": 0.1, "executions": 1.5}, "executions=1.5 is not a whole number"),
+        ("S", {"fraction": 0.1, "executions": None}, "executions is required"),
+        ("S", {"fraction": 0.1, "call_seconds": 0}, "call_seconds=0 is below the minimum of 0.001"),
+        ("S", {"fraction": 0.1, "call_seconds": 6000 * 1000}, "call_seconds=6000000 exceeds the maximum of 86,400"),
+        ("S", {"fraction": 0.1, "call_seconds": None}, "call_seconds is required"),
+        ("S", {"fraction": 0.1, "profile": None}, "profile is required"),
+        ("S", {"fraction": 0.1, "profile": {"input_tokens": 1}}, "profile={'input_tokens': 1} is a dict"),
+        ("S", {"fraction": 0.1, "profile": dataclasses.replace(PROFILE, burndown=1)},
+         "profile.burndown=1 differs from the quota's burndown=5"),
+    ],
+)
+def test_bad_shares_are_refused_with_the_fix(name, kwargs, message):
+    quota = haiku_quota()
+    arguments = {"call_seconds": 6, "profile": PROFILE, **kwargs}
+    profile = arguments.pop("profile")
+    with pytest.raises(InvalidPropsError) as error:
+        quota.share(name, profile, **arguments)
+    assert message in str(error.value)
+    assert not quota.shares
+
+
+def test_a_share_name_is_drawn_once():
+    quota = haiku_quota()
+    quota.share("Nightly", PROFILE, fraction=0.1, call_seconds=6)
+    with pytest.raises(InvalidPropsError, match=r"name='Nightly' is already drawn from this quota"):
+        quota.share("Nightly", PROFILE, fraction=0.1, call_seconds=6)
