@@ -1,0 +1,619 @@
+"""ScheduledPrecompute: answers to predictable queries generated before the peak, one model call per key.
+
+EventBridge Scheduler starts a Step Functions run at a cron time in your time zone (weekdays 06:00
+before a 09:00 peak); the run calls the model once per key, at most MaxConcurrency calls at once
+with a Retry on throttling, and writes each answer to the AnswerStore with a DynamoDB task. The
+router then serves those keys by lookup, with no model call on the user's path.
+
+The run, state by state:
+
+1. Prepare run (Lambda, one call): the run's clock and the inline keys. Step Functions' JSONPath
+   can neither read the time as a number nor change a string's case, and both matter: answers are
+   ordered by `sequence` (epoch milliseconds, as the queue worker and the router write them), and
+   stored keys must be `answers.normalize_key(key)` or the router, which normalizes every lookup,
+   never finds them. This is the only Lambda; the writes are DynamoDB tasks.
+2. Take the run lock: a conditional PutItem of a claim (`claim#precompute-run#<state machine
+   name>`, the answer schema's claim item) that succeeds only when no unexpired claim exists.
+   Runs never overlap: a run that starts while another holds the lock ends at once, successfully,
+   with {"skipped": true} (it skips; it does not queue), because two runs at once would double the
+   calls in flight the plan allows. The lock is released when the run ends and expires on its own
+   after the state machine's timeout, so a run that died never blocks the next one for longer.
+3. Map over the keys: the inline list from the run input ($.items, at most 40 calls at once), or
+   an S3 JSON/JSONL object read by a distributed Map (up to 10,000 at once). Per key: a Converse
+   call with BedrockRetry (full jitter), then a PutItem that writes exactly the attributes
+   `Answer.to_item` writes, under put_answer's condition (an older answer never replaces a newer
+   one). Each key catches its own failure, so a failed key never loses the others.
+4. Summarize: counts of written, superseded (a newer answer was already stored) and failed keys,
+   the failed keys themselves, the PrecomputeFailedKeys metric (CloudWatch, namespace GenaiPacer),
+   the lock released; then the run fails if more keys failed than `tolerated_failed_keys`.
+
+Execution output: {"keys", "written", "superseded", "failed", "failedKeys": [{"key", "error"}],
+"invalidKeys": [{"key", "error", "cause"}], "sequence"}. A failed run carries the same summary as
+its cause. Each key's result stays in the Map's output (a few bytes, plus each failed key), which
+Step Functions limits to 256 KiB: a run handles some tens of thousands of keys. Larger sets with
+hours of slack belong to a Bedrock batch inference job (BatchPrecompute), cheaper and off the
+on-demand quota.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_scheduler_targets as scheduler_targets
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+
+from constructs import Construct
+
+from . import planning
+from ._assets import LAMBDA_DIR
+from ._checks import Checks, is_token
+from ._nag import acknowledge_wildcard_resources
+from ._runtime_constants import metrics_constants as metrics
+from ._secure import StateMachineOptions, handler_function, model_state_machine
+from .answer_store import AnswerStore
+from .model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
+from .models import BedrockModel
+from .orchestration import DISTRIBUTED_MAP_LIMIT, INLINE_MAP_LIMIT, _cap
+
+__all__ = ["ScheduledPrecompute", "RUN_LOCK_PREFIX", "FAILED_KEYS_DIMENSION"]
+
+#: The run lock's claim id: claim#precompute-run#<state machine name>.
+RUN_LOCK_PREFIX = "precompute-run#"
+#: The dimension of the PrecomputeFailedKeys metric: the state machine's name.
+FAILED_KEYS_DIMENSION = "StateMachine"
+#: Scheduler's retry policy limits.
+_MAX_SCHEDULE_RETRIES = 185
+_DEFAULT_TIMEOUT = cdk.Duration.hours(6)
+_MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')"
+_ERROR = "$.error"
+
+
+@dataclass(frozen=True)
+class _AnswerSchema:
+    """The constants of pacer_runtime/answers.py a Step Functions writer needs."""
+
+    partition_key: str
+    ttl_attribute: str
+    claim_prefix: str
+    newer_than_stored: str  # put_answer's ConditionExpression
+
+
+@cache
+def answer_schema() -> _AnswerSchema:
+    """The answer schema's constants, read from answers.py's source with `ast`: that module imports
+    botocore at load time, which a CDK app need not have, and a second copy of the strings could
+    drift from the handlers'."""
+    path = LAMBDA_DIR / "pacer_runtime" / "answers.py"
+    values: dict[str, Any] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:  # not a literal
+                continue
+    wanted = {"partition_key": "PARTITION_KEY", "ttl_attribute": "TTL_ATTRIBUTE",
+              "claim_prefix": "CLAIM_PREFIX", "newer_than_stored": "_NEWER_THAN_STORED"}
+    missing = sorted(name for name in wanted.values() if not isinstance(values.get(name), str))
+    if missing:
+        raise RuntimeError(f"{path} no longer assigns {missing} as string literals; ScheduledPrecompute reads them there")
+    return _AnswerSchema(**{field: values[name] for field, name in wanted.items()})
+
+
+class ScheduledPrecompute(Construct):
+    """Generate answers for a known list of keys on a schedule and store them in an AnswerStore.
+
+    store: required; the AnswerStore the answers go to (and the router reads).
+    model: required; the model every key calls.
+    request: required; a ConverseRequest whose JsonPath references read the key's item under
+        `$.item`, e.g. prompt=sfn.JsonPath.format("Morning note for {}", sfn.JsonPath.string_at("$.item.ticker")).
+        latency="optimized" is refused: nobody waits for a pre-computed answer, and the optimized
+        mode's own quota and price are better spent on the user's path.
+    max_concurrency: required; an int or a planning.RatePlan (fitted): at most 40 with inline
+        items, 10,000 with items in S3. Two runs never overlap, so this is the run's whole draw on
+        the quota.
+    schedule: required; when runs start, e.g. scheduler.ScheduleExpression.cron(minute="0",
+        hour="6", week_day="MON-FRI", time_zone=cdk.TimeZone.EUROPE_LONDON). A cron without a time
+        zone runs in UTC (warned: it shifts by an hour at each daylight-saving change).
+    items: the inline key list, sent as the schedule's input: objects each with a "key" (normalized
+        by the run) and the fields the request reads. Exactly one of items or items_bucket.
+    items_bucket / items_key / items_format: instead of items, an S3 object listing the items
+        ("jsonl": one object per line, or "json": an array), read by a distributed Map. Its keys
+        must already be normalized (answers.normalize_key / check_key when you write the object).
+        Default format: "jsonl".
+    tolerated_failed_keys: failed keys a run may have and still succeed. Default: 0 (any failed
+        key fails the run, after every other key was written and the failed ones listed).
+    retry: the Retry of each model call. Default: BedrockRetry().
+    schedule_retry_attempts: how often Scheduler retries a start that failed (StartExecution
+        throttled, say), 0..185. Default: 3.
+    schedule_max_event_age: how long after the scheduled time Scheduler keeps trying, 1 min..24 h.
+        Default: 1 hour (a start later than that misses the peak it was meant for).
+    dead_letter_queue: where Scheduler puts a start it gave up on. Default: a new encrypted queue.
+    state_machine_options: Default: encrypted logs, X-Ray, STANDARD type, 6-hour timeout (the run
+        lock expires with the timeout).
+
+    Attributes: `state_machine`, `schedule`, `dead_letter_queue`, `prepare_function`, `map_state`.
+    Metrics: `metric_failed_keys()`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        store: AnswerStore,
+        model: BedrockModel,
+        request: ConverseRequest,
+        max_concurrency: int | planning.RatePlan,
+        schedule: scheduler.ScheduleExpression,
+        items: Sequence[Mapping[str, Any]] | None = None,
+        items_bucket: s3.IBucket | None = None,
+        items_key: str | None = None,
+        items_format: Literal["jsonl", "json"] = "jsonl",
+        tolerated_failed_keys: int = 0,
+        retry: BedrockRetry | None = None,
+        schedule_retry_attempts: int = 3,
+        schedule_max_event_age: cdk.Duration | None = None,
+        dead_letter_queue: sqs.IQueue | None = None,
+        state_machine_options: StateMachineOptions | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        schedule_max_event_age = schedule_max_event_age or cdk.Duration.hours(1)
+        options = state_machine_options or StateMachineOptions()
+        distributed = items_bucket is not None
+        with Checks(f"ScheduledPrecompute {id}") as check:
+            check.instance("store", store, AnswerStore, "an AnswerStore")
+            check.instance("model", model, BedrockModel, _MODEL_HINT)
+            if check.instance(
+                "request", request, ConverseRequest,
+                "ConverseRequest(prompt=..., max_tokens=...); a native body has no text for the store to hold",
+            ):
+                check.rule(
+                    request.latency != "optimized",
+                    "request.latency='optimized' spends latency-optimized inference (its own quota, a higher price) on "
+                    "answers nobody waits for: pre-computation is off the user's path; drop latency",
+                )
+            if check.instance("schedule", schedule, scheduler.ScheduleExpression, "scheduler.ScheduleExpression.cron(...)"):
+                self._warn_about_schedule(schedule)
+            check.rule(
+                (items is None) != (items_bucket is None),
+                "pass exactly one of items (an inline list of {'key': ...} objects) or items_bucket with items_key "
+                "(an S3 object read by a distributed Map)",
+            )
+            if items is not None:
+                self._check_items(check, items)
+            check.instance("items_bucket", items_bucket, s3.IBucket, "an s3 bucket", optional=True)
+            if distributed:
+                check.text("items_key", items_key, fix="the key of the JSONL or JSON object that lists the items")
+            else:
+                check.rule(items_key is None, "items_key is set without items_bucket; it would be ignored: pass both")
+            check.one_of("items_format", items_format, ("jsonl", "json"))
+            check.rule(
+                distributed or items_format == "jsonl",
+                f"items_format={items_format!r} applies to items_bucket only; it would be ignored: drop it",
+            )
+            cap = _cap(
+                self, check, max_concurrency, False,
+                DISTRIBUTED_MAP_LIMIT if distributed else INLINE_MAP_LIMIT,
+                "a distributed Map" if distributed else "an inline Map",
+            )
+            check.integer(
+                "tolerated_failed_keys", tolerated_failed_keys, minimum=0,
+                fix="0 fails the run on any failed key; raise it to accept a few",
+            )
+            check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
+            check.integer(
+                "schedule_retry_attempts", schedule_retry_attempts, minimum=0, maximum=_MAX_SCHEDULE_RETRIES,
+                fix="EventBridge Scheduler retries a failed start 0..185 times",
+            )
+            check.duration(
+                "schedule_max_event_age", schedule_max_event_age, minimum=cdk.Duration.minutes(1),
+                maximum=cdk.Duration.hours(24), fix="EventBridge Scheduler keeps a start for 60 s..24 h",
+            )
+            check.instance("dead_letter_queue", dead_letter_queue, sqs.IQueue, "an sqs.Queue", optional=True)
+            check.instance("state_machine_options", options, StateMachineOptions, "StateMachineOptions(...)")
+            if isinstance(options, StateMachineOptions):
+                check.rule(
+                    options.state_machine_type != sfn.StateMachineType.EXPRESS,
+                    "state_machine_type=EXPRESS stops a run after 5 minutes, and an Express workflow runs at least "
+                    "once, so a key's answer may be written twice: use STANDARD (the default)",
+                )
+        retry = retry or BedrockRetry()
+        schema = answer_schema()
+        timeout = options.timeout or _DEFAULT_TIMEOUT
+        self.store = store
+        self.tolerated_failed_keys = tolerated_failed_keys
+
+        self.prepare_function = handler_function(
+            self,
+            "PrepareRun",
+            handler="scheduled_precompute.handler.handler",
+            environment={
+                "ANSWER_TTL_SECONDS": store.environment()["ANSWER_TTL_SECONDS"],
+                "LOCK_SECONDS": str(int(timeout.to_seconds())),
+            },
+            timeout=cdk.Duration.seconds(30),
+            encryption_key=options.encryption_key,
+            log_retention=options.log_retention,
+        )
+        prepare = tasks.LambdaInvoke(
+            self, "Prepare run",
+            lambda_function=self.prepare_function,
+            payload=sfn.TaskInput.from_object({} if distributed else {"items": sfn.JsonPath.list_at("$.items")}),
+            payload_response_only=True,
+            result_path="$.run",
+        )
+
+        lock_id = sfn.JsonPath.format(f"{schema.claim_prefix}{RUN_LOCK_PREFIX}{{}}", sfn.JsonPath.string_at("$$.StateMachine.Name"))
+        take_lock = tasks.DynamoPutItem(
+            self, "Take run lock",
+            table=store.table,
+            item={
+                schema.partition_key: tasks.DynamoAttributeValue.from_string(lock_id),
+                "request_id": tasks.DynamoAttributeValue.from_string(
+                    sfn.JsonPath.format(f"{RUN_LOCK_PREFIX}{{}}", sfn.JsonPath.string_at("$$.StateMachine.Name"))
+                ),
+                "owner": tasks.DynamoAttributeValue.from_string(sfn.JsonPath.string_at("$$.Execution.Name")),
+                "claimed_at": tasks.DynamoAttributeValue.from_string(sfn.JsonPath.string_at("$$.State.EnteredTime")),
+                schema.ttl_attribute: tasks.DynamoAttributeValue.number_from_string(sfn.JsonPath.string_at("$.run.lockExpiresAt")),
+            },
+            # answers.claim's condition: no claim, or an expired one.
+            condition_expression="attribute_not_exists(#pk) OR #exp < :now",
+            expression_attribute_names={"#pk": schema.partition_key, "#exp": schema.ttl_attribute},
+            expression_attribute_values={":now": tasks.DynamoAttributeValue.number_from_string(sfn.JsonPath.string_at("$.run.now"))},
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        skipped = sfn.Pass(
+            self, "Skipped: another run holds the lock",
+            parameters={
+                "skipped": True,
+                "reason": "another run of this state machine holds the run lock; runs never overlap, so this one ends",
+                "sequence.$": "$.run.sequence",
+            },
+        ).next(sfn.Succeed(self, "Skipped"))
+        take_lock.add_catch(skipped, errors=["DynamoDB.ConditionalCheckFailedException"], result_path=sfn.JsonPath.DISCARD)
+
+        processor = self._item_processor(store, model, request, retry)
+        item_selector = {
+            "item": sfn.JsonPath.string_at("$$.Map.Item.Value"),
+            "index": sfn.JsonPath.number_at("$$.Map.Item.Index"),
+            "sequence": sfn.JsonPath.string_at("$.run.sequence"),
+            "requestId": sfn.JsonPath.string_at("$$.Execution.Name"),
+            "usageDefaults": {"CacheReadInputTokens": 0, "CacheWriteInputTokens": 0},
+        }
+        if store.answer_ttl is not None:
+            item_selector["expiresAt"] = sfn.JsonPath.string_at("$.run.expiresAt")
+        tally = {
+            "written.$": "States.ArrayLength($[?(@.written)])",
+            "superseded.$": "States.ArrayLength($[?(@.superseded)])",
+            "failedKeys.$": "$[?(@.error)]",
+        }
+        self.map_state: sfn.MapBase
+        if distributed:
+            reader_cls = sfn.S3JsonLItemReader if items_format == "jsonl" else sfn.S3JsonItemReader
+            self.map_state = sfn.DistributedMap(
+                self, "Keys",
+                max_concurrency=cap,
+                item_reader=reader_cls(bucket=items_bucket, key=items_key),  # type: ignore[arg-type]
+                item_selector=item_selector,
+                map_execution_type=sfn.StateMachineType.STANDARD,
+                result_selector=tally,
+                result_path="$.tally",
+            )
+        else:
+            self.map_state = sfn.Map(
+                self, "Keys",
+                max_concurrency=cap,
+                items_path="$.run.items",
+                item_selector=item_selector,
+                result_selector=tally,
+                result_path="$.tally",
+            )
+        self.map_state.item_processor(processor)
+
+        summarize = sfn.Pass(
+            self, "Summarize",
+            parameters={
+                "keys.$": "States.MathAdd(States.MathAdd($.tally.written, $.tally.superseded), "
+                "States.MathAdd(States.ArrayLength($.tally.failedKeys), States.ArrayLength($.run.invalid)))",
+                "written.$": "$.tally.written",
+                "superseded.$": "$.tally.superseded",
+                "failed.$": "States.MathAdd(States.ArrayLength($.tally.failedKeys), States.ArrayLength($.run.invalid))",
+                "failedKeys.$": "$.tally.failedKeys",
+                "invalidKeys.$": "$.run.invalid",
+                "sequence.$": "$.run.sequence",
+            },
+            result_path="$.summary",
+        )
+        names = metrics()
+        metric_policy = iam.Policy(
+            self, "FailedKeysMetricPolicy",
+            statements=[
+                iam.PolicyStatement(
+                    actions=["cloudwatch:PutMetricData"],
+                    resources=["*"],
+                    conditions={"StringEquals": {"cloudwatch:namespace": names.NAMESPACE}},
+                )
+            ],
+        )
+        count_failed = sfn.CustomState(
+            self, "Count failed keys",
+            state_json={
+                "Type": "Task",
+                "Resource": f"arn:{cdk.Aws.PARTITION}:states:::aws-sdk:cloudwatch:putMetricData",
+                "Parameters": {
+                    "Namespace": names.NAMESPACE,
+                    "MetricData": [
+                        {
+                            "MetricName": names.PRECOMPUTE_FAILED_KEYS,
+                            "Unit": names.UNITS[names.PRECOMPUTE_FAILED_KEYS],
+                            "Value.$": "$.summary.failed",
+                            "Dimensions": [{"Name": FAILED_KEYS_DIMENSION, "Value.$": "$$.StateMachine.Name"}],
+                        }
+                    ],
+                },
+                "ResultPath": "$.metric",  # None would be dropped (jsii), and the result would replace the state
+                "Retry": [
+                    {"ErrorEquals": ["CloudWatch.ThrottlingException", "CloudWatch.InternalServiceException"],
+                     "IntervalSeconds": 1, "MaxAttempts": 3, "BackoffRate": 2, "JitterStrategy": "FULL"}
+                ],
+            },
+        )
+        release, released = self._release_lock("Release run lock", store, lock_id)
+        # A metric that cannot be written must not keep the lock or hide the summary.
+        count_failed.add_catch(release, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
+        too_many = sfn.Fail(
+            self, "Too many failed keys",
+            error="PrecomputeFailedKeys",
+            cause_path="States.JsonToString($.summary)",
+        )
+        verdict = (
+            sfn.Choice(self, "Within tolerated failures?")
+            .when(sfn.Condition.number_greater_than("$.summary.failed", tolerated_failed_keys), too_many)
+            .otherwise(sfn.Succeed(self, "Done", output_path="$.summary"))
+        )
+        release_after_error, released_after_error = self._release_lock("Release run lock after an error", store, lock_id)
+        released_after_error.next(
+            sfn.Fail(
+                self, "Run failed",
+                error="PrecomputeRunFailed",
+                cause_path="States.Format('{}: {}', $.error.Error, $.error.Cause)",
+            )
+        )
+        self.map_state.add_catch(release_after_error, errors=["States.ALL"], result_path=_ERROR)
+        released.next(verdict)
+
+        definition = prepare.next(take_lock).next(self.map_state).next(summarize).next(count_failed).next(release)
+        self.state_machine = model_state_machine(
+            self, definition=definition, models=[model], options=options, default_timeout=_DEFAULT_TIMEOUT,
+        )
+        store.grant_write(self.state_machine)  # the lock and the answers; KMS too for a customer-managed key
+        self.state_machine.role.attach_inline_policy(metric_policy)
+        cdk.Validations.of(metric_policy).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="cloudwatch:PutMetricData supports no resource-level permissions; the statement is limited "
+                "to the GenaiPacer namespace by the cloudwatch:namespace condition",
+            )
+        )
+        acknowledge_wildcard_resources(
+            self.state_machine.role.node.find_child("DefaultPolicy"),
+            matches=lambda arn: arn.endswith(":*") and "PrepareRun" in arn,
+            reason="aws-cdk-lib's LambdaInvoke grants the function and its versions and aliases (function:*); "
+            "the grant names this construct's own prepare function only",
+        )
+        if distributed:
+            self._acknowledge_distributed_map()
+            items_bucket.grant_read(self.state_machine)  # type: ignore[union-attr]
+
+        self.dead_letter_queue = dead_letter_queue or self._dead_letter_queue()
+        self.schedule = scheduler.Schedule(
+            self, "Schedule",
+            schedule=schedule,
+            time_window=scheduler.TimeWindow.off(),
+            description=f"genai-pacer ScheduledPrecompute {self.node.path}: generates answers before the peak",
+            target=scheduler_targets.StepFunctionsStartExecution(
+                self.state_machine,
+                input=scheduler.ScheduleTargetInput.from_object({} if distributed else {"items": list(items or [])}),
+                retry_attempts=schedule_retry_attempts,
+                max_event_age=schedule_max_event_age,
+                dead_letter_queue=self.dead_letter_queue,
+            ),
+        )
+
+    # ---- the per-key chain -------------------------------------------------------------------
+    def _item_processor(
+        self, store: AnswerStore, model: BedrockModel, request: ConverseRequest, retry: BedrockRetry
+    ) -> sfn.IChainable:
+        """Has key? -> Converse (Retry) -> has text? -> PutItem (put_answer's condition); every
+        failure ends the key as {"key", "error"}, a newer stored answer as {"superseded": 1}."""
+        schema = answer_schema()
+        key_failed = sfn.Pass(
+            self, "Key failed",
+            parameters={"key.$": "$.item.key", "error.$": "$.error.Error"},
+        )
+        no_key = sfn.Pass(
+            self, "Item has no key",
+            parameters={"key.$": "States.Format('items[{}]', $.index)", "error": "MissingKey"},
+        )
+        call, _ = model_call(
+            self, "Call model",
+            model=model, request=request, retry=retry,
+            options=TaskOptions(
+                result_selector={
+                    "texts.$": "$.Output.Message.Content[?(@.Text)].Text",
+                    "stopReason.$": "$.StopReason",
+                    "usage.$": "$.Usage",
+                },
+                result_path="$.response",
+            ),
+        )
+        call.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
+        empty = sfn.Pass(self, "Answer is empty", parameters={"key.$": "$.item.key", "error": "EmptyAnswer"})
+        answer = sfn.Pass(
+            self, "Answer",
+            parameters={
+                "text.$": "States.ArrayGetItem($.response.texts, 0)",
+                "stopReason.$": "$.response.stopReason",
+                # Converse reports cache tokens only when a cache point was used.
+                "usage.$": "States.JsonMerge($.usageDefaults, $.response.usage, false)",
+            },
+            result_path="$.answer",
+        )
+        number = tasks.DynamoAttributeValue.number_from_string
+        text = tasks.DynamoAttributeValue.from_string
+        attributes: dict[str, tasks.DynamoAttributeValue] = {
+            schema.partition_key: text(sfn.JsonPath.string_at("$.item.key")),
+            "answer": text(sfn.JsonPath.string_at("$.answer.text")),
+            "model_id": text(model.model_id),
+            "request_id": text(sfn.JsonPath.string_at("$.requestId")),
+            "sequence": number(sfn.JsonPath.string_at("$.sequence")),
+            "stop_reason": text(sfn.JsonPath.string_at("$.answer.stopReason")),
+            "input_tokens": number(sfn.JsonPath.format("{}", sfn.JsonPath.string_at("$.answer.usage.InputTokens"))),
+            "output_tokens": number(sfn.JsonPath.format("{}", sfn.JsonPath.string_at("$.answer.usage.OutputTokens"))),
+            "cache_read_tokens": number(sfn.JsonPath.format("{}", sfn.JsonPath.string_at("$.answer.usage.CacheReadInputTokens"))),
+            "cache_write_tokens": number(sfn.JsonPath.format("{}", sfn.JsonPath.string_at("$.answer.usage.CacheWriteInputTokens"))),
+            "served_latency": text("standard"),  # latency="optimized" is refused above
+            "generated_at": text(sfn.JsonPath.string_at("$$.State.EnteredTime")),
+        }
+        if store.answer_ttl is not None:
+            attributes[schema.ttl_attribute] = number(sfn.JsonPath.string_at("$.expiresAt"))
+        write = tasks.DynamoPutItem(
+            self, "Write answer",
+            table=store.table,
+            item=attributes,
+            condition_expression=schema.newer_than_stored,
+            expression_attribute_names={"#pk": schema.partition_key, "#seq": "sequence", "#rid": "request_id"},
+            expression_attribute_values={
+                ":seq": number(sfn.JsonPath.string_at("$.sequence")),
+                ":rid": text(sfn.JsonPath.string_at("$.requestId")),
+            },
+            result_selector={"written": 1},
+        )
+        write.add_retry(
+            errors=["DynamoDB.ProvisionedThroughputExceededException", "DynamoDB.ThrottlingException",
+                    "DynamoDB.InternalServerErrorException", "DynamoDB.RequestLimitExceeded"],
+            interval=cdk.Duration.seconds(1), max_attempts=4, backoff_rate=2, jitter_strategy=sfn.JitterType.FULL,
+        )
+        superseded = sfn.Pass(self, "Newer answer stored", parameters={"superseded": 1})
+        write.add_catch(superseded, errors=["DynamoDB.ConditionalCheckFailedException"], result_path=_ERROR)
+        write.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
+        has_text = (
+            sfn.Choice(self, "Has text?")
+            .when(sfn.Condition.is_present("$.response.texts[0]"), answer.next(write))
+            .otherwise(empty)
+        )
+        return (
+            sfn.Choice(self, "Has key?")
+            .when(
+                sfn.Condition.and_(sfn.Condition.is_present("$.item.key"), sfn.Condition.is_string("$.item.key")),
+                call.next(has_text),
+            )
+            .otherwise(no_key)
+        )
+
+    def _release_lock(self, id: str, store: AnswerStore, lock_id: str) -> tuple[tasks.DynamoDeleteItem, sfn.Pass]:
+        """answers.release: delete the lock only while this run still owns it (it may have expired).
+        Returns the task and the state after it, which the caller continues from."""
+        schema = answer_schema()
+        release = tasks.DynamoDeleteItem(
+            self, id,
+            table=store.table,
+            key={schema.partition_key: tasks.DynamoAttributeValue.from_string(lock_id)},
+            condition_expression="#owner = :owner",
+            expression_attribute_names={"#owner": "owner"},
+            expression_attribute_values={
+                ":owner": tasks.DynamoAttributeValue.from_string(sfn.JsonPath.string_at("$$.Execution.Name"))
+            },
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        # Whether or not the lock could be deleted, the run's outcome stands; an unreleased lock expires.
+        after = sfn.Pass(self, f"{id} done")
+        release.add_catch(after, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
+        release.next(after)
+        return release, after
+
+    # ---- checks and settings -----------------------------------------------------------------
+    def _check_items(self, check: Checks, items: Any) -> None:
+        if not check.each("items", items, lambda n, v: check.instance(n, v, Mapping, "an object such as {'key': 'ticker-morning#AAPL', 'ticker': 'AAPL'}")):
+            return
+        check.rule(bool(items), "items is empty; a run would call nothing: list at least one {'key': ...} object")
+        for index, item in enumerate(items):
+            key = item.get("key")
+            check.rule(
+                isinstance(key, str) and bool(key.strip()),
+                f"items[{index}] has no 'key' string; each item needs the key its answer is stored under",
+            )
+
+    def _warn_about_schedule(self, schedule: scheduler.ScheduleExpression) -> None:
+        expression = schedule.expression_string
+        if is_token(expression):
+            return
+        if expression.startswith("cron(") and schedule.time_zone is None:
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:schedule-utc",
+                f"schedule {expression} has no time zone, so it runs in UTC and moves by an hour against local "
+                "time at each daylight-saving change; pass time_zone=cdk.TimeZone.<your zone> so runs stay "
+                "before the local peak",
+            )
+        elif expression.startswith("rate("):
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:schedule-rate",
+                f"schedule {expression} runs at a fixed rate, not before a known peak; a cron in your time zone "
+                "(e.g. weekdays 06:00) generates answers when they are about to be asked for",
+            )
+
+    def _dead_letter_queue(self) -> sqs.Queue:
+        queue = sqs.Queue(
+            self, "ScheduleDeadLetterQueue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=cdk.Duration.days(14),
+        )
+        cdk.Validations.of(queue).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions-SQS3",
+                reason="this queue is the schedule's dead-letter queue (EventBridge Scheduler's DeadLetterConfig, "
+                "which cdk-nag does not recognize); a dead-letter queue needs none of its own",
+            )
+        )
+        return queue
+
+    def _acknowledge_distributed_map(self) -> None:
+        machine = self.state_machine
+        child_policy = machine.node.try_find_child("DistributedMapPolicy")
+        if child_policy is not None:
+            acknowledge_wildcard_resources(
+                child_policy,
+                matches=lambda arn: ":execution:" in arn,
+                reason="a distributed Map starts, describes and stops child executions whose names Step Functions "
+                "generates; the grant is scoped to this state machine's executions",
+            )
+        acknowledge_wildcard_resources(
+            machine.role.node.find_child("DefaultPolicy"),
+            matches=lambda arn: ":s3:::" in arn and arn.endswith("/*"),
+            reason="aws-cdk-lib's item reader grants every object of the items bucket (bucket/*): the Map reads "
+            "the items object; pass your own role to narrow it",
+        )
+
+    # ---- metrics -------------------------------------------------------------------------------
+    def metric_failed_keys(self, **props: Any) -> cloudwatch.Metric:
+        """Keys a run could not answer (PrecomputeFailedKeys, one data point per run). Default: Sum over 1 day."""
+        names = metrics()
+        return cloudwatch.Metric(
+            namespace=names.NAMESPACE,
+            metric_name=names.PRECOMPUTE_FAILED_KEYS,
+            dimensions_map={FAILED_KEYS_DIMENSION: self.state_machine.state_machine_name},
+            **{"statistic": "Sum", "period": cdk.Duration.days(1), **props},
+        )
+

@@ -1,0 +1,78 @@
+"""ScheduledPrecompute's first step: the run's clock, and the inline keys normalized.
+
+Step Functions (JSONPath) can neither read the clock as a number nor change a string's case, and
+both are needed before any answer is written:
+
+- Every writer of the answer store orders answers by `sequence`, epoch milliseconds for writers
+  that have no producer order of their own (the queue worker's default, the router's write-back).
+  A run's answers take the run's start in milliseconds, so tomorrow's run replaces today's
+  answers, a router write-back made after the run replaces the run's answer, and neither ever
+  replaces a newer one. The state machine writes each answer itself (a DynamoDB task); this
+  function only returns the numbers, as strings, the form DynamoDB's N takes.
+- The keys of an inline run go through `answers.check_key`, the one key rule the router applies
+  to lookups, so a stored answer is found under the key the router computes. Keys that break the
+  rule, and repeats of a key already listed, come back in `invalid` with the reason, never echoing
+  the key text into logs. (Keys read from S3 by the distributed Map must be stored normalized.)
+
+Event: {"items": [{"key": "...", ...}, ...]} (items optional: absent for the S3 path).
+Result: {"sequence", "now", "lockExpiresAt", "expiresAt" (only with a TTL), "items", "invalid",
+"keys"}: numbers as decimal strings, except "keys" (the item count).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+from pacer_runtime import answers
+
+#: How long an answer lives ("" = until replaced): set by AnswerStore.environment().
+ANSWER_TTL_SECONDS = int(os.environ.get("ANSWER_TTL_SECONDS") or 0) or None
+#: How long the run's lock holds at most: the state machine's timeout, so a run that times out
+#: never blocks the next one for longer than it could have run.
+LOCK_SECONDS = int(os.environ["LOCK_SECONDS"])
+
+
+def handler(event: Any, context: Any = None, *, now: float | None = None) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    result: dict[str, Any] = {
+        "sequence": str(int(now * 1000)),
+        "now": str(math.floor(now)),
+        "lockExpiresAt": str(math.ceil(now + LOCK_SECONDS)),
+    }
+    if ANSWER_TTL_SECONDS is not None:
+        result["expiresAt"] = str(math.ceil(now + ANSWER_TTL_SECONDS))
+    items = event.get("items") if isinstance(event, dict) else None
+    kept, invalid = normalized_items(items) if items is not None else ([], [])
+    result.update(items=kept, invalid=invalid, keys=len(kept) + len(invalid))
+    return result
+
+
+def normalized_items(items: Any) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Items with their key normalized, first occurrence kept; the rest with the reason they were refused."""
+    if not isinstance(items, list):
+        return [], [{"key": "", "error": "InvalidItems", "cause": f"items must be a list, not a {type(items).__name__}"}]
+    kept: list[dict[str, Any]] = []
+    invalid: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        raw = item.get("key") if isinstance(item, dict) else None
+        shown = raw if isinstance(raw, str) and len(raw.encode()) <= answers.MAX_KEY_BYTES else f"items[{index}]"
+        if not isinstance(item, dict):
+            invalid.append({"key": shown, "error": "InvalidItem",
+                            "cause": f"items[{index}] must be an object with a key, not a {type(item).__name__}"})
+            continue
+        try:
+            key = answers.check_key(raw)
+        except answers.InvalidKeyError as error:
+            invalid.append({"key": shown, "error": "InvalidKey", "cause": f"items[{index}]: {error}"})
+            continue
+        if key in seen:
+            invalid.append({"key": key, "error": "DuplicateKey",
+                            "cause": f"items[{index}] repeats a key listed before it once normalized; one answer per key"})
+            continue
+        seen.add(key)
+        kept.append({**item, "key": key})
+    return kept, invalid
