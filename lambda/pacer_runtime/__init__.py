@@ -1,6 +1,6 @@
 """Runtime helpers shared by genai-pacer's Lambda handlers (and usable in any Python service)."""
 
-from . import answers, metrics
+from . import answers, metrics, sampling, streaming
 from .bedrock import (
     ConverseResult,
     RequestError,
@@ -10,16 +10,25 @@ from .bedrock import (
     converse_stream,
     is_throttle,
 )
+from .sampling import EXTRACTION, VARIED, Sampling
 from .side_by_side import Backoff, BoundedCalls, Outcome, call_with_backoff, run_side_by_side
+from .streaming import SentenceSplitter, SentenceStream, sentences, stream_sentences
 
 __all__ = [
     "answers",
     "metrics",
+    "sampling",
+    "streaming",
     "Backoff",
     "BoundedCalls",
     "ConverseResult",
+    "EXTRACTION",
     "Outcome",
     "RequestError",
+    "Sampling",
+    "SentenceSplitter",
+    "SentenceStream",
+    "VARIED",
     "bedrock_client",
     "build_converse_request",
     "call_with_backoff",
@@ -27,4 +36,6 @@ __all__ = [
     "converse_stream",
     "is_throttle",
     "run_side_by_side",
+    "sentences",
+    "stream_sentences",
 ]

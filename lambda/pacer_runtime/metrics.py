@@ -1,22 +1,43 @@
 """Metrics every genai-pacer handler emits, in CloudWatch embedded metric format (EMF).
 
 One JSON line on stdout becomes metrics through CloudWatch Logs, with no API call on the request
-path. The namespace and metric names live here and nowhere else: the handlers write with them and
-the constructs' `metric_*` methods read them (genai_pacer loads this file without boto3), so a
-dashboard can never look for a name no handler writes. Standard library only.
+path. The namespace, metric names and dimension names live here and nowhere else: the handlers
+write with them and the constructs' `metric_*` methods and `LatencyDashboard` read them (genai_pacer
+loads this file by path, without boto3), so a dashboard can never look for a name no handler
+writes. Standard library only.
+
+Per model call, `emit_call` writes what AWS/Bedrock cannot say: the reservation the call held
+(input + cache + max_tokens; AWS's EstimatedTPMQuotaUsage leaves it out), the latency mode that
+actually served it, and TTFT and output tokens per second of this caller's streaming calls only
+(AWS/Bedrock's ModelId dimension mixes every caller and API of the model).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "NAMESPACE",
+    "MODEL_DIMENSION",
+    "FUNCTION_DIMENSION",
     "INPUT_TOKENS",
     "OUTPUT_TOKENS",
+    "CACHE_READ_TOKENS",
+    "CACHE_WRITE_TOKENS",
+    "RESERVED_TOKENS",
     "LATENCY_MS",
+    "TIME_TO_FIRST_TOKEN_MS",
+    "OUTPUT_TOKENS_PER_SECOND",
+    "SERVED_OPTIMIZED",
+    "SERVED_STANDARD",
+    "OPTIMIZED_SERVED_STANDARD",
+    "THROTTLES",
     "ANSWER_HITS",
     "ANSWER_MISSES",
     "ANSWER_STALE",
@@ -24,15 +45,40 @@ __all__ = [
     "BATCH_RECORDS_LOADED",
     "BATCH_RECORDS_FAILED",
     "UNITS",
+    "CallMetrics",
+    "call_metrics",
     "emf_line",
     "emit",
+    "emit_call",
+    "emit_throttle",
+    "lambda_dimensions",
 ]
 
 NAMESPACE = "GenaiPacer"
 
+#: Every per-call metric carries the model id; the Lambda function name is a second dimension set,
+#: so a construct can read its own worker's calls while a dashboard sums all callers of a model.
+MODEL_DIMENSION = "ModelId"
+FUNCTION_DIMENSION = "FunctionName"
+
 INPUT_TOKENS = "InputTokens"
 OUTPUT_TOKENS = "OutputTokens"
+CACHE_READ_TOKENS = "CacheReadInputTokens"
+CACHE_WRITE_TOKENS = "CacheWriteInputTokens"
+#: Quota tokens held when the call started: input + cache read + cache write + max_tokens.
+RESERVED_TOKENS = "ReservedTokens"
+#: End-to-end, as the caller measured it (SDK retries included).
 LATENCY_MS = "LatencyMs"
+#: Streaming calls only: time to the first text, and decode speed after it.
+TIME_TO_FIRST_TOKEN_MS = "TimeToFirstTokenMs"
+OUTPUT_TOKENS_PER_SECOND = "OutputTokensPerSecond"
+#: The latency mode that served each call (1 or 0 per call, so Sum counts calls).
+SERVED_OPTIMIZED = "ServedOptimized"
+SERVED_STANDARD = "ServedStandard"
+#: A call that asked for latency-optimized inference and was served at standard (its quota ran out).
+OPTIMIZED_SERVED_STANDARD = "OptimizedServedStandard"
+#: Model calls that failed with a throttling error after the SDK's own retries.
+THROTTLES = "Throttles"
 #: AnswerRouter: a fresh stored answer served, no stored answer, a stored answer older than max-age.
 ANSWER_HITS = "AnswerHits"
 ANSWER_MISSES = "AnswerMisses"
@@ -46,7 +92,16 @@ BATCH_RECORDS_FAILED = "BatchRecordsFailed"
 UNITS: dict[str, str] = {
     INPUT_TOKENS: "Count",
     OUTPUT_TOKENS: "Count",
+    CACHE_READ_TOKENS: "Count",
+    CACHE_WRITE_TOKENS: "Count",
+    RESERVED_TOKENS: "Count",
     LATENCY_MS: "Milliseconds",
+    TIME_TO_FIRST_TOKEN_MS: "Milliseconds",
+    OUTPUT_TOKENS_PER_SECOND: "Count/Second",
+    SERVED_OPTIMIZED: "Count",
+    SERVED_STANDARD: "Count",
+    OPTIMIZED_SERVED_STANDARD: "Count",
+    THROTTLES: "Count",
     ANSWER_HITS: "Count",
     ANSWER_MISSES: "Count",
     ANSWER_STALE: "Count",
@@ -55,12 +110,39 @@ UNITS: dict[str, str] = {
     BATCH_RECORDS_FAILED: "Count",
 }
 
+LATENCY_MODES = ("standard", "optimized")
 
-def emf_line(values: Mapping[str, float], dimensions: Mapping[str, str], *, timestamp_ms: int | None = None) -> str:
-    """One EMF log line publishing `values` (metric name -> value) under `dimensions`."""
+
+def emf_line(
+    values: Mapping[str, float],
+    dimensions: Mapping[str, str],
+    *,
+    timestamp_ms: int | None = None,
+    dimension_sets: Sequence[Sequence[str]] | None = None,
+    properties: Mapping[str, Any] | None = None,
+) -> str:
+    """One EMF log line publishing `values` (metric name -> value) under `dimensions`.
+
+    dimension_sets: which combinations of the dimensions to publish, e.g. [["ModelId"],
+    ["FunctionName", "ModelId"]]; each set is a separate CloudWatch metric. Default: one set of all.
+    properties: extra fields for CloudWatch Logs Insights (not metrics), e.g. the served latency mode.
+    """
     unknown = sorted(set(values) - set(UNITS))
     if unknown:
         raise ValueError(f"unknown metric names {unknown}; add them to pacer_runtime.metrics.UNITS")
+    bad = sorted(
+        name for name, value in values.items()
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+    )
+    if bad:
+        raise ValueError(f"metrics {bad} are not finite numbers; CloudWatch drops the whole line, so nothing would be recorded")
+    sets = [sorted(dimensions)] if dimension_sets is None else [list(s) for s in dimension_sets]
+    missing = sorted({name for s in sets for name in s} - set(dimensions))
+    if missing:
+        raise ValueError(f"dimension sets name {missing}, which have no value in dimensions")
+    clashes = sorted(set(properties or {}) & (set(values) | set(dimensions) | {"_aws"}))
+    if clashes:
+        raise ValueError(f"properties {clashes} would overwrite a metric or dimension of the same name")
     return json.dumps(
         {
             "_aws": {
@@ -68,17 +150,163 @@ def emf_line(values: Mapping[str, float], dimensions: Mapping[str, str], *, time
                 "CloudWatchMetrics": [
                     {
                         "Namespace": NAMESPACE,
-                        "Dimensions": [sorted(dimensions)],
+                        "Dimensions": sets,
                         "Metrics": [{"Name": name, "Unit": UNITS[name]} for name in values],
                     }
                 ],
             },
+            **(properties or {}),
             **dimensions,
             **values,
         }
     )
 
 
-def emit(values: Mapping[str, float], dimensions: Mapping[str, str]) -> None:
-    """Print one EMF line (Lambda sends stdout to CloudWatch Logs)."""
-    print(emf_line(values, dimensions))
+def emit(values: Mapping[str, float], dimensions: Mapping[str, str], **options: Any) -> None:
+    """Print one EMF line (Lambda sends stdout to CloudWatch Logs); options as in emf_line."""
+    print(emf_line(values, dimensions, **options))
+
+
+def lambda_dimensions() -> dict[str, str]:
+    """{"FunctionName": <this function>} inside Lambda (from AWS_LAMBDA_FUNCTION_NAME), else {}."""
+    name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME")
+    return {FUNCTION_DIMENSION: name} if name else {}
+
+
+@dataclass(frozen=True)
+class CallMetrics:
+    """The per-call figures emit_call publishes, computed from a ConverseResult and its request."""
+
+    model_id: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    max_tokens: int | None
+    latency_ms: float
+    first_token_ms: float | None
+    output_tokens_per_second: float | None
+    requested_latency: str
+    served_latency: str
+
+    @property
+    def reserved_tokens(self) -> int | None:
+        """Quota tokens Bedrock held when the call started; None when max_tokens is unknown (the
+        request left it unset, so Bedrock reserved the model's maximum, which only the caller knows)."""
+        if self.max_tokens is None:
+            return None
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens + self.max_tokens
+
+    @property
+    def fell_back(self) -> bool:
+        """Asked for optimized latency, served at standard (optimized capacity ran out; no error)."""
+        return self.requested_latency == "optimized" and self.served_latency == "standard"
+
+    def values(self) -> dict[str, float]:
+        """Metric name -> value, in a stable order: tokens first, then latency and mode."""
+        values: dict[str, float] = {
+            INPUT_TOKENS: self.input_tokens,
+            OUTPUT_TOKENS: self.output_tokens,
+            CACHE_READ_TOKENS: self.cache_read_tokens,
+            CACHE_WRITE_TOKENS: self.cache_write_tokens,
+        }
+        if self.reserved_tokens is not None:
+            values[RESERVED_TOKENS] = self.reserved_tokens
+        values[LATENCY_MS] = self.latency_ms
+        if self.first_token_ms is not None:
+            values[TIME_TO_FIRST_TOKEN_MS] = self.first_token_ms
+        if self.output_tokens_per_second is not None:
+            values[OUTPUT_TOKENS_PER_SECOND] = round(self.output_tokens_per_second, 2)
+        values[SERVED_OPTIMIZED] = int(self.served_latency == "optimized")
+        values[SERVED_STANDARD] = int(self.served_latency == "standard")
+        values[OPTIMIZED_SERVED_STANDARD] = int(self.fell_back)
+        return values
+
+
+def _whole(name: str, value: Any, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name}={value!r} must be a whole number of tokens >= 0")
+    return value
+
+
+def call_metrics(
+    result: Any,
+    *,
+    model_id: str,
+    request: Mapping[str, Any] | None = None,
+    max_tokens: int | None = None,
+) -> CallMetrics:
+    """The figures of one call from its ConverseResult (any object with the same attributes).
+
+    max_tokens and the requested latency mode are read from the Converse `request` (its
+    inferenceConfig.maxTokens and performanceConfig.latency); pass max_tokens yourself when the
+    request is not at hand. Without either, the reservation is left out (see CallMetrics.reserved_tokens).
+    """
+    if not isinstance(model_id, str) or not model_id:
+        raise ValueError(f"model_id={model_id!r} must be the non-empty id the call passed as modelId")
+    request = request or {}
+    if max_tokens is None:
+        max_tokens = (request.get("inferenceConfig") or {}).get("maxTokens")
+    requested = (request.get("performanceConfig") or {}).get("latency", "standard")
+    served = getattr(result, "served_latency", "standard") or "standard"
+    for name, mode in (("requested latency", requested), ("served latency", served)):
+        if mode not in LATENCY_MODES:
+            raise ValueError(f"{name}={mode!r} must be 'standard' or 'optimized'")
+    latency_ms = result.latency_ms
+    if isinstance(latency_ms, bool) or not isinstance(latency_ms, int | float) or not latency_ms >= 0:
+        raise ValueError(f"latency_ms={latency_ms!r} must be a number of milliseconds >= 0")
+    return CallMetrics(
+        model_id=model_id,
+        input_tokens=_whole("input_tokens", result.input_tokens),  # type: ignore[arg-type]
+        output_tokens=_whole("output_tokens", result.output_tokens),  # type: ignore[arg-type]
+        cache_read_tokens=_whole("cache_read_tokens", result.cache_read_tokens),  # type: ignore[arg-type]
+        cache_write_tokens=_whole("cache_write_tokens", result.cache_write_tokens),  # type: ignore[arg-type]
+        max_tokens=_whole("max_tokens", max_tokens, optional=True),
+        latency_ms=float(latency_ms),
+        first_token_ms=getattr(result, "first_token_ms", None),
+        output_tokens_per_second=getattr(result, "output_tokens_per_second", None),
+        requested_latency=requested,
+        served_latency=served,
+    )
+
+
+def _dimension_sets(dimensions: Mapping[str, str]) -> list[list[str]]:
+    """ModelId alone (every caller of the model), and ModelId with each set of extra dimensions."""
+    extra = sorted(name for name in dimensions if name != MODEL_DIMENSION)
+    return [[MODEL_DIMENSION]] + ([[MODEL_DIMENSION, *extra]] if extra else [])
+
+
+def emit_call(
+    result: Any,
+    *,
+    model_id: str,
+    request: Mapping[str, Any] | None = None,
+    max_tokens: int | None = None,
+    dimensions: Mapping[str, str] | None = None,
+) -> CallMetrics:
+    """Print one EMF line with the call's tokens, reservation, latency, TTFT, OTPS and served mode.
+
+    Published per ModelId and, when `dimensions` adds any (e.g. lambda_dimensions()), per ModelId
+    with those too. Returns the figures it published.
+    """
+    figures = call_metrics(result, model_id=model_id, request=request, max_tokens=max_tokens)
+    all_dimensions = {**(dimensions or {}), MODEL_DIMENSION: model_id}
+    emit(
+        figures.values(),
+        all_dimensions,
+        dimension_sets=_dimension_sets(all_dimensions),
+        properties={"RequestedLatency": figures.requested_latency, "ServedLatency": figures.served_latency},
+    )
+    return figures
+
+
+def emit_throttle(model_id: str, *, count: int = 1, dimensions: Mapping[str, str] | None = None) -> None:
+    """Print one EMF line counting calls that failed throttled (after the SDK's retries)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count={count!r} must be a whole number of throttled calls >= 1")
+    if not isinstance(model_id, str) or not model_id:
+        raise ValueError(f"model_id={model_id!r} must be the non-empty id the call passed as modelId")
+    all_dimensions = {**(dimensions or {}), MODEL_DIMENSION: model_id}
+    emit({THROTTLES: count}, all_dimensions, dimension_sets=_dimension_sets(all_dimensions))

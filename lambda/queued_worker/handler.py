@@ -90,12 +90,19 @@ def log(level: str, message: str, **fields: Any) -> None:
     print(json.dumps({"level": level, "message": message, **fields}, default=str))
 
 
-def emit_metrics(result) -> None:
-    """Token and latency metrics of one call, per model (EMF: no API call on the request path)."""
-    metrics.emit(
-        {metrics.INPUT_TOKENS: result.input_tokens, metrics.OUTPUT_TOKENS: result.output_tokens,
-         metrics.LATENCY_MS: result.latency_ms},
-        {"ModelId": MODEL_ID},
+def emit_metrics(result, request: dict[str, Any] | None = None) -> None:
+    """One call's tokens, reservation (input + maxTokens), latency and served mode, per model and per
+    model and function (EMF: no API call on the request path); QueuedInference.metric_* reads them.
+
+    Without the request, the reservation uses MAX_OUTPUT_TOKENS: the maxTokens a message gets when
+    it sets none, and the most it may set.
+    """
+    metrics.emit_call(
+        result,
+        model_id=MODEL_ID,
+        request=request,
+        max_tokens=None if request is not None else MAX_OUTPUT_TOKENS,
+        dimensions=metrics.lambda_dimensions(),
     )
 
 
@@ -204,7 +211,7 @@ def process(record: dict) -> bool:
         )
         if not written:
             log("INFO", "a newer answer was stored while this one was generated; kept the newer", **ids)
-        emit_metrics(result)
+        emit_metrics(result, message.request)
         return True
     finally:
         if owner is not None:
