@@ -1,0 +1,63 @@
+"""Pre-computation: morning notes for a known list of tickers generated before the 09:00 peak, and a
+router that serves them by key (calling the model only for keys it does not hold)."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_stepfunctions as sfn
+from genai_pacer import AnswerStore, ConverseRequest, planning
+from genai_pacer.answer_router import AnswerRouter
+from genai_pacer.precompute import ScheduledPrecompute
+
+from constructs import Construct
+
+from .settings import ReferenceSettings
+
+#: The keys known before the peak: one morning note per ticker.
+TICKERS = ("AAPL", "AMZN", "GOOGL", "META", "MSFT", "NVDA", "TSLA", "JPM", "V", "WMT")
+
+
+class PrecomputeStack(cdk.Stack):
+    def __init__(self, scope: Construct, id: str, **kwargs) -> None:
+        super().__init__(scope, id, **kwargs)
+        settings = ReferenceSettings.from_context(self)
+        profile = planning.TokenProfile(
+            input_tokens=800,
+            output_tokens=350,
+            max_tokens=planning.size_max_tokens(450).max_tokens,
+            burndown=settings.burndown,
+        )
+        # The run finishes hours before the peak, so it may take a quarter of the quota and no more.
+        rate = planning.sustainable_rate(profile, tpm_quota=settings.tpm_quota / 4, call_seconds=8)
+        # One store for every writer and reader: the scheduled run, the router's write-back and
+        # (added by the lead) the batch loader.
+        self.store = AnswerStore(self, "Answers", answer_ttl=cdk.Duration.days(7))
+        self.scheduled = ScheduledPrecompute(
+            self,
+            "MorningNotes",
+            store=self.store,
+            model=settings.model,
+            request=ConverseRequest(
+                system="You write a short, factual pre-market note for an equity analyst.",
+                prompt=sfn.JsonPath.format("Write this morning's note for {}.", sfn.JsonPath.string_at("$.item.ticker")),
+                max_tokens=profile.max_tokens,
+            ),
+            max_concurrency=rate,  # fitted to the inline Map's 1..40
+            schedule=scheduler.ScheduleExpression.cron(
+                minute="0", hour="6", week_day="MON-FRI", time_zone=cdk.TimeZone.AMERICA_NEW_YORK
+            ),
+            items=[{"key": f"ticker-morning#{ticker}", "ticker": ticker} for ticker in TICKERS],
+        )
+        # BatchPrecompute (large key sets, Bedrock batch inference) goes here, writing to self.store.
+        self.router = AnswerRouter(
+            self,
+            "Router",
+            store=self.store,
+            model=settings.model,
+            max_age=cdk.Duration.hours(24),
+            max_output_tokens=profile.max_tokens,
+        )
+        cdk.CfnOutput(self, "RouterUrl", value=self.router.url.url if self.router.url else "")
+        cdk.CfnOutput(self, "AnswerTable", value=self.store.table.table_name)
+        cdk.CfnOutput(self, "PrecomputeStateMachine", value=self.scheduled.state_machine.state_machine_arn)
