@@ -1,0 +1,205 @@
+"""lambda/answer_router: hit, miss, stale and bad requests; no model call on a hit; write-back order."""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import sys
+import time
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from moto import mock_aws
+from pacer_runtime import answers
+
+MODEL = "amazon.nova-lite-v1:0"
+TABLE = "answers"
+MAX_AGE = 3600
+
+
+def converse_response(text: str = "fresh answer") -> dict:
+    return {
+        "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+        "stopReason": "end_turn",
+        "usage": {"inputTokens": 12, "outputTokens": 3, "totalTokens": 15},
+        "metrics": {"latencyMs": 420},
+    }
+
+
+@pytest.fixture
+def router(monkeypatch):
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+        "MODEL_ID": MODEL, "ANSWER_TABLE": TABLE, "ANSWER_TTL_SECONDS": "86400", "MAX_AGE_SECONDS": str(MAX_AGE),
+        "WRITE_BACK": "true", "MAX_OUTPUT_TOKENS": "400", "AWS_LAMBDA_FUNCTION_NAME": "router-fn",
+    }.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        boto3.client("dynamodb").create_table(
+            TableName=TABLE,
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        sys.modules.pop("answer_router.handler", None)
+        module = importlib.import_module("answer_router.handler")
+        with Stubber(module.BEDROCK) as stub:
+            module.stub = stub
+            yield module
+            stub.assert_no_pending_responses()  # every queued model answer was asked for
+
+
+def store(module, key: str, text: str, *, age: float = 0.0, sequence: int | None = None, expires_at: int | None = None):
+    generated = time.time() - age
+    answers.put_answer(module.DDB, TABLE, answers.Answer(
+        key=answers.normalize_key(key), text=text, model_id=MODEL, request_id="precompute-run",
+        sequence=int(generated * 1000) if sequence is None else sequence,
+        generated_at=answers.iso_utc(generated), expires_at=expires_at,
+    ))
+
+
+def metric_lines(capsys) -> list[dict]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
+
+
+def test_a_fresh_stored_answer_is_served_without_a_model_call(router, capsys):
+    store(router, "ticker-morning#aapl", "stored note", age=60)
+    # No Converse response is queued: a model call would fail the test with a Stubber error.
+    result = router.handler({"key": "  Ticker-Morning#AAPL ", "prompt": "note for AAPL"})
+    assert result["statusCode"] == 200
+    assert (result["answer"], result["source"], result["reason"]) == ("stored note", "store", "hit")
+    assert result["key"] == "ticker-morning#aapl"
+    assert 59 <= result["ageSeconds"] < 120
+    (line,) = metric_lines(capsys)
+    assert line["AnswerHits"] == 1 and line["FunctionName"] == "router-fn"
+    assert line["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "GenaiPacer"
+
+
+def test_a_missing_key_calls_the_model_and_writes_the_answer_back(router, capsys):
+    router.stub.add_response("converse", converse_response("new note"), {
+        "modelId": MODEL,
+        "messages": [{"role": "user", "content": [{"text": "note for MSFT"}]}],
+        "inferenceConfig": {"maxTokens": 400},
+    })
+    result = router.handler({"key": "ticker-morning#MSFT", "prompt": "note for MSFT"})
+    assert (result["statusCode"], result["answer"], result["source"], result["reason"]) == (200, "new note", "model", "miss")
+    assert result["writtenBack"] is True
+    saved = answers.get_answer(router.DDB, TABLE, "ticker-morning#msft")
+    assert saved is not None and saved.text == "new note" and saved.request_id.startswith("router#")
+    assert saved.expires_at is not None and saved.expires_at > time.time() + 86000
+    assert metric_lines(capsys)[0]["AnswerMisses"] == 1
+    # The next request for the key is a hit: no second model call is queued.
+    assert router.handler({"key": "ticker-morning#msft", "prompt": "note for MSFT"})["reason"] == "hit"
+
+
+def test_a_stale_answer_is_regenerated_and_replaced(router, capsys):
+    store(router, "review-summary#12", "old summary", age=MAX_AGE + 5)
+    router.stub.add_response("converse", converse_response("new summary"))
+    result = router.handler({"key": "review-summary#12", "prompt": "summarize reviews of 12"})
+    assert (result["source"], result["reason"], result["answer"]) == ("model", "stale", "new summary")
+    assert answers.get_answer(router.DDB, TABLE, "review-summary#12").text == "new summary"
+    assert metric_lines(capsys)[0]["AnswerStale"] == 1
+
+
+def test_an_answer_past_its_ttl_is_stale_even_when_young(router):
+    store(router, "review-summary#13", "expired", age=1, expires_at=int(time.time()) - 1)
+    router.stub.add_response("converse", converse_response("renewed"))
+    assert router.handler({"key": "review-summary#13", "prompt": "p"})["reason"] == "stale"
+
+
+def test_a_caller_may_ask_for_fresher_answers_but_never_staler(router):
+    store(router, "k#1", "ten minutes old", age=600)
+    router.stub.add_response("converse", converse_response("fresher"))
+    assert router.handler({"key": "k#1", "prompt": "p", "maxAgeSeconds": 60})["reason"] == "stale"
+    store(router, "k#2", "two hours old", age=2 * MAX_AGE)
+    router.stub.add_response("converse", converse_response("regenerated"))
+    assert router.handler({"key": "k#2", "prompt": "p", "maxAgeSeconds": 10 * MAX_AGE})["reason"] == "stale"
+
+
+def test_write_back_replaces_what_it_read_even_when_the_stored_sequence_is_ahead_of_the_clock(router):
+    ahead = int(time.time() * 1000) + 10_000_000
+    store(router, "k#ahead", "old", age=MAX_AGE + 1, sequence=ahead)
+    router.stub.add_response("converse", converse_response("replacement"))
+    assert router.handler({"key": "k#ahead", "prompt": "p"})["writtenBack"] is True
+    saved = answers.get_answer(router.DDB, TABLE, "k#ahead")
+    assert (saved.text, saved.sequence) == ("replacement", ahead + 1)
+
+
+def test_a_function_url_request_gets_an_http_response(router):
+    store(router, "k#url", "via url")
+    body = base64.b64encode(json.dumps({"key": "k#url", "prompt": "p"}).encode()).decode()
+    result = router.handler({"requestContext": {"http": {"method": "POST"}}, "body": body, "isBase64Encoded": True})
+    assert result["statusCode"] == 200 and result["headers"]["content-type"] == "application/json"
+    assert json.loads(result["body"])["answer"] == "via url"
+
+
+@pytest.mark.parametrize(
+    ("request_body", "expected"),
+    [
+        ("not json", "body is not JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        (json.dumps({"prompt": "p"}), "key must be a string"),
+        (json.dumps({"key": "   ", "prompt": "p"}), "key is empty"),
+        (json.dumps({"key": "claim#x", "prompt": "p"}), "reserved for claims"),
+        (json.dumps({"key": "k" * 3000, "prompt": "p"}), "DynamoDB's partition key limit"),
+        (json.dumps({"key": "k"}), "exactly one of prompt"),
+        (json.dumps({"key": "k", "prompt": "p", "inferenceConfig": {"maxTokens": 401}}), "exceeds this router's limit"),
+        (json.dumps({"key": "k", "prompt": "p", "maxAgeSeconds": -1}), "maxAgeSeconds"),
+        (json.dumps({"key": "k", "prompt": "p", "maxAgeSeconds": True}), "maxAgeSeconds"),
+        (json.dumps({"key": "k", "prompt": "p", "promt": "typo"}), "unknown fields ['promt']"),
+    ],
+)
+def test_a_bad_request_gets_a_400_body_and_no_trace(router, request_body, expected):
+    result = router.handler({"requestContext": {"http": {"method": "POST"}}, "body": request_body})
+    assert result["statusCode"] == 400
+    body = json.loads(result["body"])
+    assert body["error"] == "InvalidRequest" and expected in body["message"]
+    assert "Traceback" not in result["body"]
+
+
+def test_a_bad_request_is_refused_on_a_hit_too(router):
+    store(router, "k#hit", "stored")
+    result = router.handler({"key": "k#hit", "prompt": "p", "inferenceConfig": {"temperature": 3}})
+    assert result["statusCode"] == 400
+
+
+def test_a_throttled_miss_is_a_429_and_a_model_error_a_502(router):
+    router.stub.add_client_error("converse", service_error_code="ThrottlingException", http_status_code=429)
+    throttled = router.handler({"key": "k#t", "prompt": "p"})
+    assert throttled["statusCode"] == 429 and throttled["error"] == "Throttled"
+    router.stub.add_client_error("converse", service_error_code="ValidationException", http_status_code=400)
+    failed = router.handler({"key": "k#t", "prompt": "p"})
+    assert (failed["statusCode"], failed["error"], failed["code"]) == (502, "ModelError", "ValidationException")
+
+
+def test_an_unexpected_error_is_a_500_without_a_stack_trace(router, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(router.answers, "get_answer", broken)
+    result = router.handler({"key": "k#x", "prompt": "p"})
+    assert (result["statusCode"], result["error"]) == (500, "InternalError")
+    assert "Traceback" not in json.dumps(result)
+    assert "RuntimeError" in capsys.readouterr().out  # the log says why
+
+
+def test_a_failed_write_back_still_returns_the_answer(router, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise ValueError("sequence out of range")
+
+    monkeypatch.setattr(router.answers, "put_answer", refuse)
+    router.stub.add_response("converse", converse_response("kept"))
+    result = router.handler({"key": "k#w", "prompt": "p"})
+    assert (result["statusCode"], result["answer"], result["writtenBack"]) == (200, "kept", False)
+
+
+def test_no_client_is_created_per_request(router, monkeypatch):
+    def no_new_clients(*args, **kwargs):
+        raise AssertionError("a client was created inside the handler; create it once at module scope")
+
+    monkeypatch.setattr(boto3, "client", no_new_clients)
+    monkeypatch.setattr(boto3.session.Session, "client", no_new_clients)
+    store(router, "k#s", "x")
+    assert router.handler({"key": "k#s", "prompt": "p"})["reason"] == "hit"
