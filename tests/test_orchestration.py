@@ -756,3 +756,62 @@ def test_a_users_own_wildcard_on_the_map_role_still_fails_nag():
 
 def test_the_library_alone_passes_nag():
     assert nag_findings(lambda stack: BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST)) == []
+
+
+# --- execution metrics ---------------------------------------------------------------------------
+
+def _execution_metric_constructs(stack):
+    bucket = s3.Bucket(stack, "Items")
+    request = ConverseRequest(prompt="hi", max_tokens=10)
+    return {
+        "map": BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST),
+        "distributed": BoundedDistributedMap(stack, "Dist", max_concurrency=4, model=NOVA, request=REQUEST,
+                                             items_bucket=bucket, items_key="items.jsonl"),
+        "parallel": ParallelPrompts(stack, "Par", model=NOVA, prompts={"A": request, "B": request}),
+    }
+
+
+@pytest.mark.parametrize(
+    ("method", "metric_name", "statistic"),
+    [
+        ("metric_failed_executions", "ExecutionsFailed", "Sum"),
+        ("metric_throttled_executions", "ExecutionThrottled", "Sum"),
+        ("metric_timed_out_executions", "ExecutionsTimedOut", "Sum"),
+        ("metric_started_executions", "ExecutionsStarted", "Sum"),
+        ("metric_execution_time", "ExecutionTime", "p90"),
+    ],
+)
+def test_each_workflow_construct_exposes_its_execution_metrics(method, metric_name, statistic):
+    stack = new_stack()
+    for kind, construct in _execution_metric_constructs(stack).items():
+        metric = getattr(construct, method)()
+        assert (metric.namespace, metric.metric_name, metric.statistic) == ("AWS/States", metric_name, statistic), kind
+        assert stack.resolve(metric.dimensions) == {
+            "StateMachineArn": stack.resolve(construct.state_machine.state_machine_arn)
+        }, kind
+        assert getattr(construct, method)(statistic="Maximum").statistic == "Maximum"  # a default, not fixed
+
+
+def test_an_alarm_on_failed_executions_synthesizes():
+    stack = new_stack()
+    bounded = BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST)
+    bounded.metric_failed_executions().create_alarm(stack, "Failed", threshold=0, evaluation_periods=1)
+    alarm = only(template_of(stack), "AWS::CloudWatch::Alarm")["Properties"]
+    assert (alarm["MetricName"], alarm["Namespace"], alarm["Statistic"]) == ("ExecutionsFailed", "AWS/States", "Sum")
+
+
+def test_sync_execution_url_exposes_what_a_caller_waits_and_fails_on():
+    from aws_cdk import aws_stepfunctions as sfn_
+    from genai_pacer import SyncExecutionUrl
+
+    stack = new_stack()
+    prompts = ParallelPrompts(
+        stack, "Par", model=NOVA, prompts={"A": ConverseRequest(prompt="hi", max_tokens=10)},
+        state_machine_options=StateMachineOptions(state_machine_type=sfn_.StateMachineType.EXPRESS),
+    )
+    url = SyncExecutionUrl(stack, "Url", state_machine=prompts.state_machine)
+    cases = {"metric_errors": ("Errors", "Sum"), "metric_throttles": ("Throttles", "Sum"), "metric_duration": ("Duration", "p90")}
+    for method, (name, statistic) in cases.items():
+        metric = getattr(url, method)()
+        assert (metric.namespace, metric.metric_name, metric.statistic) == ("AWS/Lambda", name, statistic)
+        assert stack.resolve(metric.dimensions) == {"FunctionName": stack.resolve(url.function.function_name)}

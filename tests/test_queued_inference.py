@@ -524,3 +524,98 @@ def test_missing_handler_code_is_reported(monkeypatch, tmp_path):
     monkeypatch.setattr(_assets, "LAMBDA_DIR", tmp_path)
     with pytest.raises(FileNotFoundError, match="handler code is missing"):
         QueuedInference(new_stack(), "Q", model=NOVA, max_concurrency=2)
+
+
+# --- alarm thresholds as props, and the worker's metrics ------------------------------------------
+
+THRESHOLD_BAD = [
+    (name, value, message)
+    for name in ("worker_error_threshold", "worker_throttle_threshold", "dead_letter_threshold")
+    for value, message in (
+        (-1, f"{name}=-1 is below the minimum of 0; a count the alarm tolerates; 0 alarms on the first one"),
+        (2.5, f"{name}=2.5 is not a whole number"),
+        (math.nan, f"{name}=nan is not a finite number"),
+        (math.inf, f"{name}=inf is not a finite number"),
+        (True, f"{name}=True is a bool"),
+        ("3", f"{name}='3' is a str"),
+        (None, f"{name} is required"),
+        (10**10, f"{name}=10000000000 exceeds the maximum of 1,000,000,000"),
+    )
+]
+
+
+@pytest.mark.parametrize(("name", "value", "message"), THRESHOLD_BAD, ids=[f"{n}={v!r}" for n, v, _ in THRESHOLD_BAD])
+def test_alarm_thresholds_are_checked(name, value, message):
+    with pytest.raises(ValueError) as caught:
+        QueuedInference(new_stack(), "Q", model=NOVA, max_concurrency=4, **{name: value})
+    assert message in str(caught.value)
+
+
+def test_alarm_thresholds_reach_the_alarms_and_their_descriptions():
+    stack = new_stack()
+    construct = QueuedInference(
+        stack, "Q", model=NOVA, max_concurrency=4,
+        worker_error_threshold=2, worker_throttle_threshold=5, dead_letter_threshold=10,
+    )
+    alarms = {a["Properties"]["MetricName"]: a["Properties"] for a in resources(template_of(stack), "AWS::CloudWatch::Alarm").values()}
+    assert (alarms["Errors"]["Threshold"], alarms["Throttles"]["Threshold"]) == (2, 5)
+    assert alarms["ApproximateNumberOfMessagesVisible"]["Threshold"] == 10
+    assert alarms["Errors"]["AlarmDescription"].startswith("the worker failed more than 2 whole invocations in 5 minutes")
+    assert alarms["Throttles"]["AlarmDescription"].startswith("Lambda throttled the worker more than 5 times in 5 minutes")
+    assert alarms["ApproximateNumberOfMessagesVisible"]["AlarmDescription"].startswith("more than 10 messages reached")
+    assert sorted(construct.alarms) == ["DeadLetters", "OldestMessageAge", "WorkerErrors", "WorkerThrottles"]
+
+
+def test_a_deploy_time_threshold_is_accepted():
+    stack = new_stack()
+    QueuedInference(stack, "Q", model=NOVA, max_concurrency=4, worker_error_threshold=cdk.Token.as_number({"Ref": "T"}))
+    alarms = {a["Properties"]["MetricName"]: a["Properties"] for a in resources(template_of(stack), "AWS::CloudWatch::Alarm").values()}
+    assert alarms["Errors"]["Threshold"] == {"Ref": "T"}
+
+
+def test_metric_methods_read_the_names_the_worker_writes(default):
+    import pacer_runtime.metrics as written
+
+    construct, _ = default
+    stack = cdk.Stack.of(construct)
+    cases = {
+        "metric_input_tokens": (written.INPUT_TOKENS, "Sum"),
+        "metric_output_tokens": (written.OUTPUT_TOKENS, "Sum"),
+        "metric_reserved_tokens": (written.RESERVED_TOKENS, "Sum"),
+        "metric_latency": (written.LATENCY_MS, "p90"),
+        "metric_served_optimized": (written.SERVED_OPTIMIZED, "Sum"),
+        "metric_served_standard": (written.SERVED_STANDARD, "Sum"),
+        "metric_latency_fallbacks": (written.OPTIMIZED_SERVED_STANDARD, "Sum"),
+        "metric_model_throttles": (written.THROTTLES, "Sum"),
+    }
+    for method, (name, statistic) in cases.items():
+        metric = getattr(construct, method)()
+        assert (metric.namespace, metric.metric_name, metric.statistic) == (written.NAMESPACE, name, statistic), method
+        assert metric.period.to_seconds() == 60
+        dimensions = stack.resolve(metric.dimensions)
+        assert dimensions == {
+            written.MODEL_DIMENSION: PROFILE.model_id,
+            written.FUNCTION_DIMENSION: stack.resolve(construct.function.function_name),
+        }, method
+    assert construct.metric_latency(statistic="p99").statistic == "p99"  # defaults, not fixed values
+
+
+def test_queue_and_function_metrics(default):
+    construct, _ = default
+    stack = cdk.Stack.of(construct)
+    age = construct.metric_oldest_message_age()
+    assert (age.metric_name, age.statistic, age.period.to_seconds()) == ("ApproximateAgeOfOldestMessage", "Maximum", 60)
+    dead = construct.metric_dead_letters()
+    assert (dead.metric_name, dead.statistic) == ("ApproximateNumberOfMessagesVisible", "Maximum")
+    assert stack.resolve(dead.dimensions)["QueueName"] == stack.resolve(construct.dead_letter_queue.queue_name)
+    errors, throttles = construct.metric_worker_errors(), construct.metric_worker_throttles()
+    assert (errors.metric_name, errors.statistic, errors.period.to_seconds()) == ("Errors", "Sum", 300)
+    assert (throttles.metric_name, throttles.statistic) == ("Throttles", "Sum")
+
+
+def test_an_imported_queue_has_no_dead_letter_metric():
+    stack = new_stack()
+    queue = sqs.Queue.from_queue_arn(stack, "Imported", "arn:aws:sqs:us-east-1:111122223333:work")
+    construct = QueuedInference(stack, "Q", model=NOVA, max_concurrency=4, queue=queue, timeout=cdk.Duration.minutes(5))
+    assert construct.metric_dead_letters() is None
+    assert "DeadLetters" not in construct.alarms

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
@@ -64,7 +65,42 @@ _MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1
 _PLAN_HINT = "size it with planning.sustainable_rate(...) and pass the plan"
 
 
-class _MapBase(Construct):
+class _ExecutionMetrics:
+    """Execution metrics of a construct's state machine (AWS/States, dimension StateMachineArn).
+
+    A model call that stays throttled after its Retry fails the execution (or, in a Map, the item);
+    the throttles themselves are in AWS/Bedrock's InvocationThrottles of the model.
+    """
+
+    state_machine: sfn.StateMachine
+
+    def metric_failed_executions(self, **props: Any) -> cloudwatch.Metric:
+        """Executions that failed (Sum over 5 minutes by default)."""
+        props.setdefault("statistic", "Sum")
+        return self.state_machine.metric_failed(**props)
+
+    def metric_throttled_executions(self, **props: Any) -> cloudwatch.Metric:
+        """Executions Step Functions throttled at start (Sum over 5 minutes by default)."""
+        props.setdefault("statistic", "Sum")
+        return self.state_machine.metric_throttled(**props)
+
+    def metric_timed_out_executions(self, **props: Any) -> cloudwatch.Metric:
+        """Executions that ran past the state machine's timeout (Sum over 5 minutes by default)."""
+        props.setdefault("statistic", "Sum")
+        return self.state_machine.metric_timed_out(**props)
+
+    def metric_started_executions(self, **props: Any) -> cloudwatch.Metric:
+        """Executions started (Sum over 5 minutes by default)."""
+        props.setdefault("statistic", "Sum")
+        return self.state_machine.metric_started(**props)
+
+    def metric_execution_time(self, **props: Any) -> cloudwatch.Metric:
+        """How long executions take, in ms (p90 over 5 minutes by default)."""
+        props.setdefault("statistic", "p90")
+        return self.state_machine.metric_time(**props)
+
+
+class _MapBase(_ExecutionMetrics, Construct):
     """What both Map constructs share: the per-item processor, the Retry, and the state machine."""
 
     map_state: sfn.MapBase
@@ -127,7 +163,9 @@ class BoundedMap(_MapBase):
     state_machine_options: how the state machine is built. Default: encrypted logs, X-Ray,
         STANDARD type, 24-hour timeout.
 
-    Attributes: `map_state`, `state_machine`.
+    Attributes: `map_state`, `state_machine`. Metrics: `metric_failed_executions`,
+    `metric_throttled_executions`, `metric_timed_out_executions`, `metric_started_executions`,
+    `metric_execution_time`.
     """
 
     def __init__(
@@ -216,7 +254,9 @@ class BoundedDistributedMap(_MapBase):
     aws-cdk-lib's item reader and result writer grant `bucket/*`. Pass your own role in
     state_machine_options to narrow it.
 
-    Attributes: `map_state`, `state_machine`.
+    Attributes: `map_state`, `state_machine`. Metrics: as BoundedMap's. With
+    tolerated_failure_percentage above 0, failed items no longer fail the execution, so
+    metric_failed_executions counts Map Runs that failed beyond the tolerance.
     """
 
     def __init__(
@@ -342,7 +382,7 @@ _PARALLEL_STATES = ("Prompts", "Synthesis", "Synthesis answer", "Synthesis no te
 _STATE_NAME_FORBIDDEN = '<>{}[]?*"#%\\^|~`$&,;:/'
 
 
-class ParallelPrompts(Construct):
+class ParallelPrompts(_ExecutionMetrics, Construct):
     """Independent prompts as branches of one Parallel state, then an optional synthesis call.
 
     Run side by side, four 5-second prompts take about 5 seconds instead of 20. The output is
@@ -360,7 +400,7 @@ class ParallelPrompts(Construct):
     state_machine_options: Default: encrypted logs, X-Ray, STANDARD type, 15-minute timeout. For a
         caller that waits for the answer, use EXPRESS (at most 5 minutes) and StartSyncExecution.
 
-    Attributes: `parallel_state`, `synthesis_task` (or None), `state_machine`.
+    Attributes: `parallel_state`, `synthesis_task` (or None), `state_machine`. Metrics: as BoundedMap's.
     """
 
     def __init__(

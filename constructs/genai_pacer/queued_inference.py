@@ -25,6 +25,7 @@ from constructs import Construct
 from . import planning
 from ._assets import handler_code
 from ._checks import Checks, fit_concurrency, is_token
+from ._runtime_constants import metrics_constants
 from ._secure import encrypted_log_group, log_key
 from .answer_store import AnswerStore
 from .models import BedrockModel
@@ -106,6 +107,12 @@ class QueuedInference(Construct):
     dead_letter_queue_encryption_key: customer-managed KMS key for a new DLQ. Default: SQS-managed.
     log_retention: Default: one month.
     max_message_age: alarm when the oldest message waits longer (1 s..14 days). Default: 15 minutes.
+    worker_error_threshold: alarm when more whole invocations than this fail in 5 minutes (>= 0).
+        Default: 0 (per-message failures are retried; a failed invocation is a bug or a timeout).
+    worker_throttle_threshold: alarm when Lambda throttles the worker more than this in 5 minutes
+        (>= 0). Default: 0 (reserved or account concurrency is below the event source's maximum).
+    dead_letter_threshold: alarm when the dead-letter queue holds more messages than this (>= 0).
+        Default: 0 (each is an unanswered request).
     alarm_actions: actions for every alarm (e.g. an SNS topic action). Default: none.
 
     The worker gets the time budget as CALL_BUDGET_SECONDS (see `worst_case_call_seconds`) and
@@ -114,7 +121,14 @@ class QueuedInference(Construct):
 
     Attributes: `queue`, `dead_letter_queue` (an existing queue's own DLQ when it can be read, else
     None), `function`, `answer_store`, `table` (its table), `event_source`, `log_group`, `alarms` (name -> Alarm),
-    `call_budget_seconds`, `timeout`.
+    `call_budget_seconds`, `timeout`, `model_id`.
+
+    Metrics: the worker publishes each call's tokens, reservation, latency and served latency mode
+    (pacer_runtime.metrics) per model and function; `metric_input_tokens`, `metric_output_tokens`,
+    `metric_reserved_tokens`, `metric_latency`, `metric_served_optimized`, `metric_served_standard`,
+    `metric_latency_fallbacks` and `metric_model_throttles` read them for this worker only. The
+    queue and function metrics: `metric_oldest_message_age`, `metric_dead_letters`,
+    `metric_worker_errors`, `metric_worker_throttles`.
     """
 
     def __init__(
@@ -144,6 +158,9 @@ class QueuedInference(Construct):
         dead_letter_queue_encryption_key: kms.IKey | None = None,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         max_message_age: cdk.Duration | None = None,
+        worker_error_threshold: int = 0,
+        worker_throttle_threshold: int = 0,
+        dead_letter_threshold: int = 0,
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
@@ -165,6 +182,13 @@ class QueuedInference(Construct):
                 dead_letter_queue_encryption_key=dead_letter_queue_encryption_key,
                 queue=queue, dead_letter_queue=dead_letter_queue, answer_store=answer_store,
             )
+            for name, value in (
+                ("worker_error_threshold", worker_error_threshold),
+                ("worker_throttle_threshold", worker_throttle_threshold),
+                ("dead_letter_threshold", dead_letter_threshold),
+            ):
+                check.integer(name, value, minimum=0, maximum=1_000_000_000,
+                              fix="a count the alarm tolerates; 0 alarms on the first one")
             reserved_ok = check.integer("reserved_concurrency", reserved_concurrency, minimum=1, optional=True)
             if reserved_ok and reserved_concurrency is not None and isinstance(cap, int):
                 check.rule(
@@ -187,6 +211,7 @@ class QueuedInference(Construct):
         assert budget is not None and timeout is not None  # Checks raised otherwise
         self.call_budget_seconds = budget
         self.timeout = timeout
+        self.model_id = model.model_id
 
         self.dead_letter_queue: sqs.IQueue | None = None
         if queue is None:
@@ -258,7 +283,13 @@ class QueuedInference(Construct):
             max_batching_window=max_batching_window,
         )
         self.function.add_event_source(self.event_source)
-        self.alarms = self._alarms(max_message_age or cdk.Duration.minutes(15), alarm_actions)
+        self.alarms = self._alarms(
+            max_message_age or cdk.Duration.minutes(15),
+            alarm_actions,
+            errors=worker_error_threshold,
+            throttles=worker_throttle_threshold,
+            dead_letters=dead_letter_threshold,
+        )
 
     # -- validation -------------------------------------------------------------------------------
 
@@ -491,38 +522,120 @@ class QueuedInference(Construct):
         return self.queue.grant_send_messages(grantee)
 
     def metric_oldest_message_age(self, **props) -> cloudwatch.Metric:
+        """How long the oldest message has waited, in seconds (Maximum over 1 minute by default)."""
+        props.setdefault("period", cdk.Duration.minutes(1))
+        props.setdefault("statistic", "Maximum")
         return self.queue.metric_approximate_age_of_oldest_message(**props)
 
+    def metric_dead_letters(self, **props) -> cloudwatch.Metric | None:
+        """Messages waiting in the dead-letter queue (Maximum over 1 minute); None when the DLQ is unknown
+        (an imported queue's redrive policy cannot be read)."""
+        if self.dead_letter_queue is None:
+            return None
+        props.setdefault("period", cdk.Duration.minutes(1))
+        props.setdefault("statistic", "Maximum")
+        return self.dead_letter_queue.metric_approximate_number_of_messages_visible(**props)
+
+    def metric_worker_errors(self, **props) -> cloudwatch.Metric:
+        """Invocations of the worker that failed as a whole (Sum over 5 minutes by default)."""
+        props.setdefault("period", cdk.Duration.minutes(5))
+        props.setdefault("statistic", "Sum")
+        return self.function.metric_errors(**props)
+
+    def metric_worker_throttles(self, **props) -> cloudwatch.Metric:
+        """Invocations Lambda refused for lack of concurrency (Sum over 5 minutes by default)."""
+        props.setdefault("period", cdk.Duration.minutes(5))
+        props.setdefault("statistic", "Sum")
+        return self.function.metric_throttles(**props)
+
+    def metric(self, metric_name: str, **props) -> cloudwatch.Metric:
+        """A metric the worker publishes (pacer_runtime.metrics), for this model and this function only."""
+        names = metrics_constants()
+        props.setdefault("period", cdk.Duration.minutes(1))
+        return cloudwatch.Metric(
+            namespace=names.NAMESPACE,
+            metric_name=metric_name,
+            dimensions_map={names.MODEL_DIMENSION: self.model_id, names.FUNCTION_DIMENSION: self.function.function_name},
+            **props,
+        )
+
+    def metric_input_tokens(self, **props) -> cloudwatch.Metric:
+        """Uncached input tokens of the worker's calls (Sum per minute by default)."""
+        props.setdefault("statistic", "Sum")
+        return self.metric(metrics_constants().INPUT_TOKENS, **props)
+
+    def metric_output_tokens(self, **props) -> cloudwatch.Metric:
+        """Output tokens of the worker's calls (Sum per minute by default)."""
+        props.setdefault("statistic", "Sum")
+        return self.metric(metrics_constants().OUTPUT_TOKENS, **props)
+
+    def metric_reserved_tokens(self, **props) -> cloudwatch.Metric:
+        """Quota tokens the worker's calls held when they started: input + cache + maxTokens (Sum per
+        minute by default). Far above input + output, it says max_output_tokens is oversized."""
+        props.setdefault("statistic", "Sum")
+        return self.metric(metrics_constants().RESERVED_TOKENS, **props)
+
+    def metric_latency(self, **props) -> cloudwatch.Metric:
+        """A call's latency as the worker measured it, SDK retries included, in ms (p90 by default)."""
+        props.setdefault("statistic", "p90")
+        return self.metric(metrics_constants().LATENCY_MS, **props)
+
+    def metric_served_optimized(self, **props) -> cloudwatch.Metric:
+        """Calls served by latency-optimized inference (Sum)."""
+        props.setdefault("statistic", "Sum")
+        return self.metric(metrics_constants().SERVED_OPTIMIZED, **props)
+
+    def metric_served_standard(self, **props) -> cloudwatch.Metric:
+        """Calls served at standard latency (Sum)."""
+        props.setdefault("statistic", "Sum")
+        return self.metric(metrics_constants().SERVED_STANDARD, **props)
+
+    def metric_latency_fallbacks(self, **props) -> cloudwatch.Metric:
+        """Calls that asked for optimized latency and were served at standard (Sum): the optimized
+        quota ran out; Bedrock bills them at standard rates and raises no error."""
+        props.setdefault("statistic", "Sum")
+        return self.metric(metrics_constants().OPTIMIZED_SERVED_STANDARD, **props)
+
+    def metric_model_throttles(self, **props) -> cloudwatch.Metric:
+        """Messages whose model call failed throttled after the SDK's retries (Sum); each returns to the queue."""
+        props.setdefault("statistic", "Sum")
+        return self.metric(metrics_constants().THROTTLES, **props)
+
     def _alarms(
-        self, max_message_age: cdk.Duration, actions: Sequence[cloudwatch.IAlarmAction]
+        self,
+        max_message_age: cdk.Duration,
+        actions: Sequence[cloudwatch.IAlarmAction],
+        *,
+        errors: int,
+        throttles: int,
+        dead_letters: int,
     ) -> dict[str, cloudwatch.Alarm]:
-        five_minutes = cdk.Duration.minutes(5)
         specs: dict[str, tuple[cloudwatch.IMetric, float, str]] = {
             "OldestMessageAge": (
-                self.queue.metric_approximate_age_of_oldest_message(
-                    period=cdk.Duration.minutes(1), statistic="Maximum"
-                ),
+                self.metric_oldest_message_age(),
                 max_message_age.to_seconds(),
                 f"messages wait longer than {max_message_age.to_human_string()}: raise max_concurrency if the quota allows",
             ),
             "WorkerThrottles": (
-                self.function.metric_throttles(period=five_minutes, statistic="Sum"),
-                0,
-                "Lambda throttled the worker: reserved or account concurrency is below the event source's maximum",
+                self.metric_worker_throttles(),
+                throttles,
+                f"Lambda throttled the worker{' ' + _more_than(throttles) + 'times in 5 minutes' if throttles else ''}: reserved or account "
+                "concurrency is below the event source's maximum",
             ),
             "WorkerErrors": (
-                self.function.metric_errors(period=five_minutes, statistic="Sum"),
-                0,
-                "the worker failed whole invocations (per-message failures are retried, these are not)",
+                self.metric_worker_errors(),
+                errors,
+                f"the worker failed {_more_than(errors)}whole invocations{' in 5 minutes' if errors else ''} "
+                "(per-message failures are retried, these are not)",
             ),
         }
-        if self.dead_letter_queue is not None:
+        dead_letter_metric = self.metric_dead_letters()
+        if dead_letter_metric is not None:
             specs["DeadLetters"] = (
-                self.dead_letter_queue.metric_approximate_number_of_messages_visible(
-                    period=cdk.Duration.minutes(1), statistic="Maximum"
-                ),
-                0,
-                "messages reached the dead-letter queue: the worker logs why for each (reason field)",
+                dead_letter_metric,
+                dead_letters,
+                f"{_more_than(dead_letters)}messages reached the dead-letter "
+                "queue: the worker logs why for each (reason field)",
             )
         alarms = {}
         for name, (metric, threshold, description) in specs.items():
@@ -542,6 +655,11 @@ class QueuedInference(Construct):
         return alarms
 
 
+
+
+def _more_than(threshold: int) -> str:
+    """'more than N ' for a threshold above zero; nothing for zero (the first occurrence alarms)."""
+    return f"more than {threshold} " if threshold else ""
 
 
 def _num(value: float) -> str:

@@ -8,7 +8,10 @@ and need lambda:InvokeFunctionUrl (`grant_invoke_url`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -39,7 +42,9 @@ class SyncExecutionUrl(Construct):
     encryption_key / log_retention: for the function's new log group. Default: a new key with
         rotation; one month.
 
-    Attributes: `function`, `url` (its `url` attribute is the endpoint).
+    Attributes: `function`, `url` (its `url` attribute is the endpoint). Metrics: `metric_errors`,
+    `metric_throttles`, `metric_duration` (what a caller waits). An execution that fails or times out
+    is a 502 or 504 answer, not a function error: see the state machine's own metrics.
     """
 
     def __init__(
@@ -84,3 +89,18 @@ class SyncExecutionUrl(Construct):
     def grant_invoke_url(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let a caller (a role, a function) call the URL."""
         return self.function.grant_invoke_url(grantee)
+
+    def metric_errors(self, **props: Any) -> cloudwatch.Metric:
+        """Invocations that failed in the function itself (Sum over 5 minutes by default)."""
+        props.setdefault("statistic", "Sum")
+        return self.function.metric_errors(**props)
+
+    def metric_throttles(self, **props: Any) -> cloudwatch.Metric:
+        """Requests Lambda refused for lack of concurrency (Sum over 5 minutes by default)."""
+        props.setdefault("statistic", "Sum")
+        return self.function.metric_throttles(**props)
+
+    def metric_duration(self, **props: Any) -> cloudwatch.Metric:
+        """How long a caller waits for the workflow's answer, in ms (p90 over 5 minutes by default)."""
+        props.setdefault("statistic", "p90")
+        return self.function.metric_duration(**props)
