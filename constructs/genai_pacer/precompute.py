@@ -41,7 +41,7 @@ import ast
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -407,14 +407,13 @@ class ScheduledPrecompute(Construct):
             )
         )
         acknowledge_wildcard_resources(
-            self.state_machine.role.node.find_child("DefaultPolicy"),
+            cast(Construct, self.state_machine.role.node.find_child("DefaultPolicy")),
             matches=lambda arn: arn.endswith(":*") and "PrepareRun" in arn,
             reason="aws-cdk-lib's LambdaInvoke grants the function and its versions and aliases (function:*); "
             "the grant names this construct's own prepare function only",
         )
         if distributed:
             self._acknowledge_distributed_map()
-            items_bucket.grant_read(self.state_machine)  # type: ignore[union-attr]
 
         self.dead_letter_queue = dead_letter_queue or self._dead_letter_queue()
         self.schedule = scheduler.Schedule(
@@ -559,12 +558,14 @@ class ScheduledPrecompute(Construct):
         expression = schedule.expression_string
         if is_token(expression):
             return
-        if expression.startswith("cron(") and schedule.time_zone is None:
+        zone = schedule.time_zone.timezone_name if schedule.time_zone is not None else "Etc/UTC"
+        if expression.startswith("cron(") and zone in ("Etc/UTC", "UTC"):
+            # aws-cdk-lib fills in Etc/UTC when no time zone is given, so the two cannot be told apart.
             cdk.Annotations.of(self).add_warning_v2(
                 "genai-pacer:schedule-utc",
-                f"schedule {expression} has no time zone, so it runs in UTC and moves by an hour against local "
-                "time at each daylight-saving change; pass time_zone=cdk.TimeZone.<your zone> so runs stay "
-                "before the local peak",
+                f"schedule {expression} runs in UTC (no time zone given, or Etc/UTC), so against local time it "
+                "moves by an hour at each daylight-saving change; pass time_zone=cdk.TimeZone.<your zone> so runs "
+                "stay before the local peak (acknowledge this warning if the peak really follows UTC)",
             )
         elif expression.startswith("rate("):
             cdk.Annotations.of(self).add_warning_v2(
@@ -594,13 +595,13 @@ class ScheduledPrecompute(Construct):
         child_policy = machine.node.try_find_child("DistributedMapPolicy")
         if child_policy is not None:
             acknowledge_wildcard_resources(
-                child_policy,
+                cast(Construct, child_policy),
                 matches=lambda arn: ":execution:" in arn,
                 reason="a distributed Map starts, describes and stops child executions whose names Step Functions "
                 "generates; the grant is scoped to this state machine's executions",
             )
         acknowledge_wildcard_resources(
-            machine.role.node.find_child("DefaultPolicy"),
+            cast(Construct, machine.role.node.find_child("DefaultPolicy")),
             matches=lambda arn: ":s3:::" in arn and arn.endswith("/*"),
             reason="aws-cdk-lib's item reader grants every object of the items bucket (bucket/*): the Map reads "
             "the items object; pass your own role to narrow it",

@@ -1,0 +1,420 @@
+"""ScheduledPrecompute: the schedule, the bounded Map, the answer write that agrees with put_answer,
+runs executed offline (throttles, failed keys, overlap, newer answers), the reference stack under
+cdk-nag, and every bad prop."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk.assertions import Annotations, Match, Template
+from genai_pacer import (
+    AnswerStore,
+    BedrockModel,
+    BedrockRetry,
+    ConverseRequest,
+    StateMachineOptions,
+    planning,
+)
+from genai_pacer._checks import InvalidPropsError
+from genai_pacer.precompute import ScheduledPrecompute, answer_schema
+from genai_pacer.testing import BedrockEmulator, ModelSpec
+from genai_pacer.testing.sfn import StateMachineRunner
+from helpers import all_states, definition, new_stack, only
+from pacer_runtime import answers
+
+NOVA = "amazon.nova-lite-v1:0"
+MODEL = BedrockModel.from_id(NOVA)
+REQUEST = ConverseRequest(
+    prompt=sfn.JsonPath.format("Morning note for {}", sfn.JsonPath.string_at("$.item.ticker")), max_tokens=120
+)
+CRON = scheduler.ScheduleExpression.cron(minute="0", hour="6", week_day="MON-FRI", time_zone=cdk.TimeZone.EUROPE_LONDON)
+ITEMS = [{"key": f"ticker-morning#T{i}", "ticker": f"T{i}"} for i in range(3)]
+
+
+def build(stack: cdk.Stack | None = None, **props) -> tuple[cdk.Stack, ScheduledPrecompute]:
+    stack = stack or new_stack()
+    store = props.pop("store", None) or AnswerStore(stack, "Store")
+    defaults = {"store": store, "model": MODEL, "request": REQUEST, "max_concurrency": 4, "schedule": CRON, "items": ITEMS}
+    if "items_bucket" in props:
+        defaults.pop("items")
+    return stack, ScheduledPrecompute(stack, "Pre", **{**defaults, **props})
+
+
+def states_of(stack: cdk.Stack) -> dict[str, dict]:
+    return all_states(definition(only(Template.from_stack(stack).to_json(), "AWS::StepFunctions::StateMachine")))
+
+
+# ---- template ------------------------------------------------------------------------------------
+
+
+def test_the_schedule_is_a_cron_in_the_time_zone_with_no_flexible_window_and_a_dlq():
+    stack, _ = build()
+    schedule = only(Template.from_stack(stack).to_json(), "AWS::Scheduler::Schedule")["Properties"]
+    assert schedule["ScheduleExpression"] == "cron(0 6 ? * MON-FRI *)"
+    assert schedule["ScheduleExpressionTimezone"] == "Europe/London"
+    assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
+    target = schedule["Target"]
+    assert target["RetryPolicy"] == {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 3}
+    assert "Arn" in target["DeadLetterConfig"]
+    assert json.loads(target["Input"]) == {"items": ITEMS}
+
+
+def test_the_map_is_bounded_and_each_model_call_retries_throttles_with_full_jitter():
+    stack, _ = build(max_concurrency=7)
+    states = states_of(stack)
+    assert states["Keys"]["MaxConcurrency"] == 7
+    (retry,) = states["Call model"]["Retry"]
+    assert "BedrockRuntime.ThrottlingException" in retry["ErrorEquals"]
+    assert retry["JitterStrategy"] == "FULL" and retry["MaxAttempts"] == 6
+    assert states["Call model"]["Catch"][0]["ErrorEquals"] == ["States.ALL"]
+
+
+def test_the_answer_write_is_put_answers_item_and_condition():
+    stack, _ = build()
+    write = states_of(stack)["Write answer"]
+    assert write["Resource"].endswith(":states:::dynamodb:putItem")
+    parameters = write["Parameters"]
+    probe = answers.Answer(key="k", text="t", model_id=NOVA, request_id="r", sequence=1, expires_at=2)
+    assert set(parameters["Item"]) == set(probe.to_item())  # sent_at is written only when set; a run has none
+    assert parameters["ConditionExpression"] == answers._NEWER_THAN_STORED
+    assert parameters["ExpressionAttributeNames"] == {"#pk": "pk", "#seq": "sequence", "#rid": "request_id"}
+    assert [c["ErrorEquals"] for c in write["Catch"]] == [["DynamoDB.ConditionalCheckFailedException"], ["States.ALL"]]
+
+
+def test_without_a_ttl_no_expiry_is_written():
+    stack = new_stack()
+    _, _ = build(stack, store=AnswerStore(stack, "Store", answer_ttl=None))
+    assert "expires_at" not in states_of(stack)["Write answer"]["Parameters"]["Item"]
+
+
+def test_the_schema_is_read_from_the_handlers_module():
+    schema = answer_schema()
+    assert (schema.partition_key, schema.ttl_attribute, schema.claim_prefix) == (
+        answers.PARTITION_KEY, answers.TTL_ATTRIBUTE, answers.CLAIM_PREFIX)
+    assert schema.newer_than_stored == answers._NEWER_THAN_STORED
+
+
+def test_a_rate_plan_is_fitted_to_the_inline_map():
+    profile = planning.TokenProfile(input_tokens=500, output_tokens=200, max_tokens=300, burndown=1)
+    plan = planning.sustainable_rate(profile, tpm_quota=10_000_000, call_seconds=5)
+    stack, _ = build(max_concurrency=plan)
+    assert states_of(stack)["Keys"]["MaxConcurrency"] == 40
+    Annotations.from_stack(stack).has_warning("/Test/Pre", Match.string_like_regexp("at most 40"))
+
+
+def test_items_in_s3_use_a_distributed_map_without_a_result_writer():
+    stack = new_stack()
+    bucket = s3.Bucket(stack, "Keys", enforce_ssl=True)
+    build(stack, items_bucket=bucket, items_key="keys.jsonl", max_concurrency=500)
+    keys = states_of(stack)["Keys"]
+    assert keys["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
+    assert keys["MaxConcurrency"] == 500 and keys["ItemReader"]["ReaderConfig"]["InputType"] == "JSONL"
+    assert "ResultWriter" not in keys  # each key's tiny result comes back to the run, to be counted
+
+
+def test_a_cron_without_a_time_zone_and_a_rate_are_warned():
+    stack, _ = build(schedule=scheduler.ScheduleExpression.cron(minute="0", hour="6"))
+    Annotations.from_stack(stack).has_warning("/Test/Pre", Match.string_like_regexp("runs in UTC"))
+    stack, _ = build(schedule=scheduler.ScheduleExpression.rate(cdk.Duration.hours(1)))
+    Annotations.from_stack(stack).has_warning("/Test/Pre", Match.string_like_regexp("fixed rate"))
+
+
+def test_metric_failed_keys_reads_the_handlers_name():
+    _, pre = build()
+    metric = pre.metric_failed_keys()
+    assert (metric.namespace, metric.metric_name) == ("GenaiPacer", "PrecomputeFailedKeys")
+    assert "StateMachine" in metric.dimensions
+
+
+def test_the_reference_stack_passes_nag():
+    from cdk_nag import AwsSolutionsChecks
+    from conftest import nag_violations
+
+    from stacks.precompute_stack import PrecomputeStack
+
+    outdir = tempfile.mkdtemp()
+    app = cdk.App(outdir=outdir)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    PrecomputeStack(app, "Precompute", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    with contextlib.suppress(RuntimeError):  # ValidationFailed: the findings are in the report
+        app.synth()
+    assert nag_violations(Path(outdir)) == []
+
+
+def test_the_distributed_variant_passes_nag():
+    from test_orchestration import nag_findings
+
+    def compose(stack):
+        bucket = s3.Bucket(stack, "Keys", enforce_ssl=True, server_access_logs_prefix="logs/")
+        build(stack, items_bucket=bucket, items_key="keys.json", items_format="json", max_concurrency=100)
+
+    assert nag_findings(compose) == []
+
+
+# ---- the prepare function -----------------------------------------------------------------------
+
+
+def prepare_module(monkeypatch, ttl: str = "604800"):
+    import importlib
+    import sys
+
+    monkeypatch.setenv("LOCK_SECONDS", "21600")
+    monkeypatch.setenv("ANSWER_TTL_SECONDS", ttl)
+    sys.modules.pop("scheduled_precompute.handler", None)
+    return importlib.import_module("scheduled_precompute.handler")
+
+
+def test_prepare_returns_the_clock_as_dynamodb_numbers(monkeypatch):
+    prepare = prepare_module(monkeypatch)
+    run = prepare.handler({}, now=1_800_000_000.25)
+    assert (run["sequence"], run["now"], run["lockExpiresAt"], run["expiresAt"]) == (
+        "1800000000250", "1800000000", str(1_800_000_000 + 21600 + 1), str(1_800_000_000 + 604800 + 1))
+    assert (run["items"], run["invalid"], run["keys"]) == ([], [], 0)
+    assert "expiresAt" not in prepare_module(monkeypatch, ttl="").handler({}, now=1.0)
+
+
+def test_prepare_normalizes_inline_keys_and_lists_the_bad_ones(monkeypatch):
+    prepare = prepare_module(monkeypatch)
+    run = prepare.handler({"items": [
+        {"key": " Ticker-Morning#AAPL ", "ticker": "AAPL"},
+        {"key": "ticker-morning#aapl", "ticker": "again"},
+        {"key": "claim#x"},
+        {"ticker": "no key"},
+        "just a string",
+    ]})
+    assert run["items"] == [{"key": "ticker-morning#aapl", "ticker": "AAPL"}]
+    assert [(i["key"], i["error"]) for i in run["invalid"]] == [
+        ("ticker-morning#aapl", "DuplicateKey"), ("claim#x", "InvalidKey"), ("items[3]", "InvalidKey"),
+        ("items[4]", "InvalidItem")]
+    assert run["keys"] == 5
+
+
+# ---- offline runs -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def empty_filters_give_lists(monkeypatch):
+    """AWS (Jayway JsonPath) returns [] for a filter that matches nothing; moto raises NoSuchJsonPath.
+    Make the runner answer as AWS does (reported to the runner's owner)."""
+    from genai_pacer.testing.sfn import _interpreter
+    from moto.stepfunctions.parser.asl.utils import json_path
+
+    extract = _interpreter._extract_json
+
+    def aws_like(path, data):
+        try:
+            return extract(path, data)
+        except json_path.NoSuchJsonPathError:
+            if "?(" in path:
+                return []
+            raise
+
+    monkeypatch.setattr(_interpreter, "_extract_json", aws_like)
+
+
+def offline(stack: cdk.Stack, items: list | None, monkeypatch, *, ttl: str = "2592000") -> dict:
+    """The template with 'Prepare run' replaced by a Pass holding what the real handler returns for
+    these items: the runner does not run Lambda (moto would need Docker), so the handler is called here."""
+    prepare = prepare_module(monkeypatch, ttl=ttl)
+    template = Template.from_stack(stack).to_json()
+    (spec,) = StateMachineRunner(template).state_machines
+    asl = copy.deepcopy(spec.definition)
+    run = prepare.handler({"items": items} if items is not None else {})
+    asl["States"]["Prepare run"] = {"Type": "Pass", "Result": run, "ResultPath": "$.run", "Next": "Take run lock"}
+    template = copy.deepcopy(template)
+    template["Resources"][spec.logical_id]["Properties"]["DefinitionString"] = json.dumps(asl)
+    return template
+
+
+def emulator(**spec) -> BedrockEmulator:
+    return BedrockEmulator([ModelSpec(NOVA, **{"tpm_quota": 4_000, "answer_tokens": 100, "output_tokens_per_second": 50, **spec})],
+                           time_scale=60, seed=11)
+
+
+def tickers(n: int) -> list[dict]:
+    return [{"key": f"ticker-morning#T{i}", "ticker": f"T{i}"} for i in range(n)]
+
+
+def test_a_run_answers_every_key_through_throttles_and_the_router_reads_them(monkeypatch, empty_filters_give_lists):
+    stack, pre = build(max_concurrency=8)
+    items = tickers(16)
+    with emulator(tpm_quota=900) as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
+        run = runner.run({"items": items}, timeout=180).raise_for_status()
+        table = runner.physical_name(pre.store.table)
+        stored = [answers.get_answer(runner.dynamodb, table, answers.normalize_key(i["key"])) for i in items]
+        metrics = runner._boto3.client("cloudwatch", region_name="us-east-1").list_metrics(Namespace="GenaiPacer")["Metrics"]
+    assert run.throttled > 0, "900 TPM holds 7 reservations of 125 tokens; 8 calls at once must throttle"
+    assert run.model_calls == len(items) + run.throttled  # every throttled call was retried until it succeeded
+    assert run.output["written"] == 16 and run.output["failed"] == 0 and run.output["failedKeys"] == []
+    assert all(a is not None and a.text and a.model_id == NOVA for a in stored)
+    assert {a.sequence for a in stored} == {int(run.output["sequence"])}  # one run, one order
+    assert all(a.expires_at and a.served_latency == "standard" and a.output_tokens == 100 for a in stored)
+    assert [m["MetricName"] for m in metrics] == ["PrecomputeFailedKeys"]
+
+
+def test_failed_keys_are_listed_and_counted_without_losing_the_others(monkeypatch, empty_filters_give_lists):
+    stack, pre = build(max_concurrency=1, tolerated_failed_keys=2)
+    items = tickers(5) + [{"ticker": "no key"}]
+    with emulator(tpm_quota=1_000_000) as bedrock, \
+            StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
+        bedrock.fail_next("ValidationException", count=1, message="malformed prompt")
+        run = runner.run({"items": items}, timeout=120).raise_for_status()
+        table = runner.physical_name(pre.store.table)
+        written = sum(answers.get_answer(runner.dynamodb, table, f"ticker-morning#t{i}") is not None for i in range(5))
+    assert (run.output["written"], run.output["failed"]) == (4, 2)
+    assert [k["error"] for k in run.output["failedKeys"]] == ["BedrockRuntime.ValidationException"]
+    assert [k["error"] for k in run.output["invalidKeys"]] == ["InvalidKey"]
+    assert written == 4
+
+
+def test_more_failed_keys_than_tolerated_fail_the_run_after_writing_the_rest(monkeypatch, empty_filters_give_lists):
+    stack, pre = build(max_concurrency=2)
+    items = tickers(4)
+    with emulator(tpm_quota=1_000_000) as bedrock, \
+            StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
+        bedrock.fail_next("AccessDeniedException", count=1, message="no access")
+        run = runner.run({"items": items}, timeout=120)
+        table = runner.physical_name(pre.store.table)
+        lock = runner.dynamodb.get_item(TableName=table, Key={"pk": {"S": "claim#precompute-run#Pre"}}).get("Item")
+        items_in_table = runner.dynamodb.scan(TableName=table)["Count"]
+    assert (run.status, run.error) == ("FAILED", "PrecomputeFailedKeys")
+    summary = json.loads(run.cause)
+    assert (summary["written"], summary["failed"]) == (3, 1)
+    assert items_in_table == 3 and lock is None  # the lock was released before the run failed
+
+
+def test_a_run_that_finds_the_lock_held_skips_without_a_model_call(monkeypatch, empty_filters_give_lists):
+    stack, pre = build()
+    items = tickers(3)
+    with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
+        table = runner.physical_name(pre.store.table)
+        name = runner.state_machines[0].name
+        owner = answers.claim(runner.dynamodb, table, f"precompute-run#{name}", seconds=600)  # another run
+        skipped = runner.run({"items": items}, timeout=60).raise_for_status()
+        answers.release(runner.dynamodb, table, f"precompute-run#{name}", owner)
+        ran = runner.run({"items": items}, timeout=120).raise_for_status()
+        free = answers.claim(runner.dynamodb, table, f"precompute-run#{name}", seconds=1)
+    assert skipped.output["skipped"] is True and skipped.model_calls == 0
+    assert ran.output["written"] == 3 and free is not None  # the run released its lock
+
+
+def test_an_expired_lock_does_not_block_a_run(monkeypatch, empty_filters_give_lists):
+    stack, pre = build()
+    items = tickers(2)
+    with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
+        table = runner.physical_name(pre.store.table)
+        name = runner.state_machines[0].name
+        answers.claim(runner.dynamodb, table, f"precompute-run#{name}", seconds=60, now=1_000_000)  # long dead
+        run = runner.run({"items": items}, timeout=120).raise_for_status()
+    assert run.output["written"] == 2
+
+
+def test_a_newer_stored_answer_is_kept(monkeypatch, empty_filters_give_lists):
+    stack, pre = build()
+    items = tickers(2)
+    with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
+        table = runner.physical_name(pre.store.table)
+        newer = answers.Answer(key="ticker-morning#t0", text="router wrote this later", model_id=NOVA,
+                               request_id="router#1", sequence=10**15)
+        answers.put_answer(runner.dynamodb, table, newer)
+        run = runner.run({"items": items}, timeout=120).raise_for_status()
+        kept = answers.get_answer(runner.dynamodb, table, "ticker-morning#t0")
+    assert (run.output["written"], run.output["superseded"], run.output["failed"]) == (1, 1, 0)
+    assert kept.text == "router wrote this later"
+
+
+def test_keys_in_s3_run_through_the_distributed_map(monkeypatch, empty_filters_give_lists):
+    stack = new_stack()
+    bucket = s3.Bucket(stack, "Keys", enforce_ssl=True)
+    _, pre = build(stack, items_bucket=bucket, items_key="keys.jsonl", max_concurrency=5)
+    items = tickers(6)
+    with emulator(tpm_quota=1_000_000) as bedrock, \
+            StateMachineRunner(offline(stack, None, monkeypatch), bedrock=bedrock) as runner:
+        runner.s3.put_object(Bucket=runner.physical_name(bucket), Key="keys.jsonl",
+                             Body="\n".join(json.dumps({**i, "key": i["key"].lower()}) for i in items).encode())
+        run = runner.run({}, timeout=180).raise_for_status()
+        table = runner.physical_name(pre.store.table)
+        stored = answers.get_answer(runner.dynamodb, table, "ticker-morning#t5")
+    assert run.output["written"] == 6 and run.output["invalidKeys"] == []
+    assert stored is not None and stored.text
+
+
+# ---- bad props ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"store": "table"}, "pass an AnswerStore"),
+        ({"model": None}, "model is required"),
+        ({"request": None}, "request is required"),
+        ({"request": {"prompt": "x"}}, "ConverseRequest"),
+        ({"request": ConverseRequest(prompt="x", max_tokens=10, latency="optimized")}, "nobody waits for"),
+        ({"schedule": "cron(0 6 * * ? *)"}, "ScheduleExpression"),
+        ({"schedule": None}, "schedule is required"),
+        ({"max_concurrency": 0}, "unbounded"),
+        ({"max_concurrency": -1}, "1..40"),
+        ({"max_concurrency": 41}, "1..40"),
+        ({"max_concurrency": math.nan}, "not a finite number"),
+        ({"max_concurrency": math.inf}, "not a finite number"),
+        ({"max_concurrency": True}, "is a bool"),
+        ({"max_concurrency": None}, "max_concurrency is required"),
+        ({"max_concurrency": 2.5}, "not a whole number"),
+        ({"items": None}, "exactly one of items"),
+        ({"items": []}, "items is empty"),
+        ({"items": "k1,k2"}, "pass a list"),
+        ({"items": [{"ticker": "AAPL"}]}, "has no 'key' string"),
+        ({"items": ["ticker-morning#aapl"]}, r"items\[0\]"),
+        ({"items_key": "keys.jsonl"}, "items_key is set without items_bucket"),
+        ({"items_format": "json"}, "applies to items_bucket only"),
+        ({"items_format": "csv"}, "must be one of"),
+        ({"tolerated_failed_keys": -1}, "below the minimum of 0"),
+        ({"tolerated_failed_keys": 0.5}, "not a whole number"),
+        ({"tolerated_failed_keys": math.inf}, "not a finite number"),
+        ({"tolerated_failed_keys": None}, "tolerated_failed_keys is required"),
+        ({"retry": 3}, "BedrockRetry"),
+        ({"schedule_retry_attempts": 186}, "0..185"),
+        ({"schedule_retry_attempts": -1}, "0..185"),
+        ({"schedule_retry_attempts": math.nan}, "not a finite number"),
+        ({"schedule_max_event_age": cdk.Duration.seconds(30)}, "60 s..24 h"),
+        ({"schedule_max_event_age": cdk.Duration.hours(25)}, "60 s..24 h"),
+        ({"schedule_max_event_age": 3600}, "pass a cdk.Duration"),
+        ({"dead_letter_queue": "arn:aws:sqs:us-east-1:111122223333:dlq"}, "pass an sqs.Queue"),
+        ({"state_machine_options": StateMachineOptions(state_machine_type=sfn.StateMachineType.EXPRESS)}, "EXPRESS"),
+        ({"state_machine_options": {"timeout": 5}}, "StateMachineOptions"),
+    ],
+)
+def test_bad_props_are_refused_with_the_rule(props, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        build(**props)
+
+
+def test_distributed_bad_props():
+    stack = new_stack()
+    bucket = s3.Bucket(stack, "Keys")
+    with pytest.raises(InvalidPropsError, match="items_key is required"):
+        build(stack, items_bucket=bucket)
+    with pytest.raises(InvalidPropsError, match="1..10000"):
+        build(new_stack(), items_bucket=s3.Bucket(new_stack(), "B"), items_key="k", max_concurrency=10_001)
+
+
+def test_tokens_and_your_own_queue_and_retry_are_accepted():
+    stack = new_stack()
+    token = cdk.Token.as_number(cdk.Fn.ref("Cap"))
+    queue = sqs.Queue(stack, "MyDlq", enforce_ssl=True)
+    _, pre = build(stack, max_concurrency=token, tolerated_failed_keys=token,
+                   dead_letter_queue=queue, retry=BedrockRetry(max_retries=2))
+    assert pre.dead_letter_queue is queue
+    text = json.dumps(only(Template.from_stack(stack).to_json(), "AWS::StepFunctions::StateMachine"))
+    assert '\\"MaxAttempts\\":2,' in text and '\\"MaxConcurrency\\":' in text
