@@ -1,0 +1,539 @@
+"""Admission control for one model's quota share in one process: Bedrock's own ledger, kept client-side.
+
+Bedrock charges a tokens-per-minute quota in two steps: a call reserves input + max_tokens when it
+starts and is throttled at once if the minute cannot hold that; when it completes the charge settles
+to input + cache writes + output x burndown. Calls sent faster than the quota sustains only turn
+into throttles and retries. A QuotaPacer keeps the same ledger on the client, a sliding one-minute
+window of charges keyed by when each call started, and lets a call start only when its reservation
+fits the share:
+
+    pacer = QuotaPacer(tpm=300_000, burndown=5, max_wait_seconds=20)
+    client = bedrock_client(max_attempts=1)          # retries go through the pacer (see below)
+    result = pacer.converse(client, request)          # waits for room, calls, settles with the usage
+
+- Settlement: when a call returns, its charge becomes what Bedrock settles (the real usage).
+- Adaptation: a throttle means someone else draws on the quota too (another process, another app):
+  the limit drops multiplicatively (once per round of calls admitted under the old limit) and
+  climbs back additively with each settled call, up to the share. The pacer never probes by
+  crossing the limit: throttles are the last-resort signal.
+- Deadlines: a call that cannot start within max_wait is rejected at once with AdmissionRejected,
+  before it is sent and before it waits, so a caller sheds work it cannot serve in time instead of
+  queueing it forever.
+- Conservative in flight: while a call runs it holds input + max_tokens x burndown, the most it can
+  settle to. That covers both readings of Bedrock's reservation (max_tokens with or without the
+  burndown) and a settlement Bedrock makes before the response reaches the client.
+
+Use one pacer per model quota per process, shared by every thread. With bedrock_client, set
+max_attempts=1: each SDK retry would be a new reservation the pacer never admitted; retry through
+call_with_backoff / BoundedCalls / run_side_by_side instead, which call the pacer again for each
+attempt. The arithmetic mirrors genai_pacer.planning.TokenProfile (reserved, settled), which this
+runtime cannot import; a test keeps the two equal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from .bedrock import ConverseResult, converse, converse_stream, is_throttle
+
+__all__ = ["AdmissionRejected", "PacerStats", "QuotaPacer", "Ticket", "estimate_input_tokens"]
+
+WINDOW_SECONDS = 60.0
+#: The environment variables genai_pacer.quota.ModelQuota.pacer_environment sets.
+ENVIRONMENT = ("GENAI_PACER_TPM", "GENAI_PACER_RPM", "GENAI_PACER_BURNDOWN")
+
+
+class AdmissionRejected(RuntimeError):
+    """A call that cannot start within its deadline, rejected before it was sent (shed, not failed).
+
+    reservation: the tokens it would hold; earliest_start_seconds: when the ledger could admit it
+    (None when unknown); late: True when it waited and the deadline passed (the prediction was
+    optimistic), False when it was rejected on arrival.
+    """
+
+    def __init__(self, message: str, *, reservation: int, earliest_start_seconds: float | None, late: bool):
+        super().__init__(message)
+        self.reservation, self.earliest_start_seconds, self.late = reservation, earliest_start_seconds, late
+
+
+@dataclass(frozen=True)
+class PacerStats:
+    """Counters since the pacer was created, and the ledger as it stands."""
+
+    admitted: int
+    rejected_at_once: int
+    rejected_late: int
+    throttled: int
+    decreases: int
+    settled_calls: int
+    settled_tokens: float
+    limit_tpm: float
+    held_tokens: float
+    in_window: int
+    waiting: int
+
+
+class _Charge:
+    """One call's hold on the window: what it holds now, and whether the window still counts it."""
+
+    __slots__ = ("expired", "seq", "started", "tokens")
+
+    def __init__(self, started: float, tokens: float, seq: int):
+        self.started, self.tokens, self.seq, self.expired = started, tokens, seq, False
+
+
+class _Waiter:
+    __slots__ = ("tokens",)
+
+    def __init__(self, tokens: int):
+        self.tokens = tokens
+
+
+class Ticket:
+    """An admitted call's place in the ledger. Settle it with the real usage when the call returns.
+
+    Exactly one of settle(), throttled() or release() ends it; a ticket that is never ended keeps
+    its hold until the window forgets it (the safe assumption: Bedrock may have charged it).
+    """
+
+    __slots__ = ("_charge", "_pacer", "done", "reserved", "text_estimate")
+
+    def __init__(self, pacer: QuotaPacer, charge: _Charge, reserved: int):
+        self._pacer, self._charge, self.reserved = pacer, charge, reserved
+        self.done = False
+        self.text_estimate: float | None = None  # prompt tokens by characters alone, when the pacer estimated them
+
+    def settle(self, *, input_tokens: int, output_tokens: int, cache_write_tokens: int = 0,
+               cache_read_tokens: int = 0) -> float:
+        """Record the usage Bedrock reported; returns the settled charge (input + cache writes + output x burndown)."""
+        return self._pacer._settle(self, input_tokens, output_tokens, cache_write_tokens, cache_read_tokens)
+
+    def throttled(self) -> None:
+        """Bedrock throttled the call: it charged nothing, and someone else is drawing on the quota."""
+        self._pacer._throttled(self)
+
+    def release(self) -> None:
+        """The call never reached Bedrock (it failed before sending): free its hold."""
+        self._pacer._release(self)
+
+
+class QuotaPacer:
+    """Admits calls to one model only when the quota share can hold their reservation.
+
+    tpm: required; the tokens per minute this process may use (its share; see
+        genai_pacer.quota.ModelQuota.pacer_environment). rpm: optional requests-per-minute share.
+    burndown: quota tokens per output token of the model (1, 5, 10, 15). Default: 1.
+    max_wait_seconds: how long a call may wait to start before it is rejected; None waits as long
+        as it takes (no deadline). Default: None. Each call may pass its own.
+    model_max_tokens: what Bedrock reserves for a request without maxTokens (the model's maximum
+        output). Default: None, so such a request is refused (set maxTokens: it sizes the reservation).
+    hold_output_burndown: hold max_tokens x burndown while a call runs (True), or max_tokens alone,
+        the reference notes' reading of the reservation (False). Default: True, the safe reading.
+    decrease: the factor the limit is multiplied by after a throttle. Default: 0.7.
+    recovery: limit regained per settled token after a throttle (0.1: settling a full share's worth
+        restores 10% of it). Default: 0.1.
+    min_fraction: the lowest the limit falls, as a fraction of tpm. Default: 0.1.
+    window_seconds: the quota window. Default: 60 (Bedrock's minute; smaller against a time-scaled
+        emulator). expiry_margin_seconds: how much longer than the window a charge is kept, for the
+        time the request takes to reach Bedrock (which starts its clock later). Default: 0.5.
+    chars_per_token: for estimating input tokens from text before the call; corrected by the
+        settled usage as calls return. Default: 4.
+    clock: a monotonic clock in seconds. Default: time.monotonic. poll_seconds: the longest a
+        waiting call sleeps before it looks at the clock again. Default: 0.25.
+    """
+
+    def __init__(
+        self,
+        tpm: float,
+        *,
+        rpm: float | None = None,
+        burndown: float = 1.0,
+        max_wait_seconds: float | None = None,
+        model_max_tokens: int | None = None,
+        hold_output_burndown: bool = True,
+        decrease: float = 0.7,
+        recovery: float = 0.1,
+        min_fraction: float = 0.1,
+        window_seconds: float = WINDOW_SECONDS,
+        expiry_margin_seconds: float = 0.5,
+        chars_per_token: float = 4.0,
+        clock: Callable[[], float] = time.monotonic,
+        poll_seconds: float = 0.25,
+    ):
+        problems = [
+            *_positive("tpm", tpm, "the share's tokens per minute, e.g. 300000"),
+            *_positive("rpm", rpm, "the share's requests per minute, or None", optional=True),
+            *_bounded("burndown", burndown, 1, 100, "quota tokens per output token: 1, 5, 10 or 15"),
+            *_bounded("max_wait_seconds", max_wait_seconds, 0, math.inf, "seconds a call may wait to start, or None",
+                      optional=True, infinite=True),
+            *_bounded("decrease", decrease, 0, 1, "the factor after a throttle, e.g. 0.7", exclusive=True),
+            *_bounded("recovery", recovery, 0, 10, "limit regained per settled token, e.g. 0.1"),
+            *_bounded("min_fraction", min_fraction, 0.01, 1, "the lowest limit as a fraction of tpm, e.g. 0.1"),
+            *_positive("window_seconds", window_seconds, "the quota window in seconds: 60"),
+            *_bounded("expiry_margin_seconds", expiry_margin_seconds, 0, math.inf, "seconds, e.g. 0.5"),
+            *_positive("chars_per_token", chars_per_token, "characters per token, e.g. 4"),
+            *_positive("poll_seconds", poll_seconds, "seconds, e.g. 0.25"),
+        ]
+        if model_max_tokens is not None and (not _is_int(model_max_tokens) or model_max_tokens < 1):
+            problems.append(f"model_max_tokens={model_max_tokens!r} must be a positive integer (the model's maximum output) or None")
+        if not isinstance(hold_output_burndown, bool):
+            problems.append(f"hold_output_burndown={hold_output_burndown!r} must be True or False")
+        if not callable(clock):
+            problems.append(f"clock={clock!r} must be a function returning monotonic seconds")
+        if problems:
+            raise ValueError("QuotaPacer: " + "; ".join(problems))
+        self.tpm, self.rpm, self.burndown = float(tpm), None if rpm is None else float(rpm), float(burndown)
+        self.max_wait_seconds, self.model_max_tokens = max_wait_seconds, model_max_tokens
+        self.hold_output_burndown = hold_output_burndown
+        self.decrease, self.recovery, self.min_fraction = decrease, recovery, min_fraction
+        self.window_seconds, self.expiry_margin_seconds = float(window_seconds), float(expiry_margin_seconds)
+        self.chars_per_token, self.poll_seconds, self.clock = float(chars_per_token), float(poll_seconds), clock
+        self._cond = threading.Condition()
+        self._charges: deque[_Charge] = deque()  # in start order, so they expire from the left
+        self._held = 0.0
+        self._waiters: deque[_Waiter] = deque()
+        self._limit = self.tpm
+        self._seq = 0  # admissions so far: orders throttles against decreases
+        self._decreased_at_seq = 0
+        self._input_ratio = 1.0  # actual / estimated prompt tokens, learned from settlements
+        self._counts = {"admitted": 0, "rejected_at_once": 0, "rejected_late": 0, "throttled": 0, "decreases": 0,
+                        "settled_calls": 0}
+        self._settled_tokens = 0.0
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> QuotaPacer:
+        """A pacer sized by the variables ModelQuota.pacer_environment sets (GENAI_PACER_TPM, _RPM, _BURNDOWN)."""
+        env = os.environ if environ is None else environ
+        tpm_name, rpm_name, burndown_name = ENVIRONMENT
+        values: dict[str, float | None] = {}
+        for key, name, required in ((tpm_name, "tpm", True), (rpm_name, "rpm", False), (burndown_name, "burndown", False)):
+            text = env.get(key)
+            if text is None:
+                if required:
+                    raise ValueError(f"QuotaPacer.from_environment: {key} is not set; set it to the share's tokens per "
+                                     "minute (ModelQuota.pacer_environment(name) gives every variable)")
+                continue
+            try:
+                values[name] = float(text)
+            except ValueError:
+                raise ValueError(f"QuotaPacer.from_environment: {key}={text!r} is not a number") from None
+        return cls(**{**values, **options})
+
+    # --- the arithmetic (mirrors genai_pacer.planning.TokenProfile) ------------------------------
+
+    def reservation(self, input_tokens: int, max_tokens: int, *, cache_write_tokens: int = 0,
+                    cache_read_tokens: int = 0) -> int:
+        """What a call holds while it runs: its prompt + max_tokens (x burndown when hold_output_burndown)."""
+        output = max_tokens * self.burndown if self.hold_output_burndown else max_tokens
+        return input_tokens + cache_write_tokens + cache_read_tokens + math.ceil(output)
+
+    def settlement(self, input_tokens: int, output_tokens: int, *, cache_write_tokens: int = 0) -> float:
+        """What a call finally costs: input + cache writes + output x burndown (cache reads are free)."""
+        return input_tokens + cache_write_tokens + output_tokens * self.burndown
+
+    def estimate_input_tokens(self, request: Mapping[str, Any]) -> int:
+        """The prompt tokens of a Converse request, from its text, corrected by the usage settled so far."""
+        with self._cond:
+            ratio = self._input_ratio
+        return math.ceil(_text_chars(request) / self.chars_per_token * ratio)
+
+    # --- admission ------------------------------------------------------------------------------
+
+    def admit(self, reservation: int, *, max_wait_seconds: float | None = None, start_by: float | None = None) -> Ticket:
+        """Wait until `reservation` tokens fit the share, hold them, and return the call's Ticket.
+
+        The deadline is start_by (a clock() time) or max_wait_seconds from now, else the pacer's
+        max_wait_seconds. A call whose predicted start is past it raises AdmissionRejected at once.
+        Calls are admitted in arrival order, so a large reservation is not starved by small ones.
+        """
+        if not _is_int(reservation) or reservation < 1:
+            raise ValueError(f"reservation={reservation!r} must be a positive whole number of tokens")
+        if reservation > self.tpm:
+            raise ValueError(
+                f"QuotaPacer: a reservation of {reservation:,} tokens exceeds the share's {self.tpm:,.0f} TPM, so it "
+                "can never be admitted (Bedrock would throttle it every time): lower maxTokens or the prompt, or "
+                "give the share more TPM")
+        if max_wait_seconds is not None and start_by is not None:
+            raise ValueError("pass max_wait_seconds or start_by, not both: one deadline per call")
+        now = self.clock()
+        wait = self.max_wait_seconds if max_wait_seconds is None else max_wait_seconds
+        deadline = start_by if start_by is not None else (None if wait is None else now + wait)
+        waiter = _Waiter(reservation)
+        with self._cond:
+            self._waiters.append(waiter)
+            waited = False
+            try:
+                while True:
+                    now = self.clock()
+                    self._expire(now)
+                    if self._waiters[0] is waiter and self._fits(reservation):
+                        return self._admit(waiter, now)
+                    if deadline is not None:
+                        eta = self._earliest_start(waiter, now)
+                        if eta > deadline:
+                            self._counts["rejected_late" if waited else "rejected_at_once"] += 1
+                            raise self._rejection(waiter, now, eta, deadline, late=waited)
+                    wake = self._next_expiry()
+                    if deadline is not None:
+                        wake = min(wake, deadline)
+                    self._cond.wait(min(max(wake - now, 0.0), self.poll_seconds))
+                    waited = True
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                    self._cond.notify_all()  # the next waiter may be at the head now
+
+    @contextmanager
+    def reserve(self, input_tokens: int, max_tokens: int, *, cache_write_tokens: int = 0, cache_read_tokens: int = 0,
+                max_wait_seconds: float | None = None, start_by: float | None = None) -> Iterator[Ticket]:
+        """Admit one call for the body of a with block; settle the ticket inside it.
+
+        A throttle raised from the block ends the ticket as throttled; any other error keeps the
+        hold (Bedrock may have charged the call) and propagates.
+        """
+        reserved = self.reservation(input_tokens, max_tokens, cache_write_tokens=cache_write_tokens,
+                                    cache_read_tokens=cache_read_tokens)
+        ticket = self.admit(reserved, max_wait_seconds=max_wait_seconds, start_by=start_by)
+        try:
+            yield ticket
+        except BaseException as error:
+            if not ticket.done and isinstance(error, Exception) and is_throttle(error):
+                ticket.throttled()
+            raise
+
+    def converse(self, client: Any, request: Mapping[str, Any], *, stream: bool = False,
+                 max_wait_seconds: float | None = None, start_by: float | None = None) -> ConverseResult:
+        """Admit, call Converse (or ConverseStream), settle with the reported usage; errors propagate.
+
+        Raises AdmissionRejected when the call cannot start by its deadline (it is never sent), and
+        the throttle itself when Bedrock throttles (retry with call_with_backoff: each attempt is
+        admitted again).
+        """
+        max_tokens = (request.get("inferenceConfig") or {}).get("maxTokens") or self.model_max_tokens
+        if max_tokens is None:
+            raise ValueError(
+                "QuotaPacer.converse: the request sets no inferenceConfig.maxTokens, so Bedrock reserves the model's "
+                "maximum output: set maxTokens just above the answers' p99 (it sizes the reservation), or give the "
+                "pacer model_max_tokens")
+        raw = _text_chars(request) / self.chars_per_token
+        with self._cond:
+            estimate = math.ceil(raw * self._input_ratio)
+        with self.reserve(estimate, max_tokens, max_wait_seconds=max_wait_seconds, start_by=start_by) as ticket:
+            ticket.text_estimate = raw  # the settlement then corrects the characters-per-token guess
+            result = (converse_stream if stream else converse)(client, request)
+            ticket.settle(input_tokens=result.input_tokens, output_tokens=result.output_tokens,
+                          cache_write_tokens=result.cache_write_tokens, cache_read_tokens=result.cache_read_tokens)
+            return result
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    @property
+    def limit_tpm(self) -> float:
+        """The tokens per minute admitted now: the share, lowered after throttles until it recovers."""
+        with self._cond:
+            return self._limit
+
+    def stats(self) -> PacerStats:
+        with self._cond:
+            self._expire(self.clock())
+            return PacerStats(
+                **self._counts, settled_tokens=self._settled_tokens, limit_tpm=self._limit, held_tokens=self._held,
+                in_window=len(self._charges), waiting=len(self._waiters),
+            )
+
+    # --- internals (called with the lock held unless they take it) ------------------------------
+
+    def _expire(self, now: float) -> None:
+        horizon = now - self.window_seconds - self.expiry_margin_seconds
+        freed = False
+        while self._charges and self._charges[0].started <= horizon:
+            charge = self._charges.popleft()
+            charge.expired, freed = True, True
+            self._held -= charge.tokens
+        if not self._charges:
+            self._held = 0.0  # no float drift left behind by many additions and subtractions
+        if freed:
+            self._cond.notify_all()
+
+    def _fits(self, tokens: int) -> bool:
+        if self.rpm is not None and len(self._charges) + 1 > self.rpm:
+            return False
+        # An empty window admits any reservation within the share, so a limit lowered below a large
+        # reservation cannot stall it forever.
+        return not self._charges or self._held + tokens <= self._limit
+
+    def _admit(self, waiter: _Waiter, now: float) -> Ticket:
+        self._waiters.popleft()
+        self._seq += 1
+        charge = _Charge(now, float(waiter.tokens), self._seq)
+        self._charges.append(charge)
+        self._held += waiter.tokens
+        self._counts["admitted"] += 1
+        self._cond.notify_all()
+        return Ticket(self, charge, waiter.tokens)
+
+    def _next_expiry(self) -> float:
+        if not self._charges:
+            return math.inf
+        return self._charges[0].started + self.window_seconds + self.expiry_margin_seconds
+
+    def _earliest_start(self, waiter: _Waiter, now: float) -> float:
+        """When the ledger could admit `waiter` after every call ahead of it, if nothing settles lower.
+
+        Pessimistic on purpose: calls in flight usually settle below their hold, which frees room
+        sooner, but a prediction that is too early makes a caller wait for a rejection.
+        """
+        ahead = list(self._waiters)[: self._waiters.index(waiter) + 1]
+        need, count = sum(w.tokens for w in ahead), len(ahead)
+        lifetime = self.window_seconds + self.expiry_margin_seconds
+        if need > self._limit:  # admitted one window at a time, each into an emptier window
+            rounds = math.ceil(need / self._limit) - 1
+            last = self._charges[-1].started + lifetime if self._charges else now
+            return max(now, last) + rounds * lifetime
+        excess_tokens = self._held + need - self._limit
+        excess_calls = 0 if self.rpm is None else len(self._charges) + count - self.rpm
+        if excess_tokens <= 0 and excess_calls <= 0:
+            return now
+        freed_tokens = 0.0
+        for freed_calls, charge in enumerate(self._charges, start=1):
+            freed_tokens += charge.tokens
+            if freed_tokens >= excess_tokens and freed_calls >= excess_calls:
+                return charge.started + lifetime
+        last = self._charges[-1].started + lifetime if self._charges else now
+        return last + (math.ceil(excess_calls / self.rpm) * lifetime if self.rpm and excess_calls > len(self._charges) else 0)
+
+    def _rejection(self, waiter: _Waiter, now: float, eta: float, deadline: float, *, late: bool) -> AdmissionRejected:
+        wait = eta - now
+        ahead = self._waiters.index(waiter)
+        when = "waited and its deadline passed" if late else f"cannot start within {max(deadline - now, 0):.2f} s"
+        message = (
+            f"QuotaPacer: a call reserving {waiter.tokens:,} tokens {when}: the window holds {self._held:,.0f} "
+            f"of {self._limit:,.0f} tokens per minute (share {self.tpm:,.0f}) with {ahead} call(s) waiting ahead, "
+            f"so the earliest start is in {wait:.2f} s. It was not sent: shed it (a fallback answer, or ask the "
+            "caller to retry later), or allow a longer max_wait_seconds"
+        )
+        return AdmissionRejected(message, reservation=waiter.tokens,
+                                 earliest_start_seconds=None if math.isinf(wait) else wait, late=late)
+
+    def _end(self, ticket: Ticket) -> bool:
+        if ticket.done:
+            return False
+        ticket.done = True
+        return True
+
+    def _settle(self, ticket: Ticket, input_tokens: int, output_tokens: int, cache_write_tokens: int,
+                cache_read_tokens: int) -> float:
+        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                 "cache_write_tokens": cache_write_tokens, "cache_read_tokens": cache_read_tokens}
+        bad = [f"{name}={value!r}" for name, value in usage.items() if not _is_int(value) or value < 0]
+        if bad:
+            raise ValueError(f"Ticket.settle: {', '.join(bad)}: usage counts are whole numbers >= 0 (Bedrock's usage)")
+        settled = self.settlement(input_tokens, output_tokens, cache_write_tokens=cache_write_tokens)
+        with self._cond:
+            if not self._end(ticket):
+                raise RuntimeError("Ticket.settle: this ticket is already settled, throttled or released")
+            charge = ticket._charge
+            if not charge.expired:  # still counted in its window, as Bedrock does
+                self._held += settled - charge.tokens
+            charge.tokens = settled
+            self._counts["settled_calls"] += 1
+            self._settled_tokens += settled
+            self._limit = min(self.tpm, self._limit + self.recovery * settled)
+            prompt = input_tokens + cache_write_tokens + cache_read_tokens
+            if ticket.text_estimate:  # an exponentially weighted mean of real / estimated prompt tokens
+                self._input_ratio += 0.2 * (prompt / ticket.text_estimate - self._input_ratio)
+            self._cond.notify_all()
+        return settled
+
+    def _drop(self, ticket: Ticket) -> None:
+        charge = ticket._charge
+        if not charge.expired:
+            self._charges.remove(charge)
+            self._held -= charge.tokens
+            charge.expired = True
+            if not self._charges:
+                self._held = 0.0
+        self._cond.notify_all()
+
+    def _throttled(self, ticket: Ticket) -> None:
+        with self._cond:
+            if not self._end(ticket):
+                raise RuntimeError("Ticket.throttled: this ticket is already settled, throttled or released")
+            self._drop(ticket)  # a throttled call is not charged
+            self._counts["throttled"] += 1
+            # Calls admitted before the last decrease saw the old limit: their throttles are the same news.
+            if ticket._charge.seq > self._decreased_at_seq:
+                self._limit = max(self._limit * self.decrease, self.tpm * self.min_fraction)
+                self._decreased_at_seq = self._seq
+                self._counts["decreases"] += 1
+
+    def _release(self, ticket: Ticket) -> None:
+        with self._cond:
+            if not self._end(ticket):
+                raise RuntimeError("Ticket.release: this ticket is already settled, throttled or released")
+            self._drop(ticket)
+
+
+def estimate_input_tokens(request: Mapping[str, Any], *, chars_per_token: float = 4.0) -> int:
+    """Prompt tokens of a Converse request estimated from its text (system, messages, tool config)."""
+    return math.ceil(_text_chars(request) / chars_per_token)
+
+
+def _text_chars(request: Mapping[str, Any]) -> int:
+    """Characters of text a Converse request sends: every text block (tool results included) and the tool specs."""
+    total = 0
+
+    def walk(value: Any) -> None:
+        nonlocal total
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if key == "text" and isinstance(item, str):
+                    total += len(item)
+                elif key not in ("image", "document", "video", "cachePoint"):  # binary or markers, not text
+                    walk(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+
+    walk(request.get("system"))
+    walk(request.get("messages"))
+    if request.get("toolConfig"):
+        total += len(json.dumps(request["toolConfig"], default=str))
+    return total
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _positive(name: str, value: Any, fix: str, *, optional: bool = False) -> list[str]:
+    if value is None and optional:
+        return []
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        return [f"{name}={value!r} must be a finite number > 0 ({fix})"]
+    return []
+
+
+def _bounded(name: str, value: Any, low: float, high: float, fix: str, *, optional: bool = False,
+             infinite: bool = False, exclusive: bool = False) -> list[str]:
+    if value is None and optional:
+        return []
+    ok = _is_number(value) and not math.isnan(value) and (infinite or math.isfinite(value))
+    if ok:
+        ok = low < value < high if exclusive else low <= value <= high
+    if not ok:
+        return [f"{name}={value!r} must be a number in {'(' if exclusive else '['}{low:g}, {high:g}{')' if exclusive else ']'} ({fix})"]
+    return []

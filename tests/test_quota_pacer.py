@@ -1,0 +1,493 @@
+"""QuotaPacer with a fake clock: admission, settlement, adaptation, deadline rejection, thread safety,
+and how it composes with Converse, call_with_backoff and run_side_by_side (botocore Stubber)."""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+from functools import partial
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from botocore.stub import Stubber
+from genai_pacer import planning
+from genai_pacer.quota import PACER_ENVIRONMENT
+from hypothesis import given
+from hypothesis import strategies as st
+from pacer_runtime.quota_pacer import ENVIRONMENT, AdmissionRejected, QuotaPacer, estimate_input_tokens
+from pacer_runtime.side_by_side import Backoff, call_with_backoff, run_side_by_side
+
+MODEL = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+
+
+class FakeClock:
+    """A clock that moves only when a test says so (thread-safe enough: one writer)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def pacer(clock: FakeClock, tpm: float = 10_000, **options) -> QuotaPacer:
+    return QuotaPacer(tpm, clock=clock, poll_seconds=0.005, **options)
+
+
+def finished(thread: threading.Thread) -> bool:
+    thread.join(timeout=30)  # a guard against a hang, not a measurement
+    return not thread.is_alive()
+
+
+# --- the arithmetic ------------------------------------------------------------------------------
+
+
+@given(
+    input_tokens=st.integers(0, 50_000),
+    output_tokens=st.integers(0, 4_000),
+    extra=st.integers(1, 4_000),
+    burndown=st.sampled_from([1, 5, 10, 15]),
+    cache_write=st.integers(0, 5_000),
+    cache_read=st.integers(0, 5_000),
+)
+def test_property_the_ledger_charges_what_the_planner_plans(input_tokens, output_tokens, extra, burndown, cache_write,
+                                                            cache_read):
+    profile = planning.TokenProfile(input_tokens, output_tokens, output_tokens + extra, burndown, cache_write, cache_read)
+    notes = QuotaPacer(1e9, burndown=burndown, hold_output_burndown=False)
+    safe = QuotaPacer(1e9, burndown=burndown)
+    assert notes.reservation(input_tokens, profile.max_tokens, cache_write_tokens=cache_write,
+                             cache_read_tokens=cache_read) == profile.reserved
+    assert safe.reservation(input_tokens, profile.max_tokens, cache_write_tokens=cache_write,
+                            cache_read_tokens=cache_read) == profile.reserved + profile.max_tokens * (burndown - 1)
+    assert notes.settlement(input_tokens, output_tokens, cache_write_tokens=cache_write) == profile.settled
+    # while a call runs the safe hold is never below what it can settle to
+    assert safe.reservation(input_tokens, profile.max_tokens, cache_write_tokens=cache_write) >= profile.settled
+
+
+def test_the_environment_names_match_the_quota_constructs():
+    assert ENVIRONMENT == PACER_ENVIRONMENT
+
+
+def test_from_environment_reads_the_share():
+    built = QuotaPacer.from_environment({"GENAI_PACER_TPM": "50000", "GENAI_PACER_RPM": "12.5",
+                                         "GENAI_PACER_BURNDOWN": "5"}, max_wait_seconds=3)
+    assert (built.tpm, built.rpm, built.burndown, built.max_wait_seconds) == (50_000, 12.5, 5, 3)
+    with pytest.raises(ValueError, match="GENAI_PACER_TPM is not set"):
+        QuotaPacer.from_environment({})
+    with pytest.raises(ValueError, match="GENAI_PACER_TPM='lots' is not a number"):
+        QuotaPacer.from_environment({"GENAI_PACER_TPM": "lots"})
+
+
+# --- admission and settlement --------------------------------------------------------------------
+
+
+def test_a_call_is_admitted_only_while_its_reservation_fits_the_window():
+    clock = FakeClock()
+    ledger = pacer(clock)
+    ledger.admit(4_000)
+    clock.advance(10)
+    ledger.admit(4_000)
+    assert ledger.stats().held_tokens == 8_000
+    with pytest.raises(AdmissionRejected) as rejected:
+        ledger.admit(4_000, max_wait_seconds=0)
+    # the first charge leaves the window 60 s (+0.5 s margin) after it started: 60.5 s from t=10
+    assert rejected.value.earliest_start_seconds == pytest.approx(50.5)
+    assert rejected.value.late is False and rejected.value.reservation == 4_000
+    assert "a call reserving 4,000 tokens cannot start within 0.00 s: the window holds 8,000 of 10,000" in str(rejected.value)
+    assert "It was not sent: shed it" in str(rejected.value)
+    assert ledger.stats().rejected_at_once == 1 and ledger.stats().waiting == 0
+
+
+def test_settling_below_the_hold_frees_room_at_once():
+    clock = FakeClock()
+    ledger = pacer(clock)
+    first = ledger.admit(4_000)
+    ledger.admit(4_000)
+    assert first.settle(input_tokens=600, output_tokens=80) == 680
+    assert ledger.stats().held_tokens == 4_680
+    ledger.admit(4_000, max_wait_seconds=0)  # fits now
+    assert ledger.stats().settled_tokens == 680
+
+
+def test_settling_above_the_hold_charges_the_difference_like_bedrock():
+    """With the notes' reading (max_tokens held without burndown) a 5x model settles above its hold."""
+    clock = FakeClock()
+    ledger = pacer(clock, burndown=5, hold_output_burndown=False)
+    ticket = ledger.admit(ledger.reservation(1_000, 400))
+    assert ticket.reserved == 1_400
+    assert ticket.settle(input_tokens=1_000, output_tokens=300) == 2_500
+    assert ledger.stats().held_tokens == 2_500
+
+
+def test_charges_leave_the_window_a_minute_after_they_started_and_late_settlements_do_not_count():
+    clock = FakeClock()
+    ledger = pacer(clock, expiry_margin_seconds=0)
+    ticket = ledger.admit(9_000)
+    clock.advance(59.9)
+    assert ledger.stats().held_tokens == 9_000
+    clock.advance(0.1)
+    assert ledger.stats().held_tokens == 0 and ledger.stats().in_window == 0
+    ticket.settle(input_tokens=5_000, output_tokens=5_000)  # a call longer than the window
+    assert ledger.stats().held_tokens == 0
+    ledger.admit(9_000, max_wait_seconds=0)
+
+
+def test_rpm_counts_calls_in_the_window():
+    clock = FakeClock()
+    ledger = pacer(clock, rpm=2)
+    ledger.admit(10)
+    ledger.admit(10)
+    with pytest.raises(AdmissionRejected) as rejected:
+        ledger.admit(10, max_wait_seconds=5)
+    assert rejected.value.earliest_start_seconds == pytest.approx(60.5)
+
+
+def test_a_reservation_larger_than_the_share_is_refused_before_it_waits():
+    ledger = pacer(FakeClock())
+    with pytest.raises(ValueError, match=r"a reservation of 10,001 tokens exceeds the share's 10,000 TPM"):
+        ledger.admit(10_001)
+    for bad in (0, -1, 2.5, True, "100", None):
+        with pytest.raises(ValueError, match="must be a positive whole number of tokens"):
+            ledger.admit(bad)  # type: ignore[arg-type]
+
+
+def test_an_empty_window_admits_a_reservation_above_a_lowered_limit():
+    clock = FakeClock()
+    ledger = pacer(clock)
+    ledger.admit(100).throttled()  # limit 7,000
+    ledger.admit(9_000, max_wait_seconds=0)  # the window is empty: it would wait forever otherwise
+
+
+def test_calls_are_admitted_in_arrival_order():
+    clock = FakeClock()
+    ledger = pacer(clock)
+    ledger.admit(6_000)
+    order: list[str] = []
+    big = threading.Thread(target=lambda: (ledger.admit(9_000), order.append("big")))
+    big.start()
+    while ledger.stats().waiting < 1:
+        threading.Event().wait(0.001)
+    small = threading.Thread(target=lambda: (ledger.admit(1_000), order.append("small")))
+    small.start()
+    while ledger.stats().waiting < 2:
+        threading.Event().wait(0.001)
+    assert order == []  # the small one would fit (7,000) but waits behind the big one
+    clock.advance(61)
+    assert finished(big) and finished(small)
+    assert order == ["big", "small"]
+
+
+# --- adaptation ----------------------------------------------------------------------------------
+
+
+def test_a_throttle_lowers_the_limit_once_per_round_and_settlement_restores_it():
+    clock = FakeClock()
+    ledger = pacer(clock, tpm=100_000)
+    early = [ledger.admit(1_000) for _ in range(3)]
+    early[0].throttled()
+    assert ledger.limit_tpm == 70_000
+    assert ledger.stats().held_tokens == 2_000  # a throttled call is not charged
+    early[1].throttled()  # admitted under the old limit: the same news, no second decrease
+    assert ledger.limit_tpm == 70_000
+    later = ledger.admit(1_000)
+    later.throttled()
+    assert ledger.limit_tpm == 49_000
+    stats = ledger.stats()
+    assert (stats.throttled, stats.decreases) == (3, 2)
+    early[2].settle(input_tokens=10_000, output_tokens=0)  # +0.1 x 10,000
+    assert ledger.limit_tpm == 50_000
+    for _ in range(100):
+        ledger.admit(10).settle(input_tokens=10_000, output_tokens=0)
+        clock.advance(61)
+    assert ledger.limit_tpm == 100_000  # never above the share
+
+
+def test_the_limit_never_falls_below_min_fraction():
+    ledger = pacer(FakeClock(), tpm=100_000, min_fraction=0.2)
+    for _ in range(10):
+        ledger.admit(10).throttled()
+    assert ledger.limit_tpm == 20_000
+
+
+def test_a_ticket_ends_once():
+    ledger = pacer(FakeClock())
+    ticket = ledger.admit(100)
+    ticket.settle(input_tokens=10, output_tokens=10)
+    for end in (partial(ticket.settle, input_tokens=1, output_tokens=1), ticket.throttled, ticket.release):
+        with pytest.raises(RuntimeError, match="already settled, throttled or released"):
+            end()
+    with pytest.raises(ValueError, match=r"output_tokens=-1: usage counts are whole numbers"):
+        ledger.admit(100).settle(input_tokens=1, output_tokens=-1)
+
+
+def test_release_frees_the_hold_without_adapting():
+    ledger = pacer(FakeClock())
+    ledger.admit(5_000).release()
+    assert ledger.stats().held_tokens == 0 and ledger.limit_tpm == 10_000
+
+
+# --- deadlines -----------------------------------------------------------------------------------
+
+
+def test_a_waiting_call_starts_when_room_frees_before_its_deadline():
+    clock = FakeClock()
+    ledger = pacer(clock)
+    ledger.admit(8_000)
+    clock.advance(30)
+    admitted: list[object] = []
+    waiter = threading.Thread(target=lambda: admitted.append(ledger.admit(5_000, max_wait_seconds=31)))
+    waiter.start()
+    while ledger.stats().waiting < 1:
+        threading.Event().wait(0.001)
+    clock.advance(31)  # t=61: the first charge left at 60.5
+    assert finished(waiter)
+    assert len(admitted) == 1 and ledger.stats().rejected_at_once == 0
+
+
+def test_a_call_whose_prediction_turns_out_wrong_is_rejected_late_never_started_late():
+    clock = FakeClock()
+    ledger = pacer(clock, burndown=5, hold_output_burndown=False)
+    ledger.admit(4_000)
+    clock.advance(30)
+    second = ledger.admit(4_000)
+    clock.advance(1)
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            ledger.admit(4_000, max_wait_seconds=30)  # predicted start 60.5 <= deadline 61
+        except AdmissionRejected as error:
+            errors.append(error)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    while ledger.stats().waiting < 1:
+        threading.Event().wait(0.001)
+    second.settle(input_tokens=1_000, output_tokens=1_600)  # settles at 9,000: now 90.5 at the earliest
+    assert finished(waiter)
+    assert len(errors) == 1 and errors[0].late is True
+    assert "waited and its deadline passed" in str(errors[0])
+    assert ledger.stats().rejected_late == 1
+
+
+def test_start_by_is_an_absolute_deadline_and_excludes_max_wait():
+    clock = FakeClock()
+    ledger = pacer(clock)
+    ledger.admit(9_000)
+    clock.advance(5)
+    with pytest.raises(AdmissionRejected):
+        ledger.admit(2_000, start_by=60)  # room at 60.5
+    with pytest.raises(ValueError, match="pass max_wait_seconds or start_by, not both"):
+        ledger.admit(2_000, start_by=100, max_wait_seconds=1)
+
+
+def test_the_pacers_default_deadline_applies_to_every_call():
+    clock = FakeClock()
+    ledger = pacer(clock, max_wait_seconds=10)
+    ledger.admit(9_000)
+    with pytest.raises(AdmissionRejected, match="cannot start within 10.00 s"):
+        ledger.admit(2_000)
+
+
+# --- thread safety -------------------------------------------------------------------------------
+
+
+class CheckedPacer(QuotaPacer):
+    """Records every admission that would break the ledger's rule, checked under the pacer's lock."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.violations: list[str] = []
+
+    def _admit(self, waiter, now):
+        if self._charges and self._held + waiter.tokens > self._limit + 1e-6:
+            self.violations.append(f"held {self._held} + {waiter.tokens} > limit {self._limit}")
+        if abs(self._held - sum(c.tokens for c in self._charges)) > 1e-3:
+            self.violations.append(f"held {self._held} != charges {sum(c.tokens for c in self._charges)}")
+        return super()._admit(waiter, now)
+
+
+def test_64_threads_share_one_pacer_without_breaking_the_ledger():
+    clock = FakeClock()
+    ledger = CheckedPacer(100_000, burndown=5, clock=clock, poll_seconds=0.01)
+    threads, per_thread = 64, 15
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(per_thread):
+            ticket = ledger.admit(ledger.reservation(rng.randint(200, 2_000), 400))
+            kind = rng.choice(["settle", "settle", "settle", "throttled", "release"])
+            if kind == "settle":
+                ticket.settle(input_tokens=rng.randint(200, 2_000), output_tokens=rng.randint(0, 400))
+            else:
+                getattr(ticket, kind)()
+            with lock:
+                outcomes.append(kind)
+
+    workers = [threading.Thread(target=work, args=(seed,)) for seed in range(threads)]
+    for worker in workers:
+        worker.start()
+    while any(worker.is_alive() for worker in workers):
+        clock.advance(10)
+        threading.Event().wait(0.005)
+    assert all(finished(worker) for worker in workers)
+    stats = ledger.stats()
+    assert ledger.violations == []
+    assert len(outcomes) == stats.admitted == threads * per_thread
+    assert stats.settled_calls == outcomes.count("settle") and stats.throttled == outcomes.count("throttled")
+    assert stats.waiting == 0
+    assert stats.held_tokens == pytest.approx(sum(c.tokens for c in ledger._charges))
+
+
+# --- Converse, call_with_backoff, run_side_by_side -----------------------------------------------
+
+
+def stubbed_client():
+    client = boto3.client("bedrock-runtime", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x",
+                          config=Config(retries={"total_max_attempts": 1}))
+    return client, Stubber(client)
+
+
+def answer(input_tokens: int = 300, output_tokens: int = 120) -> dict:
+    return {
+        "output": {"message": {"role": "assistant", "content": [{"text": "an answer"}]}},
+        "stopReason": "end_turn",
+        "usage": {"inputTokens": input_tokens, "outputTokens": output_tokens, "totalTokens": input_tokens + output_tokens},
+        "metrics": {"latencyMs": 100},
+    }
+
+
+REQUEST = {"modelId": MODEL, "system": [{"text": "x" * 400}],
+           "messages": [{"role": "user", "content": [{"text": "y" * 800}, {"cachePoint": {"type": "default"}}]}],
+           "inferenceConfig": {"maxTokens": 200}}
+
+
+def test_estimate_counts_the_text_of_system_and_messages():
+    assert estimate_input_tokens(REQUEST) == 300  # 1,200 characters / 4; the cache point adds none
+    assert estimate_input_tokens(REQUEST, chars_per_token=3) == 400
+
+
+def test_converse_holds_the_reservation_and_settles_with_the_reported_usage():
+    clock = FakeClock()
+    ledger = pacer(clock, tpm=100_000, burndown=5)
+    client, stub = stubbed_client()
+    stub.add_response("converse", answer(input_tokens=600, output_tokens=100))
+    with stub:
+        result = ledger.converse(client, REQUEST)
+    assert result.output_tokens == 100
+    stats = ledger.stats()
+    assert stats.settled_tokens == 600 + 100 * 5 and stats.held_tokens == 1_100
+    # the prompt was twice the characters' estimate: the next estimate learns a fifth of the way
+    assert ledger.estimate_input_tokens(REQUEST) == math.ceil(300 * (1 + 0.2 * (2 - 1)))
+
+
+def test_a_throttled_converse_is_not_charged_and_lowers_the_limit():
+    ledger = pacer(FakeClock(), tpm=100_000)
+    client, stub = stubbed_client()
+    stub.add_client_error("converse", "ThrottlingException", "Too many tokens", http_status_code=429)
+    with stub, pytest.raises(ClientError):
+        ledger.converse(client, REQUEST)
+    stats = ledger.stats()
+    assert (stats.throttled, stats.held_tokens, stats.limit_tpm) == (1, 0, 70_000)
+
+
+def test_another_error_keeps_the_hold_because_bedrock_may_have_charged():
+    ledger = pacer(FakeClock(), tpm=100_000)
+    client, stub = stubbed_client()
+    stub.add_client_error("converse", "ModelTimeoutException", "timed out", http_status_code=408)
+    with stub, pytest.raises(ClientError):
+        ledger.converse(client, REQUEST)
+    assert ledger.stats().held_tokens == 300 + 200
+
+
+def test_converse_needs_max_tokens_or_the_models_maximum():
+    ledger = pacer(FakeClock(), tpm=100_000)
+    request = {k: v for k, v in REQUEST.items() if k != "inferenceConfig"}
+    with pytest.raises(ValueError, match="sets no inferenceConfig.maxTokens"):
+        ledger.converse(object(), request)
+    bigger = pacer(FakeClock(), tpm=100_000, model_max_tokens=8_192)
+    client, stub = stubbed_client()
+    stub.add_response("converse", answer())
+    with stub:
+        bigger.converse(client, request)
+    assert bigger.stats().admitted == 1
+
+
+def test_call_with_backoff_admits_each_attempt_again():
+    ledger = pacer(FakeClock(), tpm=100_000)
+    client, stub = stubbed_client()
+    stub.add_client_error("converse", "ThrottlingException", "Too many tokens", http_status_code=429)
+    stub.add_response("converse", answer())
+    with stub:
+        outcome = call_with_backoff(lambda: ledger.converse(client, REQUEST), sleep=lambda _: None)
+    assert outcome.ok and (outcome.attempts, outcome.throttles) == (2, 1)
+    assert (ledger.stats().admitted, ledger.stats().throttled, ledger.stats().settled_calls) == (2, 1, 1)
+
+
+def test_a_rejected_call_is_shed_not_retried():
+    clock = FakeClock()
+    ledger = pacer(clock, tpm=1_000, max_wait_seconds=1)
+    ledger.admit(900)
+    outcome = call_with_backoff(lambda: ledger.converse(object(), REQUEST), backoff=Backoff(max_attempts=5))
+    assert isinstance(outcome.error, AdmissionRejected) and outcome.attempts == 1
+
+
+def test_run_side_by_side_through_one_pacer():
+    ledger = pacer(FakeClock(), tpm=100_000)
+    client, stub = stubbed_client()
+    for _ in range(6):
+        stub.add_response("converse", answer())
+    with stub:
+        outcomes = run_side_by_side([partial(ledger.converse, client, REQUEST) for _ in range(6)], max_in_flight=3)
+    assert all(o.ok for o in outcomes)
+    assert ledger.stats().settled_calls == 6 and ledger.stats().held_tokens == 6 * (300 + 120)
+
+
+# --- bad configuration ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"tpm": 0}, "tpm=0 must be a finite number > 0"),
+        ({"tpm": math.nan}, "tpm=nan must be a finite number > 0"),
+        ({"tpm": math.inf}, "tpm=inf must be a finite number > 0"),
+        ({"tpm": True}, "tpm=True must be a finite number > 0"),
+        ({"tpm": "1000"}, "tpm='1000' must be a finite number > 0"),
+        ({"rpm": 0}, "rpm=0 must be a finite number > 0"),
+        ({"burndown": 0.5}, "burndown=0.5 must be a number in [1, 100]"),
+        ({"max_wait_seconds": -1}, "max_wait_seconds=-1 must be a number in [0, inf]"),
+        ({"max_wait_seconds": math.nan}, "max_wait_seconds=nan must be a number"),
+        ({"decrease": 1}, "decrease=1 must be a number in (0, 1)"),
+        ({"decrease": 0}, "decrease=0 must be a number in (0, 1)"),
+        ({"recovery": -0.1}, "recovery=-0.1 must be a number in [0, 10]"),
+        ({"min_fraction": 0}, "min_fraction=0 must be a number in [0.01, 1]"),
+        ({"window_seconds": 0}, "window_seconds=0 must be a finite number > 0"),
+        ({"expiry_margin_seconds": -1}, "expiry_margin_seconds=-1 must be a number in [0, inf]"),
+        ({"chars_per_token": 0}, "chars_per_token=0 must be a finite number > 0"),
+        ({"poll_seconds": 0}, "poll_seconds=0 must be a finite number > 0"),
+        ({"model_max_tokens": 0}, "model_max_tokens=0 must be a positive integer"),
+        ({"model_max_tokens": 10.5}, "model_max_tokens=10.5 must be a positive integer"),
+        ({"hold_output_burndown": "yes"}, "hold_output_burndown='yes' must be True or False"),
+        ({"clock": 5}, "clock=5 must be a function"),
+    ],
+)
+def test_bad_configuration_is_refused_with_the_rule(options, message):
+    options = {"tpm": 10_000, **options}
+    with pytest.raises(ValueError) as error:
+        QuotaPacer(**options)
+    assert message in str(error.value)
+
+
+def test_several_bad_settings_are_reported_together():
+    with pytest.raises(ValueError) as error:
+        QuotaPacer(0, burndown=0, decrease=2)
+    assert str(error.value).count(" must be ") == 3
