@@ -37,6 +37,7 @@ from constructs import Construct, IConstruct, IValidation
 from . import planning
 from ._checks import Checks, is_token
 from .models import BedrockModel
+from .quota_check import PLAN_FILE_PREFIX
 
 __all__ = [
     "DEFAULT_WARN_AT",
@@ -51,8 +52,6 @@ __all__ = [
 #: Allocation (shares over the allocatable quota) from which synth warns: below 10% headroom, the
 #: estimates a plan rests on (input length, output p99, call duration) leave no margin for error.
 DEFAULT_WARN_AT = 0.9
-#: The cloud-assembly file each quota writes its plan to: <prefix><construct unique id>.json.
-PLAN_FILE_PREFIX = "genai-pacer-quota."
 #: The construct metadata type holding the same plan (in <stack>.metadata.json of the assembly).
 PLAN_METADATA_TYPE = "genai-pacer:quota-plan"
 #: Environment variables `ModelQuota.pacer_environment` sets and `pacer_runtime.QuotaPacer.from_environment`
