@@ -257,7 +257,7 @@ def test_large_files_go_up_as_multipart_uploads(aws, monkeypatch):
 # ---- load ---------------------------------------------------------------------------------------------
 
 LOAD_ENV = {"ANSWER_TABLE": TABLE, "ANSWER_TTL_SECONDS": "86400", "MODEL_ID": "us.amazon.nova-lite-v1:0",
-            "PIPELINE": "reviews", "WRITE_CONCURRENCY": "4"}
+            "AWS_LAMBDA_FUNCTION_NAME": "Loader", "WRITE_CONCURRENCY": "4"}
 
 
 def converse_output(text: str) -> dict:
@@ -324,7 +324,7 @@ def test_the_loader_joins_shuffled_output_on_record_id_and_lists_what_has_no_ans
     assert {e["errorMessage"] for e in listed if e["reason"] == "errored"} == {"Input is too long for requested model."}
     emf = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert emf[metrics.BATCH_RECORDS_LOADED] == 25 and emf[metrics.BATCH_RECORDS_FAILED] == 5
-    assert emf["_aws"]["CloudWatchMetrics"][0]["Namespace"] == metrics.NAMESPACE and emf["Pipeline"] == "reviews"
+    assert emf["_aws"]["CloudWatchMetrics"][0]["Namespace"] == metrics.NAMESPACE and emf[metrics.FUNCTION_DIMENSION] == "Loader"
 
 
 def test_the_loader_reports_every_way_the_output_disagrees_with_the_manifest(aws, monkeypatch):

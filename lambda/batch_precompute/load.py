@@ -47,7 +47,6 @@ REPORT_LIMIT = 10
 TABLE = os.environ.get("ANSWER_TABLE", "")
 ANSWER_TTL_SECONDS = int(os.environ.get("ANSWER_TTL_SECONDS") or 0) or None
 MODEL_ID = os.environ.get("MODEL_ID", "")
-PIPELINE = os.environ.get("PIPELINE", "")
 WRITE_CONCURRENCY = int(os.environ.get("WRITE_CONCURRENCY") or 16)
 
 # Module scope: one client per execution environment. botocore clients are thread-safe; the pool
@@ -82,7 +81,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     )
     metrics.emit(
         {metrics.BATCH_RECORDS_LOADED: result["loaded"], metrics.BATCH_RECORDS_FAILED: result["failedRecords"]},
-        {"Pipeline": PIPELINE},
+        metrics.lambda_dimensions(),  # {"FunctionName": ...}: what BatchPrecompute's metric_* methods read
     )
     if result["writeFailed"]:
         raise StoreWriteError(

@@ -1,0 +1,845 @@
+"""BatchPrecompute: answers for a large key set made by Bedrock batch inference and loaded into the AnswerStore.
+
+For keys whose answers may be hours old (each product's review summary, each ticker's note),
+batch inference costs less than on-demand calls and stays off the on-demand quota that
+interactive users share. No CloudFormation resource starts a job and Step Functions has no
+optimized integration for it, so the state machine calls `aws-sdk:bedrock:createModelInvocationJob`.
+
+One execution is one run:
+
+    Prepare input (Lambda: JSONL per job, recordId = hash of the store key, key mapping beside it)
+      -> fewer records than a job may hold: fail "Too few records" with the numbers
+         (or start `on_demand_fallback` with the run's input)
+      -> Map over the jobs, at most `max_concurrent_jobs` at once; per job:
+           Submit job -> store the task token under the job ARN and wait (no polling)
+             -> EventBridge `Batch Inference Job State Change` -> Lambda completes the token
+           Completed / PartiallyCompleted -> Load answers (Lambda: every .jsonl.out into the
+           store, counts reconciled with manifest.json.out, records without an answer listed in S3)
+           Failed / Stopped / Expired -> recorded with Bedrock's failureMessage
+      -> Summarize -> "Loaded", or a named failure state: "Job failed", "Job stopped",
+         "Job expired", "Job not submitted", "Load failed", whose cause carries the message
+
+Why a task token rather than a rule that starts the loading when a job ends: each Map iteration
+lives until its job has ended, so the Map's MaxConcurrency is exactly the bound on jobs in
+flight; a rule-started loader would leave the submitter nothing to count, and a run's outcome
+would be scattered over unrelated executions. The job request has no field to carry a token, so
+the token is stored under the job's ARN in a small table of its own. Bedrock sends these events on
+a best-effort basis: a wait that hears nothing for `status_check_interval` checks the job itself
+once and waits again, so a lost event delays a run by at most that interval.
+
+Quotas (per model and Region; check Service Quotas, the defaults are common values, not
+guarantees): minimum records per job (default 100), records per job (50,000) and per input file
+(50,000), input file size (1 GB) and job size (5 GB), and batch jobs in progress or submitted
+(default 10, conservative). A run is split into near-equal jobs and files under those maxima. The
+concurrency bound is per execution: two overlapping runs may together exceed the quota, and the
+submission then retries Bedrock's ServiceQuotaExceededException with backoff.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any, Literal, cast
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+
+from constructs import Construct
+
+from ._checks import Checks, is_token
+from ._nag import acknowledge_wildcard_resources
+from ._runtime_constants import metrics_constants
+from ._secure import StateMachineOptions, handler_function, log_key, model_state_machine
+from .answer_store import AnswerStore
+from .models import BedrockModel
+
+__all__ = [
+    "BatchPrecompute",
+    "DEFAULT_MAX_CONCURRENT_JOBS",
+    "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_MAX_JOB_BYTES",
+    "DEFAULT_MAX_RECORDS_PER_FILE",
+    "DEFAULT_MAX_RECORDS_PER_JOB",
+    "DEFAULT_MIN_RECORDS_PER_JOB",
+    "JOB_STATE_CHANGE",
+    "TERMINAL_STATUSES",
+]
+
+DEFAULT_MIN_RECORDS_PER_JOB = 100
+DEFAULT_MAX_RECORDS_PER_JOB = 50_000
+DEFAULT_MAX_RECORDS_PER_FILE = 50_000
+DEFAULT_MAX_FILE_BYTES = 1_000_000_000  # the "input file size (in GB)" quota: 1
+DEFAULT_MAX_JOB_BYTES = 5_000_000_000  # the "job size (in GB)" quota: 5
+DEFAULT_MAX_CONCURRENT_JOBS = 10
+DEFAULT_OBJECT_EXPIRATION = cdk.Duration.days(30)
+#: The loader handles one job per invocation within Lambda's 15 minutes (see bench/batch_loader_bench.py).
+MAX_RECORDS_PER_JOB_LIMIT = 1_000_000
+#: An inline Map runs at most 40 iterations at once.
+INLINE_MAP_LIMIT = 40
+JOB_STATE_CHANGE = "Batch Inference Job State Change"
+TERMINAL_STATUSES = ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired")
+LOADABLE_STATUSES = ("Completed", "PartiallyCompleted")
+#: Errors a submission is retried on: throttling, and the jobs-in-flight quota that other runs share.
+SUBMIT_RETRY_ERRORS = (
+    "Bedrock.ThrottlingException",
+    "Bedrock.ServiceQuotaExceededException",
+    "Bedrock.InternalServerException",
+    "Bedrock.ServiceUnavailableException",
+)
+_TOKEN_TABLE_ERRORS = (
+    "DynamoDb.ProvisionedThroughputExceededException",
+    "DynamoDb.ThrottlingException",
+    "DynamoDb.RequestLimitExceededException",
+    "DynamoDb.InternalServerErrorException",
+)
+#: The run's outcome (summary handler) -> the failure state it ends in.
+FAILURE_STATES = {
+    "JobFailed": ("Job failed", "BatchPrecompute.JobFailed"),
+    "JobStopped": ("Job stopped", "BatchPrecompute.JobStopped"),
+    "JobExpired": ("Job expired", "BatchPrecompute.JobExpired"),
+    "SubmitFailed": ("Job not submitted", "BatchPrecompute.SubmitFailed"),
+    "LoadFailed": ("Load failed", "BatchPrecompute.LoadFailed"),
+}
+_PREFIX_CHARS = re.compile(r"^[A-Za-z0-9!_*'().-]+(/[A-Za-z0-9!_*'().-]+)*/$")
+_JOB_NAME_PREFIX = re.compile(r"^[A-Za-z0-9]+(-[A-Za-z0-9]+)*$")
+_MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.anthropic.claude-3-5-haiku-20241022-v1:0')"
+
+
+class BatchPrecompute(Construct):
+    """Bedrock batch inference jobs whose answers are loaded into an AnswerStore (see the module docstring).
+
+    Run it with `{"items": [{"key": "review-summary#B0C1", "prompt": "Summarize ..."}, ...]}` (a small
+    set) or `{"itemsKey": "items/2026-12-01.jsonl"}` (an object under items_prefix in items_bucket,
+    JSON Lines or one JSON array). An item may carry `modelInput` instead of `prompt`: the record's
+    body as given, in the invocation type's format. Keys are normalized as the store normalizes them.
+
+    model: the model or inference profile the jobs use (provisioned throughput cannot run batch jobs).
+    answer_store: where answers are written. Default: a new AnswerStore.
+    max_tokens: each prompt's maxTokens (Converse). Required with invocation_type="Converse".
+    system_prompt / temperature: for prompts (Converse). Default: none / the model's.
+    invocation_type: "Converse" (one body for every model; prompts are turned into it) or
+        "InvokeModel" (each item gives modelInput in the model's native body). Default: "Converse".
+    input_bucket / output_bucket: where the job input is written and Bedrock writes its output.
+        Default: new buckets, encrypted (S3-managed, or `encryption_key`), TLS-only, public access
+        blocked, access-logged, objects expiring after object_expiration.
+    items_bucket: where `itemsKey` objects are read. Default: the input bucket.
+    items_prefix / input_prefix / output_prefix: the only prefixes read (items) and written (input,
+        output); end with "/". Default: "items/", "batch-input/", "batch-output/".
+    encryption_key: KMS key for the new buckets; the jobs then encrypt their output with it too.
+        Default: S3-managed encryption.
+    access_logs_bucket: receives the new buckets' server access logs. Default: a new bucket.
+    object_expiration: how long objects live in the new buckets (prompts and answers). Default:
+        30 days. None keeps them.
+    min_records_per_job: the model's minimum records per job; a run with fewer is refused with the
+        numbers (or handed to on_demand_fallback). Default: 100.
+    max_records_per_job / max_records_per_file: the model's maxima; a run is split into near-equal
+        jobs and files below them. max_records_per_job must be at least 2 x min_records_per_job, so
+        no split leaves a job below the minimum. Defaults: 50,000 and 50,000.
+    max_job_bytes / max_file_bytes: the job and input file size quotas. Defaults: 5 GB and 1 GB.
+    max_concurrent_jobs: jobs one run keeps submitted or in progress (1..40, the inline Map's
+        limit); set it to your quota of batch jobs in flight. Default: 10.
+    job_timeout: each job's timeoutDurationInHours (24..168 h, whole hours). Default: 24 h.
+    status_check_interval: how long a job's wait hears nothing before checking the job itself (the
+        cover for a lost best-effort event). Default: 6 h; under an hour is polling (warning).
+    job_name_prefix: job names start with it; the EventBridge rule matches it. Default: derived
+        from this construct's path.
+    on_demand_fallback: a state machine that answers the keys on demand (e.g. a ScheduledPrecompute's),
+        started with this run's input when the run is below min_records_per_job. Default: none (the
+        run fails "Too few records").
+    write_concurrency: threads the loader writes answers with (1..64). Default: 16.
+    encryption_key_for_logs: KMS key of the functions' and state machine's log groups. Default: one
+        new key with rotation.
+    log_retention: of the functions' log groups. Default: one month.
+    state_machine_options: Default: STANDARD, encrypted logs, X-Ray, a 30-day timeout (a run with
+        more jobs than max_concurrent_jobs runs them in waves). EXPRESS is refused (5 minutes).
+
+    Attributes: `state_machine`, `input_bucket`, `output_bucket`, `items_bucket`, `service_role`,
+    `token_table`, `job_ended_rule`, `prepare_function`, `load_function`, `summary_function`,
+    `job_events_function`, `answer_store`, `job_name_prefix`. Metrics: `metric_records_loaded`,
+    `metric_records_failed` (namespace and names shared with the loader).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        model: BedrockModel,
+        answer_store: AnswerStore | None = None,
+        max_tokens: int | None = None,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+        invocation_type: Literal["Converse", "InvokeModel"] = "Converse",
+        input_bucket: s3.IBucket | None = None,
+        output_bucket: s3.IBucket | None = None,
+        items_bucket: s3.IBucket | None = None,
+        items_prefix: str = "items/",
+        input_prefix: str = "batch-input/",
+        output_prefix: str = "batch-output/",
+        encryption_key: kms.IKey | None = None,
+        access_logs_bucket: s3.IBucket | None = None,
+        object_expiration: cdk.Duration | None = DEFAULT_OBJECT_EXPIRATION,
+        min_records_per_job: int = DEFAULT_MIN_RECORDS_PER_JOB,
+        max_records_per_job: int = DEFAULT_MAX_RECORDS_PER_JOB,
+        max_records_per_file: int = DEFAULT_MAX_RECORDS_PER_FILE,
+        max_job_bytes: int = DEFAULT_MAX_JOB_BYTES,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        max_concurrent_jobs: int = DEFAULT_MAX_CONCURRENT_JOBS,
+        job_timeout: cdk.Duration | None = None,
+        status_check_interval: cdk.Duration | None = None,
+        job_name_prefix: str | None = None,
+        on_demand_fallback: sfn.IStateMachine | None = None,
+        write_concurrency: int = 16,
+        encryption_key_for_logs: kms.IKey | None = None,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        state_machine_options: StateMachineOptions | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        # Access logs delivered by bucket policy, not an ACL (new buckets have ACLs disabled).
+        # Set on this construct only, before any child exists, so the user's app is untouched.
+        self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
+        job_timeout = job_timeout if job_timeout is not None else cdk.Duration.hours(24)
+        status_check_interval = status_check_interval if status_check_interval is not None else cdk.Duration.hours(6)
+        creates_bucket = input_bucket is None or output_bucket is None
+        with Checks(f"BatchPrecompute {id}") as check:
+            if check.instance("model", model, BedrockModel, _MODEL_HINT):
+                check.rule(
+                    model.kind != "provisioned",
+                    f"model={model.model_id!r} is a Provisioned Throughput model, which batch inference does not "
+                    "support: pass the foundation model or an inference profile",
+                )
+            check.instance("answer_store", answer_store, AnswerStore, "an AnswerStore (shared with the router)", optional=True)
+            if check.one_of("invocation_type", invocation_type, ("Converse", "InvokeModel")):
+                if invocation_type == "Converse":
+                    check.integer(
+                        "max_tokens", max_tokens, minimum=1, maximum=1_000_000,
+                        fix="each prompt's maxTokens; size it from the p99 answer with planning.size_max_tokens",
+                    )
+                else:
+                    for name, value in (("max_tokens", max_tokens), ("system_prompt", system_prompt), ("temperature", temperature)):
+                        check.rule(
+                            value is None,
+                            f"{name}={value!r} shapes prompts into a Converse body, but invocation_type='InvokeModel' "
+                            "takes each item's modelInput as given, so it would be ignored: drop it, or use Converse",
+                        )
+            if invocation_type == "Converse":
+                check.text("system_prompt", system_prompt, optional=True)
+                check.number("temperature", temperature, minimum=0, maximum=1, optional=True)
+            for name, bucket in (("input_bucket", input_bucket), ("output_bucket", output_bucket), ("items_bucket", items_bucket),
+                                 ("access_logs_bucket", access_logs_bucket)):
+                check.instance(name, bucket, s3.IBucket, "an s3.Bucket (or s3.Bucket.from_bucket_name)", optional=True)
+            check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
+            check.instance("encryption_key_for_logs", encryption_key_for_logs, kms.IKey, "a kms.Key", optional=True)
+            if not creates_bucket:
+                bucket_props: tuple[tuple[str, Any, Any], ...] = (
+                    ("encryption_key", encryption_key, None),
+                    ("access_logs_bucket", access_logs_bucket, None),
+                    ("object_expiration", object_expiration, DEFAULT_OBJECT_EXPIRATION),
+                )
+                for name, value, unset in bucket_props:
+                    check.rule(
+                        value is unset,
+                        f"{name} configures the buckets this construct creates, but input_bucket and output_bucket are "
+                        "both yours, so it would be ignored: set it on your buckets instead",
+                    )
+            check.duration(
+                "object_expiration", object_expiration, minimum=cdk.Duration.days(1), optional=True,
+                fix="S3 expires objects in whole days; None keeps them",
+            )
+            prefixes_ok = all([
+                _check_prefix(check, "items_prefix", items_prefix),
+                _check_prefix(check, "input_prefix", input_prefix),
+                _check_prefix(check, "output_prefix", output_prefix),
+            ])
+            if prefixes_ok:
+                self._check_overlaps(check, input_bucket, output_bucket, items_bucket, items_prefix, input_prefix, output_prefix)
+            self._check_quotas(
+                check, min_records_per_job, max_records_per_job, max_records_per_file, max_job_bytes, max_file_bytes
+            )
+            check.integer(
+                "max_concurrent_jobs", max_concurrent_jobs, minimum=1, maximum=INLINE_MAP_LIMIT,
+                fix=f"your quota of batch jobs submitted or in progress for this model; one run submits through an inline "
+                f"Map, which runs at most {INLINE_MAP_LIMIT} iterations at once",
+            )
+            if check.duration(
+                "job_timeout", job_timeout, minimum=cdk.Duration.hours(24), maximum=cdk.Duration.hours(168),
+                fix="Bedrock's timeoutDurationInHours is 24..168",
+            ):
+                check.rule(
+                    job_timeout.to_seconds() % 3600 == 0,
+                    f"job_timeout={job_timeout.to_minutes():g} minutes is not whole hours; Bedrock's timeoutDurationInHours is "
+                    "an integer: use cdk.Duration.hours(...)",
+                )
+            if check.duration(
+                "status_check_interval", status_check_interval, minimum=cdk.Duration.seconds(1),
+                maximum=cdk.Duration.days(7), fix="how long a wait hears no event before it checks the job itself",
+            ) and status_check_interval.to_seconds() < 3600:
+                cdk.Annotations.of(self).add_warning_v2(
+                    "genai-pacer:batch-status-polling",
+                    f"status_check_interval={status_check_interval.to_human_string()} checks each job more than hourly: "
+                    "that is polling; the EventBridge event ends the wait as soon as the job ends, and the check only "
+                    "covers a lost event",
+                )
+            if job_name_prefix is not None and check.text("job_name_prefix", job_name_prefix, max_length=40):
+                check.rule(
+                    bool(_JOB_NAME_PREFIX.match(job_name_prefix)),
+                    f"job_name_prefix={job_name_prefix!r} may hold letters, digits and single hyphens between them "
+                    "(Bedrock's job name pattern), e.g. 'reviews-nightly'",
+                )
+            check.instance(
+                "on_demand_fallback", on_demand_fallback, sfn.IStateMachine,
+                "a state machine, e.g. ScheduledPrecompute(...).state_machine", optional=True,
+            )
+            check.integer(
+                "write_concurrency", write_concurrency, minimum=1, maximum=64,
+                fix="threads writing answers; 16 keeps an on-demand table well below its throttling limits",
+            )
+            check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
+            if check.instance(
+                "state_machine_options", state_machine_options, StateMachineOptions, "StateMachineOptions(...)", optional=True
+            ) and state_machine_options is not None:
+                check.rule(
+                    state_machine_options.state_machine_type != sfn.StateMachineType.EXPRESS,
+                    "state_machine_options.state_machine_type=EXPRESS runs at most 5 minutes, and a run waits hours "
+                    "for its jobs: use STANDARD (the default)",
+                )
+        assert max_tokens is not None or invocation_type == "InvokeModel"
+        self.job_name_prefix = job_name_prefix or f"gp{hashlib.sha256(self.node.addr.encode()).hexdigest()[:10]}"
+        self.answer_store = answer_store or AnswerStore(self, "Answers")
+        self._model = model
+        log_encryption = log_key(self, "LogsKey", encryption_key_for_logs)
+
+        # ---- buckets -----------------------------------------------------------------------------
+        if creates_bucket and access_logs_bucket is None:
+            access_logs_bucket = s3.Bucket(
+                self, "AccessLogs",
+                encryption=s3.BucketEncryption.S3_MANAGED,  # the only encryption S3 log delivery supports
+                enforce_ssl=True,
+                block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+                removal_policy=cdk.RemovalPolicy.RETAIN,
+                lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(365))],
+            )
+            cdk.Validations.of(access_logs_bucket).acknowledge(cdk.Acknowledgment(
+                id="AwsSolutions-S1",
+                reason="this bucket receives the input and output buckets' server access logs; logging it too would "
+                "log its own log deliveries",
+            ))
+        self.input_bucket = input_bucket or self._bucket("InputBucket", encryption_key, access_logs_bucket, object_expiration)
+        self.output_bucket = output_bucket or self._bucket("OutputBucket", encryption_key, access_logs_bucket, object_expiration)
+        self.items_bucket = items_bucket or self.input_bucket
+        self._prefixes = {"items": items_prefix, "input": input_prefix, "output": output_prefix}
+
+        # ---- the Bedrock service role ------------------------------------------------------------
+        stack = cdk.Stack.of(self)
+        job_arns = stack.format_arn(
+            service="bedrock", resource="model-invocation-job", resource_name="*",
+            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        self.service_role = iam.Role(
+            self, "BedrockServiceRole",
+            description="Bedrock batch inference jobs of this pipeline: read its input, write its output, invoke its model",
+            assumed_by=iam.ServicePrincipal(
+                "bedrock.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {"aws:SourceArn": job_arns},
+                },
+            ),
+        )
+        self._grant_objects(self.service_role, self.input_bucket, input_prefix, read=True, list_bucket=True)
+        self._grant_objects(self.service_role, self.output_bucket, output_prefix, read=True, write=True, list_bucket=True)
+        model.grant_invoke(self.service_role)
+
+        # ---- the task token store and the handlers -------------------------------------------------
+        self.token_table = dynamodb.Table(
+            self, "JobTokens",
+            partition_key=dynamodb.Attribute(name="jobArn", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(point_in_time_recovery_enabled=True),
+            time_to_live_attribute="expires_at",
+            removal_policy=cdk.RemovalPolicy.DESTROY,  # tokens of finished waits: nothing to keep
+        )
+        self.prepare_function = handler_function(
+            self, "Prepare", handler="batch_precompute.prepare.handler", timeout=cdk.Duration.minutes(15),
+            memory_size=1024,
+            environment={
+                "INPUT_BUCKET": self.input_bucket.bucket_name,
+                "INPUT_PREFIX": input_prefix,
+                "OUTPUT_BUCKET": self.output_bucket.bucket_name,
+                "OUTPUT_PREFIX": output_prefix,
+                "ITEMS_BUCKET": self.items_bucket.bucket_name,
+                "ITEMS_PREFIX": items_prefix,
+                "INVOCATION_TYPE": invocation_type,
+                "MAX_TOKENS": str(max_tokens or ""),
+                "SYSTEM_PROMPT": system_prompt or "",
+                "TEMPERATURE": "" if temperature is None else str(temperature),
+                "MIN_RECORDS_PER_JOB": str(min_records_per_job),
+                "MAX_RECORDS_PER_JOB": str(max_records_per_job),
+                "MAX_RECORDS_PER_FILE": str(max_records_per_file),
+                "MAX_JOB_BYTES": str(max_job_bytes),
+                "MAX_FILE_BYTES": str(max_file_bytes),
+                "JOB_NAME_PREFIX": self.job_name_prefix,
+                "JOB_TIMEOUT_HOURS": str(int(job_timeout.to_hours())),
+            },
+            encryption_key=log_encryption, log_retention=log_retention,
+        )
+        self._grant_objects(self.prepare_function, self.items_bucket, items_prefix, read=True)
+        self._grant_objects(self.prepare_function, self.input_bucket, input_prefix, write=True)
+        self.load_function = handler_function(
+            self, "Load", handler="batch_precompute.load.handler", timeout=cdk.Duration.minutes(15), memory_size=1024,
+            environment={
+                **self.answer_store.environment(),
+                "MODEL_ID": model.model_id,
+                "WRITE_CONCURRENCY": str(write_concurrency),
+            },
+            encryption_key=log_encryption, log_retention=log_retention,
+        )
+        self._grant_objects(self.load_function, self.input_bucket, input_prefix, read=True)
+        self._grant_objects(self.load_function, self.output_bucket, output_prefix, read=True, write=True, list_bucket=True)
+        self.answer_store.grant_write(self.load_function)
+        self.summary_function = handler_function(
+            self, "Summary", handler="batch_precompute.summary.handler", timeout=cdk.Duration.seconds(30),
+            memory_size=256, environment={}, encryption_key=log_encryption, log_retention=log_retention,
+        )
+        self.job_events_function = handler_function(
+            self, "JobEvents", handler="batch_precompute.job_events.handler", timeout=cdk.Duration.seconds(30),
+            memory_size=256, environment={"TOKEN_TABLE": self.token_table.table_name},
+            encryption_key=log_encryption, log_retention=log_retention,
+        )
+        self.token_table.grant(self.job_events_function, "dynamodb:GetItem", "dynamodb:DeleteItem")
+
+        # ---- the state machine ---------------------------------------------------------------------
+        definition = self._definition(
+            model=model, invocation_type=invocation_type, job_timeout=job_timeout,
+            status_check_interval=status_check_interval, max_concurrent_jobs=max_concurrent_jobs,
+            on_demand_fallback=on_demand_fallback, job_arns=job_arns,
+        )
+        options = state_machine_options or StateMachineOptions()
+        if options.log_group is None and options.encryption_key is None:
+            options = StateMachineOptions(**{**options.__dict__, "encryption_key": log_encryption})
+        self.state_machine = model_state_machine(
+            self, definition=definition, models=[], options=options, default_timeout=cdk.Duration.days(30),
+        )
+        self.state_machine.grant_task_response(self.job_events_function)
+        if options.role is None:
+            self._acknowledge_state_machine_wildcards()
+
+        # ---- the job-ended events -------------------------------------------------------------------
+        self.job_ended_rule = events.Rule(
+            self, "JobEnded",
+            description=f"Batch inference jobs named {self.job_name_prefix}-* that ended: completes their run's wait",
+            event_pattern=events.EventPattern(
+                source=["aws.bedrock"],
+                detail_type=[JOB_STATE_CHANGE],
+                detail={"status": list(TERMINAL_STATUSES), "batchJobName": [{"prefix": f"{self.job_name_prefix}-"}]},
+            ),
+        )
+        self.job_ended_rule.add_target(targets.LambdaFunction(
+            self.job_events_function, retry_attempts=8, max_event_age=cdk.Duration.hours(24),
+        ))
+        self.job_events_function.configure_async_invoke(retry_attempts=2, max_event_age=cdk.Duration.hours(6))
+        self._acknowledge_prefix_wildcards()
+
+    # ---- definition ----------------------------------------------------------------------------------
+
+    def _definition(
+        self,
+        *,
+        model: BedrockModel,
+        invocation_type: str,
+        job_timeout: cdk.Duration,
+        status_check_interval: cdk.Duration,
+        max_concurrent_jobs: int,
+        on_demand_fallback: sfn.IStateMachine | None,
+        job_arns: str,
+    ) -> sfn.IChainable:
+        prepare = tasks.LambdaInvoke(
+            self, "Prepare input",
+            lambda_function=self.prepare_function,
+            payload=sfn.TaskInput.from_object({
+                "input": sfn.JsonPath.object_at("$"),
+                "runId": sfn.JsonPath.string_at("$$.Execution.Name"),
+                "startTime": sfn.JsonPath.string_at("$$.Execution.StartTime"),
+            }),
+            output_path="$.Payload",
+        )
+        if on_demand_fallback is not None:
+            below: sfn.IChainable = tasks.StepFunctionsStartExecution(
+                self, "Answer on demand",
+                state_machine=on_demand_fallback,
+                integration_pattern=sfn.IntegrationPattern.RUN_JOB,
+                input=sfn.TaskInput.from_json_path_at("$$.Execution.Input"),
+                result_selector={"fallbackExecutionArn.$": "$.ExecutionArn", "fallbackStatus.$": "$.Status"},
+            ).next(sfn.Succeed(self, "Answered on demand"))
+        else:
+            below = sfn.Fail(self, "Too few records", error="BatchPrecompute.TooFewRecords", cause_path="$.message")
+
+        jobs = sfn.Map(
+            self, "Jobs", items_path="$.jobs", max_concurrency=max_concurrent_jobs, result_path="$.results",
+        )
+        jobs.item_processor(self._job(model, invocation_type, job_timeout, status_check_interval, job_arns))
+
+        summarize = tasks.LambdaInvoke(
+            self, "Summarize",
+            lambda_function=self.summary_function,
+            payload=sfn.TaskInput.from_object({
+                "plan": {
+                    "runId": sfn.JsonPath.string_at("$.runId"),
+                    "items": sfn.JsonPath.number_at("$.items"),
+                    "records": sfn.JsonPath.number_at("$.records"),
+                    "rejected": sfn.JsonPath.number_at("$.rejected"),
+                    "rejectedUri": sfn.JsonPath.string_at("$.rejectedUri"),
+                },
+                "jobs": sfn.JsonPath.list_at("$.results"),
+            }),
+            output_path="$.Payload",
+        )
+        outcome = sfn.Choice(self, "Outcome").when(
+            sfn.Condition.string_equals("$.outcome", "Loaded"), sfn.Succeed(self, "Loaded")
+        )
+        for name, (state, error) in FAILURE_STATES.items():
+            outcome.when(
+                sfn.Condition.string_equals("$.outcome", name),
+                sfn.Fail(self, state, error=error, cause_path="$.cause"),
+            )
+        outcome.otherwise(sfn.Fail(self, "Unknown outcome", error="BatchPrecompute.UnknownOutcome", cause_path="$.cause"))
+
+        enough = (
+            sfn.Choice(self, "Enough records?")
+            .when(sfn.Condition.boolean_equals("$.belowMinimum", True), below)
+            .otherwise(jobs.next(summarize).next(outcome))
+        )
+        return prepare.next(enough)
+
+    def _job(
+        self,
+        model: BedrockModel,
+        invocation_type: str,
+        job_timeout: cdk.Duration,
+        status_check_interval: cdk.Duration,
+        job_arns: str,
+    ) -> sfn.IChainable:
+        """One job: submit, wait for its end (event, or a check after status_check_interval), load or record."""
+        output_config: dict[str, Any] = {"S3Uri": sfn.JsonPath.string_at("$.outputUri")}
+        output_key = getattr(self.output_bucket, "encryption_key", None)
+        if output_key is not None:
+            output_config["S3EncryptionKeyId"] = output_key.key_arn
+        submit = tasks.CallAwsService(
+            self, "Submit job",
+            service="bedrock",
+            action="createModelInvocationJob",
+            iam_action="bedrock:CreateModelInvocationJob",
+            iam_resources=[job_arns, *model.resource_arns(self)],
+            additional_iam_statements=[
+                iam.PolicyStatement(
+                    actions=["iam:PassRole"],
+                    resources=[self.service_role.role_arn],
+                    conditions={"StringEquals": {"iam:PassedToService": "bedrock.amazonaws.com"}},
+                )
+            ],
+            parameters={
+                "JobName": sfn.JsonPath.string_at("$.jobName"),
+                "ClientRequestToken": sfn.JsonPath.string_at("$.clientRequestToken"),
+                "RoleArn": self.service_role.role_arn,
+                "ModelId": model.model_id,
+                "ModelInvocationType": invocation_type,
+                "TimeoutDurationInHours": int(job_timeout.to_hours()),
+                "InputDataConfig": {
+                    "S3InputDataConfig": {"S3Uri": sfn.JsonPath.string_at("$.inputUri"), "S3InputFormat": "JSONL"}
+                },
+                "OutputDataConfig": {"S3OutputDataConfig": output_config},
+            },
+            result_selector={"jobArn.$": "$.JobArn"},
+            result_path="$.job",
+        )
+        submit.add_retry(
+            errors=list(SUBMIT_RETRY_ERRORS), interval=cdk.Duration.seconds(60), backoff_rate=2,
+            max_attempts=8, max_delay=cdk.Duration.minutes(30), jitter_strategy=sfn.JitterType.FULL,
+        )
+        not_submitted = sfn.Pass(self, "Not submitted", parameters={
+            "jobIndex.$": "$.jobIndex", "jobName.$": "$.jobName", "jobArn": "",
+            "status": "SubmitFailed", "failureMessage.$": "$.error.Cause",
+        })
+        submit.add_catch(not_submitted, errors=["States.ALL"], result_path="$.error")
+
+        wait = tasks.CallAwsService(
+            self, "Wait for job",
+            comment="Stores this wait's task token under the job ARN; the JobEnded rule's function completes it",
+            service="dynamodb",
+            action="putItem",
+            iam_action="dynamodb:PutItem",
+            iam_resources=[self.token_table.table_arn],
+            integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
+            task_timeout=sfn.Timeout.duration(status_check_interval),
+            parameters={
+                "TableName": self.token_table.table_name,
+                "Item": {
+                    "jobArn": {"S": sfn.JsonPath.string_at("$.job.jobArn")},
+                    "token": {"S": sfn.JsonPath.task_token},
+                    "expires_at": {"N": sfn.JsonPath.format("{}", sfn.JsonPath.string_at("$.tokenExpiresAt"))},
+                },
+            },
+            result_path="$.outcome",
+        )
+        wait.add_retry(
+            errors=list(_TOKEN_TABLE_ERRORS), interval=cdk.Duration.seconds(2), backoff_rate=2, max_attempts=6,
+            max_delay=cdk.Duration.seconds(30), jitter_strategy=sfn.JitterType.FULL,
+        )
+        check = tasks.CallAwsService(
+            self, "Check job",
+            comment="Only after status_check_interval without an event: Bedrock's events are best-effort",
+            service="bedrock",
+            action="getModelInvocationJob",
+            iam_action="bedrock:GetModelInvocationJob",
+            iam_resources=[job_arns],
+            parameters={"JobIdentifier": sfn.JsonPath.string_at("$.job.jobArn")},
+            result_selector={"status.$": "$.Status", "job.$": "$"},
+            result_path="$.check",
+        )
+        check.add_retry(
+            errors=["Bedrock.ThrottlingException", "Bedrock.InternalServerException"], interval=cdk.Duration.seconds(30),
+            backoff_rate=2, max_attempts=6, max_delay=cdk.Duration.minutes(10), jitter_strategy=sfn.JitterType.FULL,
+        )
+        wait.add_catch(check, errors=["States.Timeout"], result_path="$.timedOut")
+        wait_failed = sfn.Pass(self, "Wait failed", parameters={
+            "jobIndex.$": "$.jobIndex", "jobName.$": "$.jobName", "jobArn.$": "$.job.jobArn",
+            "status": "LoadFailed", "failureMessage.$": "$.error.Cause",
+        })
+        wait.add_catch(wait_failed, errors=["States.ALL"], result_path="$.error")
+        check.add_catch(wait_failed, errors=["States.ALL"], result_path="$.error")
+
+        ended = sfn.Condition.or_(*(sfn.Condition.string_equals("$.check.status", s) for s in TERMINAL_STATUSES))
+        with_message = sfn.Pass(self, "Status with message", result_path="$.outcome", parameters={
+            "jobArn.$": "$.job.jobArn", "status.$": "$.check.status", "failureMessage.$": "$.check.job.Message",
+        })
+        without_message = sfn.Pass(self, "Status", result_path="$.outcome", parameters={
+            "jobArn.$": "$.job.jobArn", "status.$": "$.check.status", "failureMessage": "",
+        })
+        checked = (
+            sfn.Choice(self, "Job ended?")
+            .when(sfn.Condition.and_(ended, sfn.Condition.is_present("$.check.job.Message")), with_message)
+            .when(ended, without_message)
+            .otherwise(wait)
+        )
+        check.next(checked)
+
+        load = tasks.LambdaInvoke(
+            self, "Load answers",
+            lambda_function=self.load_function,
+            payload=sfn.TaskInput.from_object({
+                "jobIndex": sfn.JsonPath.number_at("$.jobIndex"),
+                "jobName": sfn.JsonPath.string_at("$.jobName"),
+                "jobArn": sfn.JsonPath.string_at("$.job.jobArn"),
+                "status": sfn.JsonPath.string_at("$.outcome.status"),
+                "outputUri": sfn.JsonPath.string_at("$.outputUri"),
+                "keysUri": sfn.JsonPath.string_at("$.keysUri"),
+                "sequence": sfn.JsonPath.number_at("$.sequence"),
+                "sentAt": sfn.JsonPath.string_at("$.sentAt"),
+            }),
+            output_path="$.Payload",
+        )
+        load.add_retry(
+            errors=["StoreWriteError"], interval=cdk.Duration.seconds(60), backoff_rate=2, max_attempts=3,
+            max_delay=cdk.Duration.minutes(10), jitter_strategy=sfn.JitterType.FULL,
+        )
+        load.add_catch(
+            sfn.Pass(self, "Not loaded", parameters={
+                "jobIndex.$": "$.jobIndex", "jobName.$": "$.jobName", "jobArn.$": "$.job.jobArn",
+                "status": "LoadFailed", "failureMessage.$": "$.error.Cause",
+            }),
+            errors=["States.ALL"], result_path="$.error",
+        )
+        ended_without_output = sfn.Pass(self, "Job ended without output", parameters={
+            "jobIndex.$": "$.jobIndex", "jobName.$": "$.jobName", "jobArn.$": "$.job.jobArn",
+            "status.$": "$.outcome.status", "failureMessage.$": "$.outcome.failureMessage",
+        })
+        loadable = sfn.Condition.or_(*(sfn.Condition.string_equals("$.outcome.status", s) for s in LOADABLE_STATUSES))
+        route = sfn.Choice(self, "Load?").when(loadable, load).otherwise(ended_without_output)
+        with_message.next(route)
+        without_message.next(route)
+        return submit.next(wait).next(route)
+
+    # ---- grants and buckets ---------------------------------------------------------------------------
+
+    def _bucket(
+        self, id: str, key: kms.IKey | None, access_logs: s3.IBucket | None, expiration: cdk.Duration | None
+    ) -> s3.Bucket:
+        return s3.Bucket(
+            self, id,
+            encryption=s3.BucketEncryption.KMS if key is not None else s3.BucketEncryption.S3_MANAGED,
+            encryption_key=key,
+            bucket_key_enabled=key is not None or None,
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            server_access_logs_bucket=access_logs,
+            server_access_logs_prefix=f"{id}/",
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    expiration=expiration, abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
+                )
+            ] if expiration is not None else [s3.LifecycleRule(abort_incomplete_multipart_upload_after=cdk.Duration.days(1))],
+        )
+
+    @staticmethod
+    def _grant_objects(
+        grantee: iam.IGrantable,
+        bucket: s3.IBucket,
+        prefix: str,
+        *,
+        read: bool = False,
+        write: bool = False,
+        list_bucket: bool = False,
+    ) -> None:
+        """Exact S3 actions on one prefix (aws-cdk-lib's grant_read would grant s3:GetObject* and s3:List*)."""
+        actions = (["s3:GetObject"] if read else []) + (["s3:PutObject", "s3:AbortMultipartUpload"] if write else [])
+        principal = grantee.grant_principal
+        principal.add_to_principal_policy(
+            iam.PolicyStatement(actions=actions, resources=[bucket.arn_for_objects(f"{prefix}*")])
+        )
+        if list_bucket:
+            principal.add_to_principal_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn]))
+        key = getattr(bucket, "encryption_key", None)
+        if key is not None:
+            key_actions = (["kms:Decrypt"] if read else []) + (["kms:Encrypt", "kms:GenerateDataKey", "kms:Decrypt"] if write else [])
+            key.grant(grantee, *dict.fromkeys(key_actions))
+
+    def _check_overlaps(
+        self,
+        check: Checks,
+        input_bucket: s3.IBucket | None,
+        output_bucket: s3.IBucket | None,
+        items_bucket: s3.IBucket | None,
+        items_prefix: str,
+        input_prefix: str,
+        output_prefix: str,
+    ) -> None:
+        """Prefixes sharing a bucket must not nest: each role's grant would reach the other's objects."""
+        same_input_output = input_bucket is not None and input_bucket is output_bucket
+        items_in_input = items_bucket is None or items_bucket is input_bucket
+        pairs = [("input_prefix", input_prefix, "output_prefix", output_prefix, same_input_output),
+                 ("items_prefix", items_prefix, "input_prefix", input_prefix, items_in_input)]
+        for name_a, a, name_b, b, shared in pairs:
+            if shared and (a.startswith(b) or b.startswith(a)):
+                check.fail(
+                    f"{name_a}={a!r} and {name_b}={b!r} nest in the same bucket: the job would read what it writes, or "
+                    "a grant on one prefix would reach the other; use disjoint prefixes such as 'batch-input/' and "
+                    "'batch-output/'"
+                )
+
+    @staticmethod
+    def _check_quotas(
+        check: Checks,
+        min_records_per_job: Any,
+        max_records_per_job: Any,
+        max_records_per_file: Any,
+        max_job_bytes: Any,
+        max_file_bytes: Any,
+    ) -> None:
+        quota_fix = "a per-model Service Quota; see the BatchPrecompute docstring for the defaults"
+        min_ok = check.integer("min_records_per_job", min_records_per_job, minimum=1, maximum=MAX_RECORDS_PER_JOB_LIMIT, fix=quota_fix)
+        max_ok = check.integer(
+            "max_records_per_job", max_records_per_job, minimum=1, maximum=MAX_RECORDS_PER_JOB_LIMIT,
+            fix=f"{quota_fix}; the loader handles one job per 15-minute Lambda invocation, so at most "
+            f"{MAX_RECORDS_PER_JOB_LIMIT:,} are accepted",
+        )
+        check.integer("max_records_per_file", max_records_per_file, minimum=1, maximum=MAX_RECORDS_PER_JOB_LIMIT, fix=quota_fix)
+        job_bytes_ok = check.integer("max_job_bytes", max_job_bytes, minimum=1024, maximum=10**12, fix=quota_fix + " (bytes)")
+        file_bytes_ok = check.integer("max_file_bytes", max_file_bytes, minimum=1024, maximum=10**12, fix=quota_fix + " (bytes)")
+        if min_ok and max_ok:
+            check.rule(
+                max_records_per_job >= 2 * min_records_per_job,
+                f"max_records_per_job={max_records_per_job:,} is below twice min_records_per_job={min_records_per_job:,}: "
+                "a run just over the maximum would be split into jobs below the minimum, which Bedrock refuses; check "
+                "both quotas for your model",
+            )
+        if job_bytes_ok and file_bytes_ok:
+            check.rule(
+                max_file_bytes <= max_job_bytes,
+                f"max_file_bytes={max_file_bytes:,} exceeds max_job_bytes={max_job_bytes:,}: a job holds its files; "
+                "check both quotas for your model",
+            )
+
+    # ---- nag --------------------------------------------------------------------------------------------
+
+    def _acknowledge_prefix_wildcards(self) -> None:
+        """Object grants on a prefix (bucket/prefix/*) are this construct's least privilege: the objects'
+        names are generated per run and per job, so no grant can name them one by one."""
+        prefixes = tuple(f"/{p}*" for p in self._prefixes.values())
+        reason = (
+            "S3 objects under one of this pipeline's prefixes (items, batch input, batch output), whose keys are "
+            "generated per run and per job; the grant is limited to that prefix"
+        )
+        for role in (self.service_role, self.prepare_function.role, self.load_function.role):
+            assert role is not None
+            policy = role.node.try_find_child("DefaultPolicy")
+            if policy is not None:
+                acknowledge_wildcard_resources(
+                    cast(Construct, policy), matches=lambda arn: arn.endswith(prefixes), reason=reason
+                )
+
+    def _acknowledge_state_machine_wildcards(self) -> None:
+        policy = cast(Construct, self.state_machine.role.node.find_child("DefaultPolicy"))
+        acknowledge_wildcard_resources(
+            policy,
+            matches=lambda arn: ":model-invocation-job/*" in arn,
+            reason="batch inference job ids are generated by Bedrock when a job is created; the grant is limited to "
+            "this account's and Region's model invocation jobs",
+        )
+        acknowledge_wildcard_resources(
+            policy,
+            matches=lambda arn: arn.endswith(".Arn>:*"),
+            reason="aws-cdk-lib's LambdaInvoke grants the function's versions and aliases (<function arn>:*) beside "
+            "the function; only this construct's own functions are granted",
+        )
+        acknowledge_wildcard_resources(
+            policy,
+            matches=lambda arn: ":execution:" in arn and arn.endswith("*"),
+            reason="starting the on-demand fallback and waiting for it (.sync) needs DescribeExecution and "
+            "StopExecution on that state machine's executions, whose names Step Functions generates",
+        )
+
+    # ---- metrics ----------------------------------------------------------------------------------------
+
+    def metric_records_loaded(self, **props: Any) -> cloudwatch.Metric:
+        """Answers the loader wrote to the store (Sum); answers superseded by a newer one are not counted."""
+        return self._metric(metrics_constants().BATCH_RECORDS_LOADED, props)
+
+    def metric_records_failed(self, **props: Any) -> cloudwatch.Metric:
+        """Records of loaded jobs left without an answer: errored, no answer text, or missing from the output (Sum)."""
+        return self._metric(metrics_constants().BATCH_RECORDS_FAILED, props)
+
+    def _metric(self, name: str, props: Mapping[str, Any]) -> cloudwatch.Metric:
+        """One data point per loaded job, under the loader function's name. Default: Sum over 1 day."""
+        names = metrics_constants()
+        options: dict[str, Any] = {"statistic": "Sum", "period": cdk.Duration.days(1), **props}
+        return cloudwatch.Metric(
+            namespace=names.NAMESPACE, metric_name=name,
+            dimensions_map={names.FUNCTION_DIMENSION: self.load_function.function_name}, **options,
+        )
+
+
+def _check_prefix(check: Checks, name: str, value: Any) -> bool:
+    if is_token(value):
+        return check.fail(
+            f"{name} is a deploy-time token; the prefixes scope IAM grants at synth: pass text such as 'batch-input/'"
+        )
+    if not check.text(name, value, max_length=200):
+        return False
+    return check.rule(
+        bool(_PREFIX_CHARS.match(value)),
+        f"{name}={value!r} must be a key prefix ending in '/', without a leading '/', of letters, digits and "
+        "!_*'().- (the characters Bedrock's s3Uri allows), e.g. 'batch-input/'",
+    )
+
