@@ -1,0 +1,613 @@
+"""Where the seconds and tokens go: a CloudWatch dashboard and alarms for Bedrock models.
+
+Latency is read in two parts: time to first token (prefill, grows with the prompt) and output
+tokens per second after it (decode); end-to-end latency is about TTFT + output tokens / OTPS. Each
+part has its own fixes, so the dashboard shows them side by side with the answer length, instead
+of one average latency that hides which part moved. Quota is read as AWS estimates it
+(EstimatedTPMQuotaUsage, an absolute token count that leaves out the start-of-request reservation)
+beside the reservation the handlers report (input + max_tokens per call) and the plan, so an
+oversized max_tokens shows as a gap between the two.
+
+Sources: AWS/Bedrock by ModelId (every caller and API of the model; TimeToFirstToken only for
+ConverseStream and InvokeModelWithResponseStream) and the handlers' own per-call metrics
+(pacer_runtime.metrics: this library's workers and any code that calls metrics.emit_call), which
+alone know the reservation, the served latency mode and a caller's own streaming OTPS.
+
+    quota = TpmQuota.from_plan(planning.plan_tpm(profile, requests_per_minute=300, call_seconds=6), tpm_quota=400_000)
+    dashboard = LatencyDashboard(self, "Latency", models=[WatchedModel(model, quota=quota, burndown=5)])
+    dashboard.add_queued_inference(summaries)
+    dashboard.add_state_machine(digest)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_stepfunctions as sfn
+
+from constructs import Construct
+
+from . import planning
+from ._checks import Checks, is_token
+from ._runtime_constants import metrics_constants
+from .models import BedrockModel
+
+__all__ = [
+    "BEDROCK_NAMESPACE",
+    "HOW_TO_READ",
+    "LatencyAlarms",
+    "LatencyDashboard",
+    "TpmQuota",
+    "WatchedModel",
+    "bedrock_metric",
+    "handler_metric",
+]
+
+BEDROCK_NAMESPACE = "AWS/Bedrock"
+ONE_MINUTE = cdk.Duration.minutes(1)
+#: The reservation alarm compares sums over this period: enough calls for a ratio that means something.
+RESERVATION_PERIOD = cdk.Duration.minutes(15)
+#: CloudWatch evaluates at most one day of periods (1,440 one-minute periods).
+MAX_EVALUATION_PERIODS = 1_440
+_DASHBOARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+_ACTION_HINT = "an alarm action such as cloudwatch_actions.SnsAction(topic)"
+
+HOW_TO_READ = """\
+## How to read this dashboard
+
+**Latency has two parts.** Time to first token (TTFT) is prefill: the model reads the whole prompt before the first token, so it grows with input length and retrieved context. Output tokens per second (OTPS) is decode: how fast the rest of the answer arrives. End-to-end latency ≈ TTFT + output tokens ÷ OTPS. Compare the graphs before changing a setting:
+
+- **TTFT grew** (prefill): shorten the prompt, send fewer retrieved chunks, cache the stable prefix (prompt caching), or use latency-optimized inference. maxTokens and temperature do nothing here.
+- **OTPS fell** (decode): the service generates more slowly; check *served latency mode* (optimized requests served at standard after the optimized quota ran out) and throttling. Prompt length does nothing here.
+- **TTFT and OTPS held, latency grew**: the answers got longer (*tokens per call*). Lower maxTokens toward the real p99 answer, or ask for shorter answers.
+
+**Quota.** EstimatedTPMQuotaUsage is an absolute token count (cache writes and the output burndown included), not a percentage, and it leaves out the reservation each request holds from its start: input + maxTokens. The handlers' *reserved tokens* line shows that reservation; far above *settled tokens*, maxTokens is oversized and requests throttle while usage looks low. TimeToFirstToken exists for streaming calls only; AWS/Bedrock's figures mix every caller and API of the model, the handlers' figures are this application's calls only.
+"""
+
+
+def bedrock_metric(model_id: str, metric_name: str, *, statistic: str, label: str | None = None,
+                   period: cdk.Duration = ONE_MINUTE) -> cloudwatch.Metric:
+    """A metric of AWS/Bedrock for one ModelId (the id the calls pass: model, profile or ARN)."""
+    return cloudwatch.Metric(namespace=BEDROCK_NAMESPACE, metric_name=metric_name, dimensions_map={"ModelId": model_id},
+                             statistic=statistic, label=label, period=period)
+
+
+def handler_metric(model_id: str, metric_name: str, *, statistic: str, label: str | None = None,
+                   period: cdk.Duration = ONE_MINUTE) -> cloudwatch.Metric:
+    """A metric the handlers publish per call (pacer_runtime.metrics), summed over every caller of the model."""
+    names = metrics_constants()
+    return cloudwatch.Metric(namespace=names.NAMESPACE, metric_name=metric_name,
+                             dimensions_map={names.MODEL_DIMENSION: model_id},
+                             statistic=statistic, label=label, period=period)
+
+
+def _number(check: Checks, name: str, value: Any, *, synth_time: bool = True, **limits: Any) -> bool:
+    """A finite number within limits; a deploy-time token refused where the value is needed at synth."""
+    if synth_time and is_token(value):
+        return check.fail(f"{name} is a deploy-time token, but it sets an alarm threshold or an annotation at synth: pass a number")
+    return check.number(name, value, **limits)
+
+
+@dataclass(frozen=True)
+class TpmQuota:
+    """A model's tokens-per-minute quota and plan: the quota alarm and the quota graph's annotations.
+
+    tpm_quota: required; the quota in tokens per minute (Service Quotas: "On-demand (or
+        Cross-Region) InvokeModel tokens per minute for <model>").
+    alarm_fraction: alarm when EstimatedTPMQuotaUsage exceeds this fraction of the quota, in (0, 1].
+        The metric is a token count, so the alarm's threshold is tpm_quota x alarm_fraction tokens.
+        A fraction, not a percentage: 80 is refused. Default: 0.8.
+    planned_tpm: the TPM the plan needs at peak, e.g. planning.plan_tpm(...).required_tpm. Drawn
+        on the quota graph. Default: none.
+    planned_reservation_tpm: the tokens the plan's requests hold at peak, reservations included
+        (TpmPlan.reservation_peak_tpm): what state machines hold, which publish no per-call
+        metrics. Drawn on the quota graph. Default: none.
+
+    `TpmQuota.from_plan(plan, tpm_quota=...)` fills both planned figures from a planning.TpmPlan.
+    """
+
+    tpm_quota: float
+    alarm_fraction: float = 0.8
+    planned_tpm: float | None = None
+    planned_reservation_tpm: float | None = None
+
+    def __post_init__(self) -> None:
+        with Checks("TpmQuota") as check:
+            _number(check, "tpm_quota", self.tpm_quota, minimum=1, maximum=planning.MAX_TPM_QUOTA,
+                    fix="the model's tokens-per-minute quota from Service Quotas, e.g. 400000")
+            fraction = self.alarm_fraction
+            if (isinstance(fraction, int | float) and not isinstance(fraction, bool) and not is_token(fraction)
+                    and 1 < fraction <= 100):
+                check.fail(
+                    f"alarm_fraction={fraction!r} looks like a percentage; it is a fraction of the quota in (0, 1]: "
+                    f"pass {fraction / 100:g} to alarm at {fraction:g}% of tpm_quota"
+                )
+            else:
+                _number(check, "alarm_fraction", fraction, above=0, maximum=1,
+                        fix="a fraction of the quota in (0, 1], e.g. 0.8 to alarm at 80% of tpm_quota")
+            for name in ("planned_tpm", "planned_reservation_tpm"):
+                _number(check, name, getattr(self, name), above=0, maximum=planning.MAX_TPM_QUOTA * 100, optional=True,
+                        fix="tokens per minute from a planning.TpmPlan, or None")
+
+    @classmethod
+    def from_plan(cls, plan: planning.TpmPlan, *, tpm_quota: float, alarm_fraction: float = 0.8) -> TpmQuota:
+        """The quota with the plan's required TPM and its reservation peak as the planned figures."""
+        with Checks("TpmQuota.from_plan") as check:
+            check.instance("plan", plan, planning.TpmPlan, "a planning.TpmPlan (planning.plan_tpm(...))")
+        return cls(tpm_quota=tpm_quota, alarm_fraction=alarm_fraction, planned_tpm=plan.required_tpm,
+                   planned_reservation_tpm=plan.reservation_peak_tpm)
+
+    @property
+    def alarm_threshold_tokens(self) -> float:
+        """EstimatedTPMQuotaUsage tokens per minute above which the quota alarm fires."""
+        return self.tpm_quota * self.alarm_fraction
+
+
+@dataclass(frozen=True)
+class LatencyAlarms:
+    """The alarms LatencyDashboard defines for one model; each threshold is a prop, None turns one off.
+
+    ttft_p90: alarm when the p90 time to first token (streaming calls) stays above this budget.
+        Default: 2 seconds (a reader notices a longer wait before the first words).
+    throttle_periods: alarm when InvocationThrottles is above zero for this many consecutive
+        minutes (1..1440). Default: 3 (a short burst the retries absorb is no alarm).
+    reservation_ratio: alarm when the tokens the handlers' calls reserve (input + cache +
+        maxTokens) exceed this multiple of what they settle (input + cache writes + output x
+        burndown), summed over 15 minutes; > 1. Default: 2 (half of the reserved quota unused: size
+        maxTokens from the real p99 answer with planning.size_max_tokens).
+    latency_fallbacks: alarm when more calls than this per minute asked for optimized latency and
+        were served at standard (its quota ran out; billed at standard rates, no error); >= 0.
+        Default: 0.
+    evaluation_periods: consecutive one-minute periods the TTFT, quota and fallback alarms wait
+        before firing (1..1440). Default: 5.
+
+    The quota alarm is configured by the model's TpmQuota (alarm_fraction and tpm_quota in tokens).
+    """
+
+    ttft_p90: cdk.Duration | None = field(default_factory=lambda: cdk.Duration.seconds(2))
+    throttle_periods: int | None = 3
+    reservation_ratio: float | None = 2.0
+    latency_fallbacks: int | None = 0
+    evaluation_periods: int = 5
+
+    def __post_init__(self) -> None:
+        with Checks("LatencyAlarms") as check:
+            if is_token(self.ttft_p90):
+                check.fail("ttft_p90 is a deploy-time token, but it sets an alarm threshold at synth: pass a cdk.Duration")
+            else:
+                check.duration("ttft_p90", self.ttft_p90, minimum=cdk.Duration.millis(1), maximum=cdk.Duration.minutes(15),
+                               optional=True, fix="a time-to-first-token budget such as cdk.Duration.seconds(2), or None for no alarm")
+            _number(check, "throttle_periods", self.throttle_periods, integer=True, minimum=1,
+                    maximum=MAX_EVALUATION_PERIODS, optional=True,
+                    fix="consecutive minutes with throttles before the alarm, or None for no alarm")
+            _number(check, "reservation_ratio", self.reservation_ratio, above=1, maximum=1_000_000, optional=True,
+                    fix="reserved / settled tokens above which maxTokens is oversized, e.g. 2; None for no alarm")
+            _number(check, "latency_fallbacks", self.latency_fallbacks, integer=True, minimum=0, maximum=1_000_000_000,
+                    optional=True, fix="fallbacks per minute the alarm tolerates (0 alarms on the first), or None for no alarm")
+            _number(check, "evaluation_periods", self.evaluation_periods, integer=True, minimum=1,
+                    maximum=MAX_EVALUATION_PERIODS, fix="consecutive one-minute periods before an alarm fires")
+
+
+@dataclass(frozen=True)
+class WatchedModel:
+    """One model on a LatencyDashboard.
+
+    model: required; the model or inference profile; its model_id is the ModelId dimension.
+    quota: the model's TpmQuota (quota alarm and annotations). Default: none (no quota alarm: a
+        threshold on EstimatedTPMQuotaUsage means nothing without the quota in tokens).
+    burndown: quota tokens per output token (1 for most models, 5 for older Claude models), for
+        the settled-tokens line and the reservation alarm. Default: 1.
+    alarms: the model's alarm thresholds. Default: LatencyAlarms(); None defines no alarms.
+    label: how widgets and alarms name the model. Default: its model_id.
+    """
+
+    model: BedrockModel
+    quota: TpmQuota | None = None
+    burndown: float = 1.0
+    alarms: LatencyAlarms | None = field(default_factory=LatencyAlarms)
+    label: str | None = None
+
+    def __post_init__(self) -> None:
+        with Checks("WatchedModel") as check:
+            check.instance("model", self.model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
+            check.instance("quota", self.quota, TpmQuota, "a TpmQuota(tpm_quota=..., alarm_fraction=...)", optional=True)
+            _number(check, "burndown", self.burndown, minimum=1, maximum=planning.MAX_BURNDOWN,
+                    fix="quota tokens per output token: 1 for most models, 5 for older Anthropic Claude models")
+            check.instance("alarms", self.alarms, LatencyAlarms, "LatencyAlarms(...), or None for no alarms", optional=True)
+            check.text("label", self.label, optional=True, max_length=100,
+                       fix="a short name for the model's widgets and alarms")
+
+    @property
+    def name(self) -> str:
+        if self.label is not None:
+            return self.label
+        return "model" if is_token(self.model.model_id) else self.model.model_id
+
+
+class LatencyDashboard(Construct):
+    """A CloudWatch dashboard (and alarms) of TTFT, latency, OTPS, tokens and quota per Bedrock model.
+
+    models: the models to show, each a BedrockModel or a WatchedModel (quota, burndown, alarms).
+        Default: none; add more with add_model.
+    dashboard_name: letters, digits, - and _ (1-255). Default: generated by CloudFormation.
+    alarm_actions: actions for every alarm the dashboard defines. Default: none.
+    default_interval: the time range the dashboard opens with. Default: 3 hours.
+
+    Per model: TTFT and InvocationLatency at p50/p90/p99; output tokens per second from the
+    handlers (p50 and the slowest 10%) beside an AWS/Bedrock estimate; input and output tokens per
+    call; invocations, throttles, client and server errors; EstimatedTPMQuotaUsage against the
+    quota, the alarm threshold and the plan, with the handlers' reserved and settled tokens; served
+    latency modes; and the model's alarm states. `add_queued_inference`, `add_state_machine`,
+    `add_sync_execution_url` and `add_endpoint` put the library's other constructs on the same
+    dashboard.
+
+    Attributes: `dashboard`, `alarms` (every alarm), `model_alarms` (model label -> name -> Alarm;
+    names TimeToFirstToken, Throttles, QuotaUsage, Reservation, LatencyFallbacks).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        models: Sequence[BedrockModel | WatchedModel] = (),
+        dashboard_name: str | None = None,
+        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
+        default_interval: cdk.Duration | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        with Checks(f"LatencyDashboard {id}") as check:
+            if check.text("dashboard_name", dashboard_name, optional=True):
+                check.rule(
+                    bool(_DASHBOARD_NAME.match(str(dashboard_name))),
+                    f"dashboard_name={dashboard_name!r} may hold letters, digits, - and _ only (1-255 characters)",
+                )
+            if check.instance("models", models, (list, tuple), "a list of BedrockModel or WatchedModel"):
+                for i, model in enumerate(models):
+                    check.instance(f"models[{i}]", model, (BedrockModel, WatchedModel), "a BedrockModel or WatchedModel(...)")
+            if check.instance("alarm_actions", alarm_actions, (list, tuple), f"a list of {_ACTION_HINT}s"):
+                for i, action in enumerate(alarm_actions):
+                    check.rule(hasattr(action, "bind"), f"alarm_actions[{i}]={action!r} is a {type(action).__name__}; pass {_ACTION_HINT}")
+            check.duration("default_interval", default_interval, minimum=cdk.Duration.minutes(5),
+                           maximum=cdk.Duration.days(455), optional=True, fix="how far back the dashboard opens, e.g. 3 hours")
+        self._actions = list(alarm_actions)
+        self.alarms: list[cloudwatch.Alarm] = []
+        self.model_alarms: dict[str, dict[str, cloudwatch.Alarm]] = {}
+        self._models: list[WatchedModel] = []
+        self.dashboard = cloudwatch.Dashboard(
+            self, "Dashboard", dashboard_name=dashboard_name, default_interval=default_interval or cdk.Duration.hours(3),
+        )
+        self.dashboard.add_widgets(cloudwatch.TextWidget(markdown=HOW_TO_READ, width=24, height=8))
+        for model in models:
+            self.add_model(model)
+
+    # --- models ----------------------------------------------------------------------------------
+
+    def add_model(self, model: BedrockModel | WatchedModel) -> WatchedModel:
+        """Add one model's rows (and alarms) to the dashboard; returns it as a WatchedModel."""
+        with Checks(f"LatencyDashboard {self.node.id}: add_model") as check:
+            check.instance("model", model, (BedrockModel, WatchedModel), "a BedrockModel or WatchedModel(...)")
+        watched = model if isinstance(model, WatchedModel) else WatchedModel(model)
+        with Checks(f"LatencyDashboard {self.node.id}: add_model") as check:
+            for other in self._models:
+                if not is_token(watched.model.model_id):
+                    check.rule(other.model.model_id != watched.model.model_id,
+                               f"model {watched.model.model_id!r} is already on the dashboard; add each model once")
+                check.rule(other.name != watched.name,
+                           f"label {watched.name!r} is taken by another model; give each model its own label")
+        index = len(self._models)
+        self._models.append(watched)
+        scope = Construct(self, f"Model{index}")
+        alarms = self._model_alarms(scope, watched)
+        self.model_alarms[watched.name] = alarms
+        self.alarms.extend(alarms.values())
+        self._model_widgets(watched, alarms)
+        return watched
+
+    def _model_widgets(self, watched: WatchedModel, alarms: dict[str, cloudwatch.Alarm]) -> None:
+        names = metrics_constants()
+        model_id, label = watched.model.model_id, watched.name
+
+        def aws(metric: str, statistic: str, text: str | None = None) -> cloudwatch.Metric:
+            return bedrock_metric(model_id, metric, statistic=statistic, label=text)
+
+        def own(metric: str, statistic: str, text: str | None = None, period: cdk.Duration = ONE_MINUTE) -> cloudwatch.Metric:
+            return handler_metric(model_id, metric, statistic=statistic, label=text, period=period)
+
+        percentiles = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"))
+        ttft_budget = watched.alarms.ttft_p90 if watched.alarms is not None else None
+        ttft = cloudwatch.GraphWidget(
+            title=f"{label}: time to first token, ms (streaming calls only)",
+            left=[aws("TimeToFirstToken", stat, text) for stat, text in percentiles],
+            left_annotations=[cloudwatch.HorizontalAnnotation(value=ttft_budget.to_milliseconds(), label="p90 budget (alarm)")]
+            if ttft_budget is not None else None,
+            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+        )
+        latency = cloudwatch.GraphWidget(
+            title=f"{label}: invocation latency, ms (request to last token)",
+            left=[aws("InvocationLatency", stat, text) for stat, text in percentiles],
+            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+        )
+        aws_otps = cloudwatch.MathExpression(
+            expression="(out / inv) / ((lat - ttft) / 1000)",
+            using_metrics={
+                "out": aws("OutputTokenCount", "Sum"), "inv": aws("Invocations", "Sum"),
+                "lat": aws("InvocationLatency", "Average"), "ttft": aws("TimeToFirstToken", "Average"),
+            },
+            label="estimate from AWS/Bedrock averages (mixes streaming and non-streaming calls of every caller)",
+            period=ONE_MINUTE,
+        )
+        otps = cloudwatch.GraphWidget(
+            title=f"{label}: output tokens per second after the first token (decode)",
+            left=[
+                own(names.OUTPUT_TOKENS_PER_SECOND, "p50", "handlers' streaming calls, p50"),
+                own(names.OUTPUT_TOKENS_PER_SECOND, "p10", "handlers' streaming calls, slowest 10% (p10)"),
+                aws_otps,
+            ],
+            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+        )
+        per_call = cloudwatch.GraphWidget(
+            title=f"{label}: tokens per call (average)",
+            left=[
+                cloudwatch.MathExpression(expression="inputs / calls", label="input tokens per call", period=ONE_MINUTE,
+                                          using_metrics={"inputs": aws("InputTokenCount", "Sum"), "calls": aws("Invocations", "Sum")}),
+                cloudwatch.MathExpression(expression="outputs / calls", label="output tokens per call", period=ONE_MINUTE,
+                                          using_metrics={"outputs": aws("OutputTokenCount", "Sum"), "calls": aws("Invocations", "Sum")}),
+            ],
+            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+        )
+        outcomes = cloudwatch.GraphWidget(
+            title=f"{label}: invocations, throttles and errors per minute",
+            left=[aws("Invocations", "Sum", "invocations")],
+            right=[aws("InvocationThrottles", "Sum", "throttles"), aws("InvocationClientErrors", "Sum", "client errors"),
+                   aws("InvocationServerErrors", "Sum", "server errors")],
+            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False),
+            right_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+        )
+        modes = cloudwatch.GraphWidget(
+            title=f"{label}: served latency mode (handlers' calls per minute)",
+            left=[own(names.SERVED_OPTIMIZED, "Sum", "served optimized"), own(names.SERVED_STANDARD, "Sum", "served standard"),
+                  own(names.OPTIMIZED_SERVED_STANDARD, "Sum", "asked optimized, served standard")],
+            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+        )
+        self.dashboard.add_widgets(cloudwatch.TextWidget(markdown=f"## {label}", width=24, height=1))
+        self.dashboard.add_widgets(ttft, latency, otps)
+        self.dashboard.add_widgets(per_call, outcomes, modes)
+        quota_row: list[cloudwatch.IWidget] = [self._quota_widget(watched)]
+        if alarms:
+            quota_row.append(cloudwatch.AlarmStatusWidget(alarms=list(alarms.values()), title=f"{label}: alarms",
+                                                          width=8, height=6))
+        self.dashboard.add_widgets(*quota_row)
+
+    def _quota_widget(self, watched: WatchedModel) -> cloudwatch.GraphWidget:
+        names = metrics_constants()
+        model_id, label, quota = watched.model.model_id, watched.name, watched.quota
+        annotations = []
+        if quota is not None:
+            annotations += [
+                cloudwatch.HorizontalAnnotation(value=quota.tpm_quota, label="TPM quota", color="#d62728"),
+                cloudwatch.HorizontalAnnotation(value=quota.alarm_threshold_tokens,
+                                                label=f"alarm at {quota.alarm_fraction:.0%} of quota", color="#ff7f0e"),
+            ]
+            if quota.planned_tpm is not None:
+                annotations.append(cloudwatch.HorizontalAnnotation(value=quota.planned_tpm, label="planned TPM", color="#2ca02c"))
+            if quota.planned_reservation_tpm is not None:
+                annotations.append(cloudwatch.HorizontalAnnotation(
+                    value=quota.planned_reservation_tpm, label="planned reservation peak (state machines hold this)",
+                    color="#9467bd"))
+        return cloudwatch.GraphWidget(
+            title=f"{label}: quota tokens per minute: AWS estimate vs the handlers' reservation",
+            left=[
+                bedrock_metric(model_id, "EstimatedTPMQuotaUsage", statistic="Sum",
+                               label="EstimatedTPMQuotaUsage (AWS estimate, without reservations)"),
+                handler_metric(model_id, names.RESERVED_TOKENS, statistic="Sum",
+                               label="reserved by the handlers' calls (input + maxTokens)"),
+                self._settled(watched, ONE_MINUTE, "settled by the handlers' calls (input + cache writes + output x burndown)"),
+            ],
+            left_annotations=annotations or None,
+            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=16, height=6,
+        )
+
+    @staticmethod
+    def _settled(watched: WatchedModel, period: cdk.Duration, label: str) -> cloudwatch.MathExpression:
+        names = metrics_constants()
+        model_id = watched.model.model_id
+        return cloudwatch.MathExpression(
+            expression=f"inp + cw + out * {watched.burndown:g}",
+            using_metrics={
+                "inp": handler_metric(model_id, names.INPUT_TOKENS, statistic="Sum", period=period),
+                "cw": handler_metric(model_id, names.CACHE_WRITE_TOKENS, statistic="Sum", period=period),
+                "out": handler_metric(model_id, names.OUTPUT_TOKENS, statistic="Sum", period=period),
+            },
+            label=label, period=period,
+        )
+
+    def _model_alarms(self, scope: Construct, watched: WatchedModel) -> dict[str, cloudwatch.Alarm]:
+        settings, quota, label = watched.alarms, watched.quota, watched.name
+        model_id = watched.model.model_id
+        alarms: dict[str, cloudwatch.Alarm] = {}
+        periods = settings.evaluation_periods if settings is not None else 1
+        if settings is not None and settings.ttft_p90 is not None:
+            budget = settings.ttft_p90
+            alarms["TimeToFirstToken"] = self._alarm(
+                scope, "TimeToFirstToken", bedrock_metric(model_id, "TimeToFirstToken", statistic="p90"),
+                budget.to_milliseconds(), periods,
+                f"{label}: p90 time to first token above {budget.to_human_string()} for {periods} minutes. A prefill "
+                "problem: shorten the prompt or the retrieved context, cache the stable prefix, or use latency-optimized "
+                "inference. Output settings (maxTokens, temperature) do not help.",
+            )
+        if settings is not None and settings.throttle_periods is not None:
+            n = settings.throttle_periods
+            alarms["Throttles"] = self._alarm(
+                scope, "Throttles", bedrock_metric(model_id, "InvocationThrottles", statistic="Sum"), 0, n,
+                f"{label}: Bedrock throttled calls in each of {n} consecutive minutes. Check the quota graph: a "
+                "reservation far above settlement means maxTokens is oversized; otherwise lower the callers' "
+                "concurrency (genai_pacer.planning) or raise the quota.",
+            )
+        if quota is not None:
+            alarms["QuotaUsage"] = self._alarm(
+                scope, "QuotaUsage", bedrock_metric(model_id, "EstimatedTPMQuotaUsage", statistic="Sum"),
+                quota.alarm_threshold_tokens, periods,
+                f"{label}: EstimatedTPMQuotaUsage above {quota.alarm_threshold_tokens:,.0f} tokens per minute "
+                f"({quota.alarm_fraction:.0%} of the {quota.tpm_quota:,.0f} TPM quota) for {periods} minutes. The "
+                "estimate leaves out reservations, so throttling can start before it reaches the quota.",
+            )
+        if settings is not None and settings.reservation_ratio is not None:
+            names = metrics_constants()
+            ratio = cloudwatch.MathExpression(
+                expression="reserved / settled",
+                using_metrics={
+                    "reserved": handler_metric(model_id, names.RESERVED_TOKENS, statistic="Sum", period=RESERVATION_PERIOD),
+                    "settled": self._settled(watched, RESERVATION_PERIOD, "settled tokens"),
+                },
+                label="reserved / settled tokens", period=RESERVATION_PERIOD,
+            )
+            alarms["Reservation"] = self._alarm(
+                scope, "Reservation", ratio, settings.reservation_ratio, 1,
+                f"{label}: the handlers' calls reserved more than {settings.reservation_ratio:g} x the tokens they "
+                "settled over 15 minutes: maxTokens is oversized, and the unused reservation throttles concurrent "
+                "calls. Size maxTokens just above the real p99 answer (planning.size_max_tokens).",
+            )
+        if settings is not None and settings.latency_fallbacks is not None:
+            names = metrics_constants()
+            allowed = settings.latency_fallbacks
+            alarms["LatencyFallbacks"] = self._alarm(
+                scope, "LatencyFallbacks", handler_metric(model_id, names.OPTIMIZED_SERVED_STANDARD, statistic="Sum"),
+                allowed, periods,
+                f"{label}: {f'more than {allowed} calls' if allowed else 'calls'} per minute asked for latency-optimized "
+                f"inference and were served at standard, for {periods} minutes: the optimized quota ran out (no error; "
+                "billed at standard rates).",
+            )
+        return alarms
+
+    def _alarm(self, scope: Construct, id: str, metric: cloudwatch.IMetric, threshold: float, periods: int,
+               description: str) -> cloudwatch.Alarm:
+        alarm = cloudwatch.Alarm(
+            scope, id, metric=metric, threshold=threshold, evaluation_periods=periods, datapoints_to_alarm=periods,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING, alarm_description=description,
+        )
+        for action in self._actions:
+            alarm.add_alarm_action(action)
+        return alarm
+
+    # --- the library's other constructs ----------------------------------------------------------
+
+    def _title(self, name: str, title: Any, default: str) -> str:
+        with Checks(f"LatencyDashboard {self.node.id}: {name}") as check:
+            check.text("title", title, optional=True, max_length=100)
+        return title if title is not None else default
+
+    def add_queued_inference(self, queued: Any, *, title: str | None = None) -> None:
+        """A QueuedInference: queue age and DLQ depth, worker errors and throttles, its calls' tokens,
+        reservation, latency and served mode, and its alarms."""
+        from .queued_inference import QueuedInference
+
+        with Checks(f"LatencyDashboard {self.node.id}: add_queued_inference") as check:
+            check.instance("queued", queued, QueuedInference, "a QueuedInference")
+        name = self._title("add_queued_inference", title, queued.node.path)
+        queue_metrics: list[cloudwatch.IMetric] = [queued.metric_oldest_message_age(label="oldest message age, s")]
+        dead = queued.metric_dead_letters(label="messages in the dead-letter queue")
+        self.dashboard.add_widgets(cloudwatch.TextWidget(markdown=f"## {name} (queue-driven inference)", width=24, height=1))
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title=f"{name}: queue", left=queue_metrics, right=[dead] if dead is not None else None,
+                                   left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8),
+            cloudwatch.GraphWidget(
+                title=f"{name}: worker failures (5 minutes)",
+                left=[queued.metric_worker_errors(label="failed invocations"),
+                      queued.metric_worker_throttles(label="Lambda throttles"),
+                      queued.metric_model_throttles(label="model calls throttled", period=cdk.Duration.minutes(5))],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title=f"{name}: worker calls, tokens per minute",
+                left=[queued.metric_input_tokens(label="input"), queued.metric_output_tokens(label="output"),
+                      queued.metric_reserved_tokens(label="reserved (input + maxTokens)")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            ),
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title=f"{name}: worker call latency, ms (retries included)",
+                left=[queued.metric_latency(statistic="p50", label="p50"), queued.metric_latency(label="p90")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title=f"{name}: served latency mode",
+                left=[queued.metric_served_optimized(label="served optimized"), queued.metric_served_standard(label="served standard"),
+                      queued.metric_latency_fallbacks(label="asked optimized, served standard")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            ),
+            cloudwatch.AlarmStatusWidget(alarms=list(queued.alarms.values()), title=f"{name}: alarms", width=8, height=6),
+        )
+
+    def add_state_machine(self, workflow: Any, *, title: str | None = None) -> None:
+        """A state machine (BoundedMap, BoundedDistributedMap, ParallelPrompts, or any sfn.StateMachine):
+        started, failed, timed-out and throttled executions, and execution time. Its model calls
+        publish no per-call metrics: give the model a TpmQuota from the plan to see their reservation."""
+        machine = getattr(workflow, "state_machine", workflow)
+        with Checks(f"LatencyDashboard {self.node.id}: add_state_machine") as check:
+            check.instance("workflow", machine, sfn.StateMachine,
+                           "a BoundedMap, BoundedDistributedMap, ParallelPrompts or sfn.StateMachine")
+        name = self._title("add_state_machine", title, getattr(workflow, "node", machine.node).path)
+        five = cdk.Duration.minutes(5)
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title=f"{name}: executions (5 minutes)",
+                left=[machine.metric_started(statistic="Sum", period=five, label="started")],
+                right=[machine.metric_failed(statistic="Sum", period=five, label="failed"),
+                       machine.metric_timed_out(statistic="Sum", period=five, label="timed out"),
+                       machine.metric_throttled(statistic="Sum", period=five, label="throttled at start")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False),
+                right_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title=f"{name}: execution time, ms",
+                left=[machine.metric_time(statistic="p50", period=five, label="p50"),
+                      machine.metric_time(statistic="p90", period=five, label="p90")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=12,
+            ),
+        )
+
+    def add_sync_execution_url(self, url: Any, *, title: str | None = None) -> None:
+        """A SyncExecutionUrl: what callers wait (p50/p90) and the function's errors and throttles."""
+        from .sync_execution import SyncExecutionUrl
+
+        with Checks(f"LatencyDashboard {self.node.id}: add_sync_execution_url") as check:
+            check.instance("url", url, SyncExecutionUrl, "a SyncExecutionUrl")
+        name = self._title("add_sync_execution_url", title, url.node.path)
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title=f"{name}: what a caller waits, ms",
+                left=[url.metric_duration(statistic="p50", label="p50"), url.metric_duration(label="p90")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title=f"{name}: function errors and throttles (5 minutes)",
+                left=[url.metric_errors(label="errors"), url.metric_throttles(label="throttles")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=12,
+            ),
+        )
+
+    def add_endpoint(self, endpoint: Any, *, title: str | None = None) -> None:
+        """A self-hosted endpoint (LlmEndpoint or EndpointScaling): concurrent requests per model or
+        per copy, the signal its scaling tracks."""
+        with Checks(f"LatencyDashboard {self.node.id}: add_endpoint") as check:
+            check.rule(
+                callable(getattr(endpoint, "metric_concurrent_requests", None)) and hasattr(endpoint, "node"),
+                f"endpoint={type(endpoint).__name__} has no metric_concurrent_requests(); pass an LlmEndpoint or EndpointScaling",
+            )
+        name = self._title("add_endpoint", title, endpoint.node.path)
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title=f"{name}: concurrent requests (queued and streaming requests count)",
+                left=[endpoint.metric_concurrent_requests(statistic="Average", label="average"),
+                      endpoint.metric_concurrent_requests(statistic="Maximum", label="maximum")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=24,
+            ),
+        )

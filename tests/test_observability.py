@@ -1,0 +1,552 @@
+"""LatencyDashboard and its alarms, read from the synthesized dashboard body and alarms; the per-call
+metrics the handlers write, and the agreement between the two."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_stepfunctions as sfn
+from genai_pacer import (
+    BedrockModel,
+    ConverseRequest,
+    ParallelPrompts,
+    QueuedInference,
+    StateMachineOptions,
+    planning,
+)
+from genai_pacer._checks import InvalidPropsError
+from genai_pacer.observability import HOW_TO_READ, LatencyAlarms, LatencyDashboard, TpmQuota, WatchedModel
+from genai_pacer.sync_execution import SyncExecutionUrl
+from helpers import new_stack, only, resources, template_of
+from pacer_runtime import ConverseResult
+from pacer_runtime import metrics as written
+
+HAIKU = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
+NOVA = BedrockModel.foundation("amazon.nova-lite-v1:0")
+PROFILE = planning.TokenProfile(input_tokens=2_500, output_tokens=300, max_tokens=440, burndown=5)
+PLAN = planning.plan_tpm(PROFILE, requests_per_minute=50, call_seconds=6)
+
+
+def body(template: dict) -> dict:
+    """The dashboard body as JSON, each token a placeholder string."""
+    raw = only(template, "AWS::CloudWatch::Dashboard")["Properties"]["DashboardBody"]
+    if isinstance(raw, dict):
+        raw = "".join(p if isinstance(p, str) else "TOKEN" for p in raw["Fn::Join"][1])
+    return json.loads(raw)
+
+
+def widget(template: dict, title_part: str) -> dict:
+    found = [w for w in body(template)["widgets"] if title_part in w["properties"].get("title", "")]
+    assert len(found) == 1, f"{len(found)} widgets titled with {title_part!r}"
+    return found[0]["properties"]
+
+
+def metric_rows(properties: dict) -> list[tuple]:
+    """(namespace, name, options) of each plain metric of a graph widget."""
+    return [(row[0], row[1], row[-1]) for row in properties["metrics"] if isinstance(row[0], str)]
+
+
+def expressions(properties: dict) -> list[dict]:
+    return [row[0] for row in properties["metrics"] if isinstance(row[0], dict)]
+
+
+def alarms_by_name(template: dict) -> dict[str, dict]:
+    found = {}
+    for logical_id, alarm in resources(template, "AWS::CloudWatch::Alarm").items():
+        name = next(n for n in ("TimeToFirstToken", "Throttles", "QuotaUsage", "Reservation", "LatencyFallbacks") if n in logical_id)
+        found[name] = alarm["Properties"]
+    return found
+
+
+@pytest.fixture(scope="module")
+def watched():
+    stack = new_stack()
+    topic = sns.Topic(stack, "Pager")
+    dashboard = LatencyDashboard(
+        stack, "Latency", dashboard_name="genai-latency", alarm_actions=[actions.SnsAction(topic)],
+        models=[WatchedModel(HAIKU, quota=TpmQuota.from_plan(PLAN, tpm_quota=400_000), burndown=5, label="haiku")],
+    )
+    return dashboard, template_of(stack).to_json()
+
+
+def test_latency_widgets_show_ttft_and_invocation_latency_percentiles(watched):
+    _, template = watched
+    ttft = widget(template, "haiku: time to first token")
+    assert [(ns, name, o["stat"], o["period"]) for ns, name, o in metric_rows(ttft)] == [
+        ("AWS/Bedrock", "TimeToFirstToken", s, 60) for s in ("p50", "p90", "p99")]
+    assert ttft["annotations"]["horizontal"] == [{"value": 2000, "label": "p90 budget (alarm)", "yAxis": "left"}]
+    latency = widget(template, "haiku: invocation latency")
+    assert [(name, o["stat"]) for _, name, o in metric_rows(latency)] == [("InvocationLatency", s) for s in ("p50", "p90", "p99")]
+    for row in ttft["metrics"]:
+        assert row[2:4] == ["ModelId", HAIKU.model_id]
+
+
+def test_otps_comes_from_the_handlers_beside_an_aws_estimate_with_its_caveat(watched):
+    _, template = watched
+    otps = widget(template, "haiku: output tokens per second")
+    visible = [(ns, name, o["stat"]) for ns, name, o in metric_rows(otps) if o.get("visible", True)]
+    assert visible == [("GenaiPacer", "OutputTokensPerSecond", "p50"), ("GenaiPacer", "OutputTokensPerSecond", "p10")]
+    (estimate,) = expressions(otps)
+    assert estimate["expression"] == "(out / inv) / ((lat - ttft) / 1000)"
+    assert "mixes streaming and non-streaming calls" in estimate["label"]
+    hidden = {o["id"]: (name, o.get("stat", "Average")) for _, name, o in metric_rows(otps) if o.get("visible") is False}
+    assert hidden == {"out": ("OutputTokenCount", "Sum"), "inv": ("Invocations", "Sum"),
+                      "lat": ("InvocationLatency", "Average"), "ttft": ("TimeToFirstToken", "Average")}
+
+
+def test_tokens_per_call_outcomes_and_served_modes(watched):
+    _, template = watched
+    per_call = widget(template, "haiku: tokens per call")
+    assert [(e["expression"], e["label"]) for e in expressions(per_call)] == [
+        ("inputs / calls", "input tokens per call"), ("outputs / calls", "output tokens per call")]
+    outcomes = widget(template, "haiku: invocations, throttles and errors")
+    assert [(name, o["stat"], o.get("yAxis", "left")) for _, name, o in metric_rows(outcomes)] == [
+        ("Invocations", "Sum", "left"), ("InvocationThrottles", "Sum", "right"),
+        ("InvocationClientErrors", "Sum", "right"), ("InvocationServerErrors", "Sum", "right")]
+    modes = widget(template, "haiku: served latency mode")
+    assert [(ns, name, o["stat"]) for ns, name, o in metric_rows(modes)] == [
+        ("GenaiPacer", written.SERVED_OPTIMIZED, "Sum"), ("GenaiPacer", written.SERVED_STANDARD, "Sum"),
+        ("GenaiPacer", written.OPTIMIZED_SERVED_STANDARD, "Sum")]
+
+
+def test_quota_usage_is_drawn_against_quota_threshold_plan_and_the_reservation(watched):
+    _, template = watched
+    quota = widget(template, "haiku: quota tokens per minute")
+    visible = [(ns, name, o["stat"]) for ns, name, o in metric_rows(quota) if o.get("visible", True)]
+    assert visible == [("AWS/Bedrock", "EstimatedTPMQuotaUsage", "Sum"), ("GenaiPacer", written.RESERVED_TOKENS, "Sum")]
+    (settled,) = expressions(quota)
+    assert settled["expression"] == "inp + cw + out * 5"  # the model's burndown
+    hidden = {o["id"]: name for _, name, o in metric_rows(quota) if o.get("visible") is False}
+    assert hidden == {"inp": written.INPUT_TOKENS, "cw": written.CACHE_WRITE_TOKENS, "out": written.OUTPUT_TOKENS}
+    lines = {a["label"]: a["value"] for a in quota["annotations"]["horizontal"]}
+    assert lines == {
+        "TPM quota": 400_000,
+        "alarm at 80% of quota": 320_000,
+        "planned TPM": pytest.approx(PLAN.required_tpm),
+        "planned reservation peak (state machines hold this)": pytest.approx(PLAN.reservation_peak_tpm),
+    }
+
+
+def test_the_dashboard_opens_with_how_to_read_it(watched):
+    _, template = watched
+    document = body(template)
+    assert document["widgets"][0]["properties"]["markdown"] == HOW_TO_READ
+    for phrase in ("TTFT grew", "OTPS fell", "answers got longer", "not a percentage", "maxTokens is oversized"):
+        assert phrase in HOW_TO_READ
+    assert document["start"] == "-PT3H"
+    assert only(template, "AWS::CloudWatch::Dashboard")["Properties"]["DashboardName"] == "genai-latency"
+
+
+def test_alarms_have_documented_metrics_thresholds_and_comparisons(watched):
+    dashboard, template = watched
+    alarms = alarms_by_name(template)
+    assert sorted(alarms) == ["LatencyFallbacks", "QuotaUsage", "Reservation", "Throttles", "TimeToFirstToken"]
+    for alarm in alarms.values():
+        assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+        assert alarm["TreatMissingData"] == "notBreaching"
+        assert len(alarm["AlarmActions"]) == 1
+    ttft = alarms["TimeToFirstToken"]
+    assert (ttft["MetricName"], ttft["ExtendedStatistic"], ttft["Threshold"], ttft["EvaluationPeriods"]) == (
+        "TimeToFirstToken", "p90", 2000, 5)
+    throttles = alarms["Throttles"]
+    assert (throttles["MetricName"], throttles["Statistic"], throttles["Threshold"]) == ("InvocationThrottles", "Sum", 0)
+    assert throttles["EvaluationPeriods"] == throttles["DatapointsToAlarm"] == 3
+    quota = alarms["QuotaUsage"]
+    assert (quota["Namespace"], quota["MetricName"], quota["Statistic"], quota["Period"]) == (
+        "AWS/Bedrock", "EstimatedTPMQuotaUsage", "Sum", 60)
+    assert quota["Threshold"] == 320_000  # tokens: 0.8 x the 400,000 TPM quota, never "80"
+    assert "320,000 tokens per minute (80% of the 400,000 TPM quota)" in quota["AlarmDescription"]
+    fallback = alarms["LatencyFallbacks"]
+    assert (fallback["Namespace"], fallback["MetricName"], fallback["Threshold"]) == ("GenaiPacer", written.OPTIMIZED_SERVED_STANDARD, 0)
+    assert dashboard.model_alarms["haiku"]["QuotaUsage"] in dashboard.alarms
+
+
+def test_the_reservation_alarm_compares_reserved_with_settled_tokens(watched):
+    _, template = watched
+    alarm = alarms_by_name(template)["Reservation"]
+    queries = {q["Id"]: q for q in alarm["Metrics"]}
+    returned = [q for q in alarm["Metrics"] if q.get("ReturnData", True)]
+    assert [q["Expression"] for q in returned] == ["reserved / settled"]
+    assert queries["settled"]["Expression"] == "inp + cw + out * 5"
+    for name, metric in (("reserved", written.RESERVED_TOKENS), ("inp", written.INPUT_TOKENS),
+                         ("cw", written.CACHE_WRITE_TOKENS), ("out", written.OUTPUT_TOKENS)):
+        stat = queries[name]["MetricStat"]
+        assert (stat["Metric"]["Namespace"], stat["Metric"]["MetricName"], stat["Stat"], stat["Period"]) == (
+            "GenaiPacer", metric, "Sum", 900)
+    assert alarm["Threshold"] == 2 and alarm["EvaluationPeriods"] == 1
+
+
+def test_a_quota_alarm_cannot_be_built_without_the_quota_in_tokens():
+    with pytest.raises(TypeError):
+        TpmQuota(alarm_fraction=0.8)  # type: ignore[call-arg]
+    with pytest.raises(InvalidPropsError, match="tpm_quota is required"):
+        TpmQuota(tpm_quota=None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidPropsError, match="alarm_fraction=80 looks like a percentage.*pass 0.8"):
+        TpmQuota(tpm_quota=400_000, alarm_fraction=80)
+    stack = new_stack()
+    LatencyDashboard(stack, "D", models=[HAIKU])  # no quota: no quota alarm, no quota lines
+    template = template_of(stack).to_json()
+    assert "QuotaUsage" not in alarms_by_name(template)
+    assert "annotations" not in widget(template, "quota tokens per minute")
+
+
+def test_thresholds_are_props_and_none_turns_an_alarm_off():
+    stack = new_stack()
+    alarms = LatencyAlarms(ttft_p90=cdk.Duration.millis(800), throttle_periods=None, reservation_ratio=3.5,
+                           latency_fallbacks=None, evaluation_periods=2)
+    LatencyDashboard(stack, "D", models=[WatchedModel(NOVA, alarms=alarms, quota=TpmQuota(2_000_000, alarm_fraction=0.5))])
+    found = alarms_by_name(template_of(stack).to_json())
+    assert sorted(found) == ["QuotaUsage", "Reservation", "TimeToFirstToken"]
+    assert (found["TimeToFirstToken"]["Threshold"], found["TimeToFirstToken"]["EvaluationPeriods"]) == (800, 2)
+    assert found["QuotaUsage"]["Threshold"] == 1_000_000 and found["Reservation"]["Threshold"] == 3.5
+    stack = new_stack()
+    LatencyDashboard(stack, "D", models=[WatchedModel(NOVA, alarms=None)])
+    assert resources(template_of(stack), "AWS::CloudWatch::Alarm") == {}
+
+
+def test_several_models_each_get_their_rows_and_alarms():
+    stack = new_stack()
+    dashboard = LatencyDashboard(stack, "D", models=[HAIKU, NOVA])
+    template = template_of(stack).to_json()
+    assert sorted(dashboard.model_alarms) == sorted([HAIKU.model_id, NOVA.model_id])
+    assert len(resources(template, "AWS::CloudWatch::Alarm")) == 8  # four each: no quota given
+    titles = [w["properties"].get("title", "") for w in body(template)["widgets"]]
+    assert sum("time to first token" in t for t in titles) == 2
+
+
+# --- the library's other constructs on the same dashboard ------------------------------------------
+
+def test_add_queued_inference_shows_queue_worker_calls_and_alarms():
+    stack = new_stack()
+    queued = QueuedInference(stack, "Summaries", model=HAIKU, max_concurrency=8)
+    dashboard = LatencyDashboard(stack, "D")
+    dashboard.add_queued_inference(queued, title="summaries")
+    template = template_of(stack).to_json()
+    queue = widget(template, "summaries: queue")
+    assert [(name, o["stat"]) for _, name, o in metric_rows(queue)] == [
+        ("ApproximateAgeOfOldestMessage", "Maximum"), ("ApproximateNumberOfMessagesVisible", "Maximum")]
+    calls = widget(template, "summaries: worker calls")
+    rows = metric_rows(calls)
+    assert [name for _, name, _ in rows] == [written.INPUT_TOKENS, written.OUTPUT_TOKENS, written.RESERVED_TOKENS]
+    function_dimension = [row for row in calls["metrics"]][0]
+    assert "FunctionName" in function_dimension and "ModelId" in function_dimension
+    failures = widget(template, "summaries: worker failures")
+    assert [name for _, name, _ in metric_rows(failures)] == ["Errors", "Throttles", written.THROTTLES]
+    assert len(widget(template, "summaries: alarms")["alarms"]) == 4
+
+
+def test_add_state_machine_shows_executions_of_any_workflow():
+    stack = new_stack()
+    prompts = ParallelPrompts(stack, "Digest", model=NOVA, prompts={"A": ConverseRequest(prompt="a", max_tokens=5),
+                                                                    "B": ConverseRequest(prompt="b", max_tokens=5)})
+    dashboard = LatencyDashboard(stack, "D")
+    dashboard.add_state_machine(prompts)
+    dashboard.add_state_machine(prompts.state_machine, title="raw machine")
+    template = template_of(stack).to_json()
+    executions = widget(template, "Test/Digest: executions")
+    assert [(name, o["stat"]) for _, name, o in metric_rows(executions)] == [
+        ("ExecutionsStarted", "Sum"), ("ExecutionsFailed", "Sum"), ("ExecutionsTimedOut", "Sum"), ("ExecutionThrottled", "Sum")]
+    assert [o["stat"] for _, _, o in metric_rows(widget(template, "raw machine: execution time"))] == ["p50", "p90"]
+
+
+def test_add_sync_execution_url_and_add_endpoint():
+    stack = new_stack()
+    prompts = ParallelPrompts(stack, "Digest", model=NOVA,
+                              prompts={"A": ConverseRequest(prompt="a", max_tokens=5), "B": ConverseRequest(prompt="b", max_tokens=5)},
+                              state_machine_options=StateMachineOptions(state_machine_type=sfn.StateMachineType.EXPRESS))
+    url = SyncExecutionUrl(stack, "Url", state_machine=prompts.state_machine)
+
+    class Endpoint(cdk.Resource):  # what LlmEndpoint and EndpointScaling expose
+        def metric_concurrent_requests(self, **props):
+            return cdk.aws_cloudwatch.Metric(namespace="AWS/SageMaker", metric_name="ConcurrentRequestsPerModel",
+                                             dimensions_map={"EndpointName": "e", "VariantName": "v"}, **props)
+
+    dashboard = LatencyDashboard(stack, "D")
+    dashboard.add_sync_execution_url(url)
+    dashboard.add_endpoint(Endpoint(stack, "Endpoint"), title="llm")
+    template = template_of(stack).to_json()
+    assert [(name, o["stat"]) for _, name, o in metric_rows(widget(template, "Test/Url: what a caller waits"))] == [
+        ("Duration", "p50"), ("Duration", "p90")]
+    assert [(name, o.get("stat", "Average")) for _, name, o in metric_rows(widget(template, "llm: concurrent requests"))] == [
+        ("ConcurrentRequestsPerModel", "Average"), ("ConcurrentRequestsPerModel", "Maximum")]
+
+
+@pytest.mark.parametrize(
+    ("method", "argument", "message"),
+    [
+        ("add_queued_inference", "queue", "queued='queue' is a str; pass a QueuedInference"),
+        ("add_state_machine", "machine", "workflow='machine' is a str; pass a BoundedMap"),
+        ("add_sync_execution_url", None, "url is required: pass a SyncExecutionUrl"),
+        ("add_endpoint", "endpoint", "endpoint=str has no metric_concurrent_requests()"),
+        ("add_model", "amazon.nova-lite-v1:0", "model='amazon.nova-lite-v1:0' is a str; pass a BedrockModel or WatchedModel"),
+    ],
+)
+def test_add_methods_refuse_what_they_cannot_show(method, argument, message):
+    dashboard = LatencyDashboard(new_stack(), "D")
+    with pytest.raises(InvalidPropsError, match=message):
+        getattr(dashboard, method)(argument)
+
+
+def test_a_model_is_added_once_and_labels_are_unique():
+    dashboard = LatencyDashboard(new_stack(), "D", models=[HAIKU])
+    with pytest.raises(InvalidPropsError, match="is already on the dashboard"):
+        dashboard.add_model(HAIKU)
+    dashboard.add_model(WatchedModel(NOVA, label="fast"))
+    with pytest.raises(InvalidPropsError, match="label 'fast' is taken"):
+        dashboard.add_model(WatchedModel(BedrockModel.foundation("amazon.nova-pro-v1:0"), label="fast"))
+
+
+def test_title_is_checked():
+    stack = new_stack()
+    queued = QueuedInference(stack, "Q", model=NOVA, max_concurrency=2)
+    with pytest.raises(InvalidPropsError, match="title has 101 characters"):
+        LatencyDashboard(stack, "D").add_queued_inference(queued, title="x" * 101)
+
+
+# --- bad props ---------------------------------------------------------------------------------------
+
+A_TOKEN = cdk.Token.as_number({"Ref": "Quota"})
+
+TPM_QUOTA_BAD = [
+    (dict(tpm_quota=0), "tpm_quota=0 is below the minimum of 1"),
+    (dict(tpm_quota=-5), "tpm_quota=-5 is below the minimum of 1"),
+    (dict(tpm_quota=math.nan), "tpm_quota=nan is not a finite number"),
+    (dict(tpm_quota=math.inf), "tpm_quota=inf is not a finite number"),
+    (dict(tpm_quota=True), "tpm_quota=True is a bool"),
+    (dict(tpm_quota="400000"), "tpm_quota='400000' is a str"),
+    (dict(tpm_quota=2e12), "tpm_quota=2000000000000.0 exceeds the maximum"),
+    (dict(tpm_quota=A_TOKEN), "tpm_quota is a deploy-time token"),
+    (dict(alarm_fraction=0), "alarm_fraction=0 must be greater than 0; a fraction of the quota in (0, 1]"),
+    (dict(alarm_fraction=-0.5), "alarm_fraction=-0.5 must be greater than 0"),
+    (dict(alarm_fraction=1.5), "alarm_fraction=1.5 looks like a percentage"),
+    (dict(alarm_fraction=80), "alarm_fraction=80 looks like a percentage"),
+    (dict(alarm_fraction=101), "alarm_fraction=101 exceeds the maximum of 1"),
+    (dict(alarm_fraction=math.nan), "alarm_fraction=nan is not a finite number"),
+    (dict(alarm_fraction=None), "alarm_fraction is required"),
+    (dict(alarm_fraction="0.8"), "alarm_fraction='0.8' is a str"),
+    (dict(planned_tpm=0), "planned_tpm=0 must be greater than 0"),
+    (dict(planned_tpm=math.inf), "planned_tpm=inf is not a finite number"),
+    (dict(planned_reservation_tpm=-1), "planned_reservation_tpm=-1 must be greater than 0"),
+    (dict(planned_reservation_tpm="lots"), "planned_reservation_tpm='lots' is a str"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), TPM_QUOTA_BAD, ids=[f"{i}-{next(iter(k))}" for i, (k, _) in enumerate(TPM_QUOTA_BAD)])
+def test_tpm_quota_refuses_bad_values(kwargs, message):
+    with pytest.raises(InvalidPropsError) as caught:
+        TpmQuota(**{"tpm_quota": 400_000, **kwargs})
+    assert message in str(caught.value)
+
+
+def test_from_plan_takes_a_plan_only():
+    with pytest.raises(InvalidPropsError, match="plan=400000 is a int; pass a planning.TpmPlan"):
+        TpmQuota.from_plan(400_000, tpm_quota=400_000)  # type: ignore[arg-type]
+    quota = TpmQuota.from_plan(PLAN, tpm_quota=400_000, alarm_fraction=0.9)
+    assert (quota.planned_tpm, quota.alarm_threshold_tokens) == (PLAN.required_tpm, 360_000)
+
+
+ALARMS_BAD = [
+    (dict(ttft_p90=2), "ttft_p90=2 is a int; pass a cdk.Duration"),
+    (dict(ttft_p90=cdk.Duration.minutes(16)), "ttft_p90=16 minutes exceeds the maximum of 15 minutes"),
+    (dict(ttft_p90=cdk.Duration.seconds(0)), "ttft_p90=0 seconds is below the minimum of 1 milli"),
+    (dict(ttft_p90=cdk.Duration.seconds(cdk.Token.as_number({"Ref": "T"}))), "ttft_p90 is a deploy-time token"),
+    (dict(throttle_periods=0), "throttle_periods=0 is below the minimum of 1"),
+    (dict(throttle_periods=1441), "throttle_periods=1441 exceeds the maximum of 1,440"),
+    (dict(throttle_periods=2.5), "throttle_periods=2.5 is not a whole number"),
+    (dict(throttle_periods=math.inf), "throttle_periods=inf is not a finite number"),
+    (dict(throttle_periods=True), "throttle_periods=True is a bool"),
+    (dict(reservation_ratio=1), "reservation_ratio=1 must be greater than 1"),
+    (dict(reservation_ratio=0.5), "reservation_ratio=0.5 must be greater than 1"),
+    (dict(reservation_ratio=math.nan), "reservation_ratio=nan is not a finite number"),
+    (dict(reservation_ratio="2"), "reservation_ratio='2' is a str"),
+    (dict(reservation_ratio=A_TOKEN), "reservation_ratio is a deploy-time token"),
+    (dict(latency_fallbacks=-1), "latency_fallbacks=-1 is below the minimum of 0"),
+    (dict(latency_fallbacks=0.5), "latency_fallbacks=0.5 is not a whole number"),
+    (dict(evaluation_periods=0), "evaluation_periods=0 is below the minimum of 1"),
+    (dict(evaluation_periods=None), "evaluation_periods is required"),
+    (dict(evaluation_periods=2000), "evaluation_periods=2000 exceeds the maximum of 1,440"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), ALARMS_BAD, ids=[f"{i}-{next(iter(k))}" for i, (k, _) in enumerate(ALARMS_BAD)])
+def test_latency_alarms_refuse_bad_thresholds(kwargs, message):
+    with pytest.raises(InvalidPropsError) as caught:
+        LatencyAlarms(**kwargs)
+    assert message in str(caught.value)
+
+
+WATCHED_BAD = [
+    (dict(model="amazon.nova-lite-v1:0"), "model='amazon.nova-lite-v1:0' is a str; pass a BedrockModel"),
+    (dict(model=None), "model is required"),
+    (dict(quota=400_000), "quota=400000 is a int; pass a TpmQuota"),
+    (dict(burndown=0.5), "burndown=0.5 is below the minimum of 1"),
+    (dict(burndown=101), "burndown=101 exceeds the maximum of 100"),
+    (dict(burndown=math.nan), "burndown=nan is not a finite number"),
+    (dict(burndown=None), "burndown is required"),
+    (dict(alarms={"ttft_p90": 2}), "alarms={'ttft_p90': 2} is a dict; pass LatencyAlarms"),
+    (dict(label=""), "label='' is empty"),
+    (dict(label="x" * 101), "label has 101 characters; at most 100"),
+    (dict(label=7), "label=7 is a int; pass a string"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), WATCHED_BAD, ids=[f"{i}-{next(iter(k))}" for i, (k, _) in enumerate(WATCHED_BAD)])
+def test_watched_model_refuses_bad_values(kwargs, message):
+    with pytest.raises(InvalidPropsError) as caught:
+        WatchedModel(**{"model": NOVA, **kwargs})
+    assert message in str(caught.value)
+
+
+DASHBOARD_BAD = [
+    (dict(dashboard_name="has space"), "dashboard_name='has space' may hold letters, digits, - and _ only"),
+    (dict(dashboard_name=""), "dashboard_name='' is empty"),
+    (dict(dashboard_name="x" * 256), "may hold letters, digits, - and _ only (1-255 characters)"),
+    (dict(models=HAIKU), "models=BedrockModel("),
+    (dict(models=["us.amazon.nova-lite-v1:0"]), "models[0]='us.amazon.nova-lite-v1:0' is a str; pass a BedrockModel or WatchedModel"),
+    (dict(alarm_actions=["arn:aws:sns:us-east-1:111122223333:pager"]), "alarm_actions[0]='arn:aws:sns:us-east-1:111122223333:pager' is a str"),
+    (dict(alarm_actions="topic"), "alarm_actions='topic' is a str; pass a list"),
+    (dict(default_interval=3), "default_interval=3 is a int; pass a cdk.Duration"),
+    (dict(default_interval=cdk.Duration.minutes(1)), "default_interval=1 minute is below the minimum of 5 minutes"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), DASHBOARD_BAD, ids=[f"{i}-{next(iter(k))}" for i, (k, _) in enumerate(DASHBOARD_BAD)])
+def test_dashboard_refuses_bad_props(kwargs, message):
+    with pytest.raises(InvalidPropsError) as caught:
+        LatencyDashboard(new_stack(), "D", **kwargs)
+    assert message in str(caught.value)
+    assert str(caught.value).startswith("LatencyDashboard D")
+
+
+def test_a_deploy_time_dashboard_name_is_accepted():
+    stack = new_stack()
+    name = cdk.CfnParameter(stack, "Name").value_as_string
+    LatencyDashboard(stack, "D", dashboard_name=name)
+    assert only(template_of(stack), "AWS::CloudWatch::Dashboard")["Properties"]["DashboardName"] == {"Ref": "Name"}
+
+
+def test_the_dashboard_alone_passes_nag():
+    from cdk_nag import AwsSolutionsChecks
+    from conftest import nag_violations
+
+    outdir = Path(tempfile.mkdtemp())
+    app = cdk.App(outdir=str(outdir))
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    stack = cdk.Stack(app, "Nag", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    LatencyDashboard(stack, "D", models=[WatchedModel(HAIKU, quota=TpmQuota(400_000))])
+    with contextlib.suppress(RuntimeError):
+        app.synth()
+    assert nag_violations(outdir) == []
+
+
+# --- the handlers' per-call metrics ------------------------------------------------------------------
+
+def result(**changes) -> ConverseResult:
+    base = dict(text="ok", input_tokens=3_000, output_tokens=600, cache_read_tokens=200, cache_write_tokens=100,
+                stop_reason="end_turn", latency_ms=11_000.0, service_latency_ms=10_500, served_latency="standard",
+                first_token_ms=1_000.0)
+    return ConverseResult(**{**base, **changes})
+
+
+def test_emit_call_publishes_tokens_reservation_ttft_otps_and_mode_in_emf(capsys, monkeypatch):
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "worker")
+    request = {"inferenceConfig": {"maxTokens": 16_000}, "performanceConfig": {"latency": "optimized"}}
+    figures = written.emit_call(result(), model_id=HAIKU.model_id, request=request, dimensions=written.lambda_dimensions())
+    line = json.loads(capsys.readouterr().out)
+    directive = line["_aws"]["CloudWatchMetrics"][0]
+    assert directive["Namespace"] == "GenaiPacer"
+    assert directive["Dimensions"] == [["ModelId"], ["ModelId", "FunctionName"]]
+    assert (line["ModelId"], line["FunctionName"]) == (HAIKU.model_id, "worker")
+    # The worked figures: 3,000 input + 16,000 max_tokens reserved; 600 tokens in 10 s after the first token.
+    assert line[written.RESERVED_TOKENS] == 3_000 + 200 + 100 + 16_000
+    assert (line[written.TIME_TO_FIRST_TOKEN_MS], line[written.OUTPUT_TOKENS_PER_SECOND]) == (1_000.0, 60.0)
+    assert (line[written.SERVED_OPTIMIZED], line[written.SERVED_STANDARD], line[written.OPTIMIZED_SERVED_STANDARD]) == (0, 1, 1)
+    assert {m["Name"]: m["Unit"] for m in directive["Metrics"]}[written.OUTPUT_TOKENS_PER_SECOND] == "Count/Second"
+    assert figures.reserved_tokens == 19_300 and figures.fell_back
+
+
+def test_a_non_streamed_call_has_no_ttft_and_an_unknown_max_tokens_no_reservation(capsys):
+    written.emit_call(result(first_token_ms=None), model_id="amazon.nova-lite-v1:0")
+    line = json.loads(capsys.readouterr().out)
+    names = {m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    assert written.TIME_TO_FIRST_TOKEN_MS not in names and written.OUTPUT_TOKENS_PER_SECOND not in names
+    assert written.RESERVED_TOKENS not in names  # maxTokens unset: Bedrock reserved the model's maximum, unknown here
+    assert line["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["ModelId"]]
+
+
+def test_emit_throttle_counts_failed_calls(capsys):
+    written.emit_throttle(NOVA.model_id, count=2, dimensions={"FunctionName": "worker"})
+    line = json.loads(capsys.readouterr().out)
+    assert line[written.THROTTLES] == 2 and line["_aws"]["CloudWatchMetrics"][0]["Dimensions"][1] == ["ModelId", "FunctionName"]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="count=.* must be a whole number of throttled calls"):
+            written.emit_throttle(NOVA.model_id, count=bad)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: written.emf_line({"Bogus": 1}, {"ModelId": "m"}), "unknown metric names \\['Bogus'\\]"),
+        (lambda: written.emf_line({written.LATENCY_MS: math.nan}, {"ModelId": "m"}), "are not finite numbers"),
+        (lambda: written.emf_line({written.LATENCY_MS: True}, {"ModelId": "m"}), "are not finite numbers"),
+        (lambda: written.emf_line({written.LATENCY_MS: 1}, {"ModelId": "m"}, dimension_sets=[["Nope"]]), "name \\['Nope'\\]"),
+        (lambda: written.emf_line({written.LATENCY_MS: 1}, {"ModelId": "m"}, properties={"ModelId": "x"}), "would overwrite"),
+        (lambda: written.call_metrics(result(), model_id=""), "model_id='' must be the non-empty id"),
+        (lambda: written.call_metrics(result(served_latency="fast"), model_id="m"), "served latency='fast'"),
+        (lambda: written.call_metrics(result(), model_id="m", request={"performanceConfig": {"latency": "turbo"}}), "requested latency='turbo'"),
+        (lambda: written.call_metrics(result(input_tokens=-1), model_id="m"), "input_tokens=-1 must be a whole number"),
+        (lambda: written.call_metrics(result(latency_ms=math.nan), model_id="m"), "latency_ms=nan must be a number"),
+        (lambda: written.call_metrics(result(), model_id="m", max_tokens=0.5), "max_tokens=0.5 must be a whole number"),
+    ],
+)
+def test_bad_metric_input_is_refused_with_why(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_every_handler_metric_the_constructs_read_is_one_the_handlers_write(watched, capsys):
+    """The names on the dashboard, in the alarms and in QueuedInference's metric_* exist in what
+    emit_call and emit_throttle print, so no graph waits for a metric nobody writes."""
+    written.emit_call(result(), model_id="m", max_tokens=100)
+    written.emit_call(result(served_latency="optimized"), model_id="m", max_tokens=100)
+    written.emit_throttle("m")
+    emitted = {m["Name"] for line in capsys.readouterr().out.splitlines()
+               for m in json.loads(line)["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    _, template = watched
+    read = set()
+    for w in body(template)["widgets"]:
+        for row in w["properties"].get("metrics", []):
+            if row[0] == written.NAMESPACE:
+                read.add(row[1])
+    for alarm in resources(template, "AWS::CloudWatch::Alarm").values():
+        props = alarm["Properties"]
+        if props.get("Namespace") == written.NAMESPACE:
+            read.add(props["MetricName"])
+        for query in props.get("Metrics", []):
+            if "MetricStat" in query and query["MetricStat"]["Metric"]["Namespace"] == written.NAMESPACE:
+                read.add(query["MetricStat"]["Metric"]["MetricName"])
+    stack = new_stack()
+    queued = QueuedInference(stack, "Q", model=NOVA, max_concurrency=2)
+    read |= {getattr(queued, m)().metric_name for m in dir(queued)
+             if m.startswith("metric_") and getattr(queued, m)() is not None and getattr(queued, m)().namespace == written.NAMESPACE}
+    assert read and read <= emitted, read - emitted
+
+
+def test_the_constructs_read_the_metric_names_without_boto3():
+    root = Path(__file__).resolve().parents[1]
+    code = ("import sys; sys.modules['boto3'] = None; sys.modules['botocore'] = None\n"
+            "from genai_pacer._runtime_constants import metrics_constants\n"
+            "m = metrics_constants(); print(m.NAMESPACE, m.RESERVED_TOKENS, metrics_constants() is m)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(root / "constructs"), "PATH": ""})
+    assert run.stdout.split() == ["GenaiPacer", "ReservedTokens", "True"], run.stderr
