@@ -488,3 +488,27 @@ def test_a_token_the_run_no_longer_waits_on_is_not_an_error(job_events, aws):
 def test_an_event_without_a_job_arn_is_ignored_with_a_log_line(job_events, capsys):
     assert job_events.handler({"detail": {}})["completed"] is False
     assert json.loads(capsys.readouterr().out)["level"] == "ERROR"
+
+
+# ---- the benchmark's inputs ---------------------------------------------------------------------------
+
+
+def test_the_loader_benchmark_loads_every_successful_record_of_its_generated_output(tmp_path):
+    """The figures mean something only if the timed call loads what the output holds."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "batch_loader_bench.py"
+    spec = importlib.util.spec_from_file_location("batch_loader_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "loader.json"
+    assert bench.main(["--records", "400", "--trials", "1", "--put-latency-ms", "0", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    for scenario in report["scenarios"].values():
+        (run,) = scenario["trials"]
+        assert run["records"] == 400 and run["loaded"] + run["errored"] == 400 and run["loaded"] > 380
+    table = bench.StandInTable(0)
+    newer = answers.Answer(key="k", text="new", model_id="m", request_id="b", sequence=2)
+    older = answers.Answer(key="k", text="old", model_id="m", request_id="a", sequence=1)
+    assert answers.put_answer(table, "t", newer) is True and answers.put_answer(table, "t", older) is False
