@@ -550,3 +550,63 @@ def test_the_constructs_read_the_metric_names_without_boto3():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(root / "constructs"), "PATH": ""})
     assert run.stdout.split() == ["GenaiPacer", "ReservedTokens", "True"], run.stderr
+
+
+# --- the reference stack -------------------------------------------------------------------------
+
+def _synth_with_nag(build) -> Path:
+    from cdk_nag import AwsSolutionsChecks
+    from conftest import nag_violations
+
+    outdir = Path(tempfile.mkdtemp())
+    app = cdk.App(outdir=str(outdir))
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    build(app)
+    with contextlib.suppress(RuntimeError):  # ValidationFailed: the findings are in the report
+        app.synth()
+    assert nag_violations(outdir) == []
+    return outdir
+
+
+def _cfn_lint(*templates: Path) -> None:
+    lint = subprocess.run([str(Path(sys.executable).with_name("cfn-lint")), "--format", "parseable", *map(str, templates)],
+                          capture_output=True, text=True)
+    # exit status is a bit mask: 2 = errors, 4 = warnings, 8 = informational
+    assert lint.returncode in (0, 4, 8, 12), lint.stdout + lint.stderr
+
+
+def test_the_reference_stack_is_nag_and_cfn_lint_clean_and_draws_the_plan():
+    from stacks.observability_stack import ObservabilityStack
+    from stacks.settings import CONTEXT_DEFAULTS
+
+    outdir = _synth_with_nag(lambda app: ObservabilityStack(app, "GenaiPacerObservability"))
+    _cfn_lint(outdir / "GenaiPacerObservability.template.json")
+    template = json.loads((outdir / "GenaiPacerObservability.template.json").read_text())
+    model_id = CONTEXT_DEFAULTS["model_id"][0]
+    quota = float(CONTEXT_DEFAULTS["tpm_quota"][0])
+    lines = {a["label"]: a["value"] for a in widget(template, "quota tokens per minute")["annotations"]["horizontal"]}
+    assert lines["TPM quota"] == quota and lines["alarm at 80% of quota"] == 0.8 * quota
+    assert alarms_by_name(template)["QuotaUsage"]["Threshold"] == 0.8 * quota
+    assert alarms_by_name(template)["QuotaUsage"]["Dimensions"] == [{"Name": "ModelId", "Value": model_id}]
+    assert widget(template, "quota tokens per minute")["metrics"][2][0]["expression"].endswith(
+        f"out * {float(CONTEXT_DEFAULTS['burndown'][0]):g}")
+    assert "DashboardName" in template["Outputs"]
+
+
+def test_the_reference_stack_shows_the_other_reference_stacks_constructs():
+    from stacks.observability_stack import ObservabilityStack
+    from stacks.orchestration_stack import OrchestrationStack
+    from stacks.queued_inference_stack import QueuedInferenceStack
+
+    def build(app):
+        queued = QueuedInferenceStack(app, "Queued")
+        orchestration = OrchestrationStack(app, "Orchestration")
+        workflows = [c for c in orchestration.node.children if hasattr(c, "state_machine")]
+        ObservabilityStack(app, "Observability", queued_inference=queued.inference, workflows=workflows)
+
+    outdir = _synth_with_nag(build)
+    _cfn_lint(*sorted(outdir.glob("*.template.json")))
+    template = json.loads((outdir / "Observability.template.json").read_text())
+    titles = [w["properties"].get("title", "") for w in body(template)["widgets"]]
+    assert any(t.startswith("Queued/ReviewSummaries: queue") for t in titles)
+    assert sum(t.endswith(": executions (5 minutes)") for t in titles) == 3  # digest, ticker and catalog workflows
