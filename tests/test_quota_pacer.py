@@ -491,3 +491,28 @@ def test_several_bad_settings_are_reported_together():
     with pytest.raises(ValueError) as error:
         QuotaPacer(0, burndown=0, decrease=2)
     assert str(error.value).count(" must be ") == 3
+
+
+# --- against the emulator's ledger (real boto3 client) ----------------------------------------------
+
+
+def test_the_pacers_ledger_holds_what_the_emulators_holds_after_real_calls():
+    """Settlement uses the usage Bedrock reports, so once calls return (and nothing has left the
+    window) the pacer holds exactly what the service's ledger holds, throttled calls excluded."""
+    from genai_pacer.testing.emulator import BedrockEmulator, ModelSpec
+
+    spec = ModelSpec(MODEL, tpm_quota=5_000, burndown=5, ttft_seconds=0.01, output_tokens_per_second=5_000,
+                     jitter=0, answer_tokens=40)
+    ledger = QuotaPacer(50_000, burndown=5)  # a share larger than the quota: the emulator throttles some calls
+    request = {"modelId": MODEL, "messages": [{"role": "user", "content": [{"text": "z" * 2_000}]}],
+               "inferenceConfig": {"maxTokens": 100}}
+    with BedrockEmulator([spec]) as bedrock:
+        client = bedrock.client(retries={"total_max_attempts": 1})
+        outcomes = [call_with_backoff(partial(ledger.converse, client, request), backoff=Backoff(max_attempts=1))
+                    for _ in range(10)]
+        held = bedrock.quota_used(MODEL)
+    answered, throttled = sum(o.ok for o in outcomes), sum(o.throttles for o in outcomes)
+    # each call reserves 500 + 100 and settles 500 + 40 x 5 = 700: the eighth finds 4,900 + 600 > 5,000
+    assert (answered, throttled) == (7, 3)
+    assert ledger.stats().throttled == throttled
+    assert ledger.stats().held_tokens == held == answered * 700
