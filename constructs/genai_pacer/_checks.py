@@ -16,6 +16,7 @@ time, so the pure-Python planner can use it too.
 from __future__ import annotations
 
 import math
+import struct
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -37,20 +38,32 @@ class InvalidPropsError(ValueError, TypeError):
 
 
 def is_token(value: Any) -> bool:
-    """True for an unresolved CDK token (a deploy-time value). Never loads the CDK by itself."""
-    cdk = sys.modules.get("aws_cdk")
-    if cdk is None or value is None or isinstance(value, bool):
+    """True for an unresolved CDK token (a deploy-time value), decided without calling into jsii.
+
+    aws-cdk-lib encodes a number token as a double whose top 16 bits are 0xFBFF and a string token
+    as text containing "${Token[" (list tokens "#{Token["), so plain numbers and strings are
+    recognized here: jsii is not thread-safe, and the pure-Python planner runs in threads (the
+    benchmark) while a synthesis may hold the jsii process. Only objects that carry their own
+    `is_unresolved` (Duration, Size) ask jsii. Never loads the CDK by itself.
+    """
+    if value is None or isinstance(value, bool):
         return False
-    try:
-        if hasattr(value, "is_unresolved") and callable(value.is_unresolved):  # Duration, Size
+    if isinstance(value, float):
+        return math.isfinite(value) and struct.pack(">d", value)[:2] == _NUMBER_TOKEN_MARKER
+    if isinstance(value, str):
+        return "${Token[" in value or "#{Token[" in value
+    if isinstance(value, int):
+        return False  # jsii hands number tokens to Python as floats
+    if "aws_cdk" in sys.modules and callable(getattr(value, "is_unresolved", None)):
+        try:
             return bool(value.is_unresolved())
-        if isinstance(value, float) and not math.isfinite(value):
-            return False  # NaN or infinity would kill the jsii process; they are never tokens
-        if not isinstance(value, str | int | float):
+        except Exception:  # not a CDK value after all
             return False
-        return bool(cdk.Token.is_unresolved(value))
-    except Exception:  # a value jsii cannot pass is not a token
-        return False
+    return False
+
+
+#: The top 16 bits of every number token aws-cdk-lib encodes (core/lib/private/encoding.ts).
+_NUMBER_TOKEN_MARKER = b"\xfb\xff"
 
 
 def _num(value: float) -> str:
