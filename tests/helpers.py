@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
@@ -73,3 +75,45 @@ def policy_statements(template: dict | Template) -> list[dict]:
 def normalized(template: dict) -> dict:
     """A template with asset hashes replaced, so a snapshot is the same on every machine."""
     return json.loads(ASSET_HASH.sub("ASSET_HASH", json.dumps(template, sort_keys=True)))
+
+
+NOT_RUN = re.compile(r"^<!--\s*not-run:(?P<reason>.*?)-->$")
+
+
+@dataclass(frozen=True)
+class Block:
+    heading: str
+    index: int  # 1 for the first block under the heading
+    line: int  # of the opening fence
+    language: str
+    code: str
+    not_run: str | None  # the reason, when the block is marked not-run
+
+    @property
+    def id(self) -> str:
+        return f"{self.heading} #{self.index}"
+
+
+def readme_blocks(readme: Path) -> list[Block]:
+    """Every fenced block of a Markdown file, with the heading it sits under and its not-run reason."""
+    text = readme.read_text()
+    blocks: list[Block] = []
+    heading, counts = "(top)", {}
+    lines = text.splitlines()
+    number = 0
+    while number < len(lines):
+        line = lines[number]
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+        elif line.startswith("```"):
+            start, language = number, line[3:].strip()
+            end = next((n for n in range(start + 1, len(lines)) if lines[n].startswith("```")), None)
+            assert end is not None, f"README.md:{start + 1}: a ``` fence is never closed"
+            before = next((lines[n].strip() for n in range(start - 1, -1, -1) if lines[n].strip()), "")
+            marker = NOT_RUN.match(before)
+            counts[heading] = counts.get(heading, 0) + 1
+            blocks.append(Block(heading, counts[heading], start + 1, language, "\n".join(lines[start + 1:end]) + "\n",
+                                marker.group("reason").strip() if marker else None))
+            number = end
+        number += 1
+    return blocks

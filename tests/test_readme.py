@@ -1,0 +1,99 @@
+"""Every ```python block of README.md runs as written, on its own, as a reader would paste it.
+
+No string rewriting: each block is compiled and executed unchanged in a fresh namespace. CDK blocks
+build their own App and Stack and synthesize (cdk-nag included where the block turns it on); runtime
+blocks start the emulator themselves, so nothing reaches AWS. A block that cannot run says why in
+an HTML comment on the line before it, `<!-- not-run: reason -->`; those blocks are reported as
+skipped with that reason. Every pip install hint in the code names a command the README shows.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+from conftest import ROOT
+from helpers import readme_blocks
+
+README = ROOT / "README.md"
+
+# Construct sections whose examples still lean on names from other sections (self, rate, model, ...).
+# They are rewritten with the issue-8 API; when one runs, strict xfail fails: delete it from here.
+PENDING_REWRITE = {"BoundedMap", "ParallelPrompts", "QueuedInference"}
+
+
+BLOCKS = readme_blocks(README)
+PYTHON = [block for block in BLOCKS if block.language == "python"]
+
+
+def test_every_fenced_block_names_its_language():
+    assert [b.id for b in BLOCKS if not b.language] == []
+    assert len(PYTHON) >= 6
+
+
+def test_every_not_run_marker_gives_a_reason_and_sits_on_a_python_block():
+    lines = README.read_text().splitlines()
+    markers = [n + 1 for n, line in enumerate(lines) if "not-run" in line and line.strip().startswith("<!--")]
+    marked = [b for b in BLOCKS if b.not_run is not None]
+    assert len(markers) == len(marked), f"README.md lines {markers}: a not-run marker must directly precede a block"
+    for block in marked:
+        assert block.language == "python", f"{block.id}: only python blocks run, so only they take a not-run marker"
+        assert len(block.not_run) >= 10, f"{block.id}: say why the block cannot run, e.g. 'needs AWS credentials'"
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """No AWS credentials or Region: a block that tried to reach AWS would fail, not call it."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_REGION", "AWS_DEFAULT_REGION", "CDK_OUTDIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.chdir(tmp_path)  # anything a block writes lands here
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(b, marks=pytest.mark.xfail(strict=True, reason="construct section awaiting its rewrite"))
+     if b.heading in PENDING_REWRITE else b for b in PYTHON],
+    ids=[b.id for b in PYTHON],
+)
+def test_readme_python_block_runs_as_written(block, offline):
+    if block.not_run is not None:
+        pytest.skip(f"README.md:{block.line} not-run: {block.not_run}")
+    tree = ast.parse(block.code, filename=f"README.md:{block.line}")
+    imports = _imports(tree)
+    calls = {node.func.attr for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+    if "aws_cdk" in imports:  # self-contained: its own App, synthesized
+        assert "synth" in calls, f"{block.id}: a CDK example builds its own App and ends with app.synth()"
+    if "genai_pacer.runtime" in imports:  # offline: the runtime talks to the emulator the block starts
+        assert "genai_pacer.testing" in imports, f"{block.id}: run the runtime example against BedrockEmulator"
+    exec(compile(tree, f"README.md:{block.line}", "exec"), {"__name__": "__main__"})
+
+
+def _pip_installs(text: str) -> list[str]:
+    """`pip install X` commands by their first target, quotes dropped."""
+    return [f"pip install {target}" for target in re.findall(r"pip install ['\"]?([^\s'\"`,)]+)", text)]
+
+
+def test_every_pip_install_hint_in_the_code_is_a_command_the_readme_shows():
+    readme = set(_pip_installs(README.read_text()))
+    hints: dict[str, list[str]] = {}
+    for path in [*(ROOT / "constructs").rglob("*.py"), *(ROOT / "lambda").rglob("*.py")]:
+        for command in _pip_installs(path.read_text()):
+            hints.setdefault(command, []).append(str(path.relative_to(ROOT)))
+    assert hints, "no install hints found: the check reads nothing"
+    missing = {command: paths for command, paths in hints.items() if command not in readme}
+    assert not missing, f"install hints the README does not show (make them say what the README says): {missing}"
