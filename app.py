@@ -12,16 +12,26 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.endpoint_scaling_stack import EndpointScalingStack
+from stacks.observability_stack import ObservabilityStack
 from stacks.orchestration_stack import OrchestrationStack
+from stacks.precompute_stack import PrecomputeStack
 from stacks.queued_inference_stack import QueuedInferenceStack
 
 
 def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) -> cdk.App:
     app = cdk.App(context=context, outdir=outdir)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    OrchestrationStack(app, "GenaiPacerOrchestration")
-    QueuedInferenceStack(app, "GenaiPacerQueuedInference")
+    orchestration = OrchestrationStack(app, "GenaiPacerOrchestration")
+    queued = QueuedInferenceStack(app, "GenaiPacerQueuedInference")
     EndpointScalingStack(app, "GenaiPacerEndpointScaling")
+    PrecomputeStack(app, "GenaiPacerPrecompute")
+    # One dashboard over the model the other stacks call, with their queues and workflows on it.
+    ObservabilityStack(
+        app,
+        "GenaiPacerObservability",
+        queued_inference=queued.inference,
+        workflows=[orchestration.digest, orchestration.tickers, orchestration.catalog],
+    )
     return app
 
 

@@ -52,7 +52,7 @@ class OrchestrationStack(cdk.Stack):
 
         # Three independent analyses side by side, then one digest from their texts, on a user's
         # path: an EXPRESS workflow the caller waits on through a signed function URL.
-        digest = ParallelPrompts(
+        self.digest = digest = ParallelPrompts(
             self,
             "ReviewDigest",
             model=settings.model,
@@ -71,7 +71,7 @@ class OrchestrationStack(cdk.Stack):
         cdk.CfnOutput(self, "ReviewDigestEndpoint", value=digest_url.url.url)
 
         # The morning ticker summaries: a few dozen items from the execution input.
-        BoundedMap(
+        self.tickers = BoundedMap(
             self,
             "TickerSummaries",
             max_concurrency=rate,
@@ -98,7 +98,7 @@ class OrchestrationStack(cdk.Stack):
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="catalog/",
         )
-        BoundedDistributedMap(
+        self.catalog = BoundedDistributedMap(
             self,
             "CatalogDescriptions",
             max_concurrency=rate,

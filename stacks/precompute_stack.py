@@ -1,5 +1,6 @@
-"""Pre-computation: morning notes for a known list of tickers generated before the 09:00 peak, and a
-router that serves them by key (calling the model only for keys it does not hold)."""
+"""Pre-computation: morning notes for a known list of tickers generated before the 09:00 peak, each
+product's review summary made overnight by Bedrock batch jobs, and a router that serves both by key
+(calling the model only for keys the store does not hold)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_stepfunctions as sfn
 from genai_pacer import AnswerStore, ConverseRequest, planning
 from genai_pacer.answer_router import AnswerRouter
+from genai_pacer.batch_precompute import BatchPrecompute
 from genai_pacer.precompute import ScheduledPrecompute
 
 from constructs import Construct
@@ -30,8 +32,8 @@ class PrecomputeStack(cdk.Stack):
         )
         # The run finishes hours before the peak, so it may take a quarter of the quota and no more.
         rate = planning.sustainable_rate(profile, tpm_quota=settings.tpm_quota / 4, call_seconds=8)
-        # One store for every writer and reader: the scheduled run, the router's write-back and
-        # (added by the lead) the batch loader.
+        # One store for every writer and reader: the scheduled run, the batch loader and the
+        # router's write-back.
         self.store = AnswerStore(self, "Answers", answer_ttl=cdk.Duration.days(7))
         self.scheduled = ScheduledPrecompute(
             self,
@@ -49,7 +51,20 @@ class PrecomputeStack(cdk.Stack):
             ),
             items=[{"key": f"ticker-morning#{ticker}", "ticker": ticker} for ticker in TICKERS],
         )
-        # BatchPrecompute (large key sets, Bedrock batch inference) goes here, writing to self.store.
+        # Each product's review summary, made overnight by Bedrock batch jobs (cheaper, and off the
+        # on-demand quota interactive users share) and loaded into the same store.
+        self.batch = BatchPrecompute(
+            self,
+            "ReviewSummaries",
+            model=settings.model,
+            answer_store=self.store,
+            max_tokens=planning.size_max_tokens(350).max_tokens,
+            system_prompt="You summarize customer reviews in three sentences, citing no reviewer by name.",
+            # The account's quota of batch jobs in flight for this model (Service Quotas); the
+            # per-job record quotas keep their documented defaults.
+            max_concurrent_jobs=10,
+            job_name_prefix="review-summaries",
+        )
         self.router = AnswerRouter(
             self,
             "Router",
@@ -61,3 +76,5 @@ class PrecomputeStack(cdk.Stack):
         cdk.CfnOutput(self, "RouterUrl", value=self.router.url.url if self.router.url else "")
         cdk.CfnOutput(self, "AnswerTable", value=self.store.table.table_name)
         cdk.CfnOutput(self, "PrecomputeStateMachine", value=self.scheduled.state_machine.state_machine_arn)
+        cdk.CfnOutput(self, "BatchStateMachine", value=self.batch.state_machine.state_machine_arn)
+        cdk.CfnOutput(self, "BatchItemsBucket", value=self.batch.items_bucket.bucket_name)

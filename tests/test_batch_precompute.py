@@ -791,13 +791,6 @@ def in_stack(build):
     return lambda app: build(cdk.Stack(app, "Nag", env=cdk.Environment(account="111122223333", region="us-east-1")))
 
 
-def test_the_reference_stack_passes_nag_with_zero_findings():
-    from stacks.batch_precompute_stack import BatchPrecomputeStack
-
-    assert nag_findings(lambda app: BatchPrecomputeStack(
-        app, "GenaiPacerBatchPrecompute", env=cdk.Environment(account="111122223333", region="us-east-1"))) == []
-
-
 def test_the_construct_with_a_key_a_fallback_and_a_store_passes_nag():
     def build(stack):
         fallback = sfn.StateMachine(

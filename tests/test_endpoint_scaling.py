@@ -996,22 +996,16 @@ def reference(context: dict | None = None) -> tuple[list[str], Path]:
 
 
 @pytest.fixture(scope="module")
-def reference_default():
-    findings, outdir = reference()
-    return findings, outdir, json.loads((outdir / "GenaiPacerEndpointScaling.template.json").read_text())
-
-
-def test_the_reference_stack_is_nag_clean_and_cfn_lint_clean(reference_default):
-    findings, outdir, _ = reference_default
-    assert findings == []
-    result = cfn_lint(outdir)
-    assert result.returncode == 0, result.stdout + result.stderr
+def reference_default(reference_templates):
+    """The reference app's endpoint-scaling template (synthesized once per session, nag and cfn-lint
+    checked in tests/test_reference_app.py)."""
+    return reference_templates["GenaiPacerEndpointScaling"]
 
 
 def test_the_reference_figures_come_from_the_capacity_planner(reference_default):
     from stacks.endpoint_scaling_stack import ENDPOINT_CONTEXT_DEFAULTS
 
-    _, _, template = reference_default
+    template = reference_default
     defaults = {k: v for k, (v, _) in ENDPOINT_CONTEXT_DEFAULTS.items()}
     target = capacity.target_concurrency(
         sustained_requests_per_minute=float(defaults["endpoint_sustained_rpm"]),

@@ -19,7 +19,9 @@ def test_every_reference_stack_synthesizes_with_zero_nag_findings(reference_asse
         assert all(not p["violations"] for p in plugin_reports)
     assert sorted(p.name for p in reference_assembly.glob("*.template.json")) == [
         "GenaiPacerEndpointScaling.template.json",
+        "GenaiPacerObservability.template.json",
         "GenaiPacerOrchestration.template.json",
+        "GenaiPacerPrecompute.template.json",
         "GenaiPacerQueuedInference.template.json",
     ]
 
@@ -64,7 +66,7 @@ def test_every_model_call_in_every_state_machine_retries_throttles_with_full_jit
                     assert f"{service}.ThrottlingException" in retry["ErrorEquals"], name
                     assert retry["JitterStrategy"] == "FULL" and retry["MaxDelaySeconds"] > 0, name
                     checked += 1
-    assert checked == 6  # three branches and a synthesis, one per Map
+    assert checked == 7  # three branches and a synthesis, one per Map, one in the scheduled pre-computation
 
 
 def test_maps_are_bounded_by_the_quota_plan(reference_templates):

@@ -13,9 +13,12 @@ if TYPE_CHECKING:
     from . import planning as planning
     from . import runtime as runtime
     from ._secure import StateMachineOptions as StateMachineOptions
+    from .answer_router import AnswerRouter as AnswerRouter
     from .answer_store import AnswerStore as AnswerStore
+    from .batch_precompute import BatchPrecompute as BatchPrecompute
     from .endpoint_scaling import EndpointScaling as EndpointScaling
     from .endpoint_scaling import PeakWindow as PeakWindow
+    from .invocation_logging import ModelInvocationLogging as ModelInvocationLogging
     from .llm_endpoint import InferenceComponentOptions as InferenceComponentOptions
     from .llm_endpoint import LlmEndpoint as LlmEndpoint
     from .model_tasks import DEFAULT_RETRY_ERRORS as DEFAULT_RETRY_ERRORS
@@ -25,10 +28,17 @@ if TYPE_CHECKING:
     from .model_tasks import TaskOptions as TaskOptions
     from .models import PROFILE_REGIONS as PROFILE_REGIONS
     from .models import BedrockModel as BedrockModel
+    from .observability import LatencyAlarms as LatencyAlarms
+    from .observability import LatencyDashboard as LatencyDashboard
+    from .observability import TpmQuota as TpmQuota
+    from .observability import WatchedModel as WatchedModel
     from .orchestration import BoundedDistributedMap as BoundedDistributedMap
     from .orchestration import BoundedMap as BoundedMap
     from .orchestration import ParallelPrompts as ParallelPrompts
+    from .precompute import ScheduledPrecompute as ScheduledPrecompute
     from .queued_inference import QueuedInference as QueuedInference
+    from .quota import ModelQuota as ModelQuota
+    from .quota import Share as Share
     from .sync_execution import SyncExecutionUrl as SyncExecutionUrl
 
 _EXPORTS = {
@@ -53,6 +63,16 @@ _EXPORTS = {
     "PeakWindow": ".endpoint_scaling",
     "LlmEndpoint": ".llm_endpoint",
     "InferenceComponentOptions": ".llm_endpoint",
+    "AnswerRouter": ".answer_router",
+    "BatchPrecompute": ".batch_precompute",
+    "ModelInvocationLogging": ".invocation_logging",
+    "LatencyAlarms": ".observability",
+    "LatencyDashboard": ".observability",
+    "TpmQuota": ".observability",
+    "WatchedModel": ".observability",
+    "ScheduledPrecompute": ".precompute",
+    "ModelQuota": ".quota",
+    "Share": ".quota",
 }
 
 __all__ = list(_EXPORTS)
