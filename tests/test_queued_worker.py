@@ -185,10 +185,13 @@ def test_mixed_batch_reports_exactly_the_malformed_and_the_throttled(worker, cap
     assert result == {"batchItemFailures": [{"itemIdentifier": "bad-json"}, {"itemIdentifier": "throttled"}]}
     assert item(worker, "a")["answer"] == "first" and item(worker, "c")["answer"] == "last"
     assert item(worker, "b") is None and item(worker, "claim#throttled") is None  # released for the retry
-    assert {(e["messageId"], e["reason"]) for e in log_lines(capsys)} == {
+    out = capsys.readouterr().out.splitlines()
+    assert {(e["messageId"], e["reason"]) for e in map(json.loads, out) if "level" in e} == {
         ("bad-json", "invalid-message"),
         ("throttled", "throttled"),
     }
+    throttles = [e for e in map(json.loads, out) if "_aws" in e and "Throttles" in e]
+    assert [(e["Throttles"], e["ModelId"]) for e in throttles] == [(1, MODEL)]  # the dashboard's throttle line
 
 
 def msg(content) -> dict:

@@ -188,7 +188,12 @@ def process(record: dict) -> bool:
             log("INFO", "another delivery of this request is in progress; it comes back later", **ids,
                 reason="in-progress")
             return False
-        result = converse(BEDROCK, message.request)
+        try:
+            result = converse(BEDROCK, message.request)
+        except (ClientError, BotoCoreError) as error:
+            if is_throttle(error):  # throttled past the SDK's retries: the dashboard's throttle line
+                metrics.emit_throttle(MODEL_ID, dimensions=metrics.lambda_dimensions())
+            raise
         written = answers.put_answer(
             DDB,
             TABLE_NAME,
