@@ -1,26 +1,38 @@
 """A local Bedrock Runtime that real boto3 clients talk to, with Bedrock's quota semantics.
 
 It speaks bedrock-runtime's REST-JSON protocol on loopback: Converse, ConverseStream (binary
-event-stream frames with CRCs), InvokeModel and InvokeModelWithResponseStream. Signatures are not
-checked, so any dummy credentials work. Per model it charges a tokens-per-minute quota the way
-Bedrock does (see `genai_pacer.planning`): at start it reserves input + cache writes + cache reads
-+ max_tokens (the model's maximum when max_tokens is unset) and throttles if the one-minute window
-cannot hold that; at completion it settles to input + cache writes + output x burndown. An optional
-RPM quota counts requests started in the window.
+event-stream frames with CRCs), InvokeModel and InvokeModelWithResponseStream (native bodies of
+Anthropic Messages, Amazon Nova and Meta Llama, see `native`), and CountTokens. Every other
+bedrock-runtime operation gets a 501 NotEmulatedException naming it. Signatures are not checked, so
+any dummy credentials work. Requests are validated as Bedrock validates them (`validation`), so a
+client that skips botocore's checks (Step Functions, raw HTTP) meets the same 400s.
+
+A model is reached by its id, its foundation-model ARN, an inference-profile ARN or an application
+inference profile ARN listed in its ModelSpec. Per model it charges a tokens-per-minute quota in
+two steps (see `genai_pacer.planning` and `quota`): at the start a reservation of input + cache
+writes + cache reads + max_tokens (the model's maximum when unset), throttled if the quota cannot
+hold it; at completion a settlement of input + cache writes + output x burndown. The window
+(sliding, clock minute or token bucket) and whether burndown applies to the reservation are a
+`QuotaModel`. An optional RPM quota counts requests.
 
 Approximations (documented, so results can be read for what they are):
 - Tokens: one per 4 characters of text (`approx_tokens`); answers are 3-letter words plus a space,
-  one token each, so re-counting an answer gives its reported output tokens.
+  one token each, so re-counting an answer gives its reported output tokens. CountTokens answers
+  with the same count.
 - Latency: TTFT = ttft_seconds + prompt tokens / prefill_tokens_per_second, decode at
-  output_tokens_per_second, each times a seeded log-normal jitter. Cache reads skip prefill.
+  output_tokens_per_second, each times a seeded log-normal jitter. Cache reads skip prefill. A
+  service tier may have its own figures (`TierLatency`); tiers share the model's quota.
 - Answer length: the request's `requestMetadata["genai-pacer-answer-tokens"]` if given (the
   benchmark sends its expected output length there), else the model's `answer_tokens`; cut at
-  max_tokens with stopReason "max_tokens".
-- Prompt caching: text up to the last `cachePoint` block is a prefix; its first use writes the
-  cache, later uses within cache_ttl_seconds read it.
+  max_tokens with the family's stop reason (max_tokens, or length for Llama).
+- Prompt caching: text up to the last `cachePoint` block (Anthropic: through the last block with
+  `cache_control`) is a prefix; its first use writes the cache, later uses within
+  cache_ttl_seconds read it.
 - Latency-optimized mode has its own TPM quota; when it is full, the request is served (and charged)
   at standard latency and the response says "standard", without an error. A model without an
   optimized mode serves such requests at standard too.
+- serviceTier is echoed as requested (Converse: the response's and the stream metadata's
+  `serviceTier`; InvokeModel: the X-Amzn-Bedrock-Service-Tier header) and absent when not requested.
 - time_scale divides every duration the emulator controls (the quota window, TTFT, decode), so
   time_scale=60 runs a one-minute window in one second. Reported metrics stay in model time.
 - Deterministic for a seed: each request's jitter derives from the seed, the request body and how
@@ -30,6 +42,7 @@ Approximations (documented, so results can be read for what they are):
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
 import math
@@ -37,109 +50,59 @@ import random
 import re
 import threading
 import time
-import uuid
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from . import eventstream
+from .._checks import Checks
+from . import _servicemodel, eventstream, native
+from . import validation as v
+from ._http import Response, Server
+from ._install import missing
+from .quota import Charge, Ledger, QuotaModel
+from .specs import (
+    ANSWER_TOKENS_KEY,
+    EmulatorError,
+    LatencyOptimized,
+    ModelSpec,
+    TierLatency,
+    approx_tokens,
+)
 
 __all__ = [
     "ANSWER_TOKENS_KEY",
+    "EMULATED_OPERATIONS",
     "BedrockEmulator",
     "EmulatorError",
     "Invocation",
+    "InvocationTotals",
     "LatencyOptimized",
     "ModelSpec",
+    "QuotaModel",
+    "TierLatency",
     "approx_tokens",
 ]
 
-ANSWER_TOKENS_KEY = "genai-pacer-answer-tokens"
-TOKEN_CHARS = 4
-WINDOW_SECONDS = 60.0
+EMULATED_OPERATIONS = tuple(v.OPERATIONS.values())
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # above InvokeModel's 25,000,000-byte body limit, which Bedrock answers itself
+INVOKE_BODY_LIMIT = 25_000_000
 _WORDS = ("the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was",
           "one", "our", "out", "day", "get", "has", "him", "his", "how", "man", "new", "now", "old",
           "see", "two", "way", "who", "boy", "did", "its", "let", "put", "say", "she", "too", "use")
-_PATH = re.compile(r"/model/(?P<model>.+)/(?P<op>converse|converse-stream|invoke|invoke-with-response-stream)")
-_STATUS = {
-    "ValidationException": 400,
-    "AccessDeniedException": 403,
-    "ResourceNotFoundException": 404,
-    "ModelTimeoutException": 408,
-    "ModelErrorException": 424,
-    "ModelStreamErrorException": 424,
-    "ThrottlingException": 429,
-    "ModelNotReadyException": 429,
-    "InternalServerException": 500,
-    "ServiceUnavailableException": 503,
-}
+_PATH = re.compile(r"/model/(?P<model>.+)/(?P<op>converse|converse-stream|invoke|invoke-with-response-stream|count-tokens)")
 
 
-def approx_tokens(text: str) -> int:
-    """Token count of a text by the emulator's approximation: one token per 4 characters."""
-    return math.ceil(len(text) / TOKEN_CHARS)
-
-
-@dataclass(frozen=True)
-class LatencyOptimized:
-    """A model's latency-optimized mode: its own TPM quota and faster serving."""
-
-    tpm_quota: int
-    ttft_seconds: float = 0.25
-    output_tokens_per_second: float = 120.0
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """How one emulated model charges its quota and how fast it answers.
-
-    answer_tokens is the default answer length, or a function of the prompt text returning it.
-    max_output_tokens is what Bedrock reserves when a request leaves max_tokens unset.
-    """
-
-    model_id: str
-    tpm_quota: int = 400_000
-    rpm_quota: int | None = None
-    burndown: float = 1.0
-    max_output_tokens: int = 8_192
-    ttft_seconds: float = 0.5
-    prefill_tokens_per_second: float = 8_000.0
-    output_tokens_per_second: float = 60.0
-    jitter: float = 0.1
-    answer_tokens: int | Callable[[str], int] = 300
-    latency_optimized: LatencyOptimized | None = None
-    cache_ttl_seconds: float = 300.0
-
-    def __post_init__(self) -> None:
-        problems = [
-            f"{name}={getattr(self, name)!r} must be > 0"
-            for name in ("tpm_quota", "max_output_tokens", "ttft_seconds", "prefill_tokens_per_second",
-                         "output_tokens_per_second", "cache_ttl_seconds")
-            if not getattr(self, name) > 0
-        ]
-        if self.rpm_quota is not None and self.rpm_quota < 1:
-            problems.append(f"rpm_quota={self.rpm_quota!r} must be >= 1 or None (no RPM quota)")
-        if self.burndown < 1:
-            problems.append(f"burndown={self.burndown!r} must be >= 1")
-        if self.jitter < 0:
-            problems.append(f"jitter={self.jitter!r} must be >= 0")
-        if isinstance(self.answer_tokens, int) and self.answer_tokens < 1:
-            problems.append(f"answer_tokens={self.answer_tokens!r} must be >= 1")
-        if problems:
-            raise ValueError(f"ModelSpec {self.model_id!r}: " + "; ".join(problems))
-
-
-@dataclass
+@dataclass(slots=True)
 class Invocation:
     """One request as the emulator saw it; throttled and failed requests are recorded too.
 
     It is listed from the moment the request arrives and complete (outcome, settlement) before the
-    client receives the last byte of its response. started is in model seconds since the emulator
-    started. reserved is what the request asked the
-    quota for; settled is what it finally consumed (0 when throttled).
+    client receives the last byte of its response. operation is botocore's name (Converse,
+    InvokeModel, ...); started is in model seconds since the emulator started. reserved is what the
+    request asked the quota for; settled is what it finally consumed (0 when throttled). message is
+    the error message when the request failed.
     """
 
     model_id: str
@@ -148,6 +111,7 @@ class Invocation:
     outcome: str = "in-flight"  # then "ok", "throttled", "client-disconnected" or the error type that ended it
     requested_latency: str = "standard"
     served_latency: str = "standard"
+    service_tier: str | None = None
     input_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
@@ -157,108 +121,88 @@ class Invocation:
     settled: float = 0.0
     ttft_ms: float | None = None
     latency_ms: float | None = None
+    message: str = ""
+    counted: bool = field(default=False, init=False, repr=False, compare=False)  # added to the totals yet
 
 
-class EmulatorError(Exception):
-    """An error the service would return; type is the modeled exception name."""
+@dataclass(frozen=True)
+class InvocationTotals:
+    """Every request since the emulator started, including those `invocations` no longer lists."""
 
-    def __init__(self, error_type: str, message: str):
-        super().__init__(f"{error_type}: {message}")
-        self.error_type, self.message = error_type, message
+    requests: int
+    in_flight: int
+    outcomes: Mapping[str, int]  # completed requests by outcome
+    reserved: int
+    settled: float
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    forgotten: int  # records dropped from `invocations` to keep it within max_invocations
 
     @property
-    def status(self) -> int:
-        return _STATUS.get(self.error_type, 400)
-
-    @property
-    def stream_type(self) -> str:
-        """The camelCase name an in-stream exception carries (throttlingException)."""
-        return self.error_type[0].lower() + self.error_type[1:]
+    def throttled(self) -> int:
+        return self.outcomes.get("throttled", 0)
 
 
 @dataclass
-class _Charge:
-    started: float
-    tokens: float
-    expired: bool = False
+class _Tally:
+    requests: int = 0
+    forgotten: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    sums: Counter[str] = field(default_factory=Counter)
 
+    def add(self, record: Invocation) -> None:
+        self.outcomes[record.outcome] += 1
+        for name in ("reserved", "settled", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+            self.sums[name] += getattr(record, name)
 
-class _Window:
-    """One quota: charges keyed by request start, forgotten one window later.
-
-    A request holds its reservation until it settles; only charges that started inside the window
-    count, which is the accounting `planning.sustainable_rate` assumes.
-    """
-
-    def __init__(self, tpm: int, rpm: int | None, window_seconds: float, clock: Callable[[], float]):
-        self.tpm, self.rpm, self.window, self.clock = tpm, rpm, window_seconds, clock
-        self.charges: deque[_Charge] = deque()
-        self.total = 0.0
-
-    def _expire(self, now: float) -> None:
-        while self.charges and self.charges[0].started <= now - self.window:
-            charge = self.charges.popleft()
-            charge.expired = True
-            self.total -= charge.tokens
-
-    def reserve(self, tokens: int) -> _Charge | str:
-        """The charge, or why the request is throttled ("tokens" or "requests")."""
-        now = self.clock()
-        self._expire(now)
-        if self.total + tokens > self.tpm:
-            return "tokens"
-        if self.rpm is not None and len(self.charges) + 1 > self.rpm:
-            return "requests"
-        charge = _Charge(now, float(tokens))
-        self.charges.append(charge)
-        self.total += tokens
-        return charge
-
-    def settle(self, charge: _Charge, tokens: float) -> None:
-        if not charge.expired:  # still counted in the window
-            self.total += tokens - charge.tokens
-        charge.tokens = tokens
-
-    def used(self) -> float:
-        self._expire(self.clock())
-        return self.total
+    def snapshot(self) -> InvocationTotals:
+        return InvocationTotals(
+            requests=self.requests,
+            in_flight=self.requests - sum(self.outcomes.values()),
+            outcomes=dict(self.outcomes),
+            reserved=int(self.sums["reserved"]),
+            settled=float(self.sums["settled"]),
+            input_tokens=int(self.sums["input_tokens"]),
+            output_tokens=int(self.sums["output_tokens"]),
+            cache_read_tokens=int(self.sums["cache_read_tokens"]),
+            cache_write_tokens=int(self.sums["cache_write_tokens"]),
+            forgotten=self.forgotten,
+        )
 
 
 @dataclass
 class _Fault:
     error_type: str
+    status: int
+    stream_member: str | None  # the event union member an in-stream fault is sent as
     model_id: str | None
+    operations: tuple[str, ...]  # the emulated operations botocore's model lets return it (in this mode)
     after_tokens: int | None
     message: str
 
-
-@dataclass
-class _Request:
-    """What the emulator needs from a request, whichever operation carried it."""
-
-    operation: str
-    spec: ModelSpec
-    prompt: str
-    cached_prefix: str
-    max_tokens: int
-    latency: str
-    answer_hint: int | None
-
-    @property
-    def streaming(self) -> bool:
-        return self.operation in ("converse-stream", "invoke-with-response-stream")
-
-    @property
-    def anthropic_body(self) -> bool:
-        return self.operation.startswith("invoke") and "anthropic" in self.spec.model_id
+    def error(self) -> EmulatorError:
+        return EmulatorError(self.error_type, self.message, self.status)
 
 
-DEFAULT_MODEL = ModelSpec("us.amazon.nova-lite-v1:0")
+DEFAULT_MODEL = ModelSpec("us.amazon.nova-lite-v1:0", context_window=300_000)
 
 
 class BedrockEmulator:
     """Start with `with BedrockEmulator([ModelSpec(...)]) as bedrock:` and point clients at
-    `bedrock.endpoint_url` (or use `bedrock.client()`). Without models it serves DEFAULT_MODEL."""
+    `bedrock.endpoint_url` (or use `bedrock.client()`). Without models it serves DEFAULT_MODEL.
+
+    quota: the quota algorithm (QuotaModel). Default: a sliding one-minute window keyed by request
+        start, max_tokens reserved without burndown (the reference notes' reading).
+    connection_setup_seconds: delays the first request on each new connection, standing in for the
+        TLS handshake a real endpoint costs (loopback HTTP has none). Default: 0.
+    connection_timeout_seconds: wall seconds a connection may sit idle (or half-open) before its
+        thread lets it go. Default: 60.
+    max_body_bytes: larger request bodies get a 413 without being read. Default: 32 MiB.
+    max_invocations: how many records `invocations` keeps (the oldest are dropped); `totals` counts
+        every request regardless. Default: 100,000.
+    """
 
     def __init__(
         self,
@@ -269,34 +213,56 @@ class BedrockEmulator:
         host: str = "127.0.0.1",
         port: int = 0,
         connection_setup_seconds: float = 0.0,
+        quota: QuotaModel | None = None,
+        connection_timeout_seconds: float = 60.0,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_invocations: int = 100_000,
     ):
-        """connection_setup_seconds delays the first request on each new connection, standing in for
-        the TLS handshake a real endpoint costs (loopback HTTP has none)."""
-        if time_scale <= 0:
-            raise ValueError(f"time_scale={time_scale!r} must be > 0 (60 runs a one-minute quota window in 1 s)")
-        self.models = {spec.model_id: spec for spec in models} or {DEFAULT_MODEL.model_id: DEFAULT_MODEL}
-        if connection_setup_seconds < 0:
-            raise ValueError(f"connection_setup_seconds={connection_setup_seconds!r} must be >= 0")
+        specs = list(models) or [DEFAULT_MODEL]
+        with Checks("BedrockEmulator") as check:
+            check.number("time_scale", time_scale, above=0, fix="60 runs a one-minute quota window in 1 s")
+            check.number("connection_setup_seconds", connection_setup_seconds, minimum=0)
+            check.number("connection_timeout_seconds", connection_timeout_seconds, above=0,
+                         fix="wall seconds an idle connection is kept")
+            for name, value in (("max_body_bytes", max_body_bytes), ("max_invocations", max_invocations)):
+                if check.instance(name, value, int, "a whole number"):
+                    check.number(name, value, minimum=1)
+            check.instance("quota", quota, QuotaModel, "QuotaModel(window=..., reserve_output_with_burndown=...)",
+                           optional=True)
+            for i, spec in enumerate(specs):
+                check.instance(f"models[{i}]", spec, ModelSpec, "ModelSpec(model_id, ...)")
+            ids = [str(getattr(spec, "model_id", "")) for spec in specs]
+            check.rule(len(set(ids)) == len(ids), f"models has duplicate model ids {sorted({i for i in ids if ids.count(i) > 1})}; "
+                       "give each ModelSpec its own id")
+        self.models = {spec.model_id: spec for spec in specs}
         self.seed, self.time_scale, self._address = seed, time_scale, (host, port)
         self.connection_setup_seconds = connection_setup_seconds
+        self.connection_timeout_seconds = connection_timeout_seconds
+        self.max_body_bytes = max_body_bytes
+        self.quota = quota or QuotaModel()
         self._lock = threading.Lock()
         self._started_at = time.monotonic()
-        self._windows: dict[tuple[str, str], _Window] = {}
+        self._ledgers: dict[tuple[str, str], Ledger] = {}
         for spec in self.models.values():
-            self._add_windows(spec)
+            self._ledgers[(spec.model_id, "standard")] = self.quota.ledger(spec.tpm_quota, spec.rpm_quota)
+            if spec.latency_optimized:
+                self._ledgers[(spec.model_id, "optimized")] = self.quota.ledger(spec.latency_optimized.tpm_quota, None)
         self._cache: dict[tuple[str, str], float] = {}
         self._seen: dict[str, int] = {}
         self._faults: deque[_Fault] = deque()
-        self._invocations: list[Invocation] = []
+        self._invocations: deque[Invocation] = deque(maxlen=max_invocations)
+        self._tally = _Tally()
         self._connections = 0
-        self._server: _Server | None = None
+        self._server: Server | None = None
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> BedrockEmulator:
         if self._server is None:
-            self._server = _Server(self._address, self)
-            self._thread = threading.Thread(target=self._server.serve_forever, name="bedrock-emulator", daemon=True)
+            self._server = Server(self._address, self._dispatch, connection_timeout=self.connection_timeout_seconds,
+                                  max_body_bytes=self.max_body_bytes, on_connection=self._on_connection)
+            self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                            name="bedrock-emulator", daemon=True)  # stop() waits one poll
             self._thread.start()
         return self
 
@@ -317,14 +283,17 @@ class BedrockEmulator:
         if self._server is None:
             raise RuntimeError("the emulator is not running: call start() or use it as a context manager")
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
-    def client(self, **config: Any):
+    def client(self, **config: Any) -> Any:
         """A boto3 bedrock-runtime client for this emulator (dummy credentials); config goes to
-        botocore's Config (max_pool_connections, retries, ...)."""
-        import boto3
-        from botocore.config import Config
-
+        botocore's Config (max_pool_connections, retries, parameter_validation, ...)."""
+        try:
+            import boto3
+            from botocore.config import Config
+        except ModuleNotFoundError as error:
+            raise missing("BedrockEmulator.client() (a boto3 client; the emulator itself needs only the "
+                          "standard library, so any HTTP client can use endpoint_url)", "boto3", error) from error
         return boto3.client(
             "bedrock-runtime",
             region_name="us-east-1",
@@ -340,21 +309,71 @@ class BedrockEmulator:
         error_type: str = "ServiceUnavailableException",
         *,
         model_id: str | None = None,
+        operation: str | None = None,
         after_tokens: int | None = None,
         count: int = 1,
         message: str = "injected by the emulator",
     ) -> None:
-        """Make the next `count` requests fail with error_type. after_tokens makes a streaming request
-        fail inside the stream after that many tokens (an in-stream exception event)."""
-        if error_type not in _STATUS:
-            raise ValueError(f"error_type={error_type!r} is not one of {sorted(_STATUS)}")
+        """Make the next `count` requests that can return error_type fail with it.
+
+        Only errors botocore's bedrock-runtime model lists for an operation can be injected into it;
+        with after_tokens, a streaming request fails inside its stream after that many tokens, and
+        only the exceptions its event union carries are allowed. A fault waits for the first request
+        it fits (its model_id, its operation, a stream when after_tokens is set).
+        """
+        service = _servicemodel.load()
+        if service is None:
+            raise missing("BedrockEmulator.fail_next (it checks error types against botocore's bedrock-runtime "
+                          "service model)", "botocore", ModuleNotFoundError(name="botocore"))
+        streamed = after_tokens is not None
+
+        def allowed(name: str) -> Iterable[str]:
+            op = service.operations[name]
+            return (op.stream_errors or {}) if streamed else op.errors
+
+        where = " inside its stream (after_tokens)" if streamed else ""
+        with Checks("fail_next") as check:
+            if model_id is not None:
+                check.rule(self._resolve(model_id) is not None,
+                           f"model_id={model_id!r} is not a model this emulator serves ({', '.join(self.models)})")
+            if operation is not None:
+                check.one_of("operation", operation, EMULATED_OPERATIONS)
+            if streamed and check.instance("after_tokens", after_tokens, int, "a whole number of tokens or None"):
+                check.number("after_tokens", after_tokens, minimum=0)
+            if check.instance("count", count, int, "a whole number"):
+                check.number("count", count, minimum=1)
+            check.text("message", message)
+            candidates = [operation] if operation in EMULATED_OPERATIONS else list(EMULATED_OPERATIONS)
+            targets = tuple(name for name in candidates if error_type in allowed(name))
+            if not targets:
+                listed = "; ".join(f"{name}: {', '.join(sorted(allowed(name))) or 'none'}" for name in candidates)
+                check.fail(f"error_type={error_type!r} is not an error botocore's model lets "
+                           f"{operation or 'any emulated operation'} return{where}; allowed{where}: {listed}")
+        spec = self._resolve(model_id) if model_id else None
+        stream_member = service.operations[targets[0]].stream_errors or {}
+        fault = _Fault(
+            error_type=error_type,
+            status=service.statuses.get(error_type, 500),
+            stream_member=stream_member.get(error_type) if streamed else None,
+            model_id=spec.model_id if spec else None,
+            operations=targets,
+            after_tokens=after_tokens,
+            message=message,
+        )
         with self._lock:
-            self._faults.extend(_Fault(error_type, model_id, after_tokens, message) for _ in range(count))
+            self._faults.extend(fault for _ in range(count))
 
     @property
     def invocations(self) -> list[Invocation]:
+        """The most recent max_invocations requests, oldest first."""
         with self._lock:
             return list(self._invocations)
+
+    @property
+    def totals(self) -> InvocationTotals:
+        """Counts and token sums over every request so far (completed ones; in_flight says how many are not)."""
+        with self._lock:
+            return self._tally.snapshot()
 
     @property
     def connections_opened(self) -> int:
@@ -362,35 +381,32 @@ class BedrockEmulator:
         return self._connections
 
     def quota_used(self, model_id: str, latency: str = "standard") -> float:
-        """Tokens charged in the current window (reservations of requests in flight included)."""
+        """Tokens the quota holds right now (reservations of requests in flight included)."""
         with self._lock:
-            return self._windows[(model_id, latency)].used()
+            return self._ledgers[(model_id, latency)].used(self.model_seconds())
 
     def model_seconds(self) -> float:
         """Model time since start: wall time x time_scale."""
         return (time.monotonic() - self._started_at) * self.time_scale
 
     # ---- internals ---------------------------------------------------------------------------
-    def _add_windows(self, spec: ModelSpec) -> None:
-        window = WINDOW_SECONDS / self.time_scale
-        self._windows[(spec.model_id, "standard")] = _Window(spec.tpm_quota, spec.rpm_quota, window, time.monotonic)
-        if spec.latency_optimized:
-            self._windows[(spec.model_id, "optimized")] = _Window(
-                spec.latency_optimized.tpm_quota, None, window, time.monotonic
-            )
+    def _resolve(self, identifier: str) -> ModelSpec | None:
+        """The model an identifier reaches: its id first, then every other accepted form."""
+        return self.models.get(identifier) or next((s for s in self.models.values() if s.answers(identifier)), None)
 
     def _sleep(self, model_seconds: float) -> None:
         if model_seconds > 0:
             time.sleep(model_seconds / self.time_scale)
 
-    def _count_connection(self) -> None:
+    def _on_connection(self) -> None:
         with self._lock:
             self._connections += 1
+        time.sleep(self.connection_setup_seconds)  # once per connection, like a handshake
 
-    def _take_fault(self, model_id: str) -> _Fault | None:
+    def _take_fault(self, req: v.Request) -> _Fault | None:
         with self._lock:
             for fault in self._faults:
-                if fault.model_id in (None, model_id):
+                if fault.model_id in (None, req.spec.model_id) and req.operation in fault.operations:
                     self._faults.remove(fault)
                     return fault
         return None
@@ -412,70 +428,136 @@ class BedrockEmulator:
         tokens = approx_tokens(prefix)
         return (tokens, 0) if hit else (0, tokens)
 
-    def _admit(self, req: _Request, reserved: int) -> tuple[str, _Window, _Charge]:
+    def _admit(self, req: v.Request, reserved: int) -> tuple[str, Ledger, Charge]:
         """Reserve on the optimized quota if asked and available, else on the standard quota."""
         model_id = req.spec.model_id
         with self._lock:
-            if req.latency == "optimized" and (model_id, "optimized") in self._windows:
-                window = self._windows[(model_id, "optimized")]
-                charge = window.reserve(reserved)
+            now = self.model_seconds()
+            if req.latency == "optimized" and (model_id, "optimized") in self._ledgers:
+                ledger = self._ledgers[(model_id, "optimized")]
+                charge = ledger.reserve(reserved, now)
                 if not isinstance(charge, str):
-                    return "optimized", window, charge
-            window = self._windows[(model_id, "standard")]
-            charge = window.reserve(reserved)
+                    return "optimized", ledger, charge
+            ledger = self._ledgers[(model_id, "standard")]
+            charge = ledger.reserve(reserved, now)
         if isinstance(charge, str):
             raise EmulatorError("ThrottlingException", f"Too many {charge}, please wait before trying again.")
-        return "standard", window, charge
+        return "standard", ledger, charge
 
-    def _settle(self, window: _Window, charge: _Charge, tokens: float) -> None:
+    def _record(self, record: Invocation) -> None:
         with self._lock:
-            window.settle(charge, tokens)
+            if len(self._invocations) == self._invocations.maxlen:
+                self._tally.forgotten += 1
+            self._invocations.append(record)
+            self._tally.requests += 1
 
-    def _record(self, invocation: Invocation) -> None:
+    def _complete(self, record: Invocation, outcome: str | None = None, message: str = "") -> None:
+        """Set the outcome (if still in flight) and add the record to the totals, once."""
         with self._lock:
-            self._invocations.append(invocation)
+            if record.outcome == "in-flight" and outcome:
+                record.outcome, record.message = outcome, message
+            if not record.counted:
+                record.counted = True
+                self._tally.add(record)
 
-    def handle(self, operation: str, model_path: str, raw: bytes, headers: dict[str, str], out: _Response) -> None:
+    def _dispatch(self, method: str, path: str, raw: bytes, headers: dict[str, str], out: Response) -> None:
+        """Route one HTTP request: an emulated operation, another bedrock-runtime operation, or nothing."""
+        route = path.split("?", 1)[0]
+        match = _PATH.fullmatch(route)
+        if match and method == "POST":
+            self._handle(v.OPERATIONS[match["op"]], unquote(match["model"]), raw, headers, out)
+            return
+        service = _servicemodel.load()
+        name = service.operation_at(method, route) if service else None
+        serves = f"BedrockEmulator serves {', '.join(EMULATED_OPERATIONS)}"
+        if name:
+            out.error(EmulatorError("NotEmulatedException", f"{name} is not emulated: {serves}."))
+        else:
+            out.error(EmulatorError("UnknownOperationException", f"no bedrock-runtime operation at {method} {route}; {serves}."))
+
+    def _handle(self, operation: str, model_path: str, raw: bytes, headers: dict[str, str], out: Response) -> None:
         """Serve one request onto `out`; every failure becomes the service's error shape."""
-        record = Invocation(model_id=unquote(model_path), operation=operation, started=self.model_seconds())
+        record = Invocation(model_id=model_path, operation=operation, started=self.model_seconds())
         self._record(record)
         try:
-            req = self._parse(operation, record.model_id, raw, headers)
-            record.model_id, record.requested_latency, record.max_tokens = (
-                req.spec.model_id, req.latency, req.max_tokens)
-            fault = self._take_fault(req.spec.model_id)
-            if fault and (fault.after_tokens is None or not req.streaming):
-                raise EmulatorError(fault.error_type, fault.message)
+            req = self._parse(operation, model_path, raw, headers)
+            record.model_id, record.requested_latency, record.max_tokens, record.service_tier = (
+                req.spec.model_id, req.latency, req.max_tokens, req.service_tier)
+            fault = self._take_fault(req)
+            if fault and fault.after_tokens is None:
+                raise fault.error()
+            if operation == "CountTokens":
+                record.input_tokens = approx_tokens(req.prompt)
+                self._complete(record, "ok")
+                out.json(200, {"inputTokens": record.input_tokens})
+                return
             self._serve(req, raw, record, out, fault)
         except EmulatorError as error:
-            record.outcome = "throttled" if error.error_type == "ThrottlingException" else error.error_type
+            self._complete(record, "throttled" if error.error_type == "ThrottlingException" else error.error_type,
+                           error.message)
             out.error(error)
-        except (BrokenPipeError, ConnectionResetError):
-            record.outcome = "client-disconnected"
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self._complete(record, "client-disconnected")
             raise
         except Exception as error:  # a bug here still answers in the service's shape, never a dropped socket
-            record.outcome = "InternalServerException"
+            self._complete(record, "InternalServerException", repr(error))
             out.error(EmulatorError("InternalServerException", f"emulator error: {error!r}"))
 
-    def _serve(self, req: _Request, raw: bytes, record: Invocation, out: _Response, fault: _Fault | None) -> None:
+    def _parse(self, operation: str, model_path: str, raw: bytes, headers: dict[str, str]) -> v.Request:
+        spec = self._resolve(model_path)
+        if spec is None:
+            raise v.invalid(f"{v.INVALID_MODEL} (BedrockEmulator serves {', '.join(self.models)}: by id, "
+                            "foundation-model ARN, inference-profile ARN, or an application inference profile "
+                            "ARN listed in ModelSpec.application_profiles)")
+        if operation.startswith("InvokeModel") and len(raw) > INVOKE_BODY_LIMIT:
+            raise v.invalid("1 validation error detected: Value at 'body' failed to satisfy constraint: "
+                            f"Member must have length less than or equal to {INVOKE_BODY_LIMIT}")
+        body = _json_object(raw)
+        if operation.startswith("Converse"):
+            return v.converse(operation, spec, body)
+        if operation.startswith("InvokeModel"):
+            return native.read(operation, spec, body, headers)
+        return self._count_tokens_request(spec, body)
+
+    def _count_tokens_request(self, spec: ModelSpec, body: dict[str, Any]) -> v.Request:
+        """CountTokens: a Converse-shaped input or an InvokeModel body (base64 in JSON), counted alike."""
+        given = v.expect(body.get("input"), dict, "input", "a CountTokensInput structure: {\"converse\": {...}} or {\"invokeModel\": {\"body\": ...}}")
+        members = [key for key in ("converse", "invokeModel") if given.get(key) is not None]
+        if len(members) != 1:
+            raise v.invalid("1 validation error detected: Value at 'input' failed to satisfy constraint: "
+                            "Member must set exactly one of converse or invokeModel")
+        if members == ["converse"]:
+            prompt = "".join(v.texts(v.conversation(v.expect(given["converse"], dict, "input.converse", "a structure"))))
+        else:
+            blob = v.expect(given["invokeModel"], dict, "input.invokeModel", "a structure")
+            encoded = v.expect(blob.get("body"), str, "input.invokeModel.body", "a base64-encoded InvokeModel body")
+            try:
+                decoded = base64.b64decode(encoded, validate=True)
+            except (binascii.Error, ValueError):
+                raise v.invalid("input.invokeModel.body is not valid base64") from None
+            prompt = native.family_of(spec, "CountTokens").read(spec, _json_object(decoded))[0]
+        return v.Request(operation="CountTokens", spec=spec, prompt=prompt, cached_prefix="", max_tokens=0)
+
+    def _serve(self, req: v.Request, raw: bytes, record: Invocation, out: Response, fault: _Fault | None) -> None:
         spec = req.spec
         cache_read, cache_write = self._cache_tokens(spec.model_id, req.cached_prefix, spec.cache_ttl_seconds)
         input_tokens = max(approx_tokens(req.prompt) - cache_read - cache_write, 0)
-        reserved = input_tokens + cache_write + cache_read + req.max_tokens
+        reserved = self.quota.reservation(input_tokens + cache_write + cache_read, req.max_tokens, spec.burndown)
         record.input_tokens, record.cache_read_tokens, record.cache_write_tokens = input_tokens, cache_read, cache_write
         record.reserved = reserved
-        served, window, charge = self._admit(req, reserved)
+        served, ledger, charge = self._admit(req, reserved)
         record.served_latency = served
         wanted = req.answer_hint or (
             spec.answer_tokens(req.prompt) if callable(spec.answer_tokens) else spec.answer_tokens
         )
         output_tokens = min(max(int(wanted), 1), req.max_tokens)
-        stop_reason = "max_tokens" if wanted > req.max_tokens else "end_turn"
-        rng = self._rng(req.operation, spec.model_id, raw)
+        cut = wanted > req.max_tokens
+        rng = self._rng(_PATH_SEGMENT[req.operation], spec.model_id, raw)
+        ttft_base, prefill, decode = spec.speed(req.service_tier)
         fast = spec.latency_optimized if served == "optimized" else None
-        ttft = ((fast.ttft_seconds if fast else spec.ttft_seconds)
-                + (input_tokens + cache_write) / spec.prefill_tokens_per_second) * _jitter(rng, spec.jitter)
-        otps = (fast.output_tokens_per_second if fast else spec.output_tokens_per_second) * _jitter(rng, spec.jitter)
+        ttft = ((fast.ttft_seconds if fast else ttft_base)
+                + (input_tokens + cache_write) / prefill) * _jitter(rng, spec.jitter)
+        otps = (fast.output_tokens_per_second if fast else decode) * _jitter(rng, spec.jitter)
         words = [rng.choice(_WORDS) + " " for _ in range(output_tokens)]
         settled = False
 
@@ -485,28 +567,64 @@ class BedrockEmulator:
             if not settled:
                 settled = True
                 record.settled = input_tokens + cache_write + record.output_tokens * spec.burndown
-                self._settle(window, charge, record.settled)
+                with self._lock:
+                    ledger.settle(charge, record.settled, self.model_seconds())
+                self._complete(record, "client-disconnected")  # the outcome is already set unless the client left
 
         try:
             if req.streaming:
-                self._stream(req, out, words, ttft, otps, stop_reason, record, fault, served, settle)
+                self._stream(req, out, words, ttft, otps, cut, record, fault, settle)
             else:
                 self._sleep(ttft + output_tokens / otps)
                 record.output_tokens, record.outcome = output_tokens, "ok"
                 record.latency_ms = round((ttft + output_tokens / otps) * 1000)
                 settle()
-                out.json(200, _body(req, "".join(words), record, stop_reason), _invoke_headers(req, record))
+                out.json(200, self._body(req, "".join(words), record, cut), self._invoke_headers(req, record))
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            raise  # settled below as client-disconnected
+        except Exception as error:
+            if record.outcome == "in-flight":
+                record.outcome, record.message = "InternalServerException", repr(error)
+            raise
         finally:  # whatever was generated is charged, even if the client went away mid-stream
             settle()
 
-    def _stream(self, req, out, words, ttft, otps, stop_reason, record, fault, served, settle) -> None:
+    @staticmethod
+    def _body(req: v.Request, text: str, record: Invocation, cut: bool) -> dict[str, Any]:
+        if req.family:
+            return native.family_of(req.spec, req.operation).response(req.spec, text, record, cut)
+        body = {
+            "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+            "stopReason": "max_tokens" if cut else "end_turn",
+            "usage": _usage(record),
+            "metrics": {"latencyMs": record.latency_ms},
+            "performanceConfig": {"latency": record.served_latency},
+        }
+        return body | ({"serviceTier": {"type": req.service_tier}} if req.service_tier else {})
+
+    @staticmethod
+    def _invoke_headers(req: v.Request, record: Invocation) -> dict[str, str]:
+        if not req.family:
+            return {}
+        headers = {"X-Amzn-Bedrock-PerformanceConfig-Latency": record.served_latency}
+        if req.service_tier:
+            headers["X-Amzn-Bedrock-Service-Tier"] = req.service_tier
+        if req.operation == "InvokeModel":
+            headers |= {
+                "X-Amzn-Bedrock-Input-Token-Count": str(record.input_tokens),
+                "X-Amzn-Bedrock-Output-Token-Count": str(record.output_tokens),
+                "X-Amzn-Bedrock-Invocation-Latency": str(record.latency_ms),
+            }
+        else:
+            headers["X-Amzn-Bedrock-Content-Type"] = "application/json"
+        return headers
+
+    def _stream(self, req: v.Request, out: Response, words: list[str], ttft: float, otps: float, cut: bool,
+                record: Invocation, fault: _Fault | None, settle: Callable[[], None]) -> None:
         """Send the answer as event-stream frames paced at the decode rate (record.output_tokens
         counts what was sent)."""
-        dialect = _ConverseStream() if req.operation == "converse-stream" else _InvokeStream(req)
-        content_type = {"X-Amzn-Bedrock-PerformanceConfig-Latency": served}
-        if req.operation == "invoke-with-response-stream":
-            content_type["X-Amzn-Bedrock-Content-Type"] = "application/json"
-        out.start_stream(content_type)
+        dialect = _ConverseStream(req) if req.family is None else _InvokeStream(req)
+        out.start_stream(self._invoke_headers(req, record))
         begin = self.model_seconds()
         self._sleep(ttft)
         record.ttft_ms = round((self.model_seconds() - begin) * 1000)
@@ -516,138 +634,40 @@ class BedrockEmulator:
         while sent < limit:
             due = min(limit, 1 + int((self.model_seconds() - begin - ttft) * otps))
             if due > sent:
-                out.chunk(dialect.delta("".join(words[sent:due])))
-                sent = record.output_tokens = due
+                record.output_tokens = due
+                out.chunk(dialect.delta("".join(words[sent:due]), record))
+                sent = due
             if sent < limit:
                 time.sleep(min(max((sent + 1) / otps + ttft - (self.model_seconds() - begin), 0) / self.time_scale, 0.05))
         if fault:
-            record.outcome = fault.error_type
+            record.outcome, record.message = fault.error_type, fault.message
             settle()
-            out.chunk(eventstream.exception(EmulatorError(fault.error_type, fault.message).stream_type, fault.message))
+            out.chunk(eventstream.exception(fault.stream_member or fault.error().stream_type, fault.message))
         else:
             record.latency_ms, record.outcome = round((self.model_seconds() - begin) * 1000), "ok"
             settle()
-            out.chunk(dialect.stop(record, stop_reason))
+            out.chunk(dialect.stop(record, cut))
         out.end_stream()
 
-    def _parse(self, operation: str, model_path: str, raw: bytes, headers: dict[str, str]) -> _Request:
-        spec = self.models.get(model_path) or self.models.get(model_path.rsplit("/", 1)[-1])
-        if spec is None:
-            raise EmulatorError("ValidationException", "The provided model identifier is invalid.")
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            raise EmulatorError("ValidationException", "Malformed input request, please reformat your input and try again.") from None
-        if not isinstance(body, dict):
-            raise EmulatorError("ValidationException", "Malformed input request: the body must be a JSON object.")
-        if operation.startswith("converse"):
-            return _parse_converse(operation, spec, body)
-        return _parse_invoke(operation, spec, body, headers)
+
+_PATH_SEGMENT = {name: segment for segment, name in v.OPERATIONS.items()}
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        raise v.invalid("Malformed input request, please reformat your input and try again.") from None
+    if not isinstance(body, dict):
+        names: dict[type, str] = {list: "JSONArray", str: "String"}
+        found = names.get(type(body), type(body).__name__)
+        raise v.invalid(f"Malformed input request: #: expected type: JSONObject, found: {found}, please reformat "
+                        "your input and try again.")
+    return body
 
 
 def _jitter(rng: random.Random, sigma: float) -> float:
     return math.exp(rng.gauss(0, sigma)) if sigma else 1.0
-
-
-def _texts(value: Any) -> Iterator[str]:
-    """Every text a request carries (Converse blocks, native bodies), in order."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if key in ("text", "content", "prompt", "inputText", "system") or isinstance(item, list | dict):
-                yield from _texts(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _texts(item)
-
-
-def _cached_prefix(blocks: list[Any]) -> str:
-    """The text before the last cachePoint block of system + messages content."""
-    prefix, seen = [], []
-    for block in blocks:
-        if isinstance(block, dict) and "cachePoint" in block:
-            prefix = list(seen)
-        else:
-            seen.extend(_texts(block))
-    return "".join(prefix)
-
-
-def _answer_hint(metadata: Any) -> int | None:
-    if not isinstance(metadata, dict) or ANSWER_TOKENS_KEY not in metadata:
-        return None
-    try:
-        return max(int(metadata[ANSWER_TOKENS_KEY]), 1)
-    except (TypeError, ValueError):
-        raise EmulatorError(
-            "ValidationException", f"requestMetadata {ANSWER_TOKENS_KEY} must be a whole number of tokens"
-        ) from None
-
-
-def _checked_max_tokens(spec: ModelSpec, value: Any, name: str) -> int:
-    if value is None:
-        return spec.max_output_tokens  # Bedrock reserves the model's maximum
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise EmulatorError("ValidationException", f"{name} must be a positive integer, got {value!r}")
-    if value > spec.max_output_tokens:
-        raise EmulatorError(
-            "ValidationException",
-            f"{name} {value} exceeds the model's maximum output of {spec.max_output_tokens} tokens",
-        )
-    return value
-
-
-def _parse_converse(operation: str, spec: ModelSpec, body: dict[str, Any]) -> _Request:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise EmulatorError("ValidationException", "A conversation must start with a user message.")
-    blocks = list(body.get("system") or [])
-    for message in messages:
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise EmulatorError("ValidationException", "Each message needs a role of user or assistant.")
-        blocks.extend(message.get("content") or [])
-    latency = (body.get("performanceConfig") or {}).get("latency", "standard")
-    if latency not in ("standard", "optimized"):
-        raise EmulatorError("ValidationException", f"performanceConfig.latency {latency!r} is not standard or optimized")
-    return _Request(
-        operation=operation,
-        spec=spec,
-        prompt="".join(_texts(blocks)),
-        cached_prefix=_cached_prefix(blocks),
-        max_tokens=_checked_max_tokens(spec, (body.get("inferenceConfig") or {}).get("maxTokens"), "maxTokens"),
-        latency=latency,
-        answer_hint=_answer_hint(body.get("requestMetadata")),
-    )
-
-
-def _parse_invoke(operation: str, spec: ModelSpec, body: dict[str, Any], headers: dict[str, str]) -> _Request:
-    """Native bodies: Anthropic Messages (max_tokens), Nova (inferenceConfig.maxTokens or
-    max_new_tokens) and others (maxTokens, max_gen_len, textGenerationConfig.maxTokenCount)."""
-    anthropic = "anthropic" in spec.model_id
-    if anthropic and "max_tokens" not in body:
-        raise EmulatorError("ValidationException", "Malformed input request: #: required key [max_tokens] not found")
-    nested = body.get("inferenceConfig") or body.get("textGenerationConfig") or {}
-    candidates = [body.get("max_tokens"), body.get("maxTokens"), body.get("max_gen_len"),
-                  nested.get("maxTokens"), nested.get("max_new_tokens"), nested.get("maxTokenCount")]
-    max_tokens = next((value for value in candidates if value is not None), None)
-    latency = headers.get("x-amzn-bedrock-performanceconfig-latency", "standard")
-    if latency not in ("standard", "optimized"):
-        raise EmulatorError("ValidationException", f"performanceConfigLatency {latency!r} is not standard or optimized")
-    try:
-        metadata = json.loads(headers.get("x-amzn-bedrock-request-metadata") or "{}")
-    except ValueError:
-        metadata = {}
-    blocks = list(body.get("system") if isinstance(body.get("system"), list) else [body.get("system") or ""])
-    blocks.extend(body.get("messages") or [body.get("prompt") or body.get("inputText") or ""])
-    return _Request(
-        operation=operation,
-        spec=spec,
-        prompt="".join(_texts(blocks)),
-        cached_prefix=_cached_prefix(blocks),
-        max_tokens=_checked_max_tokens(spec, max_tokens, "max_tokens"),
-        latency=latency,
-        answer_hint=_answer_hint(metadata),
-    )
 
 
 def _usage(record: Invocation) -> dict[str, int]:
@@ -660,198 +680,59 @@ def _usage(record: Invocation) -> dict[str, int]:
     }
 
 
-def _anthropic_usage(record: Invocation) -> dict[str, int]:
-    return {
-        "input_tokens": record.input_tokens,
-        "output_tokens": record.output_tokens,
-        "cache_creation_input_tokens": record.cache_write_tokens,
-        "cache_read_input_tokens": record.cache_read_tokens,
-    }
-
-
-def _body(req: _Request, text: str, record: Invocation, stop_reason: str) -> dict[str, Any]:
-    if req.operation == "converse":
-        return {
-            "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
-            "stopReason": stop_reason,
-            "usage": _usage(record),
-            "metrics": {"latencyMs": record.latency_ms},
-            "performanceConfig": {"latency": record.served_latency},
-        }
-    if req.anthropic_body:
-        return {
-            "id": f"msg_emu_{uuid.uuid4().hex[:20]}",
-            "type": "message",
-            "role": "assistant",
-            "model": req.spec.model_id,
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": stop_reason,
-            "stop_sequence": None,
-            "usage": _anthropic_usage(record),
-        }
-    return {
-        "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
-        "stopReason": stop_reason,
-        "usage": {k: v for k, v in _usage(record).items() if not k.startswith("cache")}
-        | {"cacheReadInputTokenCount": record.cache_read_tokens, "cacheWriteInputTokenCount": record.cache_write_tokens},
-    }
-
-
-def _invoke_headers(req: _Request, record: Invocation) -> dict[str, str]:
-    headers = {"X-Amzn-Bedrock-PerformanceConfig-Latency": record.served_latency}
-    if req.operation == "invoke":
-        headers |= {
-            "X-Amzn-Bedrock-Input-Token-Count": str(record.input_tokens),
-            "X-Amzn-Bedrock-Output-Token-Count": str(record.output_tokens),
-            "X-Amzn-Bedrock-Invocation-Latency": str(record.latency_ms),
-        }
-    return headers
-
-
 class _ConverseStream:
     """ConverseStream's events: messageStart, contentBlockDelta..., contentBlockStop, messageStop, metadata."""
+
+    def __init__(self, req: v.Request):
+        self.tier = req.service_tier
 
     def start(self, record: Invocation) -> bytes:
         return eventstream.event("messageStart", {"role": "assistant"})
 
-    def delta(self, text: str) -> bytes:
+    def delta(self, text: str, record: Invocation) -> bytes:
         return eventstream.event("contentBlockDelta", {"delta": {"text": text}, "contentBlockIndex": 0})
 
-    def stop(self, record: Invocation, stop_reason: str) -> bytes:
+    def stop(self, record: Invocation, cut: bool) -> bytes:
+        metadata: dict[str, Any] = {
+            "usage": _usage(record),
+            "metrics": {"latencyMs": record.latency_ms},
+            "performanceConfig": {"latency": record.served_latency},
+        }
+        if self.tier:
+            metadata["serviceTier"] = {"type": self.tier}
         return b"".join([
             eventstream.event("contentBlockStop", {"contentBlockIndex": 0}),
-            eventstream.event("messageStop", {"stopReason": stop_reason}),
-            eventstream.event("metadata", {
-                "usage": _usage(record),
-                "metrics": {"latencyMs": record.latency_ms},
-                "performanceConfig": {"latency": record.served_latency},
-            }),
+            eventstream.event("messageStop", {"stopReason": "max_tokens" if cut else "end_turn"}),
+            eventstream.event("metadata", metadata),
         ])
 
 
 class _InvokeStream:
-    """InvokeModelWithResponseStream: `chunk` events whose bytes are the model's native stream
+    """InvokeModelWithResponseStream: `chunk` events whose bytes are the family's native stream
     events; the last carries amazon-bedrock-invocationMetrics as Bedrock adds it."""
 
-    def __init__(self, req: _Request):
-        self.anthropic = req.anthropic_body
+    def __init__(self, req: v.Request):
+        self.spec, self.family = req.spec, native.family_of(req.spec, req.operation)
 
     @staticmethod
-    def _chunk(payload: dict[str, Any]) -> bytes:
-        raw = json.dumps(payload, separators=(",", ":")).encode()
-        return eventstream.event("chunk", {"bytes": base64.b64encode(raw).decode()})
+    def _chunks(payloads: list[dict[str, Any]]) -> bytes:
+        return b"".join(
+            eventstream.event("chunk", {"bytes": base64.b64encode(json.dumps(p, separators=(",", ":")).encode()).decode()})
+            for p in payloads
+        )
 
     def start(self, record: Invocation) -> bytes:
-        if self.anthropic:
-            return self._chunk({"type": "message_start", "message": {
-                "role": "assistant", "type": "message", "content": [], "usage": _anthropic_usage(record)}}) + \
-                self._chunk({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
-        return self._chunk({"messageStart": {"role": "assistant"}})
+        return self._chunks(self.family.stream_start(record))
 
-    def delta(self, text: str) -> bytes:
-        if self.anthropic:
-            return self._chunk({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}})
-        return self._chunk({"contentBlockDelta": {"delta": {"text": text}, "contentBlockIndex": 0}})
+    def delta(self, text: str, record: Invocation) -> bytes:
+        return self._chunks([self.family.stream_delta(text, record)])
 
-    def stop(self, record: Invocation, stop_reason: str) -> bytes:
-        metrics = {
+    def stop(self, record: Invocation, cut: bool) -> bytes:
+        payloads = self.family.stream_stop(record, cut)
+        payloads[-1] = payloads[-1] | {"amazon-bedrock-invocationMetrics": {
             "inputTokenCount": record.input_tokens,
             "outputTokenCount": record.output_tokens,
             "invocationLatency": record.latency_ms,
             "firstByteLatency": record.ttft_ms,
-        }
-        if self.anthropic:
-            return b"".join([
-                self._chunk({"type": "content_block_stop", "index": 0}),
-                self._chunk({"type": "message_delta", "delta": {"stop_reason": stop_reason},
-                             "usage": {"output_tokens": record.output_tokens}}),
-                self._chunk({"type": "message_stop", "amazon-bedrock-invocationMetrics": metrics}),
-            ])
-        return b"".join([
-            self._chunk({"contentBlockStop": {"contentBlockIndex": 0}}),
-            self._chunk({"messageStop": {"stopReason": stop_reason}}),
-            self._chunk({"metadata": {"usage": _usage(record)}, "amazon-bedrock-invocationMetrics": metrics}),
-        ])
-
-
-class _Response:
-    """Writes one HTTP/1.1 response: a JSON body, an error, or a chunked event stream."""
-
-    def __init__(self, handler: BaseHTTPRequestHandler):
-        self.handler = handler
-        self.request_id = str(uuid.uuid4())
-        self.streaming = False
-
-    def _head(self, status: int, headers: dict[str, str]) -> None:
-        self.handler.send_response(status)
-        self.handler.send_header("x-amzn-RequestId", self.request_id)
-        for name, value in headers.items():
-            self.handler.send_header(name, value)
-        self.handler.end_headers()
-
-    def json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        raw = json.dumps(body).encode()
-        self._head(status, {"Content-Type": "application/json", "Content-Length": str(len(raw))} | (headers or {}))
-        self.handler.wfile.write(raw)
-
-    def error(self, error: EmulatorError) -> None:
-        if self.streaming:  # headers already sent: end the stream with the exception
-            self.chunk(eventstream.exception(error.stream_type, error.message))
-            self.end_stream()
-            return
-        # The header's form as Bedrock sends it; botocore keeps the part before the colon.
-        self.json(error.status, {"message": error.message},
-                  {"x-amzn-ErrorType": f"{error.error_type}:http://internal.amazon.com/coral/com.amazon.bedrock/"})
-
-    def start_stream(self, headers: dict[str, str]) -> None:
-        self.streaming = True
-        self._head(200, {"Content-Type": "application/vnd.amazon.eventstream", "Transfer-Encoding": "chunked"} | headers)
-
-    def chunk(self, data: bytes) -> None:
-        self.handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.handler.wfile.flush()
-
-    def end_stream(self) -> None:
-        self.handler.wfile.write(b"0\r\n\r\n")
-        self.handler.wfile.flush()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, so a client's connection pool is what it seems
-    server_version = "genai-pacer-bedrock-emulator"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: BedrockEmulator.invocations records what each request did."""
-
-    def handle(self) -> None:
-        time.sleep(self.server.emulator.connection_setup_seconds)  # once per connection, like a handshake
-        super().handle()
-
-    def do_POST(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        match = _PATH.fullmatch(self.path.split("?", 1)[0])
-        out = _Response(self)
-        try:
-            if match is None:
-                out.json(404, {"message": f"no bedrock-runtime operation at {self.path}"},
-                         {"x-amzn-ErrorType": "UnknownOperationException"})
-                return
-            headers = {name.lower(): value for name, value in self.headers.items()}
-            self.server.emulator.handle(match["op"], match["model"], raw, headers, out)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True  # the client went away; its charge was settled already
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 1024  # many clients connect at once in a load test
-
-    def __init__(self, address: tuple[str, int], emulator: BedrockEmulator):
-        super().__init__(address, _Handler)
-        self.emulator = emulator
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        self.emulator._count_connection()
-        super().process_request(request, client_address)
-
+        }}
+        return self._chunks(payloads)

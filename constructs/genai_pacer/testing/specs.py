@@ -1,0 +1,225 @@
+"""What an emulated model is: its quota, its speed, its limits, and the identifiers that reach it.
+
+Also the shared vocabulary of the emulator's modules: the token approximation and EmulatorError.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._checks import Checks
+
+__all__ = [
+    "ANSWER_TOKENS_KEY",
+    "FAMILIES",
+    "LATENCY_MODES",
+    "SERVICE_TIERS",
+    "EmulatorError",
+    "LatencyOptimized",
+    "ModelSpec",
+    "TierLatency",
+    "approx_tokens",
+]
+
+ANSWER_TOKENS_KEY = "genai-pacer-answer-tokens"
+TOKEN_CHARS = 4
+#: Values of botocore's PerformanceConfigLatency and ServiceTierType enums (a test compares them
+#: with the installed botocore, so a new value shows up as a failing test, not as a silent refusal).
+LATENCY_MODES = ("standard", "optimized")
+SERVICE_TIERS = ("priority", "default", "flex", "reserved")
+#: Native InvokeModel body families the emulator reads and writes.
+FAMILIES = ("anthropic", "nova", "llama")
+#: Geographic prefixes of cross-Region inference profile ids (us.anthropic... is anthropic...).
+GEO_PREFIXES = ("us", "us-gov", "eu", "apac", "ca", "jp", "au", "global")
+
+
+def approx_tokens(text: str) -> int:
+    """Token count of a text by the emulator's approximation: one token per 4 characters."""
+    return math.ceil(len(text) / TOKEN_CHARS)
+
+
+def foundation_id(model_id: str) -> str:
+    """The model id without a cross-Region profile's geographic prefix."""
+    prefix, _, rest = model_id.partition(".")
+    return rest if prefix in GEO_PREFIXES and rest else model_id
+
+
+class EmulatorError(Exception):
+    """An error the service would return: error_type is the modelled exception name, status its HTTP status."""
+
+    def __init__(self, error_type: str, message: str, status: int | None = None):
+        super().__init__(f"{error_type}: {message}")
+        self.error_type, self.message = error_type, message
+        self.status = status or _STATUS.get(error_type, 400)
+
+    @property
+    def stream_type(self) -> str:
+        """The camelCase name an in-stream exception carries (throttlingException)."""
+        return self.error_type[0].lower() + self.error_type[1:]
+
+
+# The statuses of the errors the emulator raises by itself; injected errors take botocore's.
+_STATUS = {
+    "ValidationException": 400,
+    "ThrottlingException": 429,
+    "InternalServerException": 500,
+    "BadRequestException": 400,
+    "UnknownOperationException": 404,
+    "RequestEntityTooLargeException": 413,
+    "NotEmulatedException": 501,
+    "NotImplementedException": 501,
+}
+
+
+def _count(check: Checks, name: str, value: Any, *, minimum: int = 1, optional: bool = False, fix: str = "") -> None:
+    """A whole number of tokens or requests (not a float, not a bool)."""
+    if value is None and optional:
+        return
+    if check.instance(name, value, int, f"a whole number >= {minimum}" + (f"; {fix}" if fix else "")):
+        check.number(name, value, minimum=minimum, fix=fix)
+
+
+def _seconds(check: Checks, name: str, value: Any, *, optional: bool = False) -> None:
+    check.number(name, value, above=0, optional=optional, fix="pass a positive number of seconds")
+
+
+@dataclass(frozen=True)
+class LatencyOptimized:
+    """A model's latency-optimized mode: its own TPM quota and faster serving."""
+
+    tpm_quota: int
+    ttft_seconds: float = 0.25
+    output_tokens_per_second: float = 120.0
+
+    def __post_init__(self) -> None:
+        with Checks("LatencyOptimized") as check:
+            _count(check, "tpm_quota", self.tpm_quota, fix="the optimized mode's own tokens-per-minute quota")
+            _seconds(check, "ttft_seconds", self.ttft_seconds)
+            check.number("output_tokens_per_second", self.output_tokens_per_second, above=0)
+
+
+@dataclass(frozen=True)
+class TierLatency:
+    """How fast one service tier (priority, default, flex, reserved) serves; None keeps the model's figure.
+
+    Tiers share the model's quota in the emulator (Bedrock does not publish per-tier quota rules).
+    """
+
+    ttft_seconds: float | None = None
+    prefill_tokens_per_second: float | None = None
+    output_tokens_per_second: float | None = None
+
+    def __post_init__(self) -> None:
+        with Checks("TierLatency") as check:
+            _seconds(check, "ttft_seconds", self.ttft_seconds, optional=True)
+            check.number("prefill_tokens_per_second", self.prefill_tokens_per_second, above=0, optional=True)
+            check.number("output_tokens_per_second", self.output_tokens_per_second, above=0, optional=True)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How one emulated model charges its quota, how fast it answers and what it accepts.
+
+    answer_tokens is the default answer length, or a function of the prompt text returning it.
+    max_output_tokens is the largest max_tokens the model takes, and what Bedrock reserves when a
+    request leaves max_tokens unset. context_window bounds the prompt: a longer one is refused with
+    Bedrock's "Input is too long for requested model.". family selects the native InvokeModel body
+    (anthropic, nova or llama); None derives it from the model id, and a model of another family
+    serves Converse only. application_profiles lists application inference profile ids (the part
+    after `application-inference-profile/` in the ARN) that route to this model. tier_latency gives
+    service tiers their own speed so a client can compare them.
+    """
+
+    model_id: str
+    tpm_quota: int = 400_000
+    rpm_quota: int | None = None
+    burndown: float = 1.0
+    max_output_tokens: int = 8_192
+    context_window: int = 200_000
+    ttft_seconds: float = 0.5
+    prefill_tokens_per_second: float = 8_000.0
+    output_tokens_per_second: float = 60.0
+    jitter: float = 0.1
+    answer_tokens: int | Callable[[str], int] = 300
+    latency_optimized: LatencyOptimized | None = None
+    cache_ttl_seconds: float = 300.0
+    family: str | None = None
+    application_profiles: tuple[str, ...] = ()
+    tier_latency: Mapping[str, TierLatency] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        with Checks(f"ModelSpec {self.model_id!r}") as check:
+            check.text("model_id", self.model_id, fix="the id clients send, e.g. 'us.amazon.nova-lite-v1:0'")
+            _count(check, "tpm_quota", self.tpm_quota)
+            _count(check, "rpm_quota", self.rpm_quota, optional=True, fix="or None (no RPM quota)")
+            check.number("burndown", self.burndown, minimum=1, fix="quota tokens per output token: 1, or 5 for older Claude models")
+            _count(check, "max_output_tokens", self.max_output_tokens)
+            _count(check, "context_window", self.context_window, fix="the model's published context window in tokens")
+            _seconds(check, "ttft_seconds", self.ttft_seconds)
+            check.number("prefill_tokens_per_second", self.prefill_tokens_per_second, above=0)
+            check.number("output_tokens_per_second", self.output_tokens_per_second, above=0)
+            check.number("jitter", self.jitter, minimum=0, fix="the log-normal sigma; 0 for none")
+            _seconds(check, "cache_ttl_seconds", self.cache_ttl_seconds)
+            if not callable(self.answer_tokens):
+                _count(check, "answer_tokens", self.answer_tokens, fix="or a function of the prompt text")
+            check.instance("latency_optimized", self.latency_optimized, LatencyOptimized,
+                           "LatencyOptimized(tpm_quota=...) or None", optional=True)
+            if self.family is not None:
+                check.one_of("family", self.family, FAMILIES, fix="or None to derive it from the model id")
+            if check.instance("application_profiles", self.application_profiles, tuple, "a tuple of profile ids"):
+                for profile in self.application_profiles:
+                    check.rule(isinstance(profile, str) and bool(re.fullmatch(r"[A-Za-z0-9-:.]+", profile)),
+                               f"application_profiles has {profile!r}; pass the id after 'application-inference-profile/'")
+            if check.instance("tier_latency", self.tier_latency, Mapping, "a dict of tier name to TierLatency"):
+                for tier, speed in self.tier_latency.items():
+                    check.one_of("tier_latency key", tier, SERVICE_TIERS)
+                    check.instance(f"tier_latency[{tier!r}]", speed, TierLatency, "TierLatency(...)")
+
+    @property
+    def foundation_model_id(self) -> str:
+        return foundation_id(self.model_id)
+
+    @property
+    def native_family(self) -> str | None:
+        """The native body family InvokeModel speaks for this model, or None (Converse only)."""
+        if self.family:
+            return self.family
+        provider, _, name = self.foundation_model_id.partition(".")
+        if provider == "anthropic":
+            return "anthropic"
+        if provider == "amazon" and name.startswith("nova"):
+            return "nova"
+        if provider == "meta" and name.startswith("llama"):
+            return "llama"
+        return None
+
+    def speed(self, tier: str | None) -> tuple[float, float, float]:
+        """(ttft_seconds, prefill_tokens_per_second, output_tokens_per_second) of a service tier."""
+        own = self.tier_latency.get(tier or "default") or TierLatency()
+        return (
+            own.ttft_seconds or self.ttft_seconds,
+            own.prefill_tokens_per_second or self.prefill_tokens_per_second,
+            own.output_tokens_per_second or self.output_tokens_per_second,
+        )
+
+    def answers(self, identifier: str) -> bool:
+        """Whether a model identifier (id, foundation-model ARN, inference-profile ARN, application
+        inference profile ARN) reaches this model."""
+        arn = _ARN.fullmatch(identifier)
+        if arn is None:
+            return identifier == self.model_id or foundation_id(identifier) == self.foundation_model_id
+        kind, account, resource = arn["type"], arn["account"], arn["resource"]
+        if kind == "foundation-model":
+            return account == "" and foundation_id(resource) == self.foundation_model_id
+        if kind == "inference-profile":
+            return account != "" and foundation_id(resource) == self.foundation_model_id
+        if kind == "application-inference-profile":
+            return account != "" and resource in self.application_profiles
+        return False
+
+
+_ARN = re.compile(r"arn:aws(?:-[a-z-]+)?:bedrock:[a-z0-9-]{1,20}:(?P<account>\d{12}|):(?P<type>[a-z-]+)/(?P<resource>.+)")
