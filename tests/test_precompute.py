@@ -185,26 +185,6 @@ def test_prepare_normalizes_inline_keys_and_lists_the_bad_ones(monkeypatch):
 # ---- offline runs -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def empty_filters_give_lists(monkeypatch):
-    """AWS (Jayway JsonPath) returns [] for a filter that matches nothing; moto raises NoSuchJsonPath.
-    Make the runner answer as AWS does (reported to the runner's owner)."""
-    from genai_pacer.testing.sfn import _interpreter
-    from moto.stepfunctions.parser.asl.utils import json_path
-
-    extract = _interpreter._extract_json
-
-    def aws_like(path, data):
-        try:
-            return extract(path, data)
-        except json_path.NoSuchJsonPathError:
-            if "?(" in path:
-                return []
-            raise
-
-    monkeypatch.setattr(_interpreter, "_extract_json", aws_like)
-
-
 def offline(stack: cdk.Stack, items: list | None, monkeypatch, *, ttl: str = "2592000") -> dict:
     """The template with 'Prepare run' replaced by a Pass holding what the real handler returns for
     these items: the runner does not run Lambda (moto would need Docker), so the handler is called here."""
@@ -228,7 +208,7 @@ def tickers(n: int) -> list[dict]:
     return [{"key": f"ticker-morning#T{i}", "ticker": f"T{i}"} for i in range(n)]
 
 
-def test_a_run_answers_every_key_through_throttles_and_the_router_reads_them(monkeypatch, empty_filters_give_lists):
+def test_a_run_answers_every_key_through_throttles_and_the_router_reads_them(monkeypatch):
     # Generous retries: the machine is shared, so how many retries a key needs varies run to run.
     stack, pre = build(max_concurrency=8, retry=BedrockRetry(max_retries=30))
     items = tickers(16)
@@ -246,7 +226,7 @@ def test_a_run_answers_every_key_through_throttles_and_the_router_reads_them(mon
     assert [m["MetricName"] for m in metrics] == ["PrecomputeFailedKeys"]
 
 
-def test_failed_keys_are_listed_and_counted_without_losing_the_others(monkeypatch, empty_filters_give_lists):
+def test_failed_keys_are_listed_and_counted_without_losing_the_others(monkeypatch):
     stack, pre = build(max_concurrency=1, tolerated_failed_keys=2)
     items = tickers(5) + [{"ticker": "no key"}]
     with emulator(tpm_quota=1_000_000) as bedrock, \
@@ -261,7 +241,7 @@ def test_failed_keys_are_listed_and_counted_without_losing_the_others(monkeypatc
     assert written == 4
 
 
-def test_more_failed_keys_than_tolerated_fail_the_run_after_writing_the_rest(monkeypatch, empty_filters_give_lists):
+def test_more_failed_keys_than_tolerated_fail_the_run_after_writing_the_rest(monkeypatch):
     stack, pre = build(max_concurrency=2)
     items = tickers(4)
     with emulator(tpm_quota=1_000_000) as bedrock, \
@@ -277,7 +257,7 @@ def test_more_failed_keys_than_tolerated_fail_the_run_after_writing_the_rest(mon
     assert items_in_table == 3 and lock is None  # the lock was released before the run failed
 
 
-def test_a_run_that_finds_the_lock_held_skips_without_a_model_call(monkeypatch, empty_filters_give_lists):
+def test_a_run_that_finds_the_lock_held_skips_without_a_model_call(monkeypatch):
     stack, pre = build()
     items = tickers(3)
     with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
@@ -292,7 +272,7 @@ def test_a_run_that_finds_the_lock_held_skips_without_a_model_call(monkeypatch, 
     assert ran.output["written"] == 3 and free is not None  # the run released its lock
 
 
-def test_an_expired_lock_does_not_block_a_run(monkeypatch, empty_filters_give_lists):
+def test_an_expired_lock_does_not_block_a_run(monkeypatch):
     stack, pre = build()
     items = tickers(2)
     with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
@@ -303,7 +283,7 @@ def test_an_expired_lock_does_not_block_a_run(monkeypatch, empty_filters_give_li
     assert run.output["written"] == 2
 
 
-def test_a_newer_stored_answer_is_kept(monkeypatch, empty_filters_give_lists):
+def test_a_newer_stored_answer_is_kept(monkeypatch):
     stack, pre = build()
     items = tickers(2)
     with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
@@ -317,7 +297,7 @@ def test_a_newer_stored_answer_is_kept(monkeypatch, empty_filters_give_lists):
     assert kept.text == "router wrote this later"
 
 
-def test_keys_in_s3_run_through_the_distributed_map(monkeypatch, empty_filters_give_lists):
+def test_keys_in_s3_run_through_the_distributed_map(monkeypatch):
     stack = new_stack()
     bucket = s3.Bucket(stack, "Keys", enforce_ssl=True)
     _, pre = build(stack, items_bucket=bucket, items_key="keys.jsonl", max_concurrency=5)

@@ -709,3 +709,16 @@ def test_an_emulator_that_is_not_running_is_refused_when_the_runner_starts():
     stopped = emulator()
     with pytest.raises(RuntimeError, match="the BedrockEmulator is not running: start it before the runner"):
         StateMachineRunner(PASS_ONLY, bedrock=stopped).start()
+
+
+def test_a_filter_that_matches_nothing_selects_an_empty_list_as_on_aws():
+    # model_call's "no text" branch depends on it: an answer of only a reasoning block has no Text.
+    from genai_pacer.testing.sfn import _interpreter
+
+    content = {"Output": {"Message": {"Content": [{"ReasoningContent": {"Text": "..."}}]}}}
+    assert _interpreter._extract_json("$.Output.Message.Content[?(@.Text)].Text", content) == []
+    assert _interpreter._extract_json("$.Output.Message.Content[0].ReasoningContent.Text", content) == "..."
+    from moto.stepfunctions.parser.asl.utils import json_path
+
+    with pytest.raises(json_path.NoSuchJsonPathError):
+        _interpreter._extract_json("$.Output.Missing", content)

@@ -297,13 +297,19 @@ _INDEFINITE = re.compile(r"\.\.|\*|\?\(|\[[^\]]*[:,][^\]]*\]")
 
 
 def _extract_json(path: str, data: Any) -> Any:
-    """A definite path (no wildcard, filter, slice, union or deep scan) selects one value."""
+    """A definite path (no wildcard, filter, slice, union or deep scan) selects one value, as on AWS;
+    a filter that matches nothing selects [] (moto raises)."""
     if _INDEFINITE.search(path) is None:
         matches = json_path.parse(path).find(data)
         if not matches:
             raise json_path.NoSuchJsonPathError(json_path=path, data=data)
         return matches[0].value
-    return _original(json_path, "extract_json")(path, data)
+    try:
+        return _original(json_path, "extract_json")(path, data)
+    except json_path.NoSuchJsonPathError:
+        if "?(" in path:  # AWS (Jayway JsonPath) answers a filter that matches nothing with []
+            return []
+        raise
 
 
 # ---- distributed Map ---------------------------------------------------------------------------
