@@ -33,7 +33,7 @@ typecheck: $(VENV)/.dev-installed
 # A wheel and an sdist in $(DIST)/, to install the library into your own app (README: "Use it in your app").
 dist: $(VENV)/.dev-installed
 	rm -rf $(DIST)
-	$(VENV)/bin/python -m build --no-isolation --outdir $(DIST) . > /dev/null
+	$(VENV)/bin/python -m build --quiet --no-isolation --outdir $(DIST) .
 	@echo "built: $$(ls $(DIST)/* | tr '\n' ' ')"
 
 # Benchmark and experiments against the in-process emulator; reports land in bench/results/.

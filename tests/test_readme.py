@@ -97,3 +97,11 @@ def test_every_pip_install_hint_in_the_code_is_a_command_the_readme_shows():
     assert hints, "no install hints found: the check reads nothing"
     missing = {command: paths for command, paths in hints.items() if command not in readme}
     assert not missing, f"install hints the README does not show (make them say what the README says): {missing}"
+
+
+def test_wheel_names_in_the_readme_carry_the_current_version():
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    named = set(re.findall(r"genai_pacer-([^-\s/]+)-py3-none-any\.whl", README.read_text()))
+    assert named == {version}, f"README names wheels of versions {sorted(named)}; pyproject.toml says {version}"
