@@ -1042,3 +1042,13 @@ def test_the_command_line_emulator_serves_boto3(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+class TestThePytestPlugin:
+    @pytest.fixture
+    def bedrock_emulator_quota(self):
+        return QuotaModel(window="clock-minute")
+
+    def test_the_quota_fixture_chooses_the_algorithm(self, bedrock_emulator):
+        assert bedrock_emulator.quota == QuotaModel(window="clock-minute")
+        assert bedrock_emulator.time_scale == 20.0

@@ -41,27 +41,25 @@ Approximations (documented, so results can be read for what they are):
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import json
 import math
 import random
 import re
 import threading
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 from .._checks import Checks
-from . import _servicemodel, eventstream, native
+from . import _servicemodel, eventstream, native, responses
 from . import validation as v
 from ._http import Response, Server
 from ._install import missing
 from .quota import Charge, Ledger, QuotaModel
+from .records import Invocation, InvocationTotals, Tally
 from .specs import (
     ANSWER_TOKENS_KEY,
     EmulatorError,
@@ -92,84 +90,6 @@ _WORDS = ("the", "and", "for", "are", "but", "not", "you", "all", "any", "can", 
           "one", "our", "out", "day", "get", "has", "him", "his", "how", "man", "new", "now", "old",
           "see", "two", "way", "who", "boy", "did", "its", "let", "put", "say", "she", "too", "use")
 _PATH = re.compile(r"/model/(?P<model>.+)/(?P<op>converse|converse-stream|invoke|invoke-with-response-stream|count-tokens)")
-
-
-@dataclass(slots=True)
-class Invocation:
-    """One request as the emulator saw it; throttled and failed requests are recorded too.
-
-    It is listed from the moment the request arrives and complete (outcome, settlement) before the
-    client receives the last byte of its response. operation is botocore's name (Converse,
-    InvokeModel, ...); started is in model seconds since the emulator started. reserved is what the
-    request asked the quota for; settled is what it finally consumed (0 when throttled). message is
-    the error message when the request failed.
-    """
-
-    model_id: str
-    operation: str
-    started: float
-    outcome: str = "in-flight"  # then "ok", "throttled", "client-disconnected" or the error type that ended it
-    requested_latency: str = "standard"
-    served_latency: str = "standard"
-    service_tier: str | None = None
-    input_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    output_tokens: int = 0
-    max_tokens: int = 0
-    reserved: int = 0
-    settled: float = 0.0
-    ttft_ms: float | None = None
-    latency_ms: float | None = None
-    message: str = ""
-    counted: bool = field(default=False, init=False, repr=False, compare=False)  # added to the totals yet
-
-
-@dataclass(frozen=True)
-class InvocationTotals:
-    """Every request since the emulator started, including those `invocations` no longer lists."""
-
-    requests: int
-    in_flight: int
-    outcomes: Mapping[str, int]  # completed requests by outcome
-    reserved: int
-    settled: float
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    forgotten: int  # records dropped from `invocations` to keep it within max_invocations
-
-    @property
-    def throttled(self) -> int:
-        return self.outcomes.get("throttled", 0)
-
-
-@dataclass
-class _Tally:
-    requests: int = 0
-    forgotten: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    sums: Counter[str] = field(default_factory=Counter)
-
-    def add(self, record: Invocation) -> None:
-        self.outcomes[record.outcome] += 1
-        for name in ("reserved", "settled", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
-            self.sums[name] += getattr(record, name)
-
-    def snapshot(self) -> InvocationTotals:
-        return InvocationTotals(
-            requests=self.requests,
-            in_flight=self.requests - sum(self.outcomes.values()),
-            outcomes=dict(self.outcomes),
-            reserved=int(self.sums["reserved"]),
-            settled=float(self.sums["settled"]),
-            input_tokens=int(self.sums["input_tokens"]),
-            output_tokens=int(self.sums["output_tokens"]),
-            cache_read_tokens=int(self.sums["cache_read_tokens"]),
-            cache_write_tokens=int(self.sums["cache_write_tokens"]),
-            forgotten=self.forgotten,
-        )
 
 
 @dataclass
@@ -251,7 +171,7 @@ class BedrockEmulator:
         self._seen: dict[str, int] = {}
         self._faults: deque[_Fault] = deque()
         self._invocations: deque[Invocation] = deque(maxlen=max_invocations)
-        self._tally = _Tally()
+        self._tally = Tally()
         self._connections = 0
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
@@ -512,31 +432,12 @@ class BedrockEmulator:
         if operation.startswith("InvokeModel") and len(raw) > INVOKE_BODY_LIMIT:
             raise v.invalid("1 validation error detected: Value at 'body' failed to satisfy constraint: "
                             f"Member must have length less than or equal to {INVOKE_BODY_LIMIT}")
-        body = _json_object(raw)
+        body = v.json_object(raw)
         if operation.startswith("Converse"):
             return v.converse(operation, spec, body)
         if operation.startswith("InvokeModel"):
             return native.read(operation, spec, body, headers)
-        return self._count_tokens_request(spec, body)
-
-    def _count_tokens_request(self, spec: ModelSpec, body: dict[str, Any]) -> v.Request:
-        """CountTokens: a Converse-shaped input or an InvokeModel body (base64 in JSON), counted alike."""
-        given = v.expect(body.get("input"), dict, "input", "a CountTokensInput structure: {\"converse\": {...}} or {\"invokeModel\": {\"body\": ...}}")
-        members = [key for key in ("converse", "invokeModel") if given.get(key) is not None]
-        if len(members) != 1:
-            raise v.invalid("1 validation error detected: Value at 'input' failed to satisfy constraint: "
-                            "Member must set exactly one of converse or invokeModel")
-        if members == ["converse"]:
-            prompt = "".join(v.texts(v.conversation(v.expect(given["converse"], dict, "input.converse", "a structure"))))
-        else:
-            blob = v.expect(given["invokeModel"], dict, "input.invokeModel", "a structure")
-            encoded = v.expect(blob.get("body"), str, "input.invokeModel.body", "a base64-encoded InvokeModel body")
-            try:
-                decoded = base64.b64decode(encoded, validate=True)
-            except (binascii.Error, ValueError):
-                raise v.invalid("input.invokeModel.body is not valid base64") from None
-            prompt = native.family_of(spec, "CountTokens").read(spec, _json_object(decoded))[0]
-        return v.Request(operation="CountTokens", spec=spec, prompt=prompt, cached_prefix="", max_tokens=0)
+        return native.count_tokens_request(spec, body)
 
     def _serve(self, req: v.Request, raw: bytes, record: Invocation, out: Response, fault: _Fault | None) -> None:
         spec = req.spec
@@ -579,7 +480,7 @@ class BedrockEmulator:
                 record.output_tokens, record.outcome = output_tokens, "ok"
                 record.latency_ms = round((ttft + output_tokens / otps) * 1000)
                 settle()
-                out.json(200, self._body(req, "".join(words), record, cut), self._invoke_headers(req, record))
+                out.json(200, responses.body(req, "".join(words), record, cut), responses.headers(req, record))
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             raise  # settled below as client-disconnected
         except Exception as error:
@@ -589,42 +490,12 @@ class BedrockEmulator:
         finally:  # whatever was generated is charged, even if the client went away mid-stream
             settle()
 
-    @staticmethod
-    def _body(req: v.Request, text: str, record: Invocation, cut: bool) -> dict[str, Any]:
-        if req.family:
-            return native.family_of(req.spec, req.operation).response(req.spec, text, record, cut)
-        body = {
-            "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
-            "stopReason": "max_tokens" if cut else "end_turn",
-            "usage": _usage(record),
-            "metrics": {"latencyMs": record.latency_ms},
-            "performanceConfig": {"latency": record.served_latency},
-        }
-        return body | ({"serviceTier": {"type": req.service_tier}} if req.service_tier else {})
-
-    @staticmethod
-    def _invoke_headers(req: v.Request, record: Invocation) -> dict[str, str]:
-        if not req.family:
-            return {}
-        headers = {"X-Amzn-Bedrock-PerformanceConfig-Latency": record.served_latency}
-        if req.service_tier:
-            headers["X-Amzn-Bedrock-Service-Tier"] = req.service_tier
-        if req.operation == "InvokeModel":
-            headers |= {
-                "X-Amzn-Bedrock-Input-Token-Count": str(record.input_tokens),
-                "X-Amzn-Bedrock-Output-Token-Count": str(record.output_tokens),
-                "X-Amzn-Bedrock-Invocation-Latency": str(record.latency_ms),
-            }
-        else:
-            headers["X-Amzn-Bedrock-Content-Type"] = "application/json"
-        return headers
-
     def _stream(self, req: v.Request, out: Response, words: list[str], ttft: float, otps: float, cut: bool,
                 record: Invocation, fault: _Fault | None, settle: Callable[[], None]) -> None:
         """Send the answer as event-stream frames paced at the decode rate (record.output_tokens
         counts what was sent)."""
-        dialect = _ConverseStream(req) if req.family is None else _InvokeStream(req)
-        out.start_stream(self._invoke_headers(req, record))
+        dialect = responses.stream_for(req)
+        out.start_stream(responses.headers(req, record))
         begin = self.model_seconds()
         self._sleep(ttft)
         record.ttft_ms = round((self.model_seconds() - begin) * 1000)
@@ -653,86 +524,7 @@ class BedrockEmulator:
 _PATH_SEGMENT = {name: segment for segment, name in v.OPERATIONS.items()}
 
 
-def _json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw or b"{}")
-    except ValueError:
-        raise v.invalid("Malformed input request, please reformat your input and try again.") from None
-    if not isinstance(body, dict):
-        names: dict[type, str] = {list: "JSONArray", str: "String"}
-        found = names.get(type(body), type(body).__name__)
-        raise v.invalid(f"Malformed input request: #: expected type: JSONObject, found: {found}, please reformat "
-                        "your input and try again.")
-    return body
-
-
 def _jitter(rng: random.Random, sigma: float) -> float:
     return math.exp(rng.gauss(0, sigma)) if sigma else 1.0
 
 
-def _usage(record: Invocation) -> dict[str, int]:
-    return {
-        "inputTokens": record.input_tokens,
-        "outputTokens": record.output_tokens,
-        "totalTokens": record.input_tokens + record.output_tokens + record.cache_read_tokens + record.cache_write_tokens,
-        "cacheReadInputTokens": record.cache_read_tokens,
-        "cacheWriteInputTokens": record.cache_write_tokens,
-    }
-
-
-class _ConverseStream:
-    """ConverseStream's events: messageStart, contentBlockDelta..., contentBlockStop, messageStop, metadata."""
-
-    def __init__(self, req: v.Request):
-        self.tier = req.service_tier
-
-    def start(self, record: Invocation) -> bytes:
-        return eventstream.event("messageStart", {"role": "assistant"})
-
-    def delta(self, text: str, record: Invocation) -> bytes:
-        return eventstream.event("contentBlockDelta", {"delta": {"text": text}, "contentBlockIndex": 0})
-
-    def stop(self, record: Invocation, cut: bool) -> bytes:
-        metadata: dict[str, Any] = {
-            "usage": _usage(record),
-            "metrics": {"latencyMs": record.latency_ms},
-            "performanceConfig": {"latency": record.served_latency},
-        }
-        if self.tier:
-            metadata["serviceTier"] = {"type": self.tier}
-        return b"".join([
-            eventstream.event("contentBlockStop", {"contentBlockIndex": 0}),
-            eventstream.event("messageStop", {"stopReason": "max_tokens" if cut else "end_turn"}),
-            eventstream.event("metadata", metadata),
-        ])
-
-
-class _InvokeStream:
-    """InvokeModelWithResponseStream: `chunk` events whose bytes are the family's native stream
-    events; the last carries amazon-bedrock-invocationMetrics as Bedrock adds it."""
-
-    def __init__(self, req: v.Request):
-        self.spec, self.family = req.spec, native.family_of(req.spec, req.operation)
-
-    @staticmethod
-    def _chunks(payloads: list[dict[str, Any]]) -> bytes:
-        return b"".join(
-            eventstream.event("chunk", {"bytes": base64.b64encode(json.dumps(p, separators=(",", ":")).encode()).decode()})
-            for p in payloads
-        )
-
-    def start(self, record: Invocation) -> bytes:
-        return self._chunks(self.family.stream_start(record))
-
-    def delta(self, text: str, record: Invocation) -> bytes:
-        return self._chunks([self.family.stream_delta(text, record)])
-
-    def stop(self, record: Invocation, cut: bool) -> bytes:
-        payloads = self.family.stream_stop(record, cut)
-        payloads[-1] = payloads[-1] | {"amazon-bedrock-invocationMetrics": {
-            "inputTokenCount": record.input_tokens,
-            "outputTokenCount": record.output_tokens,
-            "invocationLatency": record.latency_ms,
-            "firstByteLatency": record.ttft_ms,
-        }}
-        return self._chunks(payloads)

@@ -4,11 +4,14 @@
 A body is checked the way Bedrock checks native bodies (a JSON-schema pass whose errors read
 "Malformed input request: #/path: ..., please reformat your input and try again."), plus each
 family's own rules. A model of another family is refused as not emulated, never answered in a
-guessed shape.
+guessed shape. CountTokens, which counts either a Converse-shaped input or a native body, is read
+here too.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 import uuid
@@ -330,3 +333,23 @@ def read(operation: str, spec: ModelSpec, body: Mapping[str, Any], headers: Mapp
         answer_hint=v.answer_hint(v.request_metadata(metadata)),
         family=family.name,
     )
+
+
+def count_tokens_request(spec: ModelSpec, body: Mapping[str, Any]) -> v.Request:
+    """CountTokens: a Converse-shaped input or an InvokeModel body (base64 in JSON), counted alike."""
+    given = v.expect(body.get("input"), dict, "input", "a CountTokensInput structure: {\"converse\": {...}} or {\"invokeModel\": {\"body\": ...}}")
+    members = [key for key in ("converse", "invokeModel") if given.get(key) is not None]
+    if len(members) != 1:
+        raise v.invalid("1 validation error detected: Value at 'input' failed to satisfy constraint: "
+                        "Member must set exactly one of converse or invokeModel")
+    if members == ["converse"]:
+        prompt = "".join(v.texts(v.conversation(v.expect(given["converse"], dict, "input.converse", "a structure"))))
+    else:
+        blob = v.expect(given["invokeModel"], dict, "input.invokeModel", "a structure")
+        encoded = v.expect(blob.get("body"), str, "input.invokeModel.body", "a base64-encoded InvokeModel body")
+        try:
+            decoded = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise v.invalid("input.invokeModel.body is not valid base64") from None
+        prompt = family_of(spec, "CountTokens").read(spec, v.json_object(decoded))[0]
+    return v.Request(operation="CountTokens", spec=spec, prompt=prompt, cached_prefix="", max_tokens=0)

@@ -236,3 +236,17 @@ def converse(operation: str, spec: ModelSpec, body: Mapping[str, Any]) -> Reques
         service_tier=tier,
         answer_hint=answer_hint(request_metadata(body.get("requestMetadata"))),
     )
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body as a JSON object (an empty body reads as {}, so required keys are reported)."""
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        raise invalid("Malformed input request, please reformat your input and try again.") from None
+    if not isinstance(body, dict):
+        names: dict[type, str] = {list: "JSONArray", str: "String"}
+        found = names.get(type(body), type(body).__name__)
+        raise invalid(f"Malformed input request: #: expected type: JSONObject, found: {found}, please reformat "
+                        "your input and try again.")
+    return body
