@@ -35,6 +35,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 
 from constructs import Construct
 
+from ._alarms import threshold_alarm
 from ._checks import Checks, is_token
 from .capacity import MAX_CAPACITY, MAX_TARGET_CONCURRENCY, ConcurrencyTarget, PeakCapacity
 from .llm_endpoint import LlmEndpoint
@@ -803,7 +804,7 @@ class EndpointScaling(Construct):
             cooldown=cdk.Duration.minutes(1),
         )
         self.scale_out_from_zero.add_adjustment(adjustment=1, lower_bound=0)
-        alarm = cloudwatch.Alarm(
+        self.alarms["NoCapacity"] = threshold_alarm(
             self,
             "NoCapacityAlarm",
             metric=cloudwatch.Metric(
@@ -814,15 +815,10 @@ class EndpointScaling(Construct):
                 period=cdk.Duration.minutes(1),
             ),
             threshold=1,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description="a request found no copy of the inference component: adds one (scale out from zero)",
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            description="a request found no copy of the inference component: adds one (scale out from zero)",
+            actions=[cloudwatch_actions.ApplicationScalingAction(self.scale_out_from_zero), *actions],
         )
-        alarm.add_alarm_action(cloudwatch_actions.ApplicationScalingAction(self.scale_out_from_zero))
-        for action in actions:
-            alarm.add_alarm_action(action)
-        self.alarms["NoCapacity"] = alarm
         cdk.Annotations.of(self).add_warning_v2(
             "genai-pacer:scale-to-zero",
             "scale_to_zero=True: after an idle period the inference component has no copy, and requests fail "
@@ -836,25 +832,21 @@ class EndpointScaling(Construct):
         minutes = (
             math.ceil(load.to_seconds(integral=False) / 60) + 5
         )  # a scale-out's load, plus the alarm's own lag
-        alarm = cloudwatch.Alarm(
+        self.alarms["ConcurrencyAboveTarget"] = threshold_alarm(
             self,
             "ConcurrencyAboveTargetAlarm",
             # Minimum: even the quietest sample of every model stayed above the target, so the
             # alarm is about missing capacity, not a burst that one more minute would absorb.
             metric=self.metric_concurrent_requests(statistic="Minimum"),
             threshold=target,
-            evaluation_periods=minutes,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=(
+            periods=minutes,
+            actions=actions,
+            description=(
                 f"concurrency per model stayed above the target for {minutes} minutes, longer than a scale-out takes: "
                 f"the endpoint is at max_capacity ({maximum}) or cannot add instances (quota, insufficient capacity); "
                 "raise max_capacity or schedule the peak"
             ),
         )
-        for action in actions:
-            alarm.add_alarm_action(action)
-        self.alarms["ConcurrencyAboveTarget"] = alarm
 
 
 def _plan_schedules(

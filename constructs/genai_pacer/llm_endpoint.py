@@ -25,6 +25,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 
 from constructs import Construct
 
+from ._alarms import threshold_alarm
 from ._checks import Checks, is_token
 from ._nag import acknowledge_wildcard_resources
 from .capacity import MAX_CAPACITY
@@ -702,19 +703,10 @@ class LlmEndpoint(Construct):
                 "the model's context, a crashed server)",
             ),
         }
-        alarms = {}
-        for name, (metric, threshold, periods, description) in specs.items():
-            alarm = cloudwatch.Alarm(
-                self,
-                f"{name}Alarm",
-                metric=metric,
-                threshold=threshold,
-                evaluation_periods=periods,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-                alarm_description=description,
+        return {
+            name: threshold_alarm(
+                self, f"{name}Alarm", metric=metric, threshold=threshold, description=description,
+                actions=actions, periods=periods,
             )
-            for action in actions:
-                alarm.add_alarm_action(action)
-            alarms[name] = alarm
-        return alarms
+            for name, (metric, threshold, periods, description) in specs.items()
+        }

@@ -33,6 +33,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from . import planning
+from ._alarms import threshold_alarm
 from ._checks import Checks, is_token
 from ._runtime_constants import metrics_constants
 from .models import BedrockModel
@@ -487,14 +488,10 @@ class LatencyDashboard(Construct):
 
     def _alarm(self, scope: Construct, id: str, metric: cloudwatch.IMetric, threshold: float, periods: int,
                description: str) -> cloudwatch.Alarm:
-        alarm = cloudwatch.Alarm(
-            scope, id, metric=metric, threshold=threshold, evaluation_periods=periods, datapoints_to_alarm=periods,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING, alarm_description=description,
+        return threshold_alarm(
+            scope, id, metric=metric, threshold=threshold, description=description, actions=self._actions,
+            periods=periods,
         )
-        for action in self._actions:
-            alarm.add_alarm_action(action)
-        return alarm
 
     # --- the library's other constructs ----------------------------------------------------------
 

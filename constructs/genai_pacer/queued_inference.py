@@ -23,6 +23,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from . import planning
+from ._alarms import threshold_alarm
 from ._assets import handler_code
 from ._checks import Checks, fit_concurrency, is_token
 from ._runtime_constants import metrics_constants
@@ -637,22 +638,12 @@ class QueuedInference(Construct):
                 f"{_more_than(dead_letters)}messages reached the dead-letter "
                 "queue: the worker logs why for each (reason field)",
             )
-        alarms = {}
-        for name, (metric, threshold, description) in specs.items():
-            alarm = cloudwatch.Alarm(
-                self,
-                f"{name}Alarm",
-                metric=metric,
-                threshold=threshold,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-                alarm_description=description,
+        return {
+            name: threshold_alarm(
+                self, f"{name}Alarm", metric=metric, threshold=threshold, description=description, actions=actions
             )
-            for action in actions:
-                alarm.add_alarm_action(action)
-            alarms[name] = alarm
-        return alarms
+            for name, (metric, threshold, description) in specs.items()
+        }
 
 
 
