@@ -552,6 +552,13 @@ def test_each_identifier_form_reaches_the_configured_model(bedrock_emulator, cli
     assert {i.model_id for i in bedrock_emulator.invocations} == {HAIKU}
 
 
+def test_an_arn_with_an_unencoded_slash_in_the_path_is_read_too(bedrock_emulator):
+    """Raw HTTP clients do not always percent-encode the ARN's '/', as botocore does."""
+    arn = "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0"
+    status, _, body = raw_request(bedrock_emulator, "POST", f"/model/{arn}/invoke", json.dumps(ANTHROPIC_BODY).encode())
+    assert status == 200 and json.loads(body)["usage"]["output_tokens"] == 250
+
+
 @pytest.mark.parametrize(
     "identifier",
     [
