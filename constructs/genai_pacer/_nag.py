@@ -14,7 +14,7 @@ from typing import Any
 
 import aws_cdk as cdk
 
-from constructs import Construct
+from constructs import IConstruct
 
 
 def flatten_reference(node: Any) -> str:
@@ -39,7 +39,7 @@ def flatten_reference(node: Any) -> str:
 
 
 def acknowledge_wildcard_resources(
-    policy: Construct, *, matches: Callable[[str], bool], reason: str
+    policy: IConstruct, *, matches: Callable[[str], bool], reason: str
 ) -> list[str]:
     """Acknowledge AwsSolutions-IAM5 on each wildcard resource of `policy` that `matches` accepts.
 

@@ -331,7 +331,7 @@ def model_call(
         iam_resources=[model.invoke_arn(scope)],
         parameters=request.parameters(model.model_id),
         result_selector=dict(options.result_selector)
-        if selected
+        if options.result_selector is not None
         else {
             "texts.$": "$.Output.Message.Content[?(@.Text)].Text",
             "stopReason.$": "$.StopReason",

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._install import BOTO3_HINT
+
 __all__ = [
     "AccountQuota",
     "DeclaredQuota",
@@ -295,8 +297,7 @@ def _service_quotas(region: str | None, profile: str | None) -> Any:
     try:
         import boto3
     except ModuleNotFoundError as error:
-        raise ImportError("genai-pacer quota-check reads Service Quotas with boto3: pip install boto3 (or "
-                          "genai-pacer[bench])") from error
+        raise ImportError(f"genai-pacer quota-check reads Service Quotas with boto3: {BOTO3_HINT}") from error
     return boto3.Session(profile_name=profile, region_name=region).client("service-quotas")
 
 

@@ -14,9 +14,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ._assets import LAMBDA_DIR
-
-# One install hint, worded as the README's "Use it in your app" section says it.
-_BOTO3_HINT = "pip install boto3 (or install genai-pacer with its [bench] extra, see the README's \"Use it in your app\")"
+from ._install import BOTO3_HINT as _BOTO3_HINT
 
 if TYPE_CHECKING:
     # What type checkers and editors see: pacer_runtime's own names and signatures. In a checkout

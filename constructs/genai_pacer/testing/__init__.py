@@ -1,10 +1,12 @@
-"""Offline test bed: a local Bedrock Runtime emulator and a load-replay benchmark.
+"""Offline test bed: a local Bedrock Runtime emulator, an offline Step Functions runner, and a
+load-replay benchmark.
 
 `BedrockEmulator` needs nothing beyond the standard library; the benchmark, `BedrockEmulator.client()`
-and `fail_next` need boto3 / botocore (see `INSTALL_HINT`).
+and `fail_next` need boto3 / botocore (see `INSTALL_HINT`); `StateMachineRunner` needs moto with its
+Step Functions extra (loaded only when a runner starts).
 """
 
-from ._install import INSTALL_HINT
+from .._install import BOTO3_HINT as INSTALL_HINT
 from .emulator import (
     ANSWER_TOKENS_KEY,
     EMULATED_OPERATIONS,
@@ -17,6 +19,15 @@ from .emulator import (
     QuotaModel,
     TierLatency,
     approx_tokens,
+)
+from .sfn import (
+    BatchJob,
+    BatchJobSimulator,
+    BatchRecordError,
+    Execution,
+    OfflineExecutionError,
+    StateMachineRunner,
+    StateMachineSpec,
 )
 
 __all__ = [
@@ -32,4 +43,11 @@ __all__ = [
     "QuotaModel",
     "TierLatency",
     "approx_tokens",
+    "BatchJob",
+    "BatchJobSimulator",
+    "BatchRecordError",
+    "Execution",
+    "OfflineExecutionError",
+    "StateMachineRunner",
+    "StateMachineSpec",
 ]

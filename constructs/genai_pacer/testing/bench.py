@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import planning
+from .._install import MATPLOTLIB_HINT
 from .emulator import ANSWER_TOKENS_KEY
 
 __all__ = [
@@ -435,8 +436,7 @@ def _chart(report: BenchReport, path: Path) -> Path | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no PNG chart (pip install matplotlib, or install genai-pacer with its "
-              "[bench] extra, see the README's \"Use it in your app\")", file=sys.stderr)
+        print(f"matplotlib is not installed: no PNG chart ({MATPLOTLIB_HINT})", file=sys.stderr)
         return None
     ok = [s for s in report.samples if s.ok and not s.warmup]
     panels = [("TTFT (s)", [s.ttft_s for s in ok if s.ttft_s is not None], "ttft_s"),

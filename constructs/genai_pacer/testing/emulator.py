@@ -54,10 +54,10 @@ from typing import Any
 from urllib.parse import unquote
 
 from .._checks import Checks
+from .._install import missing
 from . import _servicemodel, eventstream, native, responses
 from . import validation as v
 from ._http import Response, Server
-from ._install import missing
 from .quota import Charge, Ledger, QuotaModel
 from .records import Invocation, InvocationTotals, Tally
 from .specs import (

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._checks import Checks
+from ..._install import MOTO_HINT
 from ..emulator import BedrockEmulator, Invocation
 from ._batch import BatchJob, BatchJobSimulator
 from ._definition import ExecutablePlan, executable_copy
@@ -164,8 +165,7 @@ class StateMachineRunner:
             from moto import mock_aws
         except ImportError as error:  # pragma: no cover - depends on the environment
             raise ImportError(
-                "StateMachineRunner needs moto with Step Functions support and boto3: "
-                "pip install 'moto[stepfunctions]' boto3"
+                f"StateMachineRunner needs moto with Step Functions support and boto3: {MOTO_HINT}"
             ) from error
         try:
             from . import _interpreter
