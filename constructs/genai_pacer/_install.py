@@ -12,7 +12,7 @@ __all__ = ["BOTO3_HINT", "MATPLOTLIB_HINT", "MOTO_HINT", "missing"]
 _README = "or install genai-pacer with its [bench] extra, see the README's \"Use it in your app\""
 BOTO3_HINT = f"pip install boto3 ({_README})"
 MATPLOTLIB_HINT = f"pip install matplotlib ({_README})"
-MOTO_HINT = "pip install \"moto[stepfunctions]\" boto3"
+MOTO_HINT = 'pip install "moto[stepfunctions]" boto3'
 
 
 def missing(what: str, module: str, error: ModuleNotFoundError, hint: str = BOTO3_HINT) -> ModuleNotFoundError:
