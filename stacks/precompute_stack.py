@@ -34,11 +34,11 @@ class PrecomputeStack(cdk.Stack):
         rate = planning.sustainable_rate(profile, tpm_quota=settings.tpm_quota / 4, call_seconds=8)
         # One store for every writer and reader: the scheduled run, the batch loader and the
         # router's write-back.
-        self.store = AnswerStore(self, "Answers", answer_ttl=cdk.Duration.days(7))
+        self.answer_store = AnswerStore(self, "Answers", answer_ttl=cdk.Duration.days(7))
         self.scheduled = ScheduledPrecompute(
             self,
             "MorningNotes",
-            store=self.store,
+            answer_store=self.answer_store,
             model=settings.model,
             request=ConverseRequest(
                 system="You write a short, factual pre-market note for an equity analyst.",
@@ -57,7 +57,7 @@ class PrecomputeStack(cdk.Stack):
             self,
             "ReviewSummaries",
             model=settings.model,
-            answer_store=self.store,
+            answer_store=self.answer_store,
             max_tokens=planning.size_max_tokens(350).max_tokens,
             system_prompt="You summarize customer reviews in three sentences, citing no reviewer by name.",
             # The account's quota of batch jobs in flight for this model (Service Quotas); the
@@ -68,13 +68,13 @@ class PrecomputeStack(cdk.Stack):
         self.router = AnswerRouter(
             self,
             "Router",
-            store=self.store,
+            answer_store=self.answer_store,
             model=settings.model,
             max_age=cdk.Duration.hours(24),
             max_output_tokens=profile.max_tokens,
         )
         cdk.CfnOutput(self, "RouterUrl", value=self.router.url.url if self.router.url else "")
-        cdk.CfnOutput(self, "AnswerTable", value=self.store.table.table_name)
+        cdk.CfnOutput(self, "AnswerTable", value=self.answer_store.table.table_name)
         cdk.CfnOutput(self, "PrecomputeStateMachine", value=self.scheduled.state_machine.state_machine_arn)
         cdk.CfnOutput(self, "BatchStateMachine", value=self.batch.state_machine.state_machine_arn)
         cdk.CfnOutput(self, "BatchItemsBucket", value=self.batch.items_bucket.bucket_name)

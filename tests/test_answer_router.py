@@ -18,7 +18,7 @@ MODEL = BedrockModel.from_id("amazon.nova-lite-v1:0")
 def build(**props) -> tuple[cdk.Stack, AnswerRouter]:
     stack = new_stack()
     store = AnswerStore(stack, "Store")
-    return stack, AnswerRouter(stack, "Router", **{"store": store, "model": MODEL, **props})
+    return stack, AnswerRouter(stack, "Router", **{"answer_store": store, "model": MODEL, **props})
 
 
 def router_function(template: Template) -> dict:
@@ -94,7 +94,7 @@ def test_metrics_read_the_handlers_names():
 def test_a_max_age_beyond_the_store_ttl_is_warned():
     stack = new_stack()
     store = AnswerStore(stack, "Store", answer_ttl=cdk.Duration.hours(1))
-    AnswerRouter(stack, "Router", store=store, model=MODEL, max_age=cdk.Duration.hours(2))
+    AnswerRouter(stack, "Router", answer_store=store, model=MODEL, max_age=cdk.Duration.hours(2))
     Annotations.from_stack(stack).has_warning("/Test/Router", Match.string_like_regexp("longer than the store's answer_ttl"))
 
 
@@ -103,8 +103,8 @@ def test_a_max_age_beyond_the_store_ttl_is_warned():
 @pytest.mark.parametrize(
     ("prop", "value", "message"),
     [
-        ("store", None, "store is required"),
-        ("store", "table", "pass an AnswerStore"),
+        ("answer_store", None, "answer_store is required"),
+        ("answer_store", "table", "pass an AnswerStore"),
         ("model", None, "model is required"),
         ("model", "amazon.nova-lite-v1:0", "pass a BedrockModel"),
         ("max_age", 3600, "pass a cdk.Duration"),

@@ -41,8 +41,8 @@ ITEMS = [{"key": f"ticker-morning#T{i}", "ticker": f"T{i}"} for i in range(3)]
 
 def build(stack: cdk.Stack | None = None, **props) -> tuple[cdk.Stack, ScheduledPrecompute]:
     stack = stack or new_stack()
-    store = props.pop("store", None) or AnswerStore(stack, "Store")
-    defaults = {"store": store, "model": MODEL, "request": REQUEST, "max_concurrency": 4, "schedule": CRON, "items": ITEMS}
+    store = props.pop("answer_store", None) or AnswerStore(stack, "Store")
+    defaults = {"answer_store": store, "model": MODEL, "request": REQUEST, "max_concurrency": 4, "schedule": CRON, "items": ITEMS}
     if "items_bucket" in props:
         defaults.pop("items")
     return stack, ScheduledPrecompute(stack, "Pre", **{**defaults, **props})
@@ -91,7 +91,7 @@ def test_the_answer_write_is_put_answers_item_and_condition():
 
 def test_without_a_ttl_no_expiry_is_written():
     stack = new_stack()
-    _, _ = build(stack, store=AnswerStore(stack, "Store", answer_ttl=None))
+    _, _ = build(stack, answer_store=AnswerStore(stack, "Store", answer_ttl=None))
     assert "expires_at" not in states_of(stack)["Write answer"]["Parameters"]["Item"]
 
 
@@ -214,7 +214,7 @@ def test_a_run_answers_every_key_through_throttles_and_the_router_reads_them(mon
     items = tickers(16)
     with emulator(tpm_quota=900) as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
         run = runner.run({"items": items}, timeout=180).raise_for_status()
-        table = runner.physical_name(pre.store.table)
+        table = runner.physical_name(pre.answer_store.table)
         stored = [answers.get_answer(runner.dynamodb, table, answers.normalize_key(i["key"])) for i in items]
         metrics = runner._boto3.client("cloudwatch", region_name="us-east-1").list_metrics(Namespace="GenaiPacer")["Metrics"]
     assert run.throttled > 0, "900 TPM holds 7 reservations of 125 tokens; 8 calls at once must throttle"
@@ -233,7 +233,7 @@ def test_failed_keys_are_listed_and_counted_without_losing_the_others(monkeypatc
             StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
         bedrock.fail_next("ValidationException", count=1, message="malformed prompt")
         run = runner.run({"items": items}, timeout=120).raise_for_status()
-        table = runner.physical_name(pre.store.table)
+        table = runner.physical_name(pre.answer_store.table)
         written = sum(answers.get_answer(runner.dynamodb, table, f"ticker-morning#t{i}") is not None for i in range(5))
     assert (run.output["written"], run.output["failed"]) == (4, 2)
     assert [k["error"] for k in run.output["failedKeys"]] == ["BedrockRuntime.ValidationException"]
@@ -248,7 +248,7 @@ def test_more_failed_keys_than_tolerated_fail_the_run_after_writing_the_rest(mon
             StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
         bedrock.fail_next("AccessDeniedException", count=1, message="no access")
         run = runner.run({"items": items}, timeout=120)
-        table = runner.physical_name(pre.store.table)
+        table = runner.physical_name(pre.answer_store.table)
         lock = runner.dynamodb.get_item(TableName=table, Key={"pk": {"S": "claim#precompute-run#Pre"}}).get("Item")
         items_in_table = runner.dynamodb.scan(TableName=table)["Count"]
     assert (run.status, run.error) == ("FAILED", "PrecomputeFailedKeys")
@@ -261,7 +261,7 @@ def test_a_run_that_finds_the_lock_held_skips_without_a_model_call(monkeypatch):
     stack, pre = build()
     items = tickers(3)
     with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
-        table = runner.physical_name(pre.store.table)
+        table = runner.physical_name(pre.answer_store.table)
         name = runner.state_machines[0].name
         owner = answers.claim(runner.dynamodb, table, f"precompute-run#{name}", seconds=600)  # another run
         skipped = runner.run({"items": items}, timeout=60).raise_for_status()
@@ -276,7 +276,7 @@ def test_an_expired_lock_does_not_block_a_run(monkeypatch):
     stack, pre = build()
     items = tickers(2)
     with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
-        table = runner.physical_name(pre.store.table)
+        table = runner.physical_name(pre.answer_store.table)
         name = runner.state_machines[0].name
         answers.claim(runner.dynamodb, table, f"precompute-run#{name}", seconds=60, now=1_000_000)  # long dead
         run = runner.run({"items": items}, timeout=120).raise_for_status()
@@ -287,7 +287,7 @@ def test_a_newer_stored_answer_is_kept(monkeypatch):
     stack, pre = build()
     items = tickers(2)
     with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
-        table = runner.physical_name(pre.store.table)
+        table = runner.physical_name(pre.answer_store.table)
         newer = answers.Answer(key="ticker-morning#t0", text="router wrote this later", model_id=NOVA,
                                request_id="router#1", sequence=10**15)
         answers.put_answer(runner.dynamodb, table, newer)
@@ -307,7 +307,7 @@ def test_keys_in_s3_run_through_the_distributed_map(monkeypatch):
         runner.s3.put_object(Bucket=runner.physical_name(bucket), Key="keys.jsonl",
                              Body="\n".join(json.dumps({**i, "key": i["key"].lower()}) for i in items).encode())
         run = runner.run({}, timeout=180).raise_for_status()
-        table = runner.physical_name(pre.store.table)
+        table = runner.physical_name(pre.answer_store.table)
         stored = answers.get_answer(runner.dynamodb, table, "ticker-morning#t5")
     assert run.output["written"] == 6 and run.output["invalidKeys"] == []
     assert stored is not None and stored.text
@@ -319,7 +319,7 @@ def test_keys_in_s3_run_through_the_distributed_map(monkeypatch):
 @pytest.mark.parametrize(
     ("props", "message"),
     [
-        ({"store": "table"}, "pass an AnswerStore"),
+        ({"answer_store": "table"}, "pass an AnswerStore"),
         ({"model": None}, "model is required"),
         ({"request": None}, "request is required"),
         ({"request": {"prompt": "x"}}, "ConverseRequest"),

@@ -47,7 +47,7 @@ _MEMORY = (128, 10_240)
 class AnswerRouter(Construct):
     """Serve a stored answer when its key is present and fresh, else call the model.
 
-    store: required; the AnswerStore to read (and write back to).
+    answer_store: required; the AnswerStore to read (and write back to).
     model: required; the model a miss calls (Converse).
     max_age: how old a stored answer may be and still be served; older is "stale" and regenerated.
         1 second..10 years. Default: 1 day (answers pre-computed each morning).
@@ -74,7 +74,7 @@ class AnswerRouter(Construct):
         scope: Construct,
         id: str,
         *,
-        store: AnswerStore,
+        answer_store: AnswerStore,
         model: BedrockModel,
         max_age: cdk.Duration | None = None,
         write_back: bool = True,
@@ -87,10 +87,11 @@ class AnswerRouter(Construct):
         log_retention: logs.RetentionDays | None = None,
     ) -> None:
         super().__init__(scope, id)
+        store = answer_store
         max_age = max_age or DEFAULT_MAX_AGE
         timeout = timeout or cdk.Duration.seconds(60)
         with Checks(f"AnswerRouter {id}") as check:
-            check.instance("store", store, AnswerStore, "an AnswerStore")
+            check.instance("answer_store", answer_store, AnswerStore, "an AnswerStore")
             check.instance("model", model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
             age_ok = check.duration(
                 "max_age", max_age, minimum=cdk.Duration.seconds(1), maximum=cdk.Duration.days(3650),

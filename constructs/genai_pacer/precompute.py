@@ -113,7 +113,7 @@ def answer_schema() -> _AnswerSchema:
 class ScheduledPrecompute(Construct):
     """Generate answers for a known list of keys on a schedule and store them in an AnswerStore.
 
-    store: required; the AnswerStore the answers go to (and the router reads).
+    answer_store: required; the AnswerStore the answers go to (and the router reads).
     model: required; the model every key calls.
     request: required; a ConverseRequest whose JsonPath references read the key's item under
         `$.item`, e.g. prompt=sfn.JsonPath.format("Morning note for {}", sfn.JsonPath.string_at("$.item.ticker")).
@@ -151,7 +151,7 @@ class ScheduledPrecompute(Construct):
         scope: Construct,
         id: str,
         *,
-        store: AnswerStore,
+        answer_store: AnswerStore,
         model: BedrockModel,
         request: ConverseRequest,
         max_concurrency: int | planning.RatePlan,
@@ -168,11 +168,12 @@ class ScheduledPrecompute(Construct):
         state_machine_options: StateMachineOptions | None = None,
     ) -> None:
         super().__init__(scope, id)
+        store = answer_store
         schedule_max_event_age = schedule_max_event_age or cdk.Duration.hours(1)
         options = state_machine_options or StateMachineOptions()
         distributed = items_bucket is not None
         with Checks(f"ScheduledPrecompute {id}") as check:
-            check.instance("store", store, AnswerStore, "an AnswerStore")
+            check.instance("answer_store", answer_store, AnswerStore, "an AnswerStore")
             check.instance("model", model, BedrockModel, _MODEL_HINT)
             if check.instance(
                 "request", request, ConverseRequest,
@@ -231,7 +232,7 @@ class ScheduledPrecompute(Construct):
         retry = retry or BedrockRetry()
         schema = answer_schema()
         timeout = options.timeout or _DEFAULT_TIMEOUT
-        self.store = store
+        self.answer_store = store
         self.tolerated_failed_keys = tolerated_failed_keys
 
         self.prepare_function = handler_function(
