@@ -142,26 +142,3 @@ def test_readme_planning_example_runs_and_its_comments_are_true():
     exec(block, scope)
     assert (scope["p"].reserved, scope["p"].settled, scope["p"].billed) == (8500, 4000, 2800)
     assert (scope["sizing"].max_tokens, scope["sizing"].reservation_saved_per_request) == (990, 15_010)
-
-
-def test_readme_emulator_example_runs_and_its_comments_are_true():
-    import re
-
-    from botocore.exceptions import EventStreamError
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = re.search(r"## Offline test bed\n\n```python\n(.*?)```", readme, re.S).group(1)
-    block = block.replace("with BedrockEmulator(", "bedrock = BedrockEmulator(").replace(") as bedrock:", ").start()\nif True:")
-    scope: dict = {}
-    exec(block, scope)
-    bedrock = scope["bedrock"]
-    try:
-        charged, reply = scope["charged"], scope["reply"]
-        assert (charged.input_tokens, charged.reserved, charged.settled) == (566, 966, 2066)
-        assert reply["usage"]["outputTokens"] == 300
-        stream = scope["client"].converse_stream(modelId=scope["haiku"].model_id,
-                                                 messages=[{"role": "user", "content": [{"text": "hi"}]}])["stream"]
-        with pytest.raises(EventStreamError, match="throttlingException"):
-            list(stream)
-    finally:
-        bedrock.stop()
