@@ -15,17 +15,19 @@ synth: $(VENV)/.runtime-installed node_modules/.installed
 	cdk synth --no-notices --quiet
 	@echo "synthesized: $$(ls cdk.out/*.template.json | tr '\n' ' ')"
 
-# The gate (CI runs it): lint, types, then every test, the fresh-install ones included.
+# The gate (CI runs it): lint, types, then every test, the fresh-install ones included. The tests
+# run in one worker per core (pytest-xdist): each worker has its own jsii process, the slow part.
+PYTEST_WORKERS ?= auto
 test: $(VENV)/.dev-installed node_modules/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS)
 
 # The development loop: lint and every test except those that install into a fresh environment
 # (markers consumer and slow) and without the type checker. It never replaces `make test`.
 test-fast: $(VENV)/.dev-installed node_modules/.installed
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest -m "not consumer and not slow"
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) -m "not consumer and not slow"
 
 typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/mypy
@@ -36,7 +38,8 @@ dist: $(VENV)/.dev-installed
 	$(VENV)/bin/python -m build --quiet --no-isolation --outdir $(DIST) .
 	@echo "built: $$(ls $(DIST)/* | tr '\n' ' ')"
 
-# Benchmark and experiments against the in-process emulator; reports land in bench/results/.
+# Benchmarks and experiments against the in-process emulator; reports land in bench/results/.
+# Each repeats its trials over several seeds and reports the spread.
 BENCH_MODEL := us.anthropic.claude-3-5-haiku-20241022-v1:0
 BENCH_OUT := bench/results
 bench: $(VENV)/.dev-installed
@@ -47,6 +50,9 @@ bench: $(VENV)/.dev-installed
 		--burndown 5 --tpm 300000 --max-tokens 400 --rate 90 --requests 200 --warmup 8 --no-stream \
 		--time-scale 5 --e2e-target 8 --out $(BENCH_OUT) --name converse-open-loop > /dev/null
 	$(VENV)/bin/genai-pacer experiments --prompts bench/prompts.jsonl --out $(BENCH_OUT) > /dev/null
+	$(VENV)/bin/python bench/router_bench.py --out $(BENCH_OUT) > /dev/null
+	$(VENV)/bin/python bench/batch_loader_bench.py --out $(BENCH_OUT)/batch_loader_bench.json > /dev/null
+	$(VENV)/bin/python bench/quota_pacer_experiment.py --out $(BENCH_OUT)/quota_pacer_experiment.json > /dev/null
 	@echo "reports: $$(ls $(BENCH_OUT) | tr '\n' ' ')"
 
 lint: $(VENV)/.dev-installed
