@@ -138,7 +138,7 @@ def test_a_table_v2_with_a_string_pk_is_accepted_and_an_imported_table_is_flagge
     [
         (dict(table="answers"), "table='answers' is a str; pass a dynamodb.Table"),
         (dict(encryption_key="alias/k"), "encryption_key='alias/k' is a str; pass a kms.Key"),
-        (dict(answer_ttl=3600), "answer_ttl=3600 is a int; pass a cdk.Duration"),
+        (dict(answer_ttl=3600), "answer_ttl=3600 is an int; pass a cdk.Duration"),
         (dict(answer_ttl=cdk.Duration.seconds(10)), "answer_ttl=10 seconds is below the minimum of 1 minute"),
         (dict(answer_ttl=cdk.Duration.days(4000)), "answer_ttl=4000 days exceeds the maximum of 3650 days"),
         (dict(answer_ttl=math.nan), "answer_ttl=nan is a float"),

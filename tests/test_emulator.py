@@ -924,7 +924,7 @@ NAN, INF = math.nan, math.inf
         ({"application_profiles": ("arn:aws:bedrock:x/y",)}, "pass the id after 'application-inference-profile/'"),
         ({"tier_latency": {"turbo": TierLatency()}}, "tier_latency key='turbo' must be one of"),
         ({"tier_latency": {"flex": 2.0}}, "tier_latency['flex']=2.0 is a float"),
-        ({"latency_optimized": 3_000}, "latency_optimized=3000 is a int"),
+        ({"latency_optimized": 3_000}, "latency_optimized=3000 is an int"),
     ],
 )
 def test_model_spec_rejects_bad_values(kwargs, message):

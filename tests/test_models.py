@@ -397,7 +397,7 @@ def refused(call) -> str:
         ),
         (
             lambda: BedrockModel.application_inference_profile(APP_ARN, copies=42),
-            "copies=42 is a int; pass a BedrockModel or a model or profile id",
+            "copies=42 is an int; pass a BedrockModel or a model or profile id",
         ),
         (
             lambda: BedrockModel.application_inference_profile(f"us.{HAIKU}", copies=NOVA),
@@ -451,7 +451,7 @@ def test_refusals_say_what_to_call_instead(call, expected):
 # --- table-driven bad inputs ---------------------------------------------------------------------
 
 BAD_MODEL_IDS = [
-    (123, "model_id=123 is a int; pass a string"),
+    (123, "model_id=123 is an int; pass a string"),
     (None, "model_id is required"),
     (True, "model_id=True is a bool; pass a string"),
     (1.5, "model_id=1.5 is a float; pass a string"),
@@ -479,7 +479,7 @@ def test_bad_model_ids(build, value, expected):
         ("us-east-1", "regions='us-east-1' is a str; pass a list of Region names such as ['us-east-1', 'us-west-2']"),
         ([], "regions for profile 'us.anthropic"),
         (["moon-1"], "regions[0]='moon-1' is not an AWS Region name such as 'us-east-1'"),
-        (["us-east-1", 5], "regions[1]=5 is a int; pass a Region name"),
+        (["us-east-1", 5], "regions[1]=5 is an int; pass a Region name"),
         (["us-east-1", None], "regions[1]=None is a NoneType"),
     ],
 )
@@ -507,7 +507,7 @@ def test_several_problems_are_reported_together():
     [
         ("yes", "streaming='yes' is a str; pass True or False"),
         (None, "streaming is required: pass True or False"),
-        (1, "streaming=1 is a int; pass True or False"),
+        (1, "streaming=1 is an int; pass True or False"),
         (0.0, "streaming=0.0 is a float; pass True or False"),
     ],
 )

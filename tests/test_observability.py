@@ -349,14 +349,14 @@ def test_tpm_quota_refuses_bad_values(kwargs, message):
 
 
 def test_from_plan_takes_a_plan_only():
-    with pytest.raises(InvalidPropsError, match="plan=400000 is a int; pass a planning.TpmPlan"):
+    with pytest.raises(InvalidPropsError, match="plan=400000 is an int; pass a planning.TpmPlan"):
         TpmQuota.from_plan(400_000, tpm_quota=400_000)  # type: ignore[arg-type]
     quota = TpmQuota.from_plan(PLAN, tpm_quota=400_000, alarm_fraction=0.9)
     assert (quota.planned_tpm, quota.alarm_threshold_tokens) == (PLAN.required_tpm, 360_000)
 
 
 ALARMS_BAD = [
-    (dict(ttft_p90=2), "ttft_p90=2 is a int; pass a cdk.Duration"),
+    (dict(ttft_p90=2), "ttft_p90=2 is an int; pass a cdk.Duration"),
     (dict(ttft_p90=cdk.Duration.minutes(16)), "ttft_p90=16 minutes exceeds the maximum of 15 minutes"),
     (dict(ttft_p90=cdk.Duration.seconds(0)), "ttft_p90=0 seconds is below the minimum of 1 milli"),
     (dict(ttft_p90=cdk.Duration.seconds(cdk.Token.as_number({"Ref": "T"}))), "ttft_p90 is a deploy-time token"),
@@ -388,7 +388,7 @@ def test_latency_alarms_refuse_bad_thresholds(kwargs, message):
 WATCHED_BAD = [
     (dict(model="amazon.nova-lite-v1:0"), "model='amazon.nova-lite-v1:0' is a str; pass a BedrockModel"),
     (dict(model=None), "model is required"),
-    (dict(quota=400_000), "quota=400000 is a int; pass a TpmQuota"),
+    (dict(quota=400_000), "quota=400000 is an int; pass a TpmQuota"),
     (dict(burndown=0.5), "burndown=0.5 is below the minimum of 1"),
     (dict(burndown=101), "burndown=101 exceeds the maximum of 100"),
     (dict(burndown=math.nan), "burndown=nan is not a finite number"),
@@ -396,7 +396,7 @@ WATCHED_BAD = [
     (dict(alarms={"ttft_p90": 2}), "alarms={'ttft_p90': 2} is a dict; pass LatencyAlarms"),
     (dict(label=""), "label='' is empty"),
     (dict(label="x" * 101), "label has 101 characters; at most 100"),
-    (dict(label=7), "label=7 is a int; pass a string"),
+    (dict(label=7), "label=7 is an int; pass a string"),
 ]
 
 
@@ -415,7 +415,7 @@ DASHBOARD_BAD = [
     (dict(models=["us.amazon.nova-lite-v1:0"]), "models[0]='us.amazon.nova-lite-v1:0' is a str; pass a BedrockModel or WatchedModel"),
     (dict(alarm_actions=["arn:aws:sns:us-east-1:111122223333:pager"]), "alarm_actions[0]='arn:aws:sns:us-east-1:111122223333:pager' is a str"),
     (dict(alarm_actions="topic"), "alarm_actions='topic' is a str; pass a list"),
-    (dict(default_interval=3), "default_interval=3 is a int; pass a cdk.Duration"),
+    (dict(default_interval=3), "default_interval=3 is an int; pass a cdk.Duration"),
     (dict(default_interval=cdk.Duration.minutes(1)), "default_interval=1 minute is below the minimum of 5 minutes"),
 ]
 

@@ -215,7 +215,7 @@ def test_planner_errors():
         planning.choose_execution(deadline=timedelta(0), record_count=5)
     with pytest.raises(ValueError, match="record_count=0 is below the minimum of 1"):
         planning.choose_execution(deadline=timedelta(hours=30), record_count=0)
-    with pytest.raises(TypeError, match="deadline=3600 is a int; pass a datetime.timedelta"):
+    with pytest.raises(TypeError, match="deadline=3600 is an int; pass a datetime.timedelta"):
         planning.choose_execution(deadline=3600, record_count=5)
 
 

@@ -360,7 +360,7 @@ def test_several_bad_quota_props_are_reported_together():
     [
         ("", {"fraction": 0.1}, "name='' is empty"),
         ("x" * 81, {"fraction": 0.1}, "name has 81 characters; at most 80"),
-        (7, {"fraction": 0.1}, "name=7 is a int; pass a string"),
+        (7, {"fraction": 0.1}, "name=7 is an int; pass a string"),
         ("S", {}, "none of fraction, tpm and calls given; pass exactly one"),
         ("S", {"fraction": 0.1, "tpm": 1000}, "fraction and tpm given; pass exactly one"),
         ("S", {"fraction": 0}, "fraction=0 must be greater than 0"),

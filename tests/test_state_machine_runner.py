@@ -666,7 +666,7 @@ PASS_ONLY = template({"P": {"Type": "Pass", "End": True}})
         ({"values": [("Bucket", "b")]}, "values=.* is a list; pass a dict"),
         ({"region": ""}, "region='' is empty"),
         ({"account": "123"}, "account='123' is not a 12-digit AWS account id"),
-        ({"account": 123456789012}, "account=123456789012 is a int; pass a string"),
+        ({"account": 123456789012}, "account=123456789012 is an int; pass a string"),
     ],
 )
 def test_bad_runner_props_are_refused_naming_the_prop_and_the_fix(props, expected):

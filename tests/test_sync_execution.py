@@ -67,9 +67,9 @@ def test_a_standard_machine_is_refused_with_the_fix():
     ("kwargs", "message"),
     [
         (dict(wait=cdk.Duration.minutes(6)), "wait=6 minutes exceeds the maximum of 5 minutes"),
-        (dict(wait=30), "wait=30 is a int; pass a cdk.Duration"),
+        (dict(wait=30), "wait=30 is an int; pass a cdk.Duration"),
         (dict(state_machine="arn:aws:states:::x"), "state_machine='arn:aws:states:::x' is a str"),
-        (dict(log_retention=7), "log_retention=7 is a int"),
+        (dict(log_retention=7), "log_retention=7 is an int"),
     ],
 )
 def test_bad_input_is_refused(kwargs, message):

@@ -15,13 +15,14 @@ time, so the pure-Python planner can use it too.
 
 from __future__ import annotations
 
+import enum
 import math
 import struct
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["Checks", "InvalidPropsError", "fit_concurrency", "is_token"]
+__all__ = ["Checks", "InvalidPropsError", "fit_concurrency", "is_token", "kind_of"]
 
 
 class InvalidPropsError(ValueError, TypeError):
@@ -72,8 +73,29 @@ def _num(value: float) -> str:
 
 
 def _show(value: Any) -> str:
+    """A value as a message shows it: enums and CDK objects by name, never as '<... at 0x...>'."""
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    if callable(getattr(value, "to_human_string", None)):  # cdk.Duration, cdk.Size
+        try:
+            return str(value.to_human_string())
+        except Exception:  # an unresolved token
+            pass
     text = repr(value)
+    if text.startswith("<") and " at 0x" in text:
+        return f"<{_type_name(value)}>"
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _type_name(value: Any) -> str:
+    name = type(value).__name__
+    return "imported resource" if name == "InterfaceDynamicProxy" else name
+
+
+def kind_of(value: Any) -> str:
+    """'an int', 'a str', 'a Duration': what a wrong value is, with its article."""
+    name = _type_name(value)
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _seconds(duration: Any) -> float:
@@ -133,7 +155,7 @@ class Checks:
         if is_token(value):
             return False
         if isinstance(value, bool) or not isinstance(value, int | float):
-            return self.fail(f"{name}={_show(value)} is a {type(value).__name__}; pass {kind}{tail}")
+            return self.fail(f"{name}={_show(value)} is {kind_of(value)}; pass {kind}{tail}")
         try:
             finite = math.isfinite(value)
         except OverflowError:  # an int beyond any float
@@ -160,7 +182,7 @@ class Checks:
         bool_refused = isinstance(value, bool) and bool not in _as_tuple(types)
         if not bool_refused and any(_is_instance(value, t) for t in _as_tuple(types)):
             return True
-        return self.fail(f"{name}={_show(value)} is a {type(value).__name__}; pass {expected}")
+        return self.fail(f"{name}={_show(value)} is {kind_of(value)}; pass {expected}")
 
     def duration(
         self,
@@ -180,7 +202,7 @@ class Checks:
             return False if optional else self.fail(f"{name} is required: pass a cdk.Duration{tail}")
         if not isinstance(value, cdk.Duration):
             return self.fail(
-                f"{name}={_show(value)} is a {type(value).__name__}; pass a cdk.Duration such as "
+                f"{name}={_show(value)} is {kind_of(value)}; pass a cdk.Duration such as "
                 f"cdk.Duration.seconds({value if isinstance(value, int | float) and not isinstance(value, bool) else 30}){tail}"
             )
         if value.is_unresolved():
@@ -199,7 +221,7 @@ class Checks:
         if any(value is c or (type(value) is type(c) and value == c) for c in options):
             return True
         tail = f"; {fix}" if fix else ""
-        return self.fail(f"{name}={_show(value)} must be one of {', '.join(repr(c) for c in options)}{tail}")
+        return self.fail(f"{name}={_show(value)} must be one of {', '.join(_show(c) for c in options)}{tail}")
 
     def text(self, name: str, value: Any, *, optional: bool = False, max_length: int | None = None, fix: str = "") -> bool:
         """A non-empty string (tokens skipped)."""
@@ -207,7 +229,7 @@ class Checks:
         if value is None:
             return False if optional else self.fail(f"{name} is required: pass a non-empty string{tail}")
         if not isinstance(value, str):
-            return self.fail(f"{name}={_show(value)} is a {type(value).__name__}; pass a string{tail}")
+            return self.fail(f"{name}={_show(value)} is {kind_of(value)}; pass a string{tail}")
         if is_token(value):
             return False
         if not value.strip():
@@ -219,7 +241,7 @@ class Checks:
     def each(self, name: str, values: Any, check: Callable[[str, Any], bool]) -> bool:
         """Apply `check(item_name, item)` to each item of a list or tuple."""
         if isinstance(values, str) or not isinstance(values, list | tuple):
-            return self.fail(f"{name}={_show(values)} is a {type(values).__name__}; pass a list")
+            return self.fail(f"{name}={_show(values)} is {kind_of(values)}; pass a list")
         results = [check(f"{name}[{i}]", item) for i, item in enumerate(values)]
         return all(results)
 

@@ -36,7 +36,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from ._alarms import threshold_alarm
-from ._checks import Checks, is_token
+from ._checks import Checks, is_token, kind_of
 from .capacity import MAX_CAPACITY, MAX_TARGET_CONCURRENCY, ConcurrencyTarget, PeakCapacity
 from .llm_endpoint import LlmEndpoint
 
@@ -208,7 +208,7 @@ def _weekdays(check: Checks, days: Any) -> list[int] | None:
     elif isinstance(days, list | tuple) and all(isinstance(d, str) for d in days):
         parts = [d.strip() for d in days]
     else:
-        check.fail(f"days={days!r} is a {type(days).__name__}; {fix}")
+        check.fail(f"days={days!r} is {kind_of(days)}; {fix}")
         return None
     if parts == ["*"]:
         return list(range(7))

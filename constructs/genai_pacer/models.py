@@ -40,7 +40,7 @@ from aws_cdk import aws_iam as iam
 
 from constructs import Construct
 
-from ._checks import Checks, is_token
+from ._checks import Checks, is_token, kind_of
 
 __all__ = ["BedrockModel", "ModelKind", "PROFILE_REGIONS", "KNOWN_PROVIDERS"]
 
@@ -633,7 +633,7 @@ def _validate_regions(check: Checks, model: BedrockModel) -> None:
         return
     if not isinstance(regions, tuple):  # a str or a token list: refused before it is iterated
         check.fail(
-            f"regions={regions!r} is a {type(regions).__name__}; pass a list of Region names such as "
+            f"regions={regions!r} is {kind_of(regions)}; pass a list of Region names such as "
             "['us-east-1', 'us-west-2']"
         )
         return
@@ -646,7 +646,7 @@ def _validate_regions(check: Checks, model: BedrockModel) -> None:
         if is_token(region):
             continue
         if not isinstance(region, str):
-            check.fail(f"regions[{i}]={region!r} is a {type(region).__name__}; pass a Region name such as 'us-east-1'")
+            check.fail(f"regions[{i}]={region!r} is {kind_of(region)}; pass a Region name such as 'us-east-1'")
         elif not _REGION.match(region):
             check.fail(f"regions[{i}]={region!r} is not an AWS Region name such as 'us-east-1'")
 
@@ -668,7 +668,7 @@ def _validate_copies(check: Checks, model: BedrockModel) -> None:
         return
     if not isinstance(copies, BedrockModel):
         check.fail(
-            f"copies={copies!r} is a {type(copies).__name__}; pass a BedrockModel or a model or profile id such as "
+            f"copies={copies!r} is {kind_of(copies)}; pass a BedrockModel or a model or profile id such as "
             "'us.anthropic.claude-3-5-haiku-20241022-v1:0'"
         )
         return

@@ -34,7 +34,7 @@ from constructs import Construct
 
 from . import planning
 from ._alarms import threshold_alarm
-from ._checks import Checks, is_token
+from ._checks import Checks, is_token, kind_of
 from ._runtime_constants import metrics_constants
 from .models import BedrockModel
 
@@ -273,7 +273,7 @@ class LatencyDashboard(Construct):
                     check.instance(f"models[{i}]", model, (BedrockModel, WatchedModel), "a BedrockModel or WatchedModel(...)")
             if check.instance("alarm_actions", alarm_actions, (list, tuple), f"a list of {_ACTION_HINT}s"):
                 for i, action in enumerate(alarm_actions):
-                    check.rule(hasattr(action, "bind"), f"alarm_actions[{i}]={action!r} is a {type(action).__name__}; pass {_ACTION_HINT}")
+                    check.rule(hasattr(action, "bind"), f"alarm_actions[{i}]={action!r} is {kind_of(action)}; pass {_ACTION_HINT}")
             check.duration("default_interval", default_interval, minimum=cdk.Duration.minutes(5),
                            maximum=cdk.Duration.days(455), optional=True, fix="how far back the dashboard opens, e.g. 3 hours")
         self._actions = list(alarm_actions)

@@ -25,7 +25,7 @@ from constructs import Construct
 from . import planning
 from ._alarms import threshold_alarm
 from ._assets import handler_code
-from ._checks import Checks, fit_concurrency, is_token
+from ._checks import Checks, fit_concurrency, is_token, kind_of
 from ._runtime_constants import metrics_constants
 from ._secure import encrypted_log_group, log_key
 from .answer_store import AnswerStore
@@ -308,9 +308,9 @@ class QueuedInference(Construct):
         if isinstance(actions, list | tuple):
             for i, action in enumerate(actions):
                 if not hasattr(action, "bind"):
-                    check.fail(f"alarm_actions[{i}] is a {type(action).__name__}; pass an alarm action such as cloudwatch_actions.SnsAction(topic)")
+                    check.fail(f"alarm_actions[{i}] is {kind_of(action)}; pass an alarm action such as cloudwatch_actions.SnsAction(topic)")
         else:
-            check.fail(f"alarm_actions is a {type(actions).__name__}; pass a list of alarm actions")
+            check.fail(f"alarm_actions is {kind_of(actions)}; pass a list of alarm actions")
         for name in ("encryption_key", "queue_encryption_key", "dead_letter_queue_encryption_key"):
             check.instance(name, props[name], kms.IKey, "a kms.IKey", optional=True)
         check.instance("queue", props["queue"], sqs.IQueue, "an sqs.IQueue", optional=True)
