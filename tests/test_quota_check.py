@@ -300,3 +300,10 @@ def test_a_file_that_is_not_a_plan_is_named(tmp_path):
     (tmp_path / "genai-pacer-quota.Broken.json").write_text('{"model_id": "x"}')
     with pytest.raises(QuotaCheckError, match=r"genai-pacer-quota.Broken.json: not a genai-pacer quota plan"):
         load_plans(tmp_path)
+
+
+def test_the_genai_pacer_command_runs_quota_check(capsys):
+    from genai_pacer.testing.cli import main as cli_main
+
+    assert cli_main(["quota-check", "--assembly", "/nonexistent/cdk.out"]) == 2
+    assert "is not a cloud assembly directory: run `cdk synth` first" in capsys.readouterr().err

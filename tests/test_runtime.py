@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import boto3
 import pytest
 from botocore.exceptions import ClientError
@@ -36,9 +38,9 @@ def test_client_pool_and_retries_are_sized(client):
 
 
 def test_client_rejects_a_pool_of_zero_and_no_attempts():
-    with pytest.raises(ValueError, match="max_pool_connections=0 must be >= 1"):
+    with pytest.raises(ValueError, match="max_pool_connections=0 must be a whole number >= 1"):
         bedrock_client(max_pool_connections=0)
-    with pytest.raises(ValueError, match="max_attempts=0 must be >= 1"):
+    with pytest.raises(ValueError, match="max_attempts=0 must be a whole number >= 1"):
         bedrock_client(max_attempts=0)
 
 
@@ -143,9 +145,9 @@ def test_backoff_waits_a_full_jitter_delay_that_doubles_to_its_cap():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(base_seconds=0), "base_seconds=0 must be > 0"),
+        (dict(base_seconds=0), "base_seconds=0 must be a finite number > 0"),
         (dict(base_seconds=5, cap_seconds=1), "cap_seconds=1 >= base_seconds"),
-        (dict(max_attempts=0), "max_attempts=0 must be >= 1"),
+        (dict(max_attempts=0), "max_attempts=0 must be a whole number >= 1"),
     ],
 )
 def test_backoff_rejects_bad_values(kwargs, message):
@@ -221,7 +223,7 @@ def test_side_by_side_never_exceeds_its_bound():
 
     run_side_by_side([call] * 9, max_in_flight=3)
     assert state["peak"] == 3
-    with pytest.raises(ValueError, match="max_in_flight=0 must be >= 1"):
+    with pytest.raises(ValueError, match="max_in_flight=0 must be a whole number >= 1"):
         run_side_by_side([call], max_in_flight=0)
 
 
@@ -280,3 +282,26 @@ def test_output_tokens_per_second_is_decode_speed_after_the_first_token():
     assert result(600, 1_000, 11_000).output_tokens_per_second == 60.0
     assert result(300, None, 6_000).output_tokens_per_second is None  # not streamed: no first token time
     assert result(0, 1_000, 1_000).output_tokens_per_second is None
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda rt: rt.run_side_by_side([lambda: 1], max_in_flight=float("nan")), "max_in_flight=nan must be a whole number >= 1"),
+        (lambda rt: rt.run_side_by_side([lambda: 1], max_in_flight="3"), "max_in_flight='3' must be a whole number"),
+        (lambda rt: rt.BoundedCalls(3.5), "max_in_flight=3.5 must be a whole number"),
+        (lambda rt: rt.BoundedCalls(True), "max_in_flight=True must be a whole number"),
+        (lambda rt: rt.Backoff(base_seconds=float("inf")), "Backoff base_seconds=inf must be a finite number"),
+        (lambda rt: rt.Backoff(max_attempts=2.5), "Backoff max_attempts=2.5 must be a whole number"),
+        (lambda rt: rt.bedrock_client(max_attempts=1.5, region_name="us-east-1"), "max_attempts=1.5 must be a whole number"),
+        (lambda rt: rt.bedrock_client(max_pool_connections=float("nan"), region_name="us-east-1"), "max_pool_connections=nan"),
+        (lambda rt: rt.bedrock_client(read_timeout=0, region_name="us-east-1"), "read_timeout=0 must be a finite number > 0"),
+        (lambda rt: rt.build_converse_request(None, prompt="x"), "model_id=None must be a model id"),
+    ],
+)
+def test_runtime_helpers_refuse_bad_arguments_at_once(make, message):
+    # NaN workers used to make a pool that never started (a hang); strings failed deep inside
+    import genai_pacer.runtime as rt
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make(rt)

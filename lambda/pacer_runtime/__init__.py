@@ -1,6 +1,6 @@
 """Runtime helpers shared by genai-pacer's Lambda handlers (and usable in any Python service)."""
 
-from . import answers, metrics, sampling, streaming
+from . import answers, metrics, quota_pacer, sampling, streaming
 from .bedrock import (
     ConverseResult,
     RequestError,
@@ -10,6 +10,7 @@ from .bedrock import (
     converse_stream,
     is_throttle,
 )
+from .quota_pacer import AdmissionRejected, QuotaPacer
 from .sampling import EXTRACTION, VARIED, Sampling
 from .side_by_side import Backoff, BoundedCalls, Outcome, call_with_backoff, run_side_by_side
 from .streaming import SentenceSplitter, SentenceStream, sentences, stream_sentences
@@ -17,13 +18,16 @@ from .streaming import SentenceSplitter, SentenceStream, sentences, stream_sente
 __all__ = [
     "answers",
     "metrics",
+    "quota_pacer",
     "sampling",
     "streaming",
+    "AdmissionRejected",
     "Backoff",
     "BoundedCalls",
     "ConverseResult",
     "EXTRACTION",
     "Outcome",
+    "QuotaPacer",
     "RequestError",
     "Sampling",
     "SentenceSplitter",

@@ -20,6 +20,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from ._arguments import positive, whole
+
 THROTTLE_CODES = frozenset(
     {"ThrottlingException", "TooManyRequestsException", "ServiceQuotaExceededException"}
 )
@@ -48,10 +50,9 @@ def bedrock_client(
     max_attempts counts the first call: 4 means up to 3 retries with the SDK's exponential backoff
     and jitter ("standard"), or with client-side rate limiting after throttles ("adaptive").
     """
-    if max_pool_connections < 1:
-        raise ValueError(f"max_pool_connections={max_pool_connections} must be >= 1 (the calls run at once)")
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts={max_attempts} must be >= 1 (1 disables retries)")
+    whole("max_pool_connections", max_pool_connections, note="the calls that run at once")
+    whole("max_attempts", max_attempts, note="the first call included; 1 disables retries")
+    positive("read_timeout", read_timeout)
     config = Config(
         max_pool_connections=max_pool_connections,
         retries={"total_max_attempts": max_attempts, "mode": retry_mode},  # counts the first call
@@ -89,6 +90,8 @@ def build_converse_request(
         if not isinstance(prompt, str) or not prompt.strip():
             raise RequestError(f"prompt must be a non-empty string, not {_kind(prompt)}")
         messages = [{"role": "user", "content": [{"text": prompt}]}]
+    if not isinstance(model_id, str) or not model_id.strip():
+        raise RequestError(f"model_id={model_id!r} must be a model id, profile id or ARN")
     request: dict[str, Any] = {"modelId": model_id, "messages": _checked_messages(messages)}
     if system is not None:
         if not isinstance(system, str) or not system.strip():

@@ -18,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from ._arguments import positive, whole
 from .bedrock import is_throttle
 
 T = TypeVar("T")
@@ -32,7 +33,10 @@ class Backoff:
     max_attempts: int = 8
 
     def __post_init__(self) -> None:
-        if self.base_seconds <= 0 or self.cap_seconds < self.base_seconds:
+        positive("Backoff base_seconds", self.base_seconds)
+        positive("Backoff cap_seconds", self.cap_seconds)
+        whole("Backoff max_attempts", self.max_attempts, note="the first call included; 1 disables retries")
+        if self.cap_seconds < self.base_seconds:
             raise ValueError(
                 f"Backoff base_seconds={self.base_seconds!r} must be > 0 and cap_seconds={self.cap_seconds!r} >= base_seconds"
             )
@@ -97,8 +101,7 @@ class BoundedCalls:
         backoff: Backoff = Backoff(),
         retryable: Callable[[BaseException], bool] = is_throttle,
     ):
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight={max_in_flight!r} must be >= 1")
+        whole("max_in_flight", max_in_flight, note="the calls that run at once")
         self.max_in_flight, self.backoff, self.retryable = max_in_flight, backoff, retryable
         self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="side-by-side")
 
@@ -129,6 +132,7 @@ def run_side_by_side(
     max_pool_connections to max_in_flight. A failed call is reported in its Outcome; the others
     still run. on_done(index, outcome) is called as each call finishes (progress, metrics), one at a time.
     """
+    whole("max_in_flight", max_in_flight, note="the calls that run at once")
     lock = threading.Lock()
     with BoundedCalls(min(max_in_flight, max(len(calls), 1)), backoff=backoff, retryable=retryable) as pool:
         futures = [pool.submit(call) for call in calls]

@@ -286,6 +286,12 @@ def parser() -> argparse.ArgumentParser:
     experiments.add_argument("--seed", type=int, default=0)
     experiments.add_argument("--out", default="bench-results")
     experiments.set_defaults(run=_experiments)
+
+    from .. import quota_check  # the check of declared ModelQuota plans against Service Quotas
+
+    check = commands.add_parser("quota-check", help="compare declared ModelQuota plans with the account's quotas")
+    quota_check.add_arguments(check)
+    check.set_defaults(run=quota_check.run)
     return root
 
 
