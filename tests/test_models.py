@@ -539,3 +539,19 @@ def test_tokens_are_accepted_where_the_kind_is_given():
 def test_grant_to_a_non_construct_is_refused():
     with pytest.raises(TypeError, match="cannot grant to"):
         BedrockModel.foundation(NOVA).grant_invoke(iam.AccountRootPrincipal())  # type: ignore[arg-type]
+
+
+def test_a_geographic_profile_from_outside_its_geography_warns_at_synth():
+    from aws_cdk.assertions import Annotations, Match
+
+    stack = cdk.Stack(cdk.App(), "Test", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    role = iam.Role(stack, "Role", assumed_by=iam.AccountRootPrincipal())
+    BedrockModel.from_id("eu.anthropic.claude-3-5-haiku-20241022-v1:0").grant_invoke(role)
+    Annotations.from_stack(stack).has_warning(
+        "/Test/Role", Match.string_like_regexp("routes within eu-central-1.*but this stack is in us-east-1")
+    )
+    quiet = cdk.Stack(cdk.App(), "Test", env=cdk.Environment(account="111122223333", region="eu-west-1"))
+    BedrockModel.from_id("eu.anthropic.claude-3-5-haiku-20241022-v1:0").grant_invoke(
+        iam.Role(quiet, "Role", assumed_by=iam.AccountRootPrincipal())
+    )
+    assert not Annotations.from_stack(quiet).find_warning("*", Match.string_like_regexp("routes within"))

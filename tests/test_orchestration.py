@@ -221,6 +221,8 @@ def test_native_request_rejects_bad_fields(kwargs, message):
         (dict(result_selector=["x"]), r"result_selector=\['x'\] is a list"),
         (dict(timeout=cdk.Duration.seconds(0)), "timeout=0 seconds is below the minimum"),
         (dict(heartbeat=30), "heartbeat=30 is an int; pass a cdk.Duration"),
+        (dict(timeout=cdk.Duration.seconds(10), heartbeat=cdk.Duration.minutes(1)),
+         "heartbeat=1 minute is not shorter than timeout=10 seconds"),
     ],
 )
 def test_task_options_reject_bad_fields(kwargs, message):
@@ -542,6 +544,16 @@ def test_distributed_map_rejects_bad_input(kwargs, message):
     ) | kwargs
     with pytest.raises(InvalidPropsError, match=message):
         BoundedDistributedMap(stack, "Map", **props)
+
+
+def test_an_express_parent_of_a_distributed_map_warns():
+    stack = new_stack()
+    BoundedDistributedMap(
+        stack, "Map", max_concurrency=5, model=NOVA, request=REQUEST, items_bucket=s3.Bucket(stack, "B"),
+        items_key="items.jsonl",
+        state_machine_options=StateMachineOptions(state_machine_type=sfn.StateMachineType.EXPRESS),
+    )
+    Annotations.from_stack(stack).has_warning("/Test/Map", Match.string_like_regexp("the state machine is EXPRESS"))
 
 
 def test_distributed_map_accepts_a_token_percentage():

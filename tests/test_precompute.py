@@ -381,3 +381,15 @@ def test_tokens_and_your_own_queue_and_retry_are_accepted():
     assert pre.dead_letter_queue is queue
     text = json.dumps(only(Template.from_stack(stack).to_json(), "AWS::StepFunctions::StateMachine"))
     assert '\\"MaxAttempts\\":2,' in text and '\\"MaxConcurrency\\":' in text
+
+
+def test_inline_items_beyond_the_run_input_limit_are_refused_and_many_warn():
+    big = [{"key": f"product-summary#{i:06d}", "ticker": "x" * 60} for i in range(3_000)]
+    with pytest.raises(InvalidPropsError, match=r"items make a [\d,]+-byte run input, above the 256 KiB .* items_bucket"):
+        build(items=big)
+    from aws_cdk.assertions import Annotations, Match
+
+    stack, _ = build(items=[{"key": f"k#{i}"} for i in range(1_001)])
+    Annotations.from_stack(stack).has_warning(
+        "/Test/Pre", Match.string_like_regexp("1,001 inline items: each key adds about 18 events")
+    )

@@ -268,10 +268,18 @@ class TaskOptions:
                     str(self.result_path).startswith("$"),
                     f"result_path={self.result_path!r} is not a reference path; use '$' or '$.field'",
                 )
-            for name in ("timeout", "heartbeat"):
+            durations = [
                 check.duration(
                     name, getattr(self, name), minimum=cdk.Duration.seconds(1),
                     maximum=cdk.Duration.days(365), optional=True,
+                )
+                for name in ("timeout", "heartbeat")
+            ]
+            if all(durations) and self.timeout is not None and self.heartbeat is not None:
+                check.rule(
+                    self.heartbeat.to_seconds(integral=False) < self.timeout.to_seconds(integral=False),
+                    f"heartbeat={self.heartbeat.to_human_string()} is not shorter than timeout="
+                    f"{self.timeout.to_human_string()}; Step Functions requires HeartbeatSeconds < TimeoutSeconds",
                 )
 
 

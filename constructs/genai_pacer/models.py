@@ -368,8 +368,23 @@ class BedrockModel:
         stack = cdk.Stack.of(scope)
         parsed = _parse_arn(self.model_id) if _looks_like_arn(self.model_id) else None
         if parsed is None:
+            self._warn_if_called_from_outside_its_geography(scope, stack.region)
             return _Source(stack, None, stack.region, stack.account)
         return _Source(stack, parsed.partition, parsed.region or stack.region, parsed.account or stack.account)
+
+    def _warn_if_called_from_outside_its_geography(self, scope: Construct, region: str) -> None:
+        """A geographic profile is called from a Region of its geography (`eu.` from eu-west-1); from
+        another Region the profile ARN names nothing and every call fails at run time."""
+        if self.kind != "geographic-profile" or is_token(region) or not self.profile_regions:
+            return
+        if region not in self.profile_regions:
+            cdk.Annotations.of(scope).add_warning_v2(
+                "genai-pacer:profile-region",
+                f"{self.model_id} routes within {', '.join(self.profile_regions)}, but this stack is in {region}: "
+                "a geographic profile is invoked from a Region of its geography, so calls from here will fail. "
+                "Use the profile of this Region's geography (or a global. profile), or pass regions= if this "
+                "Region is one it routes from",
+            )
 
     def _statements(self, scope: Construct, source: _Source | None = None) -> list[_Statement]:
         source = source or self._source(scope)

@@ -332,6 +332,13 @@ class BoundedDistributedMap(_MapBase):
             options=state_machine_options or StateMachineOptions(),
             default_timeout=cdk.Duration.hours(24),
         )
+        if state_machine_options is not None and state_machine_options.state_machine_type == sfn.StateMachineType.EXPRESS:
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:distributed-map-in-express",
+                "the state machine is EXPRESS: it runs at most 5 minutes, so the distributed Map must finish every "
+                "item (throttles and their retries included) within that, and AWS documents the Distributed Map for "
+                "STANDARD workflows; use STANDARD (the default) unless you know both hold",
+            )
         if state_machine_options is None or state_machine_options.role is None:
             self._acknowledge_generated_names()
 

@@ -30,7 +30,7 @@ The run, state by state:
 Execution output: {"keys", "written", "superseded", "failed", "failedKeys": [{"key", "error"}],
 "invalidKeys": [{"key", "error", "cause"}], "sequence"}. A failed run carries the same summary as
 its cause. Each key's result stays in the Map's output (a few bytes, plus each failed key), which
-Step Functions limits to 256 KiB: a run handles some tens of thousands of keys. Larger sets with
+Step Functions limits to 256 KiB, and an inline run's history stops near 1,400 keys (25,000 events). Larger sets with
 hours of slack belong to a Bedrock batch inference job (BatchPrecompute), cheaper and off the
 on-demand quota.
 """
@@ -38,6 +38,7 @@ on-demand quota.
 from __future__ import annotations
 
 import ast
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -75,6 +76,12 @@ FAILED_KEYS_DIMENSION = "StateMachine"
 #: Scheduler's retry policy limits.
 _MAX_SCHEDULE_RETRIES = 185
 _DEFAULT_TIMEOUT = cdk.Duration.hours(6)
+#: The run input EventBridge Scheduler sends (its Input field) and Step Functions accepts: 256 KiB.
+MAX_INLINE_INPUT_BYTES = 256 * 1024
+#: History events one inline key adds (task, retries, choice, write, their entered/exited events),
+#: measured offline; Step Functions stops a run at 25,000.
+EVENTS_PER_KEY = 18
+MAX_INLINE_KEYS = 1_000
 _MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')"
 _ERROR = "$.error"
 
@@ -553,6 +560,19 @@ class ScheduledPrecompute(Construct):
             check.rule(
                 isinstance(key, str) and bool(key.strip()),
                 f"items[{index}] has no 'key' string; each item needs the key its answer is stored under",
+            )
+        size = len(json.dumps({"items": list(items)}, default=str).encode())
+        check.rule(
+            size <= MAX_INLINE_INPUT_BYTES,
+            f"items make a {size:,}-byte run input, above the 256 KiB that EventBridge Scheduler sends and Step "
+            "Functions accepts; put the items in S3 and pass items_bucket and items_key (a distributed Map)",
+        )
+        if len(items) > MAX_INLINE_KEYS:
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:precompute-history",
+                f"{len(items):,} inline items: each key adds about {EVENTS_PER_KEY} events to the run's history, which "
+                f"Step Functions caps at 25,000, so a run stops near {25_000 // EVENTS_PER_KEY:,} keys; above "
+                f"{MAX_INLINE_KEYS:,}, put the items in S3 (items_bucket), where each key runs in a child execution",
             )
 
     def _warn_about_schedule(self, schedule: scheduler.ScheduleExpression) -> None:
