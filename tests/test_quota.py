@@ -85,6 +85,7 @@ def test_an_absolute_tpm_share_equals_the_same_fraction():
     share = quota.shares["A"]
     assert share.per_execution.max_concurrency == 2  # 25/min x 6 s = 2.5, rounded down
     assert share.tpm_at_cap == 80_000  # 2 calls in flight draw 20/min x 4,000: the cap never overdraws
+    assert (quota.plan().allocated_tpm, quota.plan().tpm_at_caps) == (200_000, 160_000)
 
 
 def test_executions_split_the_share_so_the_caps_add_up_to_the_plan():

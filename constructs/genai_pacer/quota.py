@@ -148,6 +148,12 @@ class QuotaPlan:
         """Calls in flight when every consumer runs at its cap."""
         return sum(share.in_flight for share in self.shares)
 
+    @property
+    def tpm_at_caps(self) -> float:
+        """TPM the consumers draw when all run at their caps together (at most allocated_tpm): the
+        plan line a quota graph draws (observability.TpmQuota(planned_tpm=...))."""
+        return sum(share.tpm_at_cap for share in self.shares)
+
     def over_allocated(self) -> bool:
         # A hair of tolerance: fractions such as 0.1 + 0.2 do not add up exactly in floating point.
         rpm = self.rpm_allocation
@@ -200,6 +206,7 @@ class QuotaPlan:
             "headroom_tpm": round(self.headroom_tpm, 1),
             "allocation": round(self.allocation, 4),
             "in_flight": self.in_flight,
+            "tpm_at_caps": round(self.tpm_at_caps, 1),
             "shares": [
                 {
                     "name": share.name,
