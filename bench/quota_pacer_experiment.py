@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
 import platform
 import random
@@ -61,6 +60,7 @@ sys.path[:0] = [str(ROOT / "constructs"), str(ROOT / "lambda")]
 from genai_pacer.testing.bench import Prompt, converse_request, error_code, load_prompts, percentiles  # noqa: E402
 from genai_pacer.testing.emulator import BedrockEmulator, ModelSpec  # noqa: E402
 from genai_pacer.testing.experiments import EXPERIMENT_MODEL, quota_plan  # noqa: E402
+from genai_pacer.testing.quota import QUOTA_WINDOWS, QuotaModel  # noqa: E402
 from pacer_runtime.quota_pacer import AdmissionRejected, QuotaPacer  # noqa: E402
 from pacer_runtime.side_by_side import Backoff, BoundedCalls  # noqa: E402
 
@@ -75,33 +75,18 @@ PACER_THREADS = 400
 
 
 def quota_models() -> tuple[list[tuple[str, Any]], str]:
-    """The emulator's quota models as (name, option), and how they are passed; [("default", None)] if none."""
-    try:
-        from genai_pacer.testing.quota import QUOTA_WINDOWS, QuotaModel
-    except ImportError:
-        return [("default", None)], "the emulator offers no QuotaModel: only its built-in sliding window was run"
-    models = []
-    for window in QUOTA_WINDOWS:
-        for burndown in (False, True):
-            name = f"{window}{'+burndown-reservation' if burndown else ''}"
-            models.append((name, QuotaModel(window=window, reserve_output_with_burndown=burndown)))
-    fields = {f.name for f in dataclasses.fields(ModelSpec)}
-    if "quota" in fields or "quota_model" in fields:
-        how = "ModelSpec." + ("quota" if "quota" in fields else "quota_model")
-    elif "quota" in inspect.signature(BedrockEmulator).parameters:
-        how = "BedrockEmulator(quota=QuotaModel(...))"
-    else:
-        return [("default", None)], "the emulator takes no quota model: only its built-in sliding window was run"
-    return models, how
+    """The emulator's quota models as (name, QuotaModel): each window, with and without burndown on
+    the reservation of max_tokens (Bedrock's algorithm is not public)."""
+    models = [
+        (f"{window}{'+burndown-reservation' if burndown else ''}",
+         QuotaModel(window=window, reserve_output_with_burndown=burndown))
+        for window in QUOTA_WINDOWS
+        for burndown in (False, True)
+    ]
+    return models, "BedrockEmulator(quota=QuotaModel(...))"
 
 
 def start_emulator(spec: ModelSpec, quota: Any, seed: int, time_scale: float) -> BedrockEmulator:
-    if quota is None:
-        return BedrockEmulator([spec], seed=seed, time_scale=time_scale)
-    fields = {f.name for f in dataclasses.fields(ModelSpec)}
-    for name in ("quota", "quota_model"):
-        if name in fields:
-            return BedrockEmulator([dataclasses.replace(spec, **{name: quota})], seed=seed, time_scale=time_scale)
     return BedrockEmulator([spec], seed=seed, time_scale=time_scale, quota=quota)
 
 
