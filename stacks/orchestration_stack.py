@@ -10,6 +10,7 @@ from genai_pacer import (
     BoundedDistributedMap,
     BoundedMap,
     ConverseRequest,
+    ModelQuota,
     ParallelPrompts,
     StateMachineOptions,
     SyncExecutionUrl,
@@ -38,12 +39,15 @@ class OrchestrationStack(cdk.Stack):
         super().__init__(scope, id, **kwargs)
         settings = ReferenceSettings.from_context(self)
 
+        # One quota for every consumer of the model: each draws a named share, and synth fails when
+        # the shares overdraw it (sized each against the whole quota, the three consumers below would
+        # allow 23 calls in flight against a plan of 10).
+        self.quota = quota = ModelQuota(
+            self, "ModelQuota", model=settings.model, tpm_quota=settings.tpm_quota, burndown=settings.burndown
+        )
         # A review summary: answers rarely exceed 400 tokens, so max_tokens is sized from that p99.
         sizing = planning.size_max_tokens(400)
-        profile = planning.TokenProfile(
-            input_tokens=2_500, output_tokens=300, max_tokens=sizing.max_tokens, burndown=settings.burndown
-        )
-        rate = planning.sustainable_rate(profile, tpm_quota=settings.tpm_quota, call_seconds=6)
+        profile = quota.profile(input_tokens=2_500, output_tokens=300, max_tokens=sizing.max_tokens)
 
         review = sfn.JsonPath.string_at("$.review")
 
@@ -67,14 +71,20 @@ class OrchestrationStack(cdk.Stack):
             ),
             state_machine_options=StateMachineOptions(state_machine_type=sfn.StateMachineType.EXPRESS),
         )
-        digest_url = SyncExecutionUrl(self, "ReviewDigestUrl", state_machine=digest.state_machine)
+        # Parallel width applies per execution: three branches at once (the synthesis runs after them).
+        # The URL runs one execution at a time, so the digest's share holds three calls.
+        quota.share("ReviewDigest", profile, calls=3, executions=1, call_seconds=6)
+        digest_url = SyncExecutionUrl(
+            self, "ReviewDigestUrl", state_machine=digest.state_machine, max_concurrent_executions=1
+        )
         cdk.CfnOutput(self, "ReviewDigestEndpoint", value=digest_url.url.url)
 
         # The morning ticker summaries: a few dozen items from the execution input.
         self.tickers = BoundedMap(
             self,
             "TickerSummaries",
-            max_concurrency=rate,
+            # one run of the morning summaries at a time (executions=1, the default)
+            max_concurrency=quota.share("TickerSummaries", profile, fraction=0.3, call_seconds=6),
             model=settings.model,
             request=ask("Summarize the news for {}", sfn.JsonPath.string_at("$.ticker")),
             items_path="$.tickers",
@@ -101,7 +111,8 @@ class OrchestrationStack(cdk.Stack):
         self.catalog = BoundedDistributedMap(
             self,
             "CatalogDescriptions",
-            max_concurrency=rate,
+            # one overnight run at a time
+            max_concurrency=quota.share("CatalogDescriptions", profile, fraction=0.25, call_seconds=6),
             model=settings.model,
             request=ask("Describe this product for the catalog: {}", sfn.JsonPath.string_at("$.product")),
             items_bucket=catalog,

@@ -69,29 +69,32 @@ def test_every_model_call_in_every_state_machine_retries_throttles_with_full_jit
     assert checked == 7  # three branches and a synthesis, one per Map, one in the scheduled pre-computation
 
 
-def test_maps_are_bounded_by_the_quota_plan(reference_templates):
+def test_maps_are_bounded_by_their_share_of_one_quota(reference_templates):
+    """Each Map draws its own share of the model's one quota: together with the digest's three
+    parallel calls they stay within what the whole quota sustains (a plan of 10 in flight)."""
     from genai_pacer import planning
 
     from stacks.settings import CONTEXT_DEFAULTS
 
+    burndown, tpm = float(CONTEXT_DEFAULTS["burndown"][0]), float(CONTEXT_DEFAULTS["tpm_quota"][0])
     profile = planning.TokenProfile(
-        input_tokens=2_500,
-        output_tokens=300,
-        max_tokens=planning.size_max_tokens(400).max_tokens,
-        burndown=float(CONTEXT_DEFAULTS["burndown"][0]),
+        input_tokens=2_500, output_tokens=300, max_tokens=planning.size_max_tokens(400).max_tokens, burndown=burndown
     )
-    expected = planning.sustainable_rate(
-        profile, tpm_quota=float(CONTEXT_DEFAULTS["tpm_quota"][0]), call_seconds=6
-    )
-    caps = [
+
+    def cap(fraction: float) -> int:
+        return planning.sustainable_rate(profile, tpm_quota=tpm * fraction, call_seconds=6).max_concurrency
+
+    caps = sorted(
         state["MaxConcurrency"]
         for machine in resources(
             reference_templates["GenaiPacerOrchestration"], "AWS::StepFunctions::StateMachine"
         ).values()
         for state in definition(machine)["States"].values()
         if state["Type"] == "Map"
-    ]
-    assert sorted(caps) == sorted([min(expected.max_concurrency, 40), expected.max_concurrency])
+    )
+    assert caps == sorted([cap(0.3), cap(0.25)])  # the tickers' and the catalog's shares
+    whole = planning.sustainable_rate(profile, tpm_quota=tpm, call_seconds=6).max_concurrency
+    assert sum(caps) + 3 <= whole  # with the digest's three branches: within the whole quota's plan
 
 
 @pytest.mark.parametrize(

@@ -70,6 +70,8 @@ def test_a_standard_machine_is_refused_with_the_fix():
         (dict(wait=30), "wait=30 is an int; pass a cdk.Duration"),
         (dict(state_machine="arn:aws:states:::x"), "state_machine='arn:aws:states:::x' is a str"),
         (dict(log_retention=7), "log_retention=7 is an int"),
+        (dict(max_concurrent_executions=0), "max_concurrent_executions=0 is below the minimum of 1"),
+        (dict(max_concurrent_executions=2.5), "max_concurrent_executions=2.5 is not a whole number"),
     ],
 )
 def test_bad_input_is_refused(kwargs, message):
@@ -77,6 +79,13 @@ def test_bad_input_is_refused(kwargs, message):
     props = dict(state_machine=express_prompts(stack).state_machine) | kwargs
     with pytest.raises(InvalidPropsError, match=message):
         SyncExecutionUrl(stack, "Url", **props)
+
+
+def test_max_concurrent_executions_reserves_the_functions_concurrency():
+    stack = new_stack()
+    SyncExecutionUrl(stack, "Url", state_machine=express_prompts(stack).state_machine, max_concurrent_executions=2)
+    function = only(template_of(stack).to_json(), "AWS::Lambda::Function")["Properties"]
+    assert function["ReservedConcurrentExecutions"] == 2
 
 
 def test_wait_sets_the_function_timeout():

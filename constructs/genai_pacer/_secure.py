@@ -236,6 +236,7 @@ def handler_function(
     memory_size: int = 256,
     encryption_key: kms.IKey | None = None,
     log_retention: logs.RetentionDays | None = None,
+    reserved_concurrency: int | None = None,
 ) -> lambda_.Function:
     """A genai-pacer handler as a Lambda function: Python 3.14 on arm64, its own encrypted log group
     and an explicit role with inline grants only (the default role would attach the AWS managed
@@ -260,4 +261,5 @@ def handler_function(
         timeout=timeout,
         memory_size=memory_size,
         environment=environment,
+        reserved_concurrent_executions=reserved_concurrency,
     )

@@ -39,6 +39,9 @@ class SyncExecutionUrl(Construct):
         state_machine_options=StateMachineOptions(state_machine_type=sfn.StateMachineType.EXPRESS)).state_machine.
     wait: how long the function waits for the execution, 1 s..5 min. Set it at or above the
         workflow's timeout. Default: 5 minutes (the EXPRESS limit).
+    max_concurrent_executions: how many executions may run at once (the function's reserved
+        concurrency, 1..1000); a request beyond it gets HTTP 429. Set it to the executions a quota
+        share was planned for (ModelQuota.share(..., executions=N)). Default: unbounded.
     encryption_key / log_retention: for the function's new log group. Default: a new key with
         rotation; one month.
 
@@ -54,6 +57,7 @@ class SyncExecutionUrl(Construct):
         *,
         state_machine: sfn.StateMachine,
         wait: cdk.Duration | None = None,
+        max_concurrent_executions: int | None = None,
         encryption_key: kms.IKey | None = None,
         log_retention: logs.RetentionDays | None = None,
     ) -> None:
@@ -71,6 +75,10 @@ class SyncExecutionUrl(Construct):
                 "wait", wait, minimum=cdk.Duration.seconds(1), maximum=EXPRESS_LIMIT,
                 fix="an EXPRESS execution runs at most 5 minutes",
             )
+            check.integer(
+                "max_concurrent_executions", max_concurrent_executions, minimum=1, maximum=1000, optional=True,
+                fix="it reserves that much of the account's Lambda concurrency (1,000 by default)",
+            )
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
         self.function = handler_function(
@@ -82,6 +90,7 @@ class SyncExecutionUrl(Construct):
             timeout=cdk.Duration.seconds(wait.to_seconds() + 10),
             encryption_key=encryption_key,
             log_retention=log_retention,
+            reserved_concurrency=max_concurrent_executions,
         )
         state_machine.grant_start_sync_execution(self.function)
         self.url = self.function.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM)
