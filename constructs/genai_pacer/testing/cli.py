@@ -220,7 +220,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _experiments(args: argparse.Namespace) -> int:
     from .bench import load_prompts
-    from .experiments import pool_experiment, quota_experiment, side_by_side_experiment
+    from .experiments import pool_experiment, quota_experiment, side_by_side_experiment, write_summary
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -230,14 +230,16 @@ def _experiments(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {}
     if args.which in ("quota", "all"):
         results["quota"] = quota_experiment(load_prompts(args.prompts), time_scale=args.time_scale,
-                                            arrival_minutes=args.arrival_minutes, seed=args.seed, log=log)
+                                            arrival_minutes=args.arrival_minutes, seed=args.seed,
+                                            trials=args.trials, e2e_target_seconds=args.e2e_target, log=log)
         (out / "quota_experiment.json").write_text(json.dumps(results["quota"], indent=2) + "\n")
     if args.which in ("side-by-side", "all"):
-        results["side_by_side"] = side_by_side_experiment(log=log)
+        results["side_by_side"] = side_by_side_experiment(seed=args.seed, trials=args.trials, log=log)
         (out / "side_by_side_experiment.json").write_text(json.dumps(results["side_by_side"], indent=2) + "\n")
     if args.which in ("pool", "all"):
-        results["pool"] = pool_experiment(seed=args.seed, log=log)
+        results["pool"] = pool_experiment(seed=args.seed, trials=args.trials, log=log)
         (out / "pool_experiment.json").write_text(json.dumps(results["pool"], indent=2) + "\n")
+    write_summary(out)  # experiments.md: the tables, rebuilt from every report in out/
     print(json.dumps(results, indent=2))
     return 0
 
@@ -283,7 +285,11 @@ def parser() -> argparse.ArgumentParser:
     experiments.add_argument("--which", choices=["quota", "side-by-side", "pool", "all"], default="all")
     experiments.add_argument("--time-scale", type=POSITIVE, default=4.0)
     experiments.add_argument("--arrival-minutes", type=POSITIVE, default=1.0)
-    experiments.add_argument("--seed", type=int, default=0)
+    experiments.add_argument("--seed", type=int, default=0, help="the first trial's seed; trial i uses seed + i")
+    experiments.add_argument("--trials", type=_number(int, minimum=2), default=5,
+                             help="trials per experiment, for the mean and spread (default 5, at least 2)")
+    experiments.add_argument("--e2e-target", type=POSITIVE, default=10.0,
+                             help="quota experiment goodput: answered within this many seconds of arrival (default 10)")
     experiments.add_argument("--out", default="bench-results")
     experiments.set_defaults(run=_experiments)
 
