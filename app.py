@@ -31,6 +31,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
         "GenaiPacerObservability",
         queued_inference=queued.inference,
         workflows=[orchestration.digest, orchestration.tickers, orchestration.catalog],
+        model_quota=orchestration.quota,  # the quota graph draws the plan synth checked
     )
     return app
 

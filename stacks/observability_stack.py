@@ -20,6 +20,9 @@ class ObservabilityStack(cdk.Stack):
 
     queued_inference: a QueuedInference to add (queue, worker, its calls). Default: none.
     workflows: state machines (BoundedMap, ParallelPrompts, ...) to add. Default: none.
+    model_quota: the ModelQuota the workflows draw their shares from: the quota graph's plan line is
+        what its consumers draw at their caps. Default: a plan of the review-summary profile at the
+        rate the whole quota sustains.
     """
 
     def __init__(
@@ -29,6 +32,7 @@ class ObservabilityStack(cdk.Stack):
         *,
         queued_inference: Any | None = None,
         workflows: Sequence[Any] = (),
+        model_quota: Any | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, id, **kwargs)
@@ -50,7 +54,9 @@ class ObservabilityStack(cdk.Stack):
             models=[
                 WatchedModel(
                     settings.model,
-                    quota=TpmQuota.from_plan(plan, tpm_quota=settings.tpm_quota),
+                    quota=TpmQuota.from_model_quota(model_quota)
+                    if model_quota is not None
+                    else TpmQuota.from_plan(plan, tpm_quota=settings.tpm_quota),
                     burndown=settings.burndown,
                 )
             ],

@@ -596,3 +596,18 @@ def test_the_reference_stack_shows_the_other_reference_stacks_constructs(referen
     titles = [w["properties"].get("title", "") for w in body(template)["widgets"]]
     assert any(t.startswith("GenaiPacerQueuedInference/ReviewSummaries: queue") for t in titles)
     assert sum(t.endswith(": executions (5 minutes)") for t in titles) == 3  # digest, ticker and catalog workflows
+
+
+def test_the_quota_graph_can_read_a_model_quotas_plan():
+    from genai_pacer import ModelQuota
+
+    stack = cdk.Stack(cdk.App(), "Q", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    model = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
+    quota = ModelQuota(stack, "Quota", model=model, tpm_quota=400_000, burndown=5)
+    profile = quota.profile(input_tokens=2_500, output_tokens=300, max_tokens=440)
+    quota.share("Nightly", profile, fraction=0.3, call_seconds=6)
+    tpm = TpmQuota.from_model_quota(quota)
+    assert (tpm.tpm_quota, tpm.planned_tpm) == (400_000, quota.plan().tpm_at_caps)
+    assert 0 < tpm.planned_tpm <= 0.3 * 400_000
+    with pytest.raises(InvalidPropsError, match="quota=.* pass a ModelQuota"):
+        TpmQuota.from_model_quota(400_000)

@@ -143,6 +143,17 @@ class TpmQuota:
         return cls(tpm_quota=tpm_quota, alarm_fraction=alarm_fraction, planned_tpm=plan.required_tpm,
                    planned_reservation_tpm=plan.reservation_peak_tpm)
 
+    @classmethod
+    def from_model_quota(cls, quota: Any, *, alarm_fraction: float = 0.8) -> TpmQuota:
+        """The quota a ModelQuota declares, with the TPM its consumers draw at their caps as the plan
+        line: the dashboard reads the same plan synth checked."""
+        from .quota import ModelQuota
+
+        with Checks("TpmQuota.from_model_quota") as check:
+            check.instance("quota", quota, ModelQuota, "a ModelQuota")
+        plan = quota.plan()
+        return cls(tpm_quota=plan.tpm_quota, alarm_fraction=alarm_fraction, planned_tpm=plan.tpm_at_caps or None)
+
     @property
     def alarm_threshold_tokens(self) -> float:
         """EstimatedTPMQuotaUsage tokens per minute above which the quota alarm fires."""
