@@ -19,6 +19,38 @@ from helpers import readme_blocks
 ROOT = Path(__file__).resolve().parents[1]
 
 
+COMPOSED_APP = textwrap.dedent(
+    """
+    import aws_cdk as cdk
+    from aws_cdk import aws_scheduler as scheduler
+    from aws_cdk import aws_stepfunctions as sfn
+    from cdk_nag import AwsSolutionsChecks
+    from genai_pacer import (AnswerRouter, AnswerStore, BatchPrecompute, BedrockModel, ConverseRequest,
+                             EndpointScaling, ModelQuota, PeakWindow, ScheduledPrecompute)
+
+    app = cdk.App()
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    stack = cdk.Stack(app, "Composed", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    model = BedrockModel.from_id("us.amazon.nova-lite-v1:0")
+    quota = ModelQuota(stack, "Quota", model=model, tpm_quota=400_000)
+    profile = quota.profile(input_tokens=800, output_tokens=300, max_tokens=400)
+    store = AnswerStore(stack, "Store")
+    ScheduledPrecompute(
+        stack, "Notes", answer_store=store, model=model,
+        request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.item.prompt"), max_tokens=400),
+        max_concurrency=quota.share("Notes", profile, fraction=0.5, call_seconds=5),
+        schedule=scheduler.ScheduleExpression.cron(minute="0", hour="6", time_zone=cdk.TimeZone.EUROPE_BERLIN),
+        items=[{"key": "note#a", "prompt": "a"}, {"key": "note#b", "prompt": "b"}],
+    )
+    BatchPrecompute(stack, "Batch", model=model, answer_store=store, max_tokens=400)
+    AnswerRouter(stack, "Router", answer_store=store, model=model)
+    EndpointScaling(stack, "Scaling", endpoint="my-llm-endpoint", target_concurrency=6.4, max_capacity=8,
+                    peaks=[PeakWindow(capacity=4, start="08:00", end="11:00", days="MON-FRI", time_zone="Europe/Berlin")])
+    app.synth()
+    """
+)
+
+
 def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
     assert result.returncode == 0, f"{args} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
@@ -70,6 +102,18 @@ def test_installed_wheel_runs_the_readme_app_with_the_worker_asset_and_types(tmp
     asset_dir = consumer / "out" / manifest["files"][asset_hash]["source"]["path"]
     assert (asset_dir / "queued_worker" / "handler.py").is_file()
     assert (asset_dir / "pacer_runtime" / "bedrock.py").is_file()
+
+    # the later capabilities composed from the installed wheel, cdk-nag on: pre-computation on one
+    # store, endpoint scaling of an existing endpoint, and the quota every consumer draws from
+    (consumer / "composed.py").write_text(COMPOSED_APP)
+    run(str(python), "composed.py", cwd=consumer, env={**env, "CDK_OUTDIR": str(consumer / "composed")})
+    composed = json.loads((consumer / "composed" / "Composed.template.json").read_text())
+    handlers = sorted(r["Properties"]["Handler"] for r in composed["Resources"].values()
+                      if r["Type"] == "AWS::Lambda::Function" and "Handler" in r["Properties"]
+                      and not r["Properties"]["Handler"].startswith("index."))
+    assert {"answer_router.handler.handler", "scheduled_precompute.handler.handler"} <= set(handlers), handlers
+    assert any(h.startswith("batch_precompute.") for h in handlers), handlers
+    assert any(r["Type"] == "AWS::ApplicationAutoScaling::ScalableTarget" for r in composed["Resources"].values())
 
     # every lazy export loads from the installed wheel (runtime needs boto3: checked at the end)
     run(str(python), "-c", "import genai_pacer\nfor name in set(genai_pacer.__all__) - {'runtime'}: "
