@@ -141,6 +141,13 @@ def test_producers_can_be_granted_send(default):
     (send,) = [s for s in policy_statements(template) if "sqs:SendMessage" in s["Action"]]
     queue_id = next(k for k, q in resources(template, "AWS::SQS::Queue").items() if "RedrivePolicy" in q["Properties"])
     assert send["Resource"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+    # the principal: the statement sits in the producer role's policy and no other
+    (holder,) = [
+        policy for policy in resources(template, "AWS::IAM::Policy").values()
+        if send in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    (role_ref,) = holder["Properties"]["Roles"]
+    assert role_ref["Ref"].startswith("Producer")
 
 
 def test_props_reach_the_template():
