@@ -45,8 +45,6 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from pacer_runtime import (
     RequestError,
@@ -55,6 +53,7 @@ from pacer_runtime import (
     build_converse_request,
     converse,
     is_throttle,
+    log,
     metrics,
 )
 
@@ -77,19 +76,11 @@ BEDROCK = bedrock_client(
     max_attempts=int(os.environ.get("BEDROCK_MAX_ATTEMPTS", "3")),
     read_timeout=float(os.environ.get("READ_TIMEOUT_SECONDS", "60")),
 )
-DDB = boto3.client(
-    "dynamodb",
-    config=Config(max_pool_connections=2, retries={"total_max_attempts": 3, "mode": "standard"},
-                  connect_timeout=2, read_timeout=3),
-)
+DDB = answers.store_client(read_timeout=3)
 
 
 class BadRequest(ValueError):
     """A request that can never succeed as sent."""
-
-
-def log(level: str, message: str, **fields: Any) -> None:
-    print(json.dumps({"level": level, "message": message, **fields}, default=str))
 
 
 def handler(event: Any, context: Any = None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from pacer_runtime import log
 
 TOKEN_TABLE = os.environ.get("TOKEN_TABLE", "")
 #: Step Functions' answers for a token it no longer waits on.
@@ -34,10 +35,6 @@ SFN = boto3.client("stepfunctions", config=_CONFIG)
 
 class TokenNotFoundError(RuntimeError):
     """No token is stored for the job yet: Lambda retries the event."""
-
-
-def log(level: str, message: str, **fields: Any) -> None:
-    print(json.dumps({"level": level, "message": message, **fields}, default=str))
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
-from pacer_runtime import answers, metrics
+from pacer_runtime import answers, log, metrics
 
 from .records import NoAnswerError, extract_answer, s3_uri, split_uri
 
@@ -52,15 +52,7 @@ WRITE_CONCURRENCY = int(os.environ.get("WRITE_CONCURRENCY") or 16)
 # Module scope: one client per execution environment. botocore clients are thread-safe; the pool
 # gives each writer thread its own connection.
 S3 = boto3.client("s3", config=Config(retries={"total_max_attempts": 5, "mode": "standard"}))
-DDB = boto3.client(
-    "dynamodb",
-    config=Config(
-        max_pool_connections=WRITE_CONCURRENCY + 2,
-        retries={"total_max_attempts": 5, "mode": "standard"},
-        connect_timeout=2,
-        read_timeout=5,
-    ),
-)
+DDB = answers.store_client(max_pool_connections=WRITE_CONCURRENCY + 2, max_attempts=5)
 
 
 class StoreWriteError(RuntimeError):
@@ -69,10 +61,6 @@ class StoreWriteError(RuntimeError):
 
 class OutputError(RuntimeError):
     """The job's output or key mapping cannot be read at all."""
-
-
-def log(level: str, message: str, **fields: Any) -> None:
-    print(json.dumps({"level": level, "message": message, **fields}, default=str))
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:

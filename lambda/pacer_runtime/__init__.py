@@ -14,6 +14,7 @@ from .quota_pacer import AdmissionRejected, QuotaPacer
 from .sampling import EXTRACTION, VARIED, Sampling
 from .side_by_side import Backoff, BoundedCalls, Outcome, call_with_backoff, run_side_by_side
 from .streaming import SentenceSplitter, SentenceStream, sentences, stream_sentences
+from .structured_log import log
 
 __all__ = [
     "answers",
@@ -39,6 +40,7 @@ __all__ = [
     "converse",
     "converse_stream",
     "is_throttle",
+    "log",
     "run_side_by_side",
     "sentences",
     "stream_sentences",

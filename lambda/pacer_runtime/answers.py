@@ -56,6 +56,7 @@ __all__ = [
     "check_key",
     "check_request_id",
     "claim",
+    "store_client",
     "get_answer",
     "normalize_key",
     "put_answer",
@@ -188,6 +189,24 @@ class Answer:
             sent_at=item["sent_at"]["S"] if "sent_at" in item else None,
             expires_at=int(item[TTL_ATTRIBUTE]["N"]) if TTL_ATTRIBUTE in item else None,
         )
+
+
+def store_client(*, max_pool_connections: int = 2, max_attempts: int = 3, read_timeout: float = 5.0) -> Any:
+    """The low-level DynamoDB client every writer and reader uses: create it once per process (module
+    scope), with a pool for the threads that share it and short, bounded retries (a store call
+    takes milliseconds; a slow one is better retried than waited on)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "dynamodb",
+        config=Config(
+            max_pool_connections=max_pool_connections,
+            retries={"total_max_attempts": max_attempts, "mode": "standard"},
+            connect_timeout=2,
+            read_timeout=read_timeout,
+        ),
+    )
 
 
 def iso_utc(epoch_seconds: float) -> str:

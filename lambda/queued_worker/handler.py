@@ -37,8 +37,6 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pacer_runtime import (
     RequestError,
@@ -47,6 +45,7 @@ from pacer_runtime import (
     build_converse_request,
     converse,
     is_throttle,
+    log,
     metrics,
 )
 
@@ -75,19 +74,7 @@ BEDROCK = bedrock_client(
     max_attempts=int(os.environ.get("BEDROCK_MAX_ATTEMPTS", "4")),
     read_timeout=float(os.environ.get("READ_TIMEOUT_SECONDS", "120")),
 )
-DDB = boto3.client(
-    "dynamodb",
-    config=Config(
-        max_pool_connections=2,
-        retries={"total_max_attempts": 3, "mode": "standard"},
-        connect_timeout=2,
-        read_timeout=5,
-    ),
-)
-
-
-def log(level: str, message: str, **fields: Any) -> None:
-    print(json.dumps({"level": level, "message": message, **fields}, default=str))
+DDB = answers.store_client()
 
 
 def emit_metrics(result, request: dict[str, Any] | None = None) -> None:
