@@ -308,6 +308,15 @@ class StateMachineRunner:
 
         spec = self.select(state_machine)
         plan = self._plan(spec)
+        model_tasks = sorted(
+            name for name, integration in plan.integrations.items()
+            if integration.api == "bedrockruntime" or (integration.service == "bedrock" and integration.action == "invokeModel")
+        )
+        if model_tasks and self.bedrock is None:
+            raise OfflineExecutionError(
+                f"{spec.logical_id} calls a model in {', '.join(model_tasks)}, and the runner has no emulator to serve "
+                "it: pass bedrock=BedrockEmulator([ModelSpec(<model id>)]) (started with `with`)"
+            )
         arn = self._create(spec, plan)
         runtime = _interpreter.active()
         runtime.maps = plan.maps
