@@ -163,7 +163,7 @@ def test_answers_get_the_stores_ttl_when_it_has_one(monkeypatch):
         module = load_worker()
         with Stubber(module.BEDROCK) as stub:
             stub.add_response("converse", answer("ok"))
-            monkeypatch.setattr(module.time, "time", lambda: 1_000_000.0)
+            monkeypatch.setattr(module.answers.time, "time", lambda: 1_000_000.0)
             assert module.handler({"Records": [record("m1", {"key": "k", "prompt": "p"})]}) == {"batchItemFailures": []}
         assert item(module, "k")["expires_at"] == str(1_000_000 + 3600)
 

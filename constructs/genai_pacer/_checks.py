@@ -15,6 +15,7 @@ time, so the pure-Python planner can use it too.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import struct
@@ -77,10 +78,8 @@ def _show(value: Any) -> str:
     if isinstance(value, enum.Enum):
         return f"{type(value).__name__}.{value.name}"
     if callable(getattr(value, "to_human_string", None)):  # cdk.Duration, cdk.Size
-        try:
+        with contextlib.suppress(Exception):  # an unresolved token has no human string
             return str(value.to_human_string())
-        except Exception:  # an unresolved token
-            pass
     text = repr(value)
     if text.startswith("<") and " at 0x" in text:
         return f"<{_type_name(value)}>"

@@ -289,13 +289,12 @@ def capacity_for_peak(
                 fix="concurrent requests per model or copy, or a capacity.ConcurrencyTarget",
             )
         by_rate = requests_per_minute is not None or latency_seconds is not None
-        if not check.rule(
+        one_way = check.rule(
             (concurrent_requests is not None) != by_rate,
             "pass either concurrent_requests (measured requests in flight at the peak) or requests_per_minute "
             "with latency_seconds (Little's law derives the requests in flight), not both or neither",
-        ):
-            pass
-        elif concurrent_requests is not None:
+        )
+        if one_way and concurrent_requests is not None:
             _number(
                 check,
                 "concurrent_requests",
@@ -304,7 +303,7 @@ def capacity_for_peak(
                 maximum=MAX_CONCURRENT_REQUESTS,
                 fix="requests in flight at the peak, 0 or more",
             )
-        else:
+        elif one_way:
             check.rule(
                 requests_per_minute is not None and latency_seconds is not None,
                 "requests_per_minute and latency_seconds go together: pass both, or concurrent_requests instead",

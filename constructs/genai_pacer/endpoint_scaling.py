@@ -522,13 +522,10 @@ class EndpointScaling(Construct):
                     "InferenceComponentOptions(min_instances=0)",
                 )
         else:
-            if is_token(endpoint):
-                pass  # a deploy-time name, e.g. CfnEndpoint.attr_endpoint_name
-            elif not check.text(
-                "endpoint", endpoint, fix="an LlmEndpoint, or the name of an existing endpoint"
-            ):
-                return None
-            else:
+            # a deploy-time name (e.g. CfnEndpoint.attr_endpoint_name) is checked by SageMaker, not here
+            if not is_token(endpoint):
+                if not check.text("endpoint", endpoint, fix="an LlmEndpoint, or the name of an existing endpoint"):
+                    return None
                 check.rule(
                     re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", endpoint) is not None,
                     f"endpoint={endpoint!r} is not a SageMaker endpoint name (1-63 letters, digits and hyphens)",

@@ -191,13 +191,9 @@ def write_back(key: str, result: Any, stored: answers.Answer | None, generated: 
     try:
         return answers.put_answer(
             DDB, TABLE_NAME,
-            answers.Answer(
-                key=key, text=result.text, model_id=MODEL_ID, request_id=f"router#{request_id}",
-                sequence=min(sequence, answers.MAX_SEQUENCE), stop_reason=result.stop_reason,
-                input_tokens=result.input_tokens, output_tokens=result.output_tokens,
-                cache_read_tokens=result.cache_read_tokens, cache_write_tokens=result.cache_write_tokens,
-                served_latency=result.served_latency, generated_at=answers.iso_utc(generated),
-                expires_at=math.ceil(generated + ANSWER_TTL_SECONDS) if ANSWER_TTL_SECONDS else None,
+            answers.Answer.from_result(
+                result, key=key, model_id=MODEL_ID, request_id=f"router#{request_id}",
+                sequence=min(sequence, answers.MAX_SEQUENCE), ttl_seconds=ANSWER_TTL_SECONDS, now=generated,
             ),
         )
     except (ClientError, BotoCoreError, ValueError) as error:

@@ -164,6 +164,39 @@ class Answer:
         return item
 
     @classmethod
+    def from_result(
+        cls,
+        result: Any,
+        *,
+        key: str,
+        model_id: str,
+        request_id: str,
+        sequence: int,
+        sent_at: str | None = None,
+        ttl_seconds: int | None = None,
+        now: float | None = None,
+    ) -> Answer:
+        """The answer a Converse call produced (a pacer_runtime ConverseResult), stamped now, expiring
+        ttl_seconds from now when the store has a TTL."""
+        generated = time.time() if now is None else now
+        return cls(
+            key=key,
+            text=result.text,
+            model_id=model_id,
+            request_id=request_id,
+            sequence=sequence,
+            stop_reason=result.stop_reason,
+            input_tokens=result.input_tokens,
+            output_tokens=result.output_tokens,
+            cache_read_tokens=result.cache_read_tokens,
+            cache_write_tokens=result.cache_write_tokens,
+            served_latency=result.served_latency,
+            generated_at=iso_utc(generated),
+            sent_at=sent_at,
+            expires_at=math.ceil(generated + ttl_seconds) if ttl_seconds else None,
+        )
+
+    @classmethod
     def from_item(cls, item: dict[str, dict[str, str]]) -> Answer:
         """An Answer from a low-level item; attributes missing from older items get their defaults."""
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -184,21 +183,9 @@ def process(record: dict) -> bool:
         written = answers.put_answer(
             DDB,
             TABLE_NAME,
-            answers.Answer(
-                key=message.key,
-                text=result.text,
-                model_id=MODEL_ID,
-                request_id=message.request_id,
-                sequence=message.sequence,
-                stop_reason=result.stop_reason,
-                input_tokens=result.input_tokens,
-                output_tokens=result.output_tokens,
-                cache_read_tokens=result.cache_read_tokens,
-                cache_write_tokens=result.cache_write_tokens,
-                served_latency=result.served_latency,
-                generated_at=answers.iso_utc(time.time()),
-                sent_at=message.sent_at,
-                expires_at=int(time.time()) + ANSWER_TTL_SECONDS if ANSWER_TTL_SECONDS else None,
+            answers.Answer.from_result(
+                result, key=message.key, model_id=MODEL_ID, request_id=message.request_id,
+                sequence=message.sequence, sent_at=message.sent_at, ttl_seconds=ANSWER_TTL_SECONDS,
             ),
         )
         if not written:

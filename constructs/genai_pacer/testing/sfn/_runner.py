@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import time
 import uuid
@@ -222,11 +223,9 @@ class StateMachineRunner:
         from . import _interpreter
 
         for arn in self._arns.values():  # stop what still runs, so no worker outlives the patches
-            try:
+            with contextlib.suppress(Exception):  # closing must not hide the test's own failure
                 for item in self.sfn.list_executions(stateMachineArn=arn, statusFilter="RUNNING")["executions"]:
                     self.sfn.stop_execution(executionArn=item["executionArn"])
-            except Exception:  # closing must not hide the test's own failure
-                pass
         if _interpreter._ACTIVE is not None and _interpreter._ACTIVE is getattr(self, "_runtime", None):
             _interpreter.uninstall()
         self._mock.stop()
