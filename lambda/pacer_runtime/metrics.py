@@ -10,6 +10,12 @@ Per model call, `emit_call` writes what AWS/Bedrock cannot say: the reservation 
 (input + cache + max_tokens; AWS's EstimatedTPMQuotaUsage leaves it out), the latency mode that
 actually served it, and TTFT and output tokens per second of this caller's streaming calls only
 (AWS/Bedrock's ModelId dimension mixes every caller and API of the model).
+
+Inside a live experiment (pacer_runtime.experiment) every per-call, error and outcome metric is
+published twice in the same line: under the model-level dimension sets, so the model's alarms and
+dashboards still see every call, and under the same sets plus Experiment and Variant (CloudWatch
+treats each dimension set as a separate metric). Experiment rides along with Variant because
+variant names such as "control" repeat across experiments.
 """
 
 from __future__ import annotations
@@ -44,12 +50,18 @@ __all__ = [
     "PRECOMPUTE_FAILED_KEYS",
     "BATCH_RECORDS_LOADED",
     "BATCH_RECORDS_FAILED",
+    "CALL_ERRORS",
+    "EXPERIMENT_DIMENSION",
+    "VARIANT_DIMENSION",
+    "OUTCOMES",
     "UNITS",
     "CallMetrics",
     "call_metrics",
     "emf_line",
     "emit",
     "emit_call",
+    "emit_call_error",
+    "emit_outcome",
     "emit_throttle",
     "lambda_dimensions",
 ]
@@ -60,6 +72,9 @@ NAMESPACE = "GenaiPacer"
 #: so a construct can read its own worker's calls while a dashboard sums all callers of a model.
 MODEL_DIMENSION = "ModelId"
 FUNCTION_DIMENSION = "FunctionName"
+#: A call inside a live experiment: which experiment and which of its variants served it.
+EXPERIMENT_DIMENSION = "Experiment"
+VARIANT_DIMENSION = "Variant"
 
 INPUT_TOKENS = "InputTokens"
 OUTPUT_TOKENS = "OutputTokens"
@@ -88,6 +103,16 @@ PRECOMPUTE_FAILED_KEYS = "PrecomputeFailedKeys"
 #: Batch inference loading: records written to the answer store, records the job reported as errors.
 BATCH_RECORDS_LOADED = "BatchRecordsLoaded"
 BATCH_RECORDS_FAILED = "BatchRecordsFailed"
+#: Model calls that failed for any reason after the SDK's retries (throttles included), 1 per call;
+#: with LatencyMs's SampleCount (the calls that succeeded) it gives an error rate.
+CALL_ERRORS = "CallErrors"
+#: Outcome events of a live experiment, by the name record_outcome takes -> metric name (Sum counts events).
+OUTCOMES: dict[str, str] = {
+    "thumbs_up": "ThumbsUp",
+    "thumbs_down": "ThumbsDown",
+    "escalation": "Escalations",
+    "resolution": "Resolutions",
+}
 
 UNITS: dict[str, str] = {
     INPUT_TOKENS: "Count",
@@ -108,6 +133,8 @@ UNITS: dict[str, str] = {
     PRECOMPUTE_FAILED_KEYS: "Count",
     BATCH_RECORDS_LOADED: "Count",
     BATCH_RECORDS_FAILED: "Count",
+    CALL_ERRORS: "Count",
+    **{name: "Count" for name in OUTCOMES.values()},
 }
 
 LATENCY_MODES = ("standard", "optimized")
@@ -272,10 +299,29 @@ def call_metrics(
     )
 
 
-def _dimension_sets(dimensions: Mapping[str, str]) -> list[list[str]]:
-    """ModelId alone (every caller of the model), and ModelId with each set of extra dimensions."""
-    extra = sorted(name for name in dimensions if name != MODEL_DIMENSION)
-    return [[MODEL_DIMENSION]] + ([[MODEL_DIMENSION, *extra]] if extra else [])
+def _dimension_sets(dimensions: Mapping[str, str], variant: Mapping[str, str] | None = None) -> list[list[str]]:
+    """ModelId alone (every caller of the model), and ModelId with each set of extra dimensions;
+    inside an experiment, each of those sets again with Experiment and Variant added."""
+    extra = sorted(name for name in dimensions if name not in (MODEL_DIMENSION, *(variant or {})))
+    base = [[MODEL_DIMENSION]] + ([[MODEL_DIMENSION, *extra]] if extra else [])
+    if not variant:
+        return base
+    return base + [[*names, EXPERIMENT_DIMENSION, VARIANT_DIMENSION] for names in base]
+
+
+def _with_variant(dimensions: Mapping[str, str] | None, model_id: str, variant: Mapping[str, str] | None) -> dict[str, str]:
+    """All dimension values of one line; `variant` must be exactly {Experiment: ..., Variant: ...}."""
+    if variant is not None:
+        if (not isinstance(variant, Mapping) or set(variant) != {EXPERIMENT_DIMENSION, VARIANT_DIMENSION}
+                or not all(isinstance(v, str) and v for v in variant.values())):
+            raise ValueError(
+                f"variant={variant!r} must be {{{EXPERIMENT_DIMENSION!r}: <experiment>, {VARIANT_DIMENSION!r}: <variant>}} "
+                "with non-empty names (pacer_runtime.experiment.variant_dimensions builds it)"
+            )
+        clash = set(dimensions or {}) & set(variant)
+        if clash:
+            raise ValueError(f"dimensions {sorted(clash)} are set by variant=; pass them there only")
+    return {**(dimensions or {}), **(variant or {}), MODEL_DIMENSION: model_id}
 
 
 def emit_call(
@@ -285,28 +331,83 @@ def emit_call(
     request: Mapping[str, Any] | None = None,
     max_tokens: int | None = None,
     dimensions: Mapping[str, str] | None = None,
+    variant: Mapping[str, str] | None = None,
+    properties: Mapping[str, Any] | None = None,
 ) -> CallMetrics:
     """Print one EMF line with the call's tokens, reservation, latency, TTFT, OTPS and served mode.
 
     Published per ModelId and, when `dimensions` adds any (e.g. lambda_dimensions()), per ModelId
-    with those too. Returns the figures it published.
+    with those too. `variant` ({"Experiment": ..., "Variant": ...}) publishes every set again with
+    those two added. `properties` are extra log fields (not metrics). Returns the figures it published.
     """
     figures = call_metrics(result, model_id=model_id, request=request, max_tokens=max_tokens)
-    all_dimensions = {**(dimensions or {}), MODEL_DIMENSION: model_id}
+    all_dimensions = _with_variant(dimensions, model_id, variant)
     emit(
         figures.values(),
         all_dimensions,
-        dimension_sets=_dimension_sets(all_dimensions),
-        properties={"RequestedLatency": figures.requested_latency, "ServedLatency": figures.served_latency},
+        dimension_sets=_dimension_sets(all_dimensions, variant),
+        properties={**(properties or {}), "RequestedLatency": figures.requested_latency,
+                    "ServedLatency": figures.served_latency},
     )
     return figures
 
 
-def emit_throttle(model_id: str, *, count: int = 1, dimensions: Mapping[str, str] | None = None) -> None:
+def emit_throttle(
+    model_id: str, *, count: int = 1, dimensions: Mapping[str, str] | None = None, variant: Mapping[str, str] | None = None
+) -> None:
     """Print one EMF line counting calls that failed throttled (after the SDK's retries)."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count={count!r} must be a whole number of throttled calls >= 1")
+    _check_model_id(model_id)
+    all_dimensions = _with_variant(dimensions, model_id, variant)
+    emit({THROTTLES: count}, all_dimensions, dimension_sets=_dimension_sets(all_dimensions, variant))
+
+
+def emit_call_error(
+    model_id: str,
+    *,
+    error_code: str,
+    throttled: bool = False,
+    dimensions: Mapping[str, str] | None = None,
+    variant: Mapping[str, str] | None = None,
+    properties: Mapping[str, Any] | None = None,
+) -> None:
+    """Print one EMF line counting one failed call (CallErrors, plus Throttles when `throttled`).
+
+    error_code (e.g. "ModelTimeoutException") goes in the log fields, not in a dimension, so an
+    unexpected code cannot multiply the metrics.
+    """
+    _check_model_id(model_id)
+    if not isinstance(error_code, str) or not error_code:
+        raise ValueError(f"error_code={error_code!r} must name the error, e.g. 'ModelTimeoutException'")
+    all_dimensions = _with_variant(dimensions, model_id, variant)
+    values: dict[str, float] = {CALL_ERRORS: 1}
+    if throttled:
+        values[THROTTLES] = 1
+    emit(values, all_dimensions, dimension_sets=_dimension_sets(all_dimensions, variant),
+         properties={**(properties or {}), "ErrorCode": error_code})
+
+
+def emit_outcome(
+    outcome: str,
+    *,
+    model_id: str,
+    value: int = 1,
+    dimensions: Mapping[str, str] | None = None,
+    variant: Mapping[str, str] | None = None,
+    properties: Mapping[str, Any] | None = None,
+) -> None:
+    """Print one EMF line counting an outcome event (thumbs_up, thumbs_down, escalation, resolution)."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"outcome={outcome!r} must be one of {sorted(OUTCOMES)}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"value={value!r} must be a whole number of events >= 1")
+    _check_model_id(model_id)
+    all_dimensions = _with_variant(dimensions, model_id, variant)
+    emit({OUTCOMES[outcome]: value}, all_dimensions, dimension_sets=_dimension_sets(all_dimensions, variant),
+         properties={**(properties or {}), "Outcome": outcome})
+
+
+def _check_model_id(model_id: Any) -> None:
     if not isinstance(model_id, str) or not model_id:
         raise ValueError(f"model_id={model_id!r} must be the non-empty id the call passed as modelId")
-    all_dimensions = {**(dimensions or {}), MODEL_DIMENSION: model_id}
-    emit({THROTTLES: count}, all_dimensions, dimension_sets=_dimension_sets(all_dimensions))

@@ -1,0 +1,468 @@
+"""The verdict of a live prompt/model experiment: is the difference real, and can the data be trusted?
+
+Input is what the runtime writes (pacer_runtime.experiment: one EMF JSON line per call, failed
+call and outcome event, each with Experiment, Variant and a pseudonymous Unit), exported from
+CloudWatch Logs (`aws logs filter-log-events`, an S3 export, or Logs Insights results saved as
+JSON lines; a leading timestamp before the JSON is skipped), or per-variant figures you assemble
+yourself from metric data (`VariantData`). Latency intervals need the individual calls, so metric
+data that holds only aggregates gives counts and rates, not latency intervals.
+
+The report puts the sample-ratio-mismatch check first: a chi-square test of the users seen per
+variant against the configured split. A mismatch means the assignment or the logging is broken
+(a variant that crashes before it logs, a cache serving an old split, bots in one arm), and no
+difference below it should be read until that is fixed.
+
+Then, per variant: users, calls, error rate, latency p50/p90/p99 with percentile-bootstrap
+confidence intervals, and outcome rates (share of users with at least one thumbs-up, escalation,
+resolution...) with Wilson intervals. Each treatment is compared with the control: the difference,
+its interval, a p-value and whether it is significant at `level`, Bonferroni-corrected for the
+number of treatments. Standard library only (numpy speeds up the bootstrap when installed);
+`chart()` needs matplotlib and draws with the Agg backend.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+from ._checks import Checks
+
+__all__ = [
+    "Comparison",
+    "LatencyEstimate",
+    "Rate",
+    "SampleRatioCheck",
+    "Verdict",
+    "VariantData",
+    "VariantResult",
+    "chi_square_sf",
+    "read_log",
+    "sample_ratio_check",
+    "verdict",
+    "wilson",
+]
+
+PERCENTILES = (50, 90, 99)
+#: The runtime's outcome names (pacer_runtime.metrics.OUTCOMES), in report order.
+OUTCOMES = ("thumbs_up", "thumbs_down", "escalation", "resolution")
+#: Sample-ratio checks are run at a strict level: a true mismatch gives p-values far below it,
+#: and a false alarm stops a sound experiment.
+DEFAULT_SRM_LEVEL = 0.001
+
+
+@dataclass
+class VariantData:
+    """What one variant's records hold: users seen, call latencies (ms), failed calls, users with each outcome."""
+
+    name: str
+    units: set[str] = field(default_factory=set)
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+    outcome_units: dict[str, set[str]] = field(default_factory=dict)
+    unit_count: int | None = None  # when units are only counted (metric data), not listed
+
+    @property
+    def users(self) -> int:
+        return self.unit_count if self.unit_count is not None else len(self.units)
+
+    @property
+    def calls(self) -> int:
+        return len(self.latencies_ms) + self.errors
+
+
+def read_log(
+    lines: Iterable[str | bytes] | str | Path,
+    *,
+    experiment: str | None = None,
+    latency_field: str = "LatencyMs",
+) -> dict[str, VariantData]:
+    """Per-variant data from the runtime's JSON lines (a path, or an iterable of lines).
+
+    latency_field: the record field holding a call's latency. Default: LatencyMs, as the caller
+    measured it; ServiceLatencyMs is Bedrock's own figure (and the emulator's model time).
+    Lines that are not experiment records are skipped. Records of several experiments need
+    `experiment` to pick one.
+    """
+    if isinstance(lines, str | Path):
+        with open(lines, encoding="utf-8") as handle:
+            return read_log(handle.readlines(), experiment=experiment, latency_field=latency_field)
+    data: dict[str, VariantData] = {}
+    seen: set[str] = set()
+    for raw in lines:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        start = text.find("{")
+        if start < 0:
+            continue
+        try:
+            record = json.loads(text[start:])
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or "Experiment" not in record or "Variant" not in record:
+            continue
+        seen.add(str(record["Experiment"]))
+        if experiment is not None and record["Experiment"] != experiment:
+            continue
+        variant = data.setdefault(str(record["Variant"]), VariantData(str(record["Variant"])))
+        unit = record.get("Unit")
+        if unit is not None:
+            variant.units.add(str(unit))
+        if record.get("CallErrors"):
+            variant.errors += int(record["CallErrors"])
+        elif latency_field in record and "Outcome" not in record:
+            variant.latencies_ms.append(float(record[latency_field]))
+        if "Outcome" in record and unit is not None:
+            variant.outcome_units.setdefault(str(record["Outcome"]), set()).add(str(unit))
+    if experiment is None and len(seen) > 1:
+        raise ValueError(f"the log holds experiments {sorted(seen)}; pass experiment= to pick one")
+    return data
+
+
+# ---- statistics -----------------------------------------------------------------------------------
+
+
+def chi_square_sf(x: float, df: int) -> float:
+    """P(X >= x) for a chi-square variable with df degrees of freedom (regularized upper gamma)."""
+    if x <= 0:
+        return 1.0
+    a, z = df / 2.0, x / 2.0
+    if z < a + 1:  # series for the lower function
+        term = total = 1.0 / a
+        n = a
+        for _ in range(10_000):
+            n += 1
+            term *= z / n
+            total += term
+            if term < total * 1e-15:
+                break
+        return max(0.0, 1.0 - total * math.exp(-z + a * math.log(z) - math.lgamma(a)))
+    # Lentz's continued fraction for the upper function
+    b = z + 1 - a
+    c, d = 1 / 1e-300, 1 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = 1e-300 if abs(d) < 1e-300 else d
+        c = b + an / c
+        c = 1e-300 if abs(c) < 1e-300 else c
+        d = 1 / d
+        step = d * c
+        h *= step
+        if abs(step - 1) < 1e-15:
+            break
+    return min(1.0, math.exp(-z + a * math.log(z) - math.lgamma(a)) * h)
+
+
+@dataclass(frozen=True)
+class SampleRatioCheck:
+    observed: dict[str, int]
+    expected: dict[str, float]
+    chi_square: float
+    p_value: float
+    level: float
+
+    @property
+    def ok(self) -> bool:
+        return self.p_value >= self.level
+
+
+def sample_ratio_check(observed: Mapping[str, int], split: Mapping[str, float], *, level: float = DEFAULT_SRM_LEVEL) -> SampleRatioCheck:
+    """Chi-square goodness of fit of users per variant against the configured split (percent)."""
+    total = sum(observed.get(name, 0) for name in split)
+    active = {name: share for name, share in split.items() if share > 0}
+    expected = {name: total * share / 100 for name, share in active.items()}
+    stray = sum(count for name, count in observed.items() if name not in active)
+    chi = sum((observed.get(name, 0) - e) ** 2 / e for name, e in expected.items() if e > 0)
+    p = chi_square_sf(chi, len(active) - 1) if len(active) > 1 and total else 1.0
+    if stray:  # users in a variant the split gives no share: the assignment is broken by definition
+        p = 0.0
+    return SampleRatioCheck(dict(observed), expected, chi, p, level)
+
+
+@dataclass(frozen=True)
+class Rate:
+    successes: int
+    trials: int
+    low: float
+    high: float
+
+    @property
+    def value(self) -> float:
+        return self.successes / self.trials if self.trials else math.nan
+
+
+def wilson(successes: int, trials: int, *, level: float = 0.05) -> Rate:
+    """A proportion with its Wilson score interval (sound near 0 and 1, unlike the Wald interval)."""
+    if trials == 0:
+        return Rate(successes, trials, math.nan, math.nan)
+    z = NormalDist().inv_cdf(1 - level / 2)
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return Rate(successes, trials, max(0.0, centre - half), min(1.0, centre + half))
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not ordered:
+        return math.nan
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _bootstrap(values: Sequence[float], resamples: int, rng: random.Random) -> list[tuple[float, ...]]:
+    """`resamples` bootstrap replicates of the PERCENTILES of `values`."""
+    n = len(values)
+    if n == 0:
+        return []
+    try:
+        import numpy as np
+    except ImportError:
+        out = []
+        for _ in range(resamples):
+            sample = sorted(rng.choices(values, k=n))
+            out.append(tuple(_percentile(sample, q) for q in PERCENTILES))
+        return out
+    generator = np.random.default_rng(rng.getrandbits(64))
+    array = np.asarray(values, dtype=float)
+    chunk = max(1, 2_000_000 // n)
+    rows = []
+    for start in range(0, resamples, chunk):
+        size = min(chunk, resamples - start)
+        sample = array[generator.integers(0, n, size=(size, n))]
+        rows.append(np.percentile(sample, PERCENTILES, axis=1).T)
+    return [tuple(float(v) for v in row) for row in np.concatenate(rows)]
+
+
+@dataclass(frozen=True)
+class LatencyEstimate:
+    percentile: int
+    value: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    name: str
+    share: float
+    users: int
+    calls: int
+    error_rate: Rate
+    latency: tuple[LatencyEstimate, ...]
+    outcomes: dict[str, Rate]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """treatment - control for one metric, with its interval at the corrected level."""
+
+    treatment: str
+    metric: str
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    significant: bool
+    unit: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    experiment: str
+    control: str
+    level: float
+    corrected_level: float
+    sample_ratio: SampleRatioCheck
+    variants: tuple[VariantResult, ...]
+    comparisons: tuple[Comparison, ...]
+
+    @property
+    def trustworthy(self) -> bool:
+        """False when the sample-ratio check failed: read no difference until the assignment is fixed."""
+        return self.sample_ratio.ok
+
+    def significant(self, treatment: str, metric: str) -> bool:
+        for c in self.comparisons:
+            if c.treatment == treatment and c.metric == metric:
+                return c.significant
+        raise KeyError(f"no comparison of {treatment!r} on {metric!r}")
+
+    def report(self) -> str:
+        """The verdict as plain text, the sample-ratio check first."""
+        srm = self.sample_ratio
+        lines = [f"Experiment {self.experiment!r}: control {self.control!r}, significance level {self.level:g}"
+                 + (f" ({self.corrected_level:.4g} per comparison, Bonferroni over {len(self.variants) - 1} treatments)"
+                    if len(self.variants) > 2 else ""), ""]
+        counts = ", ".join(f"{n} {srm.observed.get(n, 0):,} (expected {e:,.0f})" for n, e in srm.expected.items())
+        if srm.ok:
+            lines.append(f"Sample ratio: OK (chi-square {srm.chi_square:.2f}, p={srm.p_value:.3g}): {counts}")
+        else:
+            lines += [
+                f"SAMPLE RATIO MISMATCH (chi-square {srm.chi_square:.1f}, p={srm.p_value:.3g} < {srm.level:g}): {counts}.",
+                "The users per variant do not match the configured split: the assignment or the logging is broken",
+                "(a variant failing before it logs, a stale split in some processes, bots in one arm). Do not read",
+                "the differences below until this is fixed.",
+            ]
+        lines.append("")
+        for v in self.variants:
+            lines.append(f"{v.name} (share {v.share:g}%): {v.users:,} users, {v.calls:,} calls, error rate "
+                         f"{_pct(v.error_rate)}")
+            for estimate in v.latency:
+                lines.append(f"  latency p{estimate.percentile}: {estimate.value:,.0f} ms "
+                             f"[{estimate.low:,.0f}, {estimate.high:,.0f}]")
+            for name, rate in v.outcomes.items():
+                lines.append(f"  {name}: {_pct(rate)} of users")
+        lines.append("")
+        lines.append(f"Differences against {self.control!r} ({100 * (1 - self.corrected_level):.4g}% intervals):")
+        for c in self.comparisons:
+            verdict = "SIGNIFICANT" if c.significant else "not significant"
+            lines.append(f"  {c.treatment} {c.metric}: {c.difference:+,.3g} {c.unit} [{c.low:+,.3g}, {c.high:+,.3g}], "
+                         f"p={c.p_value:.3g}: {verdict}")
+        if not self.trustworthy:
+            lines.append("(untrustworthy: sample ratio mismatch)")
+        return "\n".join(lines) + "\n"
+
+    def chart(self, path: str | Path) -> Path:
+        """A PNG: latency percentiles with bootstrap intervals, and rates with Wilson intervals, per variant."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+        width = 0.8 / max(len(self.variants), 1)
+        for i, v in enumerate(self.variants):
+            xs = [j + i * width for j in range(len(PERCENTILES))]
+            values = [e.value for e in v.latency]
+            errors = [[e.value - e.low for e in v.latency], [e.high - e.value for e in v.latency]]
+            left.bar(xs, values, width, yerr=errors, capsize=3, label=v.name)
+            rates = {"errors": v.error_rate, **v.outcomes}
+            rx = [j + i * width for j in range(len(rates))]
+            rv = [100 * r.value if r.trials else 0 for r in rates.values()]
+            re_ = [[100 * (r.value - r.low) if r.trials else 0 for r in rates.values()],
+                   [100 * (r.high - r.value) if r.trials else 0 for r in rates.values()]]
+            right.bar(rx, rv, width, yerr=re_, capsize=3, label=v.name)
+            right.set_xticks([j + width * (len(self.variants) - 1) / 2 for j in range(len(rates))], list(rates))
+        left.set_xticks([j + width * (len(self.variants) - 1) / 2 for j in range(len(PERCENTILES))],
+                        [f"p{p}" for p in PERCENTILES])
+        left.set_ylabel("latency (ms)")
+        left.set_title("Latency, bootstrap intervals")
+        right.set_ylabel("% (errors of calls, outcomes of users)")
+        right.set_title("Rates, Wilson intervals")
+        left.legend()
+        status = "sample ratio OK" if self.trustworthy else "SAMPLE RATIO MISMATCH: do not read"
+        figure.suptitle(f"{self.experiment}: {status}")
+        figure.tight_layout()
+        out = Path(path)
+        figure.savefig(out, dpi=100)
+        plt.close(figure)
+        return out
+
+
+def _pct(rate: Rate) -> str:
+    if not rate.trials:
+        return "n/a"
+    return f"{100 * rate.value:.2f}% [{100 * rate.low:.2f}, {100 * rate.high:.2f}] ({rate.successes:,}/{rate.trials:,})"
+
+
+def _two_proportions(a: Rate, b: Rate, level: float) -> tuple[float, float, float, float]:
+    """(difference b - a, low, high, two-sided p) with a pooled z-test and a Wald interval."""
+    if not a.trials or not b.trials:
+        return math.nan, math.nan, math.nan, 1.0
+    pa, pb = a.successes / a.trials, b.successes / b.trials
+    pooled = (a.successes + b.successes) / (a.trials + b.trials)
+    se0 = math.sqrt(pooled * (1 - pooled) * (1 / a.trials + 1 / b.trials))
+    p = 1.0 if se0 == 0 else 2 * (1 - NormalDist().cdf(abs(pb - pa) / se0))
+    se = math.sqrt(pa * (1 - pa) / a.trials + pb * (1 - pb) / b.trials)
+    z = NormalDist().inv_cdf(1 - level / 2)
+    return pb - pa, pb - pa - z * se, pb - pa + z * se, p
+
+
+def verdict(
+    data: Mapping[str, VariantData],
+    *,
+    split: Mapping[str, float],
+    control: str,
+    experiment: str = "experiment",
+    level: float = 0.05,
+    srm_level: float = DEFAULT_SRM_LEVEL,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> Verdict:
+    """Compare every variant in `split` with `control` (see the module docstring for the methods).
+
+    split: the configured shares in percent (name -> share), as in the experiment document.
+    level: the family-wise significance level; each treatment's comparisons use level / treatments.
+    resamples: bootstrap replicates (1,000 gives stable 95% intervals; more for p99 of small samples).
+    seed: the bootstrap's random seed, so a report is reproducible.
+    """
+    with Checks("verdict") as check:
+        if check.instance("split", split, Mapping, "a dict of variant name to share in percent"):
+            check.rule(len(split) >= 2, f"split={dict(split)!r} needs a control and at least one treatment")
+            for name, share in split.items():
+                check.number(f"split[{name!r}]", share, minimum=0, maximum=100)
+            total = math.fsum(s for s in split.values() if isinstance(s, int | float) and not isinstance(s, bool))
+            check.rule(abs(total - 100) <= 1e-6, f"split shares sum to {total:g}, not 100; pass the configured split")
+            check.rule(control in split, f"control={control!r} is not in split {sorted(split)}")
+        check.number("level", level, above=0, maximum=0.5, fix="0.05 for 95% intervals")
+        check.number("srm_level", srm_level, above=0, maximum=0.5, fix="0.001 is usual: a real mismatch is far below it")
+        check.integer("resamples", resamples, minimum=100, maximum=100_000)
+        check.instance("seed", seed, int, "an int")
+        if isinstance(data, Mapping):
+            stray = sorted(set(data) - set(split)) if isinstance(split, Mapping) else []
+            check.rule(not stray, f"the data holds variants {stray} that split does not name; pass the split they ran under")
+        else:
+            check.fail(f"data is {type(data).__name__}; pass read_log(...)'s dict of VariantData")
+    rng = random.Random(seed)
+    treatments = [name for name in split if name != control]
+    corrected = level / max(len(treatments), 1)
+    empty = {name: VariantData(name) for name in split}
+    rows = {**empty, **data}
+    srm = sample_ratio_check({name: rows[name].users for name in split}, split, level=srm_level)
+    replicates = {name: _bootstrap(rows[name].latencies_ms, resamples, rng) for name in split}
+    outcome_names = [o for o in OUTCOMES if any(o in rows[n].outcome_units for n in split)] + sorted(
+        {o for n in split for o in rows[n].outcome_units} - set(OUTCOMES))
+    results = []
+    for name in split:
+        row = rows[name]
+        ordered = sorted(row.latencies_ms)
+        estimates = []
+        for i, q in enumerate(PERCENTILES):
+            column = sorted(r[i] for r in replicates[name])
+            estimates.append(LatencyEstimate(q, _percentile(ordered, q), _percentile(column, 100 * level / 2),
+                                             _percentile(column, 100 * (1 - level / 2))))
+        results.append(VariantResult(
+            name, float(split[name]), row.users, row.calls, wilson(row.errors, row.calls, level=level), tuple(estimates),
+            {o: wilson(len(row.outcome_units.get(o, ())), row.users, level=level) for o in outcome_names},
+        ))
+    by_name = {r.name: r for r in results}
+    comparisons = []
+    for name in treatments:
+        base, other = replicates[control], replicates[name]
+        for i, q in enumerate(PERCENTILES):
+            if not base or not other:
+                continue
+            diffs = sorted(o[i] - b[i] for o, b in zip(other, base, strict=False))
+            point = by_name[name].latency[i].value - by_name[control].latency[i].value
+            low, high = _percentile(diffs, 100 * corrected / 2), _percentile(diffs, 100 * (1 - corrected / 2))
+            below = sum(d <= 0 for d in diffs) / len(diffs)
+            above = sum(d >= 0 for d in diffs) / len(diffs)
+            p = min(1.0, max(2 * min(below, above), 1 / len(diffs)))  # a bootstrap cannot resolve below 1/resamples
+            comparisons.append(Comparison(name, f"latency p{q}", point, low, high, p, not (low <= 0 <= high), "ms"))
+        rates = [("error rate", by_name[control].error_rate, by_name[name].error_rate)] + [
+            (o, by_name[control].outcomes[o], by_name[name].outcomes[o]) for o in outcome_names]
+        for metric, a, b in rates:
+            diff, low, high, p = _two_proportions(a, b, corrected)
+            comparisons.append(Comparison(name, metric, 100 * diff, 100 * low, 100 * high, p,
+                                          bool(a.trials and b.trials and p < corrected), "points"))
+    return Verdict(experiment, control, level, corrected, srm, tuple(results), tuple(comparisons))
