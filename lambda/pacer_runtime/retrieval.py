@@ -570,7 +570,7 @@ def fit_context(
         _whole("max_chunks", max_chunks, 1, 10_000, "the most chunks to send")
     def rank(pair: tuple[int, Mapping[str, Any]]) -> tuple[float, int]:
         score = pair[1].get("score")
-        return (-float(score) if _is_number(score) else math.inf, pair[0])
+        return (-float(score) if isinstance(score, int | float) and _is_number(score) else math.inf, pair[0])
 
     ranked = sorted(enumerate(results), key=rank)
     kept: list[Mapping[str, Any]] = []
