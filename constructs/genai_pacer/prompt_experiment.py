@@ -1,0 +1,632 @@
+"""PromptExperiment: a live A/B test of prompts and models whose split lives in AWS AppConfig.
+
+The experiment document (variants, shares, salt; the schema `pacer_runtime.experiment` reads) is
+a freeform AppConfig configuration with a JSON Schema validator, deployed to its own environment
+with a deployment strategy. Changing the split is a new configuration version and an AppConfig
+deployment, not a stack deployment, and that deployment rolls back if any guard alarm fires
+during it or its bake time: for each variant, its error rate and its p90 latency (published by the
+runtime with a Variant dimension) above a limit.
+
+AppConfig watches those alarms only while a deployment runs and bakes. After the bake time a guard
+alarm still acts: an EventBridge rule on the alarm's change to ALARM starts a small Step Functions
+workflow (AWS SDK integrations, no Lambda code) that deploys the fallback version, i.e. the same
+document with every user on the control variant, with an immediate strategy. AppConfig would roll
+back a deployment started while a monitored alarm is in ALARM, so the workflow disables the guard
+alarms' actions during that deployment (AppConfig skips alarms whose actions are disabled) and
+enables them again when it ends. During a deployment's bake time the rollback comes first and the
+fallback follows (the workflow retries while the rollback holds the environment), so a guard alarm
+always ends with everyone on the control variant. To restart the experiment, deploy a version with
+the split you want.
+
+Why not AppConfig's own experiments (AWS::AppConfig::ExperimentDefinition / ExperimentRun): they
+assign treatments in the AppConfig agent (sticky per Entity-Id for the life of a run) and show
+exposure and allocation, but they run on feature-flag profiles only (flag attribute values, no
+JSON Schema validator), a run's treatment weights cannot change while it runs (only the exposure
+can grow), runs are billed per hour, the agent must evaluate every request, and they offer no
+analysis of the results (AppConfig points to CloudWatch or an analytics tool for that). Here the
+split changes in place with a minimal, monotone move of users, assignment runs in process, and
+`genai_pacer.experiment_verdict` does the analysis.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_appconfig as appconfig
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+
+from constructs import Construct
+
+from ._alarms import threshold_alarm
+from ._checks import Checks, is_token
+from ._runtime_constants import metrics_constants
+from ._secure import StateMachineOptions, model_state_machine
+from .models import BedrockModel
+
+__all__ = [
+    "DOCUMENT_SCHEMA",
+    "ExperimentVariant",
+    "ManagedPrompt",
+    "PromptExperiment",
+    "TextPrompt",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_PROMPT_ARN = re.compile(r"^arn:aws[a-z-]*:bedrock:[a-z0-9-]+:\d{12}:prompt/[A-Za-z0-9]{10}$")
+_VERSION = re.compile(r"^\d{1,5}$")
+#: AppConfig limits: deployment duration and final bake time, minutes.
+_MAX_MINUTES = 1440
+
+#: The experiment document's JSON Schema (draft-04, which AppConfig validators accept). The sum of
+#: the shares and the uniqueness of names are beyond JSON Schema: the runtime refuses such a
+#: document and keeps its last good one, and this construct refuses it at synth.
+DOCUMENT_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-04/schema#",
+    "type": "object",
+    "required": ["experiment", "salt", "control", "variants"],
+    "additionalProperties": False,
+    "properties": {
+        "experiment": {"type": "string", "pattern": _NAME.pattern},
+        "salt": {"type": "string", "minLength": 1},
+        "control": {"type": "string", "pattern": _NAME.pattern},
+        "variants": {
+            "type": "array",
+            "minItems": 2,
+            "items": {
+                "type": "object",
+                "required": ["name", "share", "modelId", "prompt"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string", "pattern": _NAME.pattern},
+                    "share": {"type": "number", "minimum": 0, "maximum": 100},
+                    "modelId": {"type": "string", "minLength": 1},
+                    "description": {"type": "string"},
+                    "prompt": {
+                        "oneOf": [
+                            {"type": "object", "required": ["template"], "additionalProperties": False,
+                             "properties": {"template": {"type": "string", "minLength": 1}}},
+                            {"type": "object", "required": ["promptArn"], "additionalProperties": False,
+                             "properties": {"promptArn": {"type": "string", "pattern": "^arn:aws[a-z-]*:bedrock:"}}},
+                        ]
+                    },
+                    "system": {"type": "string", "minLength": 1},
+                    "inferenceConfig": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "maxTokens": {"type": "integer", "minimum": 1},
+                            "temperature": {"type": "number", "minimum": 0, "maximum": 1},
+                            "topP": {"type": "number", "minimum": 0, "maximum": 1},
+                            "stopSequences": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                        },
+                    },
+                    "additionalModelRequestFields": {"type": "object"},
+                },
+            },
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class TextPrompt:
+    """A prompt template held in the experiment document; `{{name}}` placeholders are filled at run time.
+
+    system: an optional system prompt for this variant.
+    """
+
+    template: str
+    system: str | None = None
+
+    def __post_init__(self) -> None:
+        with Checks("TextPrompt") as check:
+            check.text("template", self.template, fix="the user message, with {{variable}} placeholders")
+            check.text("system", self.system, optional=True)
+
+
+@dataclass(frozen=True)
+class ManagedPrompt:
+    """A Bedrock Prompt Management prompt version (one variant per prompt: each arm is its own prompt
+    or version). Its model settings live in the prompt: Converse refuses inferenceConfig, system and
+    additionalModelRequestFields with a prompt ARN, so a variant with a ManagedPrompt sets none.
+
+    prompt_arn: arn:aws:bedrock:<region>:<account>:prompt/<id> (without the version).
+    version: the prompt version to call, e.g. "3". A draft is not callable reproducibly, so it is required.
+    """
+
+    prompt_arn: str
+    version: str
+
+    def __post_init__(self) -> None:
+        with Checks("ManagedPrompt") as check:
+            if check.text("prompt_arn", self.prompt_arn) and not is_token(self.prompt_arn):
+                check.rule(
+                    bool(_PROMPT_ARN.match(self.prompt_arn)),
+                    f"prompt_arn={self.prompt_arn!r} is not a prompt ARN such as "
+                    "'arn:aws:bedrock:us-east-1:111122223333:prompt/PROMPT12AB'; pass the ARN without ':<version>' and "
+                    "the version separately",
+                )
+            if check.text("version", self.version, fix="a published version number such as '3'") and not is_token(self.version):
+                check.rule(bool(_VERSION.match(self.version)),
+                           f"version={self.version!r} must be a published version number such as '3' (DRAFT is not pinned)")
+
+    @property
+    def version_arn(self) -> str:
+        return f"{self.prompt_arn}:{self.version}"
+
+
+@dataclass(frozen=True)
+class ExperimentVariant:
+    """One arm: a model, a prompt and sampling, and its share of users in percent.
+
+    name: 1-64 letters, digits, '.', '_' or '-' (it becomes the Variant metric dimension).
+    model: the BedrockModel the variant calls (for a ManagedPrompt, the prompt version's model,
+        which the grant needs).
+    share: percent of users, 0..100; all variants' shares sum to 100.
+    prompt: a TextPrompt or a ManagedPrompt.
+    max_tokens / temperature / top_p / stop_sequences: Converse inferenceConfig. Default: unset.
+    additional_fields: model-specific fields (additionalModelRequestFields), e.g. {"top_k": 40}.
+    """
+
+    name: str
+    model: BedrockModel
+    share: float
+    prompt: TextPrompt | ManagedPrompt
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop_sequences: Sequence[str] | None = None
+    additional_fields: Mapping[str, Any] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        with Checks(f"ExperimentVariant {self.name!r}") as check:
+            if check.text("name", self.name, max_length=64):
+                check.rule(bool(_NAME.match(self.name)),
+                           f"name={self.name!r} may hold letters, digits, '.', '_' and '-' only, starting with a letter "
+                           "or digit (it becomes a CloudWatch dimension value)")
+            check.instance("model", self.model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
+            check.number("share", self.share, minimum=0, maximum=100, fix="percent of users; all shares sum to 100")
+            check.instance("prompt", self.prompt, (TextPrompt, ManagedPrompt), "a TextPrompt(...) or ManagedPrompt(...)")
+            check.integer("max_tokens", self.max_tokens, minimum=1, maximum=1_000_000, optional=True,
+                          fix="size it from the p99 answer (planning.size_max_tokens)")
+            check.number("temperature", self.temperature, minimum=0, maximum=1, optional=True)
+            check.number("top_p", self.top_p, minimum=0, maximum=1, optional=True)
+            if self.stop_sequences is not None:
+                check.each("stop_sequences", self.stop_sequences, lambda n, s: check.text(n, s))
+            check.instance("additional_fields", self.additional_fields, Mapping, "a dict such as {'top_k': 40}", optional=True)
+            if isinstance(self.prompt, ManagedPrompt):
+                set_ = [n for n in ("max_tokens", "temperature", "top_p", "stop_sequences", "additional_fields")
+                        if getattr(self, n) is not None]
+                check.rule(not set_, f"{', '.join(set_)} cannot be set with a ManagedPrompt: Converse refuses "
+                           "inferenceConfig and additionalModelRequestFields with a prompt ARN; set them in the prompt version")
+
+    def document(self) -> dict[str, Any]:
+        """This variant as the experiment document holds it."""
+        entry: dict[str, Any] = {"name": self.name, "share": self.share, "modelId": self.model.model_id}
+        if isinstance(self.prompt, ManagedPrompt):
+            entry["prompt"] = {"promptArn": self.prompt.version_arn}
+            return entry
+        entry["prompt"] = {"template": self.prompt.template}
+        if self.prompt.system:
+            entry["system"] = self.prompt.system
+        config = {k: v for k, v in (("maxTokens", self.max_tokens), ("temperature", self.temperature),
+                                    ("topP", self.top_p)) if v is not None}
+        if self.stop_sequences:
+            config["stopSequences"] = list(self.stop_sequences)
+        if config:
+            entry["inferenceConfig"] = config
+        if self.additional_fields:
+            entry["additionalModelRequestFields"] = dict(self.additional_fields)
+        return entry
+
+
+class PromptExperiment(Construct):
+    """A live A/B test of prompts and models: the split in AppConfig, guard alarms, a fallback to control.
+
+    variants: required; at least two ExperimentVariants with distinct names, shares summing to 100.
+    control: the baseline variant's name; it must have a share above 0. Default: the first variant.
+    experiment_name: the Experiment dimension and document name (1-64 letters, digits, '.', '_',
+        '-'). Default: the construct id.
+    salt: the assignment hash's salt. Default: experiment_name. A new salt reshuffles every user:
+        change it only to start a fresh experiment.
+    application: an existing AppConfig application. Default: a new one.
+    deployment_strategy: how a new split is rolled out. Default: a new strategy that deploys at once
+        (every process of the handler should assign under one split; a gradual rollout would mix two
+        and fail the sample-ratio check) and then bakes for `bake_time`.
+    bake_time: how long AppConfig watches the guard alarms after a deployment (0..24 h). Default:
+        10 minutes (three guard periods and a margin).
+    max_error_rate_percent: a variant's guard fires above this share of failed calls (0..100).
+        Default: 5.
+    max_p90_latency: a variant's guard fires when its p90 latency is above this (1 s..15 min).
+        Default: 10 seconds.
+    guard_min_calls: a period with fewer calls than this never counts as an error-rate breach
+        (one failure of two calls is not 50%). Default: 20.
+    guard_period / guard_evaluation_periods: each guard fires after this many consecutive breaching
+        periods. Default: 1 minute x 3.
+    fallback_on_alarm: after the bake time, a guard alarm deploys the fallback version (everyone on
+        control). Default: True.
+    alarm_actions: actions for every guard alarm (e.g. an SNS topic). Default: none.
+    encryption_key / log_retention: for the fallback workflow's log group. Default: a new key with
+        rotation; one month.
+
+    Attributes: `application`, `environment`, `configuration` (the hosted configuration),
+    `fallback_version` (CfnHostedConfigurationVersion), `deployment_strategy`, `alarms` (name ->
+    Alarm, `<variant>-errors` and `<variant>-p90`), `fallback_state_machine` and `fallback_rule`
+    (None without fallback_on_alarm), `document` and `fallback_document` (dicts), `experiment_name`.
+    Grants: `grant_evaluate` (read the configuration, invoke every variant's model and prompt).
+    `environment_variables()` gives a handler what `ExperimentSource.from_environment()` reads.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        variants: Sequence[ExperimentVariant],
+        control: str | None = None,
+        experiment_name: str | None = None,
+        salt: str | None = None,
+        application: appconfig.IApplication | None = None,
+        deployment_strategy: appconfig.IDeploymentStrategy | None = None,
+        bake_time: cdk.Duration | None = None,
+        max_error_rate_percent: float = 5,
+        max_p90_latency: cdk.Duration | None = None,
+        guard_min_calls: int = 20,
+        guard_period: cdk.Duration | None = None,
+        guard_evaluation_periods: int = 3,
+        fallback_on_alarm: bool = True,
+        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
+        encryption_key: kms.IKey | None = None,
+        log_retention: logs.RetentionDays | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        bake_time = bake_time if bake_time is not None else cdk.Duration.minutes(10)
+        max_p90_latency = max_p90_latency or cdk.Duration.seconds(10)
+        guard_period = guard_period or cdk.Duration.minutes(1)
+        experiment_name = experiment_name if experiment_name is not None else id
+        with Checks(f"PromptExperiment {id}") as check:
+            names: list[str] = []
+            if check.each("variants", variants, lambda n, v: check.instance(n, v, ExperimentVariant, "an ExperimentVariant(...)")):
+                names = [v.name for v in variants]
+                check.rule(len(variants) >= 2, f"variants has {len(variants)}; an experiment needs a control and at least one treatment")
+                duplicates = sorted({n for n in names if names.count(n) > 1})
+                check.rule(not duplicates, f"variant names {duplicates} appear more than once; give each variant its own name "
+                           "(it is the Variant dimension and the assignment key)")
+                if not any(is_token(v.share) for v in variants):
+                    total = math.fsum(v.share for v in variants)
+                    check.rule(abs(total - 100) <= 1e-6,
+                               f"shares sum to {total:g} ({' + '.join(f'{v.name} {v.share:g}' for v in variants)}), not 100; "
+                               "adjust them so every user has exactly one variant")
+            if control is not None and check.text("control", control) and names:
+                check.rule(control in names, f"control={control!r} is not a variant; pass one of {names}")
+            control = control if control is not None else (names[0] if names else None)
+            if names and control in names:
+                control_share = next(v.share for v in variants if v.name == control)
+                check.rule(is_token(control_share) or control_share > 0,
+                           f"control {control!r} has share 0; the baseline must serve users")
+            if check.text("experiment_name", experiment_name, max_length=64):
+                check.rule(bool(_NAME.match(experiment_name)),
+                           f"experiment_name={experiment_name!r} may hold letters, digits, '.', '_' and '-' only (it is a "
+                           "CloudWatch dimension value)")
+            check.text("salt", salt, optional=True, fix="omit it to use experiment_name")
+            check.instance("application", application, appconfig.IApplication, "an appconfig.Application", optional=True)
+            check.instance("deployment_strategy", deployment_strategy, appconfig.IDeploymentStrategy,
+                           "an appconfig.DeploymentStrategy", optional=True)
+            check.duration("bake_time", bake_time, minimum=cdk.Duration.minutes(0), maximum=cdk.Duration.minutes(_MAX_MINUTES),
+                           fix="AppConfig bakes 0..1,440 minutes; the guard alarms roll back only during it")
+            if bake_time is not None and isinstance(bake_time, cdk.Duration) and not bake_time.is_unresolved():
+                check.rule(bake_time.to_seconds(integral=False) % 60 == 0,
+                           f"bake_time={bake_time.to_human_string()} is not whole minutes; AppConfig counts bake time in minutes")
+            if deployment_strategy is not None and isinstance(bake_time, cdk.Duration) and bake_time.to_seconds(integral=False) != 600:
+                check.fail("bake_time configures the new deployment strategy and deployment_strategy is given, so it would be "
+                           "ignored; set the final bake time on your strategy")
+            check.number("max_error_rate_percent", max_error_rate_percent, above=0, maximum=100,
+                         fix="the share of failed calls a variant may have, e.g. 5")
+            check.duration("max_p90_latency", max_p90_latency, minimum=cdk.Duration.seconds(1), maximum=cdk.Duration.minutes(15))
+            check.integer("guard_min_calls", guard_min_calls, minimum=1, maximum=1_000_000)
+            if check.duration("guard_period", guard_period, minimum=cdk.Duration.minutes(1), maximum=cdk.Duration.days(1),
+                              fix="the runtime publishes standard-resolution metrics: one minute or more"):
+                check.rule(guard_period.to_seconds() % 60 == 0, f"guard_period={guard_period.to_human_string()} must be whole minutes")
+            check.integer("guard_evaluation_periods", guard_evaluation_periods, minimum=1, maximum=100)
+            check.instance("fallback_on_alarm", fallback_on_alarm, bool, "True or False")
+            check.each("alarm_actions", alarm_actions,
+                       lambda n, a: check.instance(n, a, cloudwatch.IAlarmAction, "an alarm action such as SnsAction(topic)"))
+            check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
+            check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
+            if not fallback_on_alarm:
+                for name, value in (("encryption_key", encryption_key), ("log_retention", log_retention)):
+                    check.rule(value is None, f"{name} configures the fallback workflow's logs and fallback_on_alarm=False "
+                               "creates none; drop it")
+        assert control is not None
+        self.experiment_name = experiment_name
+        self.control = control
+        self.variants = tuple(variants)
+        self.document: dict[str, Any] = {
+            "experiment": experiment_name,
+            "salt": salt or experiment_name,
+            "control": control,
+            "variants": [v.document() for v in variants],
+        }
+        self.fallback_document: dict[str, Any] = {
+            **self.document,
+            "variants": [{**v.document(), "share": 100 if v.name == control else 0} for v in variants],
+        }
+
+        self.application = application or appconfig.Application(
+            self, "Application", description=f"genai-pacer experiment {experiment_name}")
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+        for variant in variants:
+            self._guards(variant, max_error_rate_percent, max_p90_latency, guard_min_calls, guard_period,
+                         guard_evaluation_periods, alarm_actions)
+        self.environment = appconfig.Environment(
+            self, "Environment",
+            application=self.application,
+            description=f"genai-pacer experiment {experiment_name}: the guard alarms roll back a split change",
+            monitors=[appconfig.Monitor.from_cloud_watch_alarm(alarm) for alarm in self.alarms.values()],
+        )
+        # The role aws-cdk-lib creates for AppConfig to read the alarms (its id carries a hash suffix).
+        for monitor_role in [c for c in self.environment.node.children if isinstance(c, iam.Role)]:
+            cdk.Validations.of(monitor_role).acknowledge(cdk.Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="aws-cdk-lib's AppConfig monitor role: cloudwatch:DescribeAlarms on *, the policy AppConfig "
+                       "documents for deployment monitors; it reads alarm states only",
+            ))
+        self.deployment_strategy = deployment_strategy or appconfig.DeploymentStrategy(
+            self, "Strategy",
+            description="all at once, then bake while the guard alarms watch",
+            rollout_strategy=appconfig.RolloutStrategy.linear(
+                growth_factor=100, deployment_duration=cdk.Duration.minutes(0), final_bake_time=bake_time),
+        )
+        self.configuration = appconfig.HostedConfiguration(
+            self, "Configuration",
+            application=self.application,
+            name=f"{experiment_name}-split",
+            description="variants, shares and salt of the experiment (pacer_runtime.experiment reads it)",
+            content=appconfig.ConfigurationContent.from_inline_json(json.dumps(self.document, sort_keys=True)),
+            validators=[appconfig.JsonSchemaValidator.from_inline(json.dumps(DOCUMENT_SCHEMA))],
+            deployment_strategy=self.deployment_strategy,
+            deploy_to=[self.environment],
+        )
+        self.fallback_version = appconfig.CfnHostedConfigurationVersion(
+            self, "FallbackVersion",
+            application_id=self.application.application_id,
+            configuration_profile_id=self.configuration.configuration_profile_id,
+            content=json.dumps(self.fallback_document, sort_keys=True),
+            content_type="application/json",
+            description="everyone on the control variant: what a guard alarm deploys",
+        )
+        self.fallback_version.node.add_dependency(self._version_resource())  # one new version at a time per profile
+        self.fallback_state_machine: sfn.StateMachine | None = None
+        self.fallback_rule: events.Rule | None = None
+        if fallback_on_alarm:
+            self._fallback(encryption_key, log_retention)
+
+    # ---- guards ---------------------------------------------------------------------------------
+
+    def metric_latency(self, variant: str, **props: Any) -> cloudwatch.Metric:
+        """LatencyMs of one variant's calls (default p90 per minute)."""
+        names = metrics_constants()
+        return self._metric(variant, names.LATENCY_MS, {"statistic": "p90", **props})
+
+    def metric_errors(self, variant: str, **props: Any) -> cloudwatch.Metric:
+        """Failed calls of one variant (CallErrors, Sum)."""
+        return self._metric(variant, metrics_constants().CALL_ERRORS, {"statistic": "Sum", **props})
+
+    def metric_outcome(self, variant: str, outcome: str, **props: Any) -> cloudwatch.Metric:
+        """Outcome events of one variant, by the runtime's outcome name (thumbs_up, escalation, ...)."""
+        names = metrics_constants()
+        if outcome not in names.OUTCOMES:
+            raise ValueError(f"outcome={outcome!r} must be one of {sorted(names.OUTCOMES)}")
+        return self._metric(variant, names.OUTCOMES[outcome], {"statistic": "Sum", **props})
+
+    def _metric(self, variant: str, metric_name: str, props: dict[str, Any]) -> cloudwatch.Metric:
+        found = [v for v in self.variants if v.name == variant]
+        if not found:
+            raise ValueError(f"variant={variant!r} is not in experiment {self.experiment_name!r}: {[v.name for v in self.variants]}")
+        names = metrics_constants()
+        return cloudwatch.Metric(
+            namespace=names.NAMESPACE,
+            metric_name=metric_name,
+            dimensions_map={
+                names.MODEL_DIMENSION: found[0].model.model_id,
+                names.EXPERIMENT_DIMENSION: self.experiment_name,
+                names.VARIANT_DIMENSION: variant,
+            },
+            **{"period": cdk.Duration.minutes(1), **props},
+        )
+
+    def _guards(self, variant: ExperimentVariant, max_error_rate: float, max_p90: cdk.Duration, min_calls: int,
+                period: cdk.Duration, periods: int, actions: Sequence[cloudwatch.IAlarmAction]) -> None:
+        names = metrics_constants()
+        errors = self._metric(variant.name, names.CALL_ERRORS, {"statistic": "Sum", "period": period})
+        calls = self._metric(variant.name, names.LATENCY_MS, {"statistic": "SampleCount", "period": period})
+        rate = cloudwatch.MathExpression(
+            expression=f"IF((FILL(e, 0) + FILL(c, 0)) >= {min_calls}, 100 * FILL(e, 0) / (FILL(e, 0) + FILL(c, 0)), 0)",
+            using_metrics={"e": errors, "c": calls},
+            label=f"{variant.name} error rate (%)",
+            period=period,
+        )
+        ident = re.sub(r"[^A-Za-z0-9]", "", variant.name.title()) or "Variant"
+        self.alarms[f"{variant.name}-errors"] = threshold_alarm(
+            self, f"{ident}ErrorRate", metric=rate, threshold=max_error_rate, periods=periods, actions=actions,
+            description=f"Experiment {self.experiment_name}: variant {variant.name} fails more than {max_error_rate:g}% of "
+                        f"its calls ({periods} periods running, {min_calls}+ calls each). During a split deployment "
+                        "AppConfig rolls it back; afterwards the fallback sends everyone to the control variant.",
+        )
+        self.alarms[f"{variant.name}-p90"] = threshold_alarm(
+            self, f"{ident}P90Latency",
+            metric=self._metric(variant.name, names.LATENCY_MS, {"statistic": "p90", "period": period}),
+            threshold=max_p90.to_seconds(integral=False) * 1000, periods=periods, actions=actions,
+            description=f"Experiment {self.experiment_name}: variant {variant.name}'s p90 latency is above "
+                        f"{max_p90.to_human_string()} ({periods} periods running). During a split deployment AppConfig "
+                        "rolls it back; afterwards the fallback sends everyone to the control variant.",
+        )
+
+    def _version_resource(self) -> cdk.CfnResource:
+        version = self.configuration.node.try_find_child("Resource")
+        if not isinstance(version, cdk.CfnResource):  # the L2 names its version "Resource"
+            raise RuntimeError("aws-cdk-lib's HostedConfiguration layout changed: no version resource found")
+        return version
+
+    # ---- fallback after the bake time -------------------------------------------------------------
+
+    def _fallback(self, encryption_key: kms.IKey | None, log_retention: logs.RetentionDays | None) -> None:
+        stack = cdk.Stack.of(self)
+        alarm_names = [a.alarm_name for a in self.alarms.values()]
+        alarm_arns = [a.alarm_arn for a in self.alarms.values()]
+        immediate = appconfig.DeploymentStrategy(
+            self, "FallbackStrategy",
+            description="fallback to the control variant: at once, no bake",
+            rollout_strategy=appconfig.RolloutStrategy.linear(
+                growth_factor=100, deployment_duration=cdk.Duration.minutes(0), final_bake_time=cdk.Duration.minutes(0)),
+        )
+        app_arn = stack.format_arn(service="appconfig", resource="application", resource_name=self.application.application_id)
+        env_arn = f"{app_arn}/environment/{self.environment.environment_id}"
+        profile_arn = f"{app_arn}/configurationprofile/{self.configuration.configuration_profile_id}"
+        strategy_arn = stack.format_arn(service="appconfig", resource="deploymentstrategy",
+                                        resource_name=immediate.deployment_strategy_id)
+
+        def alarm_call(name: str, action: str) -> tasks.CallAwsService:
+            return tasks.CallAwsService(
+                self, name, service="cloudwatch", action=action, parameters={"AlarmNames": alarm_names},
+                iam_resources=alarm_arns, iam_action=f"cloudwatch:{action[0].upper()}{action[1:]}", result_path=sfn.JsonPath.DISCARD,
+            )
+
+        disable = alarm_call("Disable guard alarm actions", "disableAlarmActions")
+        enable_after = alarm_call("Enable guard alarm actions", "enableAlarmActions")
+        enable_on_failure = alarm_call("Enable guard alarm actions after a failure", "enableAlarmActions")
+        deploy = tasks.CallAwsService(
+            self, "Deploy fallback",
+            service="appconfig", action="startDeployment", iam_action="appconfig:StartDeployment",
+            iam_resources=[app_arn, env_arn, profile_arn, strategy_arn],
+            parameters={
+                "ApplicationId": self.application.application_id,
+                "EnvironmentId": self.environment.environment_id,
+                "ConfigurationProfileId": self.configuration.configuration_profile_id,
+                "ConfigurationVersion": self.fallback_version.attr_version_number,
+                "DeploymentStrategyId": immediate.deployment_strategy_id,
+                "Description": sfn.JsonPath.format("guard alarm {} fired: everyone to the control variant",
+                                                   sfn.JsonPath.string_at("$.detail.alarmName")),
+            },
+            result_selector={"DeploymentNumber.$": "$.DeploymentNumber"},
+            result_path="$.deployment",
+        )
+        # A deployment (or its rollback) in progress holds the environment: retry until it ends.
+        deploy.add_retry(errors=["AppConfig.ConflictException"], interval=cdk.Duration.seconds(30), max_attempts=20,
+                         backoff_rate=1.2, max_delay=cdk.Duration.minutes(2), jitter_strategy=sfn.JitterType.FULL)
+        deploy.add_retry(errors=["AppConfig.AppConfigException", "AppConfig.InternalServerException"],
+                         interval=cdk.Duration.seconds(5), max_attempts=3, backoff_rate=2)
+        status = tasks.CallAwsService(
+            self, "Read deployment",
+            service="appconfig", action="getDeployment", iam_action="appconfig:GetDeployment",
+            iam_resources=[f"{env_arn}/deployment/*"],  # the number is known only at run time
+            parameters={
+                "ApplicationId": self.application.application_id,
+                "EnvironmentId": self.environment.environment_id,
+                "DeploymentNumber.$": "$.deployment.DeploymentNumber",
+            },
+            result_selector={"State.$": "$.State"},
+            result_path="$.status",
+        )
+        wait = sfn.Wait(self, "Wait for the deployment", time=sfn.WaitTime.duration(cdk.Duration.seconds(10)))
+        failed = sfn.Fail(self, "Fallback failed", error="FallbackFailed",
+                          cause="the fallback deployment could not start; guard alarm actions were re-enabled")
+        ended = sfn.Condition.or_(*(sfn.Condition.string_equals("$.status.State", s)
+                                    for s in ("COMPLETE", "ROLLED_BACK", "REVERTED")))
+        deploy.add_catch(enable_on_failure.next(failed), errors=["States.ALL"], result_path="$.error")
+        definition = disable.next(deploy).next(wait).next(status).next(
+            sfn.Choice(self, "Deployment ended?").when(ended, enable_after).otherwise(wait)
+        )
+        self.fallback_state_machine = model_state_machine(
+            self, definition=definition, models=[],
+            options=StateMachineOptions(encryption_key=encryption_key, log_retention=log_retention),
+            default_timeout=cdk.Duration.hours(1),
+        )
+        deployments = f"{env_arn}/deployment/*"
+        policy = self.fallback_state_machine.role.node.try_find_child("DefaultPolicy")
+        if policy is not None:
+            cdk.Validations.of(policy).acknowledge(cdk.Acknowledgment(
+                id=f"AwsSolutions-IAM5[Resource::{_nag_text(stack, deployments)}]",
+                reason="appconfig:GetDeployment on this environment's deployments: the fallback's deployment number "
+                       "is known only when it starts",
+            ))
+        self.fallback_rule = events.Rule(
+            self, "GuardAlarmRule",
+            description=f"experiment {self.experiment_name}: a guard alarm in ALARM deploys the fallback (control only)",
+            event_pattern=events.EventPattern(
+                source=["aws.cloudwatch"],
+                detail_type=["CloudWatch Alarm State Change"],
+                resources=alarm_arns,
+                detail={"state": {"value": ["ALARM"]}},
+            ),
+            targets=[targets.SfnStateMachine(self.fallback_state_machine, retry_attempts=3,
+                                             max_event_age=cdk.Duration.hours(1))],
+        )
+
+    # ---- grants and wiring ---------------------------------------------------------------------
+
+    def grant_evaluate(self, grantee: iam.IGrantable, *, streaming: bool = False) -> list[iam.Grant]:
+        """Let a handler read the experiment's configuration and invoke every variant's model (and
+        managed prompt version), nothing more. streaming=True adds the response-stream actions."""
+        with Checks(f"PromptExperiment {self.node.id}.grant_evaluate") as check:
+            check.instance("streaming", streaming, bool, "True or False")
+        grants = [self._grant_read(grantee)]
+        for model in dict.fromkeys(v.model for v in self.variants):
+            grants.append(model.grant_invoke(grantee, streaming=streaming))
+        prompts = sorted({v.prompt.version_arn for v in self.variants if isinstance(v.prompt, ManagedPrompt)})
+        if prompts:
+            actions = ["bedrock:InvokeModel"] + (["bedrock:InvokeModelWithResponseStream"] if streaming else [])
+            grants.append(iam.Grant.add_to_principal(grantee=grantee, actions=actions, resource_arns=prompts))
+        return grants
+
+    def _grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
+        """appconfig:StartConfigurationSession and GetLatestConfiguration on this profile in this environment only."""
+        stack = cdk.Stack.of(self)
+        arn = stack.format_arn(
+            service="appconfig", resource="application",
+            resource_name=f"{self.application.application_id}/environment/{self.environment.environment_id}/"
+                          f"configuration/{self.configuration.configuration_profile_id}",
+        )
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["appconfig:StartConfigurationSession", "appconfig:GetLatestConfiguration"],
+            resource_arns=[arn],
+        )
+
+    def environment_variables(self) -> dict[str, str]:
+        """What ExperimentSource.from_environment() reads (the AppConfig Lambda extension's path)."""
+        return {
+            "EXPERIMENT_APPLICATION_ID": self.application.application_id,
+            "EXPERIMENT_ENVIRONMENT_ID": self.environment.environment_id,
+            "EXPERIMENT_PROFILE_ID": self.configuration.configuration_profile_id,
+        }
+
+
+
+def _nag_text(stack: cdk.Stack, value: str) -> str:
+    """How cdk-nag writes a resource in a finding id: tokens as <LogicalId> or <AWS::Pseudo>."""
+    resolved = stack.resolve(value)
+    if isinstance(resolved, str):
+        return resolved
+    parts = []
+    for part in resolved["Fn::Join"][1]:
+        if isinstance(part, str):
+            parts.append(part)
+        elif "Ref" in part:
+            parts.append(f"<{part['Ref']}>")
+        else:
+            parts.append(f"<{'.'.join(part['Fn::GetAtt'])}>")
+    return "".join(parts)
