@@ -1,0 +1,277 @@
+"""The search pipeline / index custom resource handler against a local OpenSearch stand-in that
+verifies each request's SigV4 signature (service, Region, signed payload hash) and keeps state, and
+records what the handler answers CloudFormation."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import boto3
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from search_pipeline import handler as h
+
+SESSION = boto3.Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="wJalrXUtnFEMI/K7MDENG", region_name="us-east-1")
+PIPELINE = {
+    "description": "hybrid",
+    "phase_results_processors": [
+        {"normalization-processor": {"normalization": {"technique": "min_max"},
+                                     "combination": {"technique": "arithmetic_mean", "parameters": {"weights": [0.3, 0.7]}}}}
+    ],
+}
+
+
+class FakeOpenSearch:
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self.pipelines: dict[str, Any] = {}
+        self.indexes: dict[str, dict[str, Any]] = {}
+        self.failures: dict[tuple[str, str], tuple[int, Any]] = {}
+        self.requests: list[tuple[str, str, Any]] = []
+        self.bad_signatures: list[str] = []
+        self.responses: list[dict[str, Any]] = []
+
+    def verify(self, method: str, path: str, headers: dict[str, str], body: bytes, url: str) -> None:
+        authorization = headers.get("Authorization", "")
+        if not authorization.startswith("AWS4-HMAC-SHA256 "):
+            self.bad_signatures.append(f"{method} {path}: no SigV4 Authorization header")
+            return
+        parts = dict(p.strip().split("=", 1) for p in authorization[len("AWS4-HMAC-SHA256 "):].split(","))
+        scope = parts["Credential"].split("/")
+        if scope[0] != "AKIDEXAMPLE" or scope[2] != "us-east-1" or scope[3] != self.service:
+            self.bad_signatures.append(f"{method} {path}: credential scope {scope}")
+        signed = parts["SignedHeaders"].split(";")
+        if "x-amz-content-sha256" not in signed or "host" not in signed:
+            self.bad_signatures.append(f"{method} {path}: signed headers {signed}")
+        lower = {k.lower(): v for k, v in headers.items()}
+        request = AWSRequest(method=method, url=url, data=body, headers={k: lower[k] for k in signed})
+        request.context["timestamp"] = lower["x-amz-date"]
+        auth = SigV4Auth(SESSION.get_credentials().get_frozen_credentials(), self.service, "us-east-1")
+        expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+        if expected != parts["Signature"]:
+            self.bad_signatures.append(f"{method} {path}: signature does not match the request")
+
+    def answer(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        if (method, path) in self.failures:
+            return self.failures[(method, path)]
+        if path.startswith("/_search/pipeline/"):
+            name = path.rsplit("/", 1)[1]
+            if method == "PUT":
+                self.pipelines[name] = body
+                return 200, {"acknowledged": True}
+            if name not in self.pipelines:
+                return 404, {"error": "pipeline not found"}
+            if method == "GET":
+                return 200, {name: self.pipelines[name]}
+            del self.pipelines[name]
+            return 200, {"acknowledged": True}
+        index, _, rest = path[1:].partition("/")
+        if method == "GET" and rest == "_mapping":
+            return (200, {index: {"mappings": self.indexes[index]["mappings"]}}) if index in self.indexes else (404, {"error": "no such index"})
+        if method == "PUT" and rest == "_settings":
+            self.indexes[index]["settings"].setdefault("index", {}).update(body["index"])
+            return 200, {"acknowledged": True}
+        if method == "PUT" and not rest:
+            self.indexes[index] = json.loads(json.dumps(body))
+            return 200, {"acknowledged": True}
+        if method == "DELETE" and not rest:
+            return (200, {"acknowledged": True}) if self.indexes.pop(index, None) is not None else (404, {"error": "no such index"})
+        return 400, {"error": f"unexpected {method} {path}"}
+
+
+@pytest.fixture
+def cluster(request):
+    state = FakeOpenSearch(getattr(request, "param", "es"))
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _serve(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if self.path == "/cfn-response":
+                state.responses.append(json.loads(raw))
+                self.send_response(200)
+                self.end_headers()
+                return
+            state.verify(self.command, self.path, dict(self.headers), raw, f"http://{self.headers['Host']}{self.path}")
+            body = json.loads(raw) if raw else None
+            state.requests.append((self.command, self.path, body))
+            status, answer = state.answer(self.command, self.path, body)
+            payload = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_PUT = do_DELETE = do_POST = _serve
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    yield state
+    server.shutdown()
+    server.server_close()
+    assert state.bad_signatures == []
+
+
+def event(cluster, request_type: str, props: dict[str, Any], old: dict[str, Any] | None = None, physical: str | None = None) -> dict:
+    base = {"Endpoint": cluster.url, "Service": cluster.service, "Region": "us-east-1"}
+    result = {
+        "RequestType": request_type,
+        "ResponseURL": f"{cluster.url}/cfn-response",
+        "StackId": "arn:aws:cloudformation:us-east-1:111122223333:stack/s/1",
+        "RequestId": "req-1",
+        "LogicalResourceId": "Pipeline",
+        "ResourceProperties": {**base, **props},
+    }
+    if old is not None:
+        result["OldResourceProperties"] = {**base, **old}
+    if physical is not None:
+        result["PhysicalResourceId"] = physical
+    return result
+
+
+def pipeline_props(name: str = "hybrid", body: dict | None = None) -> dict:
+    return {"Kind": "Pipeline", "PipelineName": name, "Body": json.dumps(body or PIPELINE)}
+
+
+@pytest.mark.parametrize("cluster", ["es", "aoss"], indirect=True)
+def test_create_update_delete_a_pipeline_with_signed_requests(cluster):
+    h.handler(event(cluster, "Create", pipeline_props()), session=SESSION)
+    created = cluster.responses[-1]
+    assert created["Status"] == "SUCCESS", created["Reason"]
+    assert created["PhysicalResourceId"].endswith("/_search/pipeline/hybrid") and created["Data"] == {"PipelineName": "hybrid"}
+    assert cluster.pipelines["hybrid"] == PIPELINE
+    assert [(m, p) for m, p, _ in cluster.requests] == [("PUT", "/_search/pipeline/hybrid"), ("GET", "/_search/pipeline/hybrid")]
+
+    updated_body = json.loads(json.dumps(PIPELINE))
+    updated_body["phase_results_processors"][0]["normalization-processor"]["combination"]["parameters"]["weights"] = [0.4, 0.6]
+    h.handler(event(cluster, "Update", pipeline_props(body=updated_body), old=pipeline_props(), physical=created["PhysicalResourceId"]), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS"
+    assert cluster.responses[-1]["PhysicalResourceId"] == created["PhysicalResourceId"]  # updated in place
+    assert cluster.pipelines["hybrid"] == updated_body
+
+    h.handler(event(cluster, "Delete", pipeline_props(), physical=created["PhysicalResourceId"]), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS" and cluster.pipelines == {}
+    h.handler(event(cluster, "Delete", pipeline_props(), physical=created["PhysicalResourceId"]), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS"  # 404: already gone is success
+
+
+def test_renaming_a_pipeline_creates_the_new_one_under_a_new_physical_id(cluster):
+    h.handler(event(cluster, "Create", pipeline_props("old")), session=SESSION)
+    old_id = cluster.responses[-1]["PhysicalResourceId"]
+    h.handler(event(cluster, "Update", pipeline_props("new"), old=pipeline_props("old"), physical=old_id), session=SESSION)
+    assert cluster.responses[-1]["PhysicalResourceId"] != old_id and set(cluster.pipelines) == {"old", "new"}
+
+
+def test_a_refused_put_fails_the_resource_with_the_status_and_the_fix(cluster):
+    cluster.failures[("PUT", "/_search/pipeline/hybrid")] = (403, {"error": "no permissions for [cluster:admin/search/pipeline/put]"})
+    h.handler(event(cluster, "Create", pipeline_props()), session=SESSION)
+    failed = cluster.responses[-1]
+    assert failed["Status"] == "FAILED"
+    assert "returned 403" in failed["Reason"] and "cluster:admin/search/pipeline" in failed["Reason"]
+    assert "no permissions" in failed["Reason"] and failed["PhysicalResourceId"].startswith(h.FAILED_CREATE)
+    # CloudFormation then deletes the failed resource: nothing was created, so no request is sent
+    sent = len(cluster.requests)
+    h.handler(event(cluster, "Delete", pipeline_props(), physical=failed["PhysicalResourceId"]), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS" and len(cluster.requests) == sent
+
+
+def test_a_rejected_definition_and_a_failed_delete_are_reported(cluster):
+    cluster.failures[("PUT", "/_search/pipeline/hybrid")] = (400, {"error": "z_score supports only arithmetic_mean"})
+    h.handler(event(cluster, "Create", pipeline_props()), session=SESSION)
+    assert "returned 400" in cluster.responses[-1]["Reason"] and "arithmetic_mean" in cluster.responses[-1]["Reason"]
+    cluster.failures.clear()
+    cluster.failures[("DELETE", "/_search/pipeline/hybrid")] = (500, {"error": "boom"})
+    h.handler(event(cluster, "Delete", pipeline_props(), physical="host/_search/pipeline/hybrid"), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "FAILED" and "returned 500" in cluster.responses[-1]["Reason"]
+
+
+def test_a_pipeline_the_cluster_did_not_store_fails(cluster):
+    cluster.failures[("GET", "/_search/pipeline/hybrid")] = (404, {"error": "missing"})
+    h.handler(event(cluster, "Create", pipeline_props()), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "FAILED" and "was not stored" in cluster.responses[-1]["Reason"]
+
+
+def test_bad_properties_and_unreachable_endpoints_fail_with_a_reason(cluster):
+    h.handler(event(cluster, "Create", {**pipeline_props(), "Service": "opensearch"}), session=SESSION)
+    assert "'es' (managed domain) or 'aoss'" in cluster.responses[-1]["Reason"]
+    h.handler(event(cluster, "Create", {**pipeline_props(), "Body": "{not json"}), session=SESSION)
+    assert "Body is not valid JSON" in cluster.responses[-1]["Reason"]
+    h.handler(event(cluster, "Create", {**pipeline_props(), "Kind": "Template"}), session=SESSION)
+    assert "Kind='Template'" in cluster.responses[-1]["Reason"]
+    unreachable = event(cluster, "Create", pipeline_props())
+    unreachable["ResourceProperties"]["Endpoint"] = "http://127.0.0.1:9"
+    h.handler(unreachable, session=SESSION)
+    assert cluster.responses[-1]["Status"] == "FAILED" and "could not connect" in cluster.responses[-1]["Reason"]
+
+
+BUILD = {"field": "embedding", "dimension": 4, "engine": "faiss", "space_type": "l2", "m": 16, "ef_construction": 128}
+
+
+def index_props(build: dict | None = None, ef_search: str = "100", name: str = "docs", delete: str = "false") -> dict:
+    build = build or BUILD
+    body = {
+        "settings": {"index": {"knn": True, "knn.algo_param.ef_search": int(ef_search) if ef_search else None}},
+        "mappings": {"properties": {build["field"]: {
+            "type": "knn_vector", "dimension": build["dimension"],
+            "method": {"name": "hnsw", "engine": build["engine"], "space_type": build["space_type"],
+                       "parameters": {"m": build["m"], "ef_construction": build["ef_construction"]}}}}},
+    }
+    return {"Kind": "Index", "IndexName": name, "Body": json.dumps(body), "BuildTime": json.dumps(build),
+            "EfSearch": ef_search, "DeleteOnRemoval": delete}
+
+
+def test_index_create_then_ef_search_updates_in_place(cluster):
+    h.handler(event(cluster, "Create", index_props()), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS", cluster.responses[-1]["Reason"]
+    physical = cluster.responses[-1]["PhysicalResourceId"]
+    assert cluster.indexes["docs"]["mappings"]["properties"]["embedding"]["method"]["parameters"]["m"] == 16
+    h.handler(event(cluster, "Update", index_props(ef_search="64"), old=index_props(), physical=physical), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS"
+    assert cluster.requests[-1] == ("PUT", "/docs/_settings", {"index": {"knn.algo_param.ef_search": 64}})
+
+
+def test_changing_a_build_time_setting_on_the_same_index_needs_a_reindex(cluster):
+    h.handler(event(cluster, "Create", index_props()), session=SESSION)
+    physical = cluster.responses[-1]["PhysicalResourceId"]
+    sent = len(cluster.requests)
+    h.handler(event(cluster, "Update", index_props({**BUILD, "m": 32}), old=index_props(), physical=physical), session=SESSION)
+    failed = cluster.responses[-1]
+    assert failed["Status"] == "FAILED" and "needs a reindex" in failed["Reason"] and "m 16 -> 32" in failed["Reason"]
+    assert len(cluster.requests) == sent  # nothing was sent to the cluster
+    # a new index name is a new index (CloudFormation then deletes the old resource; the data is kept)
+    h.handler(event(cluster, "Update", index_props({**BUILD, "m": 32}, name="docs-v2"), old=index_props(), physical=physical), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS" and set(cluster.indexes) == {"docs", "docs-v2"}
+    h.handler(event(cluster, "Delete", index_props(), physical=physical), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS" and "docs" in cluster.indexes
+
+
+def test_an_existing_index_is_adopted_only_with_the_same_build_time_settings(cluster):
+    h.handler(event(cluster, "Create", index_props()), session=SESSION)
+    h.handler(event(cluster, "Create", index_props(ef_search="200")), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS"
+    assert cluster.indexes["docs"]["settings"]["index"]["knn.algo_param.ef_search"] == 200
+    h.handler(event(cluster, "Create", index_props({**BUILD, "engine": "lucene"}, ef_search="")), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "FAILED" and "needs a reindex" in cluster.responses[-1]["Reason"]
+
+
+def test_delete_on_removal_deletes_the_index_and_tolerates_it_being_gone(cluster):
+    h.handler(event(cluster, "Create", index_props(delete="true")), session=SESSION)
+    physical = cluster.responses[-1]["PhysicalResourceId"]
+    for _ in range(2):
+        h.handler(event(cluster, "Delete", index_props(delete="true"), physical=physical), session=SESSION)
+        assert cluster.responses[-1]["Status"] == "SUCCESS" and cluster.indexes == {}
+
+
+def test_reindex_changes_lists_each_difference():
+    assert h.reindex_changes(BUILD, BUILD) == []
+    assert h.reindex_changes(BUILD, {**BUILD, "engine": "lucene", "m": 8}) == ["engine 'faiss' -> 'lucene'", "m 16 -> 8"]
