@@ -21,10 +21,13 @@ highest score wins. So:
 - each unit gets exactly one variant with probability share / 100 (the scores are exponential
   races), so shares are disjoint by construction: there is no rule order to get wrong, unlike
   AppConfig's multi-variant flags, whose first matching `split` wins and whose splits are cumulative;
-- raising a variant's share only raises its scores: none of its units leaves it, and a variant
-  whose share falls gains nobody. In a change between two variants (10% -> 20%) exactly the
-  minimum moves; when three or more shares change at once, some units may also move between
-  variants whose shares did not change (rendezvous is monotone, not minimal, in that case);
+- changing the split scales each variant's scores by new share / old share, so a unit moves from
+  a to b only when b's ratio is higher than a's. With two variants (the usual A/B test) raising a
+  variant's share never moves its users out, and exactly the minimum moves (10% -> 20% moves 10%
+  of users, all into it). With three or more, a variant whose share rises keeps its users unless
+  another variant rises by a larger factor in the same change; no stateless scheme can do better
+  (if each variant's users depended only on its own share, two variants at 50% and a third at 0%
+  would have to hold the same users), so raise one treatment per configuration change;
 - a new salt reshuffles everyone: change it only to start a fresh experiment.
 
 The configuration is fetched by `ExperimentSource` from the AppConfig Lambda extension (or agent)
