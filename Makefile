@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = $(shell PATH="$(PATH)" node -p 'process.versions.node.split(".")[0]' 2>/dev/null)
 DIST ?= dist
 
-.PHONY: synth test test-fast typecheck dist bench lint clean prereqs
+.PHONY: synth test test-fast typecheck dist bench lint clean prereqs integ integ-update
 
 synth: $(VENV)/.runtime-installed node_modules/.installed
 	cdk synth --no-notices --quiet
@@ -57,6 +57,20 @@ bench: $(VENV)/.dev-installed
 	$(VENV)/bin/python bench/quota_pacer_experiment.py --quota-models sliding \
 		--out $(BENCH_OUT)/quota_pacer_experiment_sliding.json > /dev/null
 	@echo "reports: $$(ls $(BENCH_OUT) | tr '\n' ' ')"
+
+# Integration tests (integ/README.md): one app per construct family. Offline, `make test` compares
+# each app's synthesis with its committed snapshot (tests/test_integ.py). With AWS credentials and a
+# Region (AWS_PROFILE / AWS_REGION), `make integ` deploys every test case, runs its assertions,
+# destroys it and writes integ/results/report.md; it stops at once, saying what is missing, when
+# credentials, the Region, the CDK bootstrap or model access are not there. Context overrides:
+# make integ INTEG_ARGS="-c integ_model_id=us.amazon.nova-lite-v1:0".
+INTEG_ARGS ?=
+integ: $(VENV)/.dev-installed node_modules/.installed
+	$(VENV)/bin/python -m integ.run $(INTEG_ARGS)
+
+# The only command that rewrites the integration snapshots: review `git diff integ/` and commit it.
+integ-update: $(VENV)/.dev-installed node_modules/.installed
+	$(VENV)/bin/python -m integ.snapshots --update
 
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,136 @@
+"""The integration test apps offline: every app synthesized in this process matches its committed
+snapshot, the snapshots hold the assertions and keep nothing after delete, a broken assertion fails
+the comparison, and `make integ` without credentials stops at once with a clear message."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from integ import _support, snapshots  # noqa: E402
+
+APPS = snapshots.apps()
+IDS = [app.stem for app in APPS]
+
+
+@pytest.fixture(scope="module")
+def assemblies(tmp_path_factory) -> dict[str, Path]:
+    """Every integration test app synthesized once, in this process, with integ-runner's context."""
+    return {app.stem: snapshots.synth(app, tmp_path_factory.mktemp(app.stem)) for app in APPS}
+
+
+def _digest(directory: Path) -> str:
+    sha = hashlib.sha256()
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            sha.update(path.name.encode() + path.read_bytes())
+    return sha.hexdigest()
+
+
+def test_every_family_has_an_app():
+    assert IDS == [
+        "integ_endpoint_scaling",
+        "integ_observability",
+        "integ_orchestration",
+        "integ_precompute",
+        "integ_queued_inference",
+    ]
+
+
+@pytest.mark.parametrize("app", APPS, ids=IDS)
+def test_snapshot_matches_synthesis(app, assemblies):
+    snapshot = snapshots.snapshot_dir(app)
+    before = _digest(snapshot)
+    problems = snapshots.compare(snapshot, assemblies[app.stem])
+    assert problems == [], (
+        "\n".join(problems) + "\nIf the change is intended: `make integ-update`, review `git diff integ/`, commit."
+    )
+    assert _digest(snapshot) == before  # comparing never rewrites a snapshot
+
+
+@pytest.mark.parametrize("app", APPS, ids=IDS)
+def test_snapshot_holds_the_assertions(app):
+    snapshot = snapshots.snapshot_dir(app)
+    cases = snapshots.test_cases(snapshot)
+    assert cases, f"{snapshot.name}/integ.json has no test cases"
+    for name, case in cases.items():
+        assert case.get("stackUpdateWorkflow") is False, f"{name}: the update workflow would deploy twice"
+        template = json.loads((snapshot / f"{case['assertionStackName']}.template.json").read_text())
+        calls = [r for r in template["Resources"].values() if r["Type"].startswith("Custom::DeployAssert@SdkCall")]
+        expectations = [c for c in calls if "expected" in c["Properties"]]
+        results = [k for k in template.get("Outputs", {}) if k.startswith("AssertionResults")]
+        assert expectations, f"{name}: no API call with an expected result"
+        assert len(results) == len(expectations), f"{name}: every expectation reports a result output"
+
+
+@pytest.mark.parametrize("app", APPS, ids=IDS)
+def test_snapshot_keeps_nothing_after_delete(app):
+    """Tables, queues, keys, buckets and log groups the library retains by design are deleted here."""
+    for path in sorted(snapshots.snapshot_dir(app).glob("*.template.json")):
+        assert _support.retained_resources(json.loads(path.read_text())) == [], path.name
+
+
+def test_the_throttle_assertion_expects_the_configured_error_name():
+    template = json.loads(
+        next(snapshots.snapshot_dir(ROOT / "integ" / "integ_orchestration.py").glob("ThrottleProvocation*.template.json")).read_text()
+    )
+    expected = [json.dumps(r["Properties"].get("expected")) for r in template["Resources"].values() if "expected" in r.get("Properties", {})]
+    assert any("BedrockRuntime\\\\\\\\.ThrottlingException" in e for e in expected), expected
+
+
+def test_a_broken_assertion_fails_the_comparison(tmp_path):
+    """A scratch copy whose Map assertion expects FAILED instead of SUCCEEDED no longer matches."""
+    source = ROOT / "integ" / "integ_orchestration.py"
+    text = source.read_text()
+    broken = text.replace('{"status": "SUCCEEDED", "output": output}', '{"status": "FAILED", "output": output}')
+    assert broken != text
+    scratch = tmp_path / source.name
+    scratch.write_text(broken)
+    assembly = snapshots.synth(scratch, tmp_path / "out")
+    problems = snapshots.compare(snapshots.snapshot_dir(source), assembly)
+    assert problems and all("DeployAssert" in p for p in problems), problems
+    assert any("FAILED" in p and "SUCCEEDED" in p for p in problems), problems  # the diff shows the change
+
+
+def test_a_missing_snapshot_is_reported_not_created(tmp_path, assemblies):
+    missing = tmp_path / "integ_new.py.snapshot"
+    problems = snapshots.compare(missing, assemblies["integ_observability"])
+    assert problems == ["integ_new.py.snapshot does not exist: run `make integ-update` and review the new snapshot"]
+    assert not missing.exists()
+
+
+def test_make_integ_without_credentials_stops_with_a_clear_message(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_CONFIG_FILE=str(tmp_path / "no-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "no-credentials"),
+        AWS_EC2_METADATA_DISABLED="true",  # no network call at all
+        AWS_REGION="us-east-1",
+    )
+    make = shutil.which("make")
+    command = [make, "--no-print-directory", "integ"] if make else [sys.executable, "-m", "integ.run"]
+    # The timeout only stops a hang; the check itself returns before anything is synthesized.
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "make integ: no AWS credentials found" in done.stderr, done.stderr
+    assert not (ROOT / "integ" / ".out").exists() or not any((ROOT / "integ" / ".out").iterdir())
+
+
+def test_make_integ_without_a_region_says_so(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+    done = subprocess.run(
+        [sys.executable, "-m", "integ.run"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("make integ: no AWS Region: set AWS_REGION"), done.stderr
