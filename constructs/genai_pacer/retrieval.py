@@ -1,0 +1,457 @@
+"""OpenSearch for retrieval: a hybrid search pipeline and the k-NN index settings it searches.
+
+`HybridSearchPipeline` creates a search pipeline whose normalization-processor makes lexical and
+vector scores comparable and weights them (a bool query adding raw BM25 and vector scores lets the
+unbounded BM25 side dominate). `VectorIndexSettings` creates the k-NN index with an engine, space,
+HNSW build settings and the search-time ef_search.
+
+Sub-query order: weights are positional. The runtime's `hybrid_query` puts the lexical sub-query
+first and the vector sub-query second (pacer_runtime.retrieval.HYBRID_SUBQUERY_ORDER), so
+weights=(0.3, 0.7) give the vector side 70%. Tune them with genai_pacer.retrieval_tuning.
+
+Why a plain CustomResource backed by our own function, not custom_resources.Provider: the
+Provider adds a framework function (its runtime and its AWSLambdaBasicExecutionRole managed policy
+are the library's choice, so cdk-nag L1/IAM4 findings would need acknowledging) and a second hop
+for every event. Our handler is synchronous (a PUT and a GET), answers CloudFormation itself, and
+keeps the stack nag-clean without acknowledgments.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_opensearchserverless as aoss
+from aws_cdk import aws_opensearchservice as opensearch
+
+from constructs import Construct
+
+from ._checks import Checks, _show, is_token
+from ._secure import handler_function
+from .retrieval_tuning import COMBINATIONS, NORMALIZATIONS, WEIGHT_SUM_TOLERANCE, check_technique
+
+__all__ = [
+    "ENGINES",
+    "SPACE_TYPES",
+    "HybridSearchPipeline",
+    "VectorIndexSettings",
+]
+
+ENGINES = ("faiss", "lucene", "nmslib")
+SPACE_TYPES = ("l2", "cosinesimil", "innerproduct")
+#: A hybrid query holds at most 5 sub-queries.
+MAX_SUBQUERIES = 5
+_INDEX_NAME = re.compile(r"^(?![_-])[a-z][a-z0-9_-]*$")
+_PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+#: The data access permissions that manage collection-level items such as search pipelines.
+PIPELINE_DATA_PERMISSIONS = (
+    "aoss:CreateCollectionItems",
+    "aoss:UpdateCollectionItems",
+    "aoss:DescribeCollectionItems",
+    "aoss:DeleteCollectionItems",
+)
+INDEX_DATA_PERMISSIONS = ("aoss:CreateIndex", "aoss:DescribeIndex", "aoss:UpdateIndex", "aoss:DeleteIndex")
+_TARGET_FIX = "pass domain=<an opensearchservice.Domain> or collection=<an opensearchserverless.CfnCollection>, not both"
+
+
+def _check_target(check: Checks, domain: Any, collection: Any) -> None:
+    check.instance("domain", domain, opensearch.IDomain, "an opensearchservice.Domain (or Domain.from_domain_endpoint)", optional=True)
+    check.instance("collection", collection, aoss.CfnCollection, "an opensearchserverless.CfnCollection", optional=True)
+    check.rule((domain is None) != (collection is None), f"exactly one target is needed: {_TARGET_FIX}")
+
+
+def _policy_name(scope: Construct, prefix: str) -> str:
+    """A data access policy name (3..32 lower-case letters, digits and hyphens), unique per construct."""
+    return f"{prefix}-{scope.node.addr[:32 - len(prefix) - 1]}"
+
+
+def _data_access_policy(
+    scope: Construct, id: str, *, collection: aoss.CfnCollection, rules: list[dict[str, Any]], principals: Sequence[str], description: str
+) -> aoss.CfnAccessPolicy:
+    policy = aoss.CfnAccessPolicy(
+        scope,
+        id,
+        name=_policy_name(scope, id.lower()[:8]),
+        type="data",
+        description=description,
+        policy=cdk.Stack.of(scope).to_json_string([{"Rules": rules, "Principal": list(principals)}]),
+    )
+    policy.node.add_dependency(collection)
+    return policy
+
+
+class HybridSearchPipeline(Construct):
+    """A search pipeline with a normalization-processor, on a managed domain or a Serverless collection.
+
+    pipeline_name: required; the name a search passes as ?search_pipeline=<name> (letters, digits,
+        '.', '_', '-'; up to 128).
+    domain / collection: exactly one; the managed domain (OpenSearch 2.10+) or the Serverless
+        collection that holds the pipeline.
+    weights: one per hybrid sub-query, in sub-query order, each 0..1, summing to 1.0 (within 1e-6).
+        Default: (0.5, 0.5): lexical and vector equally, until a relevance test set says otherwise
+        (genai_pacer.retrieval_tuning.grid_search_weights).
+    normalization: "min_max" (default: bounded 0..1, robust to one query's scale), "l2" or
+        "z_score" (only with arithmetic_mean; not on Serverless, which offers min_max and l2).
+    combination: "arithmetic_mean" (default), "geometric_mean" or "harmonic_mean".
+    description: stored with the pipeline. Default: says genai-pacer made it and the weight order.
+    encryption_key / log_retention: for the handler's new log group. Default: a new key with
+        rotation; one month.
+
+    Access, least privilege: on a domain the handler's role may call es:ESHttpPut/Get/Delete on
+    <domain ARN>/_search/pipeline/<name> only. With fine-grained access control that IAM grant is
+    not enough: map `function.role` to an OpenSearch role holding cluster permission
+    cluster:admin/search/pipeline/* (PUT _plugins/_security/api/rolesmapping/<role> with
+    "backend_roles": [<role ARN>]), once, by an admin. On a collection, a data access policy names
+    the handler's role alone, with the collection-item permissions a pipeline needs, and the role
+    gets aoss:APIAccessAll on that collection's ARN.
+
+    Attributes: `function` (the handler), `resource` (the CustomResource), `pipeline_name`,
+    `weights`, `definition` (the pipeline body sent), `access_policy` (Serverless only).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        pipeline_name: str,
+        domain: opensearch.IDomain | None = None,
+        collection: aoss.CfnCollection | None = None,
+        weights: Sequence[float] = (0.5, 0.5),
+        normalization: str = "min_max",
+        combination: str = "arithmetic_mean",
+        description: str | None = None,
+        encryption_key: kms.IKey | None = None,
+        log_retention: logs.RetentionDays | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        with Checks(f"HybridSearchPipeline {id}") as check:
+            if check.text("pipeline_name", pipeline_name, max_length=128) and not is_token(pipeline_name):
+                check.rule(
+                    bool(_PIPELINE_NAME.match(pipeline_name)),
+                    f"pipeline_name={pipeline_name!r} may hold letters, digits, '.', '_' and '-' and must start "
+                    "with a letter or digit: it goes in the request path /_search/pipeline/<name>",
+                )
+            _check_target(check, domain, collection)
+            normalization_ok = check.one_of("normalization", normalization, NORMALIZATIONS)
+            combination_ok = check.one_of("combination", combination, COMBINATIONS)
+            if normalization_ok and combination_ok:
+                for problem in check_technique(normalization, combination, serverless=collection is not None):
+                    check.fail(problem)
+            self._check_weights(check, weights)
+            check.text("description", description, optional=True, max_length=1024)
+            check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
+            check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
+        self.pipeline_name = pipeline_name
+        self.weights = tuple(float(w) for w in weights)
+        combination_block: dict[str, Any] = {"technique": combination, "parameters": {"weights": list(self.weights)}}
+        self.definition: dict[str, Any] = {
+            "description": description
+            or f"genai-pacer hybrid search: {normalization} + {combination}, weights in sub-query order (lexical, vector)",
+            "phase_results_processors": [
+                {"normalization-processor": {"normalization": {"technique": normalization}, "combination": combination_block}}
+            ],
+        }
+        self.function = handler_function(
+            self,
+            "Function",
+            handler="search_pipeline.handler.handler",
+            environment={},
+            timeout=cdk.Duration.minutes(2),
+            encryption_key=encryption_key,
+            log_retention=log_retention,
+        )
+        self.access_policy: aoss.CfnAccessPolicy | None = None
+        stack = cdk.Stack.of(self)
+        if domain is not None:
+            endpoint, service = domain.domain_endpoint, "es"
+            self.function.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["es:ESHttpPut", "es:ESHttpGet", "es:ESHttpDelete"],
+                    resources=[f"{domain.domain_arn}/_search/pipeline/{pipeline_name}"],
+                )
+            )
+        else:
+            assert collection is not None
+            endpoint, service = collection.attr_collection_endpoint, "aoss"
+            self.function.add_to_role_policy(iam.PolicyStatement(actions=["aoss:APIAccessAll"], resources=[collection.attr_arn]))
+            self.access_policy = _data_access_policy(
+                self,
+                "Access",
+                collection=collection,
+                rules=[{"ResourceType": "collection", "Resource": [f"collection/{collection.name}"],
+                        "Permission": list(PIPELINE_DATA_PERMISSIONS)}],
+                principals=[self.function.role.role_arn] if self.function.role else [],
+                description=f"genai-pacer: lets {self.node.path} manage search pipelines",
+            )
+        self.resource = cdk.CustomResource(
+            self,
+            "Resource",
+            service_token=self.function.function_arn,
+            resource_type="Custom::OpenSearchSearchPipeline",
+            properties={
+                "Kind": "Pipeline",
+                "Endpoint": endpoint,
+                "Service": service,
+                "Region": stack.region,
+                "PipelineName": pipeline_name,
+                "Body": stack.to_json_string(self.definition),
+            },
+        )
+        if self.access_policy is not None:
+            self.resource.node.add_dependency(self.access_policy)
+        role_policy = self.function.role.node.try_find_child("DefaultPolicy") if self.function.role else None
+        if role_policy is not None:
+            self.resource.node.add_dependency(role_policy)
+
+    @staticmethod
+    def _check_weights(check: Checks, weights: Any) -> None:
+        if isinstance(weights, str) or not isinstance(weights, list | tuple):
+            check.fail(f"weights={_show(weights)} is not a list; pass one weight per sub-query, e.g. (0.3, 0.7) for (lexical, vector)")
+            return
+        fix = "one weight per sub-query in hybrid-query order (lexical, vector), each 0..1, summing to 1.0"
+        if not 2 <= len(weights) <= MAX_SUBQUERIES:
+            check.fail(f"weights has {len(weights)} values; a hybrid query has 2..{MAX_SUBQUERIES} sub-queries: pass {fix}")
+            return
+        ok = all([check.number(f"weights[{i}]", w, minimum=0, maximum=1, fix=fix) for i, w in enumerate(weights)])
+        if ok and not any(is_token(w) for w in weights):
+            total = math.fsum(weights)
+            check.rule(
+                abs(total - 1.0) <= WEIGHT_SUM_TOLERANCE,
+                f"weights={list(weights)} sum to {total:g}, not 1.0: OpenSearch refuses the pipeline; scale them to "
+                f"sum to 1.0, e.g. {[round(w / total, 4) for w in weights] if total else [0.5, 0.5]}",
+            )
+
+
+class VectorIndexSettings(Construct):
+    """A k-NN index: its vector field's engine, space and HNSW build settings, and ef_search.
+
+    index_name: required; lower-case, starting with a letter (OpenSearch's rule).
+    dimension: required; the embedding size, 1..16,000.
+    domain / collection: exactly one. A collection's index is an AWS::OpenSearchServerless::Index
+        (aws-cdk-lib CfnIndex); a domain's is created by the same custom resource handler as
+        HybridSearchPipeline (no CloudFormation resource makes one).
+    vector_field: the knn_vector field. Default: "embedding".
+    engine: "faiss" (default: efficient filtering on HNSW, and ef_search applies), "lucene"
+        (efficient filtering; ignores ef_search and explores k) or "nmslib" (deprecated upstream,
+        no efficient filtering: a filter post-filters).
+    space_type: "l2" (default), "cosinesimil" or "innerproduct": match the embedding model.
+    m: HNSW links per node, 2..100. Default: 16 (OpenSearch's default).
+    ef_construction: candidate list while building, 2..4,096. Default: 100 (OpenSearch's default).
+        m and ef_construction are build-time: changing them on an existing index needs a reindex;
+        on a domain the handler refuses it ("needs a reindex"); on a collection OpenSearch refuses
+        the mapping change at deploy. Use a new index_name, reindex, then move readers.
+    ef_search: search-time candidate list, dynamic, >= 2. Default: none (OpenSearch's 100).
+        Refused with lucene, which ignores it. Tune it down while recall holds
+        (retrieval_tuning.tune_ef_search) before touching the build-time settings.
+    text_field: a text field for the lexical side of hybrid search. Default: "text"; None for none.
+    metadata_fields: attribute -> OpenSearch field type ("keyword", "integer", "long", "float",
+        "boolean", "date") for filters. Default: none.
+    removal_policy: Default: RETAIN (deleting the stack keeps the indexed data).
+    index_managers (collection only): principal ARNs the data access policy lets create and change
+        the index: CloudFormation creates a CfnIndex with the deploying role's credentials.
+        Default: the CDK bootstrap CloudFormation execution role of this stack's synthesizer.
+    encryption_key / log_retention (domain only): for the handler's log group.
+
+    Access on a domain: the handler's role may call es:ESHttpGet/Put/Delete on <domain ARN>/<index>
+    and <domain ARN>/<index>/* only; with fine-grained access control map it to a role with
+    indices:admin/create, indices:admin/mapping/get and indices:admin/settings/update (and
+    indices:admin/delete for removal) on the index.
+
+    Attributes: `index_name`, `settings` (the build-time and search-time values), `resource` (the
+    CfnIndex or CustomResource), `function` (domain only), `access_policy` (collection only).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        index_name: str,
+        dimension: int,
+        domain: opensearch.IDomain | None = None,
+        collection: aoss.CfnCollection | None = None,
+        vector_field: str = "embedding",
+        engine: str = "faiss",
+        space_type: str = "l2",
+        m: int = 16,
+        ef_construction: int = 100,
+        ef_search: int | None = None,
+        text_field: str | None = "text",
+        metadata_fields: Mapping[str, str] | None = None,
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
+        index_managers: Sequence[str] | None = None,
+        encryption_key: kms.IKey | None = None,
+        log_retention: logs.RetentionDays | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        field_types = ("keyword", "text", "integer", "long", "float", "double", "boolean", "date")
+        with Checks(f"VectorIndexSettings {id}") as check:
+            if check.text("index_name", index_name, max_length=255) and not is_token(index_name):
+                check.rule(
+                    bool(_INDEX_NAME.match(index_name)),
+                    f"index_name={index_name!r} must be lower-case letters, digits, '_' and '-', starting with a letter",
+                )
+            check.integer("dimension", dimension, minimum=1, maximum=16_000, fix="the embedding model's output size, e.g. 1024")
+            _check_target(check, domain, collection)
+            check.text("vector_field", vector_field, max_length=255)
+            engine_ok = check.one_of("engine", engine, ENGINES)
+            check.one_of("space_type", space_type, SPACE_TYPES, fix="match the embedding model's similarity")
+            check.integer("m", m, minimum=2, maximum=100, fix="HNSW links per node; 16 is OpenSearch's default")
+            check.integer("ef_construction", ef_construction, minimum=2, maximum=4096, fix="100 is OpenSearch's default")
+            if check.integer("ef_search", ef_search, minimum=2, maximum=100_000, optional=True,
+                             fix="omit it for OpenSearch's default of 100") and engine_ok:
+                check.rule(
+                    engine != "lucene",
+                    f"ef_search={ef_search} with engine='lucene' would be ignored: Lucene explores k candidates, not "
+                    "index.knn.algo_param.ef_search; drop ef_search, or use engine='faiss'",
+                )
+            if engine_ok and engine == "nmslib":
+                cdk.Annotations.of(self).add_warning_v2(
+                    "genai-pacer:nmslib-post-filters",
+                    "engine='nmslib' has no efficient k-NN filtering: a filter is applied after the search and a "
+                    "restrictive one returns fewer than k results; use faiss or lucene",
+                )
+            check.text("text_field", text_field, optional=True, max_length=255)
+            if metadata_fields is not None:
+                if check.instance("metadata_fields", metadata_fields, dict, "a dict of field name -> type"):
+                    for name, kind in metadata_fields.items():
+                        check.one_of(f"metadata_fields[{name!r}]", kind, field_types)
+            check.one_of("removal_policy", removal_policy, (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.DESTROY))
+            if index_managers is not None:
+                check.rule(collection is not None, "index_managers applies to a collection's data access policy; with a domain drop it")
+                check.each("index_managers", index_managers, lambda n, v: check.text(n, v, fix="a principal ARN"))
+            if collection is not None:
+                for name, value in (("encryption_key", encryption_key), ("log_retention", log_retention)):
+                    check.rule(value is None, f"{name} configures the domain handler's log group; a collection's index needs no function: drop it")
+        self.index_name = index_name
+        self.settings = {
+            "field": vector_field,
+            "dimension": dimension,
+            "engine": engine,
+            "space_type": space_type,
+            "m": m,
+            "ef_construction": ef_construction,
+            "ef_search": ef_search,
+        }
+        build_time = {k: v for k, v in self.settings.items() if k != "ef_search"}
+        properties: dict[str, Any] = {
+            vector_field: {
+                "type": "knn_vector",
+                "dimension": dimension,
+                "method": {"name": "hnsw", "engine": engine, "space_type": space_type,
+                           "parameters": {"m": m, "ef_construction": ef_construction}},
+            }
+        }
+        if text_field:
+            properties[text_field] = {"type": "text"}
+        for name, kind in (metadata_fields or {}).items():
+            properties[name] = {"type": kind}
+        self.function: lambda_.Function | None = None
+        self.access_policy: aoss.CfnAccessPolicy | None = None
+        stack = cdk.Stack.of(self)
+        if collection is not None:
+            managers = list(index_managers) if index_managers is not None else self._bootstrap_role(stack)
+            self.access_policy = _data_access_policy(
+                self,
+                "Access",
+                collection=collection,
+                rules=[{"ResourceType": "index", "Resource": [f"index/{collection.name}/{index_name}"],
+                        "Permission": list(INDEX_DATA_PERMISSIONS)}],
+                principals=managers,
+                description=f"genai-pacer: lets CloudFormation manage index {index_name}",
+            )
+            index = aoss.CfnIndex(
+                self,
+                "Resource",
+                collection_endpoint=collection.attr_collection_endpoint,
+                index_name=index_name,
+                settings=aoss.CfnIndex.IndexSettingsProperty(
+                    index=aoss.CfnIndex.IndexProperty(knn=True, knn_algo_param_ef_search=ef_search)
+                ),
+                mappings=aoss.CfnIndex.MappingsProperty(properties=self._cfn_properties(properties)),
+            )
+            index.apply_removal_policy(removal_policy)
+            index.node.add_dependency(self.access_policy)
+            self.resource: cdk.CfnResource | cdk.CustomResource = index
+            return
+        assert domain is not None
+        self.function = handler_function(
+            self, "Function", handler="search_pipeline.handler.handler", environment={},
+            timeout=cdk.Duration.minutes(2), encryption_key=encryption_key, log_retention=log_retention,
+        )
+        self.function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["es:ESHttpGet", "es:ESHttpPut", "es:ESHttpDelete"],
+                resources=[f"{domain.domain_arn}/{index_name}", f"{domain.domain_arn}/{index_name}/_mapping",
+                           f"{domain.domain_arn}/{index_name}/_settings"],
+            )
+        )
+        index_settings: dict[str, Any] = {"knn": True}
+        if ef_search is not None:
+            index_settings["knn.algo_param.ef_search"] = ef_search
+        self.resource = cdk.CustomResource(
+            self,
+            "Resource",
+            service_token=self.function.function_arn,
+            resource_type="Custom::OpenSearchKnnIndex",
+            removal_policy=cdk.RemovalPolicy.DESTROY,  # the handler keeps the data unless DeleteOnRemoval
+            properties={
+                "Kind": "Index",
+                "Endpoint": domain.domain_endpoint,
+                "Service": "es",
+                "Region": stack.region,
+                "IndexName": index_name,
+                "Body": stack.to_json_string({"settings": {"index": index_settings}, "mappings": {"properties": properties}}),
+                "BuildTime": stack.to_json_string(build_time),
+                "EfSearch": "" if ef_search is None else str(ef_search),
+                "DeleteOnRemoval": "true" if removal_policy == cdk.RemovalPolicy.DESTROY else "false",
+            },
+        )
+        role_policy = self.function.role.node.try_find_child("DefaultPolicy") if self.function.role else None
+        if role_policy is not None:
+            self.resource.node.add_dependency(role_policy)
+
+    @staticmethod
+    def _bootstrap_role(stack: cdk.Stack) -> list[str]:
+        arn = getattr(stack.synthesizer, "cloud_formation_execution_role_arn", None)
+        if not arn:
+            raise ValueError(
+                f"VectorIndexSettings: the stack's synthesizer ({type(stack.synthesizer).__name__}) names no "
+                "CloudFormation execution role, so the index's data access policy has no principal: pass "
+                "index_managers=[<the ARN of the role that deploys this stack>]"
+            )
+        # The synthesizer's ARN holds CloudFormation placeholders meant for Fn::Sub; a policy document
+        # needs the values.
+        for placeholder, value in (("${AWS::Partition}", stack.partition), ("${AWS::AccountId}", stack.account),
+                                   ("${AWS::Region}", stack.region)):
+            arn = arn.replace(placeholder, value)
+        return [arn]
+
+    @staticmethod
+    def _cfn_properties(properties: dict[str, Any]) -> dict[str, aoss.CfnIndex.PropertyMappingProperty]:
+        out = {}
+        for name, spec in properties.items():
+            method = spec.get("method")
+            out[name] = aoss.CfnIndex.PropertyMappingProperty(
+                type=spec["type"],
+                dimension=spec.get("dimension"),
+                method=aoss.CfnIndex.MethodProperty(
+                    name=method["name"],
+                    engine=method["engine"],
+                    space_type=method["space_type"],
+                    parameters=aoss.CfnIndex.ParametersProperty(
+                        m=method["parameters"]["m"], ef_construction=method["parameters"]["ef_construction"]
+                    ),
+                )
+                if method
+                else None,
+            )
+        return out
