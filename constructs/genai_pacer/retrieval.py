@@ -320,10 +320,11 @@ class VectorIndexSettings(Construct):
                     "restrictive one returns fewer than k results; use faiss or lucene",
                 )
             check.text("text_field", text_field, optional=True, max_length=255)
-            if metadata_fields is not None:
-                if check.instance("metadata_fields", metadata_fields, dict, "a dict of field name -> type"):
-                    for name, kind in metadata_fields.items():
-                        check.one_of(f"metadata_fields[{name!r}]", kind, field_types)
+            if metadata_fields is not None and check.instance(
+                "metadata_fields", metadata_fields, dict, "a dict of field name -> type"
+            ):
+                for name, kind in metadata_fields.items():
+                    check.one_of(f"metadata_fields[{name!r}]", kind, field_types)
             check.one_of("removal_policy", removal_policy, (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.DESTROY))
             if index_managers is not None:
                 check.rule(collection is not None, "index_managers applies to a collection's data access policy; with a domain drop it")
