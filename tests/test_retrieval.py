@@ -1,0 +1,284 @@
+"""HybridSearchPipeline and VectorIndexSettings: templates, grants, every bad prop, and the reference
+stack under cdk-nag (synthesized once for this module)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_opensearchserverless as aoss
+from aws_cdk import aws_opensearchservice as opensearch
+from aws_cdk.assertions import Annotations, Match, Template
+from conftest import nag_violations
+from genai_pacer._checks import InvalidPropsError
+from genai_pacer.retrieval import PIPELINE_DATA_PERMISSIONS, HybridSearchPipeline, VectorIndexSettings
+from helpers import new_stack, only, resources
+
+ENDPOINT = "https://search-docs-abc.us-east-1.es.amazonaws.com"
+
+
+def domain_of(stack: cdk.Stack) -> opensearch.IDomain:
+    return opensearch.Domain.from_domain_endpoint(stack, "Domain", ENDPOINT)
+
+
+def collection_of(stack: cdk.Stack) -> aoss.CfnCollection:
+    return aoss.CfnCollection(stack, "Collection", name="docs", type="VECTORSEARCH")
+
+
+def pipeline(target: str = "domain", **props) -> tuple[cdk.Stack, HybridSearchPipeline]:
+    stack = new_stack()
+    where = {"domain": domain_of(stack)} if target == "domain" else {"collection": collection_of(stack)}
+    return stack, HybridSearchPipeline(stack, "Hybrid", **{"pipeline_name": "hybrid", **where, **props})
+
+
+def index(target: str = "collection", **props) -> tuple[cdk.Stack, VectorIndexSettings]:
+    stack = new_stack()
+    where = {"domain": domain_of(stack)} if target == "domain" else {"collection": collection_of(stack)}
+    return stack, VectorIndexSettings(stack, "Index", **{"index_name": "chunks", "dimension": 8, **where, **props})
+
+
+def statements(template: Template) -> list[dict]:
+    return [s for p in resources(template, "AWS::IAM::Policy").values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def test_pipeline_on_a_domain_sends_the_documented_body_with_grants_on_its_path_only():
+    stack, built = pipeline(weights=(0.3, 0.7))
+    template = Template.from_stack(stack)
+    resource = only(template, "Custom::OpenSearchSearchPipeline")["Properties"]
+    assert resource["Kind"] == "Pipeline" and resource["Service"] == "es" and resource["PipelineName"] == "hybrid"
+    assert resource["Endpoint"] == "search-docs-abc.us-east-1.es.amazonaws.com" and resource["Region"] == "us-east-1"
+    body = json.loads(resource["Body"])
+    # the OpenSearch documentation's example pipeline: min_max, arithmetic_mean, weights [0.3, 0.7]
+    assert body["phase_results_processors"] == [{"normalization-processor": {
+        "normalization": {"technique": "min_max"},
+        "combination": {"technique": "arithmetic_mean", "parameters": {"weights": [0.3, 0.7]}}}}]
+    assert body == built.definition and "(lexical, vector)" in body["description"]
+    es = [s for s in statements(template) if any(str(a).startswith("es:") for a in _list(s["Action"]))]
+    assert len(es) == 1 and sorted(es[0]["Action"]) == ["es:ESHttpDelete", "es:ESHttpGet", "es:ESHttpPut"]
+    assert json.dumps(es[0]["Resource"]).endswith('/_search/pipeline/hybrid"]]}') and "*" not in json.dumps(es[0]["Resource"])
+    function = only(template, "AWS::Lambda::Function")["Properties"]
+    assert function["Handler"] == "search_pipeline.handler.handler" and function["Runtime"] == "python3.14"
+    assert resource["ServiceToken"] == {"Fn::GetAtt": [stack.get_logical_id(built.function.node.default_child), "Arn"]}
+    assert resources(template, "AWS::OpenSearchServerless::AccessPolicy") == {}
+
+
+def test_pipeline_on_a_collection_gets_a_data_access_policy_naming_only_its_role():
+    stack, built = pipeline("collection", normalization="l2", combination="harmonic_mean", weights=(0.2, 0.3, 0.5))
+    template = Template.from_stack(stack)
+    resource = only(template, "Custom::OpenSearchSearchPipeline")
+    assert resource["Properties"]["Service"] == "aoss"
+    body = json.loads(resource["Properties"]["Body"])["phase_results_processors"][0]["normalization-processor"]
+    assert body == {"normalization": {"technique": "l2"}, "combination": {"technique": "harmonic_mean", "parameters": {"weights": [0.2, 0.3, 0.5]}}}
+    access = only(template, "AWS::OpenSearchServerless::AccessPolicy")
+    assert access["Properties"]["Type"] == "data" and len(access["Properties"]["Name"]) <= 32
+    document = stack.resolve(built.access_policy.policy)
+    text = json.dumps(document)
+    assert "collection/docs" in text and all(p in text for p in PIPELINE_DATA_PERMISSIONS)
+    assert "aoss:*" not in text and stack.get_logical_id(built.function.role.node.default_child) in text
+    assert "Principal" in text and text.count("Arn") == 1  # one principal: the handler's role
+    aoss_grant = [s for s in statements(template) if s["Action"] == "aoss:APIAccessAll"]
+    assert aoss_grant and aoss_grant[0]["Resource"] == {"Fn::GetAtt": ["Collection", "Arn"]}
+    depends = resource.get("DependsOn", [])
+    assert stack.get_logical_id(built.access_policy) in depends
+
+
+def _list(value):
+    return value if isinstance(value, list) else [value]
+
+
+BAD_PIPELINE = [
+    ({"pipeline_name": None}, "pipeline_name is required"),
+    ({"pipeline_name": ""}, "empty"),
+    ({"pipeline_name": "a/b"}, "request path"),
+    ({"pipeline_name": 3}, "is an int"),
+    ({"weights": (0.5, 0.6)}, "sum to 1.1"),
+    ({"weights": (1.0,)}, "2..5 sub-queries"),
+    ({"weights": (0.2,) * 6}, "2..5 sub-queries"),
+    ({"weights": (math.nan, 0.5)}, "not a finite number"),
+    ({"weights": (math.inf, 0.5)}, "not a finite number"),
+    ({"weights": (-0.5, 1.5)}, "below the minimum of 0"),
+    ({"weights": (True, False)}, "is a bool"),
+    ({"weights": None}, "not a list"),
+    ({"weights": "0.5,0.5"}, "not a list"),
+    ({"normalization": "minmax"}, "must be one of"),
+    ({"combination": "rrf"}, "must be one of"),
+    ({"normalization": "z_score", "combination": "geometric_mean"}, "only with 'arithmetic_mean'"),
+    ({"description": ""}, "empty"),
+    ({"encryption_key": "alias/x"}, "kms.Key"),
+    ({"log_retention": 30}, "RetentionDays"),
+]
+
+
+@pytest.mark.parametrize(("props", "message"), BAD_PIPELINE)
+def test_bad_pipeline_props_are_refused(props, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        pipeline(**props)
+
+
+def test_pipeline_target_rules():
+    with pytest.raises(InvalidPropsError, match="z_score.*not supported on OpenSearch Serverless"):
+        pipeline("collection", normalization="z_score")
+    stack = new_stack()
+    with pytest.raises(InvalidPropsError, match="exactly one target"):
+        HybridSearchPipeline(stack, "Neither", pipeline_name="p")
+    with pytest.raises(InvalidPropsError, match="exactly one target"):
+        HybridSearchPipeline(stack, "Both", pipeline_name="p", domain=domain_of(stack), collection=collection_of(stack))
+    with pytest.raises(InvalidPropsError, match="opensearchservice.Domain"):
+        HybridSearchPipeline(stack, "Wrong", pipeline_name="p", domain=ENDPOINT)
+
+
+def test_pipeline_accepts_tokens_where_valid_and_z_score_on_a_domain():
+    stack = new_stack()
+    name = cdk.CfnParameter(stack, "Name").value_as_string
+    weight = cdk.CfnParameter(stack, "Weight", type="Number").value_as_number
+    HybridSearchPipeline(stack, "Tokens", pipeline_name=name, domain=domain_of(stack), weights=(weight, 0.5))
+    z = HybridSearchPipeline(stack, "Z", pipeline_name="z", domain=opensearch.Domain.from_domain_endpoint(stack, "D2", ENDPOINT),
+                             normalization="z_score")
+    assert z.definition["phase_results_processors"][0]["normalization-processor"]["normalization"] == {"technique": "z_score"}
+
+
+def test_serverless_index_is_a_cfn_index_with_faiss_hnsw_settings():
+    stack, built = index(ef_search=64, m=24, ef_construction=256, space_type="innerproduct", metadata_fields={"tenant": "keyword"})
+    template = Template.from_stack(stack)
+    resource = only(template, "AWS::OpenSearchServerless::Index")
+    props = resource["Properties"]
+    assert props["IndexName"] == "chunks" and props["CollectionEndpoint"] == {"Fn::GetAtt": ["Collection", "CollectionEndpoint"]}
+    assert props["Settings"] == {"Index": {"Knn": True, "KnnAlgoParamEfSearch": 64}}
+    vector = props["Mappings"]["Properties"]["embedding"]
+    assert vector == {"Type": "knn_vector", "Dimension": 8, "Method": {
+        "Name": "hnsw", "Engine": "faiss", "SpaceType": "innerproduct", "Parameters": {"M": 24, "EfConstruction": 256}}}
+    assert props["Mappings"]["Properties"]["text"] == {"Type": "text"}
+    assert props["Mappings"]["Properties"]["tenant"] == {"Type": "keyword"}
+    assert resource["DeletionPolicy"] == "Retain" and built.settings["ef_search"] == 64
+    access = json.dumps(stack.resolve(built.access_policy.policy))
+    assert "index/docs/chunks" in access and "cdk-hnb659fds-cfn-exec-role" in access and "${AWS::" not in access
+    assert stack.get_logical_id(built.access_policy) in resource["DependsOn"]
+    assert resources(template, "AWS::Lambda::Function") == {}
+
+
+def test_domain_index_goes_through_the_handler_with_build_time_settings_to_compare():
+    stack, built = index("domain", removal_policy=cdk.RemovalPolicy.DESTROY, text_field=None)
+    template = Template.from_stack(stack)
+    props = only(template, "Custom::OpenSearchKnnIndex")["Properties"]
+    assert props["Kind"] == "Index" and props["DeleteOnRemoval"] == "true" and props["EfSearch"] == ""
+    assert json.loads(props["BuildTime"]) == {"field": "embedding", "dimension": 8, "engine": "faiss", "space_type": "l2",
+                                              "m": 16, "ef_construction": 100}
+    body = json.loads(props["Body"])
+    assert body["settings"] == {"index": {"knn": True}} and list(body["mappings"]["properties"]) == ["embedding"]
+    es = [s for s in statements(template) if "es:ESHttpPut" in _list(s["Action"])]
+    assert "*" not in json.dumps(es) and "/chunks/_settings" in json.dumps(es)
+    assert built.function is not None
+
+
+def test_index_managers_name_the_principals_of_the_index_policy():
+    stack, built = index(index_managers=["arn:aws:iam::111122223333:role/deployer"])
+    assert "role/deployer" in json.dumps(stack.resolve(built.access_policy.policy))
+    custom = cdk.Stack(cdk.App(), "Legacy", synthesizer=cdk.LegacyStackSynthesizer())
+    with pytest.raises(ValueError, match="index_managers="):
+        VectorIndexSettings(custom, "Index", index_name="chunks", dimension=8, collection=collection_of(custom))
+
+
+BAD_INDEX = [
+    ({"index_name": "Chunks"}, "lower-case"),
+    ({"index_name": "_x"}, "lower-case"),
+    ({"index_name": None}, "index_name is required"),
+    ({"dimension": 0}, "below the minimum of 1"),
+    ({"dimension": 20_000}, "exceeds the maximum of 16,000"),
+    ({"dimension": 8.5}, "not a whole number"),
+    ({"dimension": None}, "dimension is required"),
+    ({"dimension": math.nan}, "not a finite number"),
+    ({"engine": "hnswlib"}, "must be one of"),
+    ({"space_type": "cosine"}, "must be one of"),
+    ({"m": 1}, "below the minimum of 2"),
+    ({"m": 101}, "exceeds the maximum of 100"),
+    ({"m": True}, "is a bool"),
+    ({"ef_construction": 0}, "below the minimum of 2"),
+    ({"ef_construction": math.inf}, "not a finite number"),
+    ({"ef_search": 1}, "below the minimum of 2"),
+    ({"ef_search": -5}, "below the minimum of 2"),
+    ({"engine": "lucene", "ef_search": 100}, "would be ignored"),
+    ({"vector_field": ""}, "empty"),
+    ({"text_field": 3}, "is an int"),
+    ({"metadata_fields": {"tenant": "string"}}, "must be one of"),
+    ({"metadata_fields": ["tenant"]}, "a dict"),
+    ({"removal_policy": cdk.RemovalPolicy.SNAPSHOT}, "must be one of"),
+    ({"index_managers": [""]}, "empty"),
+    ({"log_retention": 30}, "log_retention configures the domain handler"),
+]
+
+
+@pytest.mark.parametrize(("props", "message"), BAD_INDEX)
+def test_bad_index_props_are_refused(props, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        index(**props)
+
+
+def test_index_target_rules_tokens_and_the_nmslib_warning():
+    with pytest.raises(InvalidPropsError, match="index_managers applies to a collection"):
+        index("domain", index_managers=["arn:aws:iam::111122223333:role/x"])
+    stack = new_stack()
+    with pytest.raises(InvalidPropsError, match="exactly one target"):
+        VectorIndexSettings(stack, "None", index_name="x", dimension=8)
+    dimension = cdk.CfnParameter(stack, "Dim", type="Number").value_as_number
+    VectorIndexSettings(stack, "Token", index_name="x", dimension=dimension, collection=collection_of(stack))
+    nmslib = VectorIndexSettings(stack, "Nms", index_name="y", dimension=8, engine="nmslib",
+                                 collection=aoss.CfnCollection(stack, "Other", name="other", type="VECTORSEARCH"))
+    warnings = Annotations.from_stack(stack).find_warning(f"/{nmslib.node.path}", Match.string_like_regexp("no efficient k-NN filtering"))
+    assert len(warnings) == 1
+    lucene = index(engine="lucene")[1]
+    assert lucene.settings["engine"] == "lucene" and lucene.settings["ef_search"] is None
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tuple[Path, dict]:
+    from cdk_nag import AwsSolutionsChecks
+
+    from stacks.retrieval_stack import RetrievalStack
+
+    outdir = tmp_path_factory.mktemp("retrieval.out")
+    app = cdk.App(outdir=str(outdir))
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    stack = RetrievalStack(app, "GenaiPacerRetrieval", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    try:
+        app.synth()
+    except RuntimeError as error:
+        raise AssertionError("cdk-nag findings:\n" + "\n".join(nag_violations(outdir))) from error
+    assert stack.pipeline.weights == (0.3, 0.7)
+    return outdir, json.loads((outdir / "GenaiPacerRetrieval.template.json").read_text())
+
+
+def test_reference_stack_is_nag_clean_without_acknowledgments(reference):
+    outdir, template = reference
+    assert nag_violations(outdir) == []
+    metadata = json.dumps(template)
+    assert "acknowledg" not in metadata.lower()
+
+
+def test_reference_stack_composes_collection_policies_index_and_pipeline(reference):
+    _, template = reference
+    types = sorted(r["Type"] for r in template["Resources"].values())
+    assert types.count("AWS::OpenSearchServerless::SecurityPolicy") == 2
+    assert types.count("AWS::OpenSearchServerless::AccessPolicy") == 2
+    assert "AWS::OpenSearchServerless::Index" in types and "Custom::OpenSearchSearchPipeline" in types
+    collection = next(k for k, r in template["Resources"].items() if r["Type"] == "AWS::OpenSearchServerless::Collection")
+    assert sorted(template["Resources"][collection]["DependsOn"]) == ["Encryption", "Network"]
+    policies = {r["Properties"]["Type"]: json.loads(r["Properties"]["Policy"]) for r in template["Resources"].values()
+                if r["Type"] == "AWS::OpenSearchServerless::SecurityPolicy"}
+    assert policies["encryption"]["AWSOwnedKey"] is True
+    pipeline_resource = next(r for r in template["Resources"].values() if r["Type"] == "Custom::OpenSearchSearchPipeline")
+    index_id = next(k for k, r in template["Resources"].items() if r["Type"] == "AWS::OpenSearchServerless::Index")
+    assert index_id in pipeline_resource["DependsOn"]
+
+
+def test_grants_use_no_wildcard_and_no_managed_policy(reference):
+    _, template = reference
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::IAM::Role":
+            assert "ManagedPolicyArns" not in resource["Properties"]
+        if resource["Type"] == "AWS::IAM::Policy":
+            for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+                assert "*" not in json.dumps(statement["Resource"]).replace(":*", ""), statement
+
