@@ -7,7 +7,9 @@ root). tests/test_integ.py imports the same function to synthesize every app in 
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,14 +103,22 @@ def scratch_bucket(scope: Construct, id: str) -> s3.Bucket:
     )
 
 
-def grant_assertions_keys(assertions_provider: Any, stack: cdk.Stack) -> None:
-    """Let an assertion's provider use every KMS key of the stack: the library encrypts queues, tables
-    and logs with its own keys, so sending a message or reading an item needs the key too."""
+def grant_assertions_keys(calls: Sequence[Any], stack: cdk.Stack) -> None:
+    """Let the assertions' providers use every KMS key of the stack: the library encrypts queues, tables
+    and logs with its own keys, so sending a message or reading an item needs the key too. Both the
+    provider that makes a call and the one a waiter polls with (wait_for_assertions) get it, once each."""
     arns = [key.key_arn for key in stack.node.find_all() if isinstance(key, kms.Key)]
+    providers: dict[str, Any] = {}
+    for call in calls:
+        for provider in (call.provider, getattr(call, "waiter_provider", None)):
+            if provider is not None:  # one singleton function serves many calls: key by its role
+                role = json.dumps(cdk.Stack.of(provider).resolve(provider.handler_role_arn), sort_keys=True)
+                providers.setdefault(role, provider)
     if arns:
-        assertions_provider.add_to_role_policy(
-            {"Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": arns}
-        )
+        for provider in providers.values():
+            provider.add_to_role_policy(
+                {"Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": arns}
+            )
 
 
 def new_app(context: dict[str, Any] | None, outdir: str | None) -> cdk.App:

@@ -153,12 +153,14 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
         .expect(
             succeeded_with(
                 Match.serialized_json(
-                    {
-                        "answers": {"Summary": Match.string_like_regexp(".+"), "Sentiment": Match.string_like_regexp(".+")},
-                        "synthesis": Match.object_like(
-                            {"text": Match.string_like_regexp(".+"), "stopReason": Match.string_like_regexp(r"^\w+$")}
-                        ),
-                    }
+                    Match.object_like(
+                        {
+                            "answers": {"Summary": Match.string_like_regexp(".+"), "Sentiment": Match.string_like_regexp(".+")},
+                            "synthesis": Match.object_like(
+                                {"text": Match.string_like_regexp(".+"), "stopReason": Match.string_like_regexp(r"^\w+$")}
+                            ),
+                        }
+                    )
                 )
             )
         )

@@ -4,6 +4,8 @@ below the job minimum with the numbers.
 One test case (the three constructs share one AnswerStore, as in a user's stack):
 - ScheduledPrecompute: a run started as its schedule would start it (the schedule itself is set for
   1 January, so it never fires during the test) ends SUCCEEDED, and each key's answer is in the table;
+- AnswerRouter: invoked with a stored key, it answers from the store (source "store", reason
+  "hit"), with no model call;
 - BatchPrecompute: a run of two items (below the model's minimum of 100 records per batch job)
   ends FAILED with BatchPrecompute.TooFewRecords before any job is submitted, its cause naming the
   numbers. A full batch job is left out on purpose: jobs wait in Bedrock's queue for minutes to
@@ -24,6 +26,7 @@ from aws_cdk import aws_scheduler as scheduler  # noqa: E402
 from aws_cdk import aws_stepfunctions as sfn  # noqa: E402
 from aws_cdk.integ_tests_alpha import ExpectedResult, IntegTest, Match  # noqa: E402
 from genai_pacer import AnswerStore, ConverseRequest  # noqa: E402
+from genai_pacer.answer_router import AnswerRouter  # noqa: E402
 from genai_pacer.batch_precompute import BatchPrecompute  # noqa: E402
 from genai_pacer.precompute import ScheduledPrecompute  # noqa: E402
 
@@ -65,6 +68,9 @@ class PrecomputeStack(cdk.Stack):
             output_bucket=scratch_bucket(self, "BatchOutput"),
             max_concurrent_jobs=1,
         )
+        self.router = AnswerRouter(
+            self, "Router", answer_store=self.store, model=bedrock, max_output_tokens=60, function_url=False
+        )
         destroy_on_delete(self)
 
 
@@ -96,6 +102,20 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
         )
         chain = chain.next(stored)
         calls.append(stored)
+    # The router serves a pre-computed key from the store, with no model call.
+    served = assertions.invoke_function(
+        function_name=stack.router.function.function_name,
+        payload=json.dumps({"key": ITEMS[0]["key"], "prompt": "What does AAPL sell?"}),
+    ).expect(
+        ExpectedResult.object_like(
+            {
+                "Payload": Match.serialized_json(
+                    Match.object_like({"statusCode": 200, "source": "store", "reason": "hit", "key": ITEMS[0]["key"]})
+                )
+            }
+        )
+    )
+    chain.next(served)
 
     batch = assertions.aws_api_call(
         "StepFunctions",
@@ -119,8 +139,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
         .wait_for_assertions(total_timeout=WAIT, interval=POLL)
     )
     batch.next(refused)
-    for call in (*calls, batch, refused):
-        grant_assertions_keys(call.provider, stack)
+    grant_assertions_keys([*calls, batch, refused], stack)
     return app
 
 

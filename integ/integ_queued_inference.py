@@ -84,8 +84,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
         .wait_for_assertions(total_timeout=WAIT, interval=POLL)
     )
     good.next(bad).next(answered).next(dead_lettered)
-    for call in (good, bad, answered, dead_lettered):
-        grant_assertions_keys(call.provider, stack)
+    grant_assertions_keys([good, bad, answered, dead_lettered], stack)
     return app
 
 
