@@ -205,7 +205,9 @@ def wilson(successes: int, trials: int, *, level: float = 0.05) -> Rate:
     p = successes / trials
     centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
-    return Rate(successes, trials, max(0.0, centre - half), min(1.0, centre + half))
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the ends, not off by rounding
+    high = 1.0 if successes == trials else min(1.0, centre + half)
+    return Rate(successes, trials, low, high)
 
 
 def _percentile(ordered: Sequence[float], q: float) -> float:
@@ -273,6 +275,8 @@ class Comparison:
     p_value: float
     significant: bool
     unit: str
+    #: True when p_value is the bootstrap's resolution (1 / resamples): the true p is at most that.
+    p_at_floor: bool = False
 
 
 @dataclass(frozen=True)
@@ -326,7 +330,7 @@ class Verdict:
         for c in self.comparisons:
             verdict = "SIGNIFICANT" if c.significant else "not significant"
             lines.append(f"  {c.treatment} {c.metric}: {c.difference:+,.3g} {c.unit} [{c.low:+,.3g}, {c.high:+,.3g}], "
-                         f"p={c.p_value:.3g}: {verdict}")
+                         f"p{'<=' if c.p_at_floor else '='}{c.p_value:.3g}: {verdict}")
         if not self.trustworthy:
             lines.append("(untrustworthy: sample ratio mismatch)")
         return "\n".join(lines) + "\n"
@@ -343,13 +347,14 @@ class Verdict:
         for i, v in enumerate(self.variants):
             xs = [j + i * width for j in range(len(PERCENTILES))]
             values = [e.value for e in v.latency]
-            errors = [[e.value - e.low for e in v.latency], [e.high - e.value for e in v.latency]]
+            # A percentile bootstrap interval need not contain the point estimate (skewed tails): clamp.
+            errors = [[max(e.value - e.low, 0) for e in v.latency], [max(e.high - e.value, 0) for e in v.latency]]
             left.bar(xs, values, width, yerr=errors, capsize=3, label=v.name)
             rates = {"errors": v.error_rate, **v.outcomes}
             rx = [j + i * width for j in range(len(rates))]
             rv = [100 * r.value if r.trials else 0 for r in rates.values()]
-            re_ = [[100 * (r.value - r.low) if r.trials else 0 for r in rates.values()],
-                   [100 * (r.high - r.value) if r.trials else 0 for r in rates.values()]]
+            re_ = [[max(100 * (r.value - r.low), 0) if r.trials else 0 for r in rates.values()],
+                   [max(100 * (r.high - r.value), 0) if r.trials else 0 for r in rates.values()]]
             right.bar(rx, rv, width, yerr=re_, capsize=3, label=v.name)
             right.set_xticks([j + width * (len(self.variants) - 1) / 2 for j in range(len(rates))], list(rates))
         left.set_xticks([j + width * (len(self.variants) - 1) / 2 for j in range(len(PERCENTILES))],
@@ -457,7 +462,8 @@ def verdict(
             below = sum(d <= 0 for d in diffs) / len(diffs)
             above = sum(d >= 0 for d in diffs) / len(diffs)
             p = min(1.0, max(2 * min(below, above), 1 / len(diffs)))  # a bootstrap cannot resolve below 1/resamples
-            comparisons.append(Comparison(name, f"latency p{q}", point, low, high, p, not (low <= 0 <= high), "ms"))
+            comparisons.append(Comparison(name, f"latency p{q}", point, low, high, p, not (low <= 0 <= high), "ms",
+                                          p_at_floor=p <= 1 / len(diffs)))
         rates = [("error rate", by_name[control].error_rate, by_name[name].error_rate)] + [
             (o, by_name[control].outcomes[o], by_name[name].outcomes[o]) for o in outcome_names]
         for metric, a, b in rates:

@@ -1,0 +1,237 @@
+"""The verdict: end to end through the emulator (two variants of different speed, a few thousand
+users, real boto3 calls), the sample-ratio check catching an injected assignment bias, the
+statistics against known answers, the report and chart, and bad input."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from genai_pacer._checks import InvalidPropsError
+from genai_pacer.experiment_verdict import (
+    VariantData,
+    chi_square_sf,
+    read_log,
+    sample_ratio_check,
+    verdict,
+    wilson,
+)
+from genai_pacer.testing import ModelSpec
+from pacer_runtime import experiment as runtime
+from pacer_runtime.experiment import Experiment, assign, call_variant, record_outcome
+
+FAST, SLOW = "us.amazon.nova-lite-v1:0", "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+USERS = 2_000
+THREADS = 32
+DOCUMENT = {
+    "experiment": "support", "salt": "e2e", "control": "control",
+    "variants": [
+        {"name": "control", "share": 80, "modelId": FAST, "prompt": {"template": "Answer: {{question}}"},
+         "inferenceConfig": {"maxTokens": 64}},
+        {"name": "slower", "share": 20, "modelId": SLOW, "prompt": {"template": "Think, then answer: {{question}}"},
+         "inferenceConfig": {"maxTokens": 64}},
+    ],
+}
+
+
+@pytest.fixture
+def bedrock_emulator_models():
+    # The treatment's model starts answering 0.6 s later; both decode 20 tokens at 60 tokens/s.
+    return [ModelSpec(FAST, ttft_seconds=0.4, answer_tokens=20, jitter=0.15),
+            ModelSpec(SLOW, ttft_seconds=1.0, answer_tokens=20, jitter=0.15)]
+
+
+@pytest.fixture
+def bedrock_emulator_time_scale():
+    return 2_000.0  # a 0.7 s model call takes well under a millisecond of wall time
+
+
+def run(client, experiment: Experiment, users: int) -> list[str]:
+    """Every user asks once; a quarter of the control's users and a tenth of the treatment's say thumbs-up."""
+    out = io.StringIO()
+
+    def one(i: int) -> None:
+        user = f"user-{i}"
+        variant, _ = call_variant(client, experiment, user, variables={"question": f"order {i}?"})
+        rate = 0.25 if variant.name == "control" else 0.10
+        if random.Random(i).random() < rate:
+            record_outcome(experiment, user, "thumbs_up")
+
+    # 32 at once: each emulated call waits ~40 ms of wall time for TCP's delayed ACK (the emulator's
+    # reply goes out in two writes), whatever the time scale.
+    with contextlib.redirect_stdout(out), ThreadPoolExecutor(THREADS) as pool:
+        list(pool.map(one, range(users)))
+    return out.getvalue().splitlines()
+
+
+@pytest.fixture
+def emulated_log(bedrock_emulator):
+    experiment = Experiment.from_config(DOCUMENT)
+    client = bedrock_emulator.client(max_pool_connections=THREADS, retries={"total_max_attempts": 1})
+    lines = run(client, experiment, USERS)
+    assert len(bedrock_emulator.invocations) == USERS  # every user's call really went through the emulator
+    return experiment, client, lines
+
+
+def test_the_verdict_detects_the_slower_variant_and_the_lower_thumbs_up_rate(emulated_log, tmp_path):
+    experiment, _, lines = emulated_log
+    data = read_log(lines, latency_field="ServiceLatencyMs")  # model time: independent of machine load
+    result = verdict(data, split=experiment.shares, control="control", experiment="support")
+    assert result.trustworthy, result.report()
+    users = {v.name: v.users for v in result.variants}
+    assert sum(users.values()) == USERS and all(v.calls == v.users for v in result.variants)
+    for q in (50, 90):
+        assert result.significant("slower", f"latency p{q}"), result.report()
+    p50 = next(c for c in result.comparisons if c.metric == "latency p50")
+    assert 400 < p50.difference < 800  # the 600 ms TTFT gap, within jitter
+    assert result.significant("slower", "thumbs_up")
+    assert not result.significant("slower", "error rate")
+    report = result.report()
+    assert report.index("Sample ratio: OK") < report.index("Differences against")
+    path = result.chart(tmp_path / "verdict.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_an_injected_assignment_bias_is_caught_by_the_sample_ratio_check_first(bedrock_emulator, monkeypatch):
+    """A broken assignment (a third of the treatment's users served the control, e.g. a process on a
+    stale split) leaves the latency difference in place but fails the sample-ratio check."""
+    experiment = Experiment.from_config(DOCUMENT)
+
+    def biased(e: Experiment, unit_id: str) -> runtime.Variant:
+        chosen = assign(e, unit_id)
+        if chosen.name == "slower" and int(unit_id.rsplit("-", 1)[1]) % 3 == 0:
+            return e.variant("control")
+        return chosen
+
+    monkeypatch.setattr(runtime, "assign", biased)
+    client = bedrock_emulator.client(max_pool_connections=THREADS, retries={"total_max_attempts": 1})
+    lines = run(client, experiment, USERS)
+    result = verdict(read_log(lines, latency_field="ServiceLatencyMs"), split=experiment.shares, control="control")
+    assert not result.trustworthy
+    assert result.sample_ratio.p_value < 0.001
+    report = result.report()
+    assert report.index("SAMPLE RATIO MISMATCH") < report.index("latency p50")
+    assert "Do not read" in report and "(untrustworthy: sample ratio mismatch)" in report
+
+
+# ---- statistics against known answers --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("x", "df", "p"), [(3.841459, 1, 0.05), (6.634897, 1, 0.01), (10.827566, 1, 0.001),
+                                            (5.991465, 2, 0.05), (16.918978, 9, 0.05), (0.454936, 1, 0.5)])
+def test_chi_square_tail_matches_the_tables(x, df, p):
+    assert chi_square_sf(x, df) == pytest.approx(p, rel=1e-4)
+
+
+def test_wilson_interval_matches_the_textbook_example():
+    rate = wilson(81, 263)  # Newcombe (1998): 0.2553 to 0.3662
+    assert (round(rate.low, 4), round(rate.high, 4)) == (0.2553, 0.3662)
+    assert wilson(0, 10).low == 0 and 0.25 < wilson(0, 10).high < 0.35
+
+
+def test_the_sample_ratio_check_passes_a_fair_split_and_fails_a_skewed_one():
+    assert sample_ratio_check({"a": 8_050, "b": 1_950}, {"a": 80, "b": 20}).ok
+    skewed = sample_ratio_check({"a": 8_300, "b": 1_700}, {"a": 80, "b": 20})
+    assert not skewed.ok and skewed.chi_square == pytest.approx(56.25)
+    stray = sample_ratio_check({"a": 100, "b": 0, "c": 3}, {"a": 100, "b": 0, "c": 0})
+    assert not stray.ok  # users in a variant with no share: broken by definition
+
+
+def samples(name: str, n: int, mu: float, seed: int, thumbs: float = 0.0) -> VariantData:
+    rng = random.Random(seed)
+    data = VariantData(name)
+    for i in range(n):
+        unit = f"{name}-{i}"
+        data.units.add(unit)
+        data.latencies_ms.append(rng.lognormvariate(mu, 0.3))
+        if rng.random() < thumbs:
+            data.outcome_units.setdefault("thumbs_up", set()).add(unit)
+    return data
+
+
+def test_equal_variants_are_not_significant_and_intervals_cover_the_truth():
+    a, b = samples("a", 3_000, 7.0, 1, 0.2), samples("b", 3_000, 7.0, 2, 0.2)
+    result = verdict({"a": a, "b": b}, split={"a": 50, "b": 50}, control="a")
+    assert not any(c.significant for c in result.comparisons), result.report()
+    for variant in result.variants:
+        p50 = variant.latency[0]
+        assert p50.low <= math.exp(7.0) <= p50.high  # the log-normal's true median
+
+
+def test_three_variants_are_compared_at_a_bonferroni_corrected_level():
+    data = {n: samples(n, 1_000, mu, i) for i, (n, mu) in enumerate((("a", 7.0), ("b", 7.0), ("c", 7.2)))}
+    result = verdict(data, split={"a": 34, "b": 33, "c": 33}, control="a", level=0.05)
+    assert result.corrected_level == pytest.approx(0.025)
+    assert result.significant("c", "latency p50") and not result.significant("b", "latency p50")
+    assert "Bonferroni over 2 treatments" in result.report()
+
+
+def test_read_log_takes_exported_lines_and_picks_one_experiment():
+    lines = [
+        '2026-11-30T03:00:00.000Z {"Experiment": "e1", "Variant": "a", "Unit": "u1", "LatencyMs": 100}',
+        '{"Experiment": "e1", "Variant": "a", "Unit": "u2", "CallErrors": 1}',
+        '{"Experiment": "e1", "Variant": "b", "Unit": "u3", "ThumbsUp": 1, "Outcome": "thumbs_up"}',
+        '{"Experiment": "e2", "Variant": "a", "Unit": "u9", "LatencyMs": 5}',
+        "START RequestId: abc", '{"level": "info"}', "{not json",
+    ]
+    with pytest.raises(ValueError, match=r"experiments \['e1', 'e2'\]; pass experiment="):
+        read_log(lines)
+    data = read_log(lines, experiment="e1")
+    assert data["a"].users == 2 and data["a"].latencies_ms == [100.0] and data["a"].errors == 1
+    assert data["b"].outcome_units == {"thumbs_up": {"u3"}} and data["b"].calls == 0
+
+
+def test_metric_data_without_samples_gives_counts_and_rates():
+    a, b = VariantData("a", unit_count=900, errors=9), VariantData("b", unit_count=100, errors=1)
+    a.latencies_ms, b.latencies_ms = [1.0] * 891, [1.0] * 99
+    result = verdict({"a": a, "b": b}, split={"a": 90, "b": 10}, control="a")
+    assert result.trustworthy and result.variants[0].error_rate.value == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"split": {"a": 90, "b": 20}}, "split shares sum to 110, not 100"),
+        ({"split": {"a": 100}}, "needs a control and at least one treatment"),
+        ({"split": {"a": 50, "b": math.nan}}, r"split\['b'\]=nan is not a finite number"),
+        ({"split": [("a", 50)]}, "split=.* is a list"),
+        ({"control": "z"}, "control='z' is not in split"),
+        ({"level": 0}, "level=0 must be greater than 0"),
+        ({"level": 0.9}, "level=0.9 exceeds the maximum of 0.5"),
+        ({"level": math.inf}, "level=inf is not a finite number"),
+        ({"srm_level": -1}, "srm_level=-1 must be greater than 0"),
+        ({"resamples": 10}, "resamples=10 is below the minimum of 100"),
+        ({"resamples": 1.5}, "resamples=1.5 is not a whole number"),
+        ({"seed": "x"}, "seed='x' is a str"),
+        ({"data": [1]}, "data is list"),
+        ({"data": {"zz": VariantData("zz")}}, r"variants \['zz'\] that split does not name"),
+    ],
+)
+def test_bad_verdict_input_is_refused(kwargs, message):
+    args = {"data": {"a": samples("a", 50, 7, 1), "b": samples("b", 50, 7, 2)}, "split": {"a": 50, "b": 50},
+            "control": "a", **kwargs}
+    data = args.pop("data")
+    with pytest.raises(InvalidPropsError, match=message):
+        verdict(data, **args)
+
+
+def test_emf_lines_round_trip_through_the_verdict_reader():
+    """The reader reads exactly what the runtime prints (not a hand-written imitation)."""
+    from pacer_runtime.bedrock import ConverseResult
+
+    experiment = Experiment.from_config(DOCUMENT)
+    out = io.StringIO()
+    result = ConverseResult("ok", 1, 2, 0, 0, "end_turn", 321.0, 300, "standard")
+    with contextlib.redirect_stdout(out):
+        variant = assign(experiment, "u")
+        runtime.record_call(experiment, variant, "u", result)
+        record_outcome(experiment, "u", "resolution")
+    data = read_log(out.getvalue().splitlines())
+    assert data[variant.name].latencies_ms == [321.0] and data[variant.name].users == 1
+    assert list(data[variant.name].outcome_units) == ["resolution"]
+    assert json.loads(out.getvalue().splitlines()[0])["Variant"] == variant.name
