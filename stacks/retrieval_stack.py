@@ -83,6 +83,6 @@ class RetrievalStack(cdk.Stack):
             combination="arithmetic_mean",
             weights=(0.3, 0.7),
         )
-        self.pipeline.node.add_dependency(self.index)
+        self.pipeline.resource.node.add_dependency(self.index.resource)  # the pipeline searches the index
         cdk.CfnOutput(self, "CollectionEndpoint", value=self.collection.attr_collection_endpoint)
         cdk.CfnOutput(self, "SearchPipeline", value=self.pipeline.pipeline_name)

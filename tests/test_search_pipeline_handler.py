@@ -15,7 +15,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from search_pipeline import handler as h
 
-SESSION = boto3.Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="wJalrXUtnFEMI/K7MDENG", region_name="us-east-1")
+SESSION = boto3.Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="wJalrXUtnFEMI/K7MDENG",
+                        aws_session_token="lambda-session-token", region_name="us-east-1")  # Lambda signs with a session
 PIPELINE = {
     "description": "hybrid",
     "phase_results_processors": [
@@ -45,9 +46,11 @@ class FakeOpenSearch:
         if scope[0] != "AKIDEXAMPLE" or scope[2] != "us-east-1" or scope[3] != self.service:
             self.bad_signatures.append(f"{method} {path}: credential scope {scope}")
         signed = parts["SignedHeaders"].split(";")
-        if "x-amz-content-sha256" not in signed or "host" not in signed:
+        if not {"x-amz-content-sha256", "host", "x-amz-date", "x-amz-security-token"} <= set(signed):
             self.bad_signatures.append(f"{method} {path}: signed headers {signed}")
         lower = {k.lower(): v for k, v in headers.items()}
+        if lower.get("x-amz-security-token") != "lambda-session-token":
+            self.bad_signatures.append(f"{method} {path}: the session token is missing")
         request = AWSRequest(method=method, url=url, data=body, headers={k: lower[k] for k in signed})
         request.context["timestamp"] = lower["x-amz-date"]
         auth = SigV4Auth(SESSION.get_credentials().get_frozen_credentials(), self.service, "us-east-1")
@@ -275,3 +278,15 @@ def test_delete_on_removal_deletes_the_index_and_tolerates_it_being_gone(cluster
 def test_reindex_changes_lists_each_difference():
     assert h.reindex_changes(BUILD, BUILD) == []
     assert h.reindex_changes(BUILD, {**BUILD, "engine": "lucene", "m": 8}) == ["engine 'faiss' -> 'lucene'", "m 16 -> 8"]
+
+
+def test_the_stand_in_rejects_a_request_signed_with_other_credentials_or_service(cluster):
+    """The signature check above can fail: a wrong secret or the wrong service name is caught."""
+    wrong = boto3.Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="not-the-secret",
+                          aws_session_token="lambda-session-token", region_name="us-east-1")
+    endpoint = h.Endpoint(cluster.url, "es", "us-east-1")
+    h.send(endpoint, "GET", "/_search/pipeline/x", session=wrong)
+    h.send(h.Endpoint(cluster.url, "aoss", "us-east-1"), "GET", "/_search/pipeline/x", session=SESSION)
+    assert len(cluster.bad_signatures) == 2 and "signature does not match" in cluster.bad_signatures[0]
+    assert "credential scope" in cluster.bad_signatures[1]
+    cluster.bad_signatures.clear()
