@@ -40,10 +40,12 @@ def _digest(directory: Path) -> str:
 def test_every_family_has_an_app():
     assert IDS == [
         "integ_endpoint_scaling",
+        "integ_experiment",
         "integ_observability",
         "integ_orchestration",
         "integ_precompute",
         "integ_queued_inference",
+        "integ_retrieval",
     ]
 
 
