@@ -1,0 +1,355 @@
+"""PromptExperiment: the AppConfig application, environment, freeform profile, JSON Schema validator
+and deployment strategy; the document the runtime reads; per-variant guard alarms as rollback
+monitors; the fallback to control after the bake time; the evaluate grant; every bad prop."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_appconfig as appconfig
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk.assertions import Template
+from genai_pacer import BedrockModel
+from genai_pacer._checks import InvalidPropsError
+from genai_pacer.prompt_experiment import (
+    DOCUMENT_SCHEMA,
+    ExperimentVariant,
+    ManagedPrompt,
+    PromptExperiment,
+    TextPrompt,
+)
+from helpers import all_states, definition, new_stack, only, resources
+from pacer_runtime import experiment as runtime
+from pacer_runtime import metrics
+
+NOVA = BedrockModel.from_id("us.amazon.nova-lite-v1:0")
+HAIKU = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
+PROMPT = "arn:aws:bedrock:us-east-1:111122223333:prompt/PROMPT12AB"
+
+
+def variants() -> list[ExperimentVariant]:
+    return [
+        ExperimentVariant("control", NOVA, 90, TextPrompt("Answer: {{question}}", system="Be brief."), max_tokens=300,
+                          temperature=0.2),
+        ExperimentVariant("managed", HAIKU, 10, ManagedPrompt(PROMPT, "3")),
+    ]
+
+
+def build(stack: cdk.Stack | None = None, **props) -> tuple[cdk.Stack, PromptExperiment]:
+    stack = stack or new_stack()
+    return stack, PromptExperiment(stack, "Exp", **{"variants": variants(), "experiment_name": "support", **props})
+
+
+@pytest.fixture(scope="module")
+def built() -> tuple[PromptExperiment, dict]:
+    stack, experiment = build()
+    role = iam.Role(stack, "Evaluator", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    experiment.grant_evaluate(role)
+    return experiment, Template.from_stack(stack).to_json()
+
+
+def versions(template: dict) -> dict[str, dict]:
+    return {k: v["Properties"] for k, v in resources(template, "AWS::AppConfig::HostedConfigurationVersion").items()}
+
+
+# ---- AppConfig --------------------------------------------------------------------------------
+
+
+def test_the_split_is_a_freeform_profile_with_the_json_schema_validator(built):
+    _, template = built
+    profile = only(template, "AWS::AppConfig::ConfigurationProfile")["Properties"]
+    assert profile["LocationUri"] == "hosted" and profile["Name"] == "support-split"
+    (validator,) = profile["Validators"]
+    assert validator["Type"] == "JSON_SCHEMA" and json.loads(validator["Content"]) == DOCUMENT_SCHEMA
+    assert profile.get("Type", "AWS.Freeform") == "AWS.Freeform"
+
+
+def test_the_deployed_document_is_what_the_runtime_reads_and_the_fallback_puts_everyone_on_control(built):
+    experiment, template = built
+    (main,) = [v for v in versions(template).values() if "control variant" not in v.get("Description", "")]
+    (fallback,) = [v for v in versions(template).values() if "control variant" in v.get("Description", "")]
+    parsed = runtime.Experiment.from_config(main["Content"])
+    assert parsed.shares == {"control": 90, "managed": 10} and parsed.salt == "support" and parsed.control == "control"
+    control = parsed.variant("control")
+    assert (control.model_id, control.system, control.inference_config) == (NOVA.model_id, "Be brief.",
+                                                                           {"maxTokens": 300, "temperature": 0.2})
+    assert parsed.variant("managed").prompt_arn == f"{PROMPT}:3"
+    assert runtime.Experiment.from_config(fallback["Content"]).shares == {"control": 100, "managed": 0}
+    assert json.loads(main["Content"]) == experiment.document
+    assert main["ContentType"] == fallback["ContentType"] == "application/json"
+
+
+def test_the_schema_names_exactly_the_fields_the_runtime_takes():
+    item = DOCUMENT_SCHEMA["properties"]["variants"]["items"]
+    assert set(item["properties"]) == set(runtime._VARIANT_KEYS)
+    assert DOCUMENT_SCHEMA["$schema"].endswith("draft-04/schema#")  # the draft AppConfig validators use
+    assert len(json.dumps(DOCUMENT_SCHEMA)) < 32_768  # AppConfig's validator content limit
+
+
+def test_a_split_change_deploys_at_once_and_bakes_while_the_guards_watch(built):
+    _, template = built
+    deployment = only(template, "AWS::AppConfig::Deployment")["Properties"]
+    strategies = resources(template, "AWS::AppConfig::DeploymentStrategy")
+    strategy = strategies[deployment["DeploymentStrategyId"]["Ref"]]["Properties"]
+    assert (strategy["GrowthFactor"], strategy["DeploymentDurationInMinutes"], strategy["FinalBakeTimeInMinutes"]) == (100, 0, 10)
+    environment = only(template, "AWS::AppConfig::Environment")["Properties"]
+    monitored = {m["AlarmArn"]["Fn::GetAtt"][0] for m in environment["Monitors"]}
+    assert monitored == set(resources(template, "AWS::CloudWatch::Alarm"))
+    assert len(monitored) == 4
+
+
+def test_each_variant_has_an_error_rate_and_a_p90_guard_on_its_variant_metrics(built):
+    _, template = built
+    alarms = list(resources(template, "AWS::CloudWatch::Alarm").values())
+    p90 = [a["Properties"] for a in alarms if a["Properties"].get("ExtendedStatistic") == "p90"]
+    assert {a["Threshold"] for a in p90} == {10_000}
+    assert {tuple(sorted((d["Name"], d["Value"]) for d in a["Dimensions"])) for a in p90} == {
+        (("Experiment", "support"), ("ModelId", NOVA.model_id), ("Variant", "control")),
+        (("Experiment", "support"), ("ModelId", HAIKU.model_id), ("Variant", "managed")),
+    }
+    assert all(a["MetricName"] == metrics.LATENCY_MS and a["Namespace"] == metrics.NAMESPACE for a in p90)
+    rates = [a["Properties"] for a in alarms if "Metrics" in a["Properties"]]
+    assert len(rates) == 2
+    for rate in rates:
+        expression = next(q for q in rate["Metrics"] if "Expression" in q)["Expression"]
+        assert expression.startswith("IF((FILL(e, 0) + FILL(c, 0)) >= 20, 100 * FILL(e, 0)")
+        stats = {q["Id"]: (q["MetricStat"]["Metric"]["MetricName"], q["MetricStat"]["Stat"]) for q in rate["Metrics"] if "MetricStat" in q}
+        assert stats == {"e": (metrics.CALL_ERRORS, "Sum"), "c": (metrics.LATENCY_MS, "SampleCount")}
+        assert rate["Threshold"] == 5
+    for alarm in alarms:
+        props = alarm["Properties"]
+        assert (props["EvaluationPeriods"], props["DatapointsToAlarm"], props["TreatMissingData"]) == (3, 3, "notBreaching")
+
+
+def test_a_guard_alarm_after_the_bake_time_deploys_the_fallback_through_eventbridge_and_step_functions(built):
+    _, template = built
+    rule = only(template, "AWS::Events::Rule")["Properties"]
+    pattern = rule["EventPattern"]
+    assert pattern["source"] == ["aws.cloudwatch"] and pattern["detail-type"] == ["CloudWatch Alarm State Change"]
+    assert pattern["detail"] == {"state": {"value": ["ALARM"]}}
+    assert {r["Fn::GetAtt"][0] for r in pattern["resources"]} == set(resources(template, "AWS::CloudWatch::Alarm"))
+    (target,) = rule["Targets"]
+    assert target["Arn"]["Ref"] in resources(template, "AWS::StepFunctions::StateMachine")
+    states = all_states(definition(only(template, "AWS::StepFunctions::StateMachine")))
+    disable, deploy = states["Disable guard alarm actions"], states["Deploy fallback"]
+    assert disable["Resource"].endswith(":states:::aws-sdk:cloudwatch:disableAlarmActions")
+    assert disable["Next"] == "Deploy fallback"
+    assert deploy["Resource"].endswith(":states:::aws-sdk:appconfig:startDeployment")
+    assert deploy["Retry"][0]["ErrorEquals"] == ["AppConfig.ConflictException"]
+    assert deploy["Catch"][0]["Next"] == "Enable guard alarm actions after a failure"
+    assert states["Enable guard alarm actions after a failure"]["Next"] == "Fallback failed"
+    choice = states["Deployment ended?"]
+    assert choice["Default"] == "Wait for the deployment"
+    assert choice["Choices"][0]["Next"] == "Enable guard alarm actions"
+    assert states["Enable guard alarm actions"]["Resource"].endswith(":states:::aws-sdk:cloudwatch:enableAlarmActions")
+    assert "End" in states["Enable guard alarm actions"]
+
+
+def test_the_fallback_deploys_the_control_only_version_with_an_immediate_strategy(built):
+    _, template = built
+    machine = only(template, "AWS::StepFunctions::StateMachine")["Properties"]
+    text = json.dumps(machine["DefinitionString"])
+    fallback = next(k for k, v in versions(template).items() if "control variant" in v.get("Description", ""))
+    assert json.dumps({"Fn::GetAtt": [fallback, "VersionNumber"]}) in text
+    immediate = next(k for k, v in resources(template, "AWS::AppConfig::DeploymentStrategy").items()
+                     if v["Properties"]["FinalBakeTimeInMinutes"] == 0)
+    assert json.dumps({"Ref": immediate}) in text
+    assert machine["LoggingConfiguration"]["Level"] == "ALL" and machine["TracingConfiguration"] == {"Enabled": True}
+
+
+def test_the_fallback_role_may_toggle_only_the_guards_and_deploy_only_to_this_environment(built):
+    _, template = built
+    policy = next(p for k, p in resources(template, "AWS::IAM::Policy").items() if k.startswith("ExpStateMachineRole"))
+    by_action = {s["Action"]: s["Resource"] for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    alarms = sorted(resources(template, "AWS::CloudWatch::Alarm"))
+    for action in ("cloudwatch:DisableAlarmActions", "cloudwatch:EnableAlarmActions"):
+        assert sorted(r["Fn::GetAtt"][0] for r in by_action[action]) == alarms
+    assert len(by_action["appconfig:StartDeployment"]) == 4
+    assert "/deployment/*" in json.dumps(by_action["appconfig:GetDeployment"])
+    assert set(by_action) == {"cloudwatch:DisableAlarmActions", "cloudwatch:EnableAlarmActions",
+                              "appconfig:StartDeployment", "appconfig:GetDeployment"}
+
+
+def test_grant_evaluate_reads_this_configuration_and_invokes_every_variants_model_and_prompt_only(built):
+    _, template = built
+    policy = next(p for k, p in resources(template, "AWS::IAM::Policy").items() if k.startswith("Evaluator"))
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert actions == {"appconfig:StartConfigurationSession", "appconfig:GetLatestConfiguration", "bedrock:InvokeModel"}
+    text = json.dumps(statements)
+    assert '"*"' not in text
+    assert f"{PROMPT}:3" in text and "inference-profile/us.amazon.nova-lite-v1:0" in text
+    assert "inference-profile/us.anthropic.claude-3-5-haiku-20241022-v1:0" in text
+    read = next(s for s in statements if "appconfig:GetLatestConfiguration" in s["Action"])
+    assert "/configuration/" in json.dumps(read["Resource"])
+
+
+def test_grant_evaluate_streaming_adds_the_stream_action_and_environment_variables_name_the_ids():
+    stack, experiment = build()
+    role = iam.Role(stack, "R", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    experiment.grant_evaluate(role, streaming=True)
+    text = json.dumps(Template.from_stack(stack).to_json())
+    assert "bedrock:InvokeModelWithResponseStream" in text
+    assert set(experiment.environment_variables()) == {"EXPERIMENT_APPLICATION_ID", "EXPERIMENT_ENVIRONMENT_ID",
+                                                       "EXPERIMENT_PROFILE_ID"}
+    with pytest.raises(InvalidPropsError, match="streaming=1 is an int"):
+        experiment.grant_evaluate(role, streaming=1)
+
+
+def test_metric_methods_read_what_the_runtime_writes():
+    _, experiment = build()
+    latency = experiment.metric_latency("managed")
+    assert (latency.namespace, latency.metric_name) == (metrics.NAMESPACE, metrics.LATENCY_MS)
+    assert latency.dimensions == {"ModelId": HAIKU.model_id, "Experiment": "support", "Variant": "managed"}
+    assert experiment.metric_errors("control").metric_name == metrics.CALL_ERRORS
+    assert experiment.metric_outcome("control", "escalation").metric_name == metrics.OUTCOMES["escalation"]
+    with pytest.raises(ValueError, match="variant='nobody' is not in experiment"):
+        experiment.metric_latency("nobody")
+    with pytest.raises(ValueError, match="outcome='like' must be one of"):
+        experiment.metric_outcome("control", "like")
+
+
+def test_defaults_options_and_bring_your_own():
+    stack = new_stack()
+    app = appconfig.Application(stack, "Mine")
+    topic = sns.Topic(stack, "Alerts", enforce_ssl=True)
+    strategy = appconfig.DeploymentStrategy(stack, "Slow", rollout_strategy=appconfig.RolloutStrategy.CANARY_10_PERCENT_20_MINUTES)
+    _, experiment = build(stack, application=app, deployment_strategy=strategy, fallback_on_alarm=False,
+                          alarm_actions=[cw_actions.SnsAction(topic)], control="managed", salt="fresh",
+                          max_p90_latency=cdk.Duration.seconds(4), max_error_rate_percent=2.5, guard_evaluation_periods=2)
+    template = Template.from_stack(stack).to_json()
+    assert len(resources(template, "AWS::AppConfig::Application")) == 1
+    assert resources(template, "AWS::Events::Rule") == {} and resources(template, "AWS::StepFunctions::StateMachine") == {}
+    assert experiment.fallback_state_machine is None and experiment.fallback_rule is None
+    assert experiment.document["control"] == "managed" and experiment.document["salt"] == "fresh"
+    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
+    assert {a["Threshold"] for a in alarms} == {4000, 2.5}
+    assert all(a["AlarmActions"] == [{"Ref": next(iter(resources(template, "AWS::SNS::Topic")))}] for a in alarms)
+    assert only(template, "AWS::AppConfig::Deployment")["Properties"]["DeploymentStrategyId"]["Ref"].startswith("Slow")
+    _, default = build(experiment_name=None)
+    assert default.experiment_name == "Exp" and default.control == "control"
+
+
+def test_tokens_are_accepted_where_deploy_time_values_are_valid():
+    stack = new_stack()
+    param = cdk.CfnParameter(stack, "Limit", type="Number")
+    build(stack, max_error_rate_percent=param.value_as_number, experiment_name="support")
+
+
+# ---- bad values ---------------------------------------------------------------------------------
+
+
+def variant(**overrides) -> ExperimentVariant:
+    return ExperimentVariant(**{"name": "v", "model": NOVA, "share": 50, "prompt": TextPrompt("q"), **overrides})
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: TextPrompt(""), "template='' is empty"),
+        (lambda: TextPrompt(None), "template is required"),
+        (lambda: TextPrompt(3), "template=3 is an int"),
+        (lambda: TextPrompt("q", system=""), "system='' is empty"),
+        (lambda: ManagedPrompt("arn:aws:bedrock:us-east-1:111122223333:prompt/PROMPT12AB:3", "3"), "without ':<version>'"),
+        (lambda: ManagedPrompt("not-an-arn", "3"), "is not a prompt ARN"),
+        (lambda: ManagedPrompt(PROMPT, "DRAFT"), "version='DRAFT' must be a published version number"),
+        (lambda: ManagedPrompt(PROMPT, 3), "version=3 is an int"),
+        (lambda: ManagedPrompt(None, "3"), "prompt_arn is required"),
+        (lambda: variant(name=""), "name='' is empty"),
+        (lambda: variant(name="has space"), "may hold letters, digits"),
+        (lambda: variant(name="x" * 65), "at most 64 are allowed"),
+        (lambda: variant(model="us.amazon.nova-lite-v1:0"), "model='us.amazon.nova-lite-v1:0' is a str; pass a BedrockModel"),
+        (lambda: variant(model=None), "model is required"),
+        (lambda: variant(share=None), "share is required"),
+        (lambda: variant(share=-1), "share=-1 is below the minimum of 0"),
+        (lambda: variant(share=101), "share=101 exceeds the maximum of 100"),
+        (lambda: variant(share=math.nan), "share=nan is not a finite number"),
+        (lambda: variant(share=math.inf), "share=inf is not a finite number"),
+        (lambda: variant(share=True), "share=True is a bool"),
+        (lambda: variant(share="50"), "share='50' is a str"),
+        (lambda: variant(prompt="q"), "prompt='q' is a str; pass a TextPrompt"),
+        (lambda: variant(max_tokens=0), "max_tokens=0 is below the minimum of 1"),
+        (lambda: variant(max_tokens=1.5), "max_tokens=1.5 is not a whole number"),
+        (lambda: variant(temperature=1.5), "temperature=1.5 exceeds the maximum of 1"),
+        (lambda: variant(top_p=-0.1), "top_p=-0.1 is below the minimum of 0"),
+        (lambda: variant(stop_sequences="END"), "stop_sequences='END' is a str; pass a list"),
+        (lambda: variant(stop_sequences=[""]), r"stop_sequences\[0\]='' is empty"),
+        (lambda: variant(additional_fields=[1]), "additional_fields=.* is a list"),
+        (lambda: variant(prompt=ManagedPrompt(PROMPT, "3"), temperature=0.1), "cannot be set with a ManagedPrompt"),
+    ],
+)
+def test_bad_variant_and_prompt_values_are_refused(make, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        make()
+
+
+def pair(a: float, b: float, names=("control", "treat")) -> list[ExperimentVariant]:
+    return [variant(name=names[0], share=a), variant(name=names[1], share=b)]
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"variants": pair(90, 20)}, r"shares sum to 110 \(control 90 \+ treat 20\), not 100"),
+        ({"variants": pair(40, 50)}, r"shares sum to 90"),
+        ({"variants": pair(50, 50, names=("a", "a"))}, r"variant names \['a'\] appear more than once"),
+        ({"variants": pair(100, 0)[:1]}, "variants has 1; an experiment needs a control and at least one treatment"),
+        ({"variants": []}, "variants has 0"),
+        ({"variants": None}, "variants=None is a NoneType; pass a list"),
+        ({"variants": variant()}, "variants=.* is an ExperimentVariant; pass a list"),
+        ({"variants": ["x", "y"]}, r"variants\[0\]='x' is a str; pass an ExperimentVariant"),
+        ({"variants": pair(0, 100)}, "control 'control' has share 0"),
+        ({"control": "nobody"}, "control='nobody' is not a variant"),
+        ({"control": ""}, "control='' is empty"),
+        ({"experiment_name": "has space"}, "experiment_name='has space' may hold letters"),
+        ({"experiment_name": ""}, "experiment_name='' is empty"),
+        ({"salt": ""}, "salt='' is empty"),
+        ({"application": "app"}, "application='app' is a str"),
+        ({"deployment_strategy": "AppConfig.AllAtOnce"}, "deployment_strategy='AppConfig.AllAtOnce' is a str"),
+        ({"bake_time": cdk.Duration.minutes(1441)}, "bake_time=1 day 1 minute exceeds the maximum of 1 day"),
+        ({"bake_time": cdk.Duration.seconds(90)}, "bake_time=1 minute 30 seconds is not whole minutes"),
+        ({"bake_time": 10}, "bake_time=10 is an int; pass a cdk.Duration"),
+        ({"max_error_rate_percent": 0}, "max_error_rate_percent=0 must be greater than 0"),
+        ({"max_error_rate_percent": 101}, "max_error_rate_percent=101 exceeds the maximum of 100"),
+        ({"max_error_rate_percent": math.nan}, "max_error_rate_percent=nan is not a finite number"),
+        ({"max_error_rate_percent": None}, "max_error_rate_percent is required"),
+        ({"max_p90_latency": cdk.Duration.millis(500)}, "max_p90_latency=500 millis is below the minimum of 1 second"),
+        ({"max_p90_latency": cdk.Duration.minutes(16)}, "max_p90_latency=16 minutes exceeds the maximum"),
+        ({"guard_min_calls": 0}, "guard_min_calls=0 is below the minimum of 1"),
+        ({"guard_min_calls": 2.5}, "guard_min_calls=2.5 is not a whole number"),
+        ({"guard_period": cdk.Duration.seconds(30)}, "guard_period=30 seconds is below the minimum of 1 minute"),
+        ({"guard_period": cdk.Duration.seconds(90)}, "guard_period=1 minute 30 seconds must be whole minutes"),
+        ({"guard_evaluation_periods": 0}, "guard_evaluation_periods=0 is below the minimum of 1"),
+        ({"guard_evaluation_periods": math.inf}, "guard_evaluation_periods=inf is not a finite number"),
+        ({"fallback_on_alarm": "yes"}, "fallback_on_alarm='yes' is a str"),
+        ({"alarm_actions": ["arn:aws:sns:us-east-1:1:t"]}, r"alarm_actions\[0\]=.* is a str; pass an alarm action"),
+        ({"encryption_key": "alias/x"}, "encryption_key='alias/x' is a str"),
+        ({"log_retention": 30}, "log_retention=30 is an int"),
+    ],
+)
+def test_bad_props_are_refused_with_the_rule_and_fix(props, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        build(**props)
+
+
+def test_props_that_would_be_ignored_are_refused():
+    stack = new_stack()
+    key = kms.Key(stack, "K")
+    with pytest.raises(InvalidPropsError, match="encryption_key configures the fallback workflow's logs"):
+        build(stack, fallback_on_alarm=False, encryption_key=key)
+    stack = new_stack()
+    strategy = appconfig.DeploymentStrategy.from_deployment_strategy_id(stack, "S", appconfig.DeploymentStrategyId.from_string("abc"))
+    with pytest.raises(InvalidPropsError, match="bake_time configures the new deployment strategy"):
+        build(stack, deployment_strategy=strategy, bake_time=cdk.Duration.minutes(5))
+
+
+def test_several_problems_are_reported_at_once():
+    with pytest.raises(InvalidPropsError) as error:
+        build(variants=pair(90, 20), max_error_rate_percent=-1, guard_evaluation_periods=0)
+    assert len(error.value.problems) == 3
