@@ -44,17 +44,22 @@ def test_z_score_worked_example():
 def test_combinations_worked_example_with_weights_in_sub_query_order():
     third = 1 / 3
     arithmetic = dict(t.combine_scores([LEXICAL, VECTOR], weights=[0.4, 0.6]))
-    assert arithmetic == pytest.approx({"a": 1.0, "b": 0.4 * third + 0.6 * 0.001, "c": 0.4 * 0.001, "d": 0.6 * third})
+    assert arithmetic == pytest.approx({"a": 1.0, "b": 0.4 * third + 0.6 * 0.001, "d": 0.6 * third})
+    # c, which only the lexical side returned: its missing vector score counts as 0 with its weight
+    assert t._combine([0.001, 0.0], [0.4, 0.6], "arithmetic_mean") == pytest.approx(0.4 * 0.001)
+    assert t._combine([0.001, 0.0], [0.4, 0.6], "geometric_mean") == pytest.approx(0.001)  # skipped there
+    assert t._combine([0.001, 0.0], [0.4, 0.6], "harmonic_mean") == pytest.approx(0.001)
     geometric = dict(t.combine_scores([LEXICAL, VECTOR], combination="geometric_mean", weights=[0.4, 0.6]))
-    assert geometric == pytest.approx({"a": 1.0, "b": math.exp(0.4 * math.log(third) + 0.6 * math.log(0.001)), "c": 0.001, "d": third})
+    assert geometric == pytest.approx({"a": 1.0, "b": math.exp(0.4 * math.log(third) + 0.6 * math.log(0.001)), "d": third})
     harmonic = dict(t.combine_scores([LEXICAL, VECTOR], combination="harmonic_mean", weights=[0.4, 0.6]))
-    assert harmonic == pytest.approx({"a": 1.0, "b": 1 / (0.4 / third + 0.6 / 0.001), "c": 0.001, "d": third})
+    assert harmonic == pytest.approx({"a": 1.0, "b": 1 / (0.4 / third + 0.6 / 0.001), "d": third})
     # listing the sub-queries the other way round flips which side each weight applies to
     flipped = dict(t.combine_scores([VECTOR, LEXICAL], weights=[0.6, 0.4]))
     assert flipped == pytest.approx(arithmetic)
     assert dict(t.combine_scores([LEXICAL, VECTOR])) == pytest.approx(dict(t.combine_scores([LEXICAL, VECTOR], weights=[0.5, 0.5])))
     ranking = [doc for doc, _ in t.combine_scores([LEXICAL, VECTOR], weights=[0.4, 0.6])]
-    assert ranking == ["a", "d", "b", "c"]
+    assert ranking == ["a", "d", "b"]  # as many as the longest sub-query returned (3), so c drops out
+    assert len(t.combine_scores([{"x": 1.0}, {"y": 1.0, "z": 0.5}])) == 2
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ Weights
     lowest hit is not dropped, and a lone hit (max == min) to 1.0; l2 divides by the root of the
     sum of squares (a zero norm gives 0); z_score is (s - mean) / sample standard deviation, a result
     <= 0 becoming 0.001 (and a hit equal to the mean taking the maximum raw score, std 0 the
-    minimum, as the plugin does). A document a sub-query did not return scores 0 there: the
+    minimum, as the plugin does; the OpenSearch blog writes the population sigma, the plugin computes
+    commons-math's bias-corrected one, which is reproduced here). A document a sub-query did not return scores 0 there: the
     arithmetic mean counts it with its weight, the geometric and harmonic means skip it.
     Combination: arithmetic sum(w*s)/sum(w); geometric exp(sum(w*ln s)/sum(w)); harmonic
     sum(w)/sum(w/s). Weights follow the sub-query order (lexical first, vector second; see
@@ -145,7 +146,8 @@ def combine_scores(
     combination: str = "arithmetic_mean",
     weights: Sequence[float] | None = None,
 ) -> list[tuple[Any, float]]:
-    """The hybrid ranking OpenSearch would return: (doc, combined score), best first.
+    """The hybrid ranking OpenSearch would return: (doc, combined score), best first, as many
+    documents as the longest sub-query returned.
 
     sub_queries: one mapping per sub-query, in the hybrid query's order, of the hits it returned.
     weights: one per sub-query summing to 1.0. Default: equal weights.
@@ -162,7 +164,8 @@ def combine_scores(
     normalized = [normalize(hits, normalization) for hits in sub_queries]
     docs = list(dict.fromkeys(doc for hits in sub_queries for doc in hits))
     combined = [(doc, _combine([hits.get(doc, 0.0) for hits in normalized], weights, combination)) for doc in docs]
-    return sorted(combined, key=lambda pair: -pair[1])
+    # The plugin keeps as many documents as the longest sub-query returned (ScoreCombiner.getMaxHits).
+    return sorted(combined, key=lambda pair: -pair[1])[: max((len(hits) for hits in sub_queries), default=0)]
 
 
 # ---------------------------------------------------------------------------------------------
