@@ -37,9 +37,10 @@ INTEG_CONTEXT_DEFAULTS: dict[str, tuple[str, str]] = {
         "in AWS's model card; a value above the model's maximum is a ValidationException, not a throttle)",
     ),
     "integ_throttle_requests": (
-        "600",
-        "prompts in the throttle burst: their reservations (input + max_tokens each) must exceed the "
-        "account's tokens-per-minute quota within a minute (600 x 5,000 = 3,000,000 tokens)",
+        "1000",
+        "prompts in the throttle burst, 40 in flight: their reservations (input + max_tokens each) must "
+        "exceed the account's tokens-per-minute quota for the model within a minute (1,000 x 5,000 = "
+        "5,000,000 tokens; raise it if your quota is larger)",
     ),
     "integ_throttle_error": (
         "BedrockRuntime.ThrottlingException",

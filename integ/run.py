@@ -96,6 +96,10 @@ def preflight(model_id: str) -> dict[str, str]:
     return {"account": account, "region": region}
 
 
+#: The pinned CLI (package.json), which reads schema 55; `cdk` on PATH otherwise.
+CDK = str(ROOT / "node_modules" / ".bin" / "cdk") if (ROOT / "node_modules" / ".bin" / "cdk").exists() else "cdk"
+
+
 def cdk(*args: str, log: Path) -> tuple[int, float]:
     """Run the pinned CDK CLI; its output goes to `log`. Returns (exit code, seconds)."""
     started = time.monotonic()
@@ -103,7 +107,7 @@ def cdk(*args: str, log: Path) -> tuple[int, float]:
         out.write(f"\n$ cdk {' '.join(args)}\n")
         out.flush()
         code = subprocess.run(
-            ["cdk", *args, "--no-notices", "--require-approval", "never"] if args[0] == "deploy" else ["cdk", *args, "--no-notices"],
+            [CDK, *args, "--no-notices", *(["--require-approval", "never"] if args[0] == "deploy" else [])],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False,
         ).returncode
     return code, round(time.monotonic() - started, 1)
