@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
+from typing import Any
 
 from ._checks import Checks
 
@@ -234,7 +235,7 @@ def _bootstrap(values: Sequence[float], resamples: int, rng: random.Random) -> l
             out.append(tuple(_percentile(sample, q) for q in PERCENTILES))
         return out
     generator = np.random.default_rng(rng.getrandbits(64))
-    array = np.asarray(values, dtype=float)
+    array: Any = np.asarray(values, dtype=float)
     chunk = max(1, 2_000_000 // n)
     rows = []
     for start in range(0, resamples, chunk):

@@ -222,7 +222,7 @@ class ExperimentVariant:
         entry["prompt"] = {"template": self.prompt.template}
         if self.prompt.system:
             entry["system"] = self.prompt.system
-        config = {k: v for k, v in (("maxTokens", self.max_tokens), ("temperature", self.temperature),
+        config: dict[str, Any] = {k: v for k, v in (("maxTokens", self.max_tokens), ("temperature", self.temperature),
                                     ("topP", self.top_p)) if v is not None}
         if self.stop_sequences:
             config["stopSequences"] = list(self.stop_sequences)

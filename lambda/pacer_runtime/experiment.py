@@ -212,7 +212,7 @@ def _variant(where: str, item: Any, problems: list[str]) -> Variant | None:
             problems.append(f"{where}: {error}")
     if len(problems) > before:
         return None
-    return Variant(name, float(share), model_id, template, arn, system, dict(config), dict(fields))
+    return Variant(str(name), float(share), str(model_id), template, arn, system, dict(config), dict(fields))  # type: ignore[arg-type]
 
 
 def _uniform(salt: str, variant: str, unit_id: str) -> float:
@@ -487,7 +487,7 @@ class ExperimentSource:
         try:
             content = self._fetch()
             if content is not None:
-                self._experiment = Experiment.from_config(content)  # type: ignore[arg-type]
+                self._experiment = Experiment.from_config(content)
             self._loaded_at = self._clock()
         except Exception as error:
             self.errors += 1
