@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,7 @@ def show(s: dict[str, float], fmt: str = ".3f") -> str:
 
 
 def run(trials: int, documents: int, dim: int, queries: int) -> dict:
-    per_seed = []
+    per_seed: list[dict[str, Any]] = []
     for seed in range(trials):
         rng = np.random.default_rng(seed)
         vectors = corpus(rng, documents, dim)
