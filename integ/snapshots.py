@@ -11,9 +11,11 @@ newest on npm) reads cloud assembly schema 53 at most, and aws-cdk-lib 2.275 wri
   normalized (integ-runner's default: diffAssets false), and the test cases of integ.json;
 - write snapshots only from `python -m integ.snapshots --update` (`make integ-update`).
 
-The snapshot layout is integ-runner's (`<file>.snapshot/` with manifest.json, integ.json,
-templates and asset manifests; asset contents left out as integ-runner leaves them out for test
-cases without the update workflow), so integ-runner can take them over once it reads schema 55.
+The snapshot layout is integ-runner's (`<file>.snapshot/` with manifest.json, integ.json and the
+templates), with two normalizations so a snapshot changes only when a deployed resource or an
+assertion does: asset hashes are replaced by labels naming the asset, and the assertion custom
+resources' `salt` (the synth time) by a constant. A snapshot is for review and comparison, never
+for deploying (the test cases disable integ-runner's update workflow, which would deploy it).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import json
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -44,11 +46,11 @@ RUNNER_CONTEXT: dict[str, Any] = {
     "aws:cdk:enable-path-metadata": False,
     "aws:cdk:enable-asset-metadata": False,
 }
-#: Files a snapshot keeps (integ-runner also keeps tree.json; nothing compares it, so it is left out).
+#: Files a snapshot keeps. Left out: tree.json (nothing compares it), the asset manifests (the
+#: templates and manifest.json name each asset by a label instead of its hash) and asset contents.
 KEPT = ("manifest.json", "integ.json", "cdk.out")
-KEPT_SUFFIXES = (".template.json", ".assets.json")
+KEPT_SUFFIXES = (".template.json",)
 SALT = "<synth time>"
-TEMPLATE_HASH = "<template hash>"
 
 
 def apps() -> list[Path]:
@@ -101,47 +103,38 @@ def unsalted(template: dict[str, Any]) -> dict[str, Any]:
     return template
 
 
-def template_hashes(assembly: Path) -> set[str]:
-    """Hashes of the stack templates themselves: they change with every synthesis of an assertion
-    stack (its salt), so a snapshot records a placeholder instead."""
-    hashes: set[str] = set()
-    for manifest in assembly.glob("*.assets.json"):
-        for digest, asset in json.loads(manifest.read_text()).get("files", {}).items():
-            if str(asset.get("source", {}).get("path", "")).endswith(".template.json"):
-                hashes.add(digest)
-    return hashes
-
-
 def write_snapshot(assembly: Path, target: Path) -> None:
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    unstable = template_hashes(assembly)
+    labels = asset_labels(assembly)
     for path in sorted(assembly.iterdir()):
         if _kept(path):
             text = path.read_text()
-            for digest in unstable:
-                text = text.replace(digest, TEMPLATE_HASH)
             if path.suffix == ".json":  # stable, reviewable diffs
                 data = json.loads(text)
                 if path.name.endswith(".template.json"):
                     data = unsalted(data)
-                text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+                text = json.dumps(canonical(data, labels), indent=1, sort_keys=True) + "\n"
             (target / path.name).write_text(text)
 
 
-def asset_hashes(assembly: Path) -> set[str]:
-    hashes: set[str] = set()
-    for manifest in assembly.glob("*.assets.json"):
+def asset_labels(assembly: Path) -> dict[str, str]:
+    """Asset hash -> a stable label naming the asset (its display name). Hashes differ between machines
+    and, for the assertion stacks' templates, between any two syntheses (the salt); a label does not."""
+    labels: dict[str, str] = {}
+    for manifest in sorted(assembly.glob("*.assets.json")):
         data = json.loads(manifest.read_text())
-        hashes.update(data.get("files", {}))
-        hashes.update(data.get("dockerImages", {}))
-    return hashes
+        for kind in ("files", "dockerImages"):
+            for digest, asset in data.get(kind, {}).items():
+                labels[digest] = f"<asset: {asset.get('displayName') or asset.get('source', {}).get('path', '?')}>"
+    return labels
 
 
-def canonical(template: Any, hashes: Iterable[str]) -> Any:
-    """The template with every asset hash replaced by a placeholder, as integ-runner compares them."""
-    ordered = sorted(hashes, key=len, reverse=True)
+def canonical(template: Any, labels: Mapping[str, str]) -> Any:
+    """The template with every asset hash replaced by its label (integ-runner compares with asset
+    hashes normalized too, unless a test case sets diffAssets)."""
+    ordered = sorted(labels, key=len, reverse=True)
 
     def sub(value: Any) -> Any:
         if isinstance(value, dict):
@@ -150,7 +143,8 @@ def canonical(template: Any, hashes: Iterable[str]) -> Any:
             return [sub(v) for v in value]
         if isinstance(value, str):
             for digest in ordered:
-                value = value.replace(digest, "<asset hash>")
+                if digest in value:
+                    value = value.replace(digest, labels[digest])
         return value
 
     return sub(template)
@@ -165,9 +159,9 @@ def test_cases(assembly: Path) -> dict[str, Any]:
 
 
 def templates(assembly: Path) -> dict[str, dict[str, Any]]:
-    hashes = asset_hashes(assembly)
+    labels = asset_labels(assembly)  # none in a snapshot: it holds the labels already
     return {
-        path.name.removesuffix(".template.json"): canonical(unsalted(json.loads(path.read_text())), hashes)
+        path.name.removesuffix(".template.json"): canonical(unsalted(json.loads(path.read_text())), labels)
         for path in sorted(assembly.glob("*.template.json"))
     }
 
