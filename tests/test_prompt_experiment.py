@@ -236,6 +236,12 @@ def test_defaults_options_and_bring_your_own():
     assert default.experiment_name == "Exp" and default.control == "control"
 
 
+def test_variant_names_that_differ_only_in_punctuation_get_their_own_alarms():
+    stack = new_stack()
+    build(stack, variants=[variant(name="a-b", share=50), variant(name="ab", share=50)])
+    assert len(resources(Template.from_stack(stack).to_json(), "AWS::CloudWatch::Alarm")) == 4
+
+
 def test_tokens_are_accepted_where_deploy_time_values_are_valid():
     stack = new_stack()
     param = cdk.CfnParameter(stack, "Limit", type="Number")
@@ -273,6 +279,7 @@ def variant(**overrides) -> ExperimentVariant:
         (lambda: variant(share=math.inf), "share=inf is not a finite number"),
         (lambda: variant(share=True), "share=True is a bool"),
         (lambda: variant(share="50"), "share='50' is a str"),
+        (lambda: variant(share=cdk.Token.as_number(cdk.Fn.ref("P"))), "share is a deploy-time token"),
         (lambda: variant(prompt="q"), "prompt='q' is a str; pass a TextPrompt"),
         (lambda: variant(max_tokens=0), "max_tokens=0 is below the minimum of 1"),
         (lambda: variant(max_tokens=1.5), "max_tokens=1.5 is not a whole number"),
@@ -346,7 +353,7 @@ def test_props_that_would_be_ignored_are_refused():
     stack = new_stack()
     strategy = appconfig.DeploymentStrategy.from_deployment_strategy_id(stack, "S", appconfig.DeploymentStrategyId.from_string("abc"))
     with pytest.raises(InvalidPropsError, match="bake_time configures the new deployment strategy"):
-        build(stack, deployment_strategy=strategy, bake_time=cdk.Duration.minutes(5))
+        build(stack, deployment_strategy=strategy, bake_time=cdk.Duration.minutes(10))
 
 
 def test_several_problems_are_reported_at_once():

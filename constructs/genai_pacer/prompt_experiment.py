@@ -198,6 +198,8 @@ class ExperimentVariant:
                            f"name={self.name!r} may hold letters, digits, '.', '_' and '-' only, starting with a letter "
                            "or digit (it becomes a CloudWatch dimension value)")
             check.instance("model", self.model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
+            check.rule(not is_token(self.share), "share is a deploy-time token; the split is written into the experiment "
+                       "document at synth: pass a number (change it later with an AppConfig deployment, not a stack update)")
             check.number("share", self.share, minimum=0, maximum=100, fix="percent of users; all shares sum to 100")
             check.instance("prompt", self.prompt, (TextPrompt, ManagedPrompt), "a TextPrompt(...) or ManagedPrompt(...)")
             check.integer("max_tokens", self.max_tokens, minimum=1, maximum=1_000_000, optional=True,
@@ -293,6 +295,7 @@ class PromptExperiment(Construct):
         log_retention: logs.RetentionDays | None = None,
     ) -> None:
         super().__init__(scope, id)
+        bake_time_given = bake_time is not None
         bake_time = bake_time if bake_time is not None else cdk.Duration.minutes(10)
         max_p90_latency = max_p90_latency or cdk.Duration.seconds(10)
         guard_period = guard_period or cdk.Duration.minutes(1)
@@ -330,7 +333,7 @@ class PromptExperiment(Construct):
             if bake_time is not None and isinstance(bake_time, cdk.Duration) and not bake_time.is_unresolved():
                 check.rule(bake_time.to_seconds(integral=False) % 60 == 0,
                            f"bake_time={bake_time.to_human_string()} is not whole minutes; AppConfig counts bake time in minutes")
-            if deployment_strategy is not None and isinstance(bake_time, cdk.Duration) and bake_time.to_seconds(integral=False) != 600:
+            if deployment_strategy is not None and bake_time_given:
                 check.fail("bake_time configures the new deployment strategy and deployment_strategy is given, so it would be "
                            "ignored; set the final bake time on your strategy")
             check.number("max_error_rate_percent", max_error_rate_percent, above=0, maximum=100,
@@ -368,6 +371,7 @@ class PromptExperiment(Construct):
         self.application = application or appconfig.Application(
             self, "Application", description=f"genai-pacer experiment {experiment_name}")
         self.alarms: dict[str, cloudwatch.Alarm] = {}
+        self._alarm_ids: set[str] = set()
         for variant in variants:
             self._guards(variant, max_error_rate_percent, max_p90_latency, guard_min_calls, guard_period,
                          guard_evaluation_periods, alarm_actions)
@@ -460,6 +464,9 @@ class PromptExperiment(Construct):
             period=period,
         )
         ident = re.sub(r"[^A-Za-z0-9]", "", variant.name.title()) or "Variant"
+        if ident in self._alarm_ids:  # "a-b" and "ab" would share construct ids
+            ident = f"{ident}{len(self._alarm_ids)}"
+        self._alarm_ids.add(ident)
         self.alarms[f"{variant.name}-errors"] = threshold_alarm(
             self, f"{ident}ErrorRate", metric=rate, threshold=max_error_rate, periods=periods, actions=actions,
             description=f"Experiment {self.experiment_name}: variant {variant.name} fails more than {max_error_rate:g}% of "
