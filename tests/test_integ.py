@@ -136,3 +136,63 @@ def test_make_integ_without_a_region_says_so(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr.startswith("make integ: no AWS Region: set AWS_REGION"), done.stderr
+
+
+@pytest.mark.parametrize("app", APPS, ids=IDS)
+def test_snapshot_is_exactly_what_integ_update_writes(app, assemblies, tmp_path):
+    """No hand edits and no machine-specific bytes: the committed snapshot equals a fresh write."""
+    fresh = tmp_path / "snapshot"
+    snapshots.write_snapshot(assemblies[app.stem], fresh)
+    committed = snapshots.snapshot_dir(app)
+    names = sorted(p.name for p in committed.iterdir())
+    assert names == sorted(p.name for p in fresh.iterdir())
+    for name in names:
+        assert (committed / name).read_text() == (fresh / name).read_text(), f"{committed.name}/{name}"
+
+
+def test_assertion_results_are_read_as_integ_runner_reads_them(tmp_path):
+    from integ import run
+
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(
+        json.dumps(
+            {
+                "QueuedDeployAssert": {
+                    "AssertionResultsAwsApiCallSQSreceive": '{"status":"fail","message":"Expected Body\nto match"}',
+                    "AssertionResultsAwsApiCallDynamoDBgetItem": '{"status":"success"}',
+                    "SomethingElse": "ignored",
+                }
+            }
+        )
+    )
+    results = run.assertion_results(outputs, "QueuedDeployAssert")
+    assert results == {
+        "AssertionResultsAwsApiCallSQSreceive": {"status": "fail", "message": "Expected Body\nto match"},
+        "AssertionResultsAwsApiCallDynamoDBgetItem": {"status": "success"},
+    }
+    assert run.assertion_results(tmp_path / "missing.json", "QueuedDeployAssert") == {}
+
+
+def test_the_report_names_failures_durations_and_the_throttle_error():
+    from integ import run
+
+    ok = {
+        "test_case": "ThrottleProvocation/DefaultTest",
+        "deploy_seconds": {"IntegThrottle": 95.2, "ThrottleProvocation/DefaultTest/DeployAssert": 140.0},
+        "assertions": {"AssertionResultsA": {"status": "success"}},
+        "throttle_errors": ["BedrockRuntime.ThrottlingException"],
+        "destroy": {"ok": True, "seconds": 60.1},
+    }
+    failed = {
+        "test_case": "QueuedInference/DefaultTest",
+        "deploy_seconds": {"IntegQueuedInference": 80.0},
+        "assertions": {"AssertionResultsB": {"status": "fail", "message": "Missing key 'Item'"}},
+        "destroy": {"ok": False, "seconds": 12.0},
+    }
+    assert run.passed(ok) and not run.passed(failed)
+    assert not run.passed({**ok, "assertions": {}})  # a test case without assertion results proves nothing
+    text = run.report({"account": "111122223333", "region": "us-east-1"}, "us.amazon.nova-micro-v1:0", [ok, failed], [])
+    assert "| ThrottleProvocation/DefaultTest | PASS | IntegThrottle: 95.2, ThrottleProvocation/DefaultTest/DeployAssert: 140.0 | 1/1 | yes (60.1 s) |" in text
+    assert "| QueuedInference/DefaultTest | FAIL | IntegQueuedInference: 80.0 | 0/1 | NO: delete the stacks by hand (12.0 s) |" in text
+    assert "- QueuedInference/DefaultTest AssertionResultsB failed: Missing key 'Item'" in text
+    assert "- Throttle error name Step Functions reported: BedrockRuntime.ThrottlingException" in text
