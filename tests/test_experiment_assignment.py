@@ -346,3 +346,35 @@ def test_the_extension_fetcher_reads_the_appconfig_path_on_localhost(monkeypatch
         thread.join(5)
         server.server_close()
     assert paths == ["/applications/app1/environments/env1/configurations/prof1"]
+
+
+def test_the_appconfigdata_fetcher_follows_the_token_chain_and_keeps_the_document_when_unchanged():
+    import boto3
+    from botocore.response import StreamingBody
+    from botocore.stub import Stubber
+    from pacer_runtime.experiment import appconfigdata_fetcher
+
+    client = boto3.client("appconfigdata", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    body = json.dumps(document(70, 30)).encode()
+
+    def streamed(data: bytes) -> StreamingBody:
+        import io
+
+        return StreamingBody(io.BytesIO(data), len(data))
+
+    with Stubber(client) as stub:
+        stub.add_response("start_configuration_session", {"InitialConfigurationToken": "t0"},
+                          {"ApplicationIdentifier": "app", "EnvironmentIdentifier": "env",
+                           "ConfigurationProfileIdentifier": "prof", "RequiredMinimumPollIntervalInSeconds": 15})
+        stub.add_response("get_latest_configuration", {"NextPollConfigurationToken": "t1", "Configuration": streamed(body)},
+                          {"ConfigurationToken": "t0"})
+        stub.add_response("get_latest_configuration", {"NextPollConfigurationToken": "t2", "Configuration": streamed(b"")},
+                          {"ConfigurationToken": "t1"})
+        clock = Clock()
+        source = ExperimentSource(appconfigdata_fetcher(client, "app", "env", "prof"), clock=clock)
+        assert source.get().shares == {"control": 70, "concise": 30}
+        clock.now = 60
+        source.get()
+        source._refreshing.join(5)
+        assert source.get().shares == {"control": 70, "concise": 30} and source.errors == 0
+        stub.assert_no_pending_responses()
