@@ -16,6 +16,7 @@ from stacks.observability_stack import ObservabilityStack
 from stacks.orchestration_stack import OrchestrationStack
 from stacks.precompute_stack import PrecomputeStack
 from stacks.queued_inference_stack import QueuedInferenceStack
+from stacks.retrieval_stack import RetrievalStack
 
 
 def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) -> cdk.App:
@@ -25,6 +26,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
     queued = QueuedInferenceStack(app, "GenaiPacerQueuedInference")
     EndpointScalingStack(app, "GenaiPacerEndpointScaling")
     PrecomputeStack(app, "GenaiPacerPrecompute")
+    RetrievalStack(app, "GenaiPacerRetrieval")
     # One dashboard over the model the other stacks call, with their queues and workflows on it.
     ObservabilityStack(
         app,

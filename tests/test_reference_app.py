@@ -23,6 +23,7 @@ def test_every_reference_stack_synthesizes_with_zero_nag_findings(reference_asse
         "GenaiPacerOrchestration.template.json",
         "GenaiPacerPrecompute.template.json",
         "GenaiPacerQueuedInference.template.json",
+        "GenaiPacerRetrieval.template.json",
     ]
 
 

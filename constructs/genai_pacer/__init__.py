@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from . import capacity as capacity
     from . import planning as planning
+    from . import retrieval_tuning as retrieval_tuning
     from . import runtime as runtime
     from ._secure import StateMachineOptions as StateMachineOptions
     from .answer_router import AnswerRouter as AnswerRouter
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from .queued_inference import QueuedInference as QueuedInference
     from .quota import ModelQuota as ModelQuota
     from .quota import Share as Share
+    from .retrieval import HybridSearchPipeline as HybridSearchPipeline
+    from .retrieval import VectorIndexSettings as VectorIndexSettings
     from .sync_execution import SyncExecutionUrl as SyncExecutionUrl
 
 _EXPORTS = {
@@ -73,6 +76,9 @@ _EXPORTS = {
     "ScheduledPrecompute": ".precompute",
     "ModelQuota": ".quota",
     "Share": ".quota",
+    "HybridSearchPipeline": ".retrieval",
+    "VectorIndexSettings": ".retrieval",
+    "retrieval_tuning": ".retrieval_tuning",
 }
 
 __all__ = list(_EXPORTS)

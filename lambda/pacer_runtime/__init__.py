@@ -1,6 +1,6 @@
 """Runtime helpers shared by genai-pacer's Lambda handlers (and usable in any Python service)."""
 
-from . import answers, metrics, quota_pacer, sampling, streaming
+from . import answers, metrics, quota_pacer, retrieval, sampling, streaming
 from .bedrock import (
     ConverseResult,
     RequestError,
@@ -20,6 +20,7 @@ __all__ = [
     "answers",
     "metrics",
     "quota_pacer",
+    "retrieval",
     "sampling",
     "streaming",
     "AdmissionRejected",
