@@ -235,3 +235,19 @@ def test_emf_lines_round_trip_through_the_verdict_reader():
     assert data[variant.name].latencies_ms == [321.0] and data[variant.name].users == 1
     assert list(data[variant.name].outcome_units) == ["resolution"]
     assert json.loads(out.getvalue().splitlines()[0])["Variant"] == variant.name
+
+
+def test_a_failed_call_is_counted_for_its_variant_and_reaches_the_error_rate(bedrock_emulator):
+    experiment = Experiment.from_config(DOCUMENT)
+    client = bedrock_emulator.client(retries={"total_max_attempts": 1})
+    out = io.StringIO()
+    user = next(f"user-{i}" for i in range(100) if assign(experiment, f"user-{i}").name == "slower")
+    bedrock_emulator.fail_next("ModelTimeoutException", operation="Converse")
+    with contextlib.redirect_stdout(out), pytest.raises(Exception, match="ModelTimeoutException"):
+        call_variant(client, experiment, user, variables={"question": "q"})
+    with contextlib.redirect_stdout(out):
+        call_variant(client, experiment, user, variables={"question": "q"})
+    data = read_log(out.getvalue().splitlines())
+    assert (data["slower"].errors, len(data["slower"].latencies_ms), data["slower"].users) == (1, 1, 1)
+    error_line = json.loads(out.getvalue().splitlines()[0])
+    assert error_line["ErrorCode"] == "ModelTimeoutException" and error_line["Variant"] == "slower"

@@ -18,6 +18,16 @@ fallback follows (the workflow retries while the rollback holds the environment)
 always ends with everyone on the control variant. To restart the experiment, deploy a version with
 the split you want.
 
+Handlers read the document through the AppConfig Lambda extension (add its layer, e.g.
+`appconfig.Application.get_lambda_layer_version_arn(region, platform=appconfig.Platform.ARM_64)`,
+pass `environment_variables()` to the function and `grant_evaluate` its role) or the appconfigdata
+API; `pacer_runtime.experiment.ExperimentSource.from_environment()` reads those variables.
+
+Unconfirmed: AppConfig also rolls back when a monitored alarm is INSUFFICIENT_DATA, and a new alarm
+is INSUFFICIENT_DATA until its first evaluation (about a minute; missing data then counts as OK).
+If the first deployment of a new stack is rolled back for that reason, start it again once the
+alarms show OK.
+
 Why not AppConfig's own experiments (AWS::AppConfig::ExperimentDefinition / ExperimentRun): they
 assign treatments in the AppConfig agent (sticky per Entity-Id for the life of a run) and show
 exposure and allocation, but they run on feature-flag profiles only (flag attribute values, no
