@@ -4,6 +4,7 @@ the comparison, and `make integ` without credentials stops at once with a clear 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -25,8 +26,26 @@ IDS = [app.stem for app in APPS]
 
 @pytest.fixture(scope="module")
 def assemblies(tmp_path_factory) -> dict[str, Path]:
-    """Every integration test app synthesized once, in this process, with integ-runner's context."""
-    return {app.stem: snapshots.synth(app, tmp_path_factory.mktemp(app.stem)) for app in APPS}
+    """Every integration test app synthesized once per test session, in one process, with integ-runner's
+    context. Under pytest-xdist the first worker synthesizes into the session's shared temporary
+    directory while holding a lock; the others wait for it and read the same assemblies."""
+    session_root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker's base is <session root>/popen-gwN
+        session_root = session_root.parent
+    shared = session_root / "integ-assemblies"
+    shared.mkdir(exist_ok=True)
+    with (shared / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not (shared / ".done").exists():
+                for app in APPS:
+                    if (shared / app.stem).exists():
+                        shutil.rmtree(shared / app.stem)
+                    snapshots.synth(app, shared / app.stem)
+                (shared / ".done").touch()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return {app.stem: shared / app.stem for app in APPS}
 
 
 def _digest(directory: Path) -> str:
