@@ -203,6 +203,9 @@ def report(environment: dict[str, str], model_id: str, results: list[dict[str, A
         )
     lines.append("")
     for r in results:
+        passed_ids = [key for key, value in r["assertions"].items() if value.get("status") == "success"]
+        if passed_ids:
+            lines.append(f"- {r['test_case']} passed: {', '.join(passed_ids)}")
         for key, value in r["assertions"].items():
             if value.get("status") != "success":
                 lines.append(f"- {r['test_case']} {key} failed: {value.get('message', '')[:2000]}")

@@ -217,4 +217,5 @@ def test_the_report_names_failures_durations_and_the_throttle_error():
     assert "| ThrottleProvocation/DefaultTest | PASS | IntegThrottle: 95.2, ThrottleProvocation/DefaultTest/DeployAssert: 140.0 | 1/1 | yes (60.1 s) |" in text
     assert "| QueuedInference/DefaultTest | FAIL | IntegQueuedInference: 80.0 | 0/1 | NO: delete the stacks by hand (12.0 s) |" in text
     assert "- QueuedInference/DefaultTest AssertionResultsB failed: Missing key 'Item'" in text
+    assert "- ThrottleProvocation/DefaultTest passed: AssertionResultsA" in text
     assert "- Throttle error name Step Functions reported: BedrockRuntime.ThrottlingException" in text
