@@ -34,10 +34,13 @@ POLL = cdk.Duration.seconds(15)
 
 #: A JSON string's content (escaped quotes included), for matching answers in an execution's output.
 _TEXT = r'"(?:[^"\\]|\\.)+"'
-#: One narrowed Converse answer: non-empty text, a stop reason, token usage.
-ANSWER = (
-    r'\{\s*"text"\s*:\s*' + _TEXT + r'\s*,\s*"stopReason"\s*:\s*"\w+"\s*,\s*"usage"\s*:\s*'
-    r'\{\s*"inputTokens"\s*:\s*\d+\s*,\s*"outputTokens"\s*:\s*\d+\s*\}\s*\}'
+#: Exactly three narrowed Converse answers (non-empty text, a stop reason, token usage), whatever the
+#: order of their fields: lookaheads count each field, and a fourth "text" fails the match.
+THREE_ANSWERS = (
+    r'^\[(?=(?:[\s\S]*?"text"\s*:\s*' + _TEXT + r"){3})"
+    r'(?=(?:[\s\S]*?"stopReason"\s*:\s*"\w+"){3})'
+    r'(?=(?:[\s\S]*?"outputTokens"\s*:\s*\d+){3})'
+    r'(?![\s\S]*?(?:"text"[\s\S]*?){4})[\s\S]*\]$'
 )
 TICKERS = ["AAPL", "MSFT", "NVDA"]
 
@@ -135,7 +138,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
         orchestration.assertions.aws_api_call(
             "StepFunctions", "describeExecution", {"executionArn": run.get_att_string("executionArn")}
         )
-        .expect(succeeded_with(Match.string_like_regexp(r"^\[\s*" + ANSWER + r"(\s*,\s*" + ANSWER + r"){2}\s*\]$")))
+        .expect(succeeded_with(Match.string_like_regexp(THREE_ANSWERS)))
         .wait_for_assertions(total_timeout=WAIT, interval=POLL)
     )
     digest = orchestration.assertions.aws_api_call(

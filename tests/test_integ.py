@@ -219,3 +219,52 @@ def test_the_report_names_failures_durations_and_the_throttle_error():
     assert "- QueuedInference/DefaultTest AssertionResultsB failed: Missing key 'Item'" in text
     assert "- ThrottleProvocation/DefaultTest passed: AssertionResultsA" in text
     assert "- Throttle error name Step Functions reported: BedrockRuntime.ThrottlingException" in text
+
+
+def _string_like_patterns(app: str) -> list[str]:
+    """Every Match.string_like_regexp pattern of an app's committed assertions."""
+    found: list[str] = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                if key == "$StringLike":
+                    found.append(inner)
+                walk(inner)
+        elif isinstance(value, list):
+            for inner in value:
+                walk(inner)
+
+    for path in sorted(snapshots.snapshot_dir(ROOT / "integ" / app).glob("*.template.json")):
+        for resource in json.loads(path.read_text())["Resources"].values():
+            expected = resource.get("Properties", {}).get("expected")
+            if isinstance(expected, str):
+                walk(json.loads(expected))
+    return found
+
+
+_ANSWER = '{"usage":{"outputTokens":9,"inputTokens":14},"stopReason":"end_turn","text":"Apple sells \\"iPhones\\"."}'
+_NO_TEXT = _ANSWER.replace('"text":"Apple sells \\"iPhones\\"."', '"text":""')
+_BURST_OK = '[{"error":"none"},{"error":"BedrockRuntime.ThrottlingException"}]'
+_CAUSE = "2 records to answer (2 items, 0 rejected) is below the minimum of 100 records per job"
+
+
+@pytest.mark.parametrize(
+    ("app", "needle", "accepted", "refused"),
+    [
+        ("integ_orchestration.py", "outputTokens", f"[{_ANSWER},{_ANSWER},{_ANSWER}]", f"[{_ANSWER},{_ANSWER}]"),
+        ("integ_orchestration.py", "outputTokens", f"[{_ANSWER},{_ANSWER},{_ANSWER}]", f"[{_ANSWER},{_ANSWER},{_ANSWER},{_ANSWER}]"),
+        ("integ_orchestration.py", "outputTokens", f"[{_ANSWER},{_ANSWER},{_ANSWER}]", f"[{_ANSWER},{_ANSWER},{_NO_TEXT}]"),
+        ("integ_orchestration.py", "Throttling", _BURST_OK, '[{"error":"none"},{"error":"States.TaskFailed"}]'),
+        ("integ_precompute.py", "minimum", _CAUSE, "3 records to answer is below the minimum of 100"),
+    ],
+)
+def test_regexp_assertions_accept_a_real_shape_and_refuse_a_wrong_one(app, needle, accepted, refused):
+    """The patterns run in the assertion handler as JavaScript RegExp(pattern, "gm"); run them the same way."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (make installs it into node_modules)")
+    [pattern] = [p for p in _string_like_patterns(app) if needle in p]
+    script = "const [p, a, r] = JSON.parse(process.argv[1]); console.log(JSON.stringify([new RegExp(p, 'gm').test(a), new RegExp(p, 'gm').test(r)]))"
+    done = subprocess.run([node, "-e", script, json.dumps([pattern, accepted, refused])], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [True, False]
