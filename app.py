@@ -12,6 +12,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.endpoint_scaling_stack import EndpointScalingStack
+from stacks.experiment_stack import ExperimentStack
 from stacks.observability_stack import ObservabilityStack
 from stacks.orchestration_stack import OrchestrationStack
 from stacks.precompute_stack import PrecomputeStack
@@ -27,6 +28,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
     EndpointScalingStack(app, "GenaiPacerEndpointScaling")
     PrecomputeStack(app, "GenaiPacerPrecompute")
     RetrievalStack(app, "GenaiPacerRetrieval")
+    ExperimentStack(app, "GenaiPacerExperiment")
     # One dashboard over the model the other stacks call, with their queues and workflows on it.
     ObservabilityStack(
         app,

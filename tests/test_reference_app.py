@@ -19,6 +19,7 @@ def test_every_reference_stack_synthesizes_with_zero_nag_findings(reference_asse
         assert all(not p["violations"] for p in plugin_reports)
     assert sorted(p.name for p in reference_assembly.glob("*.template.json")) == [
         "GenaiPacerEndpointScaling.template.json",
+        "GenaiPacerExperiment.template.json",
         "GenaiPacerObservability.template.json",
         "GenaiPacerOrchestration.template.json",
         "GenaiPacerPrecompute.template.json",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from . import capacity as capacity
+    from . import experiment_verdict as experiment_verdict
     from . import planning as planning
     from . import retrieval_tuning as retrieval_tuning
     from . import runtime as runtime
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
     from .orchestration import BoundedMap as BoundedMap
     from .orchestration import ParallelPrompts as ParallelPrompts
     from .precompute import ScheduledPrecompute as ScheduledPrecompute
+    from .prompt_experiment import ExperimentVariant as ExperimentVariant
+    from .prompt_experiment import ManagedPrompt as ManagedPrompt
+    from .prompt_experiment import PromptExperiment as PromptExperiment
+    from .prompt_experiment import TextPrompt as TextPrompt
     from .queued_inference import QueuedInference as QueuedInference
     from .quota import ModelQuota as ModelQuota
     from .quota import Share as Share
@@ -79,6 +84,11 @@ _EXPORTS = {
     "HybridSearchPipeline": ".retrieval",
     "VectorIndexSettings": ".retrieval",
     "retrieval_tuning": ".retrieval_tuning",
+    "PromptExperiment": ".prompt_experiment",
+    "ExperimentVariant": ".prompt_experiment",
+    "TextPrompt": ".prompt_experiment",
+    "ManagedPrompt": ".prompt_experiment",
+    "experiment_verdict": ".experiment_verdict",
 }
 
 __all__ = list(_EXPORTS)

@@ -1,6 +1,6 @@
 """Runtime helpers shared by genai-pacer's Lambda handlers (and usable in any Python service)."""
 
-from . import answers, metrics, quota_pacer, retrieval, sampling, streaming
+from . import answers, experiment, metrics, quota_pacer, retrieval, sampling, streaming
 from .bedrock import (
     ConverseResult,
     RequestError,
@@ -18,6 +18,7 @@ from .structured_log import log
 
 __all__ = [
     "answers",
+    "experiment",
     "metrics",
     "quota_pacer",
     "retrieval",
