@@ -56,6 +56,7 @@ bench: $(VENV)/.dev-installed
 	$(VENV)/bin/python bench/batch_loader_bench.py --out $(BENCH_OUT)/batch_loader_bench.json > /dev/null
 	$(VENV)/bin/python bench/quota_pacer_experiment.py --quota-models sliding \
 		--out $(BENCH_OUT)/quota_pacer_experiment_sliding.json > /dev/null
+	$(VENV)/bin/python bench/retrieval_tuning.py --trials 5 --out $(BENCH_OUT) > /dev/null
 	@echo "reports: $$(ls $(BENCH_OUT) | tr '\n' ' ')"
 
 # Integration tests (integ/README.md): one app per construct family. Offline, `make test` compares
