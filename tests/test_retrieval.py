@@ -109,6 +109,10 @@ BAD_PIPELINE = [
     ({"description": ""}, "empty"),
     ({"encryption_key": "alias/x"}, "kms.Key"),
     ({"log_retention": 30}, "RetentionDays"),
+    # a token cannot be checked against the z_score rules at synth
+    ({"normalization": cdk.Token.as_string({"Ref": "Norm"})}, "normalization=.* is a deploy-time token"),
+    ({"combination": cdk.Token.as_number({"Ref": "Comb"})}, "combination=.* is a deploy-time token"),
+    ({"weights": (0.3, 0.6)}, r"not 1.0 \(OpenSearch allows 0.01 either way"),
 ]
 
 
@@ -207,6 +211,20 @@ BAD_INDEX = [
     ({"removal_policy": cdk.RemovalPolicy.SNAPSHOT}, "must be one of"),
     ({"index_managers": [""]}, "empty"),
     ({"log_retention": 30}, "log_retention configures the domain handler"),
+    # a second prop naming the vector (or text) field would silently replace its mapping
+    ({"metadata_fields": {"embedding": "keyword"}}, "names field 'embedding', which vector_field already maps"),
+    ({"text_field": "embedding"}, "names field 'embedding', which vector_field already maps"),
+    ({"metadata_fields": {"text": "keyword"}}, "names field 'text', which text_field already maps"),
+    ({"metadata_fields": {"": "keyword"}}, "a field name must be a non-empty literal string"),
+    ({"metadata_fields": {1: "keyword"}}, "a field name must be a non-empty literal string, not 1"),
+    ({"metadata_fields": {"_id": "keyword"}}, "OpenSearch metadata fields"),
+    ({"index_managers": []}, "without a principal"),
+    ({"removal_policy": cdk.Token.as_string({"Ref": "Policy"})}, "removal_policy=.* pass cdk.RemovalPolicy"),
+    ({"dimension": cdk.Token.as_string({"Ref": "Dim"})}, "dimension=.* is a string token; pass an integer or a number token"),
+    ({"ef_search": cdk.Token.as_string({"Ref": "Ef"})}, "ef_search=.* is a string token"),
+    ({"vector_field": cdk.Token.as_string({"Ref": "Field"})}, "vector_field=.* is a deploy-time token"),
+    ({"text_field": cdk.Token.as_string({"Ref": "Field"})}, "text_field=.* is a deploy-time token"),
+    ({"engine": cdk.Token.as_string({"Ref": "Engine"})}, "engine=.* is a deploy-time token"),
 ]
 
 
@@ -282,3 +300,24 @@ def test_grants_use_no_wildcard_and_no_managed_policy(reference):
             for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
                 assert "*" not in json.dumps(statement["Resource"]).replace(":*", ""), statement
 
+
+
+@pytest.mark.parametrize("target", ["collection", "domain"])
+def test_string_tokens_for_integers_are_refused_on_both_targets_and_number_tokens_pass(target):
+    """A string token for dimension used to pass on a domain (text in the index body) and die deep in
+    jsii on a collection; both now get one message naming the prop."""
+    with pytest.raises(InvalidPropsError, match="m=.* is a string token"):
+        index(target, m=cdk.Token.as_string({"Ref": "M"}))
+    stack, built = index(target, m=cdk.Token.as_number({"Ref": "M"}))
+    assert built.settings["m"] is not None
+
+
+def test_weights_within_opensearchs_tolerance_and_a_mapping_of_metadata_fields_are_accepted():
+    from types import MappingProxyType
+
+    _, built = pipeline(weights=(0.33, 0.33, 0.33))  # OpenSearch accepts a sum within 0.01 of 1.0
+    assert built.weights == (0.33, 0.33, 0.33)
+    stack, idx = index(metadata_fields=MappingProxyType({"tenant": "keyword"}))
+    fields = Template.from_stack(stack).to_json()["Resources"]
+    mapping = next(r for r in fields.values() if r["Type"] == "AWS::OpenSearchServerless::Index")["Properties"]["Mappings"]["Properties"]
+    assert mapping["tenant"] == {"Type": "keyword"} and mapping["embedding"]["Type"] == "knn_vector"

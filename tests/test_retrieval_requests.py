@@ -7,6 +7,7 @@ is also walked against the model's shapes for maximums, enums and unions (`model
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import botocore.session
@@ -42,6 +43,8 @@ def model_problems(shape: Any, value: Any, path: str = "$") -> list[str]:
     elif shape.type_name == "string":
         if "max" in meta and len(value) > meta["max"]:
             problems.append(f"{path}: length {len(value)} > max {meta['max']}")
+        if "pattern" in meta and not re.search(meta["pattern"], value):
+            problems.append(f"{path}: {value!r} does not match {meta['pattern']}")
         if shape.enum and value not in shape.enum:
             problems.append(f"{path}: {value!r} not in {shape.enum}")
     elif shape.type_name in ("integer", "long") and "max" in meta and value > meta["max"]:
@@ -394,3 +397,110 @@ def test_follow_up_rewrite_calls_the_model_only_when_the_question_leans_on_the_c
     assert not standalone.rewritten and standalone.elapsed_ms == 0.0
     with pytest.raises(r.RetrievalRequestError, match="role"):
         r.rewrite_follow_up(client, "m", [("system", "x")], "and it?")
+
+
+KB_ARN = "arn:aws:bedrock:us-east-1:111122223333:knowledge-base/ABCDEFGHIJ"
+
+
+def test_patterns_botocore_skips_are_checked_by_the_walk_and_by_the_builders():
+    """RetrieveAndGenerate's knowledgeBaseId is the bare 10-character id (Retrieve also takes the ARN)."""
+    assert_valid("Retrieve", r.build_retrieve_request(KB_ARN, "q"))
+    shape = SERVICE.operation_model("RetrieveAndGenerate").input_shape
+    as_arn = r.build_retrieve_and_generate_request(KB, "q", model_arn=MODEL_ARN)
+    as_arn["retrieveAndGenerateConfiguration"]["knowledgeBaseConfiguration"]["knowledgeBaseId"] = KB_ARN
+    assert not ParamValidator().validate(as_arn, shape).has_errors()  # botocore lets it through
+    assert any("knowledgeBaseId" in p for p in model_problems(shape, as_arn))  # the walk does not
+    with pytest.raises(r.RetrievalRequestError, match="takes the 10-character id only.*pass 'ABCDEFGHIJ'"):
+        r.build_retrieve_and_generate_request(KB_ARN, "q", model_arn=MODEL_ARN)
+    assert_valid("RetrieveAndGenerate", r.build_retrieve_and_generate_request(
+        KB, "q", model_arn="us.amazon.nova-lite-v1:0", session_id="a1b2-c3:d4"))
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: r.build_retrieve_and_generate_request(KB, "q", model_arn="Anthropic.Claude"), "does not match the API's model ARN pattern"),
+        (lambda: r.build_retrieve_and_generate_request(KB, "q", model_arn=MODEL_ARN, session_id="has space"), "session_id 'has space'"),
+        (lambda: r.build_retrieve_and_generate_request(KB, "q", model_arn=MODEL_ARN, session_id="x"), "2..100-character"),
+        (lambda: r.build_retrieve_request(KB, "q", next_token="a b"), "next_token holds whitespace"),
+        (lambda: r.build_retrieve_request(KB, "q", query_decomposition=0), "query_decomposition must be True or False, not the number 0"),
+        (lambda: r.build_retrieve_request(KB, "q", query_decomposition="yes"), "must be True or False, not a string"),
+        (lambda: r.ImplicitFilter("arn:aws:bedrock:us-east-1::foundation-model/Amazon.Nova", (r.MetadataAttribute("year", "NUMBER", "Year"),)), "must be a Bedrock model ARN"),
+        (lambda: r.in_("region", ["eu", math.nan]), r"in\('region'\): value\[1\] is the number nan"),
+        (lambda: r.not_in("region", ["eu", None]), r"value\[1\] is None"),
+    ],
+)
+def test_values_the_api_would_refuse_at_run_time(build, message):
+    with pytest.raises(r.RetrievalRequestError, match=message):
+        build()
+
+
+def test_retrieve_refuses_only_true_query_decomposition_with_the_reason():
+    assert "orchestrationConfiguration" not in r.build_retrieve_request(KB, "q", query_decomposition=False)
+    with pytest.raises(r.RetrievalRequestError, match="not available on Retrieve"):
+        r.build_retrieve_request(KB, "q", query_decomposition=True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"results": "chunk text"}, "results is a string"),
+        ({"results": None}, "results is None"),
+        ({"results": {"answer": 1}}, "results is a dict"),
+        ({"results": ["chunk"]}, r"results\[0\] is a string"),
+        ({"results": [{"text": "a", "score": "0.9"}]}, r"results\[0\] score is a string"),
+        ({"results": [{"text": "a", "score": math.nan}]}, "score is the number nan"),
+        ({"separator_tokens": -1}, "separator_tokens=-1"),
+        ({"separator_tokens": math.inf}, "separator_tokens=inf"),
+        ({"count_tokens": None}, "count_tokens is None"),
+        ({"count_tokens": lambda text: "3"}, "count_tokens returned '3'"),
+        ({"count_tokens": lambda text: -50}, "count_tokens returned -50"),
+    ],
+)
+def test_bad_context_budget_arguments(kwargs, message):
+    args = {"results": [{"content": {"text": "abc"}, "score": 0.5}] * 3, "max_tokens": 100, **kwargs}
+    with pytest.raises(r.RetrievalRequestError, match=message):
+        r.fit_context(args.pop("results"), **args)
+
+
+def test_fit_context_takes_the_whole_retrieve_response():
+    response = {"retrievalResults": [{"content": {"text": "low"}, "score": 0.1}, {"content": {"text": "high"}, "score": 0.9}]}
+    assert [c["content"]["text"] for c in r.fit_context(response, max_tokens=100).kept] == ["high", "low"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"source_excludes": "embedding"}, "one field per character"),
+        ({"source_excludes": [3]}, "list of field names"),
+        ({"field_prefix": None}, "field_prefix must be a string"),
+        ({"text_field": ""}, "text_field must name .* not an empty string"),
+        ({"vector_field": 7}, "vector_field must name the knn_vector field, not the number 7"),
+    ],
+)
+def test_bad_hybrid_query_arguments(kwargs, message):
+    args = {"text": "q", "text_field": "text", "vector": [0.1, 0.2], "vector_field": "embedding", **kwargs}
+    with pytest.raises(r.RetrievalRequestError, match=message):
+        r.hybrid_query(**args)
+    assert r.hybrid_query(text="q", text_field="text", vector=[0.1], vector_field="v", source_excludes=["v", "raw"])["_source"] == {"excludes": ["v", "raw"]}
+
+
+def test_an_empty_extracted_value_is_not_a_stated_fact():
+    facts = r.facts_to_filter("q", {"order_id": lambda q: "  ", "tags": lambda q: ["", "warranty"], "year": lambda q: ""})
+    assert facts.facts == {"tags": ["warranty"]} and facts.filter == r.equals("tags", "warranty")
+    with pytest.raises(r.RetrievalRequestError, match="extractors key 1"):
+        r.facts_to_filter("q", {1: lambda q: "a"})
+    with pytest.raises(r.RetrievalRequestError, match="normalize is None"):
+        r.facts_to_filter("q", {"a": lambda q: "a"}, normalize=None)
+
+
+@pytest.mark.parametrize(
+    ("question", "parts"),
+    [
+        ("What is the price, and also the warranty?", ["What is the price, and also the warranty?"]),  # "the warranty?" alone retrieves nothing
+        ("What is the price and also how long is the warranty?", ["What is the price?", "how long is the warranty?"]),
+        ("What is X? And what is Y?", ["What is X?", "what is Y?"]),
+    ],
+)
+def test_and_also_splits_only_before_a_new_question(question, parts):
+    assert r.split_compound_question(question) == parts

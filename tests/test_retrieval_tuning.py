@@ -213,3 +213,101 @@ def test_live_engine_sends_a_knn_query_with_per_query_ef_search_and_the_filter_i
     assert body["query"]["knn"]["embedding"] == {"vector": [0.1, 0.2], "k": 2, "method_parameters": {"ef_search": 64},
                                                  "filter": {"ids": {"values": ["1", "3"]}}}
     assert t.OpenSearchKnnEngine(send, "docs", "embedding").search([0.1], 2, 64) == [3, 1]
+
+
+@pytest.mark.parametrize(
+    ("sub_queries", "kwargs", "message"),
+    [
+        ("lexical", {}, "sub_queries='lexical' is a str"),
+        (None, {}, "sub_queries=None is a NoneType"),
+        ([], {}, "sub_queries has 0 entries"),
+        ([LEXICAL] * 6, {}, "1..5 sub-queries"),
+        ([["a", "b"], VECTOR], {}, r"sub_queries\[0\]=\['a', 'b'\] is a list; pass a mapping"),
+        ([{"a": math.nan, "b": 1.0}, VECTOR], {}, r"sub_queries\[0\]\['a'\]=nan is not a finite number"),
+        ([{"a": "4", "b": 1.0}, VECTOR], {}, r"sub_queries\[0\]\['a'\]='4' is not a finite number"),
+        ([LEXICAL, VECTOR], {"weights": [0.5, math.nan]}, r"weights\[1\]=nan: each weight must be a number from 0 to 1"),
+        ([LEXICAL, VECTOR], {"weights": [1.5, -0.5]}, r"weights\[0\]=1.5, weights\[1\]=-0.5"),
+        ([LEXICAL, VECTOR], {"weights": ["0.5", "0.5"]}, r"weights\[0\]='0.5'"),
+        ([LEXICAL, VECTOR], {"weights": 0.5}, "weights=0.5 is a float"),
+    ],
+)
+def test_combine_scores_refuses_what_it_cannot_reproduce(sub_queries, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        t.combine_scores(sub_queries, **kwargs)
+
+
+def test_weights_within_the_plugins_tolerance_are_accepted():
+    assert t.weights_sum_to_one([0.33, 0.33, 0.33]) and t.weights_sum_to_one([0.3, 0.71])
+    assert not t.weights_sum_to_one([0.3, 0.72])
+    assert len(t.combine_scores([LEXICAL, VECTOR, {"a": 1.0}], weights=[0.33, 0.33, 0.33])) == 3
+    with pytest.raises(ValueError, match="not a finite number"):
+        t.normalize({"a": math.inf})
+    with pytest.raises(ValueError, match="is a NoneType"):
+        t.normalize(None)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: t.RelevanceCase((LEXICAL,), {"a": 1.0}), "pass two mappings"),
+        (lambda: t.RelevanceCase((LEXICAL, {"a": "x"}), {"a": 1.0}), r"sub_queries\[1\]\['a'\]='x'"),
+        (lambda: t.RelevanceCase((LEXICAL, VECTOR), {}), "a query without judgments"),
+        (lambda: t.RelevanceCase((LEXICAL, VECTOR), "a"), "a query without judgments"),
+    ],
+)
+def test_bad_relevance_cases(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"step": 0.3}, "does not divide 1.0 evenly"),
+        ({"step": 0.07}, "does not divide 1.0 evenly"),
+        ({"normalizations": ()}, "normalizations=\\(\\) must be a non-empty list"),
+        ({"combinations": None}, "combinations=None must be a non-empty list"),
+        ({"normalizations": ("z_score",), "combinations": ("geometric_mean",)}, "no valid technique pair"),
+        ({"cases": "abc"}, "cases is empty or not a list"),
+        ({"cases": [{"sub_queries": [LEXICAL, VECTOR]}]}, r"cases\[0\] is a dict; pass RelevanceCase"),
+    ],
+)
+def test_grid_search_refuses_arguments_that_would_give_an_empty_or_misleading_grid(kwargs, message):
+    args = {"cases": relevance_cases(queries=1), **kwargs}
+    with pytest.raises(InvalidPropsError, match=message):
+        t.grid_search_weights(args.pop("cases"), **args)
+    assert t.grid_search_weights(relevance_cases(queries=1), step=0.25).results[0].weights[0] in (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: t.ndcg_at_k(["a"], {"a"}, 0), "k=0 is below the minimum of 1"),
+        (lambda: t.ndcg_at_k(["a"], {"a"}, None), "k is required"),
+        (lambda: t.recall_at_k(["a"], {"a"}, 2.5), "k=2.5 is not a whole number"),
+        (lambda: t.recall_at_k("abc", {"a"}, 3), "ranking='abc' is a str"),
+        (lambda: t.percentile([1.0, 2.0], 0), "p=0 must be greater than 0"),
+        (lambda: t.percentile([1.0, 2.0], 150), "p=150 exceeds the maximum of 100"),
+        (lambda: t.percentile([1.0, 2.0], math.nan), "p=nan is not a finite number"),
+    ],
+)
+def test_metric_arguments_are_checked(call, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((None, [[0]], [list(range(10))]), {}, "engine=None is a NoneType; pass an object with search"),
+        (("curve", "abc", [list(range(10))]), {}, "queries and truth must be non-empty lists"),
+        (("curve", [[0]], [[1]]), {}, r"truth rows \[0\] hold fewer than k=10 neighbours"),
+        (("curve", [[0]], [list(range(10))]), {"clock": None}, "clock=None is not callable"),
+        (("curve", [[0]], [list(range(10))]), {"k": "10"}, "k='10' is a str"),
+    ],
+)
+def test_ef_search_tuning_refuses_inputs_that_would_crash_or_mislead(args, kwargs, message):
+    engine = CurveEngine([list(range(10))]) if args[0] == "curve" else args[0]
+    with pytest.raises(InvalidPropsError, match=message) as raised:
+        t.tune_ef_search(engine, *args[1:], **kwargs)
+    assert not any("start=512 is below k" in p for p in raised.value.problems)  # no follow-on noise from a bad k

@@ -290,3 +290,60 @@ def test_the_stand_in_rejects_a_request_signed_with_other_credentials_or_service
     assert cluster.bad_signatures[0].endswith("signature does not match the request")
     assert "credential scope" in cluster.bad_signatures[1] and "'aoss'" in cluster.bad_signatures[1]
     cluster.bad_signatures.clear()
+
+
+def test_removing_ef_search_restores_the_default_instead_of_leaving_the_old_value(cluster):
+    h.handler(event(cluster, "Create", index_props(ef_search="64")), session=SESSION)
+    physical = cluster.responses[-1]["PhysicalResourceId"]
+    h.handler(event(cluster, "Update", index_props(ef_search=""), old=index_props(ef_search="64"), physical=physical), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS", cluster.responses[-1]["Reason"]
+    assert cluster.requests[-1] == ("PUT", "/docs/_settings", {"index": {"knn.algo_param.ef_search": None}})  # null: the default
+    sent = len(cluster.requests)
+    h.handler(event(cluster, "Update", index_props(ef_search=""), old=index_props(ef_search=""), physical=physical), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS" and len(cluster.requests) == sent  # nothing to change
+
+
+@pytest.mark.parametrize("cluster", ["aoss"], indirect=True)
+def test_serverless_retries_a_403_while_a_new_data_access_policy_applies(cluster, monkeypatch):
+    pauses: list[float] = []
+    monkeypatch.setattr(h.time, "sleep", pauses.append)
+    answers = iter([(403, {"message": "User does not have permissions for the requested resource"})] * 2)
+
+    original = cluster.answer
+
+    def flaky(method, path, body):
+        return next(answers, None) or original(method, path, body)
+
+    monkeypatch.setattr(cluster, "answer", flaky)
+    h.handler(event(cluster, "Create", pipeline_props()), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS", cluster.responses[-1]["Reason"]
+    assert pauses == [2.0, 4.0] and cluster.pipelines["hybrid"] == PIPELINE
+
+
+@pytest.mark.parametrize("cluster", ["aoss"], indirect=True)
+def test_a_403_that_outlasts_the_wait_fails_with_the_policy_hint(cluster, monkeypatch):
+    pauses: list[float] = []
+    monkeypatch.setattr(h.time, "sleep", pauses.append)
+    cluster.failures[("PUT", "/_search/pipeline/hybrid")] = (403, {"message": "no permissions"})
+    h.handler(event(cluster, "Create", pipeline_props()), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "FAILED" and "data access policy must name" in cluster.responses[-1]["Reason"]
+    assert sum(pauses) <= h.AOSS_PERMISSION_WAIT_SECONDS and len(pauses) >= 3
+
+
+class Context:
+    def __init__(self, millis: int) -> None:
+        self.millis = millis
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.millis
+
+
+def test_the_handler_answers_cloudformation_before_the_function_times_out(cluster):
+    """With less time left than the response reserve, nothing is sent to OpenSearch and the
+    resource fails with the reason, instead of a Lambda timeout leaving the stack waiting an hour."""
+    h.handler(event(cluster, "Create", pipeline_props()), Context(h.RESPONSE_RESERVE_SECONDS * 1000 + 500), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "FAILED" and "ran out of time" in cluster.responses[-1]["Reason"]
+    assert cluster.requests == []
+    h.handler(event(cluster, "Create", pipeline_props()), Context(120_000), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS"
+    assert h._time_left("GET", "/", h.Endpoint(cluster.url, "es", "us-east-1")) <= h.TIMEOUT_SECONDS

@@ -35,7 +35,13 @@ from constructs import Construct
 
 from ._checks import Checks, _show, is_token
 from ._secure import handler_function
-from .retrieval_tuning import COMBINATIONS, NORMALIZATIONS, WEIGHT_SUM_TOLERANCE, check_technique
+from .retrieval_tuning import (
+    COMBINATIONS,
+    NORMALIZATIONS,
+    WEIGHT_SUM_TOLERANCE,
+    check_technique,
+    weights_sum_to_one,
+)
 
 __all__ = [
     "ENGINES",
@@ -67,6 +73,36 @@ def _check_target(check: Checks, domain: Any, collection: Any) -> None:
     check.rule((domain is None) != (collection is None), f"exactly one target is needed: {_TARGET_FIX}")
 
 
+def _concrete(check: Checks, name: str, value: Any) -> bool:
+    """A setting that must be known at synth: the construct checks it against other settings or
+    writes it as a JSON key, which a deploy-time token cannot be."""
+    return check.rule(
+        not is_token(value),
+        f"{name}={_show(value)} is a deploy-time token; {name} decides what the construct checks and writes "
+        f"at synth, so pass a literal value",
+    )
+
+
+def _integer_prop(check: Checks, name: str, value: Any, **limits: Any) -> bool:
+    """check.integer, but a string token (a Ref to a String parameter) is refused: CloudFormation would
+    pass text where OpenSearch wants a number. Number tokens (cdk.Token.as_number) stay allowed."""
+    if isinstance(value, str) and is_token(value):
+        return check.fail(
+            f"{name}={value!r} is a string token; pass an integer or a number token "
+            f"(CfnParameter(type='Number').value_as_number, cdk.Token.as_number(...))"
+        )
+    return check.integer(name, value, **limits)
+
+
+def _claim(check: Checks, fields: dict[str, str], prop: str, name: str) -> None:
+    """One mapping per field: a second prop naming the same field would silently replace the first
+    (metadata_fields={'embedding': 'keyword'} would turn the vector field into a keyword)."""
+    if name in fields:
+        check.fail(f"{prop} names field {name!r}, which {fields[name]} already maps: each field is mapped once; rename one of them")
+    else:
+        fields[name] = prop
+
+
 def _policy_name(scope: Construct, prefix: str) -> str:
     """A data access policy name (3..32 lower-case letters, digits and hyphens), unique per construct."""
     return f"{prefix}-{scope.node.addr[:32 - len(prefix) - 1]}"
@@ -94,7 +130,8 @@ class HybridSearchPipeline(Construct):
         '.', '_', '-'; up to 128).
     domain / collection: exactly one; the managed domain (OpenSearch 2.10+) or the Serverless
         collection that holds the pipeline.
-    weights: one per hybrid sub-query, in sub-query order, each 0..1, summing to 1.0 (within 1e-6).
+    weights: one per hybrid sub-query, in sub-query order, each 0..1, summing to 1.0 (within 0.01,
+        the tolerance OpenSearch applies).
         Default: (0.5, 0.5): lexical and vector equally, until a relevance test set says otherwise
         (genai_pacer.retrieval_tuning.grid_search_weights).
     normalization: "min_max" (default: bounded 0..1, robust to one query's scale), "l2" or
@@ -140,8 +177,12 @@ class HybridSearchPipeline(Construct):
                     "with a letter or digit: it goes in the request path /_search/pipeline/<name>",
                 )
             _check_target(check, domain, collection)
-            normalization_ok = check.one_of("normalization", normalization, NORMALIZATIONS)
-            combination_ok = check.one_of("combination", combination, COMBINATIONS)
+            normalization_ok = _concrete(check, "normalization", normalization) and check.one_of(
+                "normalization", normalization, NORMALIZATIONS, fix="min_max (the default) suits most hybrid searches"
+            )
+            combination_ok = _concrete(check, "combination", combination) and check.one_of(
+                "combination", combination, COMBINATIONS, fix="arithmetic_mean (the default) is the only one z_score allows"
+            )
             if normalization_ok and combination_ok:
                 for problem in check_technique(normalization, combination, serverless=collection is not None):
                     check.fail(problem)
@@ -224,8 +265,9 @@ class HybridSearchPipeline(Construct):
         if ok and not any(is_token(w) for w in weights):
             total = math.fsum(weights)
             check.rule(
-                abs(total - 1.0) <= WEIGHT_SUM_TOLERANCE,
-                f"weights={list(weights)} sum to {total:g}, not 1.0: OpenSearch refuses the pipeline; scale them to "
+                weights_sum_to_one(weights),
+                f"weights={list(weights)} sum to {total:g}, not 1.0 (OpenSearch allows {WEIGHT_SUM_TOLERANCE:g} either "
+                f"way and refuses the pipeline otherwise); scale them to "
                 f"sum to 1.0, e.g. {[round(w / total, 4) for w in weights] if total else [0.5, 0.5]}",
             )
 
@@ -299,14 +341,18 @@ class VectorIndexSettings(Construct):
                     bool(_INDEX_NAME.match(index_name)),
                     f"index_name={index_name!r} must be lower-case letters, digits, '_' and '-', starting with a letter",
                 )
-            check.integer("dimension", dimension, minimum=1, maximum=16_000, fix="the embedding model's output size, e.g. 1024")
+            _integer_prop(check, "dimension", dimension, minimum=1, maximum=16_000, fix="the embedding model's output size, e.g. 1024")
             _check_target(check, domain, collection)
-            check.text("vector_field", vector_field, max_length=255)
-            engine_ok = check.one_of("engine", engine, ENGINES)
-            check.one_of("space_type", space_type, SPACE_TYPES, fix="match the embedding model's similarity")
-            check.integer("m", m, minimum=2, maximum=100, fix="HNSW links per node; 16 is OpenSearch's default")
-            check.integer("ef_construction", ef_construction, minimum=2, maximum=4096, fix="100 is OpenSearch's default")
-            if check.integer("ef_search", ef_search, minimum=2, maximum=100_000, optional=True,
+            fields: dict[str, str] = {}  # field name -> the prop that names it
+            if _concrete(check, "vector_field", vector_field) and check.text("vector_field", vector_field, max_length=255):
+                fields[vector_field] = "vector_field"
+            engine_ok = _concrete(check, "engine", engine) and check.one_of("engine", engine, ENGINES)
+            _concrete(check, "space_type", space_type) and check.one_of(
+                "space_type", space_type, SPACE_TYPES, fix="match the embedding model's similarity"
+            )
+            _integer_prop(check, "m", m, minimum=2, maximum=100, fix="HNSW links per node; 16 is OpenSearch's default")
+            _integer_prop(check, "ef_construction", ef_construction, minimum=2, maximum=4096, fix="100 is OpenSearch's default")
+            if _integer_prop(check, "ef_search", ef_search, minimum=2, maximum=100_000, optional=True,
                              fix="omit it for OpenSearch's default of 100") and engine_ok:
                 check.rule(
                     engine != "lucene",
@@ -319,16 +365,33 @@ class VectorIndexSettings(Construct):
                     "engine='nmslib' has no efficient k-NN filtering: a filter is applied after the search and a "
                     "restrictive one returns fewer than k results; use faiss or lucene",
                 )
-            check.text("text_field", text_field, optional=True, max_length=255)
+            if _concrete(check, "text_field", text_field) and check.text("text_field", text_field, optional=True, max_length=255) and text_field:
+                _claim(check, fields, "text_field", text_field)
             if metadata_fields is not None and check.instance(
-                "metadata_fields", metadata_fields, dict, "a dict of field name -> type"
+                "metadata_fields", metadata_fields, Mapping, "a dict of field name -> type, e.g. {'tenant': 'keyword'}"
             ):
                 for name, kind in metadata_fields.items():
-                    check.one_of(f"metadata_fields[{name!r}]", kind, field_types)
-            check.one_of("removal_policy", removal_policy, (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.DESTROY))
+                    where = f"metadata_fields[{name!r}]"
+                    if not isinstance(name, str) or not name.strip() or is_token(name):
+                        check.fail(f"{where}: a field name must be a non-empty literal string, not {_show(name)}")
+                        continue
+                    if name.startswith("_"):
+                        check.fail(f"{where}: names starting with '_' are OpenSearch metadata fields (_id, _source...); rename the attribute")
+                        continue
+                    _claim(check, fields, where, name)
+                    check.one_of(where, kind, field_types, fix="keyword for exact-match filters, integer/date for ranges")
+            if check.instance("removal_policy", removal_policy, cdk.RemovalPolicy, "cdk.RemovalPolicy.RETAIN or DESTROY"):
+                check.one_of("removal_policy", removal_policy, (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.DESTROY),
+                             fix="RETAIN keeps the indexed data; SNAPSHOT does not exist for an index")
             if index_managers is not None:
                 check.rule(collection is not None, "index_managers applies to a collection's data access policy; with a domain drop it")
-                check.each("index_managers", index_managers, lambda n, v: check.text(n, v, fix="a principal ARN"))
+                if check.each("index_managers", index_managers, lambda n, v: check.text(n, v, fix="a principal ARN")):
+                    check.rule(
+                        len(index_managers) > 0,
+                        "index_managers=[] leaves the index's data access policy without a principal, so nobody (not "
+                        "even CloudFormation) may create the index: omit it for the CDK bootstrap execution role, or "
+                        "name the role that deploys this stack",
+                    )
             if collection is not None:
                 for name, value in (("encryption_key", encryption_key), ("log_retention", log_retention)):
                     check.rule(value is None, f"{name} configures the domain handler's log group; a collection's index needs no function: drop it")

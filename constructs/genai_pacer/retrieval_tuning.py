@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ._checks import Checks
+from ._checks import Checks, _show, kind_of
 
 __all__ = [
     "COMBINATIONS",
@@ -59,14 +59,24 @@ __all__ = [
     "percentile",
     "recall_at_k",
     "tune_ef_search",
+    "weights_sum_to_one",
 ]
 
 NORMALIZATIONS = ("min_max", "l2", "z_score")
 COMBINATIONS = ("arithmetic_mean", "geometric_mean", "harmonic_mean")
 #: What the neural-search plugin substitutes for a normalized score of exactly 0 (min_max, z_score).
 MIN_SCORE = 0.001
-#: How far a weights list may sum from 1.0 (float rounding of 0.1 steps).
-WEIGHT_SUM_TOLERANCE = 1e-6
+#: How far a weights list may sum from 1.0: the neural-search plugin's own tolerance
+#: (ScoreCombinationUtil.DELTA_FOR_WEIGHTS_ASSERTION), so (0.33, 0.33, 0.33) passes here as it does there.
+WEIGHT_SUM_TOLERANCE = 0.01
+#: A hybrid query holds at most 5 sub-queries.
+MAX_SUBQUERIES = 5
+
+
+def weights_sum_to_one(weights: Sequence[float]) -> bool:
+    """Whether OpenSearch accepts the weights' sum: within WEIGHT_SUM_TOLERANCE of 1.0 (the plugin
+    sums float32s, so 0.99 passes there; 1e-9 absorbs the double rounding of 1 - 0.99 here)."""
+    return abs(math.fsum(weights) - 1.0) <= WEIGHT_SUM_TOLERANCE + 1e-9
 
 
 def check_technique(normalization: str, combination: str, *, serverless: bool = False) -> list[str]:
@@ -90,6 +100,7 @@ def check_technique(normalization: str, combination: str, *, serverless: bool = 
 
 def normalize(scores: Mapping[Any, float], technique: str = "min_max") -> dict[Any, float]:
     """One sub-query's hits (doc -> raw score) normalized as the normalization-processor does."""
+    _check_hits("scores", scores)
     if not scores:
         return {}
     values = list(scores.values())
@@ -123,6 +134,17 @@ def normalize(scores: Mapping[Any, float], technique: str = "min_max") -> dict[A
     raise ValueError(f"normalization technique {technique!r} must be one of {', '.join(NORMALIZATIONS)}")
 
 
+def _check_hits(name: str, hits: Any) -> None:
+    """A sub-query's hits: a mapping of doc -> finite raw score (what the index returned)."""
+    if not isinstance(hits, Mapping):
+        raise ValueError(f"{name}={_show(hits)} is {kind_of(hits)}; pass a mapping of doc id -> raw score, e.g. {{'doc-1': 12.3}}")
+    for doc, score in hits.items():
+        if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
+            raise ValueError(
+                f"{name}[{doc!r}]={_show(score)} is not a finite number; export the raw score OpenSearch returned for each hit"
+            )
+
+
 def _combine(values: Sequence[float], weights: Sequence[float], technique: str) -> float:
     if technique == "arithmetic_mean":
         pairs = [(w, s) for w, s in zip(weights, values, strict=True) if s >= 0]
@@ -152,13 +174,34 @@ def combine_scores(
     sub_queries: one mapping per sub-query, in the hybrid query's order, of the hits it returned.
     weights: one per sub-query summing to 1.0. Default: equal weights.
     """
-    problems = check_technique(normalization, combination)
+    if isinstance(sub_queries, str | Mapping) or not isinstance(sub_queries, Sequence):
+        raise ValueError(
+            f"sub_queries={_show(sub_queries)} is {kind_of(sub_queries)}; pass a list with one mapping of doc -> score "
+            "per sub-query, lexical first, vector second"
+        )
     n = len(sub_queries)
-    weights = list(weights) if weights is not None else [1.0 / n] * n
-    if len(weights) != n:
-        problems.append(f"weights has {len(weights)} values for {n} sub-queries; give one per sub-query, in order")
-    elif n and abs(sum(weights) - 1.0) > WEIGHT_SUM_TOLERANCE:
-        problems.append(f"weights {weights} sum to {sum(weights):g}, not 1.0")
+    if not 1 <= n <= MAX_SUBQUERIES:
+        raise ValueError(f"sub_queries has {n} entries; a hybrid query has 1..{MAX_SUBQUERIES} sub-queries")
+    for i, hits in enumerate(sub_queries):
+        _check_hits(f"sub_queries[{i}]", hits)
+    problems = check_technique(normalization, combination)
+    if weights is None:
+        weights = [1.0 / n] * n
+    elif isinstance(weights, str | Mapping) or not isinstance(weights, Sequence):
+        problems.append(f"weights={_show(weights)} is {kind_of(weights)}; pass one weight per sub-query, e.g. [0.3, 0.7]")
+        weights = []
+    else:
+        weights = list(weights)
+        bad = [
+            f"weights[{i}]={_show(w)}" for i, w in enumerate(weights)
+            if isinstance(w, bool) or not isinstance(w, int | float) or not (math.isfinite(w) and 0 <= w <= 1)
+        ]
+        if bad:
+            problems.append(f"{', '.join(bad)}: each weight must be a number from 0 to 1")
+        elif len(weights) != n:
+            problems.append(f"weights has {len(weights)} values for {n} sub-queries; give one per sub-query, in order")
+        elif not weights_sum_to_one(weights):
+            problems.append(f"weights {weights} sum to {math.fsum(weights):g}, not 1.0; scale them to sum to 1.0")
     if problems:
         raise ValueError("; ".join(problems))
     normalized = [normalize(hits, normalization) for hits in sub_queries]
@@ -174,6 +217,7 @@ def combine_scores(
 
 def ndcg_at_k(ranking: Sequence[Any], relevant: Mapping[Any, float] | Iterable[Any], k: int) -> float:
     """nDCG@k with graded relevance (doc -> gain) or a set of relevant docs (gain 1)."""
+    _check_metric_args("ndcg_at_k", ranking, k)
     gains = dict(relevant) if isinstance(relevant, Mapping) else dict.fromkeys(relevant, 1.0)
     dcg = sum(gains.get(doc, 0.0) / math.log2(i + 2) for i, doc in enumerate(ranking[:k]))
     ideal = sorted(gains.values(), reverse=True)[:k]
@@ -182,8 +226,24 @@ def ndcg_at_k(ranking: Sequence[Any], relevant: Mapping[Any, float] | Iterable[A
 
 
 def recall_at_k(ranking: Sequence[Any], relevant: Iterable[Any], k: int) -> float:
+    """The share of the relevant documents found in the top k (0.0 when none are judged relevant)."""
+    _check_metric_args("recall_at_k", ranking, k)
     wanted = set(relevant)
     return len(wanted.intersection(ranking[:k])) / len(wanted) if wanted else 0.0
+
+
+def _rows(value: Any) -> bool:
+    """A list-like of rows (a list, a tuple or a numpy array), not a string or a mapping."""
+    return not isinstance(value, str | bytes | Mapping) and hasattr(value, "__len__") and hasattr(value, "__getitem__")
+
+
+def _check_metric_args(owner: str, ranking: Any, k: Any) -> None:
+    with Checks(owner) as check:
+        check.integer("k", k, minimum=1, maximum=10_000, fix="the cut-off the prompt uses, e.g. 10")
+        check.rule(
+            isinstance(ranking, Sequence) and not isinstance(ranking, str),
+            f"ranking={_show(ranking)} is {kind_of(ranking)}; pass the ranked doc ids, best first",
+        )
 
 
 @dataclass(frozen=True)
@@ -192,6 +252,21 @@ class RelevanceCase:
 
     sub_queries: tuple[Mapping[Any, float], ...]
     relevant: Mapping[Any, float]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sub_queries, str | Mapping) or not isinstance(self.sub_queries, Sequence) or len(self.sub_queries) != 2:
+            raise ValueError(
+                f"RelevanceCase sub_queries={_show(self.sub_queries)}: pass two mappings of doc -> raw score, the "
+                "lexical hits first and the vector hits second (the order hybrid_query uses)"
+            )
+        for i, hits in enumerate(self.sub_queries):
+            _check_hits(f"RelevanceCase sub_queries[{i}]", hits)
+        object.__setattr__(self, "sub_queries", tuple(self.sub_queries))
+        if not isinstance(self.relevant, Mapping | set | frozenset | list | tuple) or isinstance(self.relevant, str) or not self.relevant:
+            raise ValueError(
+                f"RelevanceCase relevant={_show(self.relevant)}: pass the documents judged relevant (doc -> gain, or a "
+                "set of ids); a query without judgments scores 0 for every setting and only drags the means down"
+            )
 
 
 @dataclass(frozen=True)
@@ -239,12 +314,30 @@ def grid_search_weights(
     the less extreme setting)."""
     with Checks("grid_search_weights") as check:
         check.integer("k", k, minimum=1, maximum=10_000)
-        check.number("step", step, above=0, maximum=0.5, fix="e.g. 0.1 tries 0.0, 0.1 ... 1.0")
-        check.rule(bool(cases), "cases is empty: export at least one query with judged documents")
-        for n in normalizations:
-            check.one_of("normalizations[]", n, NORMALIZATIONS)
-        for c in combinations:
-            check.one_of("combinations[]", c, COMBINATIONS)
+        if check.number("step", step, above=0, maximum=0.5, fix="e.g. 0.1 tries 0.0, 0.1 ... 1.0"):
+            check.rule(
+                abs(1 / step - round(1 / step)) < 1e-9,
+                f"step={step!r} does not divide 1.0 evenly, so the grid would not reach the weights it names; "
+                "use 0.5, 0.25, 0.2, 0.1, 0.05 or 0.01",
+            )
+        if isinstance(cases, str) or not isinstance(cases, Sequence) or not cases:
+            check.fail(f"cases is empty or not a list (got {_show(cases)}); export at least one query with judged documents")
+        else:
+            for i, case in enumerate(cases):
+                check.rule(isinstance(case, RelevanceCase), f"cases[{i}] is {kind_of(case)}; pass RelevanceCase(sub_queries, relevant)")
+        lists_ok = True
+        for name, values, choices in (("normalizations", normalizations, NORMALIZATIONS), ("combinations", combinations, COMBINATIONS)):
+            if isinstance(values, str) or not isinstance(values, Sequence) or not values:
+                lists_ok = check.fail(f"{name}={_show(values)} must be a non-empty list drawn from {', '.join(choices)}")
+                continue
+            for i, value in enumerate(values):
+                lists_ok = check.one_of(f"{name}[{i}]", value, choices) and lists_ok
+        if lists_ok:
+            check.rule(
+                any(not check_technique(n, c) for n in normalizations for c in combinations),
+                f"no valid technique pair in normalizations={list(normalizations)} x combinations={list(combinations)} "
+                "(z_score combines only with arithmetic_mean); add arithmetic_mean or min_max",
+            )
     steps = round(1 / step)
     splits = [(round(i / steps, 10), round(1 - i / steps, 10)) for i in range(steps + 1)]
     results = []
@@ -275,6 +368,8 @@ class VectorEngine(Protocol):
 
 def percentile(values: Sequence[float], p: float) -> float:
     """The p-th percentile, nearest-rank (what a latency SLO counts: p99 is a real observation)."""
+    with Checks("percentile") as check:
+        check.number("p", p, above=0, maximum=100, fix="e.g. 50 for the median, 99 for p99")
     ordered = sorted(values)
     if not ordered:
         return math.nan
@@ -323,12 +418,25 @@ def tune_ef_search(
     stays >= target_recall; stop at the first step below target. truth[i]: the exact k nearest
     neighbours of queries[i] (brute force, computed once)."""
     with Checks("tune_ef_search") as check:
-        check.integer("k", k, minimum=1, maximum=10_000)
-        check.number("target_recall", target_recall, above=0, maximum=1)
-        if check.integer("start", start, minimum=1, maximum=100_000):
+        k_ok = check.integer("k", k, minimum=1, maximum=10_000)
+        check.number("target_recall", target_recall, above=0, maximum=1, fix="e.g. 0.95")
+        if check.integer("start", start, minimum=1, maximum=100_000) and k_ok:
             check.rule(start >= k, f"start={start} is below k={k}: ef_search below k cannot return k neighbours; start at k or more")
         check.number("factor", factor, above=0, maximum=0.99, fix="e.g. 0.5 halves ef_search each step")
-        check.rule(len(queries) == len(truth) and len(queries) > 0, "queries and truth must be non-empty and of the same length")
+        check.rule(callable(getattr(engine, "search", None)),
+                   f"engine={_show(engine)} is {kind_of(engine)}; pass an object with search(vector, k, ef_search), "
+                   "e.g. FaissHnswEngine(vectors) or OpenSearchKnnEngine(send, index, vector_field)")
+        check.rule(callable(clock), f"clock={_show(clock)} is not callable; leave it at time.perf_counter")
+        lists = all(_rows(v) for v in (queries, truth))
+        if check.rule(lists and len(queries) == len(truth) and len(queries) > 0,
+                      "queries and truth must be non-empty lists of the same length: one query vector and its exact "
+                      "nearest neighbours per row") and k_ok:
+            short = [i for i, row in enumerate(truth) if not _rows(row) or len(row) < k]
+            check.rule(
+                not short,
+                f"truth rows {short[:5]} hold fewer than k={k} neighbours, so recall@{k} could never reach 1.0; "
+                "give each query its exact k nearest neighbours (FaissHnswEngine.exact computes them)",
+            )
     steps: list[EfSearchStep] = []
     chosen = None
     ef = start

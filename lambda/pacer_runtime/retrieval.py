@@ -89,6 +89,12 @@ SEARCH_TYPES = ("HYBRID", "SEMANTIC")
 ATTRIBUTE_TYPES = ("STRING", "NUMBER", "BOOLEAN", "STRING_LIST")
 _KB_ID = re.compile(r"^[0-9a-zA-Z]{10}$|^arn:aws(-[^:]+)?:bedrock:[a-z0-9-]{1,20}:[0-9]{12}:knowledge-base/[0-9a-zA-Z]{10}$")
 _RERANK_ARN = re.compile(r"^arn:aws(-[^:]+)?:bedrock:[a-z0-9-]{1,20}::foundation-model/.+$")
+#: The API model's patterns (BedrockModelArn, SessionId, NextToken): botocore does not check them.
+_MODEL_ARN = re.compile(
+    r"^(arn:aws(-[^:]+)?:(bedrock|sagemaker):[a-z0-9-]{1,20}:([0-9]{12})?:([a-z-]+/)?)?([a-z0-9.-]{1,63}){0,2}"
+    r"(([:][a-z0-9-]{1,63}){0,2})?(/[a-z0-9]{1,12})?$"
+)
+_SESSION_ID = re.compile(r"^[0-9a-zA-Z._:-]{2,100}$")
 #: Sub-query positions in `hybrid_query`: a pipeline's weights list follows this order.
 HYBRID_SUBQUERY_ORDER = ("lexical", "vector")
 
@@ -182,12 +188,12 @@ class Filter:
         elif op in _NUMBER_OPERATORS:
             ok, expected = _is_number(value), "a finite number (range operators compare numbers)"
         elif op in _LIST_OPERATORS:
-            ok = (
-                isinstance(value, list | tuple)
-                and len(value) > 0
-                and all(isinstance(v, str) or _is_number(v) for v in value)
-            )
+            ok = isinstance(value, list | tuple) and len(value) > 0
             expected = "a non-empty list of strings or numbers"
+            if ok:
+                for i, member in enumerate(value):
+                    if not (isinstance(member, str) or _is_number(member)):
+                        raise RetrievalRequestError(f"{where}: value[{i}] is {_kind(member)}; {op} takes {expected}")
         elif op == "listContains":
             ok, expected = isinstance(value, str) or _is_number(value), "a string or a number (one list element)"
         else:
@@ -361,8 +367,11 @@ class ImplicitFilter:
     attributes: tuple[MetadataAttribute, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.model_arn, str) or not self.model_arn.startswith("arn:"):
-            raise RetrievalRequestError(f"ImplicitFilter model_arn {self.model_arn!r} must be a model ARN")
+        if not isinstance(self.model_arn, str) or not self.model_arn.startswith("arn:") or not _MODEL_ARN.match(self.model_arn):
+            raise RetrievalRequestError(
+                f"ImplicitFilter model_arn {self.model_arn!r} must be a Bedrock model ARN, e.g. "
+                "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-lite-v1:0 (the model that derives the filter)"
+            )
         attributes = tuple(self.attributes)
         object.__setattr__(self, "attributes", attributes)
         if not 1 <= len(attributes) <= MAX_IMPLICIT_ATTRIBUTES:
@@ -417,10 +426,16 @@ def _vector_search(
     return config
 
 
-def _knowledge_base_id(value: Any) -> str:
+def _knowledge_base_id(value: Any, *, arn_allowed: bool = True) -> str:
     if not isinstance(value, str) or not _KB_ID.match(value):
         raise RetrievalRequestError(
-            f"knowledge_base_id {value!r} must be a 10-character knowledge base id (letters and digits) or its ARN"
+            f"knowledge_base_id {value!r} must be a 10-character knowledge base id (letters and digits)"
+            + (" or its ARN" if arn_allowed else "")
+        )
+    if not arn_allowed and value.startswith("arn:"):
+        raise RetrievalRequestError(
+            f"knowledge_base_id {value!r}: RetrieveAndGenerate takes the 10-character id only (its model allows no "
+            f"ARN there, unlike Retrieve); pass {value.rsplit('/', 1)[-1]!r}"
         )
     return value
 
@@ -445,6 +460,8 @@ def build_retrieve_request(
     call build_retrieve_and_generate_request, or split the question yourself
     (split_compound_question) and retrieve per part.
     """
+    if not isinstance(query_decomposition, bool):
+        raise RetrievalRequestError(f"query_decomposition must be True or False, not {_kind(query_decomposition)}")
     if query_decomposition:
         raise RetrievalRequestError(
             "query_decomposition is not available on Retrieve: the API has no queryTransformationConfiguration "
@@ -467,6 +484,8 @@ def build_retrieve_request(
     }
     if next_token is not None:
         request["nextToken"] = _text("next_token", next_token, 2048)
+        if any(c.isspace() for c in next_token):
+            raise RetrievalRequestError("next_token holds whitespace; pass the nextToken a previous Retrieve response returned, unchanged")
     return request
 
 
@@ -491,10 +510,15 @@ def build_retrieve_and_generate_request(
     """
     if not isinstance(model_arn, str) or not model_arn.strip() or len(model_arn) > 2048:
         raise RetrievalRequestError(f"model_arn must be the generating model's ARN or id, not {_kind(model_arn)}")
+    if not _MODEL_ARN.match(model_arn):
+        raise RetrievalRequestError(
+            f"model_arn {model_arn!r} does not match the API's model ARN pattern (lower-case model ids, e.g. "
+            "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-lite-v1:0 or an inference profile ARN)"
+        )
     if not isinstance(query_decomposition, bool):
         raise RetrievalRequestError(f"query_decomposition must be True or False, not {_kind(query_decomposition)}")
     configuration: dict[str, Any] = {
-        "knowledgeBaseId": _knowledge_base_id(knowledge_base_id),
+        "knowledgeBaseId": _knowledge_base_id(knowledge_base_id, arn_allowed=False),
         "modelArn": model_arn,
         "retrievalConfiguration": {
             "vectorSearchConfiguration": _vector_search(
@@ -515,8 +539,11 @@ def build_retrieve_and_generate_request(
         "retrieveAndGenerateConfiguration": {"type": "KNOWLEDGE_BASE", "knowledgeBaseConfiguration": configuration},
     }
     if session_id is not None:
-        if not isinstance(session_id, str) or not 2 <= len(session_id) <= 100:
-            raise RetrievalRequestError("session_id must be the 2..100-character id a previous response returned")
+        if not isinstance(session_id, str) or not _SESSION_ID.match(session_id):
+            raise RetrievalRequestError(
+                f"session_id {session_id!r} must be the 2..100-character id (letters, digits, '.', '_', ':', '-') a "
+                "previous RetrieveAndGenerate response returned; omit it to start a new session"
+            )
         request["sessionId"] = session_id
     return request
 
@@ -560,25 +587,52 @@ def fit_context(
 ) -> ContextBudget:
     """Keep the highest-scoring chunks that fit `max_tokens`, stopping at the first that does not fit.
 
-    results: Retrieve's retrievalResults ({"content": {"text"}, "score", ...}) or any mapping with
-    "text"/"score". Stopping (rather than skipping to a smaller, lower-ranked chunk) keeps the
+    results: Retrieve's retrievalResults ({"content": {"text"}, "score", ...}), the whole Retrieve
+    response, or any mappings with "text"/"score". Stopping (rather than skipping to a smaller, lower-ranked chunk) keeps the
     prompt a prefix of the ranking, so what the model reads is always the best of what was found.
     Results without a score keep their given order after the scored ones.
     """
     _whole("max_tokens", max_tokens, 1, 10_000_000, "the prompt tokens you allow for retrieved context")
     if max_chunks is not None:
         _whole("max_chunks", max_chunks, 1, 10_000, "the most chunks to send")
+    _whole("separator_tokens", separator_tokens, 0, 1_000, "the tokens between two chunks in the prompt")
+    if not callable(count_tokens):
+        raise RetrievalRequestError(f"count_tokens is {_kind(count_tokens)}; pass a function(text) -> token count, or omit it")
+    if isinstance(results, Mapping) and "retrievalResults" in results:
+        results = results["retrievalResults"]  # the whole Retrieve response
+    if isinstance(results, str | bytes | Mapping) or not isinstance(results, Iterable):
+        raise RetrievalRequestError(
+            f"results is {_kind(results)}; pass Retrieve's retrievalResults (or the whole response), a list of "
+            "{'content': {'text': ...}, 'score': ...}"
+        )
+    items = list(results)
+    for i, result in enumerate(items):
+        if not isinstance(result, Mapping):
+            raise RetrievalRequestError(f"results[{i}] is {_kind(result)}; each result is a mapping with content.text (or text) and score")
+        score = result.get("score")
+        if score is not None and not _is_number(score):
+            raise RetrievalRequestError(
+                f"results[{i}] score is {_kind(score)}; a score must be a finite number (or absent: unscored results "
+                "keep their order after the scored ones)"
+            )
+
     def rank(pair: tuple[int, Mapping[str, Any]]) -> tuple[float, int]:
         score = pair[1].get("score")
-        return (-float(score) if isinstance(score, int | float) and _is_number(score) else math.inf, pair[0])
+        return (-float(score) if score is not None else math.inf, pair[0])
 
-    ranked = sorted(enumerate(results), key=rank)
+    def cost_of(text: str) -> int:
+        tokens = count_tokens(text)
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise RetrievalRequestError(f"count_tokens returned {tokens!r}; it must return a whole number of tokens, 0 or more")
+        return tokens
+
+    ranked = sorted(enumerate(items), key=rank)
     kept: list[Mapping[str, Any]] = []
     dropped: list[Mapping[str, Any]] = []
     used = 0
     full = False
     for _, result in ranked:
-        cost = count_tokens(_chunk_text(result)) + (separator_tokens if kept else 0)
+        cost = cost_of(_chunk_text(result)) + (separator_tokens if kept else 0)
         if full or used + cost > max_tokens or (max_chunks is not None and len(kept) >= max_chunks):
             full = True
             dropped.append(result)
@@ -622,8 +676,10 @@ def knn_query(
     ef_search sets method_parameters.ef_search for this query (OpenSearch 2.16+); the index
     setting index.knn.algo_param.ef_search applies otherwise (Lucene uses k instead).
     """
-    if not isinstance(vector_field, str) or not vector_field:
-        raise RetrievalRequestError("vector_field must name the knn_vector field")
+    if not isinstance(vector_field, str) or not vector_field.strip():
+        raise RetrievalRequestError(f"vector_field must name the knn_vector field, not {_kind(vector_field)}")
+    if not isinstance(field_prefix, str):
+        raise RetrievalRequestError(f"field_prefix must be a string such as 'metadata.' (or ''), not {_kind(field_prefix)}")
     _whole("k", k, 1, 10_000, "k nearest neighbours to return")
     clause: dict[str, Any] = {"vector": _vector("vector", vector), "k": k}
     filter_clause = _filter_clause(filter, field_prefix)
@@ -657,8 +713,18 @@ def hybrid_query(
     sides search only matching documents. The vector embedding field is excluded from _source
     by default (it is large and the caller rarely needs it).
     """
-    if not isinstance(text_field, str) or not text_field:
-        raise RetrievalRequestError("text_field must name the text field the lexical sub-query matches")
+    if not isinstance(text_field, str) or not text_field.strip():
+        raise RetrievalRequestError(f"text_field must name the text field the lexical sub-query matches, not {_kind(text_field)}")
+    if not isinstance(field_prefix, str):
+        raise RetrievalRequestError(f"field_prefix must be a string such as 'metadata.' (or ''), not {_kind(field_prefix)}")
+    if source_excludes is not None and (
+        isinstance(source_excludes, str) or not isinstance(source_excludes, Sequence)
+        or not all(isinstance(f, str) and f.strip() for f in source_excludes)
+    ):
+        raise RetrievalRequestError(
+            f"source_excludes must be a list of field names, e.g. ['{vector_field}'], not {_kind(source_excludes)} "
+            "(a bare string would be read as one field per character)"
+        )
     _text("text", text, 100_000)
     filter_clause = _filter_clause(filter, field_prefix)
     lexical: dict[str, Any] = {"match": {text_field: {"query": text}}}
@@ -729,7 +795,7 @@ def facts_to_filter(
     """Turn facts the question states into a metadata filter, with your extractors.
 
     extractors: attribute key -> function(question) returning the stated value, a list of values
-    (any of them), or None when the question states nothing for that attribute. Strings are
+    (any of them), or None (or an empty string) when the question states nothing for that attribute. Strings are
     normalized with the answer store's identifier rule (answers.normalize_key: NFC, whitespace
     collapsed, case-folded), so "Order  AB-12" and "order ab-12" filter the same: store the
     attribute values normalized the same way when you ingest. Numbers and booleans pass unchanged.
@@ -741,11 +807,17 @@ def facts_to_filter(
         raise RetrievalRequestError("extractors must map attribute keys to functions(question) -> value | list | None")
     facts: dict[str, Any] = {}
     filters: list[Filter] = []
+    if not callable(normalize):
+        raise RetrievalRequestError(f"normalize is {_kind(normalize)}; pass a function(str) -> str, or omit it for answers.normalize_key")
     for key, extract in extractors.items():
+        if not isinstance(key, str) or not key.strip():
+            raise RetrievalRequestError(f"extractors key {key!r} must be the metadata attribute name the filter compares")
         value = extract(question)
-        if value is None or (isinstance(value, list | tuple | set) and not value):
-            continue
         if isinstance(value, list | tuple | set):
+            value = [v for v in value if not (isinstance(v, str) and not v.strip())]
+        if value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value):
+            continue  # nothing stated: an empty string is no more a fact than None
+        if isinstance(value, list):
             values = list(dict.fromkeys(normalize(v) if isinstance(v, str) else v for v in value))
             facts[key] = values
             filters.append(equals(key, values[0]) if len(values) == 1 else in_(key, values))
@@ -758,15 +830,19 @@ def facts_to_filter(
 
 _QUESTION_END = re.compile(r"(?<=\?)\s+")
 _JOINED = re.compile(
-    r"\s*(?:;|,?\s+and\s+also\s+|,?\s+and\s+(?=(?:what|which|who|whom|whose|when|where|why|how|is|are|can|does|do|did)\b))\s*",
+    r"\s*(?:;|,?\s+and\s+(?:also\s+)?(?=(?:what|which|who|whom|whose|when|where|why|how|is|are|can|does|do|did)\b))\s*",
     re.IGNORECASE,
 )
 
 
+_LEADING_AND = re.compile(r"^(?:and|also|and also)\s+(?=\S)", re.IGNORECASE)
+
+
 def split_compound_question(question: str) -> list[str]:
     """Split a compound question into its parts, conservatively: at question marks followed by
-    more text, at semicolons, and at "and" / "and also" that starts a new question ("...price
-    and how long is the warranty?"). "Compare A and B" stays whole: it is one question about two
+    more text, at semicolons, and at "and" / "and also" followed by a question word ("...price
+    and how long is the warranty?"); "...price, and also the warranty?" stays whole, since "the
+    warranty?" alone would retrieve nothing useful. "Compare A and B" stays whole: it is one question about two
     things, and a filter or retrieval per part would lose the comparison.
     """
     if not isinstance(question, str):
@@ -774,7 +850,7 @@ def split_compound_question(question: str) -> list[str]:
     parts: list[str] = []
     for sentence in _QUESTION_END.split(question.strip()):
         for piece in _JOINED.split(sentence):
-            piece = piece.strip(" ,")
+            piece = _LEADING_AND.sub("", piece.strip(" ,"))
             if piece:
                 parts.append(piece if piece.endswith("?") or not sentence.endswith("?") else piece + "?")
     return parts or ([question.strip()] if question.strip() else [])

@@ -24,15 +24,22 @@ Update  Pipeline: PUT again (a real update, same physical id); a new name or end
         new pipeline and CloudFormation then deletes the old one.
         Index: a changed build-time setting on the same index is refused ("needs a reindex"): HNSW
         graphs are built at indexing time, and a new setting applies only to a new index. ef_search
-        is dynamic: PUT /<index>/_settings.
+        is dynamic: PUT /<index>/_settings (null when it was removed, which restores the default).
 Delete  DELETE; a 404 is success (already gone), so deletes are idempotent. An index is kept
         unless DeleteOnRemoval is "true".
+
+Time    Every request's timeout is cut to what the invocation has left minus RESPONSE_RESERVE_SECONDS,
+        so the function always lives long enough to answer CloudFormation (a Lambda timeout would
+        leave the stack waiting an hour). On Serverless a 401/403 is retried for up to
+        AOSS_PERMISSION_WAIT_SECONDS: a data access policy created in the same deployment takes
+        a while to apply.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 import traceback
 import urllib.error
 import urllib.request
@@ -47,6 +54,12 @@ TIMEOUT_SECONDS = 30
 #: CloudFormation refuses a response body over 4,096 bytes; the reason is cut to fit.
 MAX_REASON = 3000
 FAILED_CREATE = "failed-create"
+#: Kept back from the invocation's remaining time for the response to CloudFormation.
+RESPONSE_RESERVE_SECONDS = 15
+#: How long a Serverless 401/403 is retried while a new data access policy applies.
+AOSS_PERMISSION_WAIT_SECONDS = 90
+#: time.monotonic() by which the handler must stop calling OpenSearch (set per invocation).
+_deadline: float | None = None
 
 
 class ResourceError(Exception):
@@ -75,8 +88,38 @@ def endpoint_of(props: dict[str, Any]) -> Endpoint:
     return Endpoint(url, service, str(props.get("Region", "")))
 
 
+def _time_left(method: str, path: str, endpoint: Endpoint) -> float:
+    """Seconds the next request may take, or ResourceError when the invocation has none to spare."""
+    if _deadline is None:
+        return TIMEOUT_SECONDS
+    left = _deadline - time.monotonic()
+    if left < 1:
+        raise ResourceError(
+            f"{method} {path} on {endpoint.host} was not sent: the function ran out of time waiting for OpenSearch; "
+            "check that the endpoint answers (network policy, VPC access) and deploy again"
+        )
+    return min(TIMEOUT_SECONDS, left)
+
+
 def send(endpoint: Endpoint, method: str, path: str, body: Any = None, *, session: Any = None) -> tuple[int, Any]:
-    """One SigV4-signed request; returns (status, parsed JSON or text). Never raises on HTTP errors."""
+    """A SigV4-signed request; returns (status, parsed JSON or text). Never raises on HTTP errors.
+
+    On Serverless, 401/403 is retried (backing off to 10 s) for up to AOSS_PERMISSION_WAIT_SECONDS,
+    within the invocation's time: a data access policy takes a while to apply after it is created.
+    """
+    waited, pause = 0.0, 2.0
+    while True:
+        status, answer = _send_once(endpoint, method, path, body, session=session)
+        if endpoint.service != "aoss" or status not in (401, 403) or waited + pause > AOSS_PERMISSION_WAIT_SECONDS:
+            return status, answer
+        if _deadline is not None and _deadline - time.monotonic() < pause + TIMEOUT_SECONDS:
+            return status, answer
+        time.sleep(pause)
+        waited += pause
+        pause = min(pause * 2, 10.0)
+
+
+def _send_once(endpoint: Endpoint, method: str, path: str, body: Any = None, *, session: Any = None) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else b""
     headers = {"Content-Type": "application/json", "Host": endpoint.host}
     # Serverless requires the payload hash as a header; managed domains accept it too.
@@ -90,7 +133,7 @@ def send(endpoint: Endpoint, method: str, path: str, body: Any = None, *, sessio
         endpoint.url + path, data=data if method in ("PUT", "POST") else None, method=method, headers=dict(request.headers)
     )
     try:
-        with urllib.request.urlopen(prepared, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310 (https endpoint)
+        with urllib.request.urlopen(prepared, timeout=_time_left(method, path, endpoint)) as response:  # noqa: S310 (https endpoint)
             status, text = response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         status, text = error.code, error.read().decode(errors="replace")
@@ -200,12 +243,17 @@ def _existing_build_time(mapping: Any, index: str, field: str) -> dict[str, Any]
     }
 
 
-def _put_ef_search(endpoint: Endpoint, path: str, props: dict[str, Any], session: Any) -> None:
+def _put_ef_search(endpoint: Endpoint, path: str, props: dict[str, Any], session: Any, *, reset: bool = False) -> None:
+    """Set ef_search; with `reset` (it was set before and is now removed) restore the default."""
     ef_search = str(props.get("EfSearch") or "")
-    if not ef_search:
+    if not ef_search and not reset:
         return
+    try:
+        value = int(ef_search) if ef_search else None  # null restores OpenSearch's default (100)
+    except ValueError:
+        raise ResourceError(f"EfSearch={ef_search!r} must be a whole number (or empty for OpenSearch's default)") from None
     settings_path = f"{path}/_settings"
-    status, response = send(endpoint, "PUT", settings_path, {"index": {"knn.algo_param.ef_search": int(ef_search)}}, session=session)
+    status, response = send(endpoint, "PUT", settings_path, {"index": {"knn.algo_param.ef_search": value}}, session=session)
     if not 200 <= status < 300:
         raise _failure("PUT", settings_path, endpoint, status, response)
 
@@ -244,7 +292,7 @@ def update_index(props: dict[str, Any], old: dict[str, Any], session: Any = None
             "indexed, so a new build-time setting applies only to a new index. Set a new index_name (the old "
             "index is kept), reindex into it, then move readers; ef_search alone can change in place"
         )
-    _put_ef_search(endpoint, path, props, session)
+    _put_ef_search(endpoint, path, props, session, reset=bool(str(old.get("EfSearch") or "")))
     return f"{endpoint.host}{path}", {"IndexName": path[1:]}
 
 
@@ -295,7 +343,10 @@ def respond(event: dict[str, Any], status: str, physical_id: str, reason: str = 
 
 
 def handler(event: dict[str, Any], context: Any = None, session: Any = None) -> None:
+    global _deadline
     physical = event.get("PhysicalResourceId") or f"{FAILED_CREATE}-{event.get('RequestId', '')}"
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    _deadline = time.monotonic() + remaining() / 1000 - RESPONSE_RESERVE_SECONDS if callable(remaining) else None
     try:
         physical, data = handle(event, session)
     except ResourceError as error:
