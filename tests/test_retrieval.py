@@ -175,6 +175,16 @@ def test_domain_index_goes_through_the_handler_with_build_time_settings_to_compa
     es = [s for s in statements(template) if "es:ESHttpPut" in _list(s["Action"])]
     assert "*" not in json.dumps(es) and "/chunks/_settings" in json.dumps(es)
     assert built.function is not None
+    grants = {s["Action"]: [json.dumps(r)[-30:] for r in _list(s["Resource"])] for s in statements(template) if str(s["Action"]).startswith("es:")}
+    assert set(grants) == {"es:ESHttpGet", "es:ESHttpPut", "es:ESHttpDelete"}
+    assert all("_mapping" in r for r in grants["es:ESHttpGet"]) and len(grants["es:ESHttpDelete"]) == 1
+
+
+def test_a_retained_domain_index_gives_its_handler_no_delete_grant():
+    """Least privilege: the handler deletes the index only with removal_policy=DESTROY."""
+    stack, _ = index("domain")
+    actions = {a for s in statements(Template.from_stack(stack)) for a in _list(s["Action"]) if str(a).startswith("es:")}
+    assert actions == {"es:ESHttpGet", "es:ESHttpPut"}
 
 
 def test_index_managers_name_the_principals_of_the_index_policy():

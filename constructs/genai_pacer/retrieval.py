@@ -302,8 +302,9 @@ class VectorIndexSettings(Construct):
         Default: the CDK bootstrap CloudFormation execution role of this stack's synthesizer.
     encryption_key / log_retention (domain only): for the handler's log group.
 
-    Access on a domain: the handler's role may call es:ESHttpGet/Put/Delete on <domain ARN>/<index>
-    and <domain ARN>/<index>/* only; with fine-grained access control map it to a role with
+    Access on a domain: the handler's role may GET <domain ARN>/<index>/_mapping, PUT <index> and
+    <index>/_settings, and DELETE <index> only with removal_policy=DESTROY; with fine-grained
+    access control map it to a role with
     indices:admin/create, indices:admin/mapping/get and indices:admin/settings/update (and
     indices:admin/delete for removal) on the index.
 
@@ -451,13 +452,15 @@ class VectorIndexSettings(Construct):
             self, "Function", handler="search_pipeline.handler.handler", environment={},
             timeout=cdk.Duration.minutes(2), encryption_key=encryption_key, log_retention=log_retention,
         )
-        self.function.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["es:ESHttpGet", "es:ESHttpPut", "es:ESHttpDelete"],
-                resources=[f"{domain.domain_arn}/{index_name}", f"{domain.domain_arn}/{index_name}/_mapping",
-                           f"{domain.domain_arn}/{index_name}/_settings"],
-            )
-        )
+        # Each method only on the path the handler sends it to; DELETE only when the index goes with the stack.
+        index_arn = f"{domain.domain_arn}/{index_name}"
+        for actions, paths in (
+            (["es:ESHttpGet"], [f"{index_arn}/_mapping"]),
+            (["es:ESHttpPut"], [index_arn, f"{index_arn}/_settings"]),
+            (["es:ESHttpDelete"], [index_arn] if removal_policy == cdk.RemovalPolicy.DESTROY else []),
+        ):
+            if paths:
+                self.function.add_to_role_policy(iam.PolicyStatement(actions=actions, resources=paths))
         index_settings: dict[str, Any] = {"knn": True}
         if ef_search is not None:
             index_settings["knn.algo_param.ef_search"] = ef_search
