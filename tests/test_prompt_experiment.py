@@ -13,8 +13,9 @@ from aws_cdk import aws_appconfig as appconfig
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 from genai_pacer import BedrockModel
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.prompt_experiment import (
@@ -289,6 +290,12 @@ def variant(**overrides) -> ExperimentVariant:
         (lambda: variant(stop_sequences=[""]), r"stop_sequences\[0\]='' is empty"),
         (lambda: variant(additional_fields=[1]), "additional_fields=.* is a list"),
         (lambda: variant(prompt=ManagedPrompt(PROMPT, "3"), temperature=0.1), "cannot be set with a ManagedPrompt"),
+        # found by a new-user sweep: each was accepted and failed later (at deploy, or in the model's prompt)
+        (lambda: TextPrompt("Answer {{the question}}"), r"template has \['\{\{the question\}\}'\], which the runtime would send"),
+        (lambda: TextPrompt("Answer {{q-1}}"), r"a placeholder is \{\{name\}\} with letters, digits and '_' only"),
+        (lambda: ManagedPrompt(PROMPT, "0"), "version='0' must be a published version number from 1"),
+        (lambda: variant(additional_fields={"top_k": math.nan}), "cannot be written into the JSON experiment document"),
+        (lambda: variant(additional_fields={"x": object()}), "cannot be written into the JSON experiment document"),
     ],
 )
 def test_bad_variant_and_prompt_values_are_refused(make, message):
@@ -324,6 +331,7 @@ def pair(a: float, b: float, names=("control", "treat")) -> list[ExperimentVaria
         ({"bake_time": 10}, "bake_time=10 is an int; pass a cdk.Duration"),
         ({"max_error_rate_percent": 0}, "max_error_rate_percent=0 must be greater than 0"),
         ({"max_error_rate_percent": 101}, "max_error_rate_percent=101 exceeds the maximum of 100"),
+        ({"max_error_rate_percent": 100}, "max_error_rate_percent=100 can never be exceeded"),
         ({"max_error_rate_percent": math.nan}, "max_error_rate_percent=nan is not a finite number"),
         ({"max_error_rate_percent": None}, "max_error_rate_percent is required"),
         ({"max_p90_latency": cdk.Duration.millis(500)}, "max_p90_latency=500 millis is below the minimum of 1 second"),
@@ -360,3 +368,119 @@ def test_several_problems_are_reported_at_once():
     with pytest.raises(InvalidPropsError) as error:
         build(variants=pair(90, 20), max_error_rate_percent=-1, guard_evaluation_periods=0)
     assert len(error.value.problems) == 3
+
+
+def test_template_placeholders_that_the_runtime_fills_are_accepted():
+    assert TextPrompt("Answer {{question}} for {{ user_name }} in {{lang2}}").template.startswith("Answer")
+    assert TextPrompt("JSON like {\"a\": 1} is not a placeholder").template
+
+
+# ---- more than AppConfig's 5 monitors ---------------------------------------------------------
+
+
+def three_variants() -> list[ExperimentVariant]:
+    return [variant(name="control", share=80), variant(name="b", share=10), variant(name="c", share=10)]
+
+
+def test_up_to_five_guard_alarms_each_is_a_monitor_beyond_that_one_composite_alarm_is():
+    """AppConfig's CreateEnvironment takes at most 5 monitors: three variants (6 guards) failed at deploy."""
+    stack, experiment = build(variants=three_variants())
+    template = Template.from_stack(stack).to_json()
+    guards = set(resources(template, "AWS::CloudWatch::Alarm"))
+    assert len(guards) == 6
+    (composite_id, composite), = resources(template, "AWS::CloudWatch::CompositeAlarm").items()
+    rule = json.dumps(composite["Properties"]["AlarmRule"])
+    assert all(guard in rule for guard in guards) and " OR " in rule
+    monitors = only(template, "AWS::AppConfig::Environment")["Properties"]["Monitors"]
+    assert [m["AlarmArn"]["Fn::GetAtt"][0] for m in monitors] == [composite_id]
+    assert experiment.monitored_alarms == [experiment.any_guard_alarm]
+    # the fallback disables the composite's actions too (AppConfig skips a monitor whose actions are
+    # disabled), while the EventBridge rule still starts it from any guard
+    policy = next(p for k, p in resources(template, "AWS::IAM::Policy").items() if k.startswith("ExpStateMachineRole"))
+    by_action = {s["Action"]: s["Resource"] for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    assert {r["Fn::GetAtt"][0] for r in by_action["cloudwatch:DisableAlarmActions"]} == guards | {composite_id}
+    pattern = only(template, "AWS::Events::Rule")["Properties"]["EventPattern"]
+    assert {r["Fn::GetAtt"][0] for r in pattern["resources"]} == guards
+    states = all_states(definition(only(template, "AWS::StepFunctions::StateMachine")))
+    assert len(states["Disable guard alarm actions"]["Parameters"]["AlarmNames"]) == 7  # 6 guards and the composite
+    assert len(states["Enable guard alarm actions"]["Parameters"]["AlarmNames"]) == 7
+
+
+def test_two_variants_keep_their_four_guards_as_monitors(built):
+    experiment, template = built
+    assert experiment.any_guard_alarm is None and resources(template, "AWS::CloudWatch::CompositeAlarm") == {}
+    assert len(only(template, "AWS::AppConfig::Environment")["Properties"]["Monitors"]) == 4
+
+
+def test_a_failed_status_read_re_enables_the_guards(built):
+    """Without a catch, a failed GetDeployment left the guards' actions disabled: AppConfig would never
+    roll a split change back again."""
+    _, template = built
+    states = all_states(definition(only(template, "AWS::StepFunctions::StateMachine")))
+    status = states["Read deployment"]
+    assert status["Retry"][0]["ErrorEquals"] == ["States.ALL"] and status["Retry"][0]["MaxAttempts"] == 4
+    assert status["Catch"][0]["Next"] == "Enable guard alarm actions after a failure"
+
+
+def test_a_guard_window_longer_than_the_bake_time_is_warned():
+    stack, _ = build(bake_time=cdk.Duration.minutes(2))
+    warnings = [m for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
+                if "experimentGuardSlowerThanBake" in json.dumps(m.entry.data)]
+    assert len(warnings) == 1 and "bake_time is 2 minutes" in json.dumps(warnings[0].entry.data)
+    stack, _ = build()  # 10 minutes against 3 x 1 minute
+    assert not [m for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
+                if "experimentGuardSlowerThanBake" in json.dumps(m.entry.data)]
+
+
+# ---- add_to_function: what a handler needs, in one call ------------------------------------------
+
+
+def handler(stack: cdk.Stack, architecture=lambda_.Architecture.ARM_64) -> lambda_.Function:
+    return lambda_.Function(stack, "Handler", runtime=lambda_.Runtime.PYTHON_3_14, architecture=architecture,
+                            handler="index.handler", code=lambda_.Code.from_inline("def handler(e, c): return e"))
+
+
+def test_add_to_function_in_an_environment_agnostic_stack_maps_the_extension_layer_per_region():
+    """Application.get_lambda_layer_version_arn(stack.region) fails in such a stack ("Unable to
+    serialize value as string"): the docstring's advice did not work for a stack without a Region."""
+    stack = cdk.Stack(cdk.App(), "Agnostic")
+    _, experiment = build(stack)
+    experiment.add_to_function(handler(stack))
+    x86 = lambda_.Function(stack, "X86", runtime=lambda_.Runtime.PYTHON_3_14, handler="index.handler",
+                           code=lambda_.Code.from_inline("def handler(e, c): return e"))
+    experiment.add_to_function(x86)
+    template = Template.from_stack(stack).to_json()
+    (mapping,) = template["Mappings"].values()
+    assert mapping["us-east-1"]["arm64"].startswith("arn:aws:lambda:us-east-1:") and "Arm64" in mapping["us-east-1"]["arm64"]
+    assert "Arm64" not in mapping["us-east-1"]["x8664"]
+    functions = {k: v["Properties"] for k, v in resources(template, "AWS::Lambda::Function").items()}
+    layers = {k[:3]: p["Layers"][0]["Fn::FindInMap"][2] for k, p in functions.items()}
+    assert layers == {"Han": "arm64", "X86": "x8664"}
+    for props in functions.values():
+        assert set(props["Environment"]["Variables"]) == set(experiment.environment_variables())
+
+
+def test_add_to_function_with_a_concrete_region_uses_its_layer_and_grants_exactly_read_and_invoke():
+    stack, experiment = build()
+    function = handler(stack)
+    experiment.add_to_function(function)
+    template = Template.from_stack(stack).to_json()
+    (props,) = [v["Properties"] for v in resources(template, "AWS::Lambda::Function").values()]
+    assert props["Layers"] == [appconfig.Application.get_lambda_layer_version_arn("us-east-1", platform=appconfig.Platform.ARM_64)]
+    assert "Mappings" not in template
+    policy = next(p for k, p in resources(template, "AWS::IAM::Policy").items() if k.startswith("HandlerServiceRole"))
+    actions = {a for s in policy["Properties"]["PolicyDocument"]["Statement"]
+               for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert actions == {"appconfig:StartConfigurationSession", "appconfig:GetLatestConfiguration", "bedrock:InvokeModel"}
+
+
+def test_add_to_function_refuses_what_it_cannot_wire():
+    stack, experiment = build()
+    with pytest.raises(InvalidPropsError, match="function='fn' is a str; pass a lambda_.Function"):
+        experiment.add_to_function("fn")
+    with pytest.raises(InvalidPropsError, match="streaming='yes' is a str"):
+        experiment.add_to_function(handler(stack), streaming="yes")
+    nowhere = cdk.Stack(cdk.App(), "Nowhere", env=cdk.Environment(account="111122223333", region="xx-nowhere-1"))
+    _, elsewhere = build(nowhere)
+    with pytest.raises(InvalidPropsError, match="region='xx-nowhere-1' has no AppConfig Lambda extension layer"):
+        elsewhere.add_to_function(handler(nowhere))

@@ -18,10 +18,14 @@ fallback follows (the workflow retries while the rollback holds the environment)
 always ends with everyone on the control variant. To restart the experiment, deploy a version with
 the split you want.
 
-Handlers read the document through the AppConfig Lambda extension (add its layer, e.g.
-`appconfig.Application.get_lambda_layer_version_arn(region, platform=appconfig.Platform.ARM_64)`,
-pass `environment_variables()` to the function and `grant_evaluate` its role) or the appconfigdata
-API; `pacer_runtime.experiment.ExperimentSource.from_environment()` reads those variables.
+Handlers read the document through the AppConfig Lambda extension: `add_to_function(fn)` adds
+its layer (for the function's architecture, in any Region, environment-agnostic stacks included),
+`environment_variables()` and `grant_evaluate`; `pacer_runtime.experiment.ExperimentSource.from_environment()`
+reads those variables. Services outside Lambda read it with the appconfigdata API.
+
+AppConfig watches at most 5 alarms per environment. Up to two variants (4 guard alarms) each guard
+is a monitor; with more, the environment monitors one composite alarm that is in ALARM when any
+guard is.
 
 Unconfirmed: AppConfig also rolls back when a monitored alarm is INSUFFICIENT_DATA, and a new alarm
 is INSUFFICIENT_DATA until its first evaluation (about a minute; missing data then counts as OK).
@@ -54,6 +58,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
@@ -61,7 +66,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from ._alarms import threshold_alarm
-from ._checks import Checks, is_token
+from ._checks import Checks, InvalidPropsError, is_token
 from ._runtime_constants import metrics_constants
 from ._secure import StateMachineOptions, model_state_machine
 from .models import BedrockModel
@@ -76,9 +81,13 @@ __all__ = [
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _PROMPT_ARN = re.compile(r"^arn:aws[a-z-]*:bedrock:[a-z0-9-]+:\d{12}:prompt/[A-Za-z0-9]{10}$")
-_VERSION = re.compile(r"^\d{1,5}$")
+_VERSION = re.compile(r"^[1-9]\d{0,4}$")
+#: A {{name}} placeholder as the runtime fills it (pacer_runtime.experiment.render_template).
+_PLACEHOLDER = re.compile(r"\{\{\s*[A-Za-z0-9_]+\s*\}\}")
 #: AppConfig limits: deployment duration and final bake time, minutes.
 _MAX_MINUTES = 1440
+#: AppConfig watches at most this many alarms per environment (CreateEnvironment Monitors).
+MAX_MONITORS = 5
 
 #: The experiment document's JSON Schema (draft-04, which AppConfig validators accept). The sum of
 #: the shares and the uniqueness of names are beyond JSON Schema: the runtime refuses such a
@@ -143,7 +152,11 @@ class TextPrompt:
 
     def __post_init__(self) -> None:
         with Checks("TextPrompt") as check:
-            check.text("template", self.template, fix="the user message, with {{variable}} placeholders")
+            if check.text("template", self.template, fix="the user message, with {{variable}} placeholders") \
+                    and not is_token(self.template):
+                stray = [m for m in re.findall(r"\{\{[^{}]*\}\}", self.template) if not _PLACEHOLDER.fullmatch(m)]
+                check.rule(not stray, f"template has {stray}, which the runtime would send to the model as written: "
+                           "a placeholder is {{name}} with letters, digits and '_' only")
             check.text("system", self.system, optional=True)
 
 
@@ -171,7 +184,8 @@ class ManagedPrompt:
                 )
             if check.text("version", self.version, fix="a published version number such as '3'") and not is_token(self.version):
                 check.rule(bool(_VERSION.match(self.version)),
-                           f"version={self.version!r} must be a published version number such as '3' (DRAFT is not pinned)")
+                           f"version={self.version!r} must be a published version number from 1, such as '3' "
+                           "(DRAFT is not pinned)")
 
     @property
     def version_arn(self) -> str:
@@ -218,7 +232,13 @@ class ExperimentVariant:
             check.number("top_p", self.top_p, minimum=0, maximum=1, optional=True)
             if self.stop_sequences is not None:
                 check.each("stop_sequences", self.stop_sequences, lambda n, s: check.text(n, s))
-            check.instance("additional_fields", self.additional_fields, Mapping, "a dict such as {'top_k': 40}", optional=True)
+            if check.instance("additional_fields", self.additional_fields, Mapping, "a dict such as {'top_k': 40}",
+                              optional=True):
+                try:  # it is written into the JSON document: no NaN (not JSON), no objects JSON cannot hold
+                    json.dumps(self.additional_fields, allow_nan=False)
+                except (TypeError, ValueError) as error:
+                    check.fail(f"additional_fields={self.additional_fields!r:.120} cannot be written into the JSON "
+                               f"experiment document ({error}); pass strings, finite numbers, booleans, lists and dicts")
             if isinstance(self.prompt, ManagedPrompt):
                 set_ = [n for n in ("max_tokens", "temperature", "top_p", "stop_sequences", "additional_fields")
                         if getattr(self, n) is not None]
@@ -279,7 +299,9 @@ class PromptExperiment(Construct):
     Alarm, `<variant>-errors` and `<variant>-p90`), `fallback_state_machine` and `fallback_rule`
     (None without fallback_on_alarm), `document` and `fallback_document` (dicts), `experiment_name`.
     Grants: `grant_evaluate` (read the configuration, invoke every variant's model and prompt).
-    `environment_variables()` gives a handler what `ExperimentSource.from_environment()` reads.
+    `environment_variables()` gives a handler what `ExperimentSource.from_environment()` reads;
+    `add_to_function(fn)` does all three for a Lambda function (with the AppConfig extension layer).
+    `monitored_alarms` are what AppConfig watches (the guards, or `any_guard_alarm` past 5 alarms).
     """
 
     def __init__(
@@ -346,8 +368,10 @@ class PromptExperiment(Construct):
             if deployment_strategy is not None and bake_time_given:
                 check.fail("bake_time configures the new deployment strategy and deployment_strategy is given, so it would be "
                            "ignored; set the final bake time on your strategy")
-            check.number("max_error_rate_percent", max_error_rate_percent, above=0, maximum=100,
-                         fix="the share of failed calls a variant may have, e.g. 5")
+            if check.number("max_error_rate_percent", max_error_rate_percent, above=0, maximum=100,
+                            fix="the share of failed calls a variant may have, e.g. 5"):
+                check.rule(max_error_rate_percent < 100, "max_error_rate_percent=100 can never be exceeded, so the error "
+                           "guard would never fire; pass a limit below 100, e.g. 5")
             check.duration("max_p90_latency", max_p90_latency, minimum=cdk.Duration.seconds(1), maximum=cdk.Duration.minutes(15))
             check.integer("guard_min_calls", guard_min_calls, minimum=1, maximum=1_000_000)
             if check.duration("guard_period", guard_period, minimum=cdk.Duration.minutes(1), maximum=cdk.Duration.days(1),
@@ -364,6 +388,14 @@ class PromptExperiment(Construct):
                     check.rule(value is None, f"{name} configures the fallback workflow's logs and fallback_on_alarm=False "
                                "creates none; drop it")
         assert control is not None
+        window = guard_period.to_seconds() * guard_evaluation_periods if not guard_period.is_unresolved() else 0
+        if deployment_strategy is None and not bake_time.is_unresolved() and 0 < bake_time.to_seconds() < window:
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:experimentGuardSlowerThanBake",
+                f"the guards need {guard_evaluation_periods} breaching periods of {guard_period.to_human_string()} but "
+                f"bake_time is {bake_time.to_human_string()}: a split change cannot be rolled back before the bake ends "
+                "(the fallback still acts afterwards). Raise bake_time or shorten guard_period x guard_evaluation_periods.",
+            )
         self.experiment_name = experiment_name
         self.control = control
         self.variants = tuple(variants)
@@ -385,11 +417,23 @@ class PromptExperiment(Construct):
         for variant in variants:
             self._guards(variant, max_error_rate_percent, max_p90_latency, guard_min_calls, guard_period,
                          guard_evaluation_periods, alarm_actions)
+        #: The alarms AppConfig watches: the guards themselves, or one composite of them when there are
+        #: more than AppConfig's 5 monitors per environment.
+        self.monitored_alarms: list[cloudwatch.IAlarm] = list(self.alarms.values())
+        self.any_guard_alarm: cloudwatch.CompositeAlarm | None = None
+        if len(self.alarms) > MAX_MONITORS:
+            self.any_guard_alarm = cloudwatch.CompositeAlarm(
+                self, "AnyGuard",
+                alarm_rule=cloudwatch.AlarmRule.any_of(*self.alarms.values()),
+                alarm_description=f"Experiment {experiment_name}: any guard alarm of any variant is in ALARM "
+                                  f"(AppConfig watches at most {MAX_MONITORS} alarms per environment, so it watches this one)",
+            )
+            self.monitored_alarms = [self.any_guard_alarm]
         self.environment = appconfig.Environment(
             self, "Environment",
             application=self.application,
             description=f"genai-pacer experiment {experiment_name}: the guard alarms roll back a split change",
-            monitors=[appconfig.Monitor.from_cloud_watch_alarm(alarm) for alarm in self.alarms.values()],
+            monitors=[appconfig.Monitor.from_cloud_watch_alarm(alarm) for alarm in self.monitored_alarms],
         )
         # The role aws-cdk-lib creates for AppConfig to read the alarms (its id carries a hash suffix).
         for monitor_role in [c for c in self.environment.node.children if isinstance(c, iam.Role)]:
@@ -502,8 +546,10 @@ class PromptExperiment(Construct):
 
     def _fallback(self, encryption_key: kms.IKey | None, log_retention: logs.RetentionDays | None) -> None:
         stack = cdk.Stack.of(self)
-        alarm_names = [a.alarm_name for a in self.alarms.values()]
-        alarm_arns = [a.alarm_arn for a in self.alarms.values()]
+        guard_arns = [a.alarm_arn for a in self.alarms.values()]
+        toggled = list(self.alarms.values()) + ([self.any_guard_alarm] if self.any_guard_alarm is not None else [])
+        alarm_names = [a.alarm_name for a in toggled]
+        alarm_arns = [a.alarm_arn for a in toggled]
         immediate = appconfig.DeploymentStrategy(
             self, "FallbackStrategy",
             description="fallback to the control variant: at once, no bake",
@@ -558,12 +604,18 @@ class PromptExperiment(Construct):
             result_selector={"State.$": "$.State"},
             result_path="$.status",
         )
+        # A failed status read must not leave the guards' actions disabled (AppConfig would then never roll
+        # a split change back): retry it, then re-enable them and fail.
+        status.add_retry(errors=["States.ALL"], interval=cdk.Duration.seconds(5), max_attempts=4, backoff_rate=2,
+                         jitter_strategy=sfn.JitterType.FULL)
         wait = sfn.Wait(self, "Wait for the deployment", time=sfn.WaitTime.duration(cdk.Duration.seconds(10)))
         failed = sfn.Fail(self, "Fallback failed", error="FallbackFailed",
-                          cause="the fallback deployment could not start; guard alarm actions were re-enabled")
+                          cause="the fallback deployment could not start or its state could not be read; guard alarm "
+                                "actions were re-enabled")
         ended = sfn.Condition.or_(*(sfn.Condition.string_equals("$.status.State", s)
                                     for s in ("COMPLETE", "ROLLED_BACK", "REVERTED")))
         deploy.add_catch(enable_on_failure.next(failed), errors=["States.ALL"], result_path="$.error")
+        status.add_catch(enable_on_failure, errors=["States.ALL"], result_path="$.error")
         definition = disable.next(deploy).next(wait).next(status).next(
             sfn.Choice(self, "Deployment ended?").when(ended, enable_after).otherwise(wait)
         )
@@ -586,7 +638,7 @@ class PromptExperiment(Construct):
             event_pattern=events.EventPattern(
                 source=["aws.cloudwatch"],
                 detail_type=["CloudWatch Alarm State Change"],
-                resources=alarm_arns,
+                resources=guard_arns,
                 detail={"state": {"value": ["ALARM"]}},
             ),
             targets=[targets.SfnStateMachine(self.fallback_state_machine, retry_attempts=3,
@@ -630,6 +682,71 @@ class PromptExperiment(Construct):
             "EXPERIMENT_ENVIRONMENT_ID": self.environment.environment_id,
             "EXPERIMENT_PROFILE_ID": self.configuration.configuration_profile_id,
         }
+
+    def add_to_function(self, function: lambda_.Function, *, streaming: bool = False) -> None:
+        """Make `function` a handler that evaluates this experiment: the AppConfig Lambda extension layer
+        for its architecture, `environment_variables()` and `grant_evaluate` on its role.
+
+        The layer ARN is AWS's per-Region one (aws-cdk-lib's table): a stack with a concrete Region gets
+        it directly, an environment-agnostic stack a CloudFormation mapping resolved at deploy time
+        (`Application.get_lambda_layer_version_arn(stack.region)` fails there). The extension polls
+        AppConfig every 45 s by default (AWS_APPCONFIG_EXTENSION_POLL_INTERVAL_SECONDS); the handler's
+        ExperimentSource reads it from localhost.
+        """
+        with Checks(f"PromptExperiment {self.node.id}.add_to_function") as check:
+            check.instance("function", function, lambda_.Function,
+                           "a lambda_.Function (its layers, environment and role are changed)")
+            check.instance("streaming", streaming, bool, "True or False")
+        arm = function.architecture.name == lambda_.Architecture.ARM_64.name
+        function.add_layers(lambda_.LayerVersion.from_layer_version_arn(
+            self, f"AppConfigExtension{function.node.addr[:8]}", _extension_layer_arn(cdk.Stack.of(function), arm=arm)))
+        for key, value in self.environment_variables().items():
+            function.add_environment(key, value)
+        self.grant_evaluate(function, streaming=streaming)
+
+
+_LAYER_COLUMNS = {False: "x8664", True: "arm64"}
+
+
+def _extension_layer_table() -> dict[str, dict[str, str]]:
+    """Region -> {x8664, arm64} -> the AppConfig Lambda extension layer ARN, from aws-cdk-lib's own table."""
+    from aws_cdk import region_info
+
+    table: dict[str, dict[str, str]] = {}
+    for region in region_info.RegionInfo.regions:
+        row = {}
+        for arm, column in _LAYER_COLUMNS.items():
+            platform = appconfig.Platform.ARM_64 if arm else appconfig.Platform.X86_64
+            try:
+                arn = appconfig.Application.get_lambda_layer_version_arn(region.name, platform=platform)
+            except RuntimeError:  # no layer published for this Region and platform
+                continue
+            if arn:
+                row[column] = arn
+        if len(row) == len(_LAYER_COLUMNS):
+            table[region.name] = row
+    return table
+
+
+def _extension_layer_arn(stack: cdk.Stack, *, arm: bool) -> str:
+    column = _LAYER_COLUMNS[arm]
+    if not cdk.Token.is_unresolved(stack.region):
+        try:
+            arn = appconfig.Application.get_lambda_layer_version_arn(
+                stack.region, platform=appconfig.Platform.ARM_64 if arm else appconfig.Platform.X86_64)
+        except RuntimeError:
+            arn = None
+        if not arn:
+            raise InvalidPropsError("PromptExperiment.add_to_function", [
+                f"the stack's region={stack.region!r} has no AppConfig Lambda extension layer for "
+                f"{'arm64' if arm else 'x86_64'} in aws-cdk-lib's table; add the layer yourself "
+                "(https://docs.aws.amazon.com/appconfig/latest/userguide/appconfig-integration-lambda-extensions-versions.html) "
+                "with environment_variables() and grant_evaluate()"])
+        return arn
+    mapping = stack.node.try_find_child("GenaiPacerAppConfigExtensionLayers")
+    if not isinstance(mapping, cdk.CfnMapping):
+        mapping = cdk.CfnMapping(stack, "GenaiPacerAppConfigExtensionLayers", mapping=_extension_layer_table())
+    return mapping.find_in_map(cdk.Aws.REGION, column)
 
 
 
