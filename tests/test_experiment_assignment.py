@@ -19,8 +19,10 @@ from pacer_runtime.experiment import (
     Experiment,
     ExperimentConfigError,
     ExperimentSource,
+    Variant,
     assign,
     build_request,
+    extension_fetcher,
     record_call,
     record_error,
     record_outcome,
@@ -378,3 +380,75 @@ def test_the_appconfigdata_fetcher_follows_the_token_chain_and_keeps_the_documen
         source._refreshing.join(5)
         assert source.get().shares == {"control": 70, "concise": 30} and source.errors == 0
         stub.assert_no_pending_responses()
+
+
+# ---- bad arguments found by a new-user sweep: each was accepted, or failed deep with an AttributeError ----
+
+
+def test_a_document_with_an_unknown_top_level_field_is_refused_like_the_schema_refuses_it():
+    with pytest.raises(ExperimentConfigError, match=r"unknown fields \['split'\]; it takes \['control', 'experiment'"):
+        Experiment.from_config(document(50, 50, split=[50, 50]))
+
+
+def test_one_bad_variant_is_reported_once_not_again_as_a_missing_control():
+    doc = document(50, 50)
+    doc["variants"][0]["share"] = "50"
+    with pytest.raises(ExperimentConfigError) as error:
+        Experiment.from_config(doc)
+    assert "variants[0].share='50'" in str(error.value) and "control=" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("call", "kind", "message"),
+    [
+        (lambda e: assign(None, "u"), TypeError, "experiment=None is NoneType; pass an Experiment"),
+        (lambda e: assign(document(50, 50), "u"), TypeError, r"is dict; pass an Experiment: Experiment.from_config"),
+        (lambda e: build_request(e, "control", variables={"question": "q"}), TypeError,
+         "variant='control' is str; pass the Variant assign"),
+        (lambda e: build_request(e, Variant("other", 50, NOVA, template="x")), ValueError,
+         r"variant 'other' is not one of experiment 'support''s variants"),
+        (lambda e: build_request(e, e.variant("control"), variables=["question"]), RequestError,
+         r"variables=\['question'\] is list; pass a dict"),
+        (lambda e: build_request(e, e.variant("control"), variables={"question": None}), RequestError,
+         r"variables \['question'\] are None; the prompt would say 'None'"),
+        (lambda e: build_request(e, e.variant("control"), variables={"question": "q"}, request_metadata={"variant": "b"}),
+         RequestError, r"request_metadata sets \['variant'\], which build_request writes itself"),
+        (lambda e: record_call(e, e.variant("control"), "u", None), TypeError, "result=None is NoneType; pass the ConverseResult"),
+        (lambda e: record_call(e, e.variant("control"), None, result()), ValueError, "unit_id=None must be a non-empty string"),
+        (lambda e: record_call(e, "control", "u", result()), TypeError, "variant='control' is str"),
+        (lambda e: record_error(e, e.variant("control"), "u", "throttled"), TypeError, "error='throttled' is str"),
+        (lambda e: record_error(e, e.variant("control"), "", RuntimeError()), ValueError, "unit_id='' must be"),
+        (lambda e: ExperimentSource(None), TypeError, "fetch=None must be a function"),
+        (lambda e: ExperimentSource(lambda: "{}", max_age_seconds=math.inf), ValueError, "max_age_seconds=inf must be a finite"),
+        (lambda e: ExperimentSource(lambda: "{}", max_age_seconds=math.nan), ValueError, "max_age_seconds=nan"),
+        (lambda e: extension_fetcher("a", "e", "p", port=0), ValueError, "port=0 must be a TCP port"),
+        (lambda e: extension_fetcher("a", "e", "p", port=True), ValueError, "port=True must be a TCP port"),
+        (lambda e: extension_fetcher("a", "e", "p", timeout=-1), ValueError, "timeout=-1 must be a finite number"),
+        (lambda e: extension_fetcher("", "e", "p"), ValueError, "application='' must be the AppConfig application id"),
+    ],
+)
+def test_bad_runtime_arguments_are_refused_with_what_to_pass(call, kind, message):
+    with pytest.raises(kind, match=message):
+        call(Experiment.from_config(document(50, 50)))
+
+
+def test_a_variant_from_an_earlier_split_of_the_same_experiment_is_still_accepted(capsys):
+    """A handler may hold a Variant parsed before a split change: the arm is the same, only shares differ."""
+    old = Experiment.from_config(document(90, 10))
+    new = Experiment.from_config(document(80, 20))
+    request = build_request(new, old.variant("concise"), variables={"question": "q"})
+    assert request["requestMetadata"]["variant"] == "concise"
+    record_call(new, old.variant("concise"), "u", result())
+    assert '"Variant": "concise"' in capsys.readouterr().out
+
+
+def test_the_environment_error_names_the_method_that_exists(monkeypatch):
+    for name in ("EXPERIMENT_APPLICATION_ID", "EXPERIMENT_ENVIRONMENT_ID", "EXPERIMENT_PROFILE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ExperimentConfigError, match=r"environment_variables\(\) \(PromptExperiment.add_to_function"):
+        ExperimentSource.from_environment()
+    for name in ("EXPERIMENT_APPLICATION_ID", "EXPERIMENT_ENVIRONMENT_ID", "EXPERIMENT_PROFILE_ID"):
+        monkeypatch.setenv(name, "x")
+    monkeypatch.setenv("AWS_APPCONFIG_EXTENSION_HTTP_PORT", "port")
+    with pytest.raises(ExperimentConfigError, match="AWS_APPCONFIG_EXTENSION_HTTP_PORT='port' must be a port number"):
+        ExperimentSource.from_environment()

@@ -85,6 +85,9 @@ _VARIABLE = re.compile(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}")
 _VARIANT_KEYS = frozenset(
     {"name", "share", "modelId", "prompt", "system", "inferenceConfig", "additionalModelRequestFields", "description"}
 )
+_DOCUMENT_KEYS = frozenset({"experiment", "salt", "control", "variants"})
+#: requestMetadata keys build_request writes itself.
+RESERVED_METADATA = frozenset({"experiment", "variant"})
 
 
 class ExperimentConfigError(ValueError):
@@ -125,6 +128,10 @@ class Experiment:
         if not isinstance(config, Mapping):
             raise ExperimentConfigError(f"the experiment document must be a JSON object, not {type(config).__name__}")
         problems: list[str] = []
+        unknown = sorted(str(k) for k in set(config) - _DOCUMENT_KEYS)
+        if unknown:
+            problems.append(f"the document has unknown fields {unknown}; it takes {sorted(_DOCUMENT_KEYS)} "
+                            "(the JSON Schema validator refuses others too)")
         name, salt, control = config.get("experiment"), config.get("salt"), config.get("control")
         if not isinstance(name, str) or not _NAME.match(name):
             problems.append(f"experiment={name!r} must be 1-64 letters, digits, '.', '_' or '-' (it becomes a metric dimension)")
@@ -140,6 +147,9 @@ class Experiment:
             if variant is not None:
                 variants.append(variant)
         names = [v.name for v in variants]
+        # control is checked against every variant named in the document, valid or not, so one bad
+        # variant is reported once, not again as "control must name one of the variants"
+        named = [str(item["name"]) for item in raw if isinstance(item, Mapping) and isinstance(item.get("name"), str)]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             problems.append(f"variant names {duplicates} appear more than once; each variant needs its own name")
@@ -148,8 +158,8 @@ class Experiment:
             if abs(total - 100) > SUM_TOLERANCE:
                 shares = " + ".join(f"{v.name} {v.share:g}" for v in variants)
                 problems.append(f"shares sum to {total:g} ({shares}), not 100; adjust them so every user has exactly one variant")
-        if not isinstance(control, str) or control not in names:
-            problems.append(f"control={control!r} must name one of the variants {names}")
+        if not isinstance(control, str) or control not in named:
+            problems.append(f"control={control!r} must name one of the variants {named}")
         elif not any(v.share > 0 for v in variants if v.name == control) and not problems:
             problems.append(f"control {control!r} has share 0; the control must serve users (it is the baseline)")
         if problems:
@@ -221,10 +231,30 @@ def _uniform(salt: str, variant: str, unit_id: str) -> float:
     return (int.from_bytes(digest, "big") + 0.5) / 2**64
 
 
-def assign(experiment: Experiment, unit_id: str) -> Variant:
-    """The variant a user or account (`unit_id`) is in: deterministic, sticky, no state (see the module doc)."""
+def _check_experiment(experiment: Any) -> None:
+    if not isinstance(experiment, Experiment):
+        raise TypeError(f"experiment={experiment!r:.80} is {type(experiment).__name__}; pass an Experiment: "
+                        "Experiment.from_config(document) or ExperimentSource(...).get()")
+
+
+def _check_unit(unit_id: Any) -> None:
     if not isinstance(unit_id, str) or not unit_id:
         raise ValueError(f"unit_id={unit_id!r} must be a non-empty string: the user or account id assignment sticks to")
+
+
+def _check_variant(experiment: Experiment, variant: Any) -> None:
+    if not isinstance(variant, Variant):
+        raise TypeError(f"variant={variant!r:.80} is {type(variant).__name__}; pass the Variant assign() returned "
+                        "(or experiment.variant(name))")
+    if all(variant.name != v.name for v in experiment.variants):  # by name: a split change alters shares, not arms
+        raise ValueError(f"variant {variant.name!r} is not one of experiment {experiment.name!r}'s variants "
+                         f"{[v.name for v in experiment.variants]}; pass the Variant assign() returned for this experiment")
+
+
+def assign(experiment: Experiment, unit_id: str) -> Variant:
+    """The variant a user or account (`unit_id`) is in: deterministic, sticky, no state (see the module doc)."""
+    _check_experiment(experiment)
+    _check_unit(unit_id)
     best, best_score = None, -math.inf
     for variant in experiment.variants:
         if variant.share <= 0:
@@ -252,6 +282,9 @@ def render_template(template: str, variables: Mapping[str, str]) -> str:
     missing = sorted({m.group(1) for m in _VARIABLE.finditer(template)} - set(variables))
     if missing:
         raise RequestError(f"the prompt template needs variables {missing}; pass them in variables=")
+    empty = sorted(m.group(1) for m in _VARIABLE.finditer(template) if variables[m.group(1)] is None)
+    if empty:
+        raise RequestError(f"variables {empty} are None; the prompt would say 'None': pass text")
     return _VARIABLE.sub(lambda m: str(variables[m.group(1)]), template)
 
 
@@ -271,7 +304,16 @@ def build_request(
     `messages`); a Prompt Management variant sends the prompt ARN as modelId with promptVariables
     (`messages`, if any, are appended after the prompt's own).
     """
+    _check_experiment(experiment)
+    _check_variant(experiment, variant)
+    for name, value in (("variables", variables), ("request_metadata", request_metadata)):
+        if value is not None and not isinstance(value, Mapping):
+            raise RequestError(f"{name}={value!r:.80} is {type(value).__name__}; pass a dict of name to text")
     variables = dict(variables or {})
+    reserved = sorted(RESERVED_METADATA & set(request_metadata or {}))
+    if reserved:
+        raise RequestError(f"request_metadata sets {reserved}, which build_request writes itself (the experiment and "
+                           "the assigned variant); use other keys")
     metadata = {**(request_metadata or {}), "experiment": experiment.name, "variant": variant.name}
     if len(metadata) > MAX_REQUEST_METADATA:
         raise RequestError(
@@ -314,6 +356,11 @@ def record_call(
     dimensions: Mapping[str, str] | None = None,
 ) -> metrics.CallMetrics:
     """Publish one call's metrics per model and per variant (one EMF line; the verdict reads it back)."""
+    _check_experiment(experiment)
+    _check_variant(experiment, variant)
+    _check_unit(unit_id)
+    if result is None or not hasattr(result, "latency_ms"):
+        raise TypeError(f"result={result!r:.80} is {type(result).__name__}; pass the ConverseResult converse() returned")
     properties: dict[str, Any] = {"Unit": unit_key(experiment, unit_id)}
     service_ms = getattr(result, "service_latency_ms", None)
     if service_ms is not None:
@@ -339,6 +386,11 @@ def record_error(
     """Count one failed call for the model and the variant (the guard alarms' error rate reads it)."""
     from .bedrock import is_throttle
 
+    _check_experiment(experiment)
+    _check_variant(experiment, variant)
+    _check_unit(unit_id)
+    if not isinstance(error, BaseException):
+        raise TypeError(f"error={error!r:.80} is {type(error).__name__}; pass the exception the call raised")
     response = getattr(error, "response", None) or {}
     code = (response.get("Error") or {}).get("Code") or type(error).__name__
     metrics.emit_call_error(
@@ -409,6 +461,13 @@ def extension_fetcher(
     application: str, environment: str, profile: str, *, port: int = EXTENSION_PORT, timeout: float = 2.0
 ) -> Callable[[], bytes]:
     """Read the configuration from the AppConfig Lambda extension (or agent) on localhost."""
+    for name, value in (("application", application), ("environment", environment), ("profile", profile)):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{name}={value!r} must be the AppConfig {name} id or name (environment_variables() has them)")
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValueError(f"port={port!r} must be a TCP port 1..65535 (the extension's default is {EXTENSION_PORT})")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+        raise ValueError(f"timeout={timeout!r} must be a finite number of seconds > 0")
     url = f"http://localhost:{port}/applications/{application}/environments/{environment}/configurations/{profile}"
 
     def fetch() -> bytes:
@@ -449,8 +508,13 @@ class ExperimentSource:
 
     def __init__(self, fetch: Callable[[], bytes | str | Mapping[str, Any] | None], *, max_age_seconds: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if isinstance(max_age_seconds, bool) or not isinstance(max_age_seconds, int | float) or not max_age_seconds > 0:
-            raise ValueError(f"max_age_seconds={max_age_seconds!r} must be a number of seconds > 0")
+        if not callable(fetch):
+            raise TypeError(f"fetch={fetch!r:.80} must be a function returning the document: extension_fetcher(...) "
+                            "or appconfigdata_fetcher(...)")
+        if isinstance(max_age_seconds, bool) or not isinstance(max_age_seconds, int | float) \
+                or not 0 < max_age_seconds < math.inf:
+            raise ValueError(f"max_age_seconds={max_age_seconds!r} must be a finite number of seconds > 0 (a split "
+                             "change reaches the process within it)")
         self._fetch, self.max_age_seconds, self._clock = fetch, float(max_age_seconds), clock
         self._experiment: Experiment | None = None
         self._loaded_at = -math.inf
@@ -461,12 +525,17 @@ class ExperimentSource:
 
     @classmethod
     def from_environment(cls, **options: Any) -> ExperimentSource:
-        """From the variables PromptExperiment.environment() sets, read through the Lambda extension."""
+        """From the variables PromptExperiment.environment_variables() sets, read through the Lambda extension."""
         names = ("EXPERIMENT_APPLICATION_ID", "EXPERIMENT_ENVIRONMENT_ID", "EXPERIMENT_PROFILE_ID")
         missing = [n for n in names if not os.environ.get(n)]
         if missing:
-            raise ExperimentConfigError(f"environment variables {missing} are not set; pass PromptExperiment.environment() to the function")
-        port = int(os.environ.get("AWS_APPCONFIG_EXTENSION_HTTP_PORT", EXTENSION_PORT))
+            raise ExperimentConfigError(
+                f"environment variables {missing} are not set; give the function PromptExperiment.environment_variables() "
+                "(PromptExperiment.add_to_function(fn) does it, with the extension layer and the grant)")
+        text = os.environ.get("AWS_APPCONFIG_EXTENSION_HTTP_PORT", str(EXTENSION_PORT))
+        if not text.isdigit():
+            raise ExperimentConfigError(f"AWS_APPCONFIG_EXTENSION_HTTP_PORT={text!r} must be a port number")
+        port = int(text)
         return cls(extension_fetcher(*(os.environ[n] for n in names), port=port), **options)
 
     def get(self) -> Experiment:
