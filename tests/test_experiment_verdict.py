@@ -210,6 +210,12 @@ def test_metric_data_without_samples_gives_counts_and_rates():
         ({"seed": "x"}, "seed='x' is a str"),
         ({"data": [1]}, "data is list"),
         ({"data": {"zz": VariantData("zz")}}, r"variants \['zz'\] that split does not name"),
+        # found by a new-user sweep: each was accepted (an empty log read as "Sample ratio: OK") or failed deep
+        ({"data": {}}, "the data holds no users or calls for any variant of split"),
+        ({"data": {"a": {"units": 3}}}, r"data\['a'\] is dict; pass VariantData"),
+        ({"data": {"a": VariantData("a", units={"u"}, latencies_ms=[math.nan])}}, r"data\['a'\].latencies_ms holds values"),
+        ({"split": {"a": 0, "b": 100}}, "control 'a' has share 0 in split"),
+        ({"experiment": None}, "experiment is required"),
     ],
 )
 def test_bad_verdict_input_is_refused(kwargs, message):
@@ -251,3 +257,69 @@ def test_a_failed_call_is_counted_for_its_variant_and_reaches_the_error_rate(bed
     assert (data["slower"].errors, len(data["slower"].latencies_ms), data["slower"].users) == (1, 1, 1)
     error_line = json.loads(out.getvalue().splitlines()[0])
     assert error_line["ErrorCode"] == "ModelTimeoutException" and error_line["Variant"] == "slower"
+
+
+# ---- found by a new-user sweep ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "kind", "message"),
+    [
+        (lambda: read_log(None), InvalidPropsError, "lines=None is NoneType; pass a path"),
+        (lambda: read_log(5), InvalidPropsError, "lines=5 is int"),
+        (lambda: read_log([], latency_field=""), InvalidPropsError, "latency_field='' is empty"),
+        (lambda: read_log([], experiment=5), InvalidPropsError, "experiment=5 is an int"),
+        (lambda: read_log(['{"Experiment": "e", "Variant": "a", "LatencyMs": "slow"}']), ValueError,
+         "line 1: LatencyMs='slow' is not a latency in ms"),
+        (lambda: read_log(['{}', '{"Experiment": "e", "Variant": "a", "LatencyMs": NaN}']), ValueError,
+         "line 2: LatencyMs=nan is not a latency"),
+        (lambda: read_log(['{"Experiment": "e", "Variant": "a", "LatencyMs": -3}']), ValueError, "LatencyMs=-3"),
+        (lambda: read_log(['{"Experiment": "e", "Variant": "a", "CallErrors": "x"}']), ValueError,
+         "line 1: CallErrors='x' is not a count"),
+        (lambda: read_log(['{"Experiment": "e", "Variant": "a", "LatencyMs": 5}'], experiment="support"), ValueError,
+         r"no records of experiment='support', only of \['e'\]"),
+        (lambda: sample_ratio_check(None, {"a": 50, "b": 50}), InvalidPropsError, "observed is required"),
+        (lambda: sample_ratio_check({"a": 50, "b": 50}, {"a": 50, "b": 40}), InvalidPropsError, "split shares sum to 90"),
+        (lambda: sample_ratio_check({"a": -5, "b": 50}, {"a": 50, "b": 50}), InvalidPropsError, r"observed\['a'\]=-5"),
+        (lambda: sample_ratio_check({"a": 5.5, "b": 50}, {"a": 50, "b": 50}), InvalidPropsError, "not a whole number"),
+        (lambda: sample_ratio_check({"a": 5, "b": 5}, {"a": 50, "b": 50}, level=2), InvalidPropsError, "level=2 exceeds"),
+        (lambda: wilson(5, 3), InvalidPropsError, "successes=5 is more than trials=3"),
+        (lambda: wilson(-1, 10), InvalidPropsError, "successes=-1 is below the minimum of 0"),
+        (lambda: wilson(1.5, 10), InvalidPropsError, "successes=1.5 is not a whole number"),
+        (lambda: wilson(5, 10, level=0), InvalidPropsError, "level=0 must be greater than 0"),
+        (lambda: wilson(5, 10, level=1.5), InvalidPropsError, "level=1.5 exceeds the maximum"),
+        (lambda: chi_square_sf(math.nan, 1), InvalidPropsError, "x=nan is not a finite number"),
+        (lambda: chi_square_sf(3.0, 0), InvalidPropsError, "df=0 is below the minimum of 1"),
+    ],
+)
+def test_bad_reader_and_statistics_input_is_refused_with_the_line_or_the_rule(call, kind, message):
+    with pytest.raises(kind, match=message):
+        call()
+
+
+def test_read_log_takes_the_logs_text_and_parsed_records_too():
+    text = '{"Experiment": "e", "Variant": "a", "Unit": "u1", "LatencyMs": 5}\n{"Experiment": "e", "Variant": "b", "Unit": "u2", "LatencyMs": 7}'
+    assert sorted(read_log(text)) == ["a", "b"]  # a string with lines is the log, not a file name
+    records = [{"Experiment": "e", "Variant": "a", "Unit": "u1", "LatencyMs": 5}]
+    assert read_log(records)["a"].latencies_ms == [5.0]
+
+
+def test_rate_differences_use_newcombes_interval_which_keeps_a_width_at_zero():
+    """Newcombe (1998), method 10, the worked example: 56/70 against 48/80, difference 0.2, 95% CI
+    0.0524 to 0.3339. And at 0 errors in both arms the old Wald interval was the point [0, 0]."""
+    from genai_pacer.experiment_verdict import _two_proportions
+
+    diff, low, high, _ = _two_proportions(wilson(48, 80), wilson(56, 70), 0.05)
+    assert (diff, low, high) == pytest.approx((0.2, 0.0524, 0.3339), abs=5e-5)
+    diff, low, high, p = _two_proportions(wilson(0, 1800), wilson(0, 200), 0.05)
+    assert diff == 0 and low < 0 < high and high == pytest.approx(wilson(0, 200).high, rel=1e-9) and p == 1
+
+
+def test_chart_checks_its_path_before_drawing(tmp_path):
+    result = verdict({"a": samples("a", 50, 7, 1), "b": samples("b", 50, 7, 2)}, split={"a": 50, "b": 50}, control="a")
+    with pytest.raises(InvalidPropsError, match="does not end in .png"):
+        result.chart(tmp_path / "verdict.txt")
+    with pytest.raises(InvalidPropsError, match="the folder .* does not exist; create it first"):
+        result.chart(tmp_path / "missing" / "verdict.png")
+    with pytest.raises(InvalidPropsError, match="path is required"):
+        result.chart(None)

@@ -15,8 +15,10 @@ difference below it should be read until that is fixed.
 Then, per variant: users, calls, error rate, latency p50/p90/p99 with percentile-bootstrap
 confidence intervals, and outcome rates (share of users with at least one thumbs-up, escalation,
 resolution...) with Wilson intervals. Each treatment is compared with the control: the difference,
-its interval, a p-value and whether it is significant at `level`, Bonferroni-corrected for the
-number of treatments. Standard library only (numpy speeds up the bootstrap when installed);
+its interval (percentile bootstrap for latency; Newcombe's hybrid score interval for rates, sound
+when a rate is 0 where the Wald interval collapses to a point), a p-value and whether it is
+significant at `level`, Bonferroni-corrected for the number of treatments (not for the several
+metrics compared per treatment: decide the primary metric before the test). Standard library only (numpy speeds up the bootstrap when installed);
 `chart()` needs matplotlib and draws with the Agg backend.
 """
 
@@ -32,6 +34,7 @@ from statistics import NormalDist
 from typing import Any
 
 from ._checks import Checks
+from ._install import MATPLOTLIB_HINT, missing
 
 __all__ = [
     "Comparison",
@@ -87,22 +90,36 @@ def read_log(
     latency_field: the record field holding a call's latency. Default: LatencyMs, as the caller
     measured it; ServiceLatencyMs is Bedrock's own figure (and the emulator's model time).
     Lines that are not experiment records are skipped. Records of several experiments need
-    `experiment` to pick one.
+    `experiment` to pick one. Also accepted: the log's text itself (several lines), and records
+    already parsed (dicts, e.g. Logs Insights results).
     """
+    with Checks("read_log") as check:
+        if check.text("latency_field", latency_field, fix="LatencyMs or ServiceLatencyMs"):
+            check.rule(latency_field.strip() == latency_field, f"latency_field={latency_field!r} has spaces around it")
+        check.text("experiment", experiment, optional=True, fix="the experiment name the records carry")
+        if lines is None or isinstance(lines, int | float | bool) or not isinstance(lines, str | Path | Iterable):
+            check.fail(f"lines={lines!r:.60} is {type(lines).__name__}; pass a path, the log's lines, or its text")
+    if isinstance(lines, str) and ("\n" in lines or lines.lstrip().startswith("{")):
+        lines = lines.splitlines()  # the log's text, not a path
     if isinstance(lines, str | Path):
         with open(lines, encoding="utf-8") as handle:
             return read_log(handle.readlines(), experiment=experiment, latency_field=latency_field)
     data: dict[str, VariantData] = {}
     seen: set[str] = set()
-    for raw in lines:
-        text = raw.decode() if isinstance(raw, bytes) else raw
-        start = text.find("{")
-        if start < 0:
-            continue
-        try:
-            record = json.loads(text[start:])
-        except ValueError:
-            continue
+    for number, raw in enumerate(lines, 1):
+        if isinstance(raw, Mapping):
+            record: Any = dict(raw)
+        else:
+            text = raw.decode() if isinstance(raw, bytes) else raw
+            if not isinstance(text, str):
+                raise ValueError(f"line {number} is {type(raw).__name__}; pass lines of text (str or bytes) or dicts")
+            start = text.find("{")
+            if start < 0:
+                continue
+            try:
+                record = json.loads(text[start:])
+            except ValueError:
+                continue
         if not isinstance(record, dict) or "Experiment" not in record or "Variant" not in record:
             continue
         seen.add(str(record["Experiment"]))
@@ -113,14 +130,31 @@ def read_log(
         if unit is not None:
             variant.units.add(str(unit))
         if record.get("CallErrors"):
-            variant.errors += int(record["CallErrors"])
+            variant.errors += _count(record["CallErrors"], number, "CallErrors")
         elif latency_field in record and "Outcome" not in record:
-            variant.latencies_ms.append(float(record[latency_field]))
+            variant.latencies_ms.append(_latency(record[latency_field], number, latency_field))
         if "Outcome" in record and unit is not None:
             variant.outcome_units.setdefault(str(record["Outcome"]), set()).add(str(unit))
     if experiment is None and len(seen) > 1:
         raise ValueError(f"the log holds experiments {sorted(seen)}; pass experiment= to pick one")
+    if experiment is not None and seen and experiment not in seen:
+        raise ValueError(f"the log holds no records of experiment={experiment!r}, only of {sorted(seen)}; "
+                         "pass one of those names")
     return data
+
+
+def _latency(value: Any, line: int, name: str) -> float:
+    """A latency from a record: a finite number >= 0, or a ValueError naming the line."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"line {line}: {name}={value!r} is not a latency in ms (a finite number >= 0); the record is "
+                         "damaged or latency_field names the wrong field")
+    return float(value)
+
+
+def _count(value: Any, line: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
+        raise ValueError(f"line {line}: {name}={value!r} is not a count (a whole number >= 0); the record is damaged")
+    return int(value)
 
 
 # ---- statistics -----------------------------------------------------------------------------------
@@ -128,6 +162,9 @@ def read_log(
 
 def chi_square_sf(x: float, df: int) -> float:
     """P(X >= x) for a chi-square variable with df degrees of freedom (regularized upper gamma)."""
+    with Checks("chi_square_sf") as check:
+        check.number("x", x, minimum=0, fix="a chi-square statistic")
+        check.integer("df", df, minimum=1, fix="degrees of freedom: variants - 1")
     if x <= 0:
         return 1.0
     a, z = df / 2.0, x / 2.0
@@ -175,6 +212,12 @@ class SampleRatioCheck:
 
 def sample_ratio_check(observed: Mapping[str, int], split: Mapping[str, float], *, level: float = DEFAULT_SRM_LEVEL) -> SampleRatioCheck:
     """Chi-square goodness of fit of users per variant against the configured split (percent)."""
+    with Checks("sample_ratio_check") as check:
+        if check.instance("observed", observed, Mapping, "a dict of variant name to users seen"):
+            for name, count in observed.items():
+                check.integer(f"observed[{name!r}]", count, minimum=0, fix="a number of users")
+        _check_split(check, split)
+        check.number("level", level, above=0, maximum=0.5, fix="0.001 is usual: a real mismatch is far below it")
     total = sum(observed.get(name, 0) for name in split)
     active = {name: share for name, share in split.items() if share > 0}
     expected = {name: total * share / 100 for name, share in active.items()}
@@ -200,6 +243,11 @@ class Rate:
 
 def wilson(successes: int, trials: int, *, level: float = 0.05) -> Rate:
     """A proportion with its Wilson score interval (sound near 0 and 1, unlike the Wald interval)."""
+    with Checks("wilson") as check:
+        check.integer("trials", trials, minimum=0)
+        if check.integer("successes", successes, minimum=0) and isinstance(trials, int) and not isinstance(trials, bool):
+            check.rule(successes <= trials, f"successes={successes} is more than trials={trials}")
+        check.number("level", level, above=0, maximum=0.5, fix="0.05 for a 95% interval")
     if trials == 0:
         return Rate(successes, trials, math.nan, math.nan)
     z = NormalDist().inv_cdf(1 - level / 2)
@@ -338,7 +386,16 @@ class Verdict:
 
     def chart(self, path: str | Path) -> Path:
         """A PNG: latency percentiles with bootstrap intervals, and rates with Wilson intervals, per variant."""
-        import matplotlib
+        with Checks("Verdict.chart") as check:
+            if check.instance("path", path, (str, Path), "a file path ending in .png"):
+                target = Path(path)
+                check.rule(target.suffix.lower() == ".png", f"path={str(path)!r} does not end in .png; the chart is a PNG")
+                check.rule(target.parent.is_dir(), f"path={str(path)!r}: the folder {str(target.parent)!r} does not exist; "
+                           "create it first")
+        try:
+            import matplotlib
+        except ModuleNotFoundError as error:
+            raise missing("Verdict.chart", "matplotlib", error, MATPLOTLIB_HINT) from None
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -381,16 +438,31 @@ def _pct(rate: Rate) -> str:
 
 
 def _two_proportions(a: Rate, b: Rate, level: float) -> tuple[float, float, float, float]:
-    """(difference b - a, low, high, two-sided p) with a pooled z-test and a Wald interval."""
+    """(difference b - a, low, high, two-sided p): a pooled z-test (the chi-square test of the 2x2
+    table) and Newcombe's hybrid score interval from the two Wilson intervals (Newcombe 1998, method
+    10), which keeps a width when a rate is 0 or 1, where the Wald interval collapses to a point."""
     if not a.trials or not b.trials:
         return math.nan, math.nan, math.nan, 1.0
     pa, pb = a.successes / a.trials, b.successes / b.trials
     pooled = (a.successes + b.successes) / (a.trials + b.trials)
     se0 = math.sqrt(pooled * (1 - pooled) * (1 / a.trials + 1 / b.trials))
     p = 1.0 if se0 == 0 else 2 * (1 - NormalDist().cdf(abs(pb - pa) / se0))
-    se = math.sqrt(pa * (1 - pa) / a.trials + pb * (1 - pb) / b.trials)
-    z = NormalDist().inv_cdf(1 - level / 2)
-    return pb - pa, pb - pa - z * se, pb - pa + z * se, p
+    wa, wb = wilson(a.successes, a.trials, level=level), wilson(b.successes, b.trials, level=level)
+    diff = pb - pa
+    low = diff - math.sqrt((pb - wb.low) ** 2 + (wa.high - pa) ** 2)
+    high = diff + math.sqrt((wb.high - pb) ** 2 + (pa - wa.low) ** 2)
+    return diff, low, high, p
+
+
+def _check_split(check: Checks, split: Any) -> bool:
+    """split: variant name -> share in percent, shares 0..100 summing to 100."""
+    if not check.instance("split", split, Mapping, "a dict of variant name to share in percent (experiment.shares)"):
+        return False
+    valid = all([check.number(f"split[{name!r}]", share, minimum=0, maximum=100) for name, share in split.items()])
+    if valid:
+        total = math.fsum(split.values())
+        valid = check.rule(abs(total - 100) <= 1e-6, f"split shares sum to {total:g}, not 100; pass the configured split")
+    return valid
 
 
 def verdict(
@@ -412,13 +484,12 @@ def verdict(
     seed: the bootstrap's random seed, so a report is reproducible.
     """
     with Checks("verdict") as check:
-        if check.instance("split", split, Mapping, "a dict of variant name to share in percent"):
+        if _check_split(check, split):
             check.rule(len(split) >= 2, f"split={dict(split)!r} needs a control and at least one treatment")
-            for name, share in split.items():
-                check.number(f"split[{name!r}]", share, minimum=0, maximum=100)
-            total = math.fsum(s for s in split.values() if isinstance(s, int | float) and not isinstance(s, bool))
-            check.rule(abs(total - 100) <= 1e-6, f"split shares sum to {total:g}, not 100; pass the configured split")
-            check.rule(control in split, f"control={control!r} is not in split {sorted(split)}")
+            if check.rule(control in split, f"control={control!r} is not in split {sorted(split)}"):
+                check.rule(split[control] > 0, f"control {control!r} has share 0 in split; the baseline must have served "
+                           "users: pass the split the experiment ran under")
+        check.text("experiment", experiment, fix="the experiment's name, for the report")
         check.number("level", level, above=0, maximum=0.5, fix="0.05 for 95% intervals")
         check.number("srm_level", srm_level, above=0, maximum=0.5, fix="0.001 is usual: a real mismatch is far below it")
         check.integer("resamples", resamples, minimum=100, maximum=100_000)
@@ -426,6 +497,15 @@ def verdict(
         if isinstance(data, Mapping):
             stray = sorted(set(data) - set(split)) if isinstance(split, Mapping) else []
             check.rule(not stray, f"the data holds variants {stray} that split does not name; pass the split they ran under")
+            for name, row in data.items():
+                if not isinstance(row, VariantData):
+                    check.fail(f"data[{name!r}] is {type(row).__name__}; pass VariantData (read_log returns them)")
+                elif not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in row.latencies_ms):
+                    check.fail(f"data[{name!r}].latencies_ms holds values that are not finite latencies >= 0 (ms)")
+            if isinstance(split, Mapping) and all(isinstance(r, VariantData) for r in data.values()):
+                check.rule(any(data[n].users or data[n].calls for n in split if n in data),
+                           f"the data holds no users or calls for any variant of split {sorted(split)}: the log is empty, "
+                           "or holds another experiment (read_log(..., experiment=...)) or other variant names")
         else:
             check.fail(f"data is {type(data).__name__}; pass read_log(...)'s dict of VariantData")
     rng = random.Random(seed)
