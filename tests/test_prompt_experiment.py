@@ -294,6 +294,7 @@ def variant(**overrides) -> ExperimentVariant:
         (lambda: TextPrompt("Answer {{the question}}"), r"template has \['\{\{the question\}\}'\], which the runtime would send"),
         (lambda: TextPrompt("Answer {{q-1}}"), r"a placeholder is \{\{name\}\} with letters, digits and '_' only"),
         (lambda: ManagedPrompt(PROMPT, "0"), "version='0' must be a published version number from 1"),
+        (lambda: variant(stop_sequences=[f"s{i}" for i in range(2501)]), "stop_sequences has 2501 items; Converse accepts at most 2,500"),
         (lambda: variant(additional_fields={"top_k": math.nan}), "cannot be written into the JSON experiment document"),
         (lambda: variant(additional_fields={"x": object()}), "cannot be written into the JSON experiment document"),
     ],

@@ -230,8 +230,10 @@ class ExperimentVariant:
                           fix="size it from the p99 answer (planning.size_max_tokens)")
             check.number("temperature", self.temperature, minimum=0, maximum=1, optional=True)
             check.number("top_p", self.top_p, minimum=0, maximum=1, optional=True)
-            if self.stop_sequences is not None:
-                check.each("stop_sequences", self.stop_sequences, lambda n, s: check.text(n, s))
+            if self.stop_sequences is not None and check.each("stop_sequences", self.stop_sequences,
+                                                              lambda n, s: check.text(n, s)):
+                check.rule(len(self.stop_sequences) <= 2500, f"stop_sequences has {len(self.stop_sequences)} items; "
+                           "Converse accepts at most 2,500")
             if check.instance("additional_fields", self.additional_fields, Mapping, "a dict such as {'top_k': 40}",
                               optional=True):
                 try:  # it is written into the JSON document: no NaN (not JSON), no objects JSON cannot hold
