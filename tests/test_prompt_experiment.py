@@ -333,6 +333,10 @@ def pair(a: float, b: float, names=("control", "treat")) -> list[ExperimentVaria
         ({"max_error_rate_percent": 0}, "max_error_rate_percent=0 must be greater than 0"),
         ({"max_error_rate_percent": 101}, "max_error_rate_percent=101 exceeds the maximum of 100"),
         ({"max_error_rate_percent": 100}, "max_error_rate_percent=100 can never be exceeded"),
+        ({"variants": [variant(name=f"v{i}", share=100 / 21) for i in range(21)]}, "variants has 21; at most 20"),
+        ({"guard_period": cdk.Duration.minutes(59), "guard_evaluation_periods": 25},
+         "guard_period x guard_evaluation_periods = 59 minutes x 25 is more than CloudWatch's 1 day"),
+        ({"guard_period": cdk.Duration.days(1), "guard_evaluation_periods": 8}, "is more than CloudWatch's 7 days"),
         ({"max_error_rate_percent": math.nan}, "max_error_rate_percent=nan is not a finite number"),
         ({"max_error_rate_percent": None}, "max_error_rate_percent is required"),
         ({"max_p90_latency": cdk.Duration.millis(500)}, "max_p90_latency=500 millis is below the minimum of 1 second"),
@@ -485,3 +489,9 @@ def test_add_to_function_refuses_what_it_cannot_wire():
     _, elsewhere = build(nowhere)
     with pytest.raises(InvalidPropsError, match="region='xx-nowhere-1' has no AppConfig Lambda extension layer"):
         elsewhere.add_to_function(handler(nowhere))
+
+
+def test_the_longest_guard_windows_cloudwatch_accepts_are_accepted():
+    build(guard_period=cdk.Duration.minutes(59), guard_evaluation_periods=24, bake_time=cdk.Duration.days(1))
+    build(guard_period=cdk.Duration.hours(1), guard_evaluation_periods=100, bake_time=cdk.Duration.days(1))
+    build(variants=[variant(name=f"v{i}", share=5) for i in range(20)])

@@ -88,6 +88,9 @@ _PLACEHOLDER = re.compile(r"\{\{\s*[A-Za-z0-9_]+\s*\}\}")
 _MAX_MINUTES = 1440
 #: AppConfig watches at most this many alarms per environment (CreateEnvironment Monitors).
 MAX_MONITORS = 5
+#: Variants per experiment: 2 guards each, and the fallback toggles them all (DisableAlarmActions
+#: takes at most 100 names; the composite's rule at most 10,240 characters, about 80 alarm ARNs).
+MAX_VARIANTS = 20
 
 #: The experiment document's JSON Schema (draft-04, which AppConfig validators accept). The sum of
 #: the shares and the uniqueness of names are beyond JSON Schema: the runtime refuses such a
@@ -339,6 +342,10 @@ class PromptExperiment(Construct):
             if check.each("variants", variants, lambda n, v: check.instance(n, v, ExperimentVariant, "an ExperimentVariant(...)")):
                 names = [v.name for v in variants]
                 check.rule(len(variants) >= 2, f"variants has {len(variants)}; an experiment needs a control and at least one treatment")
+                check.rule(len(variants) <= MAX_VARIANTS,
+                           f"variants has {len(variants)}; at most {MAX_VARIANTS} (each has two guard alarms, which the composite "
+                           "alarm and the fallback's DisableAlarmActions must list; the Bonferroni level shrinks with each): "
+                           "run several experiments")
                 duplicates = sorted({n for n in names if names.count(n) > 1})
                 check.rule(not duplicates, f"variant names {duplicates} appear more than once; give each variant its own name "
                            "(it is the Variant dimension and the assignment key)")
@@ -379,7 +386,14 @@ class PromptExperiment(Construct):
             if check.duration("guard_period", guard_period, minimum=cdk.Duration.minutes(1), maximum=cdk.Duration.days(1),
                               fix="the runtime publishes standard-resolution metrics: one minute or more"):
                 check.rule(guard_period.to_seconds() % 60 == 0, f"guard_period={guard_period.to_human_string()} must be whole minutes")
-            check.integer("guard_evaluation_periods", guard_evaluation_periods, minimum=1, maximum=100)
+            if check.integer("guard_evaluation_periods", guard_evaluation_periods, minimum=1, maximum=100) \
+                    and isinstance(guard_period, cdk.Duration) and not guard_period.is_unresolved():
+                window = guard_period.to_seconds(integral=False) * guard_evaluation_periods
+                limit = 86_400 if guard_period.to_seconds(integral=False) < 3600 else 604_800
+                check.rule(window <= limit,
+                           f"guard_period x guard_evaluation_periods = {guard_period.to_human_string()} x "
+                           f"{guard_evaluation_periods} is more than CloudWatch's {'1 day' if limit == 86_400 else '7 days'} "
+                           "for an alarm's evaluation range (1 day when the period is under an hour): shorten either")
             check.instance("fallback_on_alarm", fallback_on_alarm, bool, "True or False")
             check.each("alarm_actions", alarm_actions,
                        lambda n, a: check.instance(n, a, cloudwatch.IAlarmAction, "an alarm action such as SnsAction(topic)"))
