@@ -23,6 +23,7 @@ from aws_cdk import aws_s3 as s3  # noqa: E402
 from genai_pacer import BedrockModel  # noqa: E402
 
 from constructs import Construct, IConstruct  # noqa: E402
+from stacks.orchestration_stack import secure_bucket  # noqa: E402
 
 #: context key -> (default, meaning). `make integ INTEG_CONTEXT="-c integ_model_id=..."` overrides.
 INTEG_CONTEXT_DEFAULTS: dict[str, tuple[str, str]] = {
@@ -92,16 +93,8 @@ def destroy_on_delete(stack: cdk.Stack) -> None:
 
 
 def scratch_bucket(scope: Construct, id: str) -> s3.Bucket:
-    """A bucket the test may fill: emptied and deleted with the stack, TLS-only, private, encrypted."""
-    return s3.Bucket(
-        scope,
-        id,
-        encryption=s3.BucketEncryption.S3_MANAGED,
-        enforce_ssl=True,
-        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-        removal_policy=cdk.RemovalPolicy.DESTROY,
-        auto_delete_objects=True,
-    )
+    """The reference stacks' secure bucket, emptied and deleted with the test stack."""
+    return secure_bucket(scope, id, removal_policy=cdk.RemovalPolicy.DESTROY, auto_delete_objects=True)
 
 
 def grant_assertions_keys(calls: Sequence[Any], stack: cdk.Stack) -> None:

@@ -4,8 +4,9 @@ integ-runner's own snapshot mode cannot read these apps today: @aws-cdk/integ-ru
 newest on npm) reads cloud assembly schema 53 at most, and aws-cdk-lib 2.275 writes schema 55
 ("AssemblyVersionMismatch"). This module does what its snapshot mode does, in-process:
 
-- synthesize each `integ/integ_*.py` app with the context integ-runner synthesizes with (its
-  recommended feature flags, no version reporting, no path or asset metadata);
+- synthesize each `integ/integ_*.py` app with the context integ-runner synthesizes with (the
+  recommended feature flags, here cdk.json's, a superset of integ-runner's list; no version
+  reporting, no path or asset metadata);
 - compare every template, the assertion stacks' included (integ-runner compares the test case
   stacks only; the assertions are compared here so a changed assertion shows in review), with `integ/<app>.py.snapshot/`, asset hashes
   normalized (integ-runner's default: diffAssets false), and the test cases of integ.json;
@@ -38,7 +39,9 @@ ROOT = INTEG_DIR.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-RECOMMENDED_FLAGS = ROOT / "node_modules" / "@aws-cdk" / "integ-runner" / "lib" / "recommended-feature-flags.json"
+#: The feature flags: the reference app's (cdk.json, what `cdk init` gives with the pinned CLI), a
+#: superset of integ-runner 2.197.10's recommended-feature-flags.json (the 81 it lists, same values).
+FEATURE_FLAGS = ROOT / "cdk.json"
 #: What integ-runner's engine passes besides the flags (toolkit synth: versionReporting, pathMetadata
 #: and assetMetadata all false).
 RUNNER_CONTEXT: dict[str, Any] = {
@@ -63,12 +66,7 @@ def snapshot_dir(app: Path) -> Path:
 
 
 def synth_context(extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    if not RECOMMENDED_FLAGS.exists():
-        raise FileNotFoundError(
-            f"{RECOMMENDED_FLAGS.relative_to(ROOT)} is missing: run `npm ci` (or any make target) to install "
-            "the pinned integ-runner, whose recommended feature flags the snapshots are synthesized with"
-        )
-    return {**json.loads(RECOMMENDED_FLAGS.read_text()), **RUNNER_CONTEXT, **(extra or {})}
+    return {**json.loads(FEATURE_FLAGS.read_text())["context"], **RUNNER_CONTEXT, **(extra or {})}
 
 
 def load(app: Path) -> ModuleType:
