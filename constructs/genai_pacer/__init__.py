@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from .quota import Share as Share
     from .retrieval import HybridSearchPipeline as HybridSearchPipeline
     from .retrieval import VectorIndexSettings as VectorIndexSettings
+    from .runtime_layer import RuntimeLayer as RuntimeLayer
     from .sync_execution import SyncExecutionUrl as SyncExecutionUrl
 
 _EXPORTS = {
@@ -89,6 +90,7 @@ _EXPORTS = {
     "TextPrompt": ".prompt_experiment",
     "ManagedPrompt": ".prompt_experiment",
     "experiment_verdict": ".experiment_verdict",
+    "RuntimeLayer": ".runtime_layer",
 }
 
 __all__ = list(_EXPORTS)
