@@ -22,11 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSED_APP = textwrap.dedent(
     """
     import aws_cdk as cdk
+    from aws_cdk import aws_opensearchserverless as aoss
     from aws_cdk import aws_scheduler as scheduler
     from aws_cdk import aws_stepfunctions as sfn
     from cdk_nag import AwsSolutionsChecks
     from genai_pacer import (AnswerRouter, AnswerStore, BatchPrecompute, BedrockModel, ConverseRequest,
-                             EndpointScaling, ModelQuota, PeakWindow, ScheduledPrecompute)
+                             EndpointScaling, ExperimentVariant, HybridSearchPipeline, ModelQuota, PeakWindow,
+                             PromptExperiment, RuntimeLayer, ScheduledPrecompute, TextPrompt, VectorIndexSettings)
 
     app = cdk.App()
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
@@ -46,6 +48,22 @@ COMPOSED_APP = textwrap.dedent(
     AnswerRouter(stack, "Router", answer_store=store, model=model)
     EndpointScaling(stack, "Scaling", endpoint="my-llm-endpoint", target_concurrency=6.4, max_capacity=8,
                     peaks=[PeakWindow(capacity=4, start="08:00", end="11:00", days="MON-FRI", time_zone="Europe/Berlin")])
+    PromptExperiment(stack, "Experiment", experiment_name="support", variants=[
+        ExperimentVariant("control", model, 90, TextPrompt("Answer: {{question}}"), max_tokens=400),
+        ExperimentVariant("brief", model, 10, TextPrompt("Answer briefly: {{question}}"), max_tokens=200),
+    ])
+    RuntimeLayer(stack, "PacerRuntime")
+    rules = '{"ResourceType": "collection", "Resource": ["collection/docs"]}'
+    encryption = aoss.CfnSecurityPolicy(stack, "Encryption", name="docs-enc", type="encryption",
+                                        policy='{"Rules": [' + rules + '], "AWSOwnedKey": true}')
+    network = aoss.CfnSecurityPolicy(stack, "Network", name="docs-net", type="network",
+                                     policy='[{"Rules": [' + rules + '], "AllowFromPublic": true}]')
+    collection = aoss.CfnCollection(stack, "Collection", name="docs", type="VECTORSEARCH")
+    collection.node.add_dependency(encryption, network)
+    index = VectorIndexSettings(stack, "Index", collection=collection, index_name="chunks", dimension=256)
+    pipeline = HybridSearchPipeline(stack, "Hybrid", collection=collection, pipeline_name="chunks-hybrid",
+                                    weights=(0.3, 0.7))
+    pipeline.resource.node.add_dependency(index.resource)
     app.synth()
     """
 )
@@ -104,7 +122,8 @@ def test_installed_wheel_runs_the_readme_app_with_the_worker_asset_and_types(tmp
     assert (asset_dir / "pacer_runtime" / "bedrock.py").is_file()
 
     # the later capabilities composed from the installed wheel, cdk-nag on: pre-computation on one
-    # store, endpoint scaling of an existing endpoint, and the quota every consumer draws from
+    # store, endpoint scaling of an existing endpoint, the quota every consumer draws from, an A/B
+    # experiment, the runtime layer, and a search pipeline on a vector index
     (consumer / "composed.py").write_text(COMPOSED_APP)
     run(str(python), "composed.py", cwd=consumer, env={**env, "CDK_OUTDIR": str(consumer / "composed")})
     composed = json.loads((consumer / "composed" / "Composed.template.json").read_text())
@@ -113,7 +132,15 @@ def test_installed_wheel_runs_the_readme_app_with_the_worker_asset_and_types(tmp
                       and not r["Properties"]["Handler"].startswith("index."))
     assert {"answer_router.handler.handler", "scheduled_precompute.handler.handler"} <= set(handlers), handlers
     assert any(h.startswith("batch_precompute.") for h in handlers), handlers
-    assert any(r["Type"] == "AWS::ApplicationAutoScaling::ScalableTarget" for r in composed["Resources"].values())
+    types = {r["Type"] for r in composed["Resources"].values()}
+    assert "AWS::ApplicationAutoScaling::ScalableTarget" in types
+    assert {"AWS::AppConfig::Application", "AWS::AppConfig::ConfigurationProfile", "AWS::OpenSearchServerless::Index",
+            "AWS::Lambda::LayerVersion"} <= types, types
+    assert any(h.startswith("search_pipeline.") for h in handlers), handlers
+    (layer,) = [r for r in composed["Resources"].values() if r["Type"] == "AWS::Lambda::LayerVersion"]
+    assets = json.loads((consumer / "composed" / "Composed.assets.json").read_text())["files"]
+    layer_dir = consumer / "composed" / assets[layer["Properties"]["Content"]["S3Key"].removesuffix(".zip")]["source"]["path"]
+    assert (layer_dir / "python" / "pacer_runtime" / "experiment.py").is_file()  # staged from the installed wheel
 
     # every lazy export loads from the installed wheel (runtime needs boto3: checked at the end)
     run(str(python), "-c", "import genai_pacer\nfor name in set(genai_pacer.__all__) - {'runtime'}: "
