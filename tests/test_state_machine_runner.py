@@ -22,6 +22,7 @@ from genai_pacer.testing.sfn import (
     BatchJobSimulator,
     BatchRecordError,
     OfflineExecutionError,
+    ServiceError,
     StateMachineRunner,
 )
 
@@ -725,3 +726,185 @@ def test_a_filter_that_matches_nothing_selects_an_empty_list_as_on_aws():
     with pytest.raises(json_path.NoSuchJsonPathError):
         _interpreter._extract_json("$.Output.Missing", content)
 
+
+
+# ---- user fakes for aws-sdk services (services=) ---------------------------------------------------
+
+APP = {"ApplicationId": "app", "EnvironmentId": "env"}
+
+
+def deploy_state(**fields) -> dict:
+    parameters = {**APP, "DeploymentStrategyId": "s", "ConfigurationProfileId": "p", "ConfigurationVersion": "2"}
+    return task("arn:aws:states:::aws-sdk:appconfig:startDeployment", Parameters=parameters, **fields)
+
+
+def then(state: dict, next_state: str) -> dict:
+    """`state` going on to `next_state` instead of ending."""
+    return {**{k: v for k, v in state.items() if k != "End"}, "Next": next_state}
+
+
+class AppConfigAnswering:
+    """Answers StartDeployment with `errors` first (ServiceError or ClientError), then deployment 3."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors, self.calls = list(errors), []
+
+    def start_deployment(self, **params):
+        self.calls.append(params)
+        if self.errors:
+            raise self.errors.pop(0)
+        return {"DeploymentNumber": 3, "State": "DEPLOYING", "ConfigurationVersion": params["ConfigurationVersion"]}
+
+
+def test_an_error_a_fake_raises_is_named_as_step_functions_names_it_so_retry_and_catch_match():
+    from botocore.exceptions import ClientError
+
+    conflict = ServiceError("ConflictException", "a deployment is in progress", 409)
+    throttled = ClientError({"Error": {"Code": "Throttling", "Message": "Rate exceeded"},
+                             "ResponseMetadata": {"HTTPStatusCode": 400, "RequestId": "r-1"}}, "StartDeployment")
+    missing = ServiceError("ResourceNotFoundException", "environment env not found", 404)
+    retried = deploy_state(
+        Retry=[{"ErrorEquals": ["AppConfig.ConflictException", "AppConfig.AppConfigException"], "IntervalSeconds": 1,
+                "MaxAttempts": 3}],
+        Catch=[{"ErrorEquals": ["AppConfig.ResourceNotFoundException"], "ResultPath": "$.error", "Next": "Gone"}],
+    )
+    machine = template({"Deploy": then(retried, "Done"), "Done": {"Type": "Succeed"},
+                        "Gone": {"Type": "Pass", "End": True}})
+    fake = AppConfigAnswering(conflict, throttled, missing)
+    with StateMachineRunner(machine, services={"appconfig": fake}, time_scale=1000) as runner:
+        run = runner.run({"n": 1}).raise_for_status()
+
+    # Retried on the modeled ConflictException and on Throttling, which AppConfig's model does not
+    # declare (the SDK's base exception, AppConfig.AppConfigException); caught on ResourceNotFound.
+    assert run.task_errors() == Counter({"AppConfig.ConflictException": 1, "AppConfig.AppConfigException": 1,
+                                         "AppConfig.ResourceNotFoundException": 1})
+    assert run.output["error"]["Error"] == "AppConfig.ResourceNotFoundException"
+    assert run.output["error"]["Cause"].startswith("environment env not found (Service: AppConfig, Status Code: 404")
+    assert len(fake.calls) == 3 and fake.calls[0]["ConfigurationVersion"] == "2"  # API-shaped parameters
+
+    fake = AppConfigAnswering()
+    with StateMachineRunner(machine, services={"appconfig": fake}) as runner:
+        run = runner.run().raise_for_status()
+    assert run.output == {"DeploymentNumber": 3, "State": "DEPLOYING", "ConfigurationVersion": "2"}
+    assert [e["stateEnteredEventDetails"]["name"] for e in run.history if "stateEnteredEventDetails" in e] == ["Deploy", "Done"]
+
+
+@pytest.mark.parametrize(("service_id", "prefix"), [
+    ("ACM PCA", "AcmPca"), ("DynamoDB", "DynamoDb"), ("SFN", "Sfn"), ("AppConfig", "AppConfig"), ("S3", "S3"),
+    ("Bedrock Runtime", "BedrockRuntime"), ("CloudWatch Logs", "CloudWatchLogs"), ("EC2", "Ec2"),
+])
+def test_error_names_take_the_service_name_step_functions_uses(service_id, prefix):
+    from genai_pacer.testing.sfn._interpreter import error_prefix_for
+
+    assert error_prefix_for(service_id) == prefix
+
+
+@pytest.mark.parametrize(("api", "code", "name"), [
+    ("appconfig", "ConflictException", "AppConfig.ConflictException"),
+    ("appconfig", "Throttling", "AppConfig.AppConfigException"),
+    ("cloudwatch", "Throttling", "CloudWatch.CloudWatchException"),
+    ("s3", "NoSuchKey", "S3.NoSuchKeyException"),
+    ("dynamodb", "ConditionalCheckFailedException", "DynamoDb.ConditionalCheckFailedException"),
+    ("sfn", "ExecutionDoesNotExist", "Sfn.ExecutionDoesNotExistException"),
+    ("acmpca", "ResourceNotFoundException", "AcmPca.ResourceNotFoundException"),
+])
+def test_a_service_error_is_named_by_its_modeled_exception_or_the_sdks_base_exception(api, code, name):
+    from genai_pacer.testing.sfn._interpreter import error_name
+
+    assert error_name(api, code) == name
+
+
+def test_a_call_the_fake_does_not_implement_is_refused_before_the_run_naming_the_method_to_add():
+    read = task("arn:aws:states:::aws-sdk:appconfig:getDeployment", Parameters={**APP, "DeploymentNumber": 1},
+                Catch=[{"ErrorEquals": ["States.ALL"], "Next": "Hidden"}])
+    machine = template({"Read": then(read, "Done"), "Done": {"Type": "Succeed"},
+                        "Hidden": {"Type": "Pass", "End": True}})
+    with StateMachineRunner(machine, services={"appconfig": AppConfigAnswering()}) as runner, pytest.raises(
+        OfflineExecutionError,
+        match=r"Task 'Read' calls appconfig:GetDeployment, and the fake given as services\['appconfig'\] "
+              r"\(AppConfigAnswering\) has no method get_deployment: add `def get_deployment\(self, \*\*params\)`",
+    ):
+        runner.run()
+
+
+def test_parameters_the_api_does_not_take_fail_the_task_before_the_fake_is_called():
+    fake = AppConfigAnswering()
+    lower = deploy_state()
+    lower["Parameters"]["applicationId"] = lower["Parameters"].pop("ApplicationId")
+    with StateMachineRunner(template({"Deploy": lower}), services={"appconfig": fake}) as runner:
+        run = runner.run()
+    assert run.status == "FAILED" and run.error == "States.Runtime"
+    assert "Parameters.applicationId" in run.cause and "'ApplicationId'" in run.cause
+
+    missing = deploy_state()
+    del missing["Parameters"]["ConfigurationVersion"]
+    with StateMachineRunner(template({"Deploy": missing}), services={"appconfig": fake}) as runner:
+        run = runner.run()
+    assert run.status == "FAILED" and run.error == "States.Runtime"
+    assert "Missing required parameter" in run.cause and "ConfigurationVersion" in run.cause
+    assert fake.calls == []
+
+
+class Broken:
+    def __init__(self, answer) -> None:
+        self.answer = answer
+
+    def start_deployment(self, **params):
+        return self.answer(params)
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    (lambda params: params["Nope"], r"raised KeyError: 'Nope' in start_deployment"),
+    (lambda params: {"deploymentNumber": 3}, r"answered appconfig:StartDeployment with what the API never returns: "
+                                             r"StartDeployment.deploymentNumber \(write 'DeploymentNumber'\)"),
+    (lambda params: [3], r"it returned list, not a dict"),
+])
+def test_a_fake_that_misbehaves_fails_the_run_instead_of_passing_as_an_outcome(answer, expected):
+    caught = deploy_state(Catch=[{"ErrorEquals": ["States.ALL"], "Next": "Hidden"}])
+    machine = template({"Deploy": then(caught, "Done"), "Done": {"Type": "Succeed"},
+                        "Hidden": {"Type": "Pass", "End": True}})
+    with StateMachineRunner(machine, services={"appconfig": Broken(answer)}) as runner, pytest.raises(
+        OfflineExecutionError, match=r"ended SUCCEEDED, but a fake of `services` misbehaved(.|\n)*" + expected,
+    ):
+        runner.run()
+
+
+class OnlyCamel:
+    def startDeployment(self, **params):  # noqa: N802 - the mistake this test is about
+        return {}
+
+
+CALLS_APPCONFIG = template({"Deploy": deploy_state()})
+
+
+@pytest.mark.parametrize(("services", "expected"), [
+    ([("appconfig", object())], r"services=.* is a list; pass a dict of aws-sdk service name -> fake"),
+    ({"appconfig": None}, r"services\['appconfig'\]=None is None; pass an object whose methods are appconfig's operations"),
+    ({"appconfig": 0}, r"services\['appconfig'\]=0 is an int; pass an object"),
+    ({"appconfig": "fake"}, r"services\['appconfig'\]='fake' is a str; pass an object"),
+    ({"appconfig": {"start_deployment": lambda **p: {}}}, r"services\['appconfig'\]=.* is a dict; pass an object"),
+    ({"appconfig": float("nan")}, r"services\['appconfig'\]=nan is a float; pass an object"),
+    ({"appconfig": True}, r"services\['appconfig'\]=True is a bool; pass an object"),
+    ({"appconfig": AppConfigAnswering}, r"services\['appconfig'\]=AppConfigAnswering is a class; pass an instance, AppConfigAnswering\(\)"),
+    ({"appconfig": OnlyCamel()}, r"services\['appconfig'\].startDeployment: name the method start_deployment"),
+    ({"appconfig": object()}, r"services\['appconfig'\] \(object\) has no method named after an operation of appconfig"),
+    ({"AppConfig": AppConfigAnswering()}, r"'AppConfig' is not an AWS SDK service Step Functions can call; write the service name"),
+    ({"stepfunctions": AppConfigAnswering()}, r"'stepfunctions' is not an AWS SDK service .*; write 'sfn' \(the aws-sdk name"),
+    ({"bedrockruntime": AppConfigAnswering()}, r"services\['bedrockruntime'\]: Bedrock is served by the runner itself; pass bedrock="),
+    ({"": AppConfigAnswering()}, r"services key '' is a str; key each fake by the aws-sdk service name"),
+    ({3: AppConfigAnswering()}, r"services key 3 is an int; key each fake by the aws-sdk service name"),
+])
+def test_bad_services_are_refused_naming_the_key_and_the_fix(services, expected):
+    with pytest.raises(ValueError, match=expected):
+        StateMachineRunner(CALLS_APPCONFIG, services=services)
+
+
+def test_a_fake_for_a_service_no_state_machine_calls_is_refused_listing_those_it_calls():
+    class FakeCloudWatch:
+        def enable_alarm_actions(self, **params):
+            return {}
+
+    with pytest.raises(ValueError, match=r"services\['cloudwatch'\]: no state machine of this template calls "
+                                         r"aws-sdk:cloudwatch:\*, so the fake would never answer; the aws-sdk services "
+                                         r"its state machines call are appconfig"):
+        StateMachineRunner(CALLS_APPCONFIG, services={"appconfig": AppConfigAnswering(), "cloudwatch": FakeCloudWatch()})

@@ -6,10 +6,14 @@ by the BedrockEmulator (quota, throttles, latency) and S3 and DynamoDB by moto.
         run = runner.run({"items": items}).raise_for_status()
         assert run.model_calls == len(items) + run.throttled   # every throttled call was retried
 
+Other aws-sdk services go to moto, or to your own fake: `StateMachineRunner(stack, services={"appconfig":
+FakeAppConfig()})`, whose methods are botocore's snake_case operation names and which raises
+`ServiceError("ConflictException", "...")` to fail a task with `AppConfig.ConflictException`.
+
 Needs `moto[stepfunctions]` and boto3 (test dependencies, not runtime ones).
 """
 
-from ._batch import BatchJob, BatchJobSimulator, BatchRecordError
+from ._batch import BatchJob, BatchJobSimulator, BatchRecordError, ServiceError
 from ._errors import OfflineExecutionError
 from ._runner import Execution, StateMachineRunner
 from ._template import StateMachineSpec
@@ -20,6 +24,7 @@ __all__ = [
     "BatchRecordError",
     "Execution",
     "OfflineExecutionError",
+    "ServiceError",
     "StateMachineRunner",
     "StateMachineSpec",
 ]

@@ -7,6 +7,10 @@ What each patch does and why:
   BatchJobSimulator. Parameters and results are converted between Step Functions' PascalCase and the
   API's names, and errors are named as AWS names them (BedrockRuntime.ThrottlingException,
   Bedrock.ThrottlingException), so a definition's Retry and Catch match as they do on AWS.
+- User fakes: `aws-sdk:<service>:*` tasks of a service given in the runner's `services` go to the
+  user's object (method = botocore's snake_case operation name, API-shaped parameters checked
+  against botocore's model), and the errors it raises are named `<Service>.<Name>Exception` as Step
+  Functions names them (AppConfig.ConflictException). Other aws-sdk services are left to moto.
 - Clock: retry waits and Wait states sleep 1/time_scale of their time. ASL intervals are whole
   seconds, so scaling the definition cannot go below one second; scaling the interpreter's clock
   keeps the backoff, the MaxDelaySeconds cap and the jitter exactly as defined, on the same clock as
@@ -20,11 +24,13 @@ What each patch does and why:
 from __future__ import annotations
 
 import datetime
+import functools
 import itertools
 import json
 import re
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +38,9 @@ from typing import Any
 
 from botocore import xform_name
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.model import Shape, StructureShape
+from botocore.session import get_session
+from botocore.validate import ParamValidator
 from moto.stepfunctions.parser.api import HistoryEventType, MapRunFailedEventDetails, TaskFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
@@ -77,12 +86,13 @@ from moto.stepfunctions.parser.asl.eval.program_state import (
 from moto.stepfunctions.parser.asl.utils import json_path
 
 from ._batch import BatchJobSimulator, ServiceError
-from ._casing import operation_model, to_api, to_sfn
+from ._casing import ParameterError, operation_model, to_api, to_sfn
 from ._definition import MapSettings
 
 EventDetails: Any = _EventDetails  # a total TypedDict in moto's stubs; events carry one member
 
-# Step Functions' name for each service in error names (BedrockRuntime.ThrottlingException).
+# Step Functions' name for each service in error names (BedrockRuntime.ThrottlingException). The
+# same names error_prefix() derives from botocore's serviceId; kept literal because they route calls.
 ERROR_PREFIX = {"bedrockruntime": "BedrockRuntime", "bedrock": "Bedrock"}
 
 
@@ -110,6 +120,8 @@ class Runtime:
     account: str
     time_scale: float = 1.0
     batch: BatchJobSimulator | None = None
+    services: dict[str, Any] = field(default_factory=dict)  # aws-sdk service name -> the user's fake
+    fake_errors: list[str] = field(default_factory=list)  # the fakes' own bugs, reported after the run
     maps: dict[str, MapSettings] = field(default_factory=dict)  # of the state machine being run
     map_runs: dict[str, dict[int, JobResult]] = field(default_factory=dict)
     map_run_settings: dict[str, MapSettings] = field(default_factory=dict)
@@ -147,8 +159,11 @@ def _failure(env: Any, state: Any, error: str, cause: str) -> FailureEvent:
     )
 
 
-def _service_failure(env: Any, state: Any, prefix: str, ex: Exception) -> FailureEvent | None:
-    """The failure AWS reports for a service error: <Prefix>.<Code>, cause with status and request id."""
+def _service_failure(env: Any, state: Any, prefix: str, ex: Exception, *, api: str | None = None) -> FailureEvent | None:
+    """The failure AWS reports for a service error: <Prefix>.<Code>, cause with status and request id.
+    api: the aws-sdk service of a user's fake; its error names follow error_name() (codes the service's
+    model does not declare become the SDK's base exception), and the cause names `prefix` itself."""
+    fake = api is not None
     if isinstance(ex, ClientError):
         code = ex.response.get("Error", {}).get("Code") or "Unknown"
         message = ex.response.get("Error", {}).get("Message") or str(ex)
@@ -156,10 +171,15 @@ def _service_failure(env: Any, state: Any, prefix: str, ex: Exception) -> Failur
         status, request_id = meta.get("HTTPStatusCode"), meta.get("RequestId", "")
     elif isinstance(ex, ServiceError):
         code, message, status, request_id = ex.code, ex.message, ex.status, str(uuid.uuid4())
-    elif isinstance(ex, BotoCoreError):  # the emulator is not running, or a read timed out
+    elif isinstance(ex, BotoCoreError) and not fake:  # the emulator is not running, or a read timed out
         code, message, status, request_id = "SdkClientException", f"{ex} (is the BedrockEmulator running?)", None, ""
     else:
         return None
+    if api is not None:
+        error = error_name(api, code)
+        detail = "" if error != f"{prefix}.{prefix}Exception" else f", Error Code: {code}"
+        cause = f"{message} (Service: {prefix}, Status Code: {status}{detail}, Request ID: {request_id})"
+        return _failure(env, state, error, cause)
     name = code if code.endswith("Exception") else f"{code}Exception"
     service = "BedrockRuntime" if prefix == "Bedrock" and not isinstance(ex, ServiceError) else prefix
     cause = f"{message} (Service: {service}, Status Code: {status}, Request ID: {request_id})"
@@ -188,14 +208,199 @@ def _call_batch(action: str, params: dict[str, Any], where: str) -> dict[str, An
     return to_sfn(response, model.output_shape)
 
 
+# ---- user fakes for other aws-sdk services -------------------------------------------------------
+
+_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]*[a-z0-9]+|[A-Z0-9]+")
+
+
+def error_prefix_for(service_id: str) -> str:
+    """Step Functions' service name in aws-sdk error names, from botocore's serviceId: each word
+    capitalized, the rest lower-cased ('ACM PCA' -> AcmPca, 'DynamoDB' -> DynamoDb, 'SFN' -> Sfn,
+    'AppConfig' -> AppConfig, 'Bedrock Runtime' -> BedrockRuntime), as the AWS SDK for Java 2.x
+    names its clients and the Step Functions guide's examples show (AcmPca.ResourceNotFoundException)."""
+    words = _WORD.findall(service_id)
+    return "".join(word[:1].upper() + word[1:].lower() for word in words)
+
+
+@functools.cache
+def _sdk_index() -> dict[str, str]:
+    """aws-sdk service name (the lower-cased SDK client name: sfn, acmpca, cloudwatchlogs) -> botocore's."""
+    session = get_session()
+    index: dict[str, str] = {}
+    for name in session.get_available_services():
+        service_id = session.get_service_model(name).metadata.get("serviceId") or name
+        index.setdefault(error_prefix_for(service_id).lower(), name)
+    return index
+
+
+@functools.cache
+def boto_service_for(api: str) -> str | None:
+    """botocore's name for the service an `aws-sdk:<api>:*` Resource calls, or None if there is none."""
+    session = get_session()
+    for name in session.get_available_services():  # the common case without loading every model
+        if name.replace("-", "") == api:
+            service_id = session.get_service_model(name).metadata.get("serviceId") or name
+            if error_prefix_for(service_id).lower() == api:
+                return name
+    return _sdk_index().get(api)
+
+
+def sdk_name_for(boto_service: str) -> str | None:
+    """The aws-sdk name of a botocore service ('stepfunctions' -> 'sfn'), for hints."""
+    try:
+        service_id = get_session().get_service_model(boto_service).metadata.get("serviceId") or boto_service
+    except Exception:  # not a botocore service either
+        return None
+    return error_prefix_for(service_id).lower()
+
+
+def error_prefix(api: str) -> str:
+    """`AppConfig` for `aws-sdk:appconfig:*`: the first part of the error names of its tasks."""
+    if api in ERROR_PREFIX:
+        return ERROR_PREFIX[api]
+    boto = boto_service_for(api)
+    if boto is None:
+        return api
+    return error_prefix_for(get_session().get_service_model(boto).metadata.get("serviceId") or boto)
+
+
+@functools.cache
+def _modeled_errors(boto_service: str) -> dict[str, str]:
+    """Error code (as on the wire) or shape name -> the error shape's name, for one service."""
+    codes: dict[str, str] = {}
+    for shape in get_session().get_service_model(boto_service).error_shapes:
+        codes.setdefault(shape.name, shape.name)
+        codes.setdefault((shape.metadata.get("error") or {}).get("code") or shape.name, shape.name)
+    return codes
+
+
+def error_name(api: str, code: str) -> str:
+    """The Error of a failed `aws-sdk:<api>:*` task whose service answered `code`: `<Prefix>.<Shape>`
+    with an Exception suffix for an error the service's model declares (AppConfig.ConflictException,
+    S3.NoSuchKeyException), else the SDK's base exception, `<Prefix>.<Prefix>Exception`
+    (CloudWatch.CloudWatchException for Throttling, S3.S3Exception for SlowDown)."""
+    prefix = error_prefix(api)
+    boto = boto_service_for(api)
+    shape = _modeled_errors(boto).get(code) if boto is not None else None
+    if shape is None:
+        return f"{prefix}.{prefix}Exception"
+    return f"{prefix}.{shape if shape.endswith('Exception') else shape + 'Exception'}"
+
+
+def fake_method(fake: Any, api: str, action: str) -> tuple[str, Any]:
+    """(operation name, the fake's bound method or None) for `aws-sdk:<api>:<action>`."""
+    boto = boto_service_for(api)
+    if boto is None:
+        raise ParameterError(f"aws-sdk:{api} is no service botocore knows")
+    model = operation_model(boto, action)
+    method = getattr(fake, xform_name(model.name), None)
+    return model.name, method if callable(method) else None
+
+
+def missing_method_message(api: str, fake: Any, operation: str, where: str) -> str:
+    method = xform_name(operation)
+    return (
+        f"{where} calls {api}:{operation}, and the fake given as services[{api!r}] ({type(fake).__name__}) has no "
+        f"method {method}: add `def {method}(self, **params)` that takes the {operation} request's members "
+        f"(botocore's names) and returns a dict shaped like its response, or raises "
+        f"ServiceError('<Code>', '<message>') for an error"
+    )
+
+
+def _unknown_members(value: Any, shape: Shape | None, where: str) -> list[str]:
+    """Keys of a fake's response that the operation's output shape does not have (misspelt, wrong case)."""
+    if shape is None or getattr(shape, "is_document_type", False):
+        return []
+    if isinstance(shape, StructureShape) and isinstance(value, dict):
+        found = []
+        for key, item in value.items():
+            if key == "ResponseMetadata":
+                continue
+            if key not in shape.members:
+                close = [m for m in shape.members if m.lower() == str(key).lower()]
+                found.append(f"{where}.{key}" + (f" (write {close[0]!r})" if close else ""))
+            else:
+                found.extend(_unknown_members(item, shape.members[key], f"{where}.{key}"))
+        return found
+    if shape.type_name == "list" and isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _unknown_members(item, shape.member, f"{where}[{i}]")]
+    if shape.type_name == "map" and isinstance(value, dict):
+        return [p for k, item in value.items() for p in _unknown_members(item, shape.value, f"{where}.{k}")]
+    return []
+
+
+class FakeError(Exception):
+    """A user's fake misbehaved (a bug in the test, not an outcome of the state machine)."""
+
+
+def _call_fake(api: str, fake: Any, action: str, params: dict[str, Any], where: str) -> Any:
+    """An operation on the user's fake: PascalCase parameters -> the API's, checked against botocore's
+    model as the service would check them; the response checked and converted back to PascalCase."""
+    runtime = active()
+    boto = boto_service_for(api)
+    if boto is None:  # refused when the runner was built; kept for a template changed since
+        raise ParameterError(f"{where}: aws-sdk:{api} is no service botocore knows")
+    model = operation_model(boto, action)
+    api_params = to_api(params, model.input_shape, where)
+    if model.input_shape is not None:
+        report = ParamValidator().validate(api_params, model.input_shape)
+        if report.has_errors():
+            raise ParameterError(
+                f"{where} for {api}:{model.name} do not fit the API, so AWS would refuse the call: "
+                f"{report.generate_report()}"
+            )
+    method = getattr(fake, xform_name(model.name), None)
+    if not callable(method):
+        message = missing_method_message(api, fake, model.name, where)
+        runtime.fake_errors.append(message)
+        raise FakeError(message)
+    try:
+        response = method(**api_params)
+    except (ServiceError, ClientError):
+        raise
+    except Exception as error:
+        message = (
+            f"the fake given as services[{api!r}] raised {type(error).__name__}: {error} in {xform_name(model.name)} "
+            f"({where}); raise ServiceError('<Code>', '<message>') to answer with a service error\n"
+            + "".join(traceback.format_exception(error)[-6:])
+        )
+        runtime.fake_errors.append(message)
+        raise FakeError(message) from error
+    response = {} if response is None else response
+    problems = (
+        [f"it returned {type(response).__name__}, not a dict"] if not isinstance(response, dict)
+        else _unknown_members(response, model.output_shape, model.name)
+    )
+    if problems:
+        message = (
+            f"the fake given as services[{api!r}] answered {api}:{model.name} with what the API never returns: "
+            f"{'; '.join(problems)}; return the response members under botocore's names (e.g. "
+            f"{sorted(model.output_shape.members)[:6] if model.output_shape else []})"
+        )
+        runtime.fake_errors.append(message)
+        raise FakeError(message)
+    return to_sfn(response, model.output_shape)
+
+
 class AwsSdkTask(StateTaskServiceAwsSdk):
-    """aws-sdk:* tasks: Bedrock ones served offline, every other service left to moto."""
+    """aws-sdk:* tasks: Bedrock ones served offline, those of `services` by the user's fakes, every other
+    service left to moto."""
 
     def _bedrock_api(self) -> str | None:
         api = self.resource.api_name
         return api if api in ERROR_PREFIX else None
 
+    def _fake(self) -> Any:
+        runtime = _ACTIVE
+        return runtime.services.get(self.resource.api_name) if runtime is not None else None
+
     def _eval_service_task(self, env, resource_runtime_part, normalised_parameters, state_credentials):
+        where = f"state {self.name!r} Parameters"
+        fake = self._fake()
+        if fake is not None:
+            api = self.resource.api_name
+            env.stack.append(_call_fake(api, fake, self.resource.api_action, normalised_parameters, where))
+            return
         api = self._bedrock_api()
         if api is None:
             return super()._eval_service_task(
@@ -204,11 +409,14 @@ class AwsSdkTask(StateTaskServiceAwsSdk):
                 normalised_parameters=normalised_parameters,
                 state_credentials=state_credentials,
             )
-        where = f"state {self.name!r} Parameters"
         call = _call_runtime if api == "bedrockruntime" else _call_batch
         env.stack.append(call(self.resource.api_action, normalised_parameters, where))
 
     def _from_error(self, env, ex):
+        if self._fake() is not None:
+            api = self.resource.api_name
+            failure = _service_failure(env, self, error_prefix(api), ex, api=api)
+            return failure or super()._from_error(env=env, ex=ex)
         api = self._bedrock_api()
         failure = _service_failure(env, self, ERROR_PREFIX[api], ex) if api else None
         return failure or super()._from_error(env=env, ex=ex)

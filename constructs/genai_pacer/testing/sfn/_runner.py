@@ -15,7 +15,7 @@ from ..._checks import Checks
 from ..._install import MOTO_HINT
 from ..emulator import BedrockEmulator, Invocation
 from ._batch import BatchJob, BatchJobSimulator
-from ._definition import ExecutablePlan, executable_copy
+from ._definition import ExecutablePlan, Integration, _states, executable_copy
 from ._errors import OfflineExecutionError
 from ._template import BUCKET_TYPES, TABLE_TYPES, Environment, StateMachineSpec, Template, load_template
 
@@ -97,6 +97,19 @@ class StateMachineRunner:
         tasks (its quota throttles them; emulator.fail_next injects errors). Default: none; a model
         task then fails with a States.Runtime error saying so.
     batch_jobs: serves aws-sdk:bedrock:*ModelInvocationJob tasks. Default: none (such a task fails).
+    services: your own fakes for aws-sdk services moto lacks (AppConfig deployments) or that a test
+        wants to control, by the service name in the Resource ARN (`arn:aws:states:::aws-sdk:appconfig:
+        startDeployment` -> "appconfig"). A fake's methods are botocore's snake_case operation names
+        (start_deployment); each gets the API's parameters (Step Functions' PascalCase converted and
+        checked against botocore's model) and returns the response as a dict under botocore's member
+        names, or raises ServiceError("ConflictException", "...") (or a botocore ClientError), which
+        fails the task with the name Step Functions gives it, so the definition's Retry and Catch
+        match: `<Service>.<Error>Exception` for an error the service's botocore model declares
+        (AppConfig.ConflictException), the SDK's base exception for any other code
+        (CloudWatch.CloudWatchException for Throttling). A state machine calling an operation its fake lacks is
+        refused before it starts; a fake that raises anything else, or answers with members the API
+        does not have, fails the run with OfflineExecutionError. Bedrock is served by `bedrock` and
+        `batch_jobs`. Default: none (every other aws-sdk service goes to moto).
     time_scale: retry waits and Wait states last 1/time_scale of their time. Default: the emulator's
         time_scale, so retries, the quota window and model latency share one clock.
     values: what a Ref, Fn::GetAtt ("LogicalId.Attribute"), parameter or Fn::ImportValue resolves to,
@@ -120,6 +133,7 @@ class StateMachineRunner:
         *,
         bedrock: Any = None,
         batch_jobs: BatchJobSimulator | None = None,
+        services: Mapping[str, Any] | None = None,
         time_scale: float | None = None,
         values: Mapping[str, Any] | None = None,
         region: str | None = None,
@@ -131,6 +145,9 @@ class StateMachineRunner:
             check.number("time_scale", time_scale, above=0, optional=True,
                          fix="60 runs a 2-second retry wait in 33 ms; the default is the emulator's time_scale")
             check.instance("values", values, Mapping, "a dict of logical id (or 'Id.Attribute') -> value", optional=True)
+            if check.instance("services", services, Mapping, 'a dict of aws-sdk service name -> fake, e.g. '
+                              '{"appconfig": FakeAppConfig()}', optional=True):
+                _check_services(check, services or {})
             check.text("region", region, optional=True, fix="an AWS Region such as 'us-east-1'")
             if check.text("account", account, optional=True):
                 check.rule(str(account).isdigit() and len(str(account)) == 12,
@@ -147,6 +164,15 @@ class StateMachineRunner:
         self._specs = self.template.state_machines()
         if not self._specs:
             raise OfflineExecutionError("the template has no AWS::StepFunctions::StateMachine to run")
+        self.services: dict[str, Any] = dict(services or {})
+        if self.services:
+            called = self._sdk_services()
+            with Checks("StateMachineRunner") as check:
+                for api in self.services:
+                    check.rule(api in called, (
+                        f"services[{api!r}]: no state machine of this template calls aws-sdk:{api}:*, so the fake would "
+                        f"never answer; the aws-sdk services its state machines call are "
+                        f"{', '.join(sorted(called)) or 'none'}"))
         self._plans: dict[str, ExecutablePlan] = {}
         self._arns: dict[str, str] = {}
         self._mock: Any = None
@@ -209,6 +235,7 @@ class StateMachineRunner:
                 account=self.template.env.account,
                 time_scale=self.time_scale,
                 batch=self.batch_jobs,
+                services=self.services,
             )
             _interpreter.install(self._runtime)
             self._create_resources()
@@ -316,8 +343,10 @@ class StateMachineRunner:
                 f"{spec.logical_id} calls a model in {', '.join(model_tasks)}, and the runner has no emulator to serve "
                 "it: pass bedrock=BedrockEmulator([ModelSpec(<model id>)]) (started with `with`)"
             )
+        self._check_fakes(spec, plan)
         arn = self._create(spec, plan)
         runtime = _interpreter.active()
+        fake_errors_before = len(runtime.fake_errors)
         runtime.maps = plan.maps
         runtime.map_runs.clear()
         runtime.map_run_settings.clear()
@@ -341,6 +370,12 @@ class StateMachineRunner:
             time.sleep(0.02)
             described = self.sfn.describe_execution(executionArn=execution_arn)
         wall = time.monotonic() - began
+        fake_errors = runtime.fake_errors[fake_errors_before:]
+        if fake_errors:
+            raise OfflineExecutionError(
+                f"{spec.describe()} ended {described['status']}, but a fake of `services` misbehaved, so the outcome "
+                "says nothing about the state machine:\n" + "\n".join(f"- {message}" for message in fake_errors)
+            )
         output = described.get("output")
         return Execution(
             state_machine=spec.logical_id,
@@ -356,6 +391,43 @@ class StateMachineRunner:
         )
 
     # ---- internals -----------------------------------------------------------------------------
+    def _sdk_services(self) -> dict[str, list[str]]:
+        """aws-sdk service name -> the Task states (of any state machine) that call it."""
+        called: dict[str, list[str]] = {}
+        for spec in self._specs:
+            for name, state in _states(spec.definition):
+                resource = state.get("Resource") if state.get("Type") == "Task" else None
+                integration = Integration.parse(resource) if isinstance(resource, str) else None
+                if integration is not None and integration.service == "aws-sdk":
+                    called.setdefault(integration.api, []).append(name)
+        return called
+
+    def _check_fakes(self, spec: StateMachineSpec, plan: ExecutablePlan) -> None:
+        """Refuse before the start a call no fake answers: at run time a Catch on States.ALL would hide it."""
+        from ._casing import ParameterError
+        from ._interpreter import fake_method, missing_method_message
+
+        problems = []
+        for name, integration in sorted(plan.integrations.items()):
+            fake = self.services.get(integration.api) if integration.service == "aws-sdk" else None
+            if fake is None:
+                continue
+            if integration.pattern:
+                problems.append(f"Task {name!r} calls {integration.api}:{integration.action}.{integration.pattern}; "
+                                "a fake answers request-response calls only")
+                continue
+            try:
+                operation, method = fake_method(fake, integration.api, integration.action)
+            except ParameterError as error:
+                problems.append(f"Task {name!r}: {error} (AWS rejects this definition)")
+                continue
+            if method is None:
+                problems.append(missing_method_message(integration.api, fake, operation, f"Task {name!r}"))
+        if problems:
+            raise OfflineExecutionError(
+                f"{spec.describe()} cannot run against the given services:\n" + "\n".join(f"- {p}" for p in problems)
+            )
+
     def _plan(self, spec: StateMachineSpec) -> ExecutablePlan:
         if spec.logical_id not in self._plans:
             self._plans[spec.logical_id] = executable_copy(spec.definition, where=f"state machine {spec.describe()}")
@@ -428,6 +500,60 @@ class _NoEmulator:
             "this state machine calls Bedrock, but the runner has no emulator: pass "
             "bedrock=BedrockEmulator([...]) (running) to StateMachineRunner"
         )
+
+
+_NOT_FAKES = (str, bytes, bytearray, int, float, bool, list, tuple, set, frozenset, dict)
+
+
+def _check_services(check: Checks, services: Mapping[str, Any]) -> None:
+    """Each key an aws-sdk service (not Bedrock, which bedrock= and batch_jobs= serve), each value an
+    object with at least one method named after an operation of that service."""
+    from botocore import xform_name
+    from botocore.session import get_session
+
+    from ._interpreter import ERROR_PREFIX, boto_service_for, sdk_name_for
+
+    for api, fake in services.items():
+        name = f"services[{api!r}]"
+        if not isinstance(api, str) or not api:
+            check.fail(f"services key {api!r} is {check_kind(api)}; key each fake by the aws-sdk service name of "
+                       "its Resource ARN (arn:aws:states:::aws-sdk:appconfig:startDeployment -> 'appconfig')")
+            continue
+        if api in ERROR_PREFIX:
+            check.fail(f"{name}: Bedrock is served by the runner itself; pass bedrock=BedrockEmulator([...]) for "
+                       "bedrockruntime and batch_jobs=BatchJobSimulator(...) for bedrock batch jobs")
+            continue
+        boto = boto_service_for(api)
+        if boto is None:
+            hint = sdk_name_for(api)
+            fix = f"write {hint!r} (the aws-sdk name, as in the Resource ARN)" if hint else (
+                "write the service name of the Resource ARN arn:aws:states:::aws-sdk:<service>:<action>, e.g. 'appconfig'")
+            check.fail(f"{name}: {api!r} is not an AWS SDK service Step Functions can call; {fix}")
+            continue
+        if fake is None or isinstance(fake, _NOT_FAKES):
+            check.fail(f"{name}={fake!r:.60} is {check_kind(fake)}; pass an object whose methods are {api}'s operations "
+                       "in snake_case (def start_deployment(self, **params) -> dict)")
+            continue
+        if isinstance(fake, type):
+            check.fail(f"{name}={fake.__name__} is a class; pass an instance, {fake.__name__}(), so the fake keeps "
+                       "its state between calls")
+            continue
+        operations = {xform_name(op): op for op in get_session().get_service_model(boto).operation_names}
+        methods = [m for m in dir(fake) if not m.startswith("_") and callable(getattr(fake, m, None))]
+        misnamed = {m: snake for m in methods if m not in operations
+                    for snake in operations if snake.replace("_", "") == m.replace("_", "").lower()}
+        for method, snake in misnamed.items():
+            check.fail(f"{name}.{method}: name the method {snake} (botocore's snake_case name of {operations[snake]}); "
+                       "the runner calls that name")
+        if not misnamed and not any(m in operations for m in methods):
+            check.fail(f"{name} ({type(fake).__name__}) has no method named after an operation of {api}; name them by "
+                       f"botocore's snake_case names, e.g. {', '.join(sorted(operations)[:3])}")
+
+
+def check_kind(value: Any) -> str:
+    from ..._checks import kind_of
+
+    return "None" if value is None else kind_of(value)
 
 
 def _new_records(before: list[Invocation], after: list[Invocation]) -> list[Invocation]:
