@@ -1,0 +1,291 @@
+"""PromptExperiment's fallback workflow executed offline: the synthesized state machine, run by moto's
+interpreter, with AppConfig answered by a fake (moto has no AppConfig deployments) and the guard
+alarms held by moto's CloudWatch, whose DisableAlarmActions / EnableAlarmActions the workflow calls.
+
+The fake keeps one environment's deployments the way AppConfig reports them: StartDeployment answers
+ConflictException while another deployment (here the rollback of a split change) holds the
+environment, a new deployment goes DEPLOYING -> BAKING -> COMPLETE over GetDeployment calls, and the
+configuration served afterwards is the deployed version's content. Each call also records whether
+the guard alarms' actions were enabled at that moment, read from moto.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import aws_cdk as cdk
+import boto3
+import pytest
+from genai_pacer import BedrockModel
+from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
+from genai_pacer.testing.sfn import ServiceError, StateMachineRunner
+
+NOVA = BedrockModel.from_id("us.amazon.nova-lite-v1:0")
+HAIKU = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
+SCALE = 1000  # a 30 s retry interval lasts 30 ms; the 10 s Wait 10 ms
+SPLIT, FALLBACK = "1", "2"  # the hosted configuration version numbers, as AppConfig numbers them
+ALARM = {"detail-type": "CloudWatch Alarm State Change", "source": "aws.cloudwatch",
+         "detail": {"alarmName": "support-treatment-p90", "state": {"value": "ALARM"}}}
+
+
+def experiment() -> tuple[cdk.Stack, PromptExperiment]:
+    stack = cdk.Stack(cdk.App(), "Experiment")
+    return stack, PromptExperiment(stack, "Exp", experiment_name="support", variants=[
+        ExperimentVariant("control", NOVA, 80, TextPrompt("Answer: {{question}}")),
+        ExperimentVariant("treatment", HAIKU, 20, TextPrompt("Answer briefly: {{question}}")),
+    ])
+
+
+def logical_id(construct: Any) -> str:
+    element = construct if isinstance(construct, cdk.CfnElement) else construct.node.default_child
+    stack = cdk.Stack.of(element)
+    return str(stack.resolve(stack.get_logical_id(element)))
+
+
+def runner_for(stack: cdk.Stack, exp: PromptExperiment, **services: Any) -> StateMachineRunner:
+    """The runner with the configuration versions numbered as AppConfig would number them."""
+    version = exp.configuration.node.find_child("Resource")
+    values = {f"{logical_id(version)}.VersionNumber": SPLIT, f"{logical_id(exp.fallback_version)}.VersionNumber": FALLBACK}
+    return StateMachineRunner(stack, services=services, values=values, time_scale=SCALE)
+
+
+def guard_names(runner: StateMachineRunner, exp: PromptExperiment) -> list[str]:
+    return [runner.physical_name(alarm) for alarm in exp.alarms.values()]
+
+
+def create_guards(runner: StateMachineRunner, exp: PromptExperiment) -> None:
+    """The guard alarms in moto, actions enabled, under the names the definition uses."""
+    cloudwatch = boto3.client("cloudwatch", region_name=runner.template.env.region)
+    for name in guard_names(runner, exp):
+        cloudwatch.put_metric_alarm(
+            AlarmName=name, Namespace="GenAIPacer", MetricName="LatencyMs", Statistic="Sum", Period=60,
+            EvaluationPeriods=3, Threshold=1, ComparisonOperator="GreaterThanThreshold", ActionsEnabled=True,
+        )
+
+
+def actions_enabled(runner: StateMachineRunner, exp: PromptExperiment) -> dict[str, bool]:
+    cloudwatch = boto3.client("cloudwatch", region_name=runner.template.env.region)
+    alarms = cloudwatch.describe_alarms(AlarmNames=guard_names(runner, exp))["MetricAlarms"]
+    return {alarm["AlarmName"]: alarm["ActionsEnabled"] for alarm in alarms}
+
+
+class FakeAppConfig:
+    """One AppConfig environment's deployments, answering the calls the fallback workflow makes.
+
+    versions: hosted configuration version number -> content.
+    busy_for: StartDeployment calls answered ConflictException, as while the split change's
+        deployment is rolling back (its GetDeployment says ROLLING_BACK, then ROLLED_BACK).
+    states: what GetDeployment reports for a new deployment, one state per call, the last one kept.
+    read_failures: GetDeployment calls answered InternalServerException first (-1: every call).
+    `bind` gives it, once the runner knows them, the ids of the environment's application,
+    environment, configuration profile and fallback strategy (a call naming others gets
+    ResourceNotFoundException, as from AppConfig) and `observe`, called at every call for what the
+    test records (the guard alarms' actions, read from moto).
+    """
+
+    def __init__(self, *, versions: dict[str, Any], busy_for: int = 0,
+                 states: tuple[str, ...] = ("DEPLOYING", "BAKING", "COMPLETE"), read_failures: int = 0) -> None:
+        self.versions, self.ids, self.observe = versions, {}, lambda: None
+        self.busy_for, self.states, self.read_failures = busy_for, states, read_failures
+        self.deployed = SPLIT  # the rollback restores the version before the split change: same content here
+        self.deployments: dict[int, dict[str, Any]] = {
+            1: {"ConfigurationVersion": SPLIT, "reads": 0, "rolling_back": True},
+        }
+        self.calls: list[tuple[str, dict[str, Any], Any]] = []
+
+    def _check(self, params: dict[str, Any], *names: str) -> None:
+        for name in names:
+            if params[name] != self.ids[name]:
+                raise ServiceError("ResourceNotFoundException", f"{name} {params[name]} not found", 404)
+
+    def start_deployment(self, **params: Any) -> dict[str, Any]:
+        self.calls.append(("StartDeployment", params, self.observe()))
+        self._check(params, "ApplicationId", "EnvironmentId", "ConfigurationProfileId", "DeploymentStrategyId")
+        if params["ConfigurationVersion"] not in self.versions:
+            raise ServiceError("ResourceNotFoundException", f"version {params['ConfigurationVersion']} not found", 404)
+        if self.busy_for > 0:
+            self.busy_for -= 1
+            if self.busy_for == 0:
+                self.deployments[1]["rolling_back"] = False
+            raise ServiceError("ConflictException", "Deployment 1 is in progress (ROLLING_BACK) for this environment", 409)
+        number = max(self.deployments) + 1
+        self.deployments[number] = {"ConfigurationVersion": params["ConfigurationVersion"], "reads": 0}
+        return {"DeploymentNumber": number, "State": "DEPLOYING", "ApplicationId": params["ApplicationId"],
+                "EnvironmentId": params["EnvironmentId"], "ConfigurationVersion": params["ConfigurationVersion"],
+                "Description": params.get("Description", "")}
+
+    def get_deployment(self, **params: Any) -> dict[str, Any]:
+        self.calls.append(("GetDeployment", params, self.observe()))
+        self._check(params, "ApplicationId", "EnvironmentId")
+        if self.read_failures:
+            self.read_failures -= 1
+            raise ServiceError("InternalServerException", "There was an internal failure in the service", 500)
+        deployment = self.deployments.get(params["DeploymentNumber"])
+        if deployment is None:
+            raise ServiceError("ResourceNotFoundException", f"deployment {params['DeploymentNumber']} not found", 404)
+        if "rolling_back" in deployment:
+            state = "ROLLING_BACK" if deployment["rolling_back"] else "ROLLED_BACK"
+        else:
+            state = self.states[min(deployment["reads"], len(self.states) - 1)]
+            deployment["reads"] += 1
+            if state == "COMPLETE":
+                self.deployed = deployment["ConfigurationVersion"]
+        return {"DeploymentNumber": params["DeploymentNumber"], "State": state,
+                "ConfigurationVersion": deployment["ConfigurationVersion"]}
+
+    def served(self) -> dict[str, Any]:
+        """The configuration the environment's clients receive now."""
+        return dict(self.versions[self.deployed])
+
+    def operations(self) -> list[str]:
+        return [operation for operation, _, _ in self.calls]
+
+
+def bind(appconfig: FakeAppConfig, runner: StateMachineRunner, exp: PromptExperiment) -> None:
+    appconfig.ids = {
+        "ApplicationId": runner.physical_name(exp.application),
+        "EnvironmentId": runner.physical_name(exp.environment),
+        "ConfigurationProfileId": runner.physical_name(exp.configuration.node.find_child("ConfigurationProfile")),
+        "DeploymentStrategyId": runner.physical_name(exp.node.find_child("FallbackStrategy")),
+    }
+    appconfig.observe = lambda: actions_enabled(runner, exp)
+
+
+def start(stack: cdk.Stack, exp: PromptExperiment, *, cloudwatch: Any = None,
+          **behaviour: Any) -> tuple[StateMachineRunner, FakeAppConfig]:
+    """A started runner with the AppConfig fake bound to it and the guard alarms in moto (actions on);
+    CloudWatch is moto's unless `cloudwatch` is given."""
+    appconfig = FakeAppConfig(versions={SPLIT: exp.document, FALLBACK: exp.fallback_document}, **behaviour)
+    services = {"appconfig": appconfig, **({"cloudwatch": cloudwatch} if cloudwatch is not None else {})}
+    runner = runner_for(stack, exp, **services).start()
+    bind(appconfig, runner, exp)
+    create_guards(runner, exp)
+    return runner, appconfig
+
+
+def shares(document: dict[str, Any]) -> dict[str, int]:
+    return {variant["name"]: variant["share"] for variant in document["variants"]}
+
+
+# ---- the fallback sends everyone to control -----------------------------------------------------
+
+
+def test_a_guard_alarm_during_a_rollback_waits_for_it_then_deploys_control_only_with_the_alarms_muted():
+    stack, exp = experiment()
+    runner, appconfig = start(stack, exp, busy_for=2)
+    try:
+        assert all(actions_enabled(runner, exp).values()) and len(exp.alarms) == 4
+        assert shares(appconfig.served()) == {"control": 80, "treatment": 20}
+        run = runner.run(ALARM).raise_for_status()
+        after = actions_enabled(runner, exp)
+    finally:
+        runner.close()
+
+    # Two StartDeployment calls met the rollback in progress and were retried; the third started deployment 2.
+    assert run.task_errors() == Counter({"AppConfig.ConflictException": 2})
+    assert appconfig.operations() == ["StartDeployment"] * 3 + ["GetDeployment"] * 3
+    started = appconfig.calls[2][1]
+    assert started["ConfigurationVersion"] == FALLBACK
+    assert started["Description"] == "guard alarm support-treatment-p90 fired: everyone to the control variant"
+    assert run.output["deployment"] == {"DeploymentNumber": 2} and run.output["status"] == {"State": "COMPLETE"}
+    # Everyone on control: the environment serves the fallback document.
+    assert shares(appconfig.served()) == {"control": 100, "treatment": 0}
+    assert appconfig.served() == exp.fallback_document
+    # The guards' actions were off at every AppConfig call (so AppConfig could not roll the fallback
+    # back), and on again at the end.
+    assert all(not any(observed.values()) and len(observed) == 4 for _, _, observed in appconfig.calls)
+    assert after == dict.fromkeys(guard_names(runner, exp), True)
+
+
+def test_a_deployment_whose_state_cannot_be_read_re_enables_the_alarms_and_fails_the_workflow():
+    stack, exp = experiment()
+    runner, appconfig = start(stack, exp, read_failures=-1)
+    try:
+        run = runner.run(ALARM)
+        after = actions_enabled(runner, exp)
+    finally:
+        runner.close()
+
+    assert (run.status, run.error) == ("FAILED", "FallbackFailed")
+    # One read and the Retry's 4 attempts, then the Catch.
+    assert appconfig.operations() == ["StartDeployment"] + ["GetDeployment"] * 5
+    assert run.task_errors() == Counter({"AppConfig.InternalServerException": 5})
+    entered = [event["stateEnteredEventDetails"]["name"] for event in run.history if "stateEnteredEventDetails" in event]
+    assert entered[-2:] == ["Enable guard alarm actions after a failure", "Fallback failed"]
+    assert after == dict.fromkeys(guard_names(runner, exp), True)
+
+
+def test_a_fallback_that_cannot_start_re_enables_the_alarms_at_once_and_fails_the_workflow():
+    stack, exp = experiment()
+    runner, appconfig = start(stack, exp)
+    appconfig.ids["EnvironmentId"] = "deleted-environment"  # AppConfig answers ResourceNotFoundException
+    try:
+        run = runner.run(ALARM)
+        after = actions_enabled(runner, exp)
+    finally:
+        runner.close()
+
+    assert (run.status, run.error) == ("FAILED", "FallbackFailed")
+    assert appconfig.operations() == ["StartDeployment"]  # not a conflict: not retried
+    assert run.task_errors() == Counter({"AppConfig.ResourceNotFoundException": 1})
+    failed = [event["taskFailedEventDetails"] for event in run.history if event.get("type") == "TaskFailed"]
+    assert f"EnvironmentId {runner.physical_name(exp.environment)} not found" in failed[0]["cause"]
+    assert "Service: AppConfig, Status Code: 404" in failed[0]["cause"]
+    assert after == dict.fromkeys(guard_names(runner, exp), True)
+
+
+# ---- what the workflow does not handle yet (see the report to the lead) -----------------------
+
+
+class FlakyCloudWatch:
+    """CloudWatch's alarm-action calls on moto's alarms, answering Throttling to the first `throttle`
+    EnableAlarmActions calls, as CloudWatch does under a burst of API calls."""
+
+    def __init__(self, region: str, throttle: int) -> None:
+        self.region, self.throttle = region, throttle
+
+    def disable_alarm_actions(self, **params: Any) -> dict[str, Any]:
+        boto3.client("cloudwatch", region_name=self.region).disable_alarm_actions(**params)
+        return {}
+
+    def enable_alarm_actions(self, **params: Any) -> dict[str, Any]:
+        if self.throttle:
+            self.throttle -= 1
+            raise ServiceError("Throttling", "Rate exceeded", 400)
+        boto3.client("cloudwatch", region_name=self.region).enable_alarm_actions(**params)
+        return {}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "prompt_experiment.py _fallback: 'Enable guard alarm actions' has no Retry, so one throttled "
+    "EnableAlarmActions fails the execution with the guard alarms' actions left disabled, and AppConfig "
+    "then never rolls back a split change again"))
+def test_a_throttled_enable_call_is_retried_so_the_guards_end_enabled():
+    stack, exp = experiment()
+    runner, _ = start(stack, exp, cloudwatch=FlakyCloudWatch("us-east-1", throttle=1))
+    try:
+        run = runner.run(ALARM)
+        after = actions_enabled(runner, exp)
+    finally:
+        runner.close()
+    assert run.task_errors()["CloudWatch.CloudWatchException"] == 1  # Throttling is no modeled CloudWatch error
+    assert after == dict.fromkeys(guard_names(runner, exp), True)
+    assert run.status == "SUCCEEDED"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "prompt_experiment.py _fallback: 'Deployment ended?' sends ROLLED_BACK and REVERTED to 'Enable guard "
+    "alarm actions', which ends the execution SUCCEEDED although the fallback was undone and the split "
+    "still serves; it should re-enable the alarms and fail (FallbackFailed)"))
+def test_a_fallback_deployment_that_is_rolled_back_fails_the_workflow():
+    stack, exp = experiment()
+    runner, appconfig = start(stack, exp, states=("DEPLOYING", "ROLLING_BACK", "ROLLED_BACK"))
+    try:
+        run = runner.run(ALARM)
+        after = actions_enabled(runner, exp)
+    finally:
+        runner.close()
+    assert shares(appconfig.served()) == {"control": 80, "treatment": 20}  # the fallback did not take
+    assert after == dict.fromkeys(guard_names(runner, exp), True)
+    assert run.status == "FAILED"
