@@ -8,6 +8,7 @@ root). tests/test_integ.py imports the same function to synthesize every app in 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ if str(ROOT) not in sys.path:  # integ-runner runs the file as a script: make `s
 import aws_cdk as cdk  # noqa: E402
 from aws_cdk import aws_kms as kms  # noqa: E402
 from aws_cdk import aws_s3 as s3  # noqa: E402
+from aws_cdk.integ_tests_alpha import ExpectedResult  # noqa: E402
 from genai_pacer import BedrockModel  # noqa: E402
 
 from constructs import Construct, IConstruct  # noqa: E402
@@ -115,6 +117,19 @@ def grant_assertions_keys(calls: Sequence[Any], stack: cdk.Stack) -> None:
             )
 
 
+def alarm_exists(assertions: Any, alarm_name: str) -> Any:
+    """DescribeAlarms for one metric alarm, expecting it by name. One call per alarm, keeping only the
+    name: the assertion handler returns the API response through CloudFormation, which takes at most
+    4,096 bytes from a custom resource, and four or five alarm definitions are more than that."""
+    # Not ExpectedResult.exact: the handler (integ-tests-alpha 2.275) does not decode its $Exact and
+    # compares it as a literal object. A name CloudFormation generates (a token here) holds letters,
+    # digits and hyphens only, so the anchored pattern matches it and nothing else; a literal is escaped.
+    name = alarm_name if cdk.Token.is_unresolved(alarm_name) else re.escape(alarm_name)
+    return assertions.aws_api_call("CloudWatch", "describeAlarms", {"AlarmNames": [alarm_name]}).assert_at_path(
+        "MetricAlarms.0.AlarmName", ExpectedResult.string_like_regexp(f"^{name}$")
+    )
+
+
 def new_app(context: dict[str, Any] | None, outdir: str | None) -> cdk.App:
     """The app every test builds: no cdk-nag (the reference app's tests run it on the same constructs;
     the assertion framework's own functions would only add findings that are not ours)."""
@@ -137,6 +152,7 @@ __all__ = [
     "HF_CPU_TAG",
     "INTEG_CONTEXT_DEFAULTS",
     "IConstruct",
+    "alarm_exists",
     "destroy_on_delete",
     "grant_assertions_keys",
     "int_setting",

@@ -6,8 +6,10 @@ Two IntegTest constructs, so integ-runner runs (deploys, asserts, destroys) two 
   end SUCCEEDED with the narrowed output shape (answer text, stop reason, token usage).
 - ThrottleProvocation: integ_throttle_requests one-word prompts, 40 at a time, each reserving
   input + integ_model_max_tokens of the quota; the model task has no Retry and catches every error,
-  so the output lists the error names Step Functions reported, and the assertion expects
-  integ_throttle_error among them.
+  so the output lists the error names Step Functions reported. The assertion expects SUCCEEDED (the
+  output itself is far above the 4,096 bytes an assertion may return to CloudFormation); `make
+  integ` reads the names from the execution and fails the test case unless integ_throttle_error is
+  among them.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from aws_cdk.integ_tests_alpha import ExpectedResult, IntegTest, Match  # noqa: 
 from genai_pacer import BoundedMap, ConverseRequest, ParallelPrompts  # noqa: E402
 from genai_pacer.models import INVOKE_ACTIONS  # noqa: E402
 
-from integ._support import destroy_on_delete, int_setting, model, new_app, setting  # noqa: E402
+from integ._support import destroy_on_delete, int_setting, model, new_app  # noqa: E402
 
 #: How long an assertion polls an execution before it fails (a Map of three short answers takes seconds).
 WAIT = cdk.Duration.minutes(10)
@@ -181,13 +183,15 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
             "input": json.dumps({"items": list(range(requests))}),
         },
     )
-    expected_error = setting(throttle_stack, "integ_throttle_error")
+    # Only the status: DescribeExecution echoes the burst's input and output (about 5 KB and 20 KB at
+    # 1,000 prompts), and CloudFormation takes at most 4,096 bytes from the assertion's custom resource
+    # ("Response object is too long"). `make integ` reads the error names from the execution itself and
+    # fails the test case unless integ_throttle_error is among them (integ/run.py).
     burst.next(
         throttle.assertions.aws_api_call(
             "StepFunctions", "describeExecution", {"executionArn": burst.get_att_string("executionArn")}
         )
-        # The output lists each call's outcome; the name Step Functions reported for a throttle must be among them.
-        .expect(succeeded_with(Match.string_like_regexp('"error"\\s*:\\s*"' + expected_error.replace(".", "\\.") + '"')))
+        .assert_at_path("status", ExpectedResult.string_like_regexp("^SUCCEEDED$"))  # not exact(): see alarm_exists
         .wait_for_assertions(total_timeout=WAIT, interval=POLL)
     )
     return app

@@ -31,6 +31,10 @@ OUT = INTEG_DIR / ".out"
 #: fails in about a second instead of hanging; every AWS call below has the same short budget.
 os.environ.setdefault("AWS_METADATA_SERVICE_TIMEOUT", "1")
 os.environ.setdefault("AWS_METADATA_SERVICE_NUM_ATTEMPTS", "1")
+#: _support.INTEG_CONTEXT_DEFAULTS' values, repeated so the credentials check runs before aws_cdk loads
+#: (tests/test_integ.py checks that they agree).
+DEFAULT_MODEL_ID = "us.amazon.nova-micro-v1:0"
+DEFAULT_THROTTLE_ERROR = "BedrockRuntime.ThrottlingException"
 
 
 class PreflightError(RuntimeError):
@@ -143,7 +147,9 @@ def throttle_errors(stack_name: str) -> list[str]:
     return sorted(names)
 
 
-def run_case(name: str, case: dict[str, Any], assembly: Path, log: Path) -> dict[str, Any]:
+def run_case(
+    name: str, case: dict[str, Any], assembly: Path, log: Path, expected_throttle: str = ""
+) -> dict[str, Any]:
     result: dict[str, Any] = {"test_case": name, "deploy_seconds": {}, "assertions": {}}
     stacks = list(case["stacks"])
     assertion_stack = case.get("assertionStack")
@@ -164,6 +170,9 @@ def run_case(name: str, case: dict[str, Any], assembly: Path, log: Path) -> dict
             if code != 0 and not result["assertions"]:
                 result["error"] = f"assertion stack {assertion_stack} failed (see {log.relative_to(ROOT)})"
         if name.startswith("ThrottleProvocation"):
+            # The assertion can only expect SUCCEEDED (the execution's output is far above the 4,096
+            # bytes a custom resource returns); the expected error name is checked here.
+            result["throttle_expected"] = expected_throttle
             try:
                 result["throttle_errors"] = throttle_errors(stacks[0])
             except Exception as error:  # the report says why the names are missing; destroy still runs
@@ -175,11 +184,14 @@ def run_case(name: str, case: dict[str, Any], assembly: Path, log: Path) -> dict
 
 
 def passed(result: dict[str, Any]) -> bool:
+    """Every assertion succeeded, the stacks were destroyed, and a throttle test case saw the expected name."""
+    throttle_ok = "throttle_expected" not in result or result["throttle_expected"] in result.get("throttle_errors", [])
     return (
         "error" not in result
         and bool(result["assertions"])
         and all(a.get("status") == "success" for a in result["assertions"].values())
         and result.get("destroy", {}).get("ok", False)
+        and throttle_ok
     )
 
 
@@ -214,6 +226,12 @@ def report(environment: dict[str, str], model_id: str, results: list[dict[str, A
         if "throttle_errors" in r:
             names = ", ".join(r["throttle_errors"]) or "none (no call was throttled: raise integ_throttle_requests)"
             lines.append(f"- Throttle error name Step Functions reported: {names}")
+            expected = r.get("throttle_expected")
+            if expected and expected not in r["throttle_errors"]:
+                lines.append(
+                    f"- {r['test_case']} failed: expected the throttle error name {expected} among those reported "
+                    "(set -c integ_throttle_error=<the name reported> if Step Functions names it differently)"
+                )
         if "throttle_errors_error" in r:
             lines.append(f"- Throttle error names could not be read: {r['throttle_errors_error']}")
     lines.extend(f"- {note}" for note in notes)
@@ -226,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("apps", nargs="*", help="integ_*.py files (default: all)")
     args = parser.parse_args(argv)
     context = dict(item.split("=", 1) for item in args.context)
-    model_id = context.get("integ_model_id", "us.amazon.nova-micro-v1:0")
+    model_id = context.get("integ_model_id", DEFAULT_MODEL_ID)
+    expected_throttle = context.get("integ_throttle_error", DEFAULT_THROTTLE_ERROR)
     try:
         environment = preflight(model_id)
     except PreflightError as error:
@@ -252,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"{app.name} differs from its committed snapshot (context given, or an uncommitted change)")
         for name, case in snapshots.test_cases(assembly).items():
             print(f"{name}: deploying {', '.join(case['stacks'])}", flush=True)
-            result = run_case(name, case, assembly, log)
+            result = run_case(name, case, assembly, log, expected_throttle)
             results.append(result)
             print(f"{name}: {'PASS' if passed(result) else 'FAIL'}", flush=True)
     text = report(environment, model_id, results, notes)

@@ -4,6 +4,7 @@ the comparison, and `make integ` without credentials stops at once with a clear 
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import hashlib
 import json
@@ -18,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from integ import _support, snapshots  # noqa: E402
+from integ import _sdk_check, _support, snapshots  # noqa: E402
 
 APPS = snapshots.apps()
 IDS = [app.stem for app in APPS]
@@ -101,12 +102,26 @@ def test_snapshot_keeps_nothing_after_delete(app):
         assert _support.retained_resources(json.loads(path.read_text())) == [], path.name
 
 
-def test_the_throttle_assertion_expects_the_configured_error_name():
-    template = json.loads(
-        next(snapshots.snapshot_dir(ROOT / "integ" / "integ_orchestration.py").glob("ThrottleProvocation*.template.json")).read_text()
-    )
-    expected = [json.dumps(r["Properties"].get("expected")) for r in template["Resources"].values() if "expected" in r.get("Properties", {})]
-    assert any("BedrockRuntime\\\\\\\\.ThrottlingException" in e for e in expected), expected
+def test_the_throttle_test_case_passes_only_with_the_configured_error_name():
+    """The assertion can only expect SUCCEEDED (the burst's output is far above the 4,096 bytes a custom
+    resource returns), so `make integ` checks the name: the same run without it is a FAIL."""
+    from integ import run
+
+    assert _support.INTEG_CONTEXT_DEFAULTS["integ_throttle_error"][0] == run.DEFAULT_THROTTLE_ERROR
+    assert _support.INTEG_CONTEXT_DEFAULTS["integ_model_id"][0] == run.DEFAULT_MODEL_ID
+    seen = {
+        "test_case": "ThrottleProvocation/DefaultTest",
+        "deploy_seconds": {},
+        "assertions": {"AssertionResultsA": {"status": "success"}},
+        "throttle_expected": "BedrockRuntime.ThrottlingException",
+        "throttle_errors": ["BedrockRuntime.ThrottlingException", "none"],
+        "destroy": {"ok": True, "seconds": 1.0},
+    }
+    other = {**seen, "throttle_errors": ["States.TaskFailed"]}
+    assert run.passed(seen) and not run.passed(other) and not run.passed({**seen, "throttle_errors": []})
+    text = run.report({"account": "111122223333", "region": "us-east-1"}, "m", [other], [])
+    assert "| ThrottleProvocation/DefaultTest | FAIL |" in text
+    assert "- ThrottleProvocation/DefaultTest failed: expected the throttle error name BedrockRuntime.ThrottlingException" in text
 
 
 def test_a_broken_assertion_fails_the_comparison(tmp_path):
@@ -202,6 +217,7 @@ def test_the_report_names_failures_durations_and_the_throttle_error():
         "test_case": "ThrottleProvocation/DefaultTest",
         "deploy_seconds": {"IntegThrottle": 95.2, "ThrottleProvocation/DefaultTest/DeployAssert": 140.0},
         "assertions": {"AssertionResultsA": {"status": "success"}},
+        "throttle_expected": "BedrockRuntime.ThrottlingException",
         "throttle_errors": ["BedrockRuntime.ThrottlingException"],
         "destroy": {"ok": True, "seconds": 60.1},
     }
@@ -245,7 +261,6 @@ def _string_like_patterns(app: str) -> list[str]:
 
 _ANSWER = '{"usage":{"outputTokens":9,"inputTokens":14},"stopReason":"end_turn","text":"Apple sells \\"iPhones\\"."}'
 _NO_TEXT = _ANSWER.replace('"text":"Apple sells \\"iPhones\\"."', '"text":""')
-_BURST_OK = '[{"error":"none"},{"error":"BedrockRuntime.ThrottlingException"}]'
 _CAUSE = "2 records to answer (2 items, 0 rejected) is below the minimum of 100 records per job"
 
 
@@ -255,7 +270,8 @@ _CAUSE = "2 records to answer (2 items, 0 rejected) is below the minimum of 100 
         ("integ_orchestration.py", "outputTokens", f"[{_ANSWER},{_ANSWER},{_ANSWER}]", f"[{_ANSWER},{_ANSWER}]"),
         ("integ_orchestration.py", "outputTokens", f"[{_ANSWER},{_ANSWER},{_ANSWER}]", f"[{_ANSWER},{_ANSWER},{_ANSWER},{_ANSWER}]"),
         ("integ_orchestration.py", "outputTokens", f"[{_ANSWER},{_ANSWER},{_ANSWER}]", f"[{_ANSWER},{_ANSWER},{_NO_TEXT}]"),
-        ("integ_orchestration.py", "Throttling", _BURST_OK, '[{"error":"none"},{"error":"States.TaskFailed"}]'),
+        ("integ_orchestration.py", "^SUCCEEDED", "SUCCEEDED", "NOT_SUCCEEDED"),
+        ("integ_observability.py", "^TimeToFirstToken", "TimeToFirstToken", "TimeToFirstTokens"),
         ("integ_precompute.py", "minimum", _CAUSE, "3 records to answer is below the minimum of 100"),
     ],
 )
@@ -268,3 +284,124 @@ def test_regexp_assertions_accept_a_real_shape_and_refuse_a_wrong_one(app, needl
     script = "const [p, a, r] = JSON.parse(process.argv[1]); console.log(JSON.stringify([new RegExp(p, 'gm').test(a), new RegExp(p, 'gm').test(r)]))"
     done = subprocess.run([node, "-e", script, json.dumps([pattern, accepted, refused])], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == [True, False]
+
+
+# --- the assertions' API calls against botocore's models, IAM and CloudFormation's limits ------------------
+
+
+def _snapshot_stacks(app: str) -> dict[str, dict]:
+    """Stack name -> template of an app's committed snapshot."""
+    return {
+        path.name.removesuffix(".template.json"): json.loads(path.read_text())
+        for path in sorted(snapshots.snapshot_dir(ROOT / "integ" / app).glob("*.template.json"))
+    }
+
+
+def test_every_assertion_call_fits_the_aws_models_iam_and_cloudformation():
+    """Each SdkCall assertion of every committed snapshot: service and operation as the handler's SDK v3
+    resolves them, parameters through botocore's validator, expected / actualPath / outputPaths through
+    the output shape, the calling role's IAM action, and a response CloudFormation accepts."""
+    calls, problems = 0, []
+    for app in APPS:
+        stacks = _snapshot_stacks(app.name)
+        for name, template in stacks.items():
+            calls += len(_sdk_check.sdk_calls(template))
+            problems += _sdk_check.check_template(template, f"{app.stem}/{name}", stacks)
+    assert calls >= 38, calls  # the check saw the assertions (38 when written)
+    assert problems == [], "\n".join(problems)
+
+
+def _scratch(app: str, stack_prefix: str, api: str, change) -> tuple[dict, dict[str, dict]]:
+    """A copy of one committed assertion template with `change(properties)` applied to its first `api` call."""
+    stacks = copy.deepcopy(_snapshot_stacks(app))
+    [name] = [n for n in stacks if n.startswith(stack_prefix)]
+    template = stacks[name]
+    [first, *_] = [r for r in template["Resources"].values() if r.get("Properties", {}).get("api") == api]
+    change(first["Properties"])
+    return template, stacks
+
+
+def _rename(mapping: dict, old: str, new: str) -> None:
+    mapping[new] = mapping.pop(old)
+
+
+def _drop_policy(template: dict, action: str) -> None:
+    for resource in template["Resources"].values():
+        for policy in resource.get("Properties", {}).get("Policies") or []:
+            statements = policy["PolicyDocument"]["Statement"]
+            statements[:] = [s for s in statements if action not in json.dumps(s.get("Action"))]
+
+
+_QUEUED = ("integ_queued_inference.py", "QueuedInference")
+_PRECOMPUTE = ("integ_precompute.py", "Precompute")
+
+
+@pytest.mark.parametrize(
+    ("where", "api", "change", "found"),
+    [
+        (_QUEUED, "sendMessage", lambda p: p.update(api="sendMessages"), "has no SendMessagesCommand"),
+        (_QUEUED, "sendMessage", lambda p: p.update(api="SendMessageCommand"), None),  # the v3 command name works
+        (_QUEUED, "sendMessage", lambda p: p.update(service="SimpleQueue"), "no AWS service has the SDK v3 client @aws-sdk/client-simplequeue"),
+        (_QUEUED, "sendMessage", lambda p: p.update(service="@aws-sdk/client-sqs"), None),
+        (_QUEUED, "sendMessage", lambda p: _rename(p["parameters"], "MessageBody", "Body"), 'Unknown parameter in input: "Body"'),
+        (_QUEUED, "sendMessage", lambda p: p["parameters"].pop("QueueUrl"), 'Missing required parameter in input: "QueueUrl"'),
+        (_QUEUED, "receiveMessage", lambda p: p["parameters"].update(MaxNumberOfMessages='"ten"'), "Invalid type for parameter MaxNumberOfMessages"),
+        (_QUEUED, "receiveMessage", lambda p: p.update(expected=p["expected"].replace('"Body"', '"MessageBody"')), "'MessageBody' is not a member of Message"),
+        (_QUEUED, "getItem", lambda p: p.update(expected=p["expected"].replace('"Item"', '"Items"')), "did you mean 'Item'"),
+        (_PRECOMPUTE, "startExecution", lambda p: p.update(outputPaths=["executionARN"]), "outputPaths 'executionARN'"),
+        (_PRECOMPUTE, "describeExecution", lambda p: p.update(expected=p["expected"].replace('"status":"', '"status":"NOT_')), "is not a value of ExecutionStatus"),
+        (_PRECOMPUTE, "describeExecution", lambda p: p.update(expected='{"$Exact":"SUCCEEDED"}'), "$Exact is compared as a literal object"),
+        (_PRECOMPUTE, "describeExecution", lambda p: p.update(flattenResponse="true"), "the expected result is compared with nothing"),
+        (
+            ("integ_experiment.py", "Experiment"),
+            "startConfigurationSession",
+            lambda p: p.update(outputPaths=["InitialToken"]),
+            "not among",  # getLatestConfiguration reads ...apiCallResponse.InitialConfigurationToken
+        ),
+    ],
+    ids=[
+        "unknown-operation", "v3-command-name", "unknown-service", "v3-package-name", "unknown-parameter",
+        "missing-required", "wrong-type", "expected-member", "expected-member-hint", "output-path",
+        "enum-value", "exact-matcher", "flattened-without-path", "get-att-outside-output-paths",
+    ],
+)
+def test_a_wrong_call_in_a_scratch_template_is_found(where, api, change, found):
+    """Each deliberate mistake the deploy would find first is named by the offline check; the two
+    spellings the handler also accepts (the v3 command name, the v3 package name) pass."""
+    app, prefix = where
+    template, stacks = _scratch(app, prefix, api, change)
+    problems = _sdk_check.check_template(template, "scratch", stacks)
+    if found is None:
+        assert problems == [], problems
+    else:
+        assert any(found in p for p in problems), problems
+
+
+def test_a_call_its_role_does_not_allow_is_found():
+    template, stacks = _scratch(*_QUEUED, "getItem", lambda p: None)
+    _drop_policy(template, "dynamodb:GetItem")
+    problems = _sdk_check.check_template(template, "scratch", stacks)
+    assert any("does not allow dynamodb:GetItem" in p for p in problems), problems
+    lambda_invoke, precompute = _scratch(*_PRECOMPUTE, "invoke", lambda p: None)
+    _drop_policy(lambda_invoke, "lambda:InvokeFunction")  # Invoke needs lambda:InvokeFunction, not lambda:Invoke
+    problems = _sdk_check.check_template(lambda_invoke, "scratch", precompute)
+    assert any("does not allow lambda:InvokeFunction" in p for p in problems), problems
+
+
+def test_a_response_above_cloudformations_limit_is_found():
+    """The committed throttle assertion reads only `status`; unfiltered, DescribeExecution would echo
+    the burst's 1,000-item input, above the 4,096 bytes a custom resource may return."""
+    def unfiltered(p):
+        for key in ("outputPaths", "actualPath"):
+            p.pop(key)
+        p.update(flattenResponse="false")
+
+    template, stacks = _scratch("integ_orchestration.py", "ThrottleProvocation", "describeExecution", unfiltered)
+    problems = _sdk_check.check_template(template, "scratch", stacks)
+    assert any("Response object is too long" in p and "the execution's input echoed" in p for p in problems), problems
+
+
+def test_the_handler_decodes_the_matchers_the_checks_accept():
+    """Read from the installed integ-tests-alpha bundle, not assumed: a release that decodes $Exact
+    would show here (and ExpectedResult.exact would become usable)."""
+    assert _sdk_check.handler_matchers() == {"$ArrayWith", "$ObjectLike", "$SerializedJson", "$StringLike"}
