@@ -146,10 +146,24 @@ def test_a_guard_alarm_after_the_bake_time_deploys_the_fallback_through_eventbri
     assert deploy["Catch"][0]["Next"] == "Enable guard alarm actions after a failure"
     assert states["Enable guard alarm actions after a failure"]["Next"] == "Fallback failed"
     choice = states["Deployment ended?"]
-    assert choice["Default"] == "Wait for the deployment"
-    assert choice["Choices"][0]["Next"] == "Enable guard alarm actions"
+    assert choice["Default"] == "Count a poll" and states["Count a poll"]["Next"] == "Wait for the deployment"
+    assert [c["Next"] for c in choice["Choices"]] == [
+        "Enable guard alarm actions",  # COMPLETE
+        "Enable guard alarm actions after a failure",  # ROLLED_BACK or REVERTED: the split is still served
+        "Enable guard alarm actions after a failure",  # polled FALLBACK_MAX_POLLS times: no endless loop
+    ]
+    assert choice["Choices"][2] == {"Variable": "$.fallback.polls", "NumericGreaterThanEquals": 60,
+                                    "Next": "Enable guard alarm actions after a failure"}
     assert states["Enable guard alarm actions"]["Resource"].endswith(":states:::aws-sdk:cloudwatch:enableAlarmActions")
     assert "End" in states["Enable guard alarm actions"]
+    for name in ("Disable guard alarm actions", "Enable guard alarm actions", "Enable guard alarm actions after a failure"):
+        assert states[name]["Retry"][0]["ErrorEquals"] == ["States.ALL"], name  # a throttle must not leave them off
+    assert disable["Catch"][0]["Next"] == "Enable guard alarm actions after a failure"
+    # the description is built before the guards are touched, with or without an alarm in the event
+    start = states["Started by an alarm?"]
+    assert start["Choices"][0]["Next"] == "Name the alarm" and start["Default"] == "Started by hand"
+    assert states["Name the alarm"]["Next"] == states["Started by hand"]["Next"] == "Disable guard alarm actions"
+    assert deploy["Parameters"]["Description.$"] == "$.fallback.description"
 
 
 def test_the_fallback_deploys_the_control_only_version_with_an_immediate_strategy(built):

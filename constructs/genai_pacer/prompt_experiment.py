@@ -579,11 +579,26 @@ class PromptExperiment(Construct):
                                         resource_name=immediate.deployment_strategy_id)
 
         def alarm_call(name: str, action: str) -> tasks.CallAwsService:
-            return tasks.CallAwsService(
+            call = tasks.CallAwsService(
                 self, name, service="cloudwatch", action=action, parameters={"AlarmNames": alarm_names},
                 iam_resources=alarm_arns, iam_action=f"cloudwatch:{action[0].upper()}{action[1:]}", result_path=sfn.JsonPath.DISCARD,
             )
+            # CloudWatch throttles as CloudWatch.CloudWatchException: one refused call must not leave the
+            # guards' actions off (AppConfig would never roll a split change back again).
+            call.add_retry(errors=["States.ALL"], interval=cdk.Duration.seconds(2), max_attempts=6, backoff_rate=2,
+                           max_delay=cdk.Duration.seconds(30), jitter_strategy=sfn.JitterType.FULL)
+            return call
 
+        # The description is built before anything changes: a start without an alarm (by hand, `{}`)
+        # must not fail after the guards are disabled (a States.Runtime error escapes every Catch).
+        by_alarm = sfn.Pass(self, "Name the alarm", result_path="$.fallback", parameters={
+            "description": sfn.JsonPath.format("guard alarm {} fired: everyone to the control variant",
+                                               sfn.JsonPath.string_at("$.detail.alarmName")),
+            "polls": 0,
+        })
+        by_hand = sfn.Pass(self, "Started by hand", result_path="$.fallback", parameters={
+            "description": "fallback started by hand: everyone to the control variant", "polls": 0,
+        })
         disable = alarm_call("Disable guard alarm actions", "disableAlarmActions")
         enable_after = alarm_call("Enable guard alarm actions", "enableAlarmActions")
         enable_on_failure = alarm_call("Enable guard alarm actions after a failure", "enableAlarmActions")
@@ -597,8 +612,7 @@ class PromptExperiment(Construct):
                 "ConfigurationProfileId": self.configuration.configuration_profile_id,
                 "ConfigurationVersion": self.fallback_version.attr_version_number,
                 "DeploymentStrategyId": immediate.deployment_strategy_id,
-                "Description": sfn.JsonPath.format("guard alarm {} fired: everyone to the control variant",
-                                                   sfn.JsonPath.string_at("$.detail.alarmName")),
+                "Description.$": "$.fallback.description",
             },
             result_selector={"DeploymentNumber.$": "$.DeploymentNumber"},
             result_path="$.deployment",
@@ -624,16 +638,30 @@ class PromptExperiment(Construct):
         # a split change back): retry it, then re-enable them and fail.
         status.add_retry(errors=["States.ALL"], interval=cdk.Duration.seconds(5), max_attempts=4, backoff_rate=2,
                          jitter_strategy=sfn.JitterType.FULL)
-        wait = sfn.Wait(self, "Wait for the deployment", time=sfn.WaitTime.duration(cdk.Duration.seconds(10)))
+        wait = sfn.Wait(self, "Wait for the deployment", time=sfn.WaitTime.duration(FALLBACK_POLL_INTERVAL))
+        count = sfn.Pass(self, "Count a poll", result_path="$.fallback", parameters={
+            "description.$": "$.fallback.description",
+            "polls.$": "States.MathAdd($.fallback.polls, 1)",
+        })
         failed = sfn.Fail(self, "Fallback failed", error="FallbackFailed",
-                          cause="the fallback deployment could not start or its state could not be read; guard alarm "
-                                "actions were re-enabled")
-        ended = sfn.Condition.or_(*(sfn.Condition.string_equals("$.status.State", s)
-                                    for s in ("COMPLETE", "ROLLED_BACK", "REVERTED")))
+                          cause="the fallback deployment could not start, its state could not be read, it was rolled "
+                                "back, or it did not end in time; guard alarm actions were re-enabled")
         deploy.add_catch(enable_on_failure.next(failed), errors=["States.ALL"], result_path="$.error")
         status.add_catch(enable_on_failure, errors=["States.ALL"], result_path="$.error")
-        definition = disable.next(deploy).next(wait).next(status).next(
-            sfn.Choice(self, "Deployment ended?").when(ended, enable_after).otherwise(wait)
+        disable.add_catch(enable_on_failure, errors=["States.ALL"], result_path="$.error")
+        definition = (
+            sfn.Choice(self, "Started by an alarm?")
+            .when(sfn.Condition.is_present("$.detail.alarmName"), by_alarm.next(disable))
+            .otherwise(by_hand.next(disable))
+        )
+        disable.next(deploy).next(wait).next(status).next(
+            sfn.Choice(self, "Deployment ended?")
+            .when(sfn.Condition.string_equals("$.status.State", "COMPLETE"), enable_after)
+            # a rolled-back fallback means the split is still served: that is a failure, not an end
+            .when(sfn.Condition.or_(*(sfn.Condition.string_equals("$.status.State", s) for s in ("ROLLED_BACK", "REVERTED"))),
+                  enable_on_failure)
+            .when(sfn.Condition.number_greater_than_equals("$.fallback.polls", FALLBACK_MAX_POLLS), enable_on_failure)
+            .otherwise(count.next(wait))
         )
         self.fallback_state_machine = model_state_machine(
             self, definition=definition, models=[],
@@ -720,6 +748,12 @@ class PromptExperiment(Construct):
             function.add_environment(key, value)
         self.grant_evaluate(function, streaming=streaming)
 
+
+#: How often the fallback reads its deployment, and how many reads before it gives up (10 minutes: an
+#: immediate, unbaked deployment ends in seconds; a workflow that polls forever would end at its
+#: timeout, which no Catch sees, with the guards' actions still off).
+FALLBACK_POLL_INTERVAL = cdk.Duration.seconds(10)
+FALLBACK_MAX_POLLS = 60
 
 _LAYER_COLUMNS = {False: "x8664", True: "arm64"}
 
