@@ -12,12 +12,13 @@ the guard alarms' actions were enabled at that moment, read from moto.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import aws_cdk as cdk
 import boto3
 from genai_pacer import BedrockModel
-from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
+from genai_pacer.prompt_experiment import FALLBACK_MAX_POLLS, ExperimentVariant, PromptExperiment, TextPrompt
 from genai_pacer.testing.sfn import ServiceError, StateMachineRunner
 
 NOVA = BedrockModel.from_id("us.amazon.nova-lite-v1:0")
@@ -167,19 +168,46 @@ def shares(document: dict[str, Any]) -> dict[str, int]:
     return {variant["name"]: variant["share"] for variant in document["variants"]}
 
 
+@dataclass
+class Fallback:
+    """One execution of the fallback workflow and what it left behind."""
+
+    run: Any
+    appconfig: FakeAppConfig
+    runner: StateMachineRunner
+    exp: PromptExperiment
+    before: dict[str, bool]  # the guards' actions before the run
+    after: dict[str, bool]  # and after it
+
+    @property
+    def guards_enabled(self) -> bool:
+        return self.after == dict.fromkeys(guard_names(self.runner, self.exp), True) and len(self.after) == 4
+
+
+def run_fallback(event: dict[str, Any] = ALARM, *, cloudwatch: Any = None, environment: str | None = None,
+                 **behaviour: Any) -> Fallback:
+    """Synthesize an experiment, start its fallback with `event` against the fakes and close the runner.
+    environment: an environment id AppConfig does not know (ResourceNotFoundException)."""
+    stack, exp = experiment()
+    runner, appconfig = start(stack, exp, cloudwatch=cloudwatch, **behaviour)
+    if environment is not None:
+        appconfig.ids["EnvironmentId"] = environment
+    try:
+        before = actions_enabled(runner, exp)
+        run = runner.run(event)
+        after = actions_enabled(runner, exp)
+    finally:
+        runner.close()
+    return Fallback(run, appconfig, runner, exp, before, after)
+
+
 # ---- the fallback sends everyone to control -----------------------------------------------------
 
 
 def test_a_guard_alarm_during_a_rollback_waits_for_it_then_deploys_control_only_with_the_alarms_muted():
-    stack, exp = experiment()
-    runner, appconfig = start(stack, exp, busy_for=2)
-    try:
-        assert all(actions_enabled(runner, exp).values()) and len(exp.alarms) == 4
-        assert shares(appconfig.served()) == {"control": 80, "treatment": 20}
-        run = runner.run(ALARM).raise_for_status()
-        after = actions_enabled(runner, exp)
-    finally:
-        runner.close()
+    fallback = run_fallback(busy_for=2)
+    run, appconfig = fallback.run.raise_for_status(), fallback.appconfig
+    assert all(fallback.before.values()) and len(fallback.before) == 4
 
     # Two StartDeployment calls met the rollback in progress and were retried; the third started deployment 2.
     assert run.task_errors() == Counter({"AppConfig.ConflictException": 2})
@@ -188,50 +216,39 @@ def test_a_guard_alarm_during_a_rollback_waits_for_it_then_deploys_control_only_
     assert started["ConfigurationVersion"] == FALLBACK
     assert started["Description"] == "guard alarm support-treatment-p90 fired: everyone to the control variant"
     assert run.output["deployment"] == {"DeploymentNumber": 2} and run.output["status"] == {"State": "COMPLETE"}
-    # Everyone on control: the environment serves the fallback document.
+    # Everyone on control: the environment serves the fallback document (it served the 80/20 split).
+    assert appconfig.versions[SPLIT] == fallback.exp.document and shares(fallback.exp.document) == {"control": 80, "treatment": 20}
     assert shares(appconfig.served()) == {"control": 100, "treatment": 0}
-    assert appconfig.served() == exp.fallback_document
+    assert appconfig.served() == fallback.exp.fallback_document
     # The guards' actions were off at every AppConfig call (so AppConfig could not roll the fallback
     # back), and on again at the end.
     assert all(not any(observed.values()) and len(observed) == 4 for _, _, observed in appconfig.calls)
-    assert after == dict.fromkeys(guard_names(runner, exp), True)
+    assert fallback.guards_enabled
 
 
 def test_a_deployment_whose_state_cannot_be_read_re_enables_the_alarms_and_fails_the_workflow():
-    stack, exp = experiment()
-    runner, appconfig = start(stack, exp, read_failures=-1)
-    try:
-        run = runner.run(ALARM)
-        after = actions_enabled(runner, exp)
-    finally:
-        runner.close()
-
+    fallback = run_fallback(read_failures=-1)
+    run = fallback.run
     assert (run.status, run.error) == ("FAILED", "FallbackFailed")
     # One read and the Retry's 4 attempts, then the Catch.
-    assert appconfig.operations() == ["StartDeployment"] + ["GetDeployment"] * 5
+    assert fallback.appconfig.operations() == ["StartDeployment"] + ["GetDeployment"] * 5
     assert run.task_errors() == Counter({"AppConfig.InternalServerException": 5})
     entered = [event["stateEnteredEventDetails"]["name"] for event in run.history if "stateEnteredEventDetails" in event]
     assert entered[-2:] == ["Enable guard alarm actions after a failure", "Fallback failed"]
-    assert after == dict.fromkeys(guard_names(runner, exp), True)
+    assert fallback.guards_enabled
 
 
 def test_a_fallback_that_cannot_start_re_enables_the_alarms_at_once_and_fails_the_workflow():
-    stack, exp = experiment()
-    runner, appconfig = start(stack, exp)
-    appconfig.ids["EnvironmentId"] = "deleted-environment"  # AppConfig answers ResourceNotFoundException
-    try:
-        run = runner.run(ALARM)
-        after = actions_enabled(runner, exp)
-    finally:
-        runner.close()
-
+    fallback = run_fallback(environment="deleted-environment")  # AppConfig answers ResourceNotFoundException
+    run = fallback.run
     assert (run.status, run.error) == ("FAILED", "FallbackFailed")
-    assert appconfig.operations() == ["StartDeployment"]  # not a conflict: not retried
+    assert fallback.appconfig.operations() == ["StartDeployment"]  # not a conflict: not retried
     assert run.task_errors() == Counter({"AppConfig.ResourceNotFoundException": 1})
     failed = [event["taskFailedEventDetails"] for event in run.history if event.get("type") == "TaskFailed"]
-    assert f"EnvironmentId {runner.physical_name(exp.environment)} not found" in failed[0]["cause"]
+    # the workflow asked for its own environment, which the fake no longer knows
+    assert f"EnvironmentId {fallback.runner.physical_name(fallback.exp.environment)} not found" in failed[0]["cause"]
     assert "Service: AppConfig, Status Code: 404" in failed[0]["cause"]
-    assert after == dict.fromkeys(guard_names(runner, exp), True)
+    assert fallback.guards_enabled
 
 
 # ---- throttles, rollbacks, a start by hand and a deployment that never ends ---------------------
@@ -257,54 +274,30 @@ class FlakyCloudWatch:
 
 
 def test_a_throttled_enable_call_is_retried_so_the_guards_end_enabled():
-    stack, exp = experiment()
-    runner, _ = start(stack, exp, cloudwatch=FlakyCloudWatch("us-east-1", throttle=1))
-    try:
-        run = runner.run(ALARM)
-        after = actions_enabled(runner, exp)
-    finally:
-        runner.close()
-    assert run.task_errors()["CloudWatch.CloudWatchException"] == 1  # Throttling is no modeled CloudWatch error
-    assert after == dict.fromkeys(guard_names(runner, exp), True)
-    assert run.status == "SUCCEEDED"
+    fallback = run_fallback(cloudwatch=FlakyCloudWatch("us-east-1", throttle=1))
+    assert fallback.run.task_errors()["CloudWatch.CloudWatchException"] == 1  # Throttling is no modeled CloudWatch error
+    assert fallback.guards_enabled
+    assert fallback.run.status == "SUCCEEDED"
 
 
 def test_a_fallback_deployment_that_is_rolled_back_fails_the_workflow():
-    stack, exp = experiment()
-    runner, appconfig = start(stack, exp, states=("DEPLOYING", "ROLLING_BACK", "ROLLED_BACK"))
-    try:
-        run = runner.run(ALARM)
-        after = actions_enabled(runner, exp)
-    finally:
-        runner.close()
-    assert shares(appconfig.served()) == {"control": 80, "treatment": 20}  # the fallback did not take
-    assert after == dict.fromkeys(guard_names(runner, exp), True)
-    assert run.status == "FAILED"
+    fallback = run_fallback(states=("DEPLOYING", "ROLLING_BACK", "ROLLED_BACK"))
+    assert shares(fallback.appconfig.served()) == {"control": 80, "treatment": 20}  # the fallback did not take
+    assert fallback.guards_enabled
+    assert (fallback.run.status, fallback.run.error) == ("FAILED", "FallbackFailed")
 
 
 def test_a_start_by_hand_without_an_alarm_names_itself_and_deploys_control_only():
-    stack, exp = experiment()
-    runner, appconfig = start(stack, exp)
-    try:
-        runner.run({}).raise_for_status()  # no detail.alarmName: a States.Runtime error on AWS before
-        after = actions_enabled(runner, exp)
-    finally:
-        runner.close()
-    assert appconfig.calls[0][1]["Description"] == "fallback started by hand: everyone to the control variant"
-    assert shares(appconfig.served()) == {"control": 100, "treatment": 0}
-    assert after == dict.fromkeys(guard_names(runner, exp), True)
+    fallback = run_fallback({})  # no detail.alarmName: a States.Runtime error on AWS before the fix
+    fallback.run.raise_for_status()
+    assert fallback.appconfig.calls[0][1]["Description"] == "fallback started by hand: everyone to the control variant"
+    assert shares(fallback.appconfig.served()) == {"control": 100, "treatment": 0}
+    assert fallback.guards_enabled
 
 
 def test_a_deployment_that_never_ends_is_given_up_after_the_last_poll_with_the_alarms_re_enabled():
-    from genai_pacer.prompt_experiment import FALLBACK_MAX_POLLS
-
-    stack, exp = experiment()
-    runner, appconfig = start(stack, exp, states=("DEPLOYING",))  # stuck
-    try:
-        run = runner.run(ALARM)
-        after = actions_enabled(runner, exp)
-    finally:
-        runner.close()
-    assert (run.status, run.error) == ("FAILED", "FallbackFailed")
-    assert appconfig.operations().count("GetDeployment") == FALLBACK_MAX_POLLS + 1  # the first read, then one per poll
-    assert after == dict.fromkeys(guard_names(runner, exp), True)
+    fallback = run_fallback(states=("DEPLOYING",))  # stuck
+    assert (fallback.run.status, fallback.run.error) == ("FAILED", "FallbackFailed")
+    # the first read, then one per poll
+    assert fallback.appconfig.operations().count("GetDeployment") == FALLBACK_MAX_POLLS + 1
+    assert fallback.guards_enabled
