@@ -16,7 +16,14 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
-from genai_pacer import BedrockModel, BoundedDistributedMap, BoundedMap, ConverseRequest, ParallelPrompts
+from genai_pacer import (
+    BedrockModel,
+    BedrockRetry,
+    BoundedDistributedMap,
+    BoundedMap,
+    ConverseRequest,
+    ParallelPrompts,
+)
 from genai_pacer.testing import BedrockEmulator, ModelSpec
 from genai_pacer.testing.sfn import (
     BatchJobSimulator,
@@ -382,7 +389,12 @@ def pacer_stack():
     model = BedrockModel.from_id(NOVA_PROFILE)
     prompt = ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=4096)
     constructs = {
-        "bounded": BoundedMap(stack, "Bounded", max_concurrency=20, model=model, request=prompt),
+        # 20 at once where 12 reservations of 4,096 tokens fit: a queue that lasts minutes. The default
+        # budget (6 retries, ~45 s of waits) lets an unlucky item fail there now and then (seen on a
+        # loaded machine), which is what the planner's cap prevents; this Map is given a budget that
+        # outlasts the queue, so the test is about the runner retrying every throttle, not luck.
+        "bounded": BoundedMap(stack, "Bounded", max_concurrency=20, model=model, request=prompt,
+                              retry=BedrockRetry(max_retries=12)),
         "sequential": BoundedMap(stack, "Sequential", max_concurrency=1, model=model, request=prompt),
         "parallel": ParallelPrompts(
             stack, "Parallel", model=model,
