@@ -334,7 +334,7 @@ def test_the_extension_fetcher_reads_the_appconfig_path_on_localhost(monkeypatch
             self.wfile.write(body)
 
         def log_message(self, *args):
-            pass
+            """Quiet: the tests read the requests, not the server log."""
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.handle_request, daemon=True)

@@ -92,7 +92,7 @@ def cluster(request):
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
-            pass
+            """Quiet: the tests read the requests, not the server log."""
 
         def _serve(self):
             length = int(self.headers.get("Content-Length") or 0)

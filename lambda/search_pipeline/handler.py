@@ -338,8 +338,8 @@ def respond(event: dict[str, Any], status: str, physical_id: str, reason: str = 
     request = urllib.request.Request(
         event["ResponseURL"], data=body, method="PUT", headers={"Content-Type": "", "Content-Length": str(len(body))}
     )
-    with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS):  # noqa: S310 (CloudFormation's pre-signed URL)
-        pass
+    with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310 (CloudFormation's pre-signed URL)
+        response.read()  # S3 answers the PUT with an empty body; reading it completes the exchange
 
 
 def handler(event: dict[str, Any], context: Any = None, session: Any = None) -> None:
