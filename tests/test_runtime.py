@@ -305,3 +305,18 @@ def test_runtime_helpers_refuse_bad_arguments_at_once(make, message):
 
     with pytest.raises(ValueError, match=re.escape(message)):
         make(rt)
+
+
+def test_a_handler_importing_the_runtime_does_not_load_the_experiment_and_retrieval_modules():
+    # every library handler imports pacer_runtime at cold start; the two modules only some need load on use
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    lambda_dir = Path(__file__).resolve().parents[1] / "lambda"
+    code = ("import sys, pacer_runtime\n"
+            "assert not {'pacer_runtime.experiment', 'pacer_runtime.retrieval'} & set(sys.modules), sorted(sys.modules)\n"
+            "from pacer_runtime import experiment, retrieval\n"
+            "assert pacer_runtime.experiment is experiment and callable(retrieval.build_retrieve_request)\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=lambda_dir, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
