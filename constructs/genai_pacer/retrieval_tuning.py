@@ -37,6 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._checks import Checks, _show, kind_of
+from .testing.bench import percentile
+
+# percentile is the load-replay benchmark's (linear interpolation between closest ranks), so "p99" in
+# the ef_search table means what it means in every other report. bench.py imports only the standard
+# library and genai_pacer.planning (no boto3, no CDK).
 
 __all__ = [
     "COMBINATIONS",
@@ -364,17 +369,6 @@ class VectorEngine(Protocol):
     def search(self, vector: Sequence[float], k: int, ef_search: int, allowed: Any = None) -> list[int]:
         """The ids of the k nearest neighbours found with this ef_search (within `allowed` if given)."""
         ...
-
-
-def percentile(values: Sequence[float], p: float) -> float:
-    """The p-th percentile, nearest-rank (what a latency SLO counts: p99 is a real observation)."""
-    with Checks("percentile") as check:
-        check.number("p", p, above=0, maximum=100, fix="e.g. 50 for the median, 99 for p99")
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 @dataclass(frozen=True)
