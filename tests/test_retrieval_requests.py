@@ -399,6 +399,86 @@ def test_follow_up_rewrite_calls_the_model_only_when_the_question_leans_on_the_c
         r.rewrite_follow_up(client, "m", [("system", "x")], "and it?")
 
 
+def test_follow_up_rewrite_goes_through_bedrock_converse_against_the_emulator(monkeypatch):
+    """The rewrite is an ordinary Converse call: built by build_converse_request, made and measured by
+    bedrock.converse, its usage the server-reported one."""
+    from genai_pacer.testing import BedrockEmulator
+    from pacer_runtime import bedrock
+
+    calls: list[tuple[dict, bedrock.ConverseResult]] = []
+    real = bedrock.converse
+
+    def spy(client, request):
+        result = real(client, request)
+        calls.append((dict(request), result))
+        return result
+
+    monkeypatch.setattr(r.bedrock, "converse", spy)
+    history = [("user", "Tell me about the AB-12"), ("assistant", "It is a drill.")]
+    with BedrockEmulator() as emulator:
+        rewrite = r.rewrite_follow_up(emulator.client(), "us.amazon.nova-lite-v1:0", history, "and its warranty?", max_tokens=30)
+        served = emulator.invocations
+    ((request, result),) = calls
+    assert request == bedrock.build_converse_request(
+        "us.amazon.nova-lite-v1:0", system=r._REWRITE_SYSTEM, inference_config={"maxTokens": 30, "temperature": 0},
+        prompt="Conversation:\nuser: Tell me about the AB-12\nassistant: It is a drill.\n\nLast question: and its warranty?",
+    )
+    assert rewrite.rewritten and rewrite.question == result.text.strip() and rewrite.elapsed_ms == result.latency_ms
+    assert (rewrite.input_tokens, rewrite.output_tokens) == (served[0].input_tokens, served[0].output_tokens)
+    assert served[0].max_tokens == 30 and served[0].operation == "Converse" and rewrite.output_tokens > 0
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ({"history": [("user",)]}, r"history\[0\] is a list; each turn is one of the \(role, text\) pairs"),
+        ({"history": [("user", "a", "b")]}, r"history\[0\] is a list; each turn"),
+        ({"history": ["user: hi"]}, r"history\[0\] is a string; each turn"),
+        ({"history": [None]}, r"history\[0\] is null; each turn"),
+        ({"history": [{"role": "user", "text": "hi"}]}, r"history\[0\] is an object; each turn"),
+        ({"history": [("user", "")]}, r"history\[0\] text is an empty string"),
+        ({"history": [("user", 3)]}, r"history\[0\] text is the number 3"),
+        ({"history": [("system", "x")]}, r"history\[0\] role 'system' must be 'user' or 'assistant'"),
+        ({"history": "user: hi"}, "history is a string; pass a list"),
+        ({"history": None}, "history is null; pass a list"),
+        ({"history": {"user": "hi"}}, "history is an object; pass a list"),
+        ({"max_tokens": 0}, "max_tokens=0 must be a positive whole number"),
+        ({"max_tokens": -5}, "max_tokens=-5 must be a positive whole number"),
+        ({"max_tokens": 2.5}, "max_tokens=2.5 must be a positive whole number"),
+        ({"max_tokens": True}, "max_tokens=True must be a positive whole number"),
+        ({"max_tokens": None}, "max_tokens=None must be a positive whole number"),
+        ({"max_tokens": math.nan}, "max_tokens=nan must be a positive whole number"),
+        ({"model_id": ""}, "model_id='' must be the rewriting model's id"),
+        ({"model_id": None}, "model_id=None must be the rewriting model's id"),
+        ({"model_id": 3}, "model_id=3 must be the rewriting model's id"),
+        ({"model_id": "nova lite"}, r"model_id=.nova lite. must be .* \(a string without spaces"),
+        ({"model_id": "m" * 2049}, "at most 2,048 characters"),
+        ({"always": "yes"}, "always must be True or False, not a string"),
+    ],
+)
+def test_follow_up_rewrite_arguments_fail_with_what_to_pass_before_any_call(call, message):
+    """Checked even for a question that needs no rewrite: the bad argument fails on the first
+    question, not on the first follow-up in production. A client that must not be called proves
+    nothing was sent."""
+
+    class NoCalls:
+        def converse(self, **_):
+            raise AssertionError("a bad argument must fail before the model call")
+
+    arguments = {"model_id": "us.amazon.nova-lite-v1:0", "history": [("user", "hi")], "max_tokens": 200, "always": False, **call}
+    for question in ("What is the warranty of the AB-12 drill?", "and its warranty?"):
+        with pytest.raises(r.RetrievalRequestError, match=message):
+            r.rewrite_follow_up(NoCalls(), arguments["model_id"], arguments["history"], question,
+                                max_tokens=arguments["max_tokens"], always=arguments["always"])
+
+
+def test_error_wording_comes_from_the_bedrock_module():
+    """One description of a bad value and one finiteness test across pacer_runtime's messages."""
+    from pacer_runtime import bedrock
+
+    assert r._kind is bedrock._kind and r._is_number is bedrock._is_number
+
+
 KB_ARN = "arn:aws:bedrock:us-east-1:111122223333:knowledge-base/ABCDEFGHIJ"
 
 
@@ -427,7 +507,7 @@ def test_patterns_botocore_skips_are_checked_by_the_walk_and_by_the_builders():
         (lambda: r.build_retrieve_request(KB, "q", query_decomposition="yes"), "must be True or False, not a string"),
         (lambda: r.ImplicitFilter("arn:aws:bedrock:us-east-1::foundation-model/Amazon.Nova", (r.MetadataAttribute("year", "NUMBER", "Year"),)), "must be a Bedrock model ARN"),
         (lambda: r.in_("region", ["eu", math.nan]), r"in\('region'\): value\[1\] is the number nan"),
-        (lambda: r.not_in("region", ["eu", None]), r"value\[1\] is None"),
+        (lambda: r.not_in("region", ["eu", None]), r"value\[1\] is null"),
     ],
 )
 def test_values_the_api_would_refuse_at_run_time(build, message):
@@ -445,14 +525,14 @@ def test_retrieve_refuses_only_true_query_decomposition_with_the_reason():
     ("kwargs", "message"),
     [
         ({"results": "chunk text"}, "results is a string"),
-        ({"results": None}, "results is None"),
-        ({"results": {"answer": 1}}, "results is a dict"),
+        ({"results": None}, "results is null"),
+        ({"results": {"answer": 1}}, "results is an object"),
         ({"results": ["chunk"]}, r"results\[0\] is a string"),
         ({"results": [{"text": "a", "score": "0.9"}]}, r"results\[0\] score is a string"),
         ({"results": [{"text": "a", "score": math.nan}]}, "score is the number nan"),
         ({"separator_tokens": -1}, "separator_tokens=-1"),
         ({"separator_tokens": math.inf}, "separator_tokens=inf"),
-        ({"count_tokens": None}, "count_tokens is None"),
+        ({"count_tokens": None}, "count_tokens is null"),
         ({"count_tokens": lambda text: "3"}, "count_tokens returned '3'"),
         ({"count_tokens": lambda text: -50}, "count_tokens returned -50"),
     ],
@@ -490,7 +570,7 @@ def test_an_empty_extracted_value_is_not_a_stated_fact():
     assert facts.facts == {"tags": ["warranty"]} and facts.filter == r.equals("tags", "warranty")
     with pytest.raises(r.RetrievalRequestError, match="extractors key 1"):
         r.facts_to_filter("q", {1: lambda q: "a"})
-    with pytest.raises(r.RetrievalRequestError, match="normalize is None"):
+    with pytest.raises(r.RetrievalRequestError, match="normalize is null"):
         r.facts_to_filter("q", {"a": lambda q: "a"}, normalize=None)
 
 

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import bedrock
 from .answers import normalize_key
+from .bedrock import _is_number, _kind  # one wording of a bad value across pacer_runtime's errors
 
 __all__ = [
     "HYBRID_SUBQUERY_ORDER",
@@ -94,6 +95,8 @@ _MODEL_ARN = re.compile(
     r"^(arn:aws(-[^:]+)?:(bedrock|sagemaker):[a-z0-9-]{1,20}:([0-9]{12})?:([a-z-]+/)?)?([a-z0-9.-]{1,63}){0,2}"
     r"(([:][a-z0-9-]{1,63}){0,2})?(/[a-z0-9]{1,12})?$"
 )
+#: Converse's modelId limit (ConversationalModelId, max 2048).
+MAX_MODEL_ID_CHARS = 2_048
 _SESSION_ID = re.compile(r"^[0-9a-zA-Z._:-]{2,100}$")
 #: Sub-query positions in `hybrid_query`: a pipeline's weights list follows this order.
 HYBRID_SUBQUERY_ORDER = ("lexical", "vector")
@@ -102,22 +105,6 @@ HYBRID_SUBQUERY_ORDER = ("lexical", "vector")
 class RetrievalRequestError(ValueError):
     """A retrieval request that can never succeed as written (the service would reject it, or
     silently do something else)."""
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "None"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return f"the number {value!r}"
-    if isinstance(value, str):
-        return "an empty string" if not value.strip() else "a string"
-    return f"a {type(value).__name__}"
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _whole(name: str, value: Any, minimum: int, maximum: int, why: str) -> int:
@@ -899,31 +886,42 @@ def rewrite_follow_up(
     history: (role, text) pairs, oldest first, role "user" or "assistant". The call is made only
     when needs_rewrite(question) (or always=True), because it adds a model round trip before
     retrieval; elapsed_ms measures it so you can see what the rewrite costs against what it saves.
+    Every argument is checked even when no call is needed, so a bad one fails on the first
+    question, not on the first follow-up. The call goes through bedrock.converse, so its usage and
+    latency are read the way every other call in pacer_runtime reads them.
     """
     _text("question", question, MAX_QUERY_CHARS)
+    if not isinstance(model_id, str) or not model_id.strip() or len(model_id) > MAX_MODEL_ID_CHARS or any(c.isspace() for c in model_id):
+        raise RetrievalRequestError(
+            f"model_id={model_id!r} must be the rewriting model's id, inference profile id or ARN (a string without "
+            f"spaces, at most {MAX_MODEL_ID_CHARS:,} characters), e.g. 'us.amazon.nova-lite-v1:0'"
+        )
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise RetrievalRequestError(
+            f"max_tokens={max_tokens!r} must be a positive whole number: it caps the rewritten question, and the "
+            "quota reserves it for the call (200 fits any single question)"
+        )
+    if not isinstance(always, bool):
+        raise RetrievalRequestError(f"always must be True or False, not {_kind(always)}")
+    pair = "(role, text) pairs such as ('user', 'Tell me about the AB-12'), role 'user' or 'assistant'"
+    if isinstance(history, str | bytes | Mapping) or not isinstance(history, Sequence):
+        raise RetrievalRequestError(f"history is {_kind(history)}; pass a list of {pair}, oldest first ([] for none)")
+    lines = []
+    for i, item in enumerate(history):
+        if isinstance(item, str | bytes) or not isinstance(item, Sequence) or len(item) != 2:
+            raise RetrievalRequestError(f"history[{i}] is {_kind(item)}; each turn is one of the {pair}")
+        role, text = item
+        if role not in ("user", "assistant"):
+            raise RetrievalRequestError(f"history[{i}] role {role!r} must be 'user' or 'assistant'")
+        if not isinstance(text, str) or not text.strip():
+            raise RetrievalRequestError(f"history[{i}] text is {_kind(text)}; each turn needs what was said, a non-empty string")
+        lines.append(f"{role}: {text}")
     if not always and not needs_rewrite(question):
         return FollowUpRewrite(question, False, 0.0)
-    lines = []
-    for role, text in history:
-        if role not in ("user", "assistant"):
-            raise RetrievalRequestError(f"history role {role!r} must be 'user' or 'assistant'")
-        lines.append(f"{role}: {text}")
     prompt = "Conversation:\n" + "\n".join(lines) + f"\n\nLast question: {question}"
-    started = time.perf_counter()
-    response = client.converse(
-        modelId=model_id,
-        system=[{"text": _REWRITE_SYSTEM}],
-        messages=[{"role": "user", "content": [{"text": prompt}]}],
-        inferenceConfig={"maxTokens": max_tokens, "temperature": 0},
+    request = bedrock.build_converse_request(
+        model_id, prompt=prompt, system=_REWRITE_SYSTEM, inference_config={"maxTokens": max_tokens, "temperature": 0}
     )
-    elapsed = (time.perf_counter() - started) * 1000
-    blocks = response.get("output", {}).get("message", {}).get("content", [])
-    text = "".join(b.get("text", "") for b in blocks).strip()
-    usage = response.get("usage", {})
-    return FollowUpRewrite(
-        text or question,
-        bool(text),
-        elapsed,
-        int(usage.get("inputTokens", 0)),
-        int(usage.get("outputTokens", 0)),
-    )
+    result = bedrock.converse(client, request)
+    text = result.text.strip()
+    return FollowUpRewrite(text or question, bool(text), result.latency_ms, result.input_tokens, result.output_tokens)
