@@ -66,13 +66,22 @@ def test_the_function_uses_the_layer_on_the_python_runtimes_it_is_tested_on(synt
     assert function["Properties"]["Layers"] == [{"Ref": layer_id}]
 
 
-def test_the_asset_hash_is_the_same_on_every_synth():
-    def key() -> str:
+def test_the_asset_hash_is_the_same_on_every_synth(tmp_path, monkeypatch):
+    """Two synths that each stage the runtime afresh, in a different temporary directory (as on two
+    machines, or after the temporary directory was cleaned), give the layer the same S3 key. Staging
+    reuses a folder keyed by content, so without a fresh temporary directory per synth both would
+    hash the one folder and this could not fail."""
+
+    def key(tempdir: Path) -> str:
+        tempdir.mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(tempdir))
         stack = new_stack()
         RuntimeLayer(stack, "PacerRuntime")
+        staged = [p for p in tempdir.iterdir() if p.name.startswith("genai-pacer-runtime-layer-")]
+        assert len(staged) == 1 and (staged[0] / "python" / "pacer_runtime" / "__init__.py").is_file()  # staged here
         return only(template_of(stack).to_json(), "AWS::Lambda::LayerVersion")["Properties"]["Content"]["S3Key"]
 
-    assert key() == key()
+    assert key(tmp_path / "first") == key(tmp_path / "second")
 
 
 def test_architectures_and_removal_policy_are_passed_on():
