@@ -270,9 +270,76 @@ def test_an_existing_index_is_adopted_only_with_the_same_build_time_settings(clu
 def test_delete_on_removal_deletes_the_index_and_tolerates_it_being_gone(cluster):
     h.handler(event(cluster, "Create", index_props(delete="true")), session=SESSION)
     physical = cluster.responses[-1]["PhysicalResourceId"]
+    assert ("PUT", "/docs") in [(m, p) for m, p, _ in cluster.requests] and not physical.endswith(h.ADOPTED_SUFFIX)
     for _ in range(2):
         h.handler(event(cluster, "Delete", index_props(delete="true"), physical=physical), session=SESSION)
         assert cluster.responses[-1]["Status"] == "SUCCESS" and cluster.indexes == {}
+
+
+def existing_index(cluster, build: dict | None = None) -> None:
+    """An index someone made before the stack (same build-time settings), holding their data."""
+    cluster.indexes["docs"] = {**json.loads(index_props(build)["Body"]), "documents": ["theirs"]}
+
+
+def test_an_adopted_index_survives_delete_on_removal(cluster):
+    """DeleteOnRemoval deletes only what the stack created: an index that existed before Create and
+    was adopted is kept when the stack goes, through an ef_search update in between."""
+    existing_index(cluster)
+    h.handler(event(cluster, "Create", index_props(delete="true")), session=SESSION)
+    created = cluster.responses[-1]
+    assert created["Status"] == "SUCCESS", created["Reason"]
+    assert created["PhysicalResourceId"].endswith(h.ADOPTED_SUFFIX) and ("PUT", "/docs") not in [(m, p) for m, p, _ in cluster.requests]
+    physical = created["PhysicalResourceId"]
+    h.handler(event(cluster, "Update", index_props(ef_search="64", delete="true"), old=index_props(delete="true"), physical=physical),
+              session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS"
+    assert cluster.responses[-1]["PhysicalResourceId"] == physical  # same id: no replacement, adoption remembered
+    h.handler(event(cluster, "Delete", index_props(ef_search="64", delete="true"), physical=physical), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS"
+    assert cluster.indexes["docs"]["documents"] == ["theirs"]
+    assert "DELETE" not in [m for m, _, _ in cluster.requests]
+
+
+def test_an_index_the_stack_created_is_deleted_on_removal_and_one_it_adopted_under_a_new_name_is_kept(cluster):
+    h.handler(event(cluster, "Create", index_props(delete="true")), session=SESSION)
+    physical = cluster.responses[-1]["PhysicalResourceId"]
+    assert not physical.endswith(h.ADOPTED_SUFFIX)
+    # renamed to an index that already exists: adopted under a new physical id; CloudFormation then
+    # deletes the old resource, which the stack created
+    cluster.indexes["docs-v2"] = {**json.loads(index_props(name="docs-v2")["Body"]), "documents": ["theirs"]}
+    h.handler(event(cluster, "Update", index_props(name="docs-v2", delete="true"), old=index_props(delete="true"), physical=physical),
+              session=SESSION)
+    renamed = cluster.responses[-1]["PhysicalResourceId"]
+    assert renamed != physical and renamed.endswith("/docs-v2" + h.ADOPTED_SUFFIX)
+    h.handler(event(cluster, "Delete", index_props(delete="true"), physical=physical), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS" and "docs" not in cluster.indexes
+    h.handler(event(cluster, "Delete", index_props(name="docs-v2", delete="true"), physical=renamed), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS" and cluster.indexes["docs-v2"]["documents"] == ["theirs"]
+
+
+@pytest.mark.parametrize("cluster", ["aoss"], indirect=True)
+def test_one_session_signs_every_request_retries_included(cluster, monkeypatch):
+    """Credentials come from one module-level Session (botocore refreshes a Lambda role's rotating
+    credentials inside it), not a new Session per request and per retry."""
+    monkeypatch.setattr(h.time, "sleep", lambda seconds: None)
+
+    def no_new_sessions(*args, **kwargs):
+        raise AssertionError("a boto3.Session was created for a request")
+
+    monkeypatch.setattr(h, "_SESSION", SESSION)
+    monkeypatch.setattr(h.boto3, "Session", no_new_sessions)
+    cluster.failures[("PUT", "/_search/pipeline/hybrid")] = (403, {"message": "policy not applied yet"})
+    original = cluster.answer
+
+    def clear_after_two(method, path, body):
+        if method == "PUT" and sum(1 for m, _, _ in cluster.requests if m == "PUT") > 2:
+            cluster.failures.clear()
+        return original(method, path, body)
+
+    monkeypatch.setattr(cluster, "answer", clear_after_two)
+    h.handler(event(cluster, "Create", pipeline_props()))  # no session argument: the module's
+    assert cluster.responses[-1]["Status"] == "SUCCESS", cluster.responses[-1]["Reason"]
+    assert [m for m, _, _ in cluster.requests] == ["PUT", "PUT", "PUT", "GET"]
 
 
 def test_reindex_changes_lists_each_difference():

@@ -19,14 +19,17 @@ ResourceProperties (CloudFormation passes every value as a string, so documents 
 
 Create  Pipeline: PUT /_search/pipeline/<name>, then GET it back to confirm what OpenSearch stored.
         Index: PUT /<index> with settings and mappings; an index that already exists is adopted
-        only when its vector field has the same build-time settings.
+        only when its vector field has the same build-time settings. An adopted index's physical id
+        ends in ADOPTED_SUFFIX: CloudFormation hands that id back on Update and Delete (Data it
+        does not), so the handler remembers the stack did not create the index.
 Update  Pipeline: PUT again (a real update, same physical id); a new name or endpoint creates the
         new pipeline and CloudFormation then deletes the old one.
         Index: a changed build-time setting on the same index is refused ("needs a reindex"): HNSW
         graphs are built at indexing time, and a new setting applies only to a new index. ef_search
         is dynamic: PUT /<index>/_settings (null when it was removed, which restores the default).
 Delete  DELETE; a 404 is success (already gone), so deletes are idempotent. An index is kept
-        unless DeleteOnRemoval is "true".
+        unless DeleteOnRemoval is "true", and always when it was adopted: deleting the stack must
+        not delete data the stack never created.
 
 Time    Every request's timeout is cut to what the invocation has left minus RESPONSE_RESERVE_SECONDS,
         so the function always lives long enough to answer CloudFormation (a Lambda timeout would
@@ -54,12 +57,17 @@ TIMEOUT_SECONDS = 30
 #: CloudFormation refuses a response body over 4,096 bytes; the reason is cut to fit.
 MAX_REASON = 3000
 FAILED_CREATE = "failed-create"
+#: Ends the physical id of an index that existed before the stack: Delete keeps it whatever DeleteOnRemoval says.
+ADOPTED_SUFFIX = "#adopted"
 #: Kept back from the invocation's remaining time for the response to CloudFormation.
 RESPONSE_RESERVE_SECONDS = 15
 #: How long a Serverless 401/403 is retried while a new data access policy applies.
 AOSS_PERMISSION_WAIT_SECONDS = 90
 #: time.monotonic() by which the handler must stop calling OpenSearch (set per invocation).
 _deadline: float | None = None
+#: One session for every signed request of every invocation: it resolves the role's credentials once
+#: and botocore refreshes them when they rotate (a Session per request re-resolved them each time).
+_SESSION = boto3.Session()
 
 
 class ResourceError(Exception):
@@ -125,7 +133,7 @@ def _send_once(endpoint: Endpoint, method: str, path: str, body: Any = None, *, 
     # Serverless requires the payload hash as a header; managed domains accept it too.
     headers["X-Amz-Content-SHA256"] = hashlib.sha256(data).hexdigest()
     request = AWSRequest(method=method, url=endpoint.url + path, data=data, headers=headers)
-    credentials = (session or boto3.Session()).get_credentials()
+    credentials = (session or _SESSION).get_credentials()
     if credentials is None:
         raise ResourceError("no AWS credentials in the function's environment to sign the request with")
     SigV4Auth(credentials.get_frozen_credentials(), endpoint.service, endpoint.region).add_auth(request)
@@ -259,9 +267,12 @@ def _put_ef_search(endpoint: Endpoint, path: str, props: dict[str, Any], session
 
 
 def create_index(props: dict[str, Any], session: Any = None) -> tuple[str, dict[str, Any]]:
+    """Create the index, or adopt an existing one with the same build-time settings (its physical id
+    then ends in ADOPTED_SUFFIX, so a later Delete keeps it)."""
     endpoint, path = endpoint_of(props), _index_path(props)
     build_time = _json_prop(props, "BuildTime") or {}
     status, existing = send(endpoint, "GET", f"{path}/_mapping", session=session)
+    physical = f"{endpoint.host}{path}"
     if status == 200:
         found = _existing_build_time(existing, path[1:], str(build_time.get("field")))
         changes = reindex_changes(found, build_time)
@@ -271,16 +282,19 @@ def create_index(props: dict[str, Any], session: Any = None) -> tuple[str, dict[
                 "it needs a reindex: choose a new index_name, reindex into it, then move readers"
             )
         _put_ef_search(endpoint, path, props, session)
+        physical += ADOPTED_SUFFIX
     elif status == 404:
         status, response = send(endpoint, "PUT", path, _json_prop(props, "Body"), session=session)
         if not 200 <= status < 300:
             raise _failure("PUT", path, endpoint, status, response)
     else:
         raise _failure("GET", f"{path}/_mapping", endpoint, status, existing)
-    return f"{endpoint.host}{path}", {"IndexName": path[1:]}
+    return physical, {"IndexName": path[1:]}
 
 
-def update_index(props: dict[str, Any], old: dict[str, Any], session: Any = None) -> tuple[str, dict[str, Any]]:
+def update_index(props: dict[str, Any], old: dict[str, Any], physical: str, session: Any = None) -> tuple[str, dict[str, Any]]:
+    """Change ef_search in place, keeping the physical id (and with it whether the index was adopted);
+    a new index name or endpoint is a new index, created or adopted under a new physical id."""
     endpoint, path = endpoint_of(props), _index_path(props)
     old_endpoint = endpoint_of(old) if old.get("Endpoint") else endpoint
     if path != _index_path(old) or endpoint.host != old_endpoint.host:
@@ -293,7 +307,7 @@ def update_index(props: dict[str, Any], old: dict[str, Any], session: Any = None
             "index is kept), reindex into it, then move readers; ef_search alone can change in place"
         )
     _put_ef_search(endpoint, path, props, session, reset=bool(str(old.get("EfSearch") or "")))
-    return f"{endpoint.host}{path}", {"IndexName": path[1:]}
+    return physical or f"{endpoint.host}{path}", {"IndexName": path[1:]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,13 +327,16 @@ def handle(event: dict[str, Any], session: Any = None) -> tuple[str, dict[str, A
             return physical, {}  # nothing was created
         if kind_of == "Pipeline":
             delete_path(endpoint_of(props), _pipeline_path(props), session)
+        elif physical.endswith(ADOPTED_SUFFIX):
+            print(json.dumps({"level": "info", "message": f"kept index {props.get('IndexName')!r}: it existed before "
+                              "the stack adopted it, so deleting the stack does not delete its data"}))
         elif str(props.get("DeleteOnRemoval")) == "true":
             delete_path(endpoint_of(props), _index_path(props), session)
         return physical, {}
     if kind_of == "Pipeline":
         return put_pipeline(props, session)
     if request == "Update":
-        return update_index(props, event.get("OldResourceProperties", {}), session)
+        return update_index(props, event.get("OldResourceProperties", {}), event.get("PhysicalResourceId", ""), session)
     return create_index(props, session)
 
 
