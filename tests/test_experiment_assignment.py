@@ -382,6 +382,47 @@ def test_the_appconfigdata_fetcher_follows_the_token_chain_and_keeps_the_documen
         stub.assert_no_pending_responses()
 
 
+def test_the_appconfigdata_fetcher_starts_a_new_session_after_a_failed_call_and_serves_the_new_document():
+    """The token a failed call was given may be spent or expired: reusing it made every later refresh
+    fail forever (one throttle froze the split a process served)."""
+    import io
+
+    import boto3
+    from botocore.response import StreamingBody
+    from botocore.stub import Stubber
+    from pacer_runtime.experiment import appconfigdata_fetcher
+
+    client = boto3.client("appconfigdata", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    session = {"ApplicationIdentifier": "app", "EnvironmentIdentifier": "env", "ConfigurationProfileIdentifier": "prof",
+               "RequiredMinimumPollIntervalInSeconds": 15}
+
+    def streamed(data: dict) -> StreamingBody:
+        body = json.dumps(data).encode()
+        return StreamingBody(io.BytesIO(body), len(body))
+
+    with Stubber(client) as stub:
+        stub.add_response("start_configuration_session", {"InitialConfigurationToken": "t0"}, session)
+        stub.add_response("get_latest_configuration",
+                          {"NextPollConfigurationToken": "t1", "Configuration": streamed(document(70, 30))},
+                          {"ConfigurationToken": "t0"})
+        stub.add_client_error("get_latest_configuration", "ThrottlingException", http_status_code=429,
+                              expected_params={"ConfigurationToken": "t1"})
+        stub.add_response("start_configuration_session", {"InitialConfigurationToken": "s0"}, session)
+        stub.add_response("get_latest_configuration",
+                          {"NextPollConfigurationToken": "s1", "Configuration": streamed(document(50, 50))},
+                          {"ConfigurationToken": "s0"})
+        clock = Clock()
+        source = ExperimentSource(appconfigdata_fetcher(client, "app", "env", "prof"), clock=clock)
+        assert source.get().shares == {"control": 70, "concise": 30}
+        clock.now = 60
+        source.refresh()  # the throttled call: the last good document stays
+        assert source.errors == 1 and source.get().shares == {"control": 70, "concise": 30}
+        clock.now = 120
+        source.refresh()
+        assert source.get().shares == {"control": 50, "concise": 50} and source.errors == 1
+        stub.assert_no_pending_responses()
+
+
 # ---- bad arguments found by a new-user sweep: each was accepted, or failed deep with an AttributeError ----
 
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import metrics
-from .bedrock import RequestError, build_converse_request
+from .bedrock import RequestError, build_converse_request, converse, is_throttle
 
 __all__ = [
     "EXTENSION_PORT",
@@ -384,8 +384,6 @@ def record_error(
     dimensions: Mapping[str, str] | None = None,
 ) -> None:
     """Count one failed call for the model and the variant (the guard alarms' error rate reads it)."""
-    from .bedrock import is_throttle
-
     _check_experiment(experiment)
     _check_variant(experiment, variant)
     _check_unit(unit_id)
@@ -440,8 +438,6 @@ def call_variant(
 
     Returns (variant, ConverseResult). A failed call is counted (CallErrors) and re-raised.
     """
-    from .bedrock import converse
-
     variant = assign(experiment, unit_id)
     request = build_request(experiment, variant, variables=variables, messages=messages, latency=latency,
                             request_metadata=request_metadata)
@@ -478,18 +474,26 @@ def extension_fetcher(
 
 
 def appconfigdata_fetcher(client: Any, application: str, environment: str, profile: str) -> Callable[[], bytes | None]:
-    """Read the configuration with the appconfigdata API (a session token chain; None when unchanged)."""
+    """Read the configuration with the appconfigdata API (a session token chain; None when unchanged).
+
+    A failed call ends the chain: the token it was given may be spent or expired (a token is good for
+    24 hours and once), so the next fetch starts a new session instead of failing forever.
+    """
     state: dict[str, str | None] = {"token": None}
 
     def fetch() -> bytes | None:
-        if state["token"] is None:
-            state["token"] = client.start_configuration_session(
-                ApplicationIdentifier=application,
-                EnvironmentIdentifier=environment,
-                ConfigurationProfileIdentifier=profile,
-                RequiredMinimumPollIntervalInSeconds=15,
-            )["InitialConfigurationToken"]
-        response = client.get_latest_configuration(ConfigurationToken=state["token"])
+        try:
+            if state["token"] is None:
+                state["token"] = client.start_configuration_session(
+                    ApplicationIdentifier=application,
+                    EnvironmentIdentifier=environment,
+                    ConfigurationProfileIdentifier=profile,
+                    RequiredMinimumPollIntervalInSeconds=15,
+                )["InitialConfigurationToken"]
+            response = client.get_latest_configuration(ConfigurationToken=state["token"])
+        except Exception:
+            state["token"] = None
+            raise
         state["token"] = response["NextPollConfigurationToken"]
         content = response["Configuration"].read()
         return bytes(content) or None  # empty: unchanged since the last call
