@@ -323,3 +323,22 @@ def test_chart_checks_its_path_before_drawing(tmp_path):
         result.chart(tmp_path / "missing" / "verdict.png")
     with pytest.raises(InvalidPropsError, match="path is required"):
         result.chart(None)
+
+
+def test_the_verdict_reads_the_runtimes_names_not_copies_of_them():
+    """OUTCOMES and the record field names were literal copies of pacer_runtime.metrics: a renamed metric
+    or a new outcome would have been silently skipped by read_log."""
+    import inspect
+
+    from genai_pacer import experiment_verdict
+    from pacer_runtime import metrics
+
+    assert tuple(metrics.OUTCOMES) == experiment_verdict.OUTCOMES
+    assert inspect.signature(experiment_verdict.read_log).parameters["latency_field"].default == metrics.LATENCY_MS
+    source = inspect.getsource(experiment_verdict)
+    copies = [f'"{name}"' for name in (metrics.EXPERIMENT_DIMENSION, metrics.VARIANT_DIMENSION, metrics.CALL_ERRORS,
+                                       metrics.LATENCY_MS, *metrics.OUTCOMES) if f'"{name}"' in source]
+    assert copies == []
+    record = {metrics.EXPERIMENT_DIMENSION: "e", metrics.VARIANT_DIMENSION: "a", "Unit": "u1", metrics.CALL_ERRORS: 2}
+    data = experiment_verdict.read_log([record, {**record, metrics.CALL_ERRORS: 0, metrics.LATENCY_MS: 120.0}])
+    assert (data["a"].errors, data["a"].latencies_ms) == (2, [120.0])

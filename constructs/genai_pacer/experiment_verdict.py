@@ -35,6 +35,7 @@ from typing import Any
 
 from ._checks import Checks
 from ._install import MATPLOTLIB_HINT, missing
+from ._runtime_constants import metrics_constants
 
 __all__ = [
     "Comparison",
@@ -52,8 +53,10 @@ __all__ = [
 ]
 
 PERCENTILES = (50, 90, 99)
+#: The record field names the runtime writes (pacer_runtime.metrics, the one place they are spelled).
+_NAMES = metrics_constants()
 #: The runtime's outcome names (pacer_runtime.metrics.OUTCOMES), in report order.
-OUTCOMES = ("thumbs_up", "thumbs_down", "escalation", "resolution")
+OUTCOMES = tuple(_NAMES.OUTCOMES)
 #: Sample-ratio checks are run at a strict level: a true mismatch gives p-values far below it,
 #: and a false alarm stops a sound experiment.
 DEFAULT_SRM_LEVEL = 0.001
@@ -83,7 +86,7 @@ def read_log(
     lines: Iterable[str | bytes] | str | Path,
     *,
     experiment: str | None = None,
-    latency_field: str = "LatencyMs",
+    latency_field: str = _NAMES.LATENCY_MS,
 ) -> dict[str, VariantData]:
     """Per-variant data from the runtime's JSON lines (a path, or an iterable of lines).
 
@@ -106,6 +109,8 @@ def read_log(
             return read_log(handle.readlines(), experiment=experiment, latency_field=latency_field)
     data: dict[str, VariantData] = {}
     seen: set[str] = set()
+    experiment_key, variant_key = _NAMES.EXPERIMENT_DIMENSION, _NAMES.VARIANT_DIMENSION
+    errors_key = _NAMES.CALL_ERRORS
     for number, raw in enumerate(lines, 1):
         if isinstance(raw, Mapping):
             record: Any = dict(raw)
@@ -120,17 +125,17 @@ def read_log(
                 record = json.loads(text[start:])
             except ValueError:
                 continue
-        if not isinstance(record, dict) or "Experiment" not in record or "Variant" not in record:
+        if not isinstance(record, dict) or experiment_key not in record or variant_key not in record:
             continue
-        seen.add(str(record["Experiment"]))
-        if experiment is not None and record["Experiment"] != experiment:
+        seen.add(str(record[experiment_key]))
+        if experiment is not None and record[experiment_key] != experiment:
             continue
-        variant = data.setdefault(str(record["Variant"]), VariantData(str(record["Variant"])))
+        variant = data.setdefault(str(record[variant_key]), VariantData(str(record[variant_key])))
         unit = record.get("Unit")
         if unit is not None:
             variant.units.add(str(unit))
-        if record.get("CallErrors"):
-            variant.errors += _count(record["CallErrors"], number, "CallErrors")
+        if record.get(errors_key):
+            variant.errors += _count(record[errors_key], number, errors_key)
         elif latency_field in record and "Outcome" not in record:
             variant.latencies_ms.append(_latency(record[latency_field], number, latency_field))
         if "Outcome" in record and unit is not None:
