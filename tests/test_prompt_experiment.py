@@ -4,8 +4,11 @@ monitors; the fallback to control after the bake time; the evaluate grant; every
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import tempfile
+from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
@@ -16,6 +19,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match, Template
+from cdk_nag import AwsSolutionsChecks
+from conftest import nag_violations
 from genai_pacer import BedrockModel
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.prompt_experiment import (
@@ -108,14 +113,24 @@ def test_a_split_change_deploys_at_once_and_bakes_while_the_guards_watch(built):
 def test_each_variant_has_an_error_rate_and_a_p90_guard_on_its_variant_metrics(built):
     _, template = built
     alarms = list(resources(template, "AWS::CloudWatch::Alarm").values())
-    p90 = [a["Properties"] for a in alarms if a["Properties"].get("ExtendedStatistic") == "p90"]
+    assert not [a for a in alarms if "MetricName" in a["Properties"]]  # both guards are gated metric math
+    p90 = [a["Properties"] for a in alarms if "p90" in json.dumps(a["Properties"]["Metrics"])]
     assert {a["Threshold"] for a in p90} == {10_000}
-    assert {tuple(sorted((d["Name"], d["Value"]) for d in a["Dimensions"])) for a in p90} == {
+    dimension_sets = set()
+    for alarm in p90:
+        # one slow call of a 10% treatment is its whole p90: the guard counts periods with guard_min_calls+ calls only
+        assert next(q for q in alarm["Metrics"] if "Expression" in q)["Expression"] == "IF(FILL(c, 0) >= 20, FILL(p, 0), 0)"
+        stats = {q["Id"]: q["MetricStat"] for q in alarm["Metrics"] if "MetricStat" in q}
+        assert {i: (m["Metric"]["MetricName"], m["Stat"], m["Period"]) for i, m in stats.items()} == {
+            "p": (metrics.LATENCY_MS, "p90", 60), "c": (metrics.LATENCY_MS, "SampleCount", 60)}
+        assert all(m["Metric"]["Namespace"] == metrics.NAMESPACE for m in stats.values())
+        (dims,) = {tuple(sorted((d["Name"], d["Value"]) for d in m["Metric"]["Dimensions"])) for m in stats.values()}
+        dimension_sets.add(dims)  # p90 and the count of the same calls: one dimension set per alarm
+    assert dimension_sets == {
         (("Experiment", "support"), ("ModelId", NOVA.model_id), ("Variant", "control")),
         (("Experiment", "support"), ("ModelId", HAIKU.model_id), ("Variant", "managed")),
     }
-    assert all(a["MetricName"] == metrics.LATENCY_MS and a["Namespace"] == metrics.NAMESPACE for a in p90)
-    rates = [a["Properties"] for a in alarms if "Metrics" in a["Properties"]]
+    rates = [a["Properties"] for a in alarms if "p90" not in json.dumps(a["Properties"]["Metrics"])]
     assert len(rates) == 2
     for rate in rates:
         expression = next(q for q in rate["Metrics"] if "Expression" in q)["Expression"]
@@ -196,9 +211,13 @@ def test_grant_evaluate_reads_this_configuration_and_invokes_every_variants_mode
     policy = next(p for k, p in resources(template, "AWS::IAM::Policy").items() if k.startswith("Evaluator"))
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
     actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
-    assert actions == {"appconfig:StartConfigurationSession", "appconfig:GetLatestConfiguration", "bedrock:InvokeModel"}
+    assert actions == {"appconfig:StartConfigurationSession", "appconfig:GetLatestConfiguration", "bedrock:InvokeModel",
+                       "bedrock:RenderPrompt"}
     text = json.dumps(statements)
     assert '"*"' not in text
+    # Converse with a prompt ARN renders the prompt version: RenderPrompt on exactly that version, nothing else
+    render = [s for s in statements if "bedrock:RenderPrompt" in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
+    assert [s["Resource"] for s in render] == [f"{PROMPT}:3"]
     assert f"{PROMPT}:3" in text and "inference-profile/us.amazon.nova-lite-v1:0" in text
     assert "inference-profile/us.anthropic.claude-3-5-haiku-20241022-v1:0" in text
     read = next(s for s in statements if "appconfig:GetLatestConfiguration" in s["Action"])
@@ -209,8 +228,13 @@ def test_grant_evaluate_streaming_adds_the_stream_action_and_environment_variabl
     stack, experiment = build()
     role = iam.Role(stack, "R", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     experiment.grant_evaluate(role, streaming=True)
-    text = json.dumps(Template.from_stack(stack).to_json())
+    template = Template.from_stack(stack).to_json()
+    text = json.dumps(template)
     assert "bedrock:InvokeModelWithResponseStream" in text
+    policy = next(p for k, p in resources(template, "AWS::IAM::Policy").items() if k.startswith("R"))
+    (prompt_statement,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Resource"] == f"{PROMPT}:3"]
+    assert set(prompt_statement["Action"]) == {"bedrock:InvokeModel", "bedrock:RenderPrompt",
+                                               "bedrock:InvokeModelWithResponseStream"}
     assert set(experiment.environment_variables()) == {"EXPERIMENT_APPLICATION_ID", "EXPERIMENT_ENVIRONMENT_ID",
                                                        "EXPERIMENT_PROFILE_ID"}
     with pytest.raises(InvalidPropsError, match="streaming=1 is an int"):
@@ -237,7 +261,8 @@ def test_defaults_options_and_bring_your_own():
     strategy = appconfig.DeploymentStrategy(stack, "Slow", rollout_strategy=appconfig.RolloutStrategy.CANARY_10_PERCENT_20_MINUTES)
     _, experiment = build(stack, application=app, deployment_strategy=strategy, fallback_on_alarm=False,
                           alarm_actions=[cw_actions.SnsAction(topic)], control="managed", salt="fresh",
-                          max_p90_latency=cdk.Duration.seconds(4), max_error_rate_percent=2.5, guard_evaluation_periods=2)
+                          max_p90_latency=cdk.Duration.seconds(4), max_error_rate_percent=2.5, guard_evaluation_periods=2,
+                          guard_min_calls=7)
     template = Template.from_stack(stack).to_json()
     assert len(resources(template, "AWS::AppConfig::Application")) == 1
     assert resources(template, "AWS::Events::Rule") == {} and resources(template, "AWS::StepFunctions::StateMachine") == {}
@@ -245,6 +270,8 @@ def test_defaults_options_and_bring_your_own():
     assert experiment.document["control"] == "managed" and experiment.document["salt"] == "fresh"
     alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
     assert {a["Threshold"] for a in alarms} == {4000, 2.5}
+    gates = {next(q for q in a["Metrics"] if "Expression" in q)["Expression"].split(" >= ")[1][:2] for a in alarms}
+    assert gates == {"7,"}  # guard_min_calls gates both guards
     assert all(a["AlarmActions"] == [{"Ref": next(iter(resources(template, "AWS::SNS::Topic")))}] for a in alarms)
     assert only(template, "AWS::AppConfig::Deployment")["Properties"]["DeploymentStrategyId"]["Ref"].startswith("Slow")
     _, default = build(experiment_name=None)
@@ -358,7 +385,10 @@ def pair(a: float, b: float, names=("control", "treat")) -> list[ExperimentVaria
         ({"guard_min_calls": 0}, "guard_min_calls=0 is below the minimum of 1"),
         ({"guard_min_calls": 2.5}, "guard_min_calls=2.5 is not a whole number"),
         ({"guard_period": cdk.Duration.seconds(30)}, "guard_period=30 seconds is below the minimum of 1 minute"),
-        ({"guard_period": cdk.Duration.seconds(90)}, "guard_period=1 minute 30 seconds must be whole minutes"),
+        ({"guard_period": cdk.Duration.seconds(90)}, r"guard_period=1 minute 30 seconds \(90 s\) must be whole minutes"),
+        # to_seconds() raised jsii's "cannot be converted into a whole number" on a fraction of a second
+        ({"guard_period": cdk.Duration.millis(61500)},
+         r"guard_period=1 minute 1 second \(61.5 s\) must be whole minutes: CloudWatch alarm periods above 30 seconds"),
         ({"guard_evaluation_periods": 0}, "guard_evaluation_periods=0 is below the minimum of 1"),
         ({"guard_evaluation_periods": math.inf}, "guard_evaluation_periods=inf is not a finite number"),
         ({"fallback_on_alarm": "yes"}, "fallback_on_alarm='yes' is a str"),
@@ -490,7 +520,36 @@ def test_add_to_function_with_a_concrete_region_uses_its_layer_and_grants_exactl
     policy = next(p for k, p in resources(template, "AWS::IAM::Policy").items() if k.startswith("HandlerServiceRole"))
     actions = {a for s in policy["Properties"]["PolicyDocument"]["Statement"]
                for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
-    assert actions == {"appconfig:StartConfigurationSession", "appconfig:GetLatestConfiguration", "bedrock:InvokeModel"}
+    assert actions == {"appconfig:StartConfigurationSession", "appconfig:GetLatestConfiguration", "bedrock:InvokeModel",
+                       "bedrock:RenderPrompt"}
+
+
+def test_add_to_function_twice_adds_nothing_twice():
+    """A second call failed with "There is already a Construct with name 'AppConfigExtension...'"."""
+
+    def wired(*streaming: bool) -> dict:
+        stack, experiment = build()  # a stack per case: a synthesized app caches its first template
+        function = handler(stack)
+        for flag in streaming:
+            experiment.add_to_function(function, streaming=flag)
+        return Template.from_stack(stack).to_json()
+
+    once = wired(False)
+    assert wired(False, False) == once  # one layer, the same variables, the same grant
+    (props,) = [v["Properties"] for v in resources(once, "AWS::Lambda::Function").values()]
+    assert len(props["Layers"]) == 1
+    # a later streaming=True is not ignored: the function may do what streaming=True alone grants, no more
+    def granted(template: dict) -> set[tuple[str, str]]:
+        policy = next(p for k, p in resources(template, "AWS::IAM::Policy").items() if k.startswith("HandlerServiceRole"))
+        return {(action, json.dumps(resource, sort_keys=True))
+                for s in policy["Properties"]["PolicyDocument"]["Statement"]
+                for action in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+                for resource in ([s["Resource"]] if not isinstance(s["Resource"], list) else s["Resource"])}
+
+    assert granted(wired(False, True)) == granted(wired(True)) == granted(wired(True, False)) > granted(once)
+    assert {a for a, _ in granted(wired(False, True)) - granted(once)} == {"bedrock:InvokeModelWithResponseStream"}
+    (props,) = [v["Properties"] for v in resources(wired(False, True), "AWS::Lambda::Function").values()]
+    assert len(props["Layers"]) == 1
 
 
 def test_add_to_function_refuses_what_it_cannot_wire():
@@ -509,3 +568,32 @@ def test_the_longest_guard_windows_cloudwatch_accepts_are_accepted():
     build(guard_period=cdk.Duration.minutes(59), guard_evaluation_periods=24, bake_time=cdk.Duration.days(1))
     build(guard_period=cdk.Duration.hours(1), guard_evaluation_periods=100, bake_time=cdk.Duration.days(1))
     build(variants=[variant(name=f"v{i}", share=5) for i in range(20)])
+
+
+# ---- cdk-nag: the fallback's one wildcard is acknowledged, nothing broader ---------------------------
+
+
+def test_nag_acknowledges_the_fallbacks_deployment_wildcard_only():
+    """The acknowledgment names exactly the fallback's GetDeployment resource (through _nag's flattening):
+    the stack is nag-clean, and a wildcard the user adds to the same role still fails."""
+    def synth(extra_wildcard: bool) -> list[str]:
+        outdir = Path(tempfile.mkdtemp())
+        app = cdk.App(outdir=str(outdir))
+        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+        stack = cdk.Stack(app, "Nag", env=cdk.Environment(account="111122223333", region="us-east-1"))
+        experiment = PromptExperiment(stack, "Exp", variants=variants(), experiment_name="support")
+        (finding,) = experiment.fallback_acknowledgments
+        assert finding.startswith("AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:appconfig:us-east-1:111122223333:"
+                                  "application/<ExpApplication") and finding.endswith("/deployment/*]")
+        if extra_wildcard:
+            experiment.fallback_state_machine.role.add_to_principal_policy(iam.PolicyStatement(
+                actions=["appconfig:GetDeployment"],
+                resources=["arn:aws:appconfig:us-east-1:111122223333:application/other/environment/env/deployment/*"]))
+        with contextlib.suppress(RuntimeError):  # ValidationFailed: the findings are in the report
+            app.synth()
+        return nag_violations(outdir)
+
+    assert synth(extra_wildcard=False) == []
+    findings = synth(extra_wildcard=True)
+    assert [f for f in findings if f.startswith("AwsSolutions-IAM5")] and all(
+        "StateMachine/Role/DefaultPolicy" in f for f in findings), findings

@@ -5,7 +5,7 @@ a freeform AppConfig configuration with a JSON Schema validator, deployed to its
 with a deployment strategy. Changing the split is a new configuration version and an AppConfig
 deployment, not a stack deployment, and that deployment rolls back if any guard alarm fires
 during it or its bake time: for each variant, its error rate and its p90 latency (published by the
-runtime with a Variant dimension) above a limit.
+runtime with a Variant dimension) above a limit, counted only in periods with `guard_min_calls` calls.
 
 AppConfig watches those alarms only while a deployment runs and bakes. After the bake time a guard
 alarm still acts: an EventBridge rule on the alarm's change to ALARM starts a small Step Functions
@@ -65,6 +65,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct
 
+from . import _nag
 from ._alarms import threshold_alarm
 from ._checks import Checks, InvalidPropsError, is_token
 from ._runtime_constants import metrics_constants
@@ -289,8 +290,9 @@ class PromptExperiment(Construct):
         Default: 5.
     max_p90_latency: a variant's guard fires when its p90 latency is above this (1 s..15 min).
         Default: 10 seconds.
-    guard_min_calls: a period with fewer calls than this never counts as an error-rate breach
-        (one failure of two calls is not 50%). Default: 20.
+    guard_min_calls: a period with fewer calls than this never counts as a breach of either guard
+        (one failure of two calls is not 50%; one slow call of a small treatment is not its p90).
+        Default: 20.
     guard_period / guard_evaluation_periods: each guard fires after this many consecutive breaching
         periods. Default: 1 minute x 3.
     fallback_on_alarm: after the bake time, a guard alarm deploys the fallback version (everyone on
@@ -307,6 +309,8 @@ class PromptExperiment(Construct):
     `environment_variables()` gives a handler what `ExperimentSource.from_environment()` reads;
     `add_to_function(fn)` does all three for a Lambda function (with the AppConfig extension layer).
     `monitored_alarms` are what AppConfig watches (the guards, or `any_guard_alarm` past 5 alarms).
+    `fallback_acknowledgments`: the cdk-nag finding ids acknowledged on the fallback's role (its
+    GetDeployment wildcard on this environment's deployments, nothing else).
     """
 
     def __init__(
@@ -349,17 +353,16 @@ class PromptExperiment(Construct):
                 duplicates = sorted({n for n in names if names.count(n) > 1})
                 check.rule(not duplicates, f"variant names {duplicates} appear more than once; give each variant its own name "
                            "(it is the Variant dimension and the assignment key)")
-                if not any(is_token(v.share) for v in variants):
-                    total = math.fsum(v.share for v in variants)
-                    check.rule(abs(total - 100) <= 1e-6,
-                               f"shares sum to {total:g} ({' + '.join(f'{v.name} {v.share:g}' for v in variants)}), not 100; "
-                               "adjust them so every user has exactly one variant")
+                total = math.fsum(v.share for v in variants)  # ExperimentVariant refuses token shares
+                check.rule(abs(total - 100) <= 1e-6,
+                           f"shares sum to {total:g} ({' + '.join(f'{v.name} {v.share:g}' for v in variants)}), not 100; "
+                           "adjust them so every user has exactly one variant")
             if control is not None and check.text("control", control) and names:
                 check.rule(control in names, f"control={control!r} is not a variant; pass one of {names}")
             control = control if control is not None else (names[0] if names else None)
             if names and control in names:
                 control_share = next(v.share for v in variants if v.name == control)
-                check.rule(is_token(control_share) or control_share > 0,
+                check.rule(control_share > 0,
                            f"control {control!r} has share 0; the baseline must serve users")
             if check.text("experiment_name", experiment_name, max_length=64):
                 check.rule(bool(_NAME.match(experiment_name)),
@@ -385,7 +388,12 @@ class PromptExperiment(Construct):
             check.integer("guard_min_calls", guard_min_calls, minimum=1, maximum=1_000_000)
             if check.duration("guard_period", guard_period, minimum=cdk.Duration.minutes(1), maximum=cdk.Duration.days(1),
                               fix="the runtime publishes standard-resolution metrics: one minute or more"):
-                check.rule(guard_period.to_seconds() % 60 == 0, f"guard_period={guard_period.to_human_string()} must be whole minutes")
+                # to_seconds() raises on a fraction of a second (61,500 ms): compare as a float
+                seconds = guard_period.to_seconds(integral=False)
+                check.rule(seconds % 60 == 0,
+                           f"guard_period={guard_period.to_human_string()} ({seconds:g} s) must be whole minutes: CloudWatch alarm periods "
+                           "above 30 seconds are multiples of 60 s (PutMetricAlarm would refuse it at deploy); pass e.g. "
+                           "cdk.Duration.minutes(1)")
             if check.integer("guard_evaluation_periods", guard_evaluation_periods, minimum=1, maximum=100) \
                     and isinstance(guard_period, cdk.Duration) and not guard_period.is_unresolved():
                 window = guard_period.to_seconds(integral=False) * guard_evaluation_periods
@@ -404,8 +412,8 @@ class PromptExperiment(Construct):
                     check.rule(value is None, f"{name} configures the fallback workflow's logs and fallback_on_alarm=False "
                                "creates none; drop it")
         assert control is not None
-        window = guard_period.to_seconds() * guard_evaluation_periods if not guard_period.is_unresolved() else 0
-        if deployment_strategy is None and not bake_time.is_unresolved() and 0 < bake_time.to_seconds() < window:
+        window = guard_period.to_seconds(integral=False) * guard_evaluation_periods if not guard_period.is_unresolved() else 0
+        if deployment_strategy is None and not bake_time.is_unresolved() and 0 < bake_time.to_seconds(integral=False) < window:
             cdk.Annotations.of(self).add_warning_v2(
                 "genai-pacer:experimentGuardSlowerThanBake",
                 f"the guards need {guard_evaluation_periods} breaching periods of {guard_period.to_human_string()} but "
@@ -429,6 +437,10 @@ class PromptExperiment(Construct):
         self.application = application or appconfig.Application(
             self, "Application", description=f"genai-pacer experiment {experiment_name}")
         self.alarms: dict[str, cloudwatch.Alarm] = {}
+        #: Functions add_to_function wired (construct address -> streaming granted).
+        self._wired: dict[str, bool] = {}
+        #: The cdk-nag finding ids the fallback's role acknowledges (its GetDeployment wildcard only).
+        self.fallback_acknowledgments: list[str] = []
         self._alarm_ids: set[str] = set()
         for variant in variants:
             self._guards(variant, max_error_rate_percent, max_p90_latency, guard_min_calls, guard_period,
@@ -543,13 +555,22 @@ class PromptExperiment(Construct):
                         f"its calls ({periods} periods running, {min_calls}+ calls each). During a split deployment "
                         "AppConfig rolls it back; afterwards the fallback sends everyone to the control variant.",
         )
+        # Gated like the error rate: a small treatment's one slow call a minute is its whole p90 and would
+        # otherwise move everyone to control. p90 and SampleCount are of the same metric and dimensions.
+        p90 = cloudwatch.MathExpression(
+            expression=f"IF(FILL(c, 0) >= {min_calls}, FILL(p, 0), 0)",
+            using_metrics={"p": self._metric(variant.name, names.LATENCY_MS, {"statistic": "p90", "period": period}),
+                           "c": calls},
+            label=f"{variant.name} p90 latency (ms) of periods with {min_calls}+ calls",
+            period=period,
+        )
         self.alarms[f"{variant.name}-p90"] = threshold_alarm(
             self, f"{ident}P90Latency",
-            metric=self._metric(variant.name, names.LATENCY_MS, {"statistic": "p90", "period": period}),
+            metric=p90,
             threshold=max_p90.to_seconds(integral=False) * 1000, periods=periods, actions=actions,
             description=f"Experiment {self.experiment_name}: variant {variant.name}'s p90 latency is above "
-                        f"{max_p90.to_human_string()} ({periods} periods running). During a split deployment AppConfig "
-                        "rolls it back; afterwards the fallback sends everyone to the control variant.",
+                        f"{max_p90.to_human_string()} ({periods} periods running, {min_calls}+ calls each). During a split "
+                        "deployment AppConfig rolls it back; afterwards the fallback sends everyone to the control variant.",
         )
 
     def _version_resource(self) -> cdk.CfnResource:
@@ -668,14 +689,14 @@ class PromptExperiment(Construct):
             options=StateMachineOptions(encryption_key=encryption_key, log_retention=log_retention),
             default_timeout=cdk.Duration.hours(1),
         )
-        deployments = f"{env_arn}/deployment/*"
+        deployments = _nag.flatten_reference(stack.resolve(f"{env_arn}/deployment/*"))
         policy = self.fallback_state_machine.role.node.try_find_child("DefaultPolicy")
         if policy is not None:
-            cdk.Validations.of(policy).acknowledge(cdk.Acknowledgment(
-                id=f"AwsSolutions-IAM5[Resource::{_nag_text(stack, deployments)}]",
+            self.fallback_acknowledgments = _nag.acknowledge_wildcard_resources(
+                policy, matches=lambda flat: flat == deployments,
                 reason="appconfig:GetDeployment on this environment's deployments: the fallback's deployment number "
                        "is known only when it starts",
-            ))
+            )
         self.fallback_rule = events.Rule(
             self, "GuardAlarmRule",
             description=f"experiment {self.experiment_name}: a guard alarm in ALARM deploys the fallback (control only)",
@@ -701,7 +722,10 @@ class PromptExperiment(Construct):
             grants.append(model.grant_invoke(grantee, streaming=streaming))
         prompts = sorted({v.prompt.version_arn for v in self.variants if isinstance(v.prompt, ManagedPrompt)})
         if prompts:
-            actions = ["bedrock:InvokeModel"] + (["bedrock:InvokeModelWithResponseStream"] if streaming else [])
+            # Converse with a prompt version ARN renders the prompt: Bedrock's "Prerequisites for running model
+            # inference" lists bedrock:RenderPrompt beside InvokeModel for invoking a Prompt management prompt.
+            actions = ["bedrock:InvokeModel", "bedrock:RenderPrompt"] + (
+                ["bedrock:InvokeModelWithResponseStream"] if streaming else [])
             grants.append(iam.Grant.add_to_principal(grantee=grantee, actions=actions, resource_arns=prompts))
         return grants
 
@@ -736,11 +760,21 @@ class PromptExperiment(Construct):
         (`Application.get_lambda_layer_version_arn(stack.region)` fails there). The extension polls
         AppConfig every 45 s by default (AWS_APPCONFIG_EXTENSION_POLL_INTERVAL_SECONDS); the handler's
         ExperimentSource reads it from localhost.
+
+        Calling it again for the same function adds nothing (one layer, the same variables and grant),
+        except the stream actions when the first call had streaming=False and this one True.
         """
         with Checks(f"PromptExperiment {self.node.id}.add_to_function") as check:
             check.instance("function", function, lambda_.Function,
                            "a lambda_.Function (its layers, environment and role are changed)")
             check.instance("streaming", streaming, bool, "True or False")
+        previous = self._wired.get(function.node.addr)
+        if previous is not None:  # wired already: a second layer construct would clash; add only what is new
+            if streaming and not previous:
+                self.grant_evaluate(function, streaming=True)
+                self._wired[function.node.addr] = True
+            return
+        self._wired[function.node.addr] = streaming
         arm = function.architecture.name == lambda_.Architecture.ARM_64.name
         function.add_layers(lambda_.LayerVersion.from_layer_version_arn(
             self, f"AppConfigExtension{function.node.addr[:8]}", _extension_layer_arn(cdk.Stack.of(function), arm=arm)))
@@ -797,20 +831,3 @@ def _extension_layer_arn(stack: cdk.Stack, *, arm: bool) -> str:
     if not isinstance(mapping, cdk.CfnMapping):
         mapping = cdk.CfnMapping(stack, "GenaiPacerAppConfigExtensionLayers", mapping=_extension_layer_table())
     return mapping.find_in_map(cdk.Aws.REGION, column)
-
-
-
-def _nag_text(stack: cdk.Stack, value: str) -> str:
-    """How cdk-nag writes a resource in a finding id: tokens as <LogicalId> or <AWS::Pseudo>."""
-    resolved = stack.resolve(value)
-    if isinstance(resolved, str):
-        return resolved
-    parts = []
-    for part in resolved["Fn::Join"][1]:
-        if isinstance(part, str):
-            parts.append(part)
-        elif "Ref" in part:
-            parts.append(f"<{part['Ref']}>")
-        else:
-            parts.append(f"<{'.'.join(part['Fn::GetAtt'])}>")
-    return "".join(parts)
