@@ -14,7 +14,12 @@ from aws_cdk import aws_opensearchservice as opensearch
 from aws_cdk.assertions import Annotations, Match, Template
 from conftest import nag_violations
 from genai_pacer._checks import InvalidPropsError
-from genai_pacer.retrieval import PIPELINE_DATA_PERMISSIONS, HybridSearchPipeline, VectorIndexSettings
+from genai_pacer.retrieval import (
+    PIPELINE_DATA_PERMISSIONS,
+    SEARCH_HANDLER_ID,
+    HybridSearchPipeline,
+    VectorIndexSettings,
+)
 from helpers import new_stack, only, resources
 
 ENDPOINT = "https://search-docs-abc.us-east-1.es.amazonaws.com"
@@ -331,3 +336,133 @@ def test_weights_within_opensearchs_tolerance_and_a_mapping_of_metadata_fields_a
     fields = Template.from_stack(stack).to_json()["Resources"]
     mapping = next(r for r in fields.values() if r["Type"] == "AWS::OpenSearchServerless::Index")["Properties"]["Mappings"]["Properties"]
     assert mapping["tenant"] == {"Type": "keyword"} and mapping["embedding"]["Type"] == "knn_vector"
+
+
+def test_every_search_construct_in_a_stack_shares_one_handler_with_its_own_path_scoped_policy(tmp_path):
+    """One function, role, log group and KMS key per stack, whatever the number of pipelines and
+    domain indexes; each construct's grants sit in its own policy on that role, on its exact paths,
+    and its custom resource waits for that policy. Nag-clean without acknowledgments."""
+    from cdk_nag import AwsSolutionsChecks
+
+    app = cdk.App(outdir=str(tmp_path))
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    stack = cdk.Stack(app, "Shared", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    domain = domain_of(stack)
+    first = HybridSearchPipeline(stack, "First", pipeline_name="first", domain=domain)
+    second = HybridSearchPipeline(stack, "Second", pipeline_name="second", domain=domain, weights=(0.2, 0.8))
+    kept = VectorIndexSettings(stack, "Kept", index_name="kept", dimension=8, domain=domain)
+    dropped = VectorIndexSettings(stack, "Dropped", index_name="dropped", dimension=8, domain=domain,
+                                  removal_policy=cdk.RemovalPolicy.DESTROY)
+    try:
+        app.synth()
+    except RuntimeError as error:
+        raise AssertionError("cdk-nag findings:\n" + "\n".join(nag_violations(tmp_path))) from error
+    template = json.loads((tmp_path / "Shared.template.json").read_text())
+    for kind in ("AWS::Lambda::Function", "AWS::IAM::Role", "AWS::KMS::Key", "AWS::Logs::LogGroup"):
+        assert len(resources(template, kind)) == 1, kind
+    constructs = (first, second, kept, dropped)
+    assert len({c.function for c in constructs}) == 1
+    assert first.function.node.path == f"Shared/{SEARCH_HANDLER_ID}/Function"
+    function_id = stack.get_logical_id(first.function.node.default_child)
+    role_id = stack.get_logical_id(first.function.role.node.default_child)
+    expected = {
+        "First": {("es:ESHttpDelete", "es:ESHttpGet", "es:ESHttpPut"): ["/_search/pipeline/first"]},
+        "Second": {("es:ESHttpDelete", "es:ESHttpGet", "es:ESHttpPut"): ["/_search/pipeline/second"]},
+        "Kept": {("es:ESHttpGet",): ["/kept/_mapping"], ("es:ESHttpPut",): ["/kept", "/kept/_settings"]},
+        "Dropped": {("es:ESHttpGet",): ["/dropped/_mapping"], ("es:ESHttpPut",): ["/dropped", "/dropped/_settings"],
+                    ("es:ESHttpDelete",): ["/dropped"]},
+    }
+    for built in constructs:
+        policy_id = stack.get_logical_id(built.handler_policy.node.default_child)
+        policy = template["Resources"][policy_id]["Properties"]
+        assert policy["Roles"] == [{"Ref": role_id}]
+        grants = {tuple(sorted(_list(s["Action"]))): [_path(r) for r in _list(s["Resource"])]
+                  for s in policy["PolicyDocument"]["Statement"]}
+        assert grants == expected[built.node.id], built.node.id
+        resource = template["Resources"][stack.get_logical_id(built.resource.node.default_child)]
+        assert resource["Properties"]["ServiceToken"] == {"Fn::GetAtt": [function_id, "Arn"]}
+        assert policy_id in resource["DependsOn"]
+    # the role's own policy holds only the log-group grant
+    default = template["Resources"][stack.get_logical_id(first.function.role.node.find_child("DefaultPolicy").node.default_child)]
+    assert all(str(a).startswith("logs:") for s in default["Properties"]["PolicyDocument"]["Statement"] for a in _list(s["Action"]))
+    assert nag_violations(tmp_path) == []
+
+
+def _path(resource) -> str:
+    """The path part of an es grant: what follows the domain ARN."""
+    text = resource if isinstance(resource, str) else "".join(p for p in resource["Fn::Join"][1] if isinstance(p, str))
+    return "/" + text.split("/", 2)[2] if text.count("/") >= 2 else text
+
+
+def test_serverless_pipelines_share_the_handler_and_each_policy_names_that_role_for_its_collection():
+    stack = new_stack()
+    built = [HybridSearchPipeline(stack, name, pipeline_name=name.lower(), collection=aoss.CfnCollection(
+        stack, f"{name}Collection", name=name.lower() + "-docs", type="VECTORSEARCH")) for name in ("One", "Two")]
+    template = Template.from_stack(stack).to_json()
+    assert len(resources(template, "AWS::Lambda::Function")) == 1 and built[0].function is built[1].function
+    role_id = stack.get_logical_id(built[0].function.role.node.default_child)
+    for pipeline_, collection in zip(built, ("OneCollection", "TwoCollection"), strict=True):
+        access = json.loads(json.dumps(stack.resolve(pipeline_.access_policy.policy)))
+        assert role_id in json.dumps(access) and f"collection/{collection[:3].lower()}-docs" in json.dumps(access)
+        statements_ = stack.resolve(pipeline_.handler_policy.document)["Statement"]
+        assert statements_ == [{"Action": "aoss:APIAccessAll", "Effect": "Allow", "Resource": {"Fn::GetAtt": [collection, "Arn"]}}]
+
+
+def test_the_shared_handlers_log_settings_are_set_once_and_a_different_one_is_refused():
+    from aws_cdk import aws_kms as kms
+    from aws_cdk import aws_logs as logs
+
+    stack = new_stack()
+    key = kms.Key(stack, "Key", enable_key_rotation=True)
+    domain = domain_of(stack)
+    first = HybridSearchPipeline(stack, "First", pipeline_name="a", domain=domain, encryption_key=key,
+                                 log_retention=logs.RetentionDays.ONE_YEAR)
+    # the same values, or none, share the handler
+    HybridSearchPipeline(stack, "Same", pipeline_name="b", domain=domain, encryption_key=key, log_retention=logs.RetentionDays.ONE_YEAR)
+    VectorIndexSettings(stack, "Quiet", index_name="c", dimension=8, domain=domain)
+    imported = kms.Key.from_key_arn(stack, "Imported", "arn:aws:kms:us-east-1:111122223333:key/abc")
+    with pytest.raises(InvalidPropsError, match=r"encryption_key=.* differs from the one the stack's shared search handler got "
+                                                r"from Test/First .*pass the same encryption_key to Test/First as well"):
+        HybridSearchPipeline(stack, "OtherKey", pipeline_name="d", domain=domain, encryption_key=imported)
+    with pytest.raises(InvalidPropsError, match="log_retention=.* differs from the one the stack's shared search handler"):
+        VectorIndexSettings(stack, "OtherRetention", index_name="e", dimension=8, domain=domain,
+                            log_retention=logs.RetentionDays.ONE_WEEK)
+    template = Template.from_stack(stack).to_json()
+    assert len(resources(template, "AWS::KMS::Key")) == 1  # the user's key; no key created for the handler
+    assert only(template, "AWS::Logs::LogGroup")["Properties"]["RetentionInDays"] == 365
+    assert first.function.node.scope.node.path == f"Test/{SEARCH_HANDLER_ID}"
+    # a handler made with the defaults refuses a key asked for later
+    defaults = new_stack()
+    HybridSearchPipeline(defaults, "First", pipeline_name="a", domain=domain_of(defaults))
+    with pytest.raises(InvalidPropsError, match=r"encryption_key=.* got from Test/First \(its default\)"):
+        HybridSearchPipeline(defaults, "Keyed", pipeline_name="b", domain=domain_of_other(defaults),
+                             encryption_key=kms.Key(defaults, "Key", enable_key_rotation=True))
+
+
+def domain_of_other(stack: cdk.Stack) -> opensearch.IDomain:
+    return opensearch.Domain.from_domain_endpoint(stack, "OtherDomain", ENDPOINT)
+
+
+def test_a_construct_of_the_users_under_the_handlers_id_is_named_in_the_error():
+    from constructs import Construct
+
+    stack = new_stack()
+    Construct(stack, SEARCH_HANDLER_ID)
+    with pytest.raises(ValueError, match=f"Test/{SEARCH_HANDLER_ID} is a Construct, not genai-pacer's search handler"):
+        HybridSearchPipeline(stack, "P", pipeline_name="p", domain=domain_of(stack))
+
+
+def test_the_sub_query_limit_is_defined_once_in_retrieval_tuning():
+    """MAX_SUBQUERIES used to be defined again here; a change to one copy would not reach the other."""
+    import ast
+
+    import genai_pacer.retrieval as module
+    from genai_pacer import retrieval_tuning
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    assigned = [n for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)
+                and any(getattr(t, "id", None) == "MAX_SUBQUERIES" for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    imported = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "retrieval_tuning"
+                and any(a.name == "MAX_SUBQUERIES" for a in n.names)]
+    assert assigned == [] and len(imported) == 1
+    assert module.MAX_SUBQUERIES == retrieval_tuning.MAX_SUBQUERIES

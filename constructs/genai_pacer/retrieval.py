@@ -14,6 +14,14 @@ Provider adds a framework function (its runtime and its AWSLambdaBasicExecutionR
 are the library's choice, so cdk-nag L1/IAM4 findings would need acknowledging) and a second hop
 for every event. Our handler is synchronous (a PUT and a GET), answers CloudFormation itself, and
 keeps the stack nag-clean without acknowledgments.
+
+One handler per stack: every HybridSearchPipeline and domain VectorIndexSettings in a stack shares
+one function, role, log group and KMS key (`SEARCH_HANDLER_ID`, found with
+`stack.node.try_find_child` as aws-cdk-lib's SingletonFunction does), instead of one each for the
+same code (a KMS key is billed monthly). Each construct attaches its own iam.Policy to that role,
+with statements on the exact paths it sends requests to, and on Serverless its own data access
+policy naming that role; its custom resource waits for its own policy. The role holds the union of
+those grants: that is the price of sharing, and each grant stays on an exact path.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from ._checks import Checks, _show, is_token
 from ._secure import handler_function
 from .retrieval_tuning import (
     COMBINATIONS,
+    MAX_SUBQUERIES,
     NORMALIZATIONS,
     WEIGHT_SUM_TOLERANCE,
     check_technique,
@@ -45,6 +54,7 @@ from .retrieval_tuning import (
 
 __all__ = [
     "ENGINES",
+    "SEARCH_HANDLER_ID",
     "SPACE_TYPES",
     "HybridSearchPipeline",
     "VectorIndexSettings",
@@ -52,8 +62,6 @@ __all__ = [
 
 ENGINES = ("faiss", "lucene", "nmslib")
 SPACE_TYPES = ("l2", "cosinesimil", "innerproduct")
-#: A hybrid query holds at most 5 sub-queries.
-MAX_SUBQUERIES = 5
 _INDEX_NAME = re.compile(r"^(?![_-])[a-z][a-z0-9_-]*$")
 _PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 #: The data access permissions that manage collection-level items such as search pipelines.
@@ -64,6 +72,8 @@ PIPELINE_DATA_PERMISSIONS = (
     "aoss:DeleteCollectionItems",
 )
 INDEX_DATA_PERMISSIONS = ("aoss:CreateIndex", "aoss:DescribeIndex", "aoss:UpdateIndex", "aoss:DeleteIndex")
+#: The id, under the stack, of the handler every HybridSearchPipeline and domain VectorIndexSettings shares.
+SEARCH_HANDLER_ID = "GenaiPacerSearchHandler"
 _TARGET_FIX = "pass domain=<an opensearchservice.Domain> or collection=<an opensearchserverless.CfnCollection>, not both"
 
 
@@ -103,6 +113,72 @@ def _claim(check: Checks, fields: dict[str, str], prop: str, name: str) -> None:
         fields[name] = prop
 
 
+class _SearchHandler(Construct):
+    """The stack's one custom resource handler, with the log settings it was created with (by
+    `owner`) so a construct asking for other ones is refused instead of silently ignored."""
+
+    def __init__(self, scope: Construct, id: str, *, encryption_key: kms.IKey | None,
+                 log_retention: logs.RetentionDays | None, owner: str) -> None:
+        super().__init__(scope, id)
+        self.encryption_key, self.log_retention, self.owner = encryption_key, log_retention, owner
+        self.function = handler_function(
+            self,
+            "Function",
+            handler="search_pipeline.handler.handler",
+            environment={},
+            timeout=cdk.Duration.minutes(2),
+            encryption_key=encryption_key,
+            log_retention=log_retention,
+        )
+
+
+def _existing_handler(scope: Construct) -> _SearchHandler | None:
+    found = cdk.Stack.of(scope).node.try_find_child(SEARCH_HANDLER_ID)
+    if found is not None and not isinstance(found, _SearchHandler):
+        raise ValueError(
+            f"{cdk.Stack.of(scope).node.path}/{SEARCH_HANDLER_ID} is a {type(found).__name__}, not genai-pacer's search "
+            "handler: that id is reserved for the handler HybridSearchPipeline and VectorIndexSettings share; rename your construct"
+        )
+    return found
+
+
+def _check_shared_log_settings(check: Checks, scope: Construct, encryption_key: Any, log_retention: Any) -> None:
+    """A construct may name the shared handler's log settings only if they match what it already has:
+    the handler and its one log group serve every search construct in the stack."""
+    shared = _existing_handler(scope)
+    if shared is None:
+        return
+    same_key = encryption_key is None or (
+        shared.encryption_key is not None
+        and (encryption_key is shared.encryption_key or getattr(encryption_key, "key_arn", None) == shared.encryption_key.key_arn)
+    )
+    same_retention = log_retention is None or log_retention == shared.log_retention
+    for name, wanted, existing, same in (("encryption_key", encryption_key, shared.encryption_key, same_key),
+                                         ("log_retention", log_retention, shared.log_retention, same_retention)):
+        check.rule(
+            same,
+            f"{name}={_show(wanted)} differs from the one the stack's shared search handler got from {shared.owner} "
+            f"({'its default' if existing is None else _show(existing)}): every HybridSearchPipeline and domain "
+            f"VectorIndexSettings in a stack shares one handler and one log group, so a second setting would be ignored; "
+            f"pass the same {name} to {shared.owner} as well, or leave it out here",
+        )
+
+
+def _search_handler(scope: Construct, encryption_key: kms.IKey | None, log_retention: logs.RetentionDays | None) -> lambda_.Function:
+    """The stack's shared handler, created by the first construct that needs it."""
+    shared = _existing_handler(scope) or _SearchHandler(
+        cdk.Stack.of(scope), SEARCH_HANDLER_ID, encryption_key=encryption_key, log_retention=log_retention, owner=scope.node.path
+    )
+    return shared.function
+
+
+def _handler_policy(scope: Construct, function: lambda_.Function, statements: list[iam.PolicyStatement]) -> iam.Policy:
+    """This construct's grants to the shared handler's role, in a policy of its own: removing the
+    construct removes exactly its grants, and its custom resource waits for them."""
+    assert function.role is not None
+    return iam.Policy(scope, "HandlerPolicy", statements=statements, roles=[function.role])
+
+
 def _policy_name(scope: Construct, prefix: str) -> str:
     """A data access policy name (3..32 lower-case letters, digits and hyphens), unique per construct."""
     return f"{prefix}-{scope.node.addr[:32 - len(prefix) - 1]}"
@@ -138,19 +214,22 @@ class HybridSearchPipeline(Construct):
         "z_score" (only with arithmetic_mean; not on Serverless, which offers min_max and l2).
     combination: "arithmetic_mean" (default), "geometric_mean" or "harmonic_mean".
     description: stored with the pipeline. Default: says genai-pacer made it and the weight order.
-    encryption_key / log_retention: for the handler's new log group. Default: a new key with
-        rotation; one month.
+    encryption_key / log_retention: for the log group of the stack's shared search handler (see
+        the module docstring), set by whichever search construct creates it; another construct may
+        repeat the same values or leave them out, and different ones are refused. Default: a new key
+        with rotation; one month.
 
-    Access, least privilege: on a domain the handler's role may call es:ESHttpPut/Get/Delete on
-    <domain ARN>/_search/pipeline/<name> only. With fine-grained access control that IAM grant is
+    Access, least privilege: this construct grants the shared handler's role es:ESHttpPut/Get/Delete
+    on <domain ARN>/_search/pipeline/<name> only, in its own iam.Policy (`handler_policy`). With fine-grained access control that IAM grant is
     not enough: map `function.role` to an OpenSearch role holding cluster permission
     cluster:admin/search/pipeline/* (PUT _plugins/_security/api/rolesmapping/<role> with
     "backend_roles": [<role ARN>]), once, by an admin. On a collection, a data access policy names
     the handler's role alone, with the collection-item permissions a pipeline needs, and the role
     gets aoss:APIAccessAll on that collection's ARN.
 
-    Attributes: `function` (the handler), `resource` (the CustomResource), `pipeline_name`,
-    `weights`, `definition` (the pipeline body sent), `access_policy` (Serverless only).
+    Attributes: `function` (the stack's shared handler), `handler_policy` (this construct's grants
+    to it), `resource` (the CustomResource), `pipeline_name`, `weights`, `definition` (the pipeline
+    body sent), `access_policy` (Serverless only).
     """
 
     def __init__(
@@ -190,6 +269,7 @@ class HybridSearchPipeline(Construct):
             check.text("description", description, optional=True, max_length=1024)
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
+            _check_shared_log_settings(check, self, encryption_key, log_retention)
         self.pipeline_name = pipeline_name
         self.weights = tuple(float(w) for w in weights)
         combination_block: dict[str, Any] = {"technique": combination, "parameters": {"weights": list(self.weights)}}
@@ -200,29 +280,19 @@ class HybridSearchPipeline(Construct):
                 {"normalization-processor": {"normalization": {"technique": normalization}, "combination": combination_block}}
             ],
         }
-        self.function = handler_function(
-            self,
-            "Function",
-            handler="search_pipeline.handler.handler",
-            environment={},
-            timeout=cdk.Duration.minutes(2),
-            encryption_key=encryption_key,
-            log_retention=log_retention,
-        )
+        self.function = _search_handler(self, encryption_key, log_retention)
         self.access_policy: aoss.CfnAccessPolicy | None = None
         stack = cdk.Stack.of(self)
         if domain is not None:
             endpoint, service = domain.domain_endpoint, "es"
-            self.function.add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["es:ESHttpPut", "es:ESHttpGet", "es:ESHttpDelete"],
-                    resources=[f"{domain.domain_arn}/_search/pipeline/{pipeline_name}"],
-                )
+            grant = iam.PolicyStatement(
+                actions=["es:ESHttpPut", "es:ESHttpGet", "es:ESHttpDelete"],
+                resources=[f"{domain.domain_arn}/_search/pipeline/{pipeline_name}"],
             )
         else:
             assert collection is not None
             endpoint, service = collection.attr_collection_endpoint, "aoss"
-            self.function.add_to_role_policy(iam.PolicyStatement(actions=["aoss:APIAccessAll"], resources=[collection.attr_arn]))
+            grant = iam.PolicyStatement(actions=["aoss:APIAccessAll"], resources=[collection.attr_arn])
             self.access_policy = _data_access_policy(
                 self,
                 "Access",
@@ -232,6 +302,7 @@ class HybridSearchPipeline(Construct):
                 principals=[self.function.role.role_arn] if self.function.role else [],
                 description=f"genai-pacer: lets {self.node.path} manage search pipelines",
             )
+        self.handler_policy = _handler_policy(self, self.function, [grant])
         self.resource = cdk.CustomResource(
             self,
             "Resource",
@@ -246,11 +317,9 @@ class HybridSearchPipeline(Construct):
                 "Body": stack.to_json_string(self.definition),
             },
         )
+        self.resource.node.add_dependency(self.handler_policy)
         if self.access_policy is not None:
             self.resource.node.add_dependency(self.access_policy)
-        role_policy = self.function.role.node.try_find_child("DefaultPolicy") if self.function.role else None
-        if role_policy is not None:
-            self.resource.node.add_dependency(role_policy)
 
     @staticmethod
     def _check_weights(check: Checks, weights: Any) -> None:
@@ -296,20 +365,25 @@ class VectorIndexSettings(Construct):
     text_field: a text field for the lexical side of hybrid search. Default: "text"; None for none.
     metadata_fields: attribute -> OpenSearch field type ("keyword", "integer", "long", "float",
         "boolean", "date") for filters. Default: none.
-    removal_policy: Default: RETAIN (deleting the stack keeps the indexed data).
+    removal_policy: Default: RETAIN (deleting the stack keeps the indexed data). With DESTROY, an
+        index on a domain that already existed when the stack created the resource (adopted,
+        because its build-time settings matched) is still kept: the stack deletes only indexes it
+        created.
     index_managers (collection only): principal ARNs the data access policy lets create and change
         the index: CloudFormation creates a CfnIndex with the deploying role's credentials.
         Default: the CDK bootstrap CloudFormation execution role of this stack's synthesizer.
-    encryption_key / log_retention (domain only): for the handler's log group.
+    encryption_key / log_retention (domain only): for the log group of the stack's shared search
+        handler, as for HybridSearchPipeline.
 
-    Access on a domain: the handler's role may GET <domain ARN>/<index>/_mapping, PUT <index> and
+    Access on a domain, in this construct's own iam.Policy on the shared handler's role: it may GET <domain ARN>/<index>/_mapping, PUT <index> and
     <index>/_settings, and DELETE <index> only with removal_policy=DESTROY; with fine-grained
     access control map it to a role with
     indices:admin/create, indices:admin/mapping/get and indices:admin/settings/update (and
     indices:admin/delete for removal) on the index.
 
     Attributes: `index_name`, `settings` (the build-time and search-time values), `resource` (the
-    CfnIndex or CustomResource), `function` (domain only), `access_policy` (collection only).
+    CfnIndex or CustomResource), `function` (domain only: the stack's shared handler),
+    `handler_policy` (domain only: this construct's grants to it), `access_policy` (collection only).
     """
 
     def __init__(
@@ -396,6 +470,8 @@ class VectorIndexSettings(Construct):
             if collection is not None:
                 for name, value in (("encryption_key", encryption_key), ("log_retention", log_retention)):
                     check.rule(value is None, f"{name} configures the domain handler's log group; a collection's index needs no function: drop it")
+            else:
+                _check_shared_log_settings(check, self, encryption_key, log_retention)
         self.index_name = index_name
         self.settings = {
             "field": vector_field,
@@ -420,6 +496,7 @@ class VectorIndexSettings(Construct):
         for name, kind in (metadata_fields or {}).items():
             properties[name] = {"type": kind}
         self.function: lambda_.Function | None = None
+        self.handler_policy: iam.Policy | None = None
         self.access_policy: aoss.CfnAccessPolicy | None = None
         stack = cdk.Stack.of(self)
         if collection is not None:
@@ -448,19 +525,18 @@ class VectorIndexSettings(Construct):
             self.resource: cdk.CfnResource | cdk.CustomResource = index
             return
         assert domain is not None
-        self.function = handler_function(
-            self, "Function", handler="search_pipeline.handler.handler", environment={},
-            timeout=cdk.Duration.minutes(2), encryption_key=encryption_key, log_retention=log_retention,
-        )
+        self.function = _search_handler(self, encryption_key, log_retention)
         # Each method only on the path the handler sends it to; DELETE only when the index goes with the stack.
         index_arn = f"{domain.domain_arn}/{index_name}"
-        for actions, paths in (
-            (["es:ESHttpGet"], [f"{index_arn}/_mapping"]),
-            (["es:ESHttpPut"], [index_arn, f"{index_arn}/_settings"]),
-            (["es:ESHttpDelete"], [index_arn] if removal_policy == cdk.RemovalPolicy.DESTROY else []),
-        ):
-            if paths:
-                self.function.add_to_role_policy(iam.PolicyStatement(actions=actions, resources=paths))
+        self.handler_policy = _handler_policy(self, self.function, [
+            iam.PolicyStatement(actions=actions, resources=paths)
+            for actions, paths in (
+                (["es:ESHttpGet"], [f"{index_arn}/_mapping"]),
+                (["es:ESHttpPut"], [index_arn, f"{index_arn}/_settings"]),
+                (["es:ESHttpDelete"], [index_arn] if removal_policy == cdk.RemovalPolicy.DESTROY else []),
+            )
+            if paths
+        ])
         index_settings: dict[str, Any] = {"knn": True}
         if ef_search is not None:
             index_settings["knn.algo_param.ef_search"] = ef_search
@@ -482,9 +558,7 @@ class VectorIndexSettings(Construct):
                 "DeleteOnRemoval": "true" if removal_policy == cdk.RemovalPolicy.DESTROY else "false",
             },
         )
-        role_policy = self.function.role.node.try_find_child("DefaultPolicy") if self.function.role else None
-        if role_policy is not None:
-            self.resource.node.add_dependency(role_policy)
+        self.resource.node.add_dependency(self.handler_policy)
 
     @staticmethod
     def _bootstrap_role(stack: cdk.Stack) -> list[str]:
