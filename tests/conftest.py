@@ -38,7 +38,7 @@ pytest_plugins = ["genai_pacer.testing.pytest_plugin"]  # the emulator fixtures 
 
 
 class NagFailure(AssertionError):
-    pass
+    """cdk-nag reported findings on the reference app."""
 
 
 def nag_violations(outdir: Path) -> list[str]:

@@ -597,8 +597,8 @@ def test_the_runner_patches_moto_only_while_it_is_open():
     passing = template({"P": {"Type": "Pass", "End": True}})
     with StateMachineRunner(passing) as runner:
         assert state_task_factory.state_task_service_for is not original
-        with pytest.raises(RuntimeError, match="another StateMachineRunner is active"), StateMachineRunner(passing):
-            pass
+        with pytest.raises(RuntimeError, match="another StateMachineRunner is active"):
+            StateMachineRunner(passing).start()
         assert runner.run().succeeded  # the refused second runner left the first one working
     assert state_task_factory.state_task_service_for is original
 

@@ -99,14 +99,12 @@ class Handler(BaseHTTPRequestHandler):
         """A lingering close: stop sending, then discard what the client still sends for a moment, so
         a client that writes its whole body before reading sees the error instead of a reset."""
         deadline = time.monotonic() + self.LINGER_SECONDS
-        try:
+        with contextlib.suppress(OSError):  # the client closed first, or the moment passed
             self.connection.shutdown(socket.SHUT_WR)
             while (left := deadline - time.monotonic()) > 0:
                 self.connection.settimeout(left)
                 if not self.connection.recv(1 << 16):
                     break
-        except OSError:
-            pass  # the client closed first, or the moment passed
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: BedrockEmulator.invocations records what each request did."""
@@ -167,8 +165,9 @@ class Handler(BaseHTTPRequestHandler):
             body += self.rfile.read(size)
             if size and self.rfile.read(2) != b"\r\n":
                 raise _refusal(400, "BadRequestException", "a chunk of a chunked body does not end with CRLF")
-        while self.rfile.readline(1026).strip():  # trailer fields, up to the blank line
-            pass
+        trailer = self.rfile.readline(1026).strip()
+        while trailer:  # trailer fields, discarded up to the blank line
+            trailer = self.rfile.readline(1026).strip()
         return bytes(body)
 
     def _read_body(self) -> bytes:
