@@ -17,7 +17,12 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Annotations, Match
 from genai_pacer import AnswerStore, BedrockModel, QueuedInference, planning
-from genai_pacer.queued_inference import STORE_SECONDS, worst_case_call_seconds
+from genai_pacer.queued_inference import (
+    MAX_BEDROCK_ATTEMPTS,
+    STORE_SECONDS,
+    sdk_backoff_seconds,
+    worst_case_call_seconds,
+)
 from helpers import new_stack, only, policy_statements, resources, template_of
 
 PROFILE = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
@@ -305,6 +310,11 @@ BAD = [
     (dict(bedrock_max_attempts=2.5), "bedrock_max_attempts=2.5 is not a whole number"),
     (dict(bedrock_max_attempts=None), "bedrock_max_attempts is required"),
     (dict(bedrock_max_attempts=NUMBER), "bedrock_max_attempts is a deploy-time token, but it sizes the worker's time budget"),
+    # Synth once ran for minutes on 10**6 (2**i for every retry); 50 cannot fit 15 minutes even with instant answers.
+    (dict(bedrock_max_attempts=10**6), "bedrock_max_attempts=1000000 exceeds the maximum of 49; 1 makes one attempt"),
+    (dict(bedrock_max_attempts=50), "bedrock_max_attempts=50 exceeds the maximum of 49"),
+    (dict(max_output_tokens=409_601), "max_output_tokens=409601 exceeds the maximum of 409,600; the longest answer"),
+    (dict(worker_error_threshold=10**9 + 1), "worker_error_threshold=1000000001 exceeds the maximum of 1,000,000,000"),
     (dict(max_output_tokens=0), "max_output_tokens=0 is below the minimum of 1"),
     (dict(max_output_tokens=math.inf), "max_output_tokens=inf is not a finite number"),
     (dict(max_output_tokens="1000"), "max_output_tokens='1000' is a str"),
@@ -341,6 +351,34 @@ def test_every_bad_prop_is_refused_with_its_value_rule_and_fix(kwargs, message):
         QueuedInference(new_stack(), "Q", **props)
     assert message in str(caught.value)
     assert str(caught.value).startswith("QueuedInference Q: ")
+
+
+def test_limits_of_the_form_at_least_x_accept_x_itself():
+    """reserved_concurrency == max_concurrency and visibility_timeout == 6 x timeout are what the error
+    messages recommend: a stricter rule would refuse its own advice."""
+    stack = new_stack()
+    QueuedInference(stack, "Q", model=NOVA, max_concurrency=4, reserved_concurrency=4,
+                    timeout=cdk.Duration.seconds(100), visibility_timeout=cdk.Duration.seconds(600))
+    template = template_of(stack).to_json()
+    assert only(template, "AWS::Lambda::Function")["Properties"]["ReservedConcurrentExecutions"] == 4
+    main = next(q for q in resources(template, "AWS::SQS::Queue").values() if "RedrivePolicy" in q["Properties"])
+    assert main["Properties"]["VisibilityTimeout"] == 600
+    with pytest.raises(ValueError, match=r"visibility_timeout=599 s is shorter than 6 x the function timeout \(100 s\)"):
+        QueuedInference(new_stack(), "Q", model=NOVA, max_concurrency=4,
+                        timeout=cdk.Duration.seconds(100), visibility_timeout=cdk.Duration.seconds(599))
+
+
+def test_the_most_attempts_that_can_fit_fifteen_minutes_are_accepted():
+    """49 attempts: 1 + 2 + 4 + 8 + 16 + 43 x 20 = 891 s of backoff + 2 s of DynamoDB + 3 s = 896 s <= 900 s."""
+    assert sdk_backoff_seconds(MAX_BEDROCK_ATTEMPTS) == 891 and MAX_BEDROCK_ATTEMPTS == 49
+    assert sdk_backoff_seconds(10**9) == 31 + 20 * (10**9 - 6)  # closed form: instant for any count
+    assert [sdk_backoff_seconds(n) for n in (0, 1, 2, 6, 7)] == [0, 0, 1, 31, 51]
+    stack = new_stack()
+    construct = QueuedInference(
+        stack, "Q", model=NOVA, max_concurrency=4, batch_size=1, bedrock_max_attempts=MAX_BEDROCK_ATTEMPTS,
+        time_to_first_token=cdk.Duration.seconds(0), max_output_tokens=1, output_tokens_per_second=1000,
+    )
+    assert construct.call_budget_seconds == 892 and construct.timeout.to_seconds() == 897
 
 
 def test_all_problems_are_reported_at_once():

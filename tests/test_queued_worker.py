@@ -6,6 +6,7 @@ import importlib
 import json
 import sys
 import threading
+import time
 
 import boto3
 import pytest
@@ -532,6 +533,43 @@ def test_a_claimed_duplicate_is_skipped_once_the_answer_is_stored(worker):
     owner = answers.claim(worker.DDB, TABLE, "m-1", seconds=300)  # e.g. a slow release elsewhere
     assert owner is not None
     assert worker.handler({"Records": [message]}) == {"batchItemFailures": []}
+
+
+class DuplicateDuringTheCall:
+    """A model whose call lasts `call_seconds` of a fake clock and, halfway through, sees SQS deliver the
+    same message again (the visibility timeout ran out, or the poller retried the batch)."""
+
+    def __init__(self, worker, message: dict, call_seconds: float) -> None:
+        self.worker, self.message, self.call_seconds = worker, message, call_seconds
+        self.now = time.time() - 600  # well in the past: whatever the store's bounds on future times
+        self.calls = 0
+        self.duplicate_result: dict | None = None
+
+    def time(self) -> float:
+        return self.now
+
+    def converse(self, **request):
+        self.calls += 1
+        self.now += self.call_seconds / 2
+        if self.duplicate_result is None:
+            self.duplicate_result = {}
+            self.duplicate_result = self.worker.handler({"Records": [self.message]})
+        self.now += self.call_seconds / 2
+        return answer(f"answer {self.calls}")
+
+
+def test_a_claim_lasts_the_whole_call_so_a_duplicate_delivery_mid_call_pays_nothing(worker, monkeypatch):
+    """The claim must outlive the slowest call (CALL_BUDGET_SECONDS) plus the DynamoDB work: one that
+    lasted only STORE_SECONDS would have expired 30 s into this 40 s call, and the duplicate would pay again."""
+    message = record("m-1", {"key": "k", "prompt": "p"})
+    model = DuplicateDuringTheCall(worker, message, call_seconds=40)  # within the 60 s call budget
+    monkeypatch.setattr(worker, "BEDROCK", model)
+    monkeypatch.setattr(worker.answers, "time", model)  # the store's clock: claims and their expiry
+
+    assert worker.handler({"Records": [message]}) == {"batchItemFailures": []}
+    assert model.calls == 1
+    assert model.duplicate_result == {"batchItemFailures": [{"itemIdentifier": "m-1"}]}  # comes back later
+    assert item(worker, "k")["answer"] == "answer 1" and item(worker, "claim#m-1") is None
 
 
 def test_claims_expire_after_the_call_budget(worker):

@@ -36,27 +36,64 @@ __all__ = [
     "DEFAULT_OUTPUT_TOKENS_PER_SECOND",
     "DEFAULT_TIME_TO_FIRST_TOKEN_SECONDS",
     "STORE_SECONDS",
+    "MAX_BEDROCK_ATTEMPTS",
     "VISIBILITY_FACTOR",
     "QueuedInference",
+    "sdk_backoff_seconds",
     "worst_case_call_seconds",
 ]
 
 #: AWS's guidance for SQS event sources: visibility timeout at least six times the function timeout,
 #: so a batch retried by the poller is not redelivered while the first attempt still runs.
 VISIBILITY_FACTOR = 6
+#: ScalingConfig.MaximumConcurrency: 2..1000 (AWS::Lambda::EventSourceMapping schema, cfn-lint).
 MIN_EVENT_SOURCE_CONCURRENCY, MAX_EVENT_SOURCE_CONCURRENCY = 2, 1000
+#: A standard Lambda function's timeout limit (AWS::Lambda::Function Timeout: "the maximum allowed value is
+#: 900 seconds"; the schema's 5,400 applies to Lambda Managed Instances only).
 MAX_LAMBDA_TIMEOUT_SECONDS = 900
+#: SQS VisibilityTimeout: 0..43,200 s (AWS::SQS::Queue schema, cfn-lint).
 MAX_VISIBILITY_TIMEOUT_SECONDS = 12 * 3600
 #: The DynamoDB work around one call (claim, read, write, release). Equal to STORE_SECONDS in
 #: lambda/queued_worker/handler.py, which reserves the same time before each message.
 STORE_SECONDS = 2
 #: An invocation's own start-up and bookkeeping, on top of its messages.
 HANDLER_MARGIN_SECONDS = 3
-#: botocore's standard retry mode waits up to min(2^i, 20) s before retry i+1 after a throttle.
+#: botocore's standard retry mode waits up to min(2^i, 20) s before retry i+1 after a throttle
+#: (botocore/retries/standard.py, ExponentialBackoff's _MAX_BACKOFF = 20).
 SDK_MAX_BACKOFF_SECONDS = 20
 DEFAULT_MAX_OUTPUT_TOKENS = 1000
 DEFAULT_OUTPUT_TOKENS_PER_SECOND = 30
 DEFAULT_TIME_TO_FIRST_TOKEN_SECONDS = 5
+#: DynamoDB's item size limit, 400 KB (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/
+#: ServiceQuotas.html#limits-items). Every token decodes to at least one byte, so an answer of more
+#: tokens than this could never be stored: the ceiling of max_output_tokens.
+MAX_ITEM_BYTES = 400 * 1024
+#: Alarm thresholds are counts over 5 minutes; above this no worker's metric could ever reach them.
+MAX_ALARM_COUNT = 1_000_000_000
+
+
+def sdk_backoff_seconds(max_attempts: int) -> int:
+    """The SDK's longest total backoff across `max_attempts` attempts: 1 + 2 + 4 + 8 + 16, then 20 s per
+    retry. Closed form, so a huge count costs nothing to evaluate."""
+    retries = max(max_attempts - 1, 0)
+    doubling = 0
+    while doubling < retries and 2**doubling < SDK_MAX_BACKOFF_SECONDS:
+        doubling += 1
+    return (2**doubling - 1) + SDK_MAX_BACKOFF_SECONDS * (retries - doubling)
+
+
+def _max_bedrock_attempts() -> int:
+    """The most attempts whose backoff alone (instant answers, no output) still fits one message in
+    Lambda's 15 minutes: any more can never fit the time budget."""
+    room = MAX_LAMBDA_TIMEOUT_SECONDS - STORE_SECONDS - HANDLER_MARGIN_SECONDS
+    attempts = 1
+    while sdk_backoff_seconds(attempts + 1) <= room:
+        attempts += 1
+    return attempts
+
+
+#: bedrock_max_attempts' ceiling (49): more cannot fit one message into Lambda's timeout.
+MAX_BEDROCK_ATTEMPTS = _max_bedrock_attempts()
 
 
 def worst_case_call_seconds(
@@ -68,8 +105,11 @@ def worst_case_call_seconds(
     second); each retried attempt is a throttle, which Bedrock returns at admission (counted as one
     time-to-first-token), followed by the SDK's largest backoff for that retry.
     """
-    backoff = sum(min(2**i, SDK_MAX_BACKOFF_SECONDS) for i in range(max_attempts - 1))
-    return max_attempts * time_to_first_token_seconds + max_output_tokens / output_tokens_per_second + backoff
+    return (
+        max_attempts * time_to_first_token_seconds
+        + max_output_tokens / output_tokens_per_second
+        + sdk_backoff_seconds(max_attempts)
+    )
 
 
 class QueuedInference(Construct):
@@ -188,7 +228,7 @@ class QueuedInference(Construct):
                 ("worker_throttle_threshold", worker_throttle_threshold),
                 ("dead_letter_threshold", dead_letter_threshold),
             ):
-                check.integer(name, value, minimum=0, maximum=1_000_000_000,
+                check.integer(name, value, minimum=0, maximum=MAX_ALARM_COUNT,
                               fix="a count the alarm tolerates; 0 alarms on the first one")
             reserved_ok = check.integer("reserved_concurrency", reserved_concurrency, minimum=1, optional=True)
             if reserved_ok and reserved_concurrency is not None and isinstance(cap, int):
@@ -340,8 +380,16 @@ class QueuedInference(Construct):
     def _check_budget(self, check: Checks, attempts: Any, max_output: Any, otps: Any, ttft: Any) -> int | None:
         """A call's worst case in whole seconds, from props that must be known at synth."""
         ok = [
-            check.integer("bedrock_max_attempts", attempts, minimum=1, fix="1 makes one attempt and no retry"),
-            check.integer("max_output_tokens", max_output, minimum=1, fix="the longest answer a message may ask for"),
+            check.integer(
+                "bedrock_max_attempts", attempts, minimum=1, maximum=MAX_BEDROCK_ATTEMPTS,
+                fix=f"1 makes one attempt and no retry; each retry past the fifth waits up to {SDK_MAX_BACKOFF_SECONDS} s "
+                f"(the SDK's standard mode), so more than {MAX_BEDROCK_ATTEMPTS} attempts cannot fit Lambda's 15 minutes",
+            ),
+            check.integer(
+                "max_output_tokens", max_output, minimum=1, maximum=MAX_ITEM_BYTES,
+                fix=f"the longest answer a message may ask for; a longer one than DynamoDB's {MAX_ITEM_BYTES:,}-byte item "
+                "could never be stored",
+            ),
             check.number("output_tokens_per_second", otps, above=0, fix="a conservative decode speed, e.g. 30"),
             check.duration("time_to_first_token", ttft, minimum=cdk.Duration.seconds(0), maximum=cdk.Duration.minutes(15)),
         ]
