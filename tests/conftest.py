@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "lambda")]
@@ -32,6 +33,14 @@ def _silence_node_end_of_life_banner() -> None:
 
 
 _silence_node_end_of_life_banner()
+
+
+# Property tests: the gate replays the same examples on every run, so a change never fails for a
+# random new example it did not cause (a bug such an example finds is reported with its blob and
+# fixed on purpose); the development loop explores freely. CI runs `.ci/run` with CI=true.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI", "").lower() in ("1", "true", "yes") else "dev"))
 
 
 pytest_plugins = ["genai_pacer.testing.pytest_plugin"]  # the emulator fixtures users get, used here too

@@ -15,7 +15,7 @@ import pytest
 from botocore.eventstream import EventStream
 from botocore.stub import Stubber
 from genai_pacer.testing.eventstream import event, exception
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pacer_runtime import (
     SentenceSplitter,
@@ -202,11 +202,26 @@ def test_a_splitter_refuses_non_text_and_feeding_after_finish():
 
 _PIECES = st.sampled_from(
     ["Hello", " world", ".", " ", "!", "?", "...", "\n", "Dr", "e.g", "J", "3", "14", "x", "Y", '"', ")", "。",
-     "It", " is", " fine", "\u00a0", "1"]
+     "It", " is", " fine", "\u00a0", "1", "\u3000", "\t", "…", "」", "！"]
 )
 
 
+@pytest.mark.parametrize(
+    ("deltas", "max_chars"),
+    [
+        # white space that opened a delta after a boundary used to count toward max_chars
+        (['"Y\xa0 \n', " is"], 2),
+        (["。\xa0", "\xa0 14e.g"], 3),
+        (["x?...\n", " It!It"], 5),
+        (["e.g。\xa0", "\xa0e.g"], 2),
+    ],
+)
+def test_white_space_at_the_start_of_a_delta_does_not_move_a_cut(deltas, max_chars):
+    assert list(sentences(deltas, max_chars=max_chars)) == list(sentences(["".join(deltas)], max_chars=max_chars))
+
+
 @settings(max_examples=300, deadline=None)
+@example(pieces=["e.g", "。", "\xa0", "\xa0", "e.g"], cuts=[5], max_chars=2)  # found by this test
 @given(pieces=st.lists(_PIECES, max_size=40), cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12),
        max_chars=st.one_of(st.none(), st.integers(min_value=1, max_value=30)))
 def test_sentences_do_not_depend_on_where_the_deltas_split(pieces, cuts, max_chars):

@@ -65,7 +65,9 @@ class SentenceSplitter:
             raise ValueError("feed() after finish(): create a new SentenceSplitter for a new answer")
         if not isinstance(delta, str):
             raise TypeError(f"a delta must be text (str), not {type(delta).__name__}")
-        self._buffer += delta
+        # A sentence never starts with white space, whether it arrived with the previous delta or
+        # this one: the length limit and the boundaries are then counted on the same text.
+        self._buffer = (self._buffer + delta).lstrip()
         return self._drain(final=False)
 
     def finish(self) -> list[str]:
