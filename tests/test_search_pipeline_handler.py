@@ -217,20 +217,26 @@ def test_bad_properties_and_unreachable_endpoints_fail_with_a_reason(cluster):
     assert cluster.responses[-1]["Status"] == "FAILED" and "could not connect" in cluster.responses[-1]["Reason"]
 
 
-BUILD = {"field": "embedding", "dimension": 4, "engine": "faiss", "space_type": "l2", "m": 16, "ef_construction": 128}
+BUILD = {"field": "embedding", "dimension": 4, "engine": "nmslib", "space_type": "l2", "m": 16, "ef_construction": 128}
 
 
 def index_props(build: dict | None = None, ef_search: str = "100", name: str = "docs", delete: str = "false") -> dict:
+    """Properties as VectorIndexSettings writes them: faiss keeps ef_search in the mapping (and BuildTime),
+    lucene and nmslib in the index setting (and EfSearch)."""
     build = build or BUILD
+    in_mapping = build["engine"] == "faiss" and "ef_search" in build
+    setting = int(ef_search) if ef_search and not in_mapping else None
+    parameters = {"m": build["m"], "ef_construction": build["ef_construction"]}
+    if in_mapping:
+        parameters["ef_search"] = build["ef_search"]
     body = {
-        "settings": {"index": {"knn": True, "knn.algo_param.ef_search": int(ef_search) if ef_search else None}},
+        "settings": {"index": {"knn": True, **({"knn.algo_param.ef_search": setting} if setting else {})}},
         "mappings": {"properties": {build["field"]: {
             "type": "knn_vector", "dimension": build["dimension"],
-            "method": {"name": "hnsw", "engine": build["engine"], "space_type": build["space_type"],
-                       "parameters": {"m": build["m"], "ef_construction": build["ef_construction"]}}}}},
+            "method": {"name": "hnsw", "engine": build["engine"], "space_type": build["space_type"], "parameters": parameters}}}},
     }
     return {"Kind": "Index", "IndexName": name, "Body": json.dumps(body), "BuildTime": json.dumps(build),
-            "EfSearch": ef_search, "DeleteOnRemoval": delete}
+            "EfSearch": ef_search if setting else "", "DeleteOnRemoval": delete}
 
 
 def test_index_create_then_ef_search_updates_in_place(cluster):
@@ -250,7 +256,7 @@ def test_changing_a_build_time_setting_on_the_same_index_needs_a_reindex(cluster
     h.handler(event(cluster, "Update", index_props({**BUILD, "m": 32}), old=index_props(), physical=physical), session=SESSION)
     failed = cluster.responses[-1]
     assert failed["Status"] == "FAILED" and "needs a reindex" in failed["Reason"] and "m 16 -> 32" in failed["Reason"]
-    assert len(cluster.requests) == sent  # nothing was sent to the cluster
+    assert [(m, p) for m, p, _ in cluster.requests[sent:]] == [("GET", "/docs/_mapping")]  # compared with the index, nothing changed
     # a new index name is a new index (CloudFormation then deletes the old resource; the data is kept)
     h.handler(event(cluster, "Update", index_props({**BUILD, "m": 32}, name="docs-v2"), old=index_props(), physical=physical), session=SESSION)
     assert cluster.responses[-1]["Status"] == "SUCCESS" and set(cluster.indexes) == {"docs", "docs-v2"}
@@ -344,7 +350,7 @@ def test_one_session_signs_every_request_retries_included(cluster, monkeypatch):
 
 def test_reindex_changes_lists_each_difference():
     assert h.reindex_changes(BUILD, BUILD) == []
-    assert h.reindex_changes(BUILD, {**BUILD, "engine": "lucene", "m": 8}) == ["engine 'faiss' -> 'lucene'", "m 16 -> 8"]
+    assert h.reindex_changes(BUILD, {**BUILD, "engine": "lucene", "m": 8}) == ["engine 'nmslib' -> 'lucene'", "m 16 -> 8"]
 
 
 def test_the_stand_in_rejects_a_request_signed_with_other_credentials_or_service(cluster):
@@ -367,7 +373,8 @@ def test_removing_ef_search_restores_the_default_instead_of_leaving_the_old_valu
     assert cluster.requests[-1] == ("PUT", "/docs/_settings", {"index": {"knn.algo_param.ef_search": None}})  # null: the default
     sent = len(cluster.requests)
     h.handler(event(cluster, "Update", index_props(ef_search=""), old=index_props(ef_search=""), physical=physical), session=SESSION)
-    assert cluster.responses[-1]["Status"] == "SUCCESS" and len(cluster.requests) == sent  # nothing to change
+    assert cluster.responses[-1]["Status"] == "SUCCESS"
+    assert [m for m, _, _ in cluster.requests[sent:]] == ["GET"]  # the mapping compared; no setting to change
 
 
 @pytest.mark.parametrize("cluster", ["aoss"], indirect=True)
@@ -414,3 +421,65 @@ def test_the_handler_answers_cloudformation_before_the_function_times_out(cluste
     h.handler(event(cluster, "Create", pipeline_props()), Context(120_000), session=SESSION)
     assert cluster.responses[-1]["Status"] == "SUCCESS"
     assert h._time_left("GET", "/", h.Endpoint(cluster.url, "es", "us-east-1")) <= h.TIMEOUT_SECONDS
+
+
+FAISS = {**BUILD, "engine": "faiss", "ef_search": 64}
+
+
+def test_faiss_ef_search_goes_in_the_mapping_and_a_change_needs_a_reindex_or_the_per_query_dial(cluster):
+    """faiss reads ef_search from each graph (mapping method.parameters), never from the index setting:
+    the index is created with it there, no _settings request is sent, and a later change is refused
+    with both ways out (a new index, or method_parameters.ef_search per query)."""
+    h.handler(event(cluster, "Create", index_props(FAISS)), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS", cluster.responses[-1]["Reason"]
+    created = cluster.indexes["docs"]
+    assert created["mappings"]["properties"]["embedding"]["method"]["parameters"]["ef_search"] == 64
+    assert "knn.algo_param.ef_search" not in created["settings"]["index"]
+    assert [p for _, p, _ in cluster.requests] == ["/docs/_mapping", "/docs"]
+    physical = cluster.responses[-1]["PhysicalResourceId"]
+    sent = len(cluster.requests)
+    h.handler(event(cluster, "Update", index_props({**FAISS, "ef_search": 128}), old=index_props(FAISS), physical=physical),
+              session=SESSION)
+    refused = cluster.responses[-1]
+    assert refused["Status"] == "FAILED" and "ef_search 64 -> 128 needs a reindex" in refused["Reason"]
+    assert "method_parameters.ef_search" in refused["Reason"] and "knn_query(..., ef_search=N)" in refused["Reason"]
+    assert [m for m, _, _ in cluster.requests[sent:]] == ["GET"]
+    assert created["mappings"]["properties"]["embedding"]["method"]["parameters"]["ef_search"] == 64
+
+
+def test_a_rollback_after_a_refused_build_time_change_succeeds(cluster):
+    """CloudFormation rolls a failed update back with another Update whose ResourceProperties are the
+    old ones and whose OldResourceProperties are the refused ones. The handler compares with the
+    index itself, so the rollback (to what the index has) succeeds instead of leaving the stack in
+    UPDATE_ROLLBACK_FAILED; the same holds for an index made before ef_search moved into the mapping."""
+    h.handler(event(cluster, "Create", index_props()), session=SESSION)
+    physical = cluster.responses[-1]["PhysicalResourceId"]
+    h.handler(event(cluster, "Update", index_props({**BUILD, "m": 32}), old=index_props(), physical=physical), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "FAILED"
+    h.handler(event(cluster, "Update", index_props(), old=index_props({**BUILD, "m": 32}), physical=physical), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS", cluster.responses[-1]["Reason"]
+    assert cluster.responses[-1]["PhysicalResourceId"] == physical
+    # faiss index from an older genai-pacer: ef_search was an index setting faiss never read
+    legacy_build = {**BUILD, "engine": "faiss"}
+    legacy = index_props(legacy_build, name="legacy")
+    legacy["Body"] = json.dumps({**json.loads(legacy["Body"]), "settings": {"index": {"knn": True, "knn.algo_param.ef_search": 64}}})
+    legacy["EfSearch"] = "64"
+    h.handler(event(cluster, "Create", legacy), session=SESSION)
+    legacy_id = cluster.responses[-1]["PhysicalResourceId"]
+    upgraded = index_props({**legacy_build, "ef_search": 64}, name="legacy")
+    h.handler(event(cluster, "Update", upgraded, old=legacy, physical=legacy_id), session=SESSION)
+    refused = cluster.responses[-1]
+    assert refused["Status"] == "FAILED" and "ef_search None -> 64 needs a reindex" in refused["Reason"]
+    h.handler(event(cluster, "Update", legacy, old=upgraded, physical=legacy_id), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS", cluster.responses[-1]["Reason"]
+
+
+def test_an_existing_faiss_index_is_adopted_only_with_the_same_ef_search_in_its_graphs(cluster):
+    existing_index(cluster, FAISS)
+    h.handler(event(cluster, "Create", index_props({**FAISS, "ef_search": 128})), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "FAILED" and "ef_search 64 -> 128" in cluster.responses[-1]["Reason"]
+    h.handler(event(cluster, "Create", index_props(FAISS)), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS" and cluster.responses[-1]["PhysicalResourceId"].endswith(h.ADOPTED_SUFFIX)
+    # without an ef_search of its own the construct takes the index as it is
+    h.handler(event(cluster, "Create", index_props({k: v for k, v in FAISS.items() if k != "ef_search"})), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS"

@@ -14,8 +14,9 @@ ResourceProperties (CloudFormation passes every value as a string, so documents 
     Pipeline:   PipelineName, Body (JSON of the pipeline definition)
     Index:      IndexName, Body (JSON {"settings", "mappings"} to create it with), BuildTime (JSON of
                 the settings HNSW builds the graph with: engine, space_type, m, ef_construction,
-                dimension, field), EfSearch ("" when the engine ignores it), DeleteOnRemoval
-                ("true" deletes the index with the resource; default keeps the data)
+                dimension, field, and for faiss ef_search), EfSearch (the dynamic index setting
+                index.knn.algo_param.ef_search that lucene and nmslib read; "" for none),
+                DeleteOnRemoval ("true" deletes the index with the resource; default keeps the data)
 
 Create  Pipeline: PUT /_search/pipeline/<name>, then GET it back to confirm what OpenSearch stored.
         Index: PUT /<index> with settings and mappings; an index that already exists is adopted
@@ -24,24 +25,42 @@ Create  Pipeline: PUT /_search/pipeline/<name>, then GET it back to confirm what
         does not), so the handler remembers the stack did not create the index.
 Update  Pipeline: PUT again (a real update, same physical id); a new name or endpoint creates the
         new pipeline and CloudFormation then deletes the old one.
-        Index: a changed build-time setting on the same index is refused ("needs a reindex"): HNSW
-        graphs are built at indexing time, and a new setting applies only to a new index. ef_search
-        is dynamic: PUT /<index>/_settings (null when it was removed, which restores the default).
+        Index: the wanted build-time settings are compared with the index's real mapping (not with
+        the old properties, so a rollback to what the index has always succeeds); a difference is
+        refused ("needs a reindex"): HNSW graphs are built at indexing time, and a new setting
+        applies only to a new index. For faiss that includes ef_search, which each graph stores;
+        its per-query override (method_parameters.ef_search) needs no reindex. The index setting
+        ef_search (lucene, nmslib) is dynamic: PUT /<index>/_settings (null when it was removed,
+        which restores the default).
 Delete  DELETE; a 404 is success (already gone), so deletes are idempotent. An index is kept
         unless DeleteOnRemoval is "true", and always when it was adopted: deleting the stack must
         not delete data the stack never created.
 
-Time    Every request's timeout is cut to what the invocation has left minus RESPONSE_RESERVE_SECONDS,
-        so the function always lives long enough to answer CloudFormation (a Lambda timeout would
-        leave the stack waiting an hour). On Serverless a 401/403 is retried for up to
-        AOSS_PERMISSION_WAIT_SECONDS: a data access policy created in the same deployment takes
-        a while to apply.
+Faults  OpenSearch answering 429, 502, 503 or 504, a timeout or a dropped connection is retried with
+        exponential backoff and full jitter (a random pause up to BACKOFF_BASE_SECONDS x 2^attempt,
+        at most BACKOFF_CAP_SECONDS), at most MAX_ATTEMPTS times, never past the invocation's
+        deadline. Every request's timeout is cut to what the invocation has left minus
+        RESPONSE_RESERVE_SECONDS, so the function always lives long enough to answer CloudFormation.
+        On Serverless a 401/403 is retried for up to AOSS_PERMISSION_WAIT_SECONDS: a data access
+        policy created in the same deployment takes a while to apply. Anything else fails at once.
+Events  An unknown RequestType or missing ResourceProperties is answered FAILED with the reason. An
+        event that is not an object, or lacks ResponseURL, StackId, RequestId or LogicalResourceId,
+        cannot be answered: the handler logs which fields are missing and raises, so the invocation
+        fails visibly (the function's Errors metric); if CloudFormation did send it, it fails the
+        resource after the resource's ServiceTimeout (10 minutes, set by the constructs).
+Answers The response body is cut to CloudFormation's 4,096 bytes by shortening the reason (measured
+        on the whole encoded body). The PUT to the ResponseURL is tried RESPONSE_ATTEMPTS times.
+Logs    Reasons, ids and error types only: this function handles pipeline definitions and index
+        mappings, never documents or queries, and an unexpected error is logged by type and place,
+        not by its message.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
+import random
 import time
 import traceback
 import urllib.error
@@ -52,10 +71,14 @@ from typing import Any
 import boto3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
+from pacer_runtime.structured_log import log
 
 TIMEOUT_SECONDS = 30
-#: CloudFormation refuses a response body over 4,096 bytes; the reason is cut to fit.
-MAX_REASON = 3000
+#: The most a response to CloudFormation may hold ("The total size of the response body can't exceed
+#: 4096 bytes": CloudFormation user guide, Custom resource response objects, crpg-ref-responses.html).
+MAX_RESPONSE_BYTES = 4096
+#: Ends a reason cut to fit MAX_RESPONSE_BYTES.
+TRUNCATED = " [reason cut to fit CloudFormation's 4,096-byte response]"
 FAILED_CREATE = "failed-create"
 #: Ends the physical id of an index that existed before the stack: Delete keeps it whatever DeleteOnRemoval says.
 ADOPTED_SUFFIX = "#adopted"
@@ -63,6 +86,19 @@ ADOPTED_SUFFIX = "#adopted"
 RESPONSE_RESERVE_SECONDS = 15
 #: How long a Serverless 401/403 is retried while a new data access policy applies.
 AOSS_PERMISSION_WAIT_SECONDS = 90
+#: Answers that mean "not now" rather than "no" (HTTP 429 Too Many Requests; 502/503/504 from the
+#: service's front end or a node being replaced): retried.
+TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
+BACKOFF_BASE_SECONDS = 1.0
+BACKOFF_CAP_SECONDS = 20.0
+MAX_ATTEMPTS = 8
+#: A retry is not started with less time than this left before the deadline.
+MIN_REQUEST_SECONDS = 5.0
+RESPONSE_ATTEMPTS = 3
+#: The request types CloudFormation sends (CloudFormation user guide, crpg-ref-requesttypes).
+REQUEST_TYPES = ("Create", "Update", "Delete")
+#: What a response must echo for CloudFormation to accept it (crpg-ref-responses).
+RESPONSE_FIELDS = ("ResponseURL", "StackId", "RequestId", "LogicalResourceId")
 #: time.monotonic() by which the handler must stop calling OpenSearch (set per invocation).
 _deadline: float | None = None
 #: One session for every signed request of every invocation: it resolves the role's credentials once
@@ -72,6 +108,14 @@ _SESSION = boto3.Session()
 
 class ResourceError(Exception):
     """A failure to report to CloudFormation as the resource's reason."""
+
+
+class MalformedEvent(ValueError):
+    """An event no answer can be sent for: not an object, or without the fields a response echoes."""
+
+
+class _Transient(Exception):
+    """A request that failed in a way a retry may fix (timeout, dropped connection)."""
 
 
 @dataclass(frozen=True)
@@ -109,22 +153,55 @@ def _time_left(method: str, path: str, endpoint: Endpoint) -> float:
     return min(TIMEOUT_SECONDS, left)
 
 
-def send(endpoint: Endpoint, method: str, path: str, body: Any = None, *, session: Any = None) -> tuple[int, Any]:
-    """A SigV4-signed request; returns (status, parsed JSON or text). Never raises on HTTP errors.
+def _backoff(attempt: int) -> float:
+    """Full jitter: a pause drawn from 0 up to the exponential ceiling, so retries from many callers spread out."""
+    return random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** attempt))
 
-    On Serverless, 401/403 is retried (backing off to 10 s) for up to AOSS_PERMISSION_WAIT_SECONDS,
-    within the invocation's time: a data access policy takes a while to apply after it is created.
+
+def _may_wait(seconds: float) -> bool:
+    """Whether a pause of `seconds` still leaves time for another request before the deadline."""
+    return _deadline is None or _deadline - time.monotonic() - seconds >= MIN_REQUEST_SECONDS
+
+
+def send(endpoint: Endpoint, method: str, path: str, body: Any = None, *, session: Any = None) -> tuple[int, Any]:
+    """A SigV4-signed request; returns (status, parsed JSON or text). HTTP errors are returned, not raised.
+
+    Transient answers (TRANSIENT_STATUSES, a timeout, a dropped connection) are retried with full
+    jitter while attempts and time remain; the last transient status is then returned (a timeout
+    raises ResourceError). On Serverless, 401/403 is retried (backing off to 10 s) for up to
+    AOSS_PERMISSION_WAIT_SECONDS: a data access policy takes a while to apply after it is created.
     """
-    waited, pause = 0.0, 2.0
+    attempt, policy_waited, policy_pause = 0, 0.0, 2.0
     while True:
-        status, answer = _send_once(endpoint, method, path, body, session=session)
-        if endpoint.service != "aoss" or status not in (401, 403) or waited + pause > AOSS_PERMISSION_WAIT_SECONDS:
+        attempt += 1
+        try:
+            status, answer = _send_once(endpoint, method, path, body, session=session)
+        except _Transient as error:
+            pause = _backoff(attempt)
+            if attempt >= MAX_ATTEMPTS or not _may_wait(pause):
+                raise ResourceError(
+                    f"{method} {path} on {endpoint.host}: {error} on each of {attempt} attempts; check the domain's "
+                    "health (CPU, JVM memory pressure, a blue/green change) and deploy again"
+                ) from error
+            log("warning", "retrying OpenSearch after a transient failure", method=method, path=path,
+                attempt=attempt, pauseSeconds=round(pause, 2), errorType=type(error.__cause__).__name__)
+            time.sleep(pause)
+            continue
+        if status in TRANSIENT_STATUSES:
+            pause = _backoff(attempt)
+            if attempt < MAX_ATTEMPTS and _may_wait(pause):
+                log("warning", "retrying OpenSearch after a transient answer", method=method, path=path,
+                    attempt=attempt, status=status, pauseSeconds=round(pause, 2))
+                time.sleep(pause)
+                continue
             return status, answer
-        if _deadline is not None and _deadline - time.monotonic() < pause + TIMEOUT_SECONDS:
-            return status, answer
-        time.sleep(pause)
-        waited += pause
-        pause = min(pause * 2, 10.0)
+        waiting_for_policy = endpoint.service == "aoss" and status in (401, 403)
+        if waiting_for_policy and policy_waited + policy_pause <= AOSS_PERMISSION_WAIT_SECONDS and _may_wait(policy_pause):
+            time.sleep(policy_pause)
+            policy_waited += policy_pause
+            policy_pause = min(policy_pause * 2, 10.0)
+            continue
+        return status, answer
 
 
 def _send_once(endpoint: Endpoint, method: str, path: str, body: Any = None, *, session: Any = None) -> tuple[int, Any]:
@@ -142,14 +219,20 @@ def _send_once(endpoint: Endpoint, method: str, path: str, body: Any = None, *, 
     )
     try:
         with urllib.request.urlopen(prepared, timeout=_time_left(method, path, endpoint)) as response:  # noqa: S310 (https endpoint)
-            status, text = response.status, response.read().decode()
+            status, text = response.status, response.read().decode(errors="replace")
     except urllib.error.HTTPError as error:
         status, text = error.code, error.read().decode(errors="replace")
-    except (urllib.error.URLError, TimeoutError, OSError) as error:
+    except (TimeoutError, ConnectionResetError, http.client.IncompleteRead) as error:
+        raise _Transient(f"no complete answer ({type(error).__name__})") from error
+    except urllib.error.URLError as error:
+        if isinstance(error.reason, TimeoutError | ConnectionResetError):
+            raise _Transient(f"no complete answer ({type(error.reason).__name__})") from error
         raise ResourceError(
-            f"{method} {path} on {endpoint.host} could not connect ({error}): a VPC-only domain or collection "
+            f"{method} {path} on {endpoint.host} could not connect ({error.reason}): a VPC-only domain or collection "
             "needs the function in its VPC (or a network policy that allows it)"
         ) from error
+    except OSError as error:
+        raise ResourceError(f"{method} {path} on {endpoint.host} could not connect ({type(error).__name__})") from error
     try:
         return status, json.loads(text) if text else None
     except json.JSONDecodeError:
@@ -166,18 +249,23 @@ def _failure(method: str, path: str, endpoint: Endpoint, status: int, body: Any)
             "cluster:admin/search/pipeline/* (and index permissions for index settings); on Serverless the "
             "collection's data access policy must name the role"
             if endpoint.service == "es"
-            else ": the collection's data access policy must name the function's role"
+            else ": the collection's data access policy must name the function's role. The construct's policy grants "
+            "aoss:CreateCollectionItems, UpdateCollectionItems, DescribeCollectionItems and DeleteCollectionItems on "
+            "the collection; AWS does not document which a search pipeline needs, so if that policy is in place, add "
+            "a data access policy of your own naming the same role with aoss:* on collection/<name> and report it"
         )
     elif status == 400:
         hint = ": OpenSearch refused the definition (check the technique names, and that the domain runs 2.10+ for the normalization-processor)"
+    elif status in TRANSIENT_STATUSES:
+        hint = f" on every attempt ({MAX_ATTEMPTS} at most, with backoff): the service is overloaded or changing; deploy again later"
     return ResourceError(f"{method} {path} on {endpoint.host} returned {status}{hint}. Response: {detail}")
 
 
 def _json_prop(props: dict[str, Any], name: str) -> Any:
     try:
         return json.loads(props.get(name) or "null")
-    except json.JSONDecodeError as error:
-        raise ResourceError(f"{name} is not valid JSON ({error})") from error
+    except (json.JSONDecodeError, TypeError) as error:
+        raise ResourceError(f"{name} is not valid JSON ({type(error).__name__}: {error})") from error
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,13 +282,16 @@ def _pipeline_path(props: dict[str, Any]) -> str:
 def put_pipeline(props: dict[str, Any], session: Any = None) -> tuple[str, dict[str, Any]]:
     endpoint, path = endpoint_of(props), _pipeline_path(props)
     body = _json_prop(props, "Body")
+    if not isinstance(body, dict):
+        raise ResourceError(f"Body must be a JSON object (the pipeline definition), not {type(body).__name__}")
     status, response = send(endpoint, "PUT", path, body, session=session)
     if not 200 <= status < 300:
         raise _failure("PUT", path, endpoint, status, response)
     status, stored = send(endpoint, "GET", path, session=session)
     name = str(props["PipelineName"])
-    if status != 200 or not isinstance(stored, dict) or name not in stored:
-        raise ResourceError(f"GET {path} on {endpoint.host} after the PUT returned {status}: the pipeline was not stored")
+    if status != 200 or not isinstance(stored, dict) or not isinstance(stored.get(name), dict):
+        shape = "not JSON" if isinstance(stored, str) else type(stored).__name__
+        raise ResourceError(f"GET {path} on {endpoint.host} after the PUT returned {status} ({shape}): the pipeline was not stored")
     expected = body.get("phase_results_processors")
     if expected is not None and stored[name].get("phase_results_processors") != expected:
         raise ResourceError(
@@ -234,30 +325,58 @@ def reindex_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str
     return [f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
 
 
-def _existing_build_time(mapping: Any, index: str, field: str) -> dict[str, Any] | None:
+def _build_time(props: dict[str, Any]) -> dict[str, Any]:
+    wanted = _json_prop(props, "BuildTime")
+    if not isinstance(wanted, dict) or not isinstance(wanted.get("field"), str):
+        raise ResourceError("BuildTime must be a JSON object naming the vector field (field, engine, m, ...)")
+    return wanted
+
+
+def _existing_build_time(mapping: Any, index: str, wanted: dict[str, Any]) -> dict[str, Any] | None:
+    """The index's real values of the build-time settings `wanted` names (ef_search only when it does)."""
+    field = wanted["field"]
     try:
         properties = mapping[index]["mappings"]["properties"][field]
     except (KeyError, TypeError):
         return None
-    method = properties.get("method", {})
-    parameters = method.get("parameters", {})
-    return {
+    if not isinstance(properties, dict):
+        return None
+    method = properties.get("method") if isinstance(properties.get("method"), dict) else {}
+    parameters = method.get("parameters") if isinstance(method.get("parameters"), dict) else {}
+    found = {
         "field": field,
         "dimension": properties.get("dimension"),
         "engine": method.get("engine"),
         "space_type": method.get("space_type", properties.get("space_type")),
         "m": parameters.get("m"),
         "ef_construction": parameters.get("ef_construction"),
+        "ef_search": parameters.get("ef_search"),
     }
+    return {key: value for key, value in found.items() if key in wanted or key != "ef_search"}
+
+
+def _reindex_error(index: str, host: str, changes: list[str]) -> ResourceError:
+    text = (
+        f"index {index} on {host}: {'; '.join(changes)} needs a reindex: HNSW builds its graph when documents are "
+        "indexed, so a new build-time setting applies only to a new index. Set a new index_name (the old index is "
+        "kept), reindex into it, then move readers"
+    )
+    if any(change.startswith("ef_search ") for change in changes):
+        text += (
+            ". faiss stores ef_search in each graph; to change it without a reindex, keep the index's value here "
+            "(or drop ef_search) and pass it per query: pacer_runtime.retrieval.knn_query(..., ef_search=N) sends "
+            "method_parameters.ef_search (OpenSearch 2.16+)"
+        )
+    return ResourceError(text)
 
 
 def _put_ef_search(endpoint: Endpoint, path: str, props: dict[str, Any], session: Any, *, reset: bool = False) -> None:
-    """Set ef_search; with `reset` (it was set before and is now removed) restore the default."""
+    """Set the ef_search index setting; with `reset` (it was set before and is now removed) restore the default."""
     ef_search = str(props.get("EfSearch") or "")
     if not ef_search and not reset:
         return
     try:
-        value = int(ef_search) if ef_search else None  # null restores OpenSearch's default (100)
+        value = int(ef_search) if ef_search else None  # null restores OpenSearch's default
     except ValueError:
         raise ResourceError(f"EfSearch={ef_search!r} must be a whole number (or empty for OpenSearch's default)") from None
     settings_path = f"{path}/_settings"
@@ -266,48 +385,50 @@ def _put_ef_search(endpoint: Endpoint, path: str, props: dict[str, Any], session
         raise _failure("PUT", settings_path, endpoint, status, response)
 
 
-def create_index(props: dict[str, Any], session: Any = None) -> tuple[str, dict[str, Any]]:
-    """Create the index, or adopt an existing one with the same build-time settings (its physical id
-    then ends in ADOPTED_SUFFIX, so a later Delete keeps it)."""
+def _already_exists(status: int, response: Any) -> bool:
+    error = response.get("error") if isinstance(response, dict) else None
+    return status == 400 and isinstance(error, dict) and error.get("type") == "resource_already_exists_exception"
+
+
+def ensure_index(props: dict[str, Any], session: Any = None, *, physical: str | None = None,
+                 reset_ef_search: bool = False) -> tuple[str, dict[str, Any]]:
+    """Create the index, or accept the existing one when its build-time settings are the wanted ones.
+
+    physical: the resource's id on an Update of the same index (kept, and with it whether the index
+    was adopted); None for a new resource, whose id ends in ADOPTED_SUFFIX when the index existed.
+    """
     endpoint, path = endpoint_of(props), _index_path(props)
-    build_time = _json_prop(props, "BuildTime") or {}
+    wanted = _build_time(props)
+    index = path[1:]
     status, existing = send(endpoint, "GET", f"{path}/_mapping", session=session)
-    physical = f"{endpoint.host}{path}"
-    if status == 200:
-        found = _existing_build_time(existing, path[1:], str(build_time.get("field")))
-        changes = reindex_changes(found, build_time)
-        if changes:
-            raise ResourceError(
-                f"index {path[1:]} already exists on {endpoint.host} with other build-time settings ({'; '.join(changes)}): "
-                "it needs a reindex: choose a new index_name, reindex into it, then move readers"
-            )
-        _put_ef_search(endpoint, path, props, session)
-        physical += ADOPTED_SUFFIX
-    elif status == 404:
+    created = False
+    if status == 404:
         status, response = send(endpoint, "PUT", path, _json_prop(props, "Body"), session=session)
-        if not 200 <= status < 300:
+        if 200 <= status < 300:
+            return physical or f"{endpoint.host}{path}", {"IndexName": index}
+        if not _already_exists(status, response):
             raise _failure("PUT", path, endpoint, status, response)
-    else:
+        # A PUT retried after a timeout finds the index its first attempt made: compare it like any other.
+        created = True
+        status, existing = send(endpoint, "GET", f"{path}/_mapping", session=session)
+    if status != 200:
         raise _failure("GET", f"{path}/_mapping", endpoint, status, existing)
-    return physical, {"IndexName": path[1:]}
+    changes = reindex_changes(_existing_build_time(existing, index, wanted), wanted)
+    if changes:
+        raise _reindex_error(index, endpoint.host, changes)
+    _put_ef_search(endpoint, path, props, session, reset=reset_ef_search)
+    return physical or f"{endpoint.host}{path}{'' if created else ADOPTED_SUFFIX}", {"IndexName": index}
 
 
 def update_index(props: dict[str, Any], old: dict[str, Any], physical: str, session: Any = None) -> tuple[str, dict[str, Any]]:
-    """Change ef_search in place, keeping the physical id (and with it whether the index was adopted);
-    a new index name or endpoint is a new index, created or adopted under a new physical id."""
+    """Bring the same index to the wanted settings under the same physical id; a new index name or
+    endpoint is a new index, created or adopted under a new physical id."""
     endpoint, path = endpoint_of(props), _index_path(props)
     old_endpoint = endpoint_of(old) if old.get("Endpoint") else endpoint
     if path != _index_path(old) or endpoint.host != old_endpoint.host:
-        return create_index(props, session)  # a new physical id: CloudFormation then deletes the old one
-    changes = reindex_changes(_json_prop(old, "BuildTime"), _json_prop(props, "BuildTime") or {})
-    if changes:
-        raise ResourceError(
-            f"index {path[1:]}: {'; '.join(changes)} needs a reindex: HNSW builds its graph when documents are "
-            "indexed, so a new build-time setting applies only to a new index. Set a new index_name (the old "
-            "index is kept), reindex into it, then move readers; ef_search alone can change in place"
-        )
-    _put_ef_search(endpoint, path, props, session, reset=bool(str(old.get("EfSearch") or "")))
-    return physical or f"{endpoint.host}{path}", {"IndexName": path[1:]}
+        return ensure_index(props, session)  # a new physical id: CloudFormation then deletes the old one
+    return ensure_index(props, session, physical=physical or f"{endpoint.host}{path}",
+                        reset_ef_search=bool(str(old.get("EfSearch") or "")))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,62 +437,129 @@ def update_index(props: dict[str, Any], old: dict[str, Any], physical: str, sess
 
 def handle(event: dict[str, Any], session: Any = None) -> tuple[str, dict[str, Any]]:
     """The resource's physical id and attributes, or ResourceError."""
-    kind_of = event["ResourceProperties"].get("Kind")
-    request = event["RequestType"]
-    props = event["ResourceProperties"]
+    request = event.get("RequestType")
+    if request not in REQUEST_TYPES:
+        raise ResourceError(f"RequestType={request!r} must be one of {', '.join(REQUEST_TYPES)}: nothing was done")
+    props = event.get("ResourceProperties")
+    if not isinstance(props, dict):
+        raise ResourceError(f"ResourceProperties is {type(props).__name__}, not an object: nothing was done")
+    kind_of = props.get("Kind")
     if kind_of not in ("Pipeline", "Index"):
         raise ResourceError(f"Kind={kind_of!r} must be 'Pipeline' or 'Index'")
+    physical = str(event.get("PhysicalResourceId") or "")
     if request == "Delete":
-        physical = event.get("PhysicalResourceId", "")
         if physical.startswith(FAILED_CREATE):
             return physical, {}  # nothing was created
         if kind_of == "Pipeline":
             delete_path(endpoint_of(props), _pipeline_path(props), session)
         elif physical.endswith(ADOPTED_SUFFIX):
-            print(json.dumps({"level": "info", "message": f"kept index {props.get('IndexName')!r}: it existed before "
-                              "the stack adopted it, so deleting the stack does not delete its data"}))
+            log("info", "kept an index the stack adopted: deleting the stack does not delete data it did not create",
+                indexName=str(props.get("IndexName")))
         elif str(props.get("DeleteOnRemoval")) == "true":
             delete_path(endpoint_of(props), _index_path(props), session)
         return physical, {}
     if kind_of == "Pipeline":
         return put_pipeline(props, session)
     if request == "Update":
-        return update_index(props, event.get("OldResourceProperties", {}), event.get("PhysicalResourceId", ""), session)
-    return create_index(props, session)
+        old = event.get("OldResourceProperties")
+        if not isinstance(old, dict):
+            raise ResourceError(f"an Update needs OldResourceProperties, an object, not {type(old).__name__}: nothing was done")
+        return update_index(props, old, physical, session)
+    return ensure_index(props, session)
+
+
+def response_body(event: dict[str, Any], status: str, physical_id: str, reason: str = "", data: dict[str, Any] | None = None) -> bytes:
+    """The JSON CloudFormation reads, at most MAX_RESPONSE_BYTES: the reason is shortened (measured on
+    the whole UTF-8 body, so non-ASCII text counts by its bytes) until it fits."""
+    reason = reason.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate cannot be sent
+
+    def encode(text: str) -> bytes:
+        return json.dumps(
+            {
+                "Status": status,
+                "Reason": text,
+                "PhysicalResourceId": physical_id,
+                "StackId": event["StackId"],
+                "RequestId": event["RequestId"],
+                "LogicalResourceId": event["LogicalResourceId"],
+                "Data": data or {},
+            },
+            ensure_ascii=False,
+        ).encode("utf-8")
+
+    body = encode(reason)
+    if len(body) <= MAX_RESPONSE_BYTES:
+        return body
+    keep_low, keep_high = 0, len(reason)  # the longest prefix that fits, by bisection
+    while keep_low < keep_high:
+        middle = (keep_low + keep_high + 1) // 2
+        if len(encode(reason[:middle] + TRUNCATED)) <= MAX_RESPONSE_BYTES:
+            keep_low = middle
+        else:
+            keep_high = middle - 1
+    return encode(reason[:keep_low] + TRUNCATED)
 
 
 def respond(event: dict[str, Any], status: str, physical_id: str, reason: str = "", data: dict[str, Any] | None = None) -> None:
-    body = json.dumps(
-        {
-            "Status": status,
-            "Reason": reason[:MAX_REASON],
-            "PhysicalResourceId": physical_id,
-            "StackId": event["StackId"],
-            "RequestId": event["RequestId"],
-            "LogicalResourceId": event["LogicalResourceId"],
-            "Data": data or {},
-        }
-    ).encode()
+    body = response_body(event, status, physical_id, reason, data)
     request = urllib.request.Request(
         event["ResponseURL"], data=body, method="PUT", headers={"Content-Type": "", "Content-Length": str(len(body))}
     )
-    with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310 (CloudFormation's pre-signed URL)
-        response.read()  # S3 answers the PUT with an empty body; reading it completes the exchange
+    for attempt in range(1, RESPONSE_ATTEMPTS + 1):
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310 (CloudFormation's pre-signed URL)
+                response.read()  # S3 answers the PUT with an empty body; reading it completes the exchange
+            return
+        except (urllib.error.URLError, TimeoutError, ConnectionResetError, http.client.HTTPException) as error:
+            log("error", "the answer to CloudFormation was not delivered", attempt=attempt, status=status,
+                requestId=event.get("RequestId"), errorType=type(error).__name__,
+                httpStatus=getattr(error, "code", None))
+            if attempt == RESPONSE_ATTEMPTS:
+                raise
+            time.sleep(_backoff(attempt))
 
 
-def handler(event: dict[str, Any], context: Any = None, session: Any = None) -> None:
+def _where(error: BaseException) -> str:
+    """The innermost frame an error came from, as file:line (its message may hold anything)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else "unknown"
+
+
+def _check_event(event: Any) -> dict[str, Any]:
+    """The event, or MalformedEvent when no answer could reach CloudFormation (logged first)."""
+    if not isinstance(event, dict):
+        log("error", "the event is not a CloudFormation custom resource request", eventType=type(event).__name__)
+        raise MalformedEvent(
+            f"the event is {type(event).__name__}, not a CloudFormation custom resource request (a JSON object): "
+            "there is no ResponseURL to answer; invoke this function only through its custom resource"
+        )
+    missing = [name for name in RESPONSE_FIELDS if not isinstance(event.get(name), str) or not event.get(name)]
+    if missing:
+        log("error", "the event cannot be answered", missing=missing, requestType=str(event.get("RequestType")),
+            requestId=str(event.get("RequestId")))
+        raise MalformedEvent(
+            f"the event lacks {', '.join(missing)}: CloudFormation accepts an answer only at the ResponseURL, echoing "
+            "StackId, RequestId and LogicalResourceId; if CloudFormation sent it, the resource fails after its ServiceTimeout"
+        )
+    return event
+
+
+def handler(event: Any, context: Any = None, session: Any = None) -> None:
     global _deadline
-    physical = event.get("PhysicalResourceId") or f"{FAILED_CREATE}-{event.get('RequestId', '')}"
+    event = _check_event(event)
+    physical = str(event.get("PhysicalResourceId") or f"{FAILED_CREATE}-{event['RequestId']}")
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     _deadline = time.monotonic() + remaining() / 1000 - RESPONSE_RESERVE_SECONDS if callable(remaining) else None
     try:
         physical, data = handle(event, session)
     except ResourceError as error:
-        print(json.dumps({"level": "error", "message": str(error), "requestType": event.get("RequestType")}))
+        log("error", str(error), requestType=str(event.get("RequestType")), requestId=event["RequestId"])
         respond(event, "FAILED", physical, str(error))
         return
-    except Exception as error:  # anything else still answers CloudFormation, with the cause
-        print(json.dumps({"level": "error", "message": traceback.format_exc()}))
-        respond(event, "FAILED", physical, f"{type(error).__name__}: {error}")
+    except Exception as error:  # anything else still answers CloudFormation, by type and place only
+        where = _where(error)
+        log("error", "unexpected error in the search handler", errorType=type(error).__name__, where=where,
+            requestType=str(event.get("RequestType")), requestId=event["RequestId"])
+        respond(event, "FAILED", physical, f"{type(error).__name__} in the search handler at {where}; see the function's log")
         return
     respond(event, "SUCCESS", physical, "", data)
