@@ -442,23 +442,23 @@ def test_one_bad_variant_is_reported_once_not_again_as_a_missing_control():
 @pytest.mark.parametrize(
     ("call", "kind", "message"),
     [
-        (lambda e: assign(None, "u"), TypeError, "experiment=None is NoneType; pass an Experiment"),
-        (lambda e: assign(document(50, 50), "u"), TypeError, r"is dict; pass an Experiment: Experiment.from_config"),
+        (lambda e: assign(None, "u"), TypeError, "experiment is a NoneType; pass an Experiment"),
+        (lambda e: assign(document(50, 50), "u"), TypeError, r"experiment is a dict; pass an Experiment: Experiment.from_config"),
         (lambda e: build_request(e, "control", variables={"question": "q"}), TypeError,
-         "variant='control' is str; pass the Variant assign"),
+         "variant is a str; pass the Variant assign"),
         (lambda e: build_request(e, Variant("other", 50, NOVA, template="x")), ValueError,
          r"variant 'other' is not one of experiment 'support''s variants"),
         (lambda e: build_request(e, e.variant("control"), variables=["question"]), RequestError,
-         r"variables=\['question'\] is list; pass a dict"),
+         r"variables is a list; pass a dict"),
         (lambda e: build_request(e, e.variant("control"), variables={"question": None}), RequestError,
          r"variables \['question'\] are None; the prompt would say 'None'"),
         (lambda e: build_request(e, e.variant("control"), variables={"question": "q"}, request_metadata={"variant": "b"}),
          RequestError, r"request_metadata sets \['variant'\], which build_request writes itself"),
-        (lambda e: record_call(e, e.variant("control"), "u", None), TypeError, "result=None is NoneType; pass the ConverseResult"),
-        (lambda e: record_call(e, e.variant("control"), None, result()), ValueError, "unit_id=None must be a non-empty string"),
-        (lambda e: record_call(e, "control", "u", result()), TypeError, "variant='control' is str"),
-        (lambda e: record_error(e, e.variant("control"), "u", "throttled"), TypeError, "error='throttled' is str"),
-        (lambda e: record_error(e, e.variant("control"), "", RuntimeError()), ValueError, "unit_id='' must be"),
+        (lambda e: record_call(e, e.variant("control"), "u", None), TypeError, "result is a NoneType; pass the ConverseResult"),
+        (lambda e: record_call(e, e.variant("control"), None, result()), ValueError, "unit_id is a NoneType; pass a non-empty string"),
+        (lambda e: record_call(e, "control", "u", result()), TypeError, "variant is a str; pass the Variant"),
+        (lambda e: record_error(e, e.variant("control"), "u", "throttled"), TypeError, "error is a str; pass the exception"),
+        (lambda e: record_error(e, e.variant("control"), "", RuntimeError()), ValueError, "unit_id is empty; pass a non-empty string"),
         (lambda e: ExperimentSource(None), TypeError, "fetch=None must be a function"),
         (lambda e: ExperimentSource(lambda: "{}", max_age_seconds=math.inf), ValueError, "max_age_seconds=inf must be a finite"),
         (lambda e: ExperimentSource(lambda: "{}", max_age_seconds=math.nan), ValueError, "max_age_seconds=nan"),
@@ -471,6 +471,31 @@ def test_one_bad_variant_is_reported_once_not_again_as_a_missing_control():
 def test_bad_runtime_arguments_are_refused_with_what_to_pass(call, kind, message):
     with pytest.raises(kind, match=message):
         call(Experiment.from_config(document(50, 50)))
+
+
+SECRET = "card 4111 1111 1111 1111, my order 7781"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda e: build_request(e, e.variant("control"), variables=SECRET),
+        lambda e: build_request(e, e.variant("control"), variables=[SECRET]),
+        lambda e: build_request(e, e.variant("control"), variables={"question": "q"}, request_metadata=SECRET),
+        lambda e: build_request(e, SECRET, variables={"question": "q"}),
+        lambda e: assign(SECRET, "u"),
+        lambda e: record_call(e, e.variant("control"), "u", SECRET),
+        lambda e: record_error(e, e.variant("control"), "u", SECRET),
+        lambda e: record_error(e, e.variant("control"), [SECRET], RuntimeError()),
+    ],
+)
+def test_a_mistyped_argument_is_named_with_its_type_never_its_content(call):
+    """An error (and so the log line a handler writes from it) names the argument and its type: the
+    value may be a prompt or a user's data."""
+    with pytest.raises((TypeError, ValueError)) as error:
+        call(Experiment.from_config(document(50, 50)))
+    assert "4111" not in str(error.value) and "order" not in str(error.value)
+    assert " is a " in str(error.value)
 
 
 def test_a_variant_from_an_earlier_split_of_the_same_experiment_is_still_accepted(capsys):

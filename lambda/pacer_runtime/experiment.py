@@ -231,20 +231,28 @@ def _uniform(salt: str, variant: str, unit_id: str) -> float:
     return (int.from_bytes(digest, "big") + 0.5) / 2**64
 
 
+def _kind(value: Any) -> str:
+    """What a wrong argument is, by type only: its content may be a prompt or a user's data, which an
+    error (and so a log line) must not carry."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def _check_experiment(experiment: Any) -> None:
     if not isinstance(experiment, Experiment):
-        raise TypeError(f"experiment={experiment!r:.80} is {type(experiment).__name__}; pass an Experiment: "
+        raise TypeError(f"experiment is {_kind(experiment)}; pass an Experiment: "
                         "Experiment.from_config(document) or ExperimentSource(...).get()")
 
 
 def _check_unit(unit_id: Any) -> None:
     if not isinstance(unit_id, str) or not unit_id:
-        raise ValueError(f"unit_id={unit_id!r} must be a non-empty string: the user or account id assignment sticks to")
+        raise ValueError(f"unit_id is {'empty' if unit_id == '' else _kind(unit_id)}; pass a non-empty string: the user or "
+                         "account id assignment sticks to")
 
 
 def _check_variant(experiment: Experiment, variant: Any) -> None:
     if not isinstance(variant, Variant):
-        raise TypeError(f"variant={variant!r:.80} is {type(variant).__name__}; pass the Variant assign() returned "
+        raise TypeError(f"variant is {_kind(variant)}; pass the Variant assign() returned "
                         "(or experiment.variant(name))")
     if all(variant.name != v.name for v in experiment.variants):  # by name: a split change alters shares, not arms
         raise ValueError(f"variant {variant.name!r} is not one of experiment {experiment.name!r}'s variants "
@@ -308,7 +316,7 @@ def build_request(
     _check_variant(experiment, variant)
     for name, value in (("variables", variables), ("request_metadata", request_metadata)):
         if value is not None and not isinstance(value, Mapping):
-            raise RequestError(f"{name}={value!r:.80} is {type(value).__name__}; pass a dict of name to text")
+            raise RequestError(f"{name} is {_kind(value)}; pass a dict of name to text")
     variables = dict(variables or {})
     reserved = sorted(RESERVED_METADATA & set(request_metadata or {}))
     if reserved:
@@ -360,7 +368,7 @@ def record_call(
     _check_variant(experiment, variant)
     _check_unit(unit_id)
     if result is None or not hasattr(result, "latency_ms"):
-        raise TypeError(f"result={result!r:.80} is {type(result).__name__}; pass the ConverseResult converse() returned")
+        raise TypeError(f"result is {_kind(result)}; pass the ConverseResult converse() returned")
     properties: dict[str, Any] = {"Unit": unit_key(experiment, unit_id)}
     service_ms = getattr(result, "service_latency_ms", None)
     if service_ms is not None:
@@ -388,7 +396,7 @@ def record_error(
     _check_variant(experiment, variant)
     _check_unit(unit_id)
     if not isinstance(error, BaseException):
-        raise TypeError(f"error={error!r:.80} is {type(error).__name__}; pass the exception the call raised")
+        raise TypeError(f"error is {_kind(error)}; pass the exception the call raised")
     response = getattr(error, "response", None) or {}
     code = (response.get("Error") or {}).get("Code") or type(error).__name__
     metrics.emit_call_error(
