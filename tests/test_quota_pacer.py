@@ -3,15 +3,24 @@ and how it composes with Converse, call_with_backoff and run_side_by_side (botoc
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import socket
 import threading
+import time
 from functools import partial
 
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
 from botocore.stub import Stubber
 from genai_pacer import planning
 from genai_pacer.quota import PACER_ENVIRONMENT
@@ -40,9 +49,21 @@ def pacer(clock: FakeClock, tpm: float = 10_000, **options) -> QuotaPacer:
     return QuotaPacer(tpm, clock=clock, poll_seconds=0.005, **options)
 
 
+GUARD_SECONDS = 30  # how long a test waits for a thread before it fails: a guard against a hang, not a measurement
+
+
 def finished(thread: threading.Thread) -> bool:
-    thread.join(timeout=30)  # a guard against a hang, not a measurement
+    thread.join(timeout=GUARD_SECONDS)
     return not thread.is_alive()
+
+
+def wait_until(condition, what: str) -> None:
+    """Poll until `condition()` holds; fail (instead of hanging the suite) if it never does."""
+    deadline = time.monotonic() + GUARD_SECONDS
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what} after {GUARD_SECONDS} s: the pacer hangs")
+        threading.Event().wait(0.001)
 
 
 # --- the arithmetic ------------------------------------------------------------------------------
@@ -169,14 +190,12 @@ def test_calls_are_admitted_in_arrival_order():
     ledger = pacer(clock)
     ledger.admit(6_000)
     order: list[str] = []
-    big = threading.Thread(target=lambda: (ledger.admit(9_000), order.append("big")))
+    big = threading.Thread(daemon=True, target=lambda: (ledger.admit(9_000), order.append("big")))
     big.start()
-    while ledger.stats().waiting < 1:
-        threading.Event().wait(0.001)
-    small = threading.Thread(target=lambda: (ledger.admit(1_000), order.append("small")))
+    wait_until(lambda: ledger.stats().waiting >= 1, "the big call to wait")
+    small = threading.Thread(daemon=True, target=lambda: (ledger.admit(1_000), order.append("small")))
     small.start()
-    while ledger.stats().waiting < 2:
-        threading.Event().wait(0.001)
+    wait_until(lambda: ledger.stats().waiting >= 2, "the small call to queue behind it")
     assert order == []  # the small one would fit (7,000) but waits behind the big one
     clock.advance(61)
     assert finished(big) and finished(small)
@@ -208,6 +227,19 @@ def test_a_throttle_lowers_the_limit_once_per_round_and_settlement_restores_it()
     assert ledger.limit_tpm == 100_000  # never above the share
 
 
+def test_the_last_call_admitted_before_a_decrease_brings_the_same_news_and_the_first_after_new_news():
+    """At the boundary of a round: the call admitted just before the decrease saw the old limit (its
+    throttle lowers nothing more); the first one admitted after it saw the new limit (it does)."""
+    ledger = pacer(FakeClock(), tpm=100_000)
+    first, last_before = ledger.admit(1_000), ledger.admit(1_000)
+    first.throttled()
+    assert ledger.limit_tpm == 70_000
+    last_before.throttled()
+    assert (ledger.limit_tpm, ledger.stats().decreases) == (70_000, 1)
+    ledger.admit(1_000).throttled()  # the first call admitted under 70,000
+    assert (ledger.limit_tpm, ledger.stats().decreases) == (49_000, 2)
+
+
 def test_the_limit_never_falls_below_min_fraction():
     ledger = pacer(FakeClock(), tpm=100_000, min_fraction=0.2)
     for _ in range(10):
@@ -219,11 +251,101 @@ def test_a_ticket_ends_once():
     ledger = pacer(FakeClock())
     ticket = ledger.admit(100)
     ticket.settle(input_tokens=10, output_tokens=10)
-    for end in (partial(ticket.settle, input_tokens=1, output_tokens=1), ticket.throttled, ticket.release):
+    for end in (partial(ticket.settle, input_tokens=1, output_tokens=1), partial(ticket.settle, input_tokens=None,
+                output_tokens=1), ticket.throttled, ticket.release):
         with pytest.raises(RuntimeError, match="already settled, throttled or released"):
             end()
-    with pytest.raises(ValueError, match=r"output_tokens=-1: usage counts are whole numbers"):
-        ledger.admit(100).settle(input_tokens=1, output_tokens=-1)
+
+
+# --- what a caller gives it ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda q: q.reserve(-500, 1_000), "input_tokens=-500"),  # used to admit a hold of 500
+        (lambda q: q.reserve("5", 100), "input_tokens='5'"),
+        (lambda q: q.reserve(10, 0), "max_tokens=0"),
+        (lambda q: q.reserve(10, True), "max_tokens=True"),
+        (lambda q: q.reserve(10, 2.5), "max_tokens=2.5"),
+        (lambda q: q.reserve(10, 100, cache_read_tokens=-1), "cache_read_tokens=-1"),
+        (lambda q: q.reserve(10, 100, cache_write_tokens=None), "cache_write_tokens=None"),
+        (lambda q: q.reserve(10, 100, max_wait_seconds=math.nan), "max_wait_seconds=nan"),
+        (lambda q: q.admit(100, max_wait_seconds=math.nan), "max_wait_seconds=nan"),  # used to mean no deadline
+        (lambda q: q.admit(100, max_wait_seconds=-1), "max_wait_seconds=-1"),
+        (lambda q: q.admit(100, max_wait_seconds="5"), "max_wait_seconds='5'"),
+        (lambda q: q.admit(100, start_by=math.nan), "start_by=nan"),
+        (lambda q: q.admit(100, start_by=math.inf), "start_by=inf"),
+        (lambda q: q.converse(object(), {**REQUEST, "inferenceConfig": {"maxTokens": True}}),
+         "inferenceConfig.maxTokens=True"),  # used to reserve one token
+        (lambda q: q.converse(object(), {**REQUEST, "inferenceConfig": {"maxTokens": 0}}), "inferenceConfig.maxTokens=0"),
+        (lambda q: q.converse(object(), {**REQUEST, "inferenceConfig": {"maxTokens": "200"}}),
+         "inferenceConfig.maxTokens='200'"),
+    ],
+)
+def test_bad_call_arguments_are_refused_by_name_and_hold_nothing(call, message):
+    ledger = pacer(FakeClock(), tpm=100_000, max_wait_seconds=5)
+    with pytest.raises(ValueError) as error, call(ledger):
+        pass
+    assert message in str(error.value)
+    stats = ledger.stats()
+    assert (stats.admitted, stats.held_tokens, stats.waiting) == (0, 0, 0)
+
+
+def test_a_clock_that_steps_back_is_taken_as_no_time_passing():
+    """The window keeps each charge's age: a step back of 15 minutes no longer blocks the share for
+    15 minutes plus the window."""
+    clock = FakeClock()
+    clock.now = 1_000.0
+    ledger = pacer(clock)
+    ledger.admit(9_000)
+    clock.now = 100.0  # stepped back 900 s
+    ledger.stats()  # the pacer reads the clock (a waiting call polls it every poll_seconds)
+    clock.advance(30)
+    with pytest.raises(AdmissionRejected) as rejected:
+        ledger.admit(9_000, max_wait_seconds=0)
+    assert rejected.value.earliest_start_seconds == pytest.approx(30.5)  # 60.5 s after the charge started
+    clock.advance(31)
+    ledger.admit(9_000, max_wait_seconds=0)
+    assert ledger.stats().clock_steps_back == 1
+
+
+@pytest.mark.parametrize("reading", [math.nan, math.inf, None, "12"])
+def test_a_clock_that_is_not_a_number_fails_the_call_instead_of_holding_forever(reading):
+    clock = FakeClock()
+    ledger = pacer(clock)
+    ledger.admit(9_000)
+    clock.now = reading  # type: ignore[assignment]
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            ledger.admit(9_000, max_wait_seconds=1)
+        except BaseException as error:  # the outcome under test, whatever it is
+            errors.append(error)
+
+    caller = threading.Thread(daemon=True, target=call)
+    caller.start()
+    assert finished(caller), "a clock that is not a number made admit wait forever"
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+    assert f"clock() returned {reading!r}, not a finite number of seconds" in str(errors[0])
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [{"input_tokens": None, "output_tokens": 80}, {"input_tokens": 300, "output_tokens": -5},
+     {"input_tokens": 300, "output_tokens": 1.5}, {"input_tokens": 300, "output_tokens": 80, "cache_read_tokens": "x"}],
+)
+def test_usage_that_cannot_be_accounted_keeps_the_hold_and_is_counted(usage, capsys):
+    ledger = pacer(FakeClock())
+    ticket = ledger.admit(900)
+    assert ticket.settle(**usage) == 900  # the hold stays as the charge; nothing is raised
+    stats = ledger.stats()
+    assert (stats.unaccounted, stats.settled_calls, stats.held_tokens) == (1, 0, 900)
+    line = json.loads(capsys.readouterr().out)
+    assert line["level"] == "WARNING" and line["held_tokens"] == 900
+    assert set(line["usage_problem"]) == {name for name, value in usage.items()
+                                          if not isinstance(value, int) or value < 0}
 
 
 def test_release_frees_the_hold_without_adapting():
@@ -241,10 +363,9 @@ def test_a_waiting_call_starts_when_room_frees_before_its_deadline():
     ledger.admit(8_000)
     clock.advance(30)
     admitted: list[object] = []
-    waiter = threading.Thread(target=lambda: admitted.append(ledger.admit(5_000, max_wait_seconds=31)))
+    waiter = threading.Thread(daemon=True, target=lambda: admitted.append(ledger.admit(5_000, max_wait_seconds=31)))
     waiter.start()
-    while ledger.stats().waiting < 1:
-        threading.Event().wait(0.001)
+    wait_until(lambda: ledger.stats().waiting >= 1, "the call to wait")
     clock.advance(31)  # t=61: the first charge left at 60.5
     assert finished(waiter)
     assert len(admitted) == 1 and ledger.stats().rejected_at_once == 0
@@ -265,10 +386,9 @@ def test_a_call_whose_prediction_turns_out_wrong_is_rejected_late_never_started_
         except AdmissionRejected as error:
             errors.append(error)
 
-    waiter = threading.Thread(target=wait)
+    waiter = threading.Thread(daemon=True, target=wait)
     waiter.start()
-    while ledger.stats().waiting < 1:
-        threading.Event().wait(0.001)
+    wait_until(lambda: ledger.stats().waiting >= 1, "the call to wait")
     second.settle(input_tokens=1_000, output_tokens=1_600)  # settles at 9,000: now 90.5 at the earliest
     assert finished(waiter)
     assert len(errors) == 1 and errors[0].late is True
@@ -332,10 +452,11 @@ def test_64_threads_share_one_pacer_without_breaking_the_ledger():
             with lock:
                 outcomes.append(kind)
 
-    workers = [threading.Thread(target=work, args=(seed,)) for seed in range(threads)]
+    workers = [threading.Thread(daemon=True, target=work, args=(seed,)) for seed in range(threads)]
     for worker in workers:
         worker.start()
-    while any(worker.is_alive() for worker in workers):
+    deadline = time.monotonic() + GUARD_SECONDS
+    while any(worker.is_alive() for worker in workers) and time.monotonic() < deadline:
         clock.advance(10)
         threading.Event().wait(0.005)
     assert all(finished(worker) for worker in workers)
@@ -516,3 +637,136 @@ def test_the_pacers_ledger_holds_what_the_emulators_holds_after_real_calls():
     assert (answered, throttled) == (7, 3)
     assert ledger.stats().throttled == throttled
     assert ledger.stats().held_tokens == held == answered * 700
+
+
+# --- faults: a call Bedrock never saw, a call it may have seen, an answer without usage --------------
+
+
+class FaultyEndpoint:
+    """A loopback HTTP endpoint that reads each request whole, then (by `behaviour`) closes the
+    connection without a word ("drop"), never answers ("hang"), or answers 200 with `body`."""
+
+    def __init__(self, behaviour: str, body: dict | None = None) -> None:
+        self.behaviour, self.body, self.requests = behaviour, body, 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self._connections: list[socket.socket] = []
+        self._closed = threading.Event()
+        self._thread = threading.Thread(daemon=True, target=self._serve)
+
+    def __enter__(self) -> FaultyEndpoint:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closed.set()
+        self._thread.join(timeout=GUARD_SECONDS)
+        for connection in [*self._connections, self._listener]:
+            connection.close()
+
+    def client(self, **config):
+        return boto3.client("bedrock-runtime", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x",
+                            endpoint_url=f"http://127.0.0.1:{self._listener.getsockname()[1]}",
+                            config=Config(retries={"total_max_attempts": 1}, **config))
+
+    def _serve(self) -> None:
+        while not self._closed.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            self._connections.append(connection)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += connection.recv(65_536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+            while len(body) < length:
+                body += connection.recv(65_536)
+            self.requests += 1
+            if self.behaviour == "drop":
+                connection.close()
+            elif self.behaviour == "answer":
+                payload = json.dumps(self.body).encode()
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                   + f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: connecting is refused."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        return listener.getsockname()[1]
+
+
+def emulated_haiku():
+    from genai_pacer.testing.emulator import BedrockEmulator, ModelSpec
+
+    return BedrockEmulator([ModelSpec(MODEL, tpm_quota=1_000_000, ttft_seconds=0.001, output_tokens_per_second=100_000,
+                                      jitter=0, answer_tokens=20)])
+
+
+BIG = {**REQUEST, "inferenceConfig": {"maxTokens": 600}}  # holds 300 + 600: a 1,000 TPM share has room for one
+
+
+def refused_client(bedrock):
+    return boto3.client("bedrock-runtime", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x",
+                        endpoint_url=f"http://127.0.0.1:{closed_port()}", config=Config(retries={"total_max_attempts": 1}))
+
+
+def connect_timeout_client(bedrock):
+    """The emulator's client, whose connection times out before the request is sent (botocore's own
+    error, raised where its HTTP session raises it)."""
+    client = bedrock.client(retries={"total_max_attempts": 1})
+
+    def time_out(request, **_):
+        raise ConnectTimeoutError(endpoint_url=request.url)
+
+    client.meta.events.register("before-send.bedrock-runtime.Converse", time_out)
+    return client
+
+
+@pytest.mark.parametrize(("make_client", "error_type"), [(refused_client, EndpointConnectionError),
+                                                          (connect_timeout_client, ConnectTimeoutError)])
+def test_a_call_that_never_reached_bedrock_frees_its_hold_at_once(make_client, error_type):
+    ledger = pacer(FakeClock(), tpm=1_000, max_wait_seconds=0)
+    with emulated_haiku() as bedrock:
+        with pytest.raises(error_type):
+            ledger.converse(make_client(bedrock), BIG)
+        assert bedrock.invocations == [] and ledger.stats().held_tokens == 0
+        # the next call starts at once instead of being rejected for the next 60 s
+        result = ledger.converse(bedrock.client(retries={"total_max_attempts": 1}), BIG)
+        assert result.text and len(bedrock.invocations) == 1
+    stats = ledger.stats()
+    assert (stats.released, stats.settled_calls, stats.rejected_at_once) == (1, 1, 0)
+
+
+@pytest.mark.parametrize(("behaviour", "config", "error_type"), [("drop", {}, ConnectionClosedError),
+                                                                  ("hang", {"read_timeout": 0.2}, ReadTimeoutError)])
+def test_a_call_bedrock_may_have_seen_keeps_its_hold(behaviour, config, error_type):
+    """The request was sent: Bedrock may have reserved (and charged) it, so the share keeps the hold."""
+    ledger = pacer(FakeClock(), tpm=1_000, max_wait_seconds=0)
+    with FaultyEndpoint(behaviour) as endpoint:
+        with pytest.raises(error_type):
+            ledger.converse(endpoint.client(**config), BIG)
+        assert endpoint.requests == 1
+    assert ledger.stats().held_tokens == 900 and ledger.stats().released == 0
+    with pytest.raises(AdmissionRejected) as rejected:
+        ledger.converse(object(), BIG)
+    assert rejected.value.earliest_start_seconds == pytest.approx(60.5)
+
+
+ANSWER = {"output": {"message": {"role": "assistant", "content": [{"text": "an answer"}]}}, "stopReason": "end_turn",
+          "metrics": {"latencyMs": 5}}
+
+
+@pytest.mark.parametrize("usage", [{"inputTokens": 300, "outputTokens": -5, "totalTokens": 295}, None],
+                         ids=["negative", "missing"])
+def test_an_answer_whose_usage_cannot_be_accounted_is_returned_and_keeps_its_hold(usage, capsys):
+    ledger = pacer(FakeClock(), tpm=1_000)
+    body = ANSWER if usage is None else {**ANSWER, "usage": usage}
+    with FaultyEndpoint("answer", body) as endpoint:
+        result = ledger.converse(endpoint.client(), BIG)
+    assert result.text == "an answer"
+    stats = ledger.stats()
+    assert (stats.unaccounted, stats.settled_calls, stats.held_tokens) == (1, 0, 900)
+    assert "usage not accounted" in capsys.readouterr().out

@@ -22,6 +22,13 @@ fits the share:
 - Conservative in flight: while a call runs it holds input + max_tokens x burndown, the most it can
   settle to. That covers both readings of Bedrock's reservation (max_tokens with or without the
   burndown) and a settlement Bedrock makes before the response reaches the client.
+- Failures: a call that never reached Bedrock (no connection could be made: NEVER_SENT) frees its
+  hold at once; any other error keeps it until the window forgets it, because Bedrock may have
+  charged the call (a read timeout or a dropped connection happens after the request was sent).
+  An answer whose usage cannot be accounted (missing or negative counts) is still returned: its
+  hold stays as its charge, and stats().unaccounted counts it (with a log line).
+- Arguments are checked (token counts, maxTokens, deadlines, the clock's readings) and refused with
+  the argument's name; a clock that steps back is taken as no time passing, never as a longer wait.
 
 Use one pacer per model quota per process, shared by every thread. With bedrock_client, set
 max_attempts=1: each SDK retry would be a new reservation the pacer never admitted; retry through
@@ -43,11 +50,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .bedrock import ConverseResult, converse, converse_stream, is_throttle
+from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ProxyConnectionError
 
-__all__ = ["AdmissionRejected", "PacerStats", "QuotaPacer", "Ticket", "estimate_input_tokens"]
+from .bedrock import ConverseResult, converse, converse_stream, is_throttle
+from .structured_log import log
+
+__all__ = ["NEVER_SENT", "AdmissionRejected", "PacerStats", "QuotaPacer", "Ticket", "estimate_input_tokens"]
 
 WINDOW_SECONDS = 60.0
+#: Errors raised before a request left the client, so Bedrock never saw (or charged) it. botocore's
+#: URLLib3Session.send (botocore/httpsession.py) raises them when no connection could be made:
+#: EndpointConnectionError for urllib3's NewConnectionError or a DNS failure, ConnectTimeoutError for
+#: a connect timeout, ProxyConnectionError when the proxy refused. ReadTimeoutError and
+#: ConnectionClosedError come after the request was sent: Bedrock may have charged those calls.
+#: With SDK retries on, the error is the last attempt's: an earlier attempt may have been sent, which
+#: is one more reason to build the client with max_attempts=1 and retry through the pacer.
+NEVER_SENT: tuple[type[Exception], ...] = (EndpointConnectionError, ConnectTimeoutError, ProxyConnectionError)
 #: The environment variables genai_pacer.quota.ModelQuota.pacer_environment sets.
 ENVIRONMENT = ("GENAI_PACER_TPM", "GENAI_PACER_RPM", "GENAI_PACER_BURNDOWN")
 
@@ -75,6 +93,9 @@ class PacerStats:
     throttled: int
     decreases: int
     settled_calls: int
+    released: int  # calls that never reached Bedrock (or a caller's release()): their holds were freed
+    unaccounted: int  # answers whose usage could not be read: each kept its hold as its charge
+    clock_steps_back: int  # times the clock read earlier than before (taken as no time passing)
     settled_tokens: float
     limit_tpm: float
     held_tokens: float
@@ -114,7 +135,13 @@ class Ticket:
 
     def settle(self, *, input_tokens: int, output_tokens: int, cache_write_tokens: int = 0,
                cache_read_tokens: int = 0) -> float:
-        """Record the usage Bedrock reported; returns the settled charge (input + cache writes + output x burndown)."""
+        """Record the usage Bedrock reported; returns the settled charge (input + cache writes + output x burndown).
+
+        Usage that is not whole numbers >= 0 (None, negative: a response the SDK parsed without
+        counts) cannot be accounted: the hold stays as the charge (returned), stats().unaccounted
+        counts it and a warning is logged. It never raises for the usage: the answer is the
+        caller's to keep.
+        """
         return self._pacer._settle(self, input_tokens, output_tokens, cache_write_tokens, cache_read_tokens)
 
     def throttled(self) -> None:
@@ -122,7 +149,7 @@ class Ticket:
         self._pacer._throttled(self)
 
     def release(self) -> None:
-        """The call never reached Bedrock (it failed before sending): free its hold."""
+        """The call never reached Bedrock (it failed before sending, e.g. one of NEVER_SENT): free its hold."""
         self._pacer._release(self)
 
 
@@ -147,7 +174,9 @@ class QuotaPacer:
         time the request takes to reach Bedrock (which starts its clock later). Default: 0.5.
     chars_per_token: for estimating input tokens from text before the call; corrected by the
         settled usage as calls return. Default: 4.
-    clock: a monotonic clock in seconds. Default: time.monotonic. poll_seconds: the longest a
+    clock: a monotonic clock in seconds. Default: time.monotonic. A reading earlier than the last
+        is taken as no time passing (charges keep their age instead of waiting out the step); a
+        reading that is not a finite number raises RuntimeError. poll_seconds: the longest a
         waiting call sleeps before it looks at the clock again. Default: 0.25.
     """
 
@@ -206,8 +235,10 @@ class QuotaPacer:
         self._decreased_at_seq = 0
         self._input_ratio = 1.0  # actual / estimated prompt tokens, learned from settlements
         self._counts = {"admitted": 0, "rejected_at_once": 0, "rejected_late": 0, "throttled": 0, "decreases": 0,
-                        "settled_calls": 0}
+                        "settled_calls": 0, "released": 0, "unaccounted": 0, "clock_steps_back": 0}
         self._settled_tokens = 0.0
+        self._clock_offset = 0.0  # added to every reading, so the pacer's time never steps back
+        self._last_now = -math.inf
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> QuotaPacer:
@@ -233,6 +264,14 @@ class QuotaPacer:
     def reservation(self, input_tokens: int, max_tokens: int, *, cache_write_tokens: int = 0,
                     cache_read_tokens: int = 0) -> int:
         """What a call holds while it runs: its prompt + max_tokens (x burndown when hold_output_burndown)."""
+        counts = {"input_tokens": input_tokens, "cache_write_tokens": cache_write_tokens,
+                  "cache_read_tokens": cache_read_tokens}
+        bad = [f"{name}={value!r}" for name, value in counts.items() if not _is_int(value) or value < 0]
+        if not _is_int(max_tokens) or max_tokens < 1:
+            bad.append(f"max_tokens={max_tokens!r}")
+        if bad:
+            raise ValueError(f"QuotaPacer.reservation: {', '.join(bad)}: token counts are whole numbers >= 0 and "
+                             "max_tokens >= 1 (a smaller count would shrink the hold below what Bedrock reserves)")
         output = max_tokens * self.burndown if self.hold_output_burndown else max_tokens
         return input_tokens + cache_write_tokens + cache_read_tokens + math.ceil(output)
 
@@ -264,16 +303,23 @@ class QuotaPacer:
                 "give the share more TPM")
         if max_wait_seconds is not None and start_by is not None:
             raise ValueError("pass max_wait_seconds or start_by, not both: one deadline per call")
-        now = self.clock()
-        wait = self.max_wait_seconds if max_wait_seconds is None else max_wait_seconds
-        deadline = start_by if start_by is not None else (None if wait is None else now + wait)
+        problems = _bounded("max_wait_seconds", max_wait_seconds, 0, math.inf, "seconds the call may wait, or None",
+                            optional=True, infinite=True)
+        if start_by is not None and (not _is_number(start_by) or not math.isfinite(start_by)):
+            problems.append(f"start_by={start_by!r} must be a finite clock() time, or None")
+        if problems:
+            raise ValueError("QuotaPacer.admit: " + "; ".join(problems))
         waiter = _Waiter(reservation)
         with self._cond:
+            now = self._now()
+            wait = self.max_wait_seconds if max_wait_seconds is None else max_wait_seconds
+            # start_by is in the clock's own terms; the offset carries it into the pacer's time
+            deadline = start_by + self._clock_offset if start_by is not None else (None if wait is None else now + wait)
             self._waiters.append(waiter)
             waited = False
             try:
                 while True:
-                    now = self.clock()
+                    now = self._now()
                     self._expire(now)
                     if self._waiters[0] is waiter and self._fits(reservation):
                         return self._admit(waiter, now)
@@ -297,17 +343,21 @@ class QuotaPacer:
                 max_wait_seconds: float | None = None, start_by: float | None = None) -> Iterator[Ticket]:
         """Admit one call for the body of a with block; settle the ticket inside it.
 
-        A throttle raised from the block ends the ticket as throttled; any other error keeps the
-        hold (Bedrock may have charged the call) and propagates.
+        A throttle raised from the block ends the ticket as throttled; an error of NEVER_SENT (the
+        request never left the client) releases it; any other error keeps the hold (Bedrock may
+        have charged the call) and propagates.
         """
         reserved = self.reservation(input_tokens, max_tokens, cache_write_tokens=cache_write_tokens,
                                     cache_read_tokens=cache_read_tokens)
         ticket = self.admit(reserved, max_wait_seconds=max_wait_seconds, start_by=start_by)
         try:
             yield ticket
-        except BaseException as error:
-            if not ticket.done and isinstance(error, Exception) and is_throttle(error):
-                ticket.throttled()
+        except Exception as error:
+            if not ticket.done:
+                if is_throttle(error):
+                    ticket.throttled()
+                elif isinstance(error, NEVER_SENT):
+                    ticket.release()
             raise
 
     def converse(self, client: Any, request: Mapping[str, Any], *, stream: bool = False,
@@ -318,7 +368,11 @@ class QuotaPacer:
         the throttle itself when Bedrock throttles (retry with call_with_backoff: each attempt is
         admitted again).
         """
-        max_tokens = (request.get("inferenceConfig") or {}).get("maxTokens") or self.model_max_tokens
+        max_tokens = (request.get("inferenceConfig") or {}).get("maxTokens")
+        if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
+            raise ValueError(f"QuotaPacer.converse: inferenceConfig.maxTokens={max_tokens!r} must be a whole number >= 1 "
+                             "(Bedrock refuses anything else, and it sizes the reservation)")
+        max_tokens = max_tokens or self.model_max_tokens
         if max_tokens is None:
             raise ValueError(
                 "QuotaPacer.converse: the request sets no inferenceConfig.maxTokens, so Bedrock reserves the model's "
@@ -330,8 +384,13 @@ class QuotaPacer:
         with self.reserve(estimate, max_tokens, max_wait_seconds=max_wait_seconds, start_by=start_by) as ticket:
             ticket.text_estimate = raw  # the settlement then corrects the characters-per-token guess
             result = (converse_stream if stream else converse)(client, request)
-            ticket.settle(input_tokens=result.input_tokens, output_tokens=result.output_tokens,
-                          cache_write_tokens=result.cache_write_tokens, cache_read_tokens=result.cache_read_tokens)
+            if result.input_tokens == result.cache_write_tokens == result.cache_read_tokens == 0:
+                # Every Converse request sends at least one prompt token, so no prompt tokens at all
+                # means the usage was not reported (a stream without its metadata event).
+                self._keep_hold(ticket, {"prompt_tokens": 0})
+            else:
+                ticket.settle(input_tokens=result.input_tokens, output_tokens=result.output_tokens,
+                              cache_write_tokens=result.cache_write_tokens, cache_read_tokens=result.cache_read_tokens)
             return result
 
     # --- reading ---------------------------------------------------------------------------------
@@ -344,13 +403,27 @@ class QuotaPacer:
 
     def stats(self) -> PacerStats:
         with self._cond:
-            self._expire(self.clock())
+            self._expire(self._now())
             return PacerStats(
                 **self._counts, settled_tokens=self._settled_tokens, limit_tpm=self._limit, held_tokens=self._held,
                 in_window=len(self._charges), waiting=len(self._waiters),
             )
 
     # --- internals (called with the lock held unless they take it) ------------------------------
+
+    def _now(self) -> float:
+        """The pacer's time: the clock's reading, moved forward by any step back seen so far."""
+        reading = self.clock()
+        if not _is_number(reading) or not math.isfinite(reading):
+            raise RuntimeError(f"QuotaPacer: clock() returned {reading!r}, not a finite number of seconds: pass a "
+                               "monotonic clock such as time.monotonic")
+        now = reading + self._clock_offset
+        if now < self._last_now:
+            self._clock_offset += self._last_now - now
+            self._counts["clock_steps_back"] += 1
+            now = self._last_now
+        self._last_now = now
+        return now
 
     def _expire(self, now: float) -> None:
         horizon = now - self.window_seconds - self.expiry_margin_seconds
@@ -434,14 +507,15 @@ class QuotaPacer:
                 cache_read_tokens: int) -> float:
         usage = {"input_tokens": input_tokens, "output_tokens": output_tokens,
                  "cache_write_tokens": cache_write_tokens, "cache_read_tokens": cache_read_tokens}
-        bad = [f"{name}={value!r}" for name, value in usage.items() if not _is_int(value) or value < 0]
+        bad = {name: type(value).__name__ if not _is_number(value) else value
+               for name, value in usage.items() if not _is_int(value) or value < 0}
         if bad:
-            raise ValueError(f"Ticket.settle: {', '.join(bad)}: usage counts are whole numbers >= 0 (Bedrock's usage)")
-        settled = self.settlement(input_tokens, output_tokens, cache_write_tokens=cache_write_tokens)
+            return self._keep_hold(ticket, bad)
         with self._cond:
             if not self._end(ticket):
                 raise RuntimeError("Ticket.settle: this ticket is already settled, throttled or released")
             charge = ticket._charge
+            settled = self.settlement(input_tokens, output_tokens, cache_write_tokens=cache_write_tokens)
             if not charge.expired:  # still counted in its window, as Bedrock does
                 self._held += settled - charge.tokens
             charge.tokens = settled
@@ -453,6 +527,18 @@ class QuotaPacer:
                 self._input_ratio += 0.2 * (prompt / ticket.text_estimate - self._input_ratio)
             self._cond.notify_all()
         return settled
+
+    def _keep_hold(self, ticket: Ticket, problem: Mapping[str, Any]) -> float:
+        """End a ticket whose usage cannot be accounted: its hold stays as its charge (it covers what
+        Bedrock settles while the pacer holds max_tokens x burndown), counted and logged."""
+        with self._cond:
+            if not self._end(ticket):
+                raise RuntimeError("Ticket.settle: this ticket is already settled, throttled or released")
+            self._counts["unaccounted"] += 1
+            held = ticket._charge.tokens
+        log("WARNING", "QuotaPacer: usage not accounted; the call keeps its hold as its charge",
+            usage_problem=dict(problem), held_tokens=held)
+        return held
 
     def _drop(self, ticket: Ticket) -> None:
         charge = ticket._charge
@@ -481,6 +567,7 @@ class QuotaPacer:
             if not self._end(ticket):
                 raise RuntimeError("Ticket.release: this ticket is already settled, throttled or released")
             self._drop(ticket)
+            self._counts["released"] += 1
 
 
 def estimate_input_tokens(request: Mapping[str, Any], *, chars_per_token: float = 4.0) -> int:
