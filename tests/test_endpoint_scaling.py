@@ -715,10 +715,17 @@ def test_the_execution_role_reads_only_the_weights_pulls_only_the_image_and_logs
     assert joined(statements[("logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams")]["Resource"]) == (
         f"{group}:log-stream:*"
     )
-    assert statements[("ecr:GetAuthorizationToken", "cloudwatch:PutMetricData")]["Resource"] == "*"
-    assert len(statements) == 6
+    assert statements[("ecr:GetAuthorizationToken",)]["Resource"] == "*"
+    # metrics under SageMaker's own namespaces only (issue 27), not into any application's namespace
+    metrics = statements[("cloudwatch:PutMetricData",)]
+    assert (metrics["Resource"], metrics["Condition"]) == ("*", {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}})
+    assert len(statements) == 7
     (role,) = resources(template, "AWS::IAM::Role").values()
-    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    # SageMaker acting for this account and Region only (SageMaker's confused-deputy guidance for inference)
+    assert {k: {c: joined(v) for c, v in cond.items()} for k, cond in trust["Condition"].items()} == {
+        "ArnLike": {"aws:SourceArn": "arn:<AWS::Partition>:sagemaker:us-east-1:111122223333:*"}}
     assert "ManagedPolicyArns" not in role["Properties"]
 
 
@@ -762,6 +769,26 @@ def test_an_ebs_instance_type_gets_a_rotating_volume_key_and_an_archive_uses_mod
     s3_statements = [s for s in policy_statements(template) if str(s["Action"]).startswith("s3:")]
     assert [joined(s["Resource"]) for s in s3_statements] == ["arn:<AWS::Partition>:s3:::my-models/models/llama.tar.gz"]
     assert endpoint.volume_key is not None
+    # SageMaker attaches the volume through a grant: for an AWS resource only (issue 27)
+    grants = [s for s in policy_statements(template) if s["Action"] == "kms:CreateGrant"]
+    assert [(g["Resource"], g["Condition"]) for g in grants] == [
+        ({"Fn::GetAtt": [key_id, "Arn"]}, {"Bool": {"kms:GrantIsForAWSResource": True}})]
+    key_use = next(s for s in policy_statements(template) if "kms:Decrypt" in s["Action"])
+    assert "kms:CreateGrant" not in key_use["Action"] and "Condition" not in key_use
+
+
+def test_a_volume_key_for_local_nvme_storage_is_passed_on_with_a_warning_that_it_does_not_cover_it():
+    """SageMaker's API model: the key does not encrypt instance local storage (aws-cdk-lib 2.275's
+    docs say the call fails; the service's own model decides, the warning names both)."""
+    stack = new_stack()
+    key = kms.Key(stack, "Mine", enable_key_rotation=True)
+    endpoint = llm(stack, volume_encryption_key=key)  # ml.g5.2xlarge: local NVMe
+    template = template_of(stack).to_json()
+    (key_id,) = resources(template, "AWS::KMS::Key")
+    assert only(template, "AWS::SageMaker::EndpointConfig")["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    assert endpoint.volume_key is key
+    Annotations.from_stack(stack).has_warning("/Test/Llm", Match.string_like_regexp(
+        "ml.g5.2xlarge has local NVMe storage.*does not encrypt instance local storage.*if the deploy fails there, drop the key"))
 
 
 def test_an_inference_component_carries_the_startup_timeouts_and_the_configs_role():
@@ -855,7 +882,6 @@ def test_a_kms_encrypted_bucket_lets_the_role_decrypt_its_weights():
         (dict(model_data_download_timeout=900), "model_data_download_timeout=900 is an int; pass a cdk.Duration"),
         (dict(model_data_download_timeout=cdk.Duration.millis(90_500)), "is not whole seconds"),
         (dict(inference_component={"min_memory_mb": 1}), "inference_component=.* is a dict; pass InferenceComponentOptions"),
-        (dict(volume_encryption_key=kms.Key(SCRATCH, "K1")), "ml.g5.2xlarge has local NVMe storage.*CreateEndpointConfig fails"),
         (dict(volume_encryption_key="alias/x", instance_type="ml.p3.2xlarge"), "volume_encryption_key='alias/x' is a str"),
         (dict(endpoint_name="llm_endpoint"), "endpoint_name='llm_endpoint' is not a SageMaker name"),
         (dict(endpoint_name="x" * 64), "endpoint_name has 64 characters; at most 63"),
@@ -1061,3 +1087,18 @@ def test_every_lead_time_in_the_reference_arithmetic_is_a_whole_minute():
     for seconds in (59, 60, 601, 899.5, 7_200):
         assert cdk.Duration.minutes(capacity.lead_time(seconds).minutes).to_seconds() >= seconds
     assert timedelta(minutes=capacity.lead_time(600).minutes) == timedelta(minutes=13)
+
+
+def test_weights_under_a_prefix_of_a_bucket_in_the_same_stack_pass_nag_and_a_users_own_wildcard_still_fails():
+    """Issue 23: the library's prefix grant is acknowledged on exactly that statement, whatever form the
+    bucket's ARN takes (a same-stack bucket flattens to <Weights...Arn>/mistral-7b/*)."""
+    def build(stack):
+        weights = s3.Bucket(stack, "Weights", enforce_ssl=True, server_access_logs_bucket=s3.Bucket.from_bucket_name(
+            stack, "AccessLogs", "my-access-logs"))
+        endpoint = llm(stack, model_data_bucket=weights, model_data_key="mistral-7b/")
+        endpoint.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:GetObject"], resources=[weights.arn_for_objects("other/*")]))
+
+    findings, _ = synthesized(in_stack(build))
+    assert findings == [
+        "AwsSolutions-IAM5[Resource::<Weights79DEE8EF.Arn>/other/*] at Nag/Llm/ExecutionRole/DefaultPolicy/Resource"]

@@ -10,6 +10,7 @@ health-check timeout.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,9 +26,9 @@ from aws_cdk import aws_sagemaker as sagemaker
 
 from constructs import Construct
 
-from ._alarms import threshold_alarm
+from ._alarms import duration_in, shown, threshold_alarm
 from ._checks import Checks, is_token
-from ._nag import acknowledge_wildcard_resources
+from ._nag import acknowledge_wildcard_resources, flatten_reference
 from .capacity import MAX_CAPACITY
 
 __all__ = [
@@ -59,6 +60,29 @@ _ACCELERATED = re.compile(r"^(g\d+[a-z]*|p\d+[a-z]*(-[a-z0-9]+)?|inf\d+|trn\d+[a
 #: every newer GPU and Trainium family carries local NVMe storage.
 _EBS_ONLY_ACCELERATED = frozenset({"p2", "p3", "inf1", "inf2"})
 
+#: What CreateEndpointConfig's KmsKeyId covers on an instance type with local NVMe storage. The
+#: service's own API model (botocore sagemaker 2017-07-24, CreateEndpointConfig.KmsKeyId) says the
+#: key "does not encrypt instance local storage" (the instance encrypts it in hardware); aws-cdk-lib
+#: 2.275's CfnEndpointConfig.kmsKeyId documentation still says the call fails with a key for such
+#: types. The API model is the more primary source: a key is accepted, with a warning.
+KMS_KEY_LOCAL_STORAGE_NOTE = "does not encrypt instance local storage"
+
+#: SageMaker's trust condition for real-time, serverless and asynchronous inference (SageMaker
+#: developer guide, "Cross-service confused deputy prevention", SageMaker AI Inference): the source
+#: ARN is this account's and Region's SageMaker, `arn:<partition>:sagemaker:<region>:<account>:*`,
+#: written as given ("do not replace ... with the full ARN of a specific model or endpoint").
+#: https://docs.aws.amazon.com/sagemaker/latest/dg/security-confused-deputy-prevention.html
+SOURCE_ARN_KEY = "aws:SourceArn"
+
+#: The namespaces SageMaker's instances may publish to with the execution role. Callers cannot write
+#: `AWS/` namespaces (botocore cloudwatch PutMetricData.Namespace), so SageMaker's own invocation
+#: metrics are not written with this role; the instance and container metrics it may write live in
+#: `/aws/sagemaker/Endpoints` and `/aws/sagemaker/InferenceComponents` (SageMaker monitoring docs).
+#: The condition key is `cloudwatch:namespace` (CloudWatch user guide, "Using condition keys to
+#: limit access to CloudWatch namespaces"). Unconfirmed: which namespace SageMaker writes with the
+#: role; if it is outside this pattern, instance metrics are missing (serving is unaffected).
+METRIC_NAMESPACE_PATTERN = "/aws/sagemaker/*"
+
 _LOGS_WILDCARD_REASON = (
     "SageMaker names each container's log stream after the variant and instance it starts "
     "(log-stream:*); the grant is limited to this endpoint's own log group"
@@ -84,8 +108,8 @@ def is_accelerated(instance_type: str) -> bool:
 
 
 def has_local_storage(instance_type: str) -> bool:
-    """Whether an ml.* instance type has local NVMe storage, which SageMaker encrypts in hardware and
-    for which CreateEndpointConfig refuses a KmsKeyId (the call fails if one is given)."""
+    """Whether an ml.* instance type has local NVMe storage, which the instance encrypts in hardware
+    (a KmsKeyId does not cover it: see KMS_KEY_LOCAL_STORAGE_NOTE)."""
     family = _family(instance_type)
     if is_accelerated(instance_type):
         return family not in _EBS_ONLY_ACCELERATED
@@ -192,6 +216,8 @@ class LlmEndpoint(Construct):
     model_data_bucket / model_data_key: required; where the weights are: a key ending in ".tar.gz"
         (an archive SageMaker unpacks) or a prefix ending in "/" (uncompressed files, loaded without
         unpacking, which is faster for large models). The role may read only that object or prefix.
+        A deploy-time key (a token) is taken as an archive key: the prefix form needs the literal
+        "/" at synth, since it decides the container definition and the grant.
     environment: the container's environment, e.g. {"SM_NUM_GPUS": "1", "MAX_INPUT_TOKENS": "4096"}.
         Default: none. At most 100 entries.
     initial_instance_count: instances at creation. Default: 1.
@@ -203,18 +229,28 @@ class LlmEndpoint(Construct):
     inference_component: host the model as an inference component (InferenceComponentOptions).
         Default: none (the model is the variant's; instances scale).
     volume_encryption_key: KMS key for the instances' EBS volume. Default: a new key with rotation
-        for instance types with an EBS volume; none for types with local NVMe storage (g4dn, g5, g6,
-        p4d, p5, trn1 and newer), whose storage the instance encrypts in hardware and for which
-        SageMaker refuses a key. Passing a key for such a type is refused.
+        for instance types with an EBS volume (and for a deploy-time instance type); none for types
+        with local NVMe storage (g4dn, g5, g6, p4d, p5, trn1 and newer), which the instance encrypts
+        in hardware. A key given for such a type is passed on with a warning: SageMaker's API model
+        says it does not encrypt local storage (aws-cdk-lib 2.275's docs say the call fails; if it
+        does, drop the key).
     endpoint_name: Default: generated from the construct path (fixed, so the role's log grant can
         name the endpoint's log group before the endpoint exists).
     variant_name: Default: "AllTraffic".
     routing_strategy: Default: "LEAST_OUTSTANDING_REQUESTS" (a generation holds an instance for
         seconds; random routing queues requests behind long ones). Or "RANDOM".
     network_isolation: no network access for the container. Default: True (the weights come from
-        S3 through SageMaker; a container that downloads from the Hub needs False).
+        S3 through SageMaker; a container that downloads from the Hub needs False). A deploy-time
+        token (a "true"/"false" parameter) reaches the template as given.
     latency_alarm_threshold: alarm when p90 ModelLatency stays above it for 5 minutes.
         Default: 60 seconds (about 1,000 tokens at 20 tokens per second); set your latency target.
+        A deploy-time Duration must be built with cdk.Duration.seconds(...): the alarm then compares
+        the latency in seconds with the parameter.
+
+    The execution role is trusted by sagemaker.amazonaws.com for this account's and Region's
+    SageMaker only (aws:SourceArn); it may read the weights, pull the image, write its own log
+    groups, publish metrics under /aws/sagemaker/ only, and create grants on the volume key for AWS
+    resources only (kms:GrantIsForAWSResource).
     alarm_actions: actions for every alarm. Default: none.
 
     Attributes: `endpoint_name`, `variant_name`, `inference_component_name` (or None),
@@ -250,7 +286,7 @@ class LlmEndpoint(Construct):
         startup_health_check_timeout = startup_health_check_timeout or cdk.Duration.minutes(15)
         model_data_download_timeout = model_data_download_timeout or cdk.Duration.minutes(15)
         latency_alarm_threshold = latency_alarm_threshold or cdk.Duration.seconds(60)
-        repository_arn = self._validate(
+        repository_arn, seconds = self._validate(
             instance_type=instance_type,
             image_uri=image_uri,
             image_repository=image_repository,
@@ -282,55 +318,38 @@ class LlmEndpoint(Construct):
                 inference_component.name
                 or cdk.Names.unique_resource_name(self, max_length=57, separator="-") + "-model"
             )
-        if not is_accelerated(instance_type):
+        if not is_token(instance_type) and not is_accelerated(instance_type):
             cdk.Annotations.of(self).add_warning_v2(
                 "genai-pacer:cpu-instance",
                 f"instance_type={instance_type!r} has no GPU or Neuron accelerator: an LLM on CPUs answers in "
                 "minutes, not seconds. Use it for cheap tests only; serve with a g5, g6, p4d, p5, inf2 or trn1 type",
             )
 
+        stack = cdk.Stack.of(self)
         self.role = iam.Role(
             self,
             "ExecutionRole",
-            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            assumed_by=iam.ServicePrincipal(
+                "sagemaker.amazonaws.com",
+                conditions={"ArnLike": {SOURCE_ARN_KEY: stack.format_arn(
+                    service="sagemaker", resource="*", arn_format=cdk.ArnFormat.NO_RESOURCE_NAME)}},
+            ),
             description=f"genai-pacer: pulls the image and weights of {self.node.path}",
         )
         service_policy = self._grant(model_data_bucket, model_data_key, repository_arn, image_repository)
 
-        self.volume_key: kms.IKey | None = None
-        if not has_local_storage(instance_type):
-            self.volume_key = volume_encryption_key or kms.Key(
-                self,
-                "VolumeKey",
-                enable_key_rotation=True,
-                description=f"genai-pacer: encrypts the instance volumes of {self.node.path}",
-                removal_policy=cdk.RemovalPolicy.RETAIN,
-            )
-            self.role.add_to_principal_policy(
-                iam.PolicyStatement(
-                    actions=[
-                        "kms:Decrypt",
-                        "kms:Encrypt",
-                        "kms:GenerateDataKey",
-                        "kms:CreateGrant",
-                        "kms:DescribeKey",
-                    ],
-                    resources=[self.volume_key.key_arn],
-                )
-            )
+        self.volume_key = self._volume_key(instance_type, volume_encryption_key)
 
         self.model = sagemaker.CfnModel(
             self,
             "Model",
             execution_role_arn=self.role.role_arn,
-            enable_network_isolation=network_isolation,
+            enable_network_isolation=cdk.Token.as_any(network_isolation) if is_token(network_isolation) else network_isolation,
             primary_container=self._container(image_uri, model_data_bucket, model_data_key, environment),
         )
         timeouts: dict[str, Any] = {
-            "container_startup_health_check_timeout_in_seconds": int(
-                startup_health_check_timeout.to_seconds()
-            ),
-            "model_data_download_timeout_in_seconds": int(model_data_download_timeout.to_seconds()),
+            "container_startup_health_check_timeout_in_seconds": seconds["startup_health_check_timeout"],
+            "model_data_download_timeout_in_seconds": seconds["model_data_download_timeout"],
         }
         routing = sagemaker.CfnEndpointConfig.RoutingConfigProperty(routing_strategy=routing_strategy)
         if inference_component is None:
@@ -399,7 +418,7 @@ class LlmEndpoint(Construct):
                     copy_count=inference_component.copies
                 ),
             )
-        self.alarms = self._alarms(latency_alarm_threshold, alarm_actions)
+        self.alarms = self._alarms(latency_alarm_threshold, seconds["latency_alarm_threshold"], alarm_actions)
 
     # --- metrics ---------------------------------------------------------------------------------
 
@@ -444,9 +463,11 @@ class LlmEndpoint(Construct):
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _validate(self, **props: Any) -> str | None:
-        """Every prop at once; returns the ECR repository ARN parsed from a literal image_uri."""
+    def _validate(self, **props: Any) -> tuple[str | None, dict[str, Any]]:
+        """Every prop at once; returns the ECR repository ARN parsed from a literal image_uri and each
+        Duration prop in seconds (a deploy-time one as the parameter itself)."""
         repository_arn = None
+        seconds: dict[str, Any] = {}
         with Checks(f"LlmEndpoint {self.node.id}") as check:
             instance_type = props["instance_type"]
             if check.text("instance_type", instance_type, fix="an ml.* type such as 'ml.g5.2xlarge'"):
@@ -521,13 +542,17 @@ class LlmEndpoint(Construct):
                     props[name],
                     minimum=_MIN_TIMEOUT,
                     maximum=_MAX_TIMEOUT,
-                    fix="SageMaker allows 60 seconds to 1 hour",
+                    fix="SageMaker allows 60 seconds to 1 hour, e.g. cdk.Duration.minutes(15)",
                 ):
-                    seconds = props[name].to_seconds(integral=False)
-                    check.rule(
-                        seconds == int(seconds),
-                        f"{name}={props[name].to_human_string()} is not whole seconds; SageMaker takes seconds",
-                    )
+                    value = props[name].to_seconds(integral=False)
+                    if check.rule(
+                        value == int(value),
+                        f"{name}={props[name].to_human_string()} is not whole seconds; SageMaker takes seconds: "
+                        f"use cdk.Duration.seconds({math.ceil(value)})",
+                    ):
+                        seconds[name] = int(value)
+                elif isinstance(props[name], cdk.Duration) and props[name].is_unresolved():
+                    seconds[name] = duration_in(check, name, props[name], "seconds", why="SageMaker takes it")
             options = props["inference_component"]
             ic_ok = check.instance(
                 "inference_component",
@@ -536,25 +561,24 @@ class LlmEndpoint(Construct):
                 "InferenceComponentOptions(min_memory_mb=..., max_instances=...)",
                 optional=True,
             )
-            key_given = props["volume_encryption_key"]
-            check.instance("volume_encryption_key", key_given, kms.IKey, "a kms.Key", optional=True)
-            if key_given is not None and isinstance(instance_type, str) and has_local_storage(instance_type):
-                check.fail(
-                    f"volume_encryption_key is set but {instance_type} has local NVMe storage, which the instance "
-                    "encrypts in hardware; SageMaker's CreateEndpointConfig fails with a KmsKeyId for it: drop the key "
-                    "or choose an instance type with an EBS volume"
-                )
+            check.instance("volume_encryption_key", props["volume_encryption_key"], kms.IKey, "a kms.Key", optional=True)
             _check_name(check, "endpoint_name", props["endpoint_name"], optional=True)
             _check_name(check, "variant_name", props["variant_name"])
             check.one_of("routing_strategy", props["routing_strategy"], ROUTING_STRATEGIES)
-            check.instance("network_isolation", props["network_isolation"], bool, "True or False")
-            check.duration(
+            if not is_token(props["network_isolation"]):
+                check.instance("network_isolation", props["network_isolation"], bool, "True or False")
+            threshold = props["latency_alarm_threshold"]
+            if check.duration(
                 "latency_alarm_threshold",
-                props["latency_alarm_threshold"],
+                threshold,
                 minimum=cdk.Duration.millis(1),
                 maximum=cdk.Duration.hours(1),
-                fix="the p90 model latency you consider too slow",
-            )
+                fix="the p90 model latency you consider too slow, e.g. cdk.Duration.seconds(60)",
+            ):
+                seconds["latency_alarm_threshold"] = threshold.to_seconds(integral=False)
+            elif isinstance(threshold, cdk.Duration) and threshold.is_unresolved():
+                seconds["latency_alarm_threshold"] = duration_in(
+                    check, "latency_alarm_threshold", threshold, "seconds", why="the alarm compares the latency")
             actions = props["alarm_actions"]
             check.each(
                 "alarm_actions",
@@ -567,6 +591,7 @@ class LlmEndpoint(Construct):
                 ic_ok
                 and options is not None
                 and isinstance(instance_type, str)
+                and not is_token(instance_type)
                 and _INSTANCE_TYPE.match(instance_type)
             ):
                 check.rule(
@@ -578,7 +603,7 @@ class LlmEndpoint(Construct):
                     options.accelerators is not None or options.cpu_cores is not None,
                     "inference_component has neither accelerators nor cpu_cores: a copy must reserve one of them",
                 )
-        return repository_arn
+        return repository_arn, seconds
 
     def _grant(
         self,
@@ -590,11 +615,8 @@ class LlmEndpoint(Construct):
         """Exactly what the instances need: the weights, the image, their own log group, metrics."""
         role = self.role
         prefix = key.endswith("/") if not is_token(key) else False
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{key}*" if prefix else key)]
-            )
-        )
+        objects = bucket.arn_for_objects(f"{key}*" if prefix else key)
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[objects]))
         if prefix:
             role.add_to_principal_policy(
                 iam.PolicyStatement(
@@ -642,20 +664,22 @@ class LlmEndpoint(Construct):
         acknowledge_wildcard_resources(
             default_policy, matches=lambda arn: ":log-stream:*" in arn, reason=_LOGS_WILDCARD_REASON
         )
-        if prefix:
+        if prefix:  # exactly the weights prefix, however the bucket's ARN is written (literal, same stack, imported)
+            weights = flatten_reference(stack.resolve(objects))
             acknowledge_wildcard_resources(
-                default_policy,
-                matches=lambda arn: ":s3:::" in arn and arn.endswith(f"/{key}*"),
-                reason=_PREFIX_WILDCARD_REASON,
+                default_policy, matches=lambda arn: arn == weights, reason=_PREFIX_WILDCARD_REASON
             )
         # Actions with no resource-level permissions, alone in a policy so only they are acknowledged.
         service_policy = iam.Policy(
             self,
             "ImagePullAndMetrics",
             statements=[
+                iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]),
                 iam.PolicyStatement(
-                    actions=["ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"], resources=["*"]
-                )
+                    actions=["cloudwatch:PutMetricData"],
+                    resources=["*"],
+                    conditions={"StringLike": {"cloudwatch:namespace": METRIC_NAMESPACE_PATTERN}},
+                ),
             ],
         )
         role.attach_inline_policy(service_policy)
@@ -663,6 +687,42 @@ class LlmEndpoint(Construct):
             cdk.Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=_SERVICE_WILDCARD_REASON)
         )
         return service_policy
+
+    def _volume_key(self, instance_type: str, given: kms.IKey | None) -> kms.IKey | None:
+        """The EBS volume key: the given one, else a new one unless the type has local NVMe storage only."""
+        local = not is_token(instance_type) and has_local_storage(instance_type)
+        if given is not None and local:
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:volume-key-local-storage",
+                f"volume_encryption_key is set but {instance_type} has local NVMe storage, which the instance encrypts in "
+                f"hardware: SageMaker's API says the key {KMS_KEY_LOCAL_STORAGE_NOTE}. aws-cdk-lib's documentation says "
+                "CreateEndpointConfig fails with a key for such types; if the deploy fails there, drop the key",
+            )
+        if given is None and local:
+            return None
+        key = given or kms.Key(
+            self,
+            "VolumeKey",
+            enable_key_rotation=True,
+            description=f"genai-pacer: encrypts the instance volumes of {self.node.path}",
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
+                resources=[key.key_arn],
+            )
+        )
+        # SageMaker attaches the volume through a grant; only for an AWS resource (KMS developer guide,
+        # kms:GrantIsForAWSResource), never a grant the role's holder could hand to anyone.
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["kms:CreateGrant"],
+                resources=[key.key_arn],
+                conditions={"Bool": {"kms:GrantIsForAWSResource": True}},
+            )
+        )
+        return key
 
     def _container(
         self, image_uri: str, bucket: s3.IBucket, key: str, environment: Mapping[str, str] | None
@@ -683,16 +743,22 @@ class LlmEndpoint(Construct):
         )
 
     def _alarms(
-        self, latency: cdk.Duration, actions: Sequence[cloudwatch.IAlarmAction]
+        self, latency: cdk.Duration, seconds: Any, actions: Sequence[cloudwatch.IAlarmAction]
     ) -> dict[str, cloudwatch.Alarm]:
         five_minutes = cdk.Duration.minutes(5)
-        micros = latency.to_seconds(integral=False) * 1_000_000
+        p90: cloudwatch.IMetric = self.metric_model_latency(period=cdk.Duration.minutes(1))
+        if is_token(seconds):  # CloudFormation cannot scale a parameter: compare in seconds instead
+            p90 = cloudwatch.MathExpression(expression="latency / 1000000", using_metrics={"latency": p90},
+                                            label="p90 model latency, s", period=cdk.Duration.minutes(1))
+            threshold, text = seconds, f"{shown(seconds)} seconds"
+        else:
+            threshold, text = seconds * 1_000_000, latency.to_human_string()
         specs: dict[str, tuple[cloudwatch.IMetric, float, int, str]] = {
             "ModelLatency": (
-                self.metric_model_latency(period=cdk.Duration.minutes(1)),
-                micros,
+                p90,
+                threshold,
                 5,
-                f"p90 model latency stayed above {latency.to_human_string()} for 5 minutes: the model is saturated "
+                f"p90 model latency stayed above {text} for 5 minutes: the model is saturated "
                 "(check concurrency against the scaling target) or answers are longer than planned",
             ),
             "Invocation5XXErrors": (
