@@ -21,6 +21,8 @@ from genai_pacer.planning import LatencyProfile, TokenProfile
 from hypothesis import given
 from hypothesis import strategies as st
 
+PROFILE_5X = TokenProfile(input_tokens=2_500, output_tokens=300, max_tokens=440, burndown=5)
+
 # --- worked figures -----------------------------------------------------------------------------
 
 
@@ -84,6 +86,17 @@ def test_reservation_binds_when_max_tokens_is_oversized_at_high_concurrency():
     assert plan.required_tpm == plan.reservation_peak_tpm
 
 
+def test_a_reservation_peak_equal_to_the_headroom_does_not_bind_and_one_more_call_does():
+    """At the limit itself: 60 requests a minute settle 1,000 tokens each (60,000 TPM, 75,000 with 25%
+    headroom); 15 calls in flight hold 1,000 more each, exactly the headroom, so it still covers them."""
+    profile = TokenProfile(input_tokens=1_000, output_tokens=0, max_tokens=1_000)
+    at_limit = planning.plan_tpm(profile, requests_per_minute=60, headroom=0.25, concurrency=15)
+    assert at_limit.reservation_peak_tpm == 75_000 == at_limit.settled_tpm * 1.25
+    assert not at_limit.reservation_binds and at_limit.required_tpm == 75_000
+    above = planning.plan_tpm(profile, requests_per_minute=60, headroom=0.25, concurrency=16)
+    assert above.reservation_binds and above.required_tpm == 76_000
+
+
 def test_concurrency_defaults_to_littles_law():
     profile = TokenProfile(input_tokens=100, output_tokens=10, max_tokens=20)
     assert planning.plan_tpm(profile, requests_per_minute=120, call_seconds=5).concurrency == 10
@@ -114,6 +127,60 @@ def test_reservations_in_flight_lower_the_sustainable_rate():
 
 def test_max_concurrency_never_below_one():
     assert planning.max_concurrency(1, 1) == 1
+
+
+def test_a_nightly_run_and_daytime_traffic_against_the_daily_quotas():
+    """30,000 records of 4,000 settled tokens in 6 hours (333,333 TPM) plus 50 requests a minute for
+    14 hours (200,000 TPM): each fits a 400,000 TPM quota, and the day is 288 million tokens, half
+    of the default daily quota (400,000 x 1,440 = 576 million) but above a new account's 250 million."""
+    profile = TokenProfile(input_tokens=2_500, output_tokens=300, max_tokens=440, burndown=5)
+    nightly = planning.DailyLoad.records("nightly", profile, records=30_000, hours=6)
+    daytime = planning.DailyLoad.traffic("daytime", profile, requests_per_minute=50, hours=14)
+    assert (nightly.daily_tokens, daytime.daily_tokens) == (pytest.approx(120_000_000), 168_000_000)
+    plan = planning.plan_daily_tokens([nightly, daytime], tpm_quota=400_000)
+    assert (plan.daily_tokens, plan.daily_quota, plan.fraction, plan.warnings) == (pytest.approx(288_000_000),
+                                                                                   576_000_000, pytest.approx(0.5), ())
+    reduced = planning.plan_daily_tokens([nightly, daytime], tpm_quota=400_000, daily_token_quota=250_000_000)
+    (warning,) = reduced.warnings
+    assert "settle 288,000,000 tokens, 115.2% of the model's daily quota of 250,000,000 (given)" in warning
+    assert "(daytime 168,000,000, nightly 120,000,000)" in warning
+
+
+def test_the_daily_quota_is_reached_at_the_limit_not_before():
+    load = planning.DailyLoad("all day", tokens_per_minute=400_000)  # the whole TPM quota, 24 hours
+    assert planning.plan_daily_tokens([load], tpm_quota=400_000).warnings == ()  # exactly the default quota
+    assert planning.plan_daily_tokens([load], tpm_quota=400_000, daily_token_quota=576_000_000 - 1).warnings
+    capped = planning.plan_daily_tokens([load], tpm_quota=400_000, cross_model_daily_tokens=600_000_000,
+                                        other_models_daily_tokens=24_000_000)
+    assert capped.cross_model_fraction == 1 and capped.warnings == ()
+    over = planning.plan_daily_tokens([load], tpm_quota=400_000, cross_model_daily_tokens=600_000_000,
+                                      other_models_daily_tokens=24_000_001)
+    (warning,) = over.warnings
+    assert "of its cross-model daily cap of 600,000,000: every model is throttled once it is reached" in warning
+
+
+def test_a_run_faster_than_the_tpm_quota_says_how_long_it_takes():
+    profile = TokenProfile(input_tokens=2_500, output_tokens=300, max_tokens=440, burndown=5)
+    nightly = planning.DailyLoad.records("nightly", profile, records=60_000, hours=6)  # 666,667 TPM
+    (warning,) = planning.plan_daily_tokens([nightly], tpm_quota=400_000).warnings
+    assert "nightly settles 666,667 tokens a minute, above the 400,000 TPM quota: at the quota it takes 10.0 hours, not 6" in warning
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: planning.DailyLoad.records("n", PROFILE_5X, records=-1, hours=6), "records=-1"),
+        (lambda: planning.DailyLoad.records("n", PROFILE_5X, records=10, hours=25), "hours=25"),
+        (lambda: planning.DailyLoad.records("n", None, records=10, hours=6), "profile"),
+        (lambda: planning.DailyLoad.traffic("n", PROFILE_5X, requests_per_minute=math.nan, hours=6),
+         "requests_per_minute=nan"),
+        (lambda: planning.DailyLoad.traffic("n", PROFILE_5X, requests_per_minute=5, hours=0), "hours=0"),
+        (lambda: planning.plan_daily_tokens([{"tokens": 1}], tpm_quota=400_000), "loads[0]"),
+    ],
+)
+def test_daily_load_builders_refuse_bad_input_by_name(build, message):
+    with pytest.raises(InvalidPropsError, match=re.escape(message)):
+        build()
 
 
 def test_latency_that_doubled_with_steady_ttft_is_longer_answers_not_a_slower_model():
@@ -363,6 +430,8 @@ DURATIONS = {
 }
 OBJECTS = {"str": "5", "None": None, "True": True, "dict": {"input_tokens": 1}}
 LIMITED_BY = {"str": "TPM", "None": None, "True": True, "int": 5}
+TEXTS = {"empty": "", "None": None, "int": 5, "81 characters": "x" * 81}
+LOADS = {"str": "5", "None": None, "True": True, "dict": {"input_tokens": 1}, "list of dicts": [{"tokens": 1}]}
 
 # (target, parameter, bad values, labels accepted). Every other label must be refused.
 PARAMETERS: list[tuple[str, str, dict[str, Any], set[str]]] = [
@@ -399,6 +468,14 @@ PARAMETERS: list[tuple[str, str, dict[str, Any], set[str]]] = [
     ("RatePlan", "limited_by", LIMITED_BY, set()),
     ("RatePlan", "max_concurrency", NUMBERS, set()),
     ("RatePlan", "call_seconds", NUMBERS, {"1.5"}),
+    ("DailyLoad", "name", TEXTS, set()),
+    ("DailyLoad", "tokens_per_minute", NUMBERS, {"0", "1.5"}),
+    ("DailyLoad", "hours", NUMBERS, {"1.5"}),
+    ("plan_daily_tokens", "loads", LOADS, set()),
+    ("plan_daily_tokens", "tpm_quota", NUMBERS, {"1.5"}),
+    ("plan_daily_tokens", "daily_token_quota", NUMBERS, {"None", "1.5"}),
+    ("plan_daily_tokens", "cross_model_daily_tokens", NUMBERS, {"None", "1.5"}),
+    ("plan_daily_tokens", "other_models_daily_tokens", NUMBERS, {"0", "1.5"}),
 ]
 # as_max_concurrency(value) reports the construct prop the value stands for.
 REPORTED_AS = {("as_max_concurrency", "value"): "max_concurrency"}
@@ -424,6 +501,8 @@ def valid_arguments(module: Any, target: str) -> dict[str, Any]:
         "LatencyProfile": dict(ttft_seconds=1, latency_seconds=6, output_tokens=300),
         "diagnose_latency": dict(before=latency, after=latency),
         "RatePlan": dict(requests_per_minute=400, limited_by="tpm", max_concurrency=40, call_seconds=6),
+        "DailyLoad": dict(name="nightly", tokens_per_minute=300_000, hours=6),
+        "plan_daily_tokens": dict(loads=[module.DailyLoad("nightly", 300_000, 6)], tpm_quota=400_000),
     }[target]
 
 
@@ -469,7 +548,7 @@ def test_the_table_covers_every_public_parameter():
 
     for name in planning.__all__:
         obj = getattr(planning, name)
-        if name in {"TpmPlan", "MaxTokensSizing", "ExecutionChoice", "LatencyDiagnosis"}:
+        if name in {"TpmPlan", "MaxTokensSizing", "ExecutionChoice", "LatencyDiagnosis", "DailyPlan"}:
             continue  # results the planner builds, never inputs
         if name in capacity.__all__:
             continue  # re-exported from capacity, whose own table is in tests/test_capacity.py

@@ -10,6 +10,13 @@ stacks and the tests use one arithmetic.
 Burndown rates differ per model and change over time, so they are always inputs: check the model's
 current rate in the Bedrock documentation.
 
+Bedrock's quotas for the bedrock-runtime endpoint (QUOTAS_DOC): one tokens-per-minute quota per
+model (on-demand and cross-Region calls each have theirs), a per-model daily token quota (by
+default the TPM quota x 1,440) and a cross-model daily cap per account and Region. Requests per
+minute are no longer enforced there: rpm_quota arguments are optional and legacy, kept for older
+accounts and other endpoints. `plan_daily_tokens` checks a day's schedule against both daily
+quotas.
+
 Every function and value object checks all its inputs at once (genai_pacer._checks): one
 InvalidPropsError (a ValueError and a TypeError) lists each bad input with its value, the rule and
 the fix. The rules, so a plan is never built on a value that cannot be right:
@@ -69,7 +76,17 @@ __all__ = [
     "as_max_concurrency",
     "choose_execution",
     "diagnose_latency",
+    "DailyLoad",
+    "DailyPlan",
+    "plan_daily_tokens",
 ]
+
+#: Bedrock's quotas for the bedrock-runtime endpoint (the TPM, daily and cross-model daily quotas,
+#: and that requests per minute are no longer enforced there).
+QUOTAS_DOC = "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-runtime.html"
+#: The default per-model daily token quota is the TPM quota x 24 x 60 ("Model invocation max tokens
+#: per day for ${model}", QUOTAS_DOC); new accounts may get less.
+MINUTES_PER_DAY = 24 * 60
 
 
 # Bounds. They keep every result finite (no inf, NaN or OverflowError from any accepted input) and
@@ -450,13 +467,14 @@ def sustainable_rate(
     call_seconds: float,
     rpm_quota: float | None = None,
 ) -> RatePlan:
-    """The steady request rate a TPM (and optional RPM) quota sustains, reservations included.
+    """The steady request rate a TPM (and optional, legacy RPM) quota sustains, reservations included.
 
     At rate r per minute, r x settled tokens settle in the window while r x min(call_seconds/60, 1)
     requests still hold (reserved - settled) extra tokens, so
     r = tpm / (settled + min(call_seconds/60, 1) x max(reserved - settled, 0)). When settlement
     exceeds the reservation (output x burndown > max_tokens) the settled charge is the binding one.
-    RPM is optional: Bedrock no longer enforces it for recent models.
+    rpm_quota is legacy: Bedrock no longer enforces requests per minute on the bedrock-runtime
+    endpoint (QUOTAS_DOC); pass one only where an account or endpoint still has it.
     """
     with Checks("sustainable_rate") as check:
         _profile(check, profile)
@@ -476,7 +494,7 @@ def sustainable_rate(
             above=0,
             maximum=MAX_RATE,
             optional=True,
-            fix="the requests-per-minute quota, or None where the model enforces TPM only",
+            fix="the legacy requests-per-minute quota, or None (bedrock-runtime no longer enforces RPM)",
         )
     # Bounded: settled >= 0 and, when it is 0, reserved >= max_tokens >= 1 held for >= 1 ms, so the
     # rate is at most MAX_TPM_QUOTA / (MIN_CALL_SECONDS / 60) = 6e16 < MAX_RATE, never inf.
@@ -694,3 +712,136 @@ def diagnose_latency(
     else:
         cause, why = "unchanged", "TTFT, decode speed and answer length are within tolerance"
     return LatencyDiagnosis(cause, b, a, why)
+
+
+_HOURS_FIX = "hours a day the workload runs, more than 0 and at most 24"
+_DAILY_FIX = f"tokens a day, 1..{MAX_TPM_QUOTA * MINUTES_PER_DAY:.0e}"
+
+
+@dataclass(frozen=True)
+class DailyLoad:
+    """One workload's day on a model: it settles `tokens_per_minute` for `hours` a day.
+
+    tokens_per_minute counts what the quota settles (input + cache writes + output x burndown).
+    Build one from a request shape with `DailyLoad.traffic(...)` (steady traffic at a rate) or
+    `DailyLoad.records(...)` (a body of work, such as a nightly on-demand pre-computation, done
+    within a window). Bedrock does not say whether the daily quota applies the burndown; counting
+    it can only make the plan warn early, never late.
+    """
+
+    name: str
+    tokens_per_minute: float
+    hours: float = 24.0
+
+    def __post_init__(self) -> None:
+        with Checks("DailyLoad") as check:
+            check.text("name", self.name, max_length=80, fix="a label for the workload, e.g. 'nightly'")
+            _number(check, "tokens_per_minute", self.tokens_per_minute, minimum=0, maximum=MAX_TPM_QUOTA,
+                    fix=f"settled tokens per minute while the workload runs, 0..{MAX_TPM_QUOTA:.0e}")
+            _number(check, "hours", self.hours, above=0, maximum=24, fix=_HOURS_FIX)
+
+    @property
+    def daily_tokens(self) -> float:
+        return self.tokens_per_minute * 60 * self.hours
+
+    @classmethod
+    def traffic(cls, name: str, profile: TokenProfile, *, requests_per_minute: float, hours: float) -> DailyLoad:
+        """Steady traffic: requests_per_minute requests of `profile` for `hours` a day (daytime users)."""
+        with Checks("DailyLoad.traffic") as check:
+            _profile(check, profile)
+            _number(check, "requests_per_minute", requests_per_minute, minimum=0, maximum=MAX_RATE, fix=_RATE_FIX)
+        return cls(name, requests_per_minute * profile.settled, hours)
+
+    @classmethod
+    def records(cls, name: str, profile: TokenProfile, *, records: int, hours: float) -> DailyLoad:
+        """A body of work: `records` requests of `profile` done within `hours` (a nightly pre-computation)."""
+        with Checks("DailyLoad.records") as check:
+            _profile(check, profile)
+            _count(check, "records", records, unit="records", minimum=0, maximum=MAX_RATE,
+                   fix="the number of requests the run makes")
+            hours_ok = _number(check, "hours", hours, above=0, maximum=24, fix=_HOURS_FIX)
+        return cls(name, records * profile.settled / (hours * 60) if hours_ok else 0, hours)
+
+
+@dataclass(frozen=True)
+class DailyPlan:
+    """A day's tokens on one model against its daily quota and the account's cross-model daily cap."""
+
+    loads: tuple[DailyLoad, ...]
+    daily_tokens: float
+    daily_quota: float
+    cross_model_daily_tokens: float | None
+    other_models_daily_tokens: float
+    warnings: tuple[str, ...]
+
+    @property
+    def fraction(self) -> float:
+        """The day's tokens over the model's daily quota (above 1: the model is throttled before the day ends)."""
+        return self.daily_tokens / self.daily_quota
+
+    @property
+    def cross_model_fraction(self) -> float | None:
+        """This model's and the other models' day over the account's cross-model cap; None without a cap."""
+        if self.cross_model_daily_tokens is None:
+            return None
+        return (self.daily_tokens + self.other_models_daily_tokens) / self.cross_model_daily_tokens
+
+
+def plan_daily_tokens(
+    loads: Any,
+    *,
+    tpm_quota: float,
+    daily_token_quota: float | None = None,
+    cross_model_daily_tokens: float | None = None,
+    other_models_daily_tokens: float = 0.0,
+) -> DailyPlan:
+    """A day's schedule on one model against its daily token quotas.
+
+    loads: the workloads of the day (DailyLoad), e.g. a nightly pre-computation and daytime traffic.
+    daily_token_quota: the model's "Model invocation max tokens per day" quota. Default: tpm_quota x
+        1,440, the AWS default (new accounts may have less: check Service Quotas).
+    cross_model_daily_tokens: the account's "Cross-Model Max Tokens Per Day" in the Region (all
+        models together). Default: None (not checked). other_models_daily_tokens: what the other
+        models of the account use of it in a day. Default: 0.
+    A plan that passes either quota carries a warning saying by how much and what to change: each
+    minute can fit its TPM quota while the day still runs out.
+    """
+    with Checks("plan_daily_tokens") as check:
+        if check.instance("loads", loads, list | tuple, "a list of planning.DailyLoad(...)"):
+            for i, load in enumerate(loads):
+                check.instance(f"loads[{i}]", load, DailyLoad,
+                               "a planning.DailyLoad, e.g. DailyLoad.records('nightly', profile, records=..., hours=6)")
+        _number(check, "tpm_quota", tpm_quota, minimum=1, maximum=MAX_TPM_QUOTA,
+                fix=f"the model's tokens-per-minute quota (Service Quotas), 1..{MAX_TPM_QUOTA:.0e}")
+        _number(check, "daily_token_quota", daily_token_quota, minimum=1, maximum=MAX_TPM_QUOTA * MINUTES_PER_DAY,
+                optional=True, fix=f"the model's daily token quota, or None for tpm_quota x {MINUTES_PER_DAY:,}; {_DAILY_FIX}")
+        _number(check, "cross_model_daily_tokens", cross_model_daily_tokens, minimum=1,
+                maximum=MAX_TPM_QUOTA * MINUTES_PER_DAY, optional=True,
+                fix=f"the account's Cross-Model Max Tokens Per Day in the Region, or None; {_DAILY_FIX}")
+        _number(check, "other_models_daily_tokens", other_models_daily_tokens, minimum=0,
+                maximum=MAX_TPM_QUOTA * MINUTES_PER_DAY, fix=f"other models' tokens a day, 0..{MAX_TPM_QUOTA * MINUTES_PER_DAY:.0e}")
+    loads = tuple(loads)
+    quota = float(tpm_quota) * MINUTES_PER_DAY if daily_token_quota is None else float(daily_token_quota)
+    day = sum(load.daily_tokens for load in loads)
+    biggest = ", ".join(f"{load.name} {load.daily_tokens:,.0f}" for load in sorted(loads, key=lambda x: -x.daily_tokens)[:3])
+    warnings = [
+        f"{load.name} settles {load.tokens_per_minute:,.0f} tokens a minute, above the {tpm_quota:,.0f} TPM quota: at "
+        f"the quota it takes {load.daily_tokens / tpm_quota / 60:.1f} hours, not {load.hours:g}; give it longer or "
+        "move it to batch inference"
+        for load in loads if load.tokens_per_minute > tpm_quota
+    ]
+    if day > quota:
+        source = "given" if daily_token_quota is not None else f"the default: {tpm_quota:,.0f} TPM x {MINUTES_PER_DAY:,}"
+        warnings.append(
+            f"the day's workloads settle {day:,.0f} tokens, {day / quota:.1%} of the model's daily quota of {quota:,.0f} "
+            f"({source}), so calls are throttled before the day ends ({biggest}); move work to batch inference, "
+            "shorten the runs or the answers, or request a higher daily quota")
+    if cross_model_daily_tokens is not None and day + other_models_daily_tokens > cross_model_daily_tokens:
+        total = day + other_models_daily_tokens
+        warnings.append(
+            f"with the other models' {other_models_daily_tokens:,.0f}, the account settles {total:,.0f} tokens a day in "
+            f"this Region, {total / cross_model_daily_tokens:.1%} of its cross-model daily cap of "
+            f"{cross_model_daily_tokens:,.0f}: every model is throttled once it is reached; move work to batch "
+            "inference or request a higher cap")
+    return DailyPlan(loads, day, quota, None if cross_model_daily_tokens is None else float(cross_model_daily_tokens),
+                     float(other_models_daily_tokens), tuple(warnings))
