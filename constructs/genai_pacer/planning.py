@@ -807,7 +807,7 @@ def plan_daily_tokens(
     minute can fit its TPM quota while the day still runs out.
     """
     with Checks("plan_daily_tokens") as check:
-        if check.instance("loads", loads, list | tuple, "a list of planning.DailyLoad(...)"):
+        if check.instance("loads", loads, (list, tuple), "a list of planning.DailyLoad(...)"):
             for i, load in enumerate(loads):
                 check.instance(f"loads[{i}]", load, DailyLoad,
                                "a planning.DailyLoad, e.g. DailyLoad.records('nightly', profile, records=..., hours=6)")
