@@ -313,6 +313,22 @@ def test_a_bool_wrapped_knn_post_filter_is_detected():
     assert r.post_filtered_knn_paths(r.knn_query(vector_field="v", vector=[1.0], k=3, filter={"term": {"t": "a"}})) == []
 
 
+KNN = {"knn": {"v": {"vector": [1.0], "k": 5}}}
+
+
+@pytest.mark.parametrize(("boolean", "post_filtered"), [
+    ({"must": [KNN], "must_not": [{"term": {"t": "a"}}]}, True),  # must_not beside knn: the top k, then the exclusion
+    ({"should": KNN, "must_not": {"term": {"t": "a"}}}, True),  # single clauses, not lists
+    ({"filter": [KNN], "must_not": [{"term": {"t": "a"}}]}, True),  # knn in filter context is still a top-k search
+    ({"filter": [KNN, {"term": {"t": "a"}}]}, True),
+    ({"filter": [KNN]}, False),  # knn alone in filter context
+    ({"must": [KNN], "must_not": []}, False),  # an empty must_not excludes nothing
+    ({"must": [{"match": {"text": "w"}}], "must_not": [{"term": {"t": "a"}}]}, False),  # no knn: not a k-NN search
+])
+def test_a_clause_excluding_documents_beside_knn_is_post_filtering(boolean, post_filtered):
+    assert r.post_filtered_knn_paths({"query": {"bool": boolean}}) == (["query"] if post_filtered else [])
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

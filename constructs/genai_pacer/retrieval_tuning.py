@@ -25,6 +25,10 @@ ef_search
     works: `OpenSearchKnnEngine` for a live index (per-query method_parameters.ef_search,
     OpenSearch 2.16+), `FaissHnswEngine` offline (faiss-cpu HNSW, the same algorithm as the faiss
     engine in OpenSearch). `filtering_demo` shows post-filtering vs efficient filtering there.
+    Use the value found per query (pacer_runtime.retrieval.knn_query(..., ef_search=N)): that dial
+    works on every engine and target and changes without a reindex. As an index default
+    (VectorIndexSettings(ef_search=N)) it goes where each engine reads it: faiss only at index
+    creation on a domain, the index setting for lucene (OpenSearch 3.5+) and nmslib.
 """
 
 from __future__ import annotations

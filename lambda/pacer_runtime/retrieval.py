@@ -660,8 +660,12 @@ def knn_query(
 ) -> dict[str, Any]:
     """A knn clause with the filter INSIDE it (efficient filtering, Lucene and Faiss HNSW).
 
-    ef_search sets method_parameters.ef_search for this query (OpenSearch 2.16+); the index
-    setting index.knn.algo_param.ef_search applies otherwise (Lucene uses k instead).
+    ef_search sets method_parameters.ef_search for this query (OpenSearch 2.16+), on every engine:
+    it overrides faiss's value (which faiss otherwise takes from the graph, set by the mapping's
+    method.parameters.ef_search when the index was built) and nmslib's index setting, and Lucene
+    explores max(k, ef_search) candidates. Without it: faiss uses the graph's value, nmslib the
+    index setting index.knn.algo_param.ef_search, and Lucene max(k, that setting) from OpenSearch 3.5,
+    k before (k-NN plugin: IndexHyperParametersUtil.getHNSWEFSearchValue, KNNQueryFactory).
     """
     if not isinstance(vector_field, str) or not vector_field.strip():
         raise RetrievalRequestError(f"vector_field must name the knn_vector field, not {_kind(vector_field)}")
@@ -729,16 +733,18 @@ def hybrid_query(
 
 
 def post_filtered_knn_paths(body: Any, path: str = "") -> list[str]:
-    """Where `body` post-filters a k-NN search: a bool query holding a knn clause beside a filter
-    (or must_not). OpenSearch then takes the global top k and drops those failing the filter, so
-    a restrictive filter returns fewer than k. Empty when every filter sits inside its knn clause."""
+    """Where `body` post-filters a k-NN search: a bool query holding a knn clause (in must, should or
+    filter) beside a filter clause or a must_not clause. OpenSearch then takes the global top k and
+    drops those the other clause excludes, so a restrictive one returns fewer than k. Empty when
+    every filter sits inside its knn clause."""
     found: list[str] = []
     if isinstance(body, Mapping):
         boolean = body.get("bool")
         if isinstance(boolean, Mapping):
-            holds_knn = any(_contains_knn(boolean.get(part)) for part in ("must", "should"))
-            filters = any(boolean.get(part) for part in ("filter", "must_not"))
-            if holds_knn and filters:
+            clauses = {part: _clauses(boolean.get(part)) for part in ("must", "should", "filter", "must_not")}
+            holds_knn = any(_contains_knn(c) for part in ("must", "should", "filter") for c in clauses[part])
+            excludes = clauses["must_not"] + [c for c in clauses["filter"] if not _contains_knn(c)]
+            if holds_knn and excludes:
                 found.append(path or "$")
         for key, value in body.items():
             found.extend(post_filtered_knn_paths(value, f"{path}.{key}" if path else str(key)))
@@ -748,6 +754,13 @@ def post_filtered_knn_paths(body: Any, path: str = "") -> list[str]:
     if isinstance(body, Mapping) and "post_filter" in body and _contains_knn(body.get("query")):
         found.append(f"{path}.post_filter" if path else "post_filter")
     return found
+
+
+def _clauses(value: Any) -> list[Any]:
+    """A bool part as a list of its clauses (OpenSearch takes one clause or a list)."""
+    if isinstance(value, list):
+        return [c for c in value if c]
+    return [value] if value else []
 
 
 def _contains_knn(value: Any) -> bool:
