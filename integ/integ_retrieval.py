@@ -1,8 +1,8 @@
 """Integration test: a Serverless vector collection with a VectorIndexSettings k-NN index and a
 HybridSearchPipeline, deployed, read back, and deleted.
 
-One test case. What the deploy itself verifies: CloudFormation accepts the index (faiss HNSW,
-ef_search, metadata fields) and the pipeline's custom resource stores the pipeline (it reads it
+One test case. What the deploy itself verifies: CloudFormation accepts the index (faiss HNSW and
+metadata fields; no ef_search: on a collection faiss takes it only per query) and the pipeline's custom resource stores the pipeline (it reads it
 back after the PUT and fails the deploy when the stored processors differ). Assertions: the
 collection is ACTIVE and of type VECTORSEARCH; GetIndex returns the index's schema, read by the
 assertion's own role through a data access policy that names it. The collection is billed per
@@ -53,7 +53,6 @@ class RetrievalStack(cdk.Stack):
             dimension=DIMENSION,
             engine="faiss",
             space_type="l2",
-            ef_search=64,
             metadata_fields={"tenant": "keyword", "year": "integer"},
         )
         self.pipeline = HybridSearchPipeline(

@@ -3,9 +3,11 @@
 The collection is encrypted (an AWS-owned key unless `retrieval_kms_key_arn` is given), reachable
 through its public endpoint with SigV4 only (use a VPC endpoint in production: network policy
 `AllowFromPublic: false` with `SourceVPCEs`), and readable only by the principals its data access
-policies name. The index uses faiss HNSW (efficient filtering; ef_search applies), and the pipeline
-weights the vector side 70% (lexical first, vector second), a starting point to replace with the
-weights retrieval_tuning.grid_search_weights finds on your relevance test set.
+policies name. The index uses faiss HNSW (efficient filtering). A collection's faiss index takes no
+ef_search (the AWS::OpenSearchServerless::Index method parameters hold only M and EfConstruction):
+queries set it themselves (pacer_runtime.retrieval.knn_query(..., ef_search=N)). The pipeline weights
+the vector side 70% (lexical first, vector second), a starting point to replace with the weights
+retrieval_tuning.grid_search_weights finds on your relevance test set.
 """
 
 from __future__ import annotations
@@ -71,7 +73,6 @@ class RetrievalStack(cdk.Stack):
             space_type="l2",
             m=16,
             ef_construction=100,
-            ef_search=100,
             metadata_fields={"tenant": "keyword", "product_id": "keyword", "year": "integer"},
         )
         self.pipeline = HybridSearchPipeline(

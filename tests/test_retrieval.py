@@ -15,6 +15,8 @@ from aws_cdk.assertions import Annotations, Match, Template
 from conftest import nag_violations
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.retrieval import (
+    DOMAIN_FIELD_TYPES,
+    ENGINES,
     PIPELINE_DATA_PERMISSIONS,
     SEARCH_HANDLER_ID,
     HybridSearchPipeline,
@@ -150,18 +152,18 @@ def test_pipeline_accepts_tokens_where_valid_and_z_score_on_a_domain():
 
 
 def test_serverless_index_is_a_cfn_index_with_faiss_hnsw_settings():
-    stack, built = index(ef_search=64, m=24, ef_construction=256, space_type="innerproduct", metadata_fields={"tenant": "keyword"})
+    stack, built = index(m=24, ef_construction=256, space_type="innerproduct", metadata_fields={"tenant": "keyword"})
     template = Template.from_stack(stack)
     resource = only(template, "AWS::OpenSearchServerless::Index")
     props = resource["Properties"]
     assert props["IndexName"] == "chunks" and props["CollectionEndpoint"] == {"Fn::GetAtt": ["Collection", "CollectionEndpoint"]}
-    assert props["Settings"] == {"Index": {"Knn": True, "KnnAlgoParamEfSearch": 64}}
+    assert props["Settings"] == {"Index": {"Knn": True}}
     vector = props["Mappings"]["Properties"]["embedding"]
     assert vector == {"Type": "knn_vector", "Dimension": 8, "Method": {
         "Name": "hnsw", "Engine": "faiss", "SpaceType": "innerproduct", "Parameters": {"M": 24, "EfConstruction": 256}}}
     assert props["Mappings"]["Properties"]["text"] == {"Type": "text"}
     assert props["Mappings"]["Properties"]["tenant"] == {"Type": "keyword"}
-    assert resource["DeletionPolicy"] == "Retain" and built.settings["ef_search"] == 64
+    assert resource["DeletionPolicy"] == "Retain" and built.settings["ef_search"] is None
     access = json.dumps(stack.resolve(built.access_policy.policy))
     assert "index/docs/chunks" in access and "cdk-hnb659fds-cfn-exec-role" in access and "${AWS::" not in access
     assert stack.get_logical_id(built.access_policy) in resource["DependsOn"]
@@ -218,7 +220,16 @@ BAD_INDEX = [
     ({"ef_construction": math.inf}, "not a finite number"),
     ({"ef_search": 1}, "below the minimum of 2"),
     ({"ef_search": -5}, "below the minimum of 2"),
-    ({"engine": "lucene", "ef_search": 100}, "would be ignored"),
+    ({"ef_search": 100}, "ef_search=100 with engine='faiss' on a collection has nowhere to go.*method_parameters.ef_search"),
+    ({"metadata_fields": {"published": "date"}}, r"metadata_fields\['published'\]='date' must be one of 'text', 'keyword', 'integer'"),
+    ({"metadata_fields": {"price": "float"}}, "must be one of 'text', 'keyword', 'integer'; a collection accepts only these"),
+    ({"metadata_fields": {"x" * 65: "keyword"}}, r"field names must match \^\[A-Za-z0-9_.-\]\{1,64\}\$"),
+    ({"metadata_fields": {"product id": "keyword"}}, "metadata_fields key='product id': a collection's field names must match"),
+    ({"vector_field": "emb/v1"}, "vector_field='emb/v1': a collection's field names must match"),
+    ({"text_field": "body text"}, "text_field='body text': a collection's field names must match"),
+    ({"metadata_fields": {"tenant": cdk.Token.as_string({"Ref": "Kind"})}}, r"metadata_fields\['tenant'\]=.* is a deploy-time token"),
+    ({"engine_version": "OpenSearch_2.19"}, "engine_version='OpenSearch_2.19' applies to a managed domain"),
+    ({"index_managers": cdk.Token.as_list({"Ref": "Managers"})}, "index_managers is a list token"),
     ({"vector_field": ""}, "empty"),
     ({"text_field": 3}, "is an int"),
     ({"metadata_fields": {"tenant": "string"}}, "must be one of"),
@@ -466,3 +477,285 @@ def test_the_sub_query_limit_is_defined_once_in_retrieval_tuning():
                 and any(a.name == "MAX_SUBQUERIES" for a in n.names)]
     assert assigned == [] and len(imported) == 1
     assert module.MAX_SUBQUERIES == retrieval_tuning.MAX_SUBQUERIES
+
+
+# ---------------------------------------------------------------------------------------------
+# ef_search where each engine reads it, and the rules that depend on the domain's version
+
+
+def domain_resource(stack: cdk.Stack) -> dict:
+    props = only(Template.from_stack(stack), "Custom::OpenSearchKnnIndex")["Properties"]
+    return {**props, "Body": json.loads(props["Body"]), "BuildTime": json.loads(props["BuildTime"])}
+
+
+def test_faiss_ef_search_on_a_domain_goes_in_the_mapping_not_the_index_setting():
+    """The index setting index.knn.algo_param.ef_search is read only for nmslib (and lucene from 3.5):
+    faiss reads the graph's own value, set from the mapping's method parameters."""
+    stack, built = index("domain", ef_search=64)
+    props = domain_resource(stack)
+    assert props["Body"]["settings"] == {"index": {"knn": True}}
+    method = props["Body"]["mappings"]["properties"]["embedding"]["method"]
+    assert method["engine"] == "faiss" and method["parameters"] == {"m": 16, "ef_construction": 100, "ef_search": 64}
+    assert props["BuildTime"]["ef_search"] == 64 and props["EfSearch"] == ""  # build time: a change needs a reindex
+    assert built.settings["ef_search"] == 64
+
+
+@pytest.mark.parametrize("engine", ["nmslib", "lucene"])
+def test_engines_that_read_the_index_setting_get_it_dynamically(engine):
+    stack, _ = index("domain", engine=engine, ef_search=64, engine_version="OpenSearch_3.5" if engine == "lucene" else None)
+    props = domain_resource(stack)
+    assert props["Body"]["settings"] == {"index": {"knn": True, "knn.algo_param.ef_search": 64}}
+    assert "ef_search" not in props["Body"]["mappings"]["properties"]["embedding"]["method"]["parameters"]
+    assert "ef_search" not in props["BuildTime"] and props["EfSearch"] == "64"  # dynamic: PUT _settings in place
+    collection_stack, _ = index(engine=engine, ef_search=64)
+    settings = only(Template.from_stack(collection_stack), "AWS::OpenSearchServerless::Index")["Properties"]["Settings"]
+    assert settings == {"Index": {"Knn": True, "KnnAlgoParamEfSearch": 64}}
+
+
+def test_lucene_ef_search_is_refused_before_3_5_allowed_from_it_and_warned_where_the_version_is_unknown():
+    with pytest.raises(InvalidPropsError, match=r"engine='lucene' on OpenSearch_2.19 would be ignored: Lucene reads "
+                                                r"index.knn.algo_param.ef_search from OpenSearch 3.5.*knn_query\(\.\.\., ef_search=N\)"):
+        index("domain", engine="lucene", ef_search=64, engine_version=opensearch.EngineVersion.OPENSEARCH_2_19)
+    index("domain", engine="lucene", ef_search=64, engine_version=opensearch.EngineVersion.OPENSEARCH_3_5)
+    for target in ("domain", "collection"):  # an imported domain, a collection: no version known at synth
+        stack, built = index(target, engine="lucene", ef_search=64)
+        warnings = Annotations.from_stack(stack).find_warning(
+            f"/{built.node.path}", Match.string_like_regexp("ef_search with engine='lucene'.*needs OpenSearch 3.5"))
+        assert len(warnings) == 1, target
+    quiet, built = index("domain", engine="lucene")  # no ef_search, nothing to warn about
+    assert Annotations.from_stack(quiet).find_warning(f"/{built.node.path}", Match.string_like_regexp("engine-version")) == []
+
+
+def test_the_version_of_a_domain_created_in_the_app_is_read_from_its_cfn_domain():
+    stack = new_stack()
+    domain = opensearch.Domain(stack, "Search", version=opensearch.EngineVersion.OPENSEARCH_2_19)
+    with pytest.raises(InvalidPropsError, match="engine='lucene' on OpenSearch_2.19 would be ignored"):
+        VectorIndexSettings(stack, "Lucene", index_name="l", dimension=8, domain=domain, engine="lucene", ef_search=64)
+    with pytest.raises(InvalidPropsError, match="normalization='z_score' needs OpenSearch 3.0 or later and the domain runs OpenSearch_2.19"):
+        HybridSearchPipeline(stack, "Z", pipeline_name="z", domain=domain, normalization="z_score")
+    with pytest.raises(InvalidPropsError, match="engine_version='OpenSearch_3.5' differs from the domain's own 'OpenSearch_2.19'"):
+        HybridSearchPipeline(stack, "Mismatch", pipeline_name="m", domain=domain, engine_version="OpenSearch_3.5")
+    with pytest.raises(InvalidPropsError, match="engine='nmslib' cannot create an index on OpenSearch_3.1"):
+        VectorIndexSettings(stack, "Nms", index_name="n", dimension=8, engine="nmslib",
+                            domain=opensearch.Domain(stack, "New", version=opensearch.EngineVersion.OPENSEARCH_3_1))
+
+
+def test_z_score_is_refused_on_a_domain_known_older_than_3_0_and_warned_where_unknown():
+    with pytest.raises(InvalidPropsError, match="provided normalization technique is not supported"):
+        pipeline(normalization="z_score", engine_version="OpenSearch_2.19")
+    stack, built = pipeline(normalization="z_score", engine_version="OpenSearch_3.0")
+    assert Annotations.from_stack(stack).find_warning(f"/{built.node.path}", Match.any_value()) == []
+    stack, built = pipeline(normalization="z_score")  # imported domain: unknown
+    warnings = Annotations.from_stack(stack).find_warning(
+        f"/{built.node.path}", Match.string_like_regexp("normalization='z_score' needs OpenSearch 3.0.*rolls back"))
+    assert len(warnings) == 1
+
+
+@pytest.mark.parametrize(("version", "message"), [
+    ("OpenSearch_2.9", "search pipelines with a normalization-processor need OpenSearch 2.10"),
+    ("Elasticsearch_7.10", "the domain runs Elasticsearch_7.10: search pipelines"),
+    ("OpenSearch-2.19", "is not an engine version such as 'OpenSearch_2.19'"),
+    ("2.19", "is not an engine version"),
+    (2.19, "engine_version=2.19 is a float"),
+])
+def test_engine_versions_are_checked(version, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        pipeline(engine_version=version)
+
+
+def test_a_domain_index_refuses_a_wrong_encryption_key_type_by_name_instead_of_a_jsii_error():
+    """`encryption_key="alias/x"` used to reach jsii: "Unable to deserialize value as LogGroupProps"."""
+    with pytest.raises(InvalidPropsError, match=r"encryption_key='alias/x' is a str; pass a kms.Key"):
+        index("domain", encryption_key="alias/x")
+    with pytest.raises(InvalidPropsError, match=r"log_retention=30 is an int; pass a logs.RetentionDays"):
+        index("domain", log_retention=30)
+
+
+def test_custom_resources_fail_within_ten_minutes_when_the_handler_cannot_answer():
+    stack = new_stack()
+    domain = domain_of(stack)
+    HybridSearchPipeline(stack, "P", pipeline_name="p", domain=domain)
+    VectorIndexSettings(stack, "I", index_name="i", dimension=8, domain=domain)
+    template = Template.from_stack(stack)
+    for kind in ("Custom::OpenSearchSearchPipeline", "Custom::OpenSearchKnnIndex"):
+        assert only(template, kind)["Properties"]["ServiceTimeout"] == "600"
+
+
+# ---------------------------------------------------------------------------------------------
+# Every prop given an unresolved token: it reaches the template as a token, or is refused by name
+
+
+def token_of(stack: cdk.Stack, kind: str):
+    if kind == "number":
+        return cdk.CfnParameter(stack, "Param", type="Number").value_as_number
+    if kind == "string":
+        return cdk.CfnParameter(stack, "Param").value_as_string
+    if kind == "duration":
+        return cdk.Duration.seconds(cdk.CfnParameter(stack, "Param", type="Number").value_as_number)
+    return cdk.CfnParameter(stack, "Param", type="CommaDelimitedList").value_as_list
+
+
+REF = {"Ref": "Param"}
+
+
+def holds_ref(value) -> bool:
+    return REF in value if isinstance(value, list) else json.dumps(REF) in json.dumps(value)
+
+
+def pipeline_with(kind: str, prop: str, target: str = "domain", wrap=None):
+    stack = new_stack()
+    token = token_of(stack, kind)
+    where = {"domain": domain_of(stack)} if target == "domain" else {"collection": collection_of(stack)}
+    built = HybridSearchPipeline(stack, "Hybrid", **{"pipeline_name": "hybrid", **where, prop: wrap(token) if wrap else token})
+    return stack, built
+
+
+def index_with(kind: str, prop: str, target: str = "collection", wrap=None, **extra):
+    stack = new_stack()
+    token = token_of(stack, kind)
+    where = {"domain": domain_of(stack)} if target == "domain" else {"collection": collection_of(stack)}
+    props = {"index_name": "chunks", "dimension": 8, **where, **extra, prop: wrap(token) if wrap else token}
+    return stack, VectorIndexSettings(stack, "Index", **props)
+
+
+def pipeline_property(name):
+    return lambda template: only(template, "Custom::OpenSearchSearchPipeline")["Properties"][name]
+
+
+def serverless_index(*path):
+    def get(template):
+        value = only(template, "AWS::OpenSearchServerless::Index")["Properties"]
+        for key in path:
+            value = value[key]
+        return value
+    return get
+
+
+def domain_index(name):
+    return lambda template: only(template, "Custom::OpenSearchKnnIndex")["Properties"][name]
+
+
+def access_policy(template):
+    return only(template, "AWS::OpenSearchServerless::AccessPolicy")["Properties"]["Policy"]
+
+
+# (builder, prop, token kind, builder options, where the Ref must land | the refusal's pattern)
+TOKENS = [
+    (pipeline_with, "pipeline_name", "string", {}, pipeline_property("PipelineName")),
+    (pipeline_with, "pipeline_name", "number", {}, "pipeline_name=.* is a float; pass a string"),
+    (pipeline_with, "pipeline_name", "list", {}, "pipeline_name=.* is a list; pass a string"),
+    (pipeline_with, "weights", "number", {"wrap": lambda t: (t, 0.5)}, pipeline_property("Body")),
+    (pipeline_with, "weights", "string", {"wrap": lambda t: (t, 0.5)}, "weights=.* holds a string or list token"),
+    (pipeline_with, "weights", "list", {}, "weights=.* holds a string or list token"),
+    (pipeline_with, "weights", "number", {}, "weights=.* is not a list"),
+    (pipeline_with, "weights", "duration", {}, "weights=.* is not a list"),
+    (pipeline_with, "weights", "duration", {"wrap": lambda t: (t, 0.5)}, r"weights\[0\]=.* is a Duration"),
+    (pipeline_with, "normalization", "string", {}, "normalization=.* is a deploy-time token"),
+    (pipeline_with, "combination", "string", {}, "combination=.* is a deploy-time token"),
+    (pipeline_with, "description", "string", {}, pipeline_property("Body")),
+    (pipeline_with, "description", "number", {}, "description=.* is a float; pass a string"),
+    (pipeline_with, "engine_version", "string", {}, pipeline_property("PipelineName")),  # unknown: accepted, nothing written
+    (pipeline_with, "engine_version", "number", {}, "engine_version=.* is a float"),
+    (pipeline_with, "engine_version", "duration", {}, "engine_version=.* is a Duration"),
+    (pipeline_with, "encryption_key", "string", {}, "encryption_key=.* is a str; pass a kms.Key"),
+    (pipeline_with, "log_retention", "number", {}, "log_retention=.* is a float; pass a logs.RetentionDays"),
+    (pipeline_with, "log_retention", "duration", {}, "log_retention=.* is a Duration; pass a logs.RetentionDays"),
+    (pipeline_with, "domain", "string", {}, "domain=.* is a str; pass an opensearchservice.Domain"),
+    (pipeline_with, "collection", "string", {"target": "collection"}, "collection=.* is a str; pass an opensearchserverless.CfnCollection"),
+    (index_with, "index_name", "string", {}, serverless_index("IndexName")),
+    (index_with, "index_name", "string", {"target": "domain"}, domain_index("IndexName")),
+    (index_with, "index_name", "number", {}, "index_name=.* is a float; pass a string"),
+    (index_with, "dimension", "number", {}, serverless_index("Mappings", "Properties", "embedding", "Dimension")),
+    (index_with, "dimension", "number", {"target": "domain"}, domain_index("Body")),
+    (index_with, "dimension", "string", {}, "dimension=.* is a string token"),
+    (index_with, "dimension", "duration", {}, "dimension=.* is a Duration; pass an integer"),
+    (index_with, "m", "number", {}, serverless_index("Mappings", "Properties", "embedding", "Method", "Parameters", "M")),
+    (index_with, "m", "number", {"target": "domain"}, domain_index("BuildTime")),
+    (index_with, "ef_construction", "number", {}, serverless_index("Mappings", "Properties", "embedding", "Method", "Parameters",
+                                                                   "EfConstruction")),
+    (index_with, "ef_construction", "list", {}, "ef_construction=.* is a list; pass an integer"),
+    (index_with, "ef_search", "number", {"target": "domain"}, domain_index("BuildTime")),  # faiss: build time
+    (index_with, "ef_search", "number", {"target": "domain", "engine": "nmslib"}, domain_index("EfSearch")),  # a Ref, not a garbled number
+    (index_with, "ef_search", "number", {"engine": "nmslib"}, serverless_index("Settings", "Index", "KnnAlgoParamEfSearch")),
+    (index_with, "ef_search", "number", {}, "ef_search=.* with engine='faiss' on a collection has nowhere to go"),
+    (index_with, "ef_search", "string", {"target": "domain"}, "ef_search=.* is a string token"),
+    (index_with, "vector_field", "string", {}, "vector_field=.* is a deploy-time token"),
+    (index_with, "text_field", "string", {}, "text_field=.* is a deploy-time token"),
+    (index_with, "engine", "string", {}, "engine=.* is a deploy-time token"),
+    (index_with, "space_type", "string", {}, "space_type=.* is a deploy-time token"),
+    (index_with, "metadata_fields", "string", {}, "metadata_fields=.* is a str; pass a dict"),
+    (index_with, "metadata_fields", "string", {"wrap": lambda t: {"tenant": t}}, r"metadata_fields\['tenant'\]=.* is a deploy-time token"),
+    (index_with, "removal_policy", "string", {}, "removal_policy=.* pass cdk.RemovalPolicy"),
+    (index_with, "index_managers", "string", {"wrap": lambda t: [t]}, access_policy),
+    (index_with, "index_managers", "list", {}, "index_managers is a list token"),
+    (index_with, "engine_version", "string", {"target": "domain"}, domain_index("IndexName")),  # unknown: accepted
+    (index_with, "engine_version", "number", {"target": "domain"}, "engine_version=.* is a float"),
+    (index_with, "encryption_key", "string", {"target": "domain"}, "encryption_key=.* is a str; pass a kms.Key"),
+    (index_with, "log_retention", "number", {"target": "domain"}, "log_retention=.* is a float; pass a logs.RetentionDays"),
+]
+
+
+@pytest.mark.parametrize(("build", "prop", "kind", "options", "outcome"), TOKENS,
+                         ids=[f"{b.__name__.split('_')[0]}-{p}-{k}-{i}" for i, (b, p, k, _, _) in enumerate(TOKENS)])
+def test_a_token_reaches_the_template_or_is_refused_by_name(build, prop, kind, options, outcome):
+    if isinstance(outcome, str):
+        with pytest.raises(InvalidPropsError, match=outcome):
+            build(kind, prop, **options)
+        return
+    stack, _ = build(kind, prop, **options)
+    template = Template.from_stack(stack).to_json()
+    if prop == "engine_version":  # nothing is written: the version is only consulted
+        assert not holds_ref(template["Resources"])
+        return
+    assert holds_ref(outcome(template)), json.dumps(outcome(template))[:300]
+
+
+# ---------------------------------------------------------------------------------------------
+# cfn-lint on what these tests synthesize, not only the reference stacks
+
+
+def every_option_stacks() -> list[cdk.Stack]:
+    """Stacks composing each engine, target, normalization, field type and token kind once."""
+    app = cdk.App()
+    env = cdk.Environment(account="111122223333", region="us-east-1")
+    domains = cdk.Stack(app, "Domains", env=env)
+    managed = opensearch.Domain(domains, "Search", version=opensearch.EngineVersion.OPENSEARCH_3_5)
+    imported = domain_of(domains)
+    for normalization in ("min_max", "l2", "z_score"):
+        HybridSearchPipeline(domains, f"Managed{normalization}", pipeline_name=f"p-{normalization}", domain=managed,
+                             normalization=normalization, weights=(0.2, 0.3, 0.5))
+    HybridSearchPipeline(domains, "Imported", pipeline_name="imported", domain=imported, combination="geometric_mean")
+    for engine in ENGINES:
+        target = imported if engine == "nmslib" else managed  # nmslib: refused on 3.x, kept for imported 2.x domains
+        VectorIndexSettings(domains, engine, index_name=f"idx-{engine}", dimension=8, domain=target, engine=engine,
+                            ef_search=64, metadata_fields={f"f_{name}": name for name in DOMAIN_FIELD_TYPES},
+                            removal_policy=cdk.RemovalPolicy.DESTROY)
+    collections = cdk.Stack(app, "Collections", env=env)
+    for engine in ENGINES:
+        collection = aoss.CfnCollection(collections, f"{engine}Collection", name=f"docs-{engine}", type="VECTORSEARCH")
+        VectorIndexSettings(collections, f"{engine}Index", index_name="chunks", dimension=1024, collection=collection, engine=engine,
+                            ef_search=None if engine == "faiss" else 128, space_type="cosinesimil",
+                            metadata_fields={"tenant": "keyword", "year": "integer", "summary.v1": "text"})
+        HybridSearchPipeline(collections, f"{engine}Pipeline", pipeline_name=f"{engine}-hybrid", collection=collection,
+                             normalization="l2", combination="harmonic_mean")
+    tokens = cdk.Stack(app, "Tokens", env=env)
+    number = cdk.CfnParameter(tokens, "Number", type="Number").value_as_number
+    text = cdk.CfnParameter(tokens, "Text").value_as_string
+    token_collection = aoss.CfnCollection(tokens, "Collection", name="tokens", type="VECTORSEARCH")
+    VectorIndexSettings(tokens, "Serverless", index_name=text, dimension=number, m=number, ef_construction=number,
+                        collection=token_collection, index_managers=[text])
+    VectorIndexSettings(tokens, "DomainIndex", index_name="tok", dimension=number, ef_search=number, engine="nmslib",
+                        domain=domain_of(tokens), engine_version=text)
+    HybridSearchPipeline(tokens, "Pipeline", pipeline_name=text, domain=domain_of_other(tokens), weights=(number, 0.5),
+                         description=text)
+    return [domains, collections, tokens]
+
+
+def test_templates_of_every_option_pass_cfn_lint():
+    from cfnlint.api import ManualArgs, lint
+
+    for stack in every_option_stacks():
+        template = Template.from_stack(stack).to_json()
+        errors = [f"{m.rule.id} {m.path_string}: {m.message}" for m in lint(json.dumps(template), config=ManualArgs(regions=["us-east-1"]))
+                  if m.rule.id.startswith("E")]
+        assert errors == [], f"{stack.stack_name}:\n" + "\n".join(errors)

@@ -3,11 +3,16 @@
 `HybridSearchPipeline` creates a search pipeline whose normalization-processor makes lexical and
 vector scores comparable and weights them (a bool query adding raw BM25 and vector scores lets the
 unbounded BM25 side dominate). `VectorIndexSettings` creates the k-NN index with an engine, space,
-HNSW build settings and the search-time ef_search.
+HNSW build settings and ef_search, written where that engine reads it (see its docstring).
 
 Sub-query order: weights are positional. The runtime's `hybrid_query` puts the lexical sub-query
 first and the vector sub-query second (pacer_runtime.retrieval.HYBRID_SUBQUERY_ORDER), so
 weights=(0.3, 0.7) give the vector side 70%. Tune them with genai_pacer.retrieval_tuning.
+
+Engine version: what OpenSearch accepts depends on the domain's version (z_score from 3.0, Lucene
+reading the ef_search index setting from 3.5). The constructs take it from `engine_version` or from
+a domain created in the same app (its CfnDomain's EngineVersion); where neither says (an imported
+domain, a Serverless collection, a token), a rule that depends on it warns instead of refusing.
 
 Why a plain CustomResource backed by our own function, not custom_resources.Provider: the
 Provider adds a framework function (its runtime and its AWSLambdaBasicExecutionRole managed policy
@@ -29,6 +34,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import aws_cdk as cdk
@@ -41,7 +47,7 @@ from aws_cdk import aws_opensearchservice as opensearch
 
 from constructs import Construct
 
-from ._checks import Checks, _show, is_token
+from ._checks import Checks, _show, is_token, kind_of
 from ._secure import handler_function
 from .retrieval_tuning import (
     COMBINATIONS,
@@ -62,9 +68,35 @@ __all__ = [
 
 ENGINES = ("faiss", "lucene", "nmslib")
 SPACE_TYPES = ("l2", "cosinesimil", "innerproduct")
+#: AWS::OpenSearchServerless::Index IndexName pattern (cfn-lint resource schema; OpenSearch's own rule too).
 _INDEX_NAME = re.compile(r"^(?![_-])[a-z][a-z0-9_-]*$")
 _PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-#: The data access permissions that manage collection-level items such as search pipelines.
+#: AWS::OpenSearchServerless::Index Mappings.Properties: names matching this pattern only
+#: (patternProperties with additionalProperties false; cfn-lint resource schema).
+SERVERLESS_FIELD_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: AWS::OpenSearchServerless::Index PropertyMapping.Type enum (cfn-lint resource schema; E3030 otherwise).
+SERVERLESS_FIELD_TYPES = ("text", "knn_vector", "keyword", "integer")
+#: Field types a domain index's metadata_fields may use (OpenSearch field types suited to filters).
+DOMAIN_FIELD_TYPES = ("keyword", "text", "integer", "long", "float", "double", "boolean", "date")
+#: CreateDomain EngineVersion (botocore opensearch 2021-01-01 service-2.json, shape VersionString).
+ENGINE_VERSION = re.compile(r"^Elasticsearch_[0-9]{1}\.[0-9]{1,2}$|^OpenSearch_[0-9]{1,2}\.[0-9]{1,2}$")
+#: The normalization-processor first ships in neural-search 2.10 (NormalizationProcessor.java first
+#: in tag 2.10.0.0 of opensearch-project/neural-search).
+MIN_PIPELINE_VERSION = (2, 10)
+#: z_score normalization: neural-search 3.0 (#1224; ScoreNormalizationFactory.java lists it from tag
+#: 3.0.0.0; 2.19 answers "provided normalization technique is not supported").
+MIN_Z_SCORE_VERSION = (3, 0)
+#: Lucene reads index.knn.algo_param.ef_search from k-NN 3.5 (#3037: KNNQueryFactory.java's
+#: luceneK = max(k, IndexHyperParametersUtil.getHNSWEFSearchValue(...)), first in tag 3.5.0.0);
+#: before, only the query's method_parameters.ef_search (k-NN 2.16+) reaches Lucene.
+MIN_LUCENE_EF_SEARCH_SETTING_VERSION = (3, 5)
+#: k-NN refuses new nmslib indexes from 3.0 (#2573: KNNEngine.NMSLIB restricted from Version.V_3_0_0,
+#: KNNVectorFieldMapper.validateBlockedKNNEngine).
+NMSLIB_BLOCKED_FROM = (3, 0)
+#: The data access permissions on a collection for collection-level items. Which of them a search
+#: pipeline needs is not documented (unconfirmed: the permission table documents aliases and
+#: templates); a missing one fails the deployment within AOSS_PERMISSION_WAIT_SECONDS with a reason
+#: that names these and the role (lambda/search_pipeline/handler.py).
 PIPELINE_DATA_PERMISSIONS = (
     "aoss:CreateCollectionItems",
     "aoss:UpdateCollectionItems",
@@ -74,7 +106,14 @@ PIPELINE_DATA_PERMISSIONS = (
 INDEX_DATA_PERMISSIONS = ("aoss:CreateIndex", "aoss:DescribeIndex", "aoss:UpdateIndex", "aoss:DeleteIndex")
 #: The id, under the stack, of the handler every HybridSearchPipeline and domain VectorIndexSettings shares.
 SEARCH_HANDLER_ID = "GenaiPacerSearchHandler"
+#: How long CloudFormation waits for the handler's answer (AWS::CloudFormation::CustomResource
+#: ServiceTimeout, 1..3600 s, default 3600: CloudFormation user guide, crpg-ref). The handler always
+#: answers within its own 2-minute timeout; 10 minutes also covers Lambda's two asynchronous retries
+#: of an invocation that crashed, instead of the stack waiting an hour.
+SERVICE_TIMEOUT = cdk.Duration.minutes(10)
+_HANDLER_TIMEOUT = cdk.Duration.minutes(2)
 _TARGET_FIX = "pass domain=<an opensearchservice.Domain> or collection=<an opensearchserverless.CfnCollection>, not both"
+_VERSION_FIX = "pass engine_version=opensearch.EngineVersion.OPENSEARCH_2_19 (or the string 'OpenSearch_2.19'), the domain's version"
 
 
 def _check_target(check: Checks, domain: Any, collection: Any) -> None:
@@ -101,6 +140,9 @@ def _integer_prop(check: Checks, name: str, value: Any, **limits: Any) -> bool:
             f"{name}={value!r} is a string token; pass an integer or a number token "
             f"(CfnParameter(type='Number').value_as_number, cdk.Token.as_number(...))"
         )
+    if value is not None and not isinstance(value, int | float | list | tuple | str) and is_token(value):
+        # check.integer skips every unresolved value, a Duration token included, which jsii then refuses
+        return check.fail(f"{name}={_show(value)} is {kind_of(value)}; pass an integer or a number token")
     return check.integer(name, value, **limits)
 
 
@@ -111,6 +153,54 @@ def _claim(check: Checks, fields: dict[str, str], prop: str, name: str) -> None:
         check.fail(f"{prop} names field {name!r}, which {fields[name]} already maps: each field is mapped once; rename one of them")
     else:
         fields[name] = prop
+
+
+@dataclass(frozen=True)
+class _Version:
+    """A domain's engine version as CreateDomain spells it ("OpenSearch_2.19", "Elasticsearch_7.10")."""
+
+    text: str
+
+    def before(self, minimum: tuple[int, int]) -> bool:
+        """True when this version predates OpenSearch `minimum` (every Elasticsearch version does)."""
+        if not self.text.startswith("OpenSearch_"):
+            return True
+        major, minor = self.text.removeprefix("OpenSearch_").split(".")
+        return (int(major), int(minor)) < minimum
+
+
+def _engine_version(check: Checks, engine_version: Any, domain: Any, collection: Any) -> _Version | None:
+    """The domain's version when synth can know it: `engine_version`, else the EngineVersion of a
+    domain created in this app (its CfnDomain); None when unknown (imported domain, token, collection).
+    The two must agree when both are given."""
+    given: str | None = None
+    if engine_version is not None:
+        text = engine_version.version if isinstance(engine_version, opensearch.EngineVersion) else engine_version
+        if collection is not None:
+            check.fail(f"engine_version={_show(text)} applies to a managed domain; a Serverless collection's version is AWS's choice: drop it")
+        elif not isinstance(text, str):
+            check.fail(f"engine_version={_show(engine_version)} is {kind_of(engine_version)}; {_VERSION_FIX}")
+        elif not is_token(text):
+            if ENGINE_VERSION.match(text):
+                given = text
+            else:
+                check.fail(f"engine_version={text!r} is not an engine version such as 'OpenSearch_2.19'; {_VERSION_FIX}")
+    child = domain.node.default_child if isinstance(domain, Construct) else None
+    declared = getattr(child, "engine_version", None) if isinstance(child, opensearch.CfnDomain) else None
+    from_domain = declared if isinstance(declared, str) and ENGINE_VERSION.match(declared) else None
+    if given and from_domain and given != from_domain:
+        check.fail(f"engine_version={given!r} differs from the domain's own {from_domain!r}: drop engine_version, "
+                   "the construct reads the version of a domain created in this app")
+    text = given or from_domain
+    return _Version(text) if text else None
+
+
+def _warn_version_unknown(scope: Construct, rule: str, minimum: tuple[int, int], consequence: str) -> None:
+    cdk.Annotations.of(scope).add_warning_v2(
+        "genai-pacer:engine-version-unknown",
+        f"{rule} needs OpenSearch {minimum[0]}.{minimum[1]} or later and the domain's version is unknown at synth "
+        f"(an imported domain, a token or a collection); {consequence}. On a domain, {_VERSION_FIX} to check it at synth",
+    )
 
 
 class _SearchHandler(Construct):
@@ -126,7 +216,7 @@ class _SearchHandler(Construct):
             "Function",
             handler="search_pipeline.handler.handler",
             environment={},
-            timeout=cdk.Duration.minutes(2),
+            timeout=_HANDLER_TIMEOUT,
             encryption_key=encryption_key,
             log_retention=log_retention,
         )
@@ -204,16 +294,21 @@ class HybridSearchPipeline(Construct):
 
     pipeline_name: required; the name a search passes as ?search_pipeline=<name> (letters, digits,
         '.', '_', '-'; up to 128).
-    domain / collection: exactly one; the managed domain (OpenSearch 2.10+) or the Serverless
-        collection that holds the pipeline.
+    domain / collection: exactly one; the managed domain (OpenSearch 2.10+: the normalization-processor
+        first ships there) or the Serverless collection that holds the pipeline.
     weights: one per hybrid sub-query, in sub-query order, each 0..1, summing to 1.0 (within 0.01,
         the tolerance OpenSearch applies).
         Default: (0.5, 0.5): lexical and vector equally, until a relevance test set says otherwise
         (genai_pacer.retrieval_tuning.grid_search_weights).
     normalization: "min_max" (default: bounded 0..1, robust to one query's scale), "l2" or
-        "z_score" (only with arithmetic_mean; not on Serverless, which offers min_max and l2).
+        "z_score" (only with arithmetic_mean; OpenSearch 3.0+ on a domain, refused for a domain known
+        to be older and a warning where its version is unknown; not on Serverless, which offers
+        min_max and l2).
     combination: "arithmetic_mean" (default), "geometric_mean" or "harmonic_mean".
     description: stored with the pipeline. Default: says genai-pacer made it and the weight order.
+    engine_version (domain only): the domain's version, an opensearch.EngineVersion or its string
+        ("OpenSearch_2.19"), so version rules are checked at synth. Default: read from a domain
+        created in this app (its CfnDomain); unknown for an imported domain (rules then warn).
     encryption_key / log_retention: for the log group of the stack's shared search handler (see
         the module docstring), set by whichever search construct creates it; another construct may
         repeat the same values or leave them out, and different ones are refused. Default: a new key
@@ -244,6 +339,7 @@ class HybridSearchPipeline(Construct):
         normalization: str = "min_max",
         combination: str = "arithmetic_mean",
         description: str | None = None,
+        engine_version: opensearch.EngineVersion | str | None = None,
         encryption_key: kms.IKey | None = None,
         log_retention: logs.RetentionDays | None = None,
     ) -> None:
@@ -265,6 +361,20 @@ class HybridSearchPipeline(Construct):
             if normalization_ok and combination_ok:
                 for problem in check_technique(normalization, combination, serverless=collection is not None):
                     check.fail(problem)
+            version = _engine_version(check, engine_version, domain, collection)
+            if version is not None:
+                check.rule(not version.before(MIN_PIPELINE_VERSION),
+                           f"the domain runs {version.text}: search pipelines with a normalization-processor need "
+                           f"OpenSearch {MIN_PIPELINE_VERSION[0]}.{MIN_PIPELINE_VERSION[1]} or later; upgrade the domain")
+            if normalization_ok and normalization == "z_score" and domain is not None:
+                if version is None:
+                    _warn_version_unknown(self, "normalization='z_score'", MIN_Z_SCORE_VERSION,
+                                          "an older domain refuses the pipeline and the deployment rolls back")
+                else:
+                    check.rule(not version.before(MIN_Z_SCORE_VERSION),
+                               f"normalization='z_score' needs OpenSearch {MIN_Z_SCORE_VERSION[0]}.{MIN_Z_SCORE_VERSION[1]} "
+                               f"or later and the domain runs {version.text} (which answers \"provided normalization "
+                               "technique is not supported\"): use min_max or l2, or upgrade the domain")
             self._check_weights(check, weights)
             check.text("description", description, optional=True, max_length=1024)
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
@@ -308,6 +418,7 @@ class HybridSearchPipeline(Construct):
             "Resource",
             service_token=self.function.function_arn,
             resource_type="Custom::OpenSearchSearchPipeline",
+            service_timeout=SERVICE_TIMEOUT,
             properties={
                 "Kind": "Pipeline",
                 "Endpoint": endpoint,
@@ -323,6 +434,13 @@ class HybridSearchPipeline(Construct):
 
     @staticmethod
     def _check_weights(check: Checks, weights: Any) -> None:
+        if isinstance(weights, list | tuple) and any(isinstance(w, str) and is_token(w) for w in weights):
+            check.fail(
+                f"weights={_show(weights)} holds a string or list token: OpenSearch wants numbers and the sum must be "
+                "checked at synth; pass literal weights, or number tokens for some of them "
+                "(CfnParameter(type='Number').value_as_number)"
+            )
+            return
         if isinstance(weights, str) or not isinstance(weights, list | tuple):
             check.fail(f"weights={_show(weights)} is not a list; pass one weight per sub-query, e.g. (0.3, 0.7) for (lexical, vector)")
             return
@@ -330,7 +448,11 @@ class HybridSearchPipeline(Construct):
         if not 2 <= len(weights) <= MAX_SUBQUERIES:
             check.fail(f"weights has {len(weights)} values; a hybrid query has 2..{MAX_SUBQUERIES} sub-queries: pass {fix}")
             return
-        ok = all([check.number(f"weights[{i}]", w, minimum=0, maximum=1, fix=fix) for i, w in enumerate(weights)])
+        ok = all([
+            check.number(f"weights[{i}]", w, minimum=0, maximum=1, fix=fix) if isinstance(w, int | float)
+            else check.fail(f"weights[{i}]={_show(w)} is {kind_of(w)}; pass {fix}")
+            for i, w in enumerate(weights)
+        ])
         if ok and not any(is_token(w) for w in weights):
             total = math.fsum(weights)
             check.rule(
@@ -350,21 +472,37 @@ class VectorIndexSettings(Construct):
         (aws-cdk-lib CfnIndex); a domain's is created by the same custom resource handler as
         HybridSearchPipeline (no CloudFormation resource makes one).
     vector_field: the knn_vector field. Default: "embedding".
-    engine: "faiss" (default: efficient filtering on HNSW, and ef_search applies), "lucene"
-        (efficient filtering; ignores ef_search and explores k) or "nmslib" (deprecated upstream,
-        no efficient filtering: a filter post-filters).
+    engine: "faiss" (default: efficient filtering on HNSW), "lucene" (efficient filtering) or
+        "nmslib" (deprecated upstream, refused by OpenSearch 3.0+ for new indexes, no efficient
+        filtering: a filter post-filters).
     space_type: "l2" (default), "cosinesimil" or "innerproduct": match the embedding model.
     m: HNSW links per node, 2..100. Default: 16 (OpenSearch's default).
     ef_construction: candidate list while building, 2..4,096. Default: 100 (OpenSearch's default).
         m and ef_construction are build-time: changing them on an existing index needs a reindex;
         on a domain the handler refuses it ("needs a reindex"); on a collection OpenSearch refuses
         the mapping change at deploy. Use a new index_name, reindex, then move readers.
-    ef_search: search-time candidate list, dynamic, >= 2. Default: none (OpenSearch's 100).
-        Refused with lucene, which ignores it. Tune it down while recall holds
-        (retrieval_tuning.tune_ef_search) before touching the build-time settings.
+    ef_search: the candidate list at search time, 2..100,000 (at least the k you query with).
+        Default: none (OpenSearch's default: 100 for indexes created on 2.12 and later). Each engine
+        reads it from its own place, and the construct writes it there:
+        - faiss: the vector field's mapping, method.parameters.ef_search, stored in each HNSW graph
+          when it is built. On a domain the index is created with it, and a later change needs a
+          reindex (the handler refuses it, as for m). On a collection it is refused: the
+          AWS::OpenSearchServerless::Index method parameters hold only M and EfConstruction, and
+          faiss never reads the index setting.
+        - lucene: the index setting index.knn.algo_param.ef_search, which Lucene reads from
+          OpenSearch 3.5 (it explores max(k, ef_search)); refused on a domain known to be older, a
+          warning where the version is unknown (an imported domain, a collection).
+        - nmslib: the index setting, dynamic: a change applies in place.
+        On every engine and target the per-query dial works from OpenSearch 2.16 and overrides the
+        index's value: pacer_runtime.retrieval.knn_query(..., ef_search=N) sends
+        method_parameters.ef_search (Lucene explores max(k, N)). Tune it with
+        retrieval_tuning.tune_ef_search before touching the build-time settings.
     text_field: a text field for the lexical side of hybrid search. Default: "text"; None for none.
-    metadata_fields: attribute -> OpenSearch field type ("keyword", "integer", "long", "float",
-        "boolean", "date") for filters. Default: none.
+    metadata_fields: attribute -> OpenSearch field type for filters: on a domain "keyword",
+        "text", "integer", "long", "float", "double", "boolean" or "date"; on a collection only
+        "keyword", "text" or "integer" (the AWS::OpenSearchServerless::Index schema). Default: none.
+        On a collection every field name (vector_field and text_field too) must match
+        [A-Za-z0-9_.-]{1,64}.
     removal_policy: Default: RETAIN (deleting the stack keeps the indexed data). With DESTROY, an
         index on a domain that already existed when the stack created the resource (adopted,
         because its build-time settings matched) is still kept: the stack deletes only indexes it
@@ -372,12 +510,14 @@ class VectorIndexSettings(Construct):
     index_managers (collection only): principal ARNs the data access policy lets create and change
         the index: CloudFormation creates a CfnIndex with the deploying role's credentials.
         Default: the CDK bootstrap CloudFormation execution role of this stack's synthesizer.
+    engine_version (domain only): the domain's version, as for HybridSearchPipeline. Default: read
+        from a domain created in this app; unknown for an imported one.
     encryption_key / log_retention (domain only): for the log group of the stack's shared search
         handler, as for HybridSearchPipeline.
 
-    Access on a domain, in this construct's own iam.Policy on the shared handler's role: it may GET <domain ARN>/<index>/_mapping, PUT <index> and
-    <index>/_settings, and DELETE <index> only with removal_policy=DESTROY; with fine-grained
-    access control map it to a role with
+    Access on a domain, in this construct's own iam.Policy on the shared handler's role: it may GET
+    <domain ARN>/<index>/_mapping, PUT <index> and <index>/_settings, and DELETE <index> only with
+    removal_policy=DESTROY; with fine-grained access control map it to a role with
     indices:admin/create, indices:admin/mapping/get and indices:admin/settings/update (and
     indices:admin/delete for removal) on the index.
 
@@ -405,11 +545,11 @@ class VectorIndexSettings(Construct):
         metadata_fields: Mapping[str, str] | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         index_managers: Sequence[str] | None = None,
+        engine_version: opensearch.EngineVersion | str | None = None,
         encryption_key: kms.IKey | None = None,
         log_retention: logs.RetentionDays | None = None,
     ) -> None:
         super().__init__(scope, id)
-        field_types = ("keyword", "text", "integer", "long", "float", "double", "boolean", "date")
         with Checks(f"VectorIndexSettings {id}") as check:
             if check.text("index_name", index_name, max_length=255) and not is_token(index_name):
                 check.rule(
@@ -418,60 +558,34 @@ class VectorIndexSettings(Construct):
                 )
             _integer_prop(check, "dimension", dimension, minimum=1, maximum=16_000, fix="the embedding model's output size, e.g. 1024")
             _check_target(check, domain, collection)
-            fields: dict[str, str] = {}  # field name -> the prop that names it
-            if _concrete(check, "vector_field", vector_field) and check.text("vector_field", vector_field, max_length=255):
-                fields[vector_field] = "vector_field"
             engine_ok = _concrete(check, "engine", engine) and check.one_of("engine", engine, ENGINES)
             _concrete(check, "space_type", space_type) and check.one_of(
                 "space_type", space_type, SPACE_TYPES, fix="match the embedding model's similarity"
             )
             _integer_prop(check, "m", m, minimum=2, maximum=100, fix="HNSW links per node; 16 is OpenSearch's default")
             _integer_prop(check, "ef_construction", ef_construction, minimum=2, maximum=4096, fix="100 is OpenSearch's default")
-            if _integer_prop(check, "ef_search", ef_search, minimum=2, maximum=100_000, optional=True,
-                             fix="omit it for OpenSearch's default of 100") and engine_ok:
-                check.rule(
-                    engine != "lucene",
-                    f"ef_search={ef_search} with engine='lucene' would be ignored: Lucene explores k candidates, not "
-                    "index.knn.algo_param.ef_search; drop ef_search, or use engine='faiss'",
-                )
-            if engine_ok and engine == "nmslib":
-                cdk.Annotations.of(self).add_warning_v2(
-                    "genai-pacer:nmslib-post-filters",
-                    "engine='nmslib' has no efficient k-NN filtering: a filter is applied after the search and a "
-                    "restrictive one returns fewer than k results; use faiss or lucene",
-                )
-            if _concrete(check, "text_field", text_field) and check.text("text_field", text_field, optional=True, max_length=255) and text_field:
-                _claim(check, fields, "text_field", text_field)
-            if metadata_fields is not None and check.instance(
-                "metadata_fields", metadata_fields, Mapping, "a dict of field name -> type, e.g. {'tenant': 'keyword'}"
-            ):
-                for name, kind in metadata_fields.items():
-                    where = f"metadata_fields[{name!r}]"
-                    if not isinstance(name, str) or not name.strip() or is_token(name):
-                        check.fail(f"{where}: a field name must be a non-empty literal string, not {_show(name)}")
-                        continue
-                    if name.startswith("_"):
-                        check.fail(f"{where}: names starting with '_' are OpenSearch metadata fields (_id, _source...); rename the attribute")
-                        continue
-                    _claim(check, fields, where, name)
-                    check.one_of(where, kind, field_types, fix="keyword for exact-match filters, integer/date for ranges")
+            ef_search_given = _integer_prop(check, "ef_search", ef_search, minimum=2, maximum=100_000, optional=True,
+                                            fix="omit it for OpenSearch's default of 100") or (
+                is_token(ef_search) and not isinstance(ef_search, str))  # a number token: placed like a number
+            version = _engine_version(check, engine_version, domain, collection)
+            if engine_ok:
+                self._check_engine(check, engine, ef_search if ef_search_given else None, collection, version)
+            self._check_fields(check, vector_field, text_field, metadata_fields, serverless=collection is not None)
             if check.instance("removal_policy", removal_policy, cdk.RemovalPolicy, "cdk.RemovalPolicy.RETAIN or DESTROY"):
                 check.one_of("removal_policy", removal_policy, (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.DESTROY),
                              fix="RETAIN keeps the indexed data; SNAPSHOT does not exist for an index")
             if index_managers is not None:
-                check.rule(collection is not None, "index_managers applies to a collection's data access policy; with a domain drop it")
-                if check.each("index_managers", index_managers, lambda n, v: check.text(n, v, fix="a principal ARN")):
-                    check.rule(
-                        len(index_managers) > 0,
-                        "index_managers=[] leaves the index's data access policy without a principal, so nobody (not "
-                        "even CloudFormation) may create the index: omit it for the CDK bootstrap execution role, or "
-                        "name the role that deploys this stack",
-                    )
+                self._check_index_managers(check, index_managers, collection)
             if collection is not None:
                 for name, value in (("encryption_key", encryption_key), ("log_retention", log_retention)):
                     check.rule(value is None, f"{name} configures the domain handler's log group; a collection's index needs no function: drop it")
             else:
-                _check_shared_log_settings(check, self, encryption_key, log_retention)
+                key_ok = encryption_key is None or check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key")
+                retention_ok = log_retention is None or check.instance(
+                    "log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays"
+                )
+                if key_ok and retention_ok:  # comparing a wrong type with the shared handler's would reach jsii
+                    _check_shared_log_settings(check, self, encryption_key, log_retention)
         self.index_name = index_name
         self.settings = {
             "field": vector_field,
@@ -482,13 +596,17 @@ class VectorIndexSettings(Construct):
             "ef_construction": ef_construction,
             "ef_search": ef_search,
         }
-        build_time = {k: v for k, v in self.settings.items() if k != "ef_search"}
+        # faiss keeps ef_search in each graph (build time); lucene and nmslib read the index setting.
+        in_mapping = engine == "faiss" and ef_search is not None
+        in_setting = engine != "faiss" and ef_search is not None
+        parameters: dict[str, Any] = {"m": m, "ef_construction": ef_construction}
+        if in_mapping:
+            parameters["ef_search"] = ef_search
         properties: dict[str, Any] = {
             vector_field: {
                 "type": "knn_vector",
                 "dimension": dimension,
-                "method": {"name": "hnsw", "engine": engine, "space_type": space_type,
-                           "parameters": {"m": m, "ef_construction": ef_construction}},
+                "method": {"name": "hnsw", "engine": engine, "space_type": space_type, "parameters": parameters},
             }
         }
         if text_field:
@@ -516,7 +634,7 @@ class VectorIndexSettings(Construct):
                 collection_endpoint=collection.attr_collection_endpoint,
                 index_name=index_name,
                 settings=aoss.CfnIndex.IndexSettingsProperty(
-                    index=aoss.CfnIndex.IndexProperty(knn=True, knn_algo_param_ef_search=ef_search)
+                    index=aoss.CfnIndex.IndexProperty(knn=True, knn_algo_param_ef_search=ef_search if in_setting else None)
                 ),
                 mappings=aoss.CfnIndex.MappingsProperty(properties=self._cfn_properties(properties)),
             )
@@ -538,13 +656,17 @@ class VectorIndexSettings(Construct):
             if paths
         ])
         index_settings: dict[str, Any] = {"knn": True}
-        if ef_search is not None:
+        if in_setting:
             index_settings["knn.algo_param.ef_search"] = ef_search
+        build_time = {k: v for k, v in self.settings.items() if k != "ef_search"}
+        if in_mapping:
+            build_time["ef_search"] = ef_search
         self.resource = cdk.CustomResource(
             self,
             "Resource",
             service_token=self.function.function_arn,
             resource_type="Custom::OpenSearchKnnIndex",
+            service_timeout=SERVICE_TIMEOUT,
             removal_policy=cdk.RemovalPolicy.DESTROY,  # the handler keeps the data unless DeleteOnRemoval
             properties={
                 "Kind": "Index",
@@ -554,11 +676,102 @@ class VectorIndexSettings(Construct):
                 "IndexName": index_name,
                 "Body": stack.to_json_string({"settings": {"index": index_settings}, "mappings": {"properties": properties}}),
                 "BuildTime": stack.to_json_string(build_time),
-                "EfSearch": "" if ef_search is None else str(ef_search),
+                # the dynamic index setting only; stringify_number keeps a number token a Ref
+                "EfSearch": cdk.Tokenization.stringify_number(ef_search) if ef_search is not None and in_setting else "",
                 "DeleteOnRemoval": "true" if removal_policy == cdk.RemovalPolicy.DESTROY else "false",
             },
         )
         self.resource.node.add_dependency(self.handler_policy)
+
+    def _check_engine(self, check: Checks, engine: str, ef_search: Any, collection: Any, version: _Version | None) -> None:
+        """Where this engine reads ef_search, and what the domain's version allows."""
+        if engine == "nmslib":
+            if version is not None:
+                check.rule(version.before(NMSLIB_BLOCKED_FROM),
+                           f"engine='nmslib' cannot create an index on {version.text}: k-NN refuses new nmslib indexes "
+                           f"from OpenSearch {NMSLIB_BLOCKED_FROM[0]}.{NMSLIB_BLOCKED_FROM[1]}; use faiss")
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:nmslib-post-filters",
+                "engine='nmslib' has no efficient k-NN filtering: a filter is applied after the search and a "
+                "restrictive one returns fewer than k results; use faiss or lucene",
+            )
+        if ef_search is None:
+            return
+        per_query = ("pass ef_search per query instead: pacer_runtime.retrieval.knn_query(..., ef_search=N) sends "
+                     "method_parameters.ef_search (OpenSearch 2.16+)")
+        if engine == "faiss" and collection is not None:
+            check.fail(
+                f"ef_search={_show(ef_search)} with engine='faiss' on a collection has nowhere to go: faiss reads ef_search "
+                "from the mapping's method parameters, which AWS::OpenSearchServerless::Index limits to M and "
+                f"EfConstruction, and never reads the index setting; drop ef_search and {per_query}"
+            )
+        elif engine == "lucene":
+            rule = "ef_search with engine='lucene' (read as the index setting)"
+            if version is None:
+                _warn_version_unknown(self, rule, MIN_LUCENE_EF_SEARCH_SETTING_VERSION,
+                                      f"an older one ignores the setting and explores k candidates: {per_query}")
+            else:
+                check.rule(
+                    not version.before(MIN_LUCENE_EF_SEARCH_SETTING_VERSION),
+                    f"ef_search={_show(ef_search)} with engine='lucene' on {version.text} would be ignored: Lucene reads "
+                    f"index.knn.algo_param.ef_search from OpenSearch {MIN_LUCENE_EF_SEARCH_SETTING_VERSION[0]}."
+                    f"{MIN_LUCENE_EF_SEARCH_SETTING_VERSION[1]}; drop ef_search and {per_query}",
+                )
+
+    @staticmethod
+    def _check_fields(check: Checks, vector_field: Any, text_field: Any, metadata_fields: Any, *, serverless: bool) -> None:
+        """Each field named once, with a type the target accepts (a collection's schema is narrower)."""
+        fields: dict[str, str] = {}  # field name -> the prop that names it
+
+        def name_ok(where: str, name: str) -> bool:
+            return not serverless or check.rule(
+                bool(SERVERLESS_FIELD_NAME.match(name)),
+                f"{where}={name!r}: a collection's field names must match {SERVERLESS_FIELD_NAME.pattern} "
+                "(AWS::OpenSearchServerless::Index schema; CloudFormation refuses the index otherwise): rename it",
+            )
+
+        if _concrete(check, "vector_field", vector_field) and check.text("vector_field", vector_field, max_length=255):
+            name_ok("vector_field", vector_field)
+            fields[vector_field] = "vector_field"
+        if _concrete(check, "text_field", text_field) and check.text("text_field", text_field, optional=True, max_length=255) and text_field:
+            name_ok("text_field", text_field)
+            _claim(check, fields, "text_field", text_field)
+        if metadata_fields is None or not check.instance(
+            "metadata_fields", metadata_fields, Mapping, "a dict of field name -> type, e.g. {'tenant': 'keyword'}"
+        ):
+            return
+        types = SERVERLESS_FIELD_TYPES if serverless else DOMAIN_FIELD_TYPES
+        choices = tuple(t for t in types if t != "knn_vector")
+        fix = ("a collection accepts only these (AWS::OpenSearchServerless::Index schema): keyword for exact-match filters, "
+               "integer for ranges (a date as epoch seconds)" if serverless else "keyword for exact-match filters, integer/date for ranges")
+        for name, kind in metadata_fields.items():
+            where = f"metadata_fields[{name!r}]"
+            if not isinstance(name, str) or not name.strip() or is_token(name):
+                check.fail(f"{where}: a field name must be a non-empty literal string, not {_show(name)}")
+                continue
+            if name.startswith("_"):
+                check.fail(f"{where}: names starting with '_' are OpenSearch metadata fields (_id, _source...); rename the attribute")
+                continue
+            name_ok("metadata_fields key", name)
+            _claim(check, fields, where, name)
+            _concrete(check, where, kind) and check.one_of(where, kind, choices, fix=fix)
+
+    @staticmethod
+    def _check_index_managers(check: Checks, index_managers: Any, collection: Any) -> None:
+        check.rule(collection is not None, "index_managers applies to a collection's data access policy; with a domain drop it")
+        if isinstance(index_managers, list) and any(isinstance(v, str) and v.startswith("#{Token[") for v in index_managers):
+            check.fail(
+                "index_managers is a list token (a CommaDelimitedList parameter): the data access policy is a JSON "
+                "document the construct writes at synth; pass a list of principal ARNs, each may be a string token "
+                "([CfnParameter(...).value_as_string])"
+            )
+        elif check.each("index_managers", index_managers, lambda n, v: check.text(n, v, fix="a principal ARN")):
+            check.rule(
+                len(index_managers) > 0,
+                "index_managers=[] leaves the index's data access policy without a principal, so nobody (not "
+                "even CloudFormation) may create the index: omit it for the CDK bootstrap execution role, or "
+                "name the role that deploys this stack",
+            )
 
     @staticmethod
     def _bootstrap_role(stack: cdk.Stack) -> list[str]:

@@ -341,8 +341,8 @@ def _existing_build_time(mapping: Any, index: str, wanted: dict[str, Any]) -> di
         return None
     if not isinstance(properties, dict):
         return None
-    method = properties.get("method") if isinstance(properties.get("method"), dict) else {}
-    parameters = method.get("parameters") if isinstance(method.get("parameters"), dict) else {}
+    method = _object(properties.get("method"))
+    parameters = _object(method.get("parameters"))
     found = {
         "field": field,
         "dimension": properties.get("dimension"),
@@ -353,6 +353,11 @@ def _existing_build_time(mapping: Any, index: str, wanted: dict[str, Any]) -> di
         "ef_search": parameters.get("ef_search"),
     }
     return {key: value for key, value in found.items() if key in wanted or key != "ef_search"}
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """A mapping part as a dict; anything else (absent, malformed) as an empty one."""
+    return value if isinstance(value, dict) else {}
 
 
 def _reindex_error(index: str, host: str, changes: list[str]) -> ResourceError:
