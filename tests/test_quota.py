@@ -6,18 +6,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Annotations, Match
 from genai_pacer import (
+    AnswerRouter,
+    AnswerStore,
+    BatchPrecompute,
     BedrockModel,
     BoundedDistributedMap,
     BoundedMap,
     ConverseRequest,
     QueuedInference,
+    ScheduledPrecompute,
     planning,
 )
 from genai_pacer._checks import InvalidPropsError
@@ -30,6 +39,8 @@ from genai_pacer.quota import (
 from helpers import definition, new_stack, only, resources, template_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from constructs import Construct
 
 HAIKU = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
 NOVA = BedrockModel.foundation("amazon.nova-lite-v1:0")
@@ -285,8 +296,9 @@ def test_the_plan_is_written_into_the_cloud_assembly_and_the_construct_metadata(
         ("ReviewDigest", 120_000, 3, 1), ("TickerSummaries", 120_000, 3, 1),
     ]
     assert data["table"][1].split() == ["consumer", "TPM", "of", "quota", "RPM", "calls/execution", "executions",
-                                        "in", "flight", "TPM", "at", "cap"]
-    assert data["table"][2].split() == ["ReviewDigest", "120,000", "30.0%", "-", "3", "1", "3", "120,000"]
+                                        "in", "flight", "TPM", "at", "cap", "tokens/day"]
+    # 3 calls of 6 s back to back all day: 30 a minute x 4,000 settled x 1,440 minutes
+    assert data["table"][2].split() == ["ReviewDigest", "120,000", "30.0%", "-", "3", "1", "3", "120,000", "172,800,000"]
     assert data["table"][-2].split()[:3] == ["(kept", "free)", "40,000"]
     assert data["table"][-1].split()[:3] == ["(headroom)", "120,000", "30.0%"]
     metadata = json.loads((assembly / f"{stack.artifact_id}.metadata.json").read_text())
@@ -401,3 +413,238 @@ def test_a_share_name_is_drawn_once():
     quota.share("Nightly", PROFILE, fraction=0.1, call_seconds=6)
     with pytest.raises(InvalidPropsError, match=r"name='Nightly' is already drawn from this quota"):
         quota.share("Nightly", PROFILE, fraction=0.1, call_seconds=6)
+
+
+# --- the day: daily token quotas ------------------------------------------------------------------
+
+
+def test_a_nightly_share_and_a_daytime_share_are_checked_against_the_daily_quota():
+    """Night: 3 calls of 6 s for 6 hours (43.2 million); day: 3 calls for 14 hours (100.8 million).
+    144 million a day fit the default daily quota (400,000 x 1,440) but not a new account's 100 million."""
+    stack = new_stack()
+    quota = haiku_quota(stack, daily_token_quota=100_000_000)
+    quota.share("Nightly", PROFILE, fraction=0.3, call_seconds=6, hours_per_day=6)
+    quota.share("Daytime", PROFILE, fraction=0.3, call_seconds=6, hours_per_day=14)
+    plan = quota.plan()
+    assert plan.daily().daily_tokens == pytest.approx(144_000_000)
+    assert plan.daily().daily_quota == 100_000_000
+    assembly = synth(stack)
+    (daily,) = [m for m in warnings_of(stack) if "genai-pacer:quota-daily" in m]
+    assert "the day's workloads settle 144,000,000 tokens, 144.0% of the model's daily quota of 100,000,000" in daily
+    (path,) = assembly.glob(f"{PLAN_FILE_PREFIX}*.json")
+    data = json.loads(path.read_text())
+    assert (data["daily_token_quota"], data["daily_tokens"]) == (100_000_000, 144_000_000)
+    assert [(s["name"], s["hours_per_day"], s["daily_tokens"]) for s in data["shares"]] == [
+        ("Nightly", 6, 43_200_000), ("Daytime", 14, 100_800_000)]
+
+
+def test_the_default_daily_quota_is_the_tpm_quota_times_1440_and_a_full_day_fits_it():
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    quota.share("AllDay", PROFILE, fraction=1, call_seconds=6)  # 10 calls, 400,000 TPM, 24 hours
+    assert quota.plan().daily().daily_quota == 400_000 * 1_440
+    assert quota.plan().daily().fraction == pytest.approx(1)
+    synth(stack)
+    assert not [m for m in warnings_of(stack) if "genai-pacer:quota-daily" in m]
+
+
+def test_the_cross_model_cap_counts_every_quota_of_the_account_and_region():
+    stack = new_stack()
+    haiku = haiku_quota(stack, cross_model_daily_tokens=500_000_000)
+    haiku.share("Haiku", PROFILE, fraction=1, call_seconds=6)  # 576 million a day
+    nova = ModelQuota(stack, "Nova", model=NOVA, tpm_quota=100_000)
+    nova.share("Nova", planning.TokenProfile(1_000, 200, 300), fraction=1, call_seconds=6, hours_per_day=1)
+    assert haiku.plan().other_models_daily_tokens == pytest.approx(nova.plan().daily().daily_tokens)
+    synth(stack)
+    (capped,) = [m for m in warnings_of(stack) if "cross-model daily cap" in m]
+    assert "of its cross-model daily cap of 500,000,000: every model is throttled once it is reached" in capped
+
+
+# --- every caller of the model counts -------------------------------------------------------------
+
+
+def notes(stack: cdk.Stack, name: str = "Notes", **props) -> ScheduledPrecompute:
+    store = props.pop("answer_store", None) or AnswerStore(stack, f"{name}Store")
+    return ScheduledPrecompute(
+        stack, name, answer_store=store, model=HAIKU,
+        request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.item.prompt"), max_tokens=400),
+        schedule=scheduler.ScheduleExpression.cron(minute="0", hour="6"), items=[{"key": "note#a", "prompt": "a"}],
+        **{"max_concurrency": 4, **props})
+
+
+def consumer_warnings(stack: cdk.Stack) -> list[str]:
+    return [m for m in warnings_of(stack) if "genai-pacer:quota-unshared-consumer" in m]
+
+
+def test_consumers_holding_shares_named_after_them_are_not_reported():
+    """The README's app: each consumer's share has its construct id."""
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    BoundedMap(stack, "Nightly", model=HAIKU, request=REQUEST,
+               max_concurrency=quota.share("Nightly", PROFILE, fraction=0.3, call_seconds=6))
+    QueuedInference(stack, "Interactive", model=HAIKU,
+                    max_concurrency=quota.share("Interactive", PROFILE, fraction=0.5, call_seconds=6))
+    assembly = synth(stack)
+    assert consumer_warnings(stack) == []
+    assert [(c.path, c.share) for c in quota.plan(consumers=True).consumers] == [("Test/Nightly", "Nightly"),
+                                                                    ("Test/Interactive", "Interactive")]
+    data = json.loads(next(assembly.glob(f"{PLAN_FILE_PREFIX}*.json")).read_text())
+    assert [s["holders"] for s in data["shares"]] == [["Test/Nightly"], ["Test/Interactive"]]
+    assert data["unshared_consumers"] == []
+
+
+def test_a_capped_caller_without_a_share_is_reported_with_its_worst_case_draw():
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    quota.share("Nightly", PROFILE, fraction=0.3, call_seconds=6)
+    notes(stack)
+    synth(stack)
+    (warning,) = consumer_warnings(stack)
+    assert "ScheduledPrecompute Test/Notes may call the model but holds no share, so its calls are not in the plan" in warning
+    assert ("up to 4 calls in flight (per execution: its Map's MaxConcurrency of 4), each reserving its prompt + 400 "
+            "max_tokens, at least 1,600 tokens held at once") in warning
+    assert "Fix: draw a share named 'Notes'" in warning
+
+
+def test_a_caller_with_no_cap_is_reported_as_unbounded_and_a_reserved_concurrency_is_its_cap():
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    store = AnswerStore(stack, "Store")
+    AnswerRouter(stack, "Router", answer_store=store, model=HAIKU)
+    AnswerRouter(stack, "Capped", answer_store=store, model=HAIKU, reserved_concurrency=5)
+    found = {c.path: c for c in quota.plan(consumers=True).consumers}
+    assert (found["Test/Router"].calls_in_flight, found["Test/Router"].share) == (None, None)
+    assert found["Test/Capped"].calls_in_flight == 5
+    synth(stack)
+    router, capped = sorted(consumer_warnings(stack), key=lambda m: "Test/Capped" in m)
+    assert "AnswerRouter Test/Router may call the model" in router
+    assert "unbounded: its function has no reserved concurrency, so nothing limits its calls in flight" in router
+    assert "up to 5 calls in flight (its function's reserved concurrency of 5)" in capped
+
+
+def test_require_shares_makes_an_unshared_caller_a_synth_error():
+    stack = new_stack()
+    quota = haiku_quota(stack, require_shares=True)
+    quota.share("Notes", PROFILE, calls=4, call_seconds=6)
+    notes(stack)  # holds the share named after it
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=HAIKU)
+    with pytest.raises(RuntimeError) as error:
+        synth(stack)
+    assert "AnswerRouter Test/Router may call the model but holds no share" in str(error.value)
+    assert "Test/Notes" not in str(error.value)
+
+
+def test_one_share_held_by_two_constructs_is_a_synth_error_naming_both():
+    app = cdk.App()
+    stack = cdk.Stack(app, "Test", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    quota = haiku_quota(stack)
+    plan = quota.share("Nightly", PROFILE, fraction=0.3, call_seconds=6)
+    BoundedMap(stack, "Nightly", model=HAIKU, request=REQUEST, max_concurrency=plan)
+    other = cdk.Stack(app, "Other", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    BoundedMap(other, "Nightly", model=HAIKU, request=REQUEST, max_concurrency=plan)
+    with pytest.raises(RuntimeError) as error:
+        app.synth()
+    text = str(error.value)
+    assert "share 'Nightly' (120,000 TPM, 3 calls in flight) is held by 2 constructs: BoundedMap Test/Nightly, " \
+           "BoundedMap Other/Nightly; together they draw 2 times the share" in text
+
+
+class PlanTaker(Construct):
+    """A consumer that says which plan it was given (`concurrency_plan`), as ModelQuota reads it."""
+
+    def __init__(self, scope: Construct, id: str, *, max_concurrency: planning.RatePlan) -> None:
+        super().__init__(scope, id)
+        self.concurrency_plan = max_concurrency
+        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        HAIKU.grant_invoke(role)
+        lambda_.Function(self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler="index.handler", role=role,
+                         code=lambda_.Code.from_inline("def handler(event, context): pass"),
+                         reserved_concurrent_executions=max_concurrency.max_concurrency)
+
+
+def test_a_share_passed_to_two_consumers_is_found_by_the_plan_they_were_given():
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    shared = quota.share("Workers", PROFILE, fraction=0.3, call_seconds=6)
+    PlanTaker(stack, "First", max_concurrency=shared)
+    PlanTaker(stack, "Second", max_concurrency=shared)
+    with pytest.raises(RuntimeError, match="is held by 2 constructs: PlanTaker Test/First, PlanTaker Test/Second"):
+        synth(stack)
+
+
+def test_a_share_given_once_is_held_whatever_the_consumers_id():
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    PlanTaker(stack, "SomethingElse", max_concurrency=quota.share("Workers", PROFILE, fraction=0.3, call_seconds=6))
+    synth(stack)
+    assert [(c.path, c.share, c.calls_in_flight) for c in quota.plan(consumers=True).consumers] == [("Test/SomethingElse", "Workers", 3)]
+    assert consumer_warnings(stack) == []
+
+
+def test_callers_of_other_quotas_are_not_counted():
+    """A batch job's service role (the batch quotas), a stack in another Region, and a caller of the
+    cross-Region profile (its grant on the foundation model is confined to the profile) draw nothing
+    from an on-demand quota of the foundation model in this Region."""
+    app = cdk.App()
+    here = cdk.Stack(app, "Here", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    there = cdk.Stack(app, "There", env=cdk.Environment(account="111122223333", region="us-west-2"))
+    haiku_on_demand = BedrockModel.foundation("anthropic.claude-3-5-haiku-20241022-v1:0")
+    quota = ModelQuota(here, "OnDemand", model=haiku_on_demand, tpm_quota=400_000, burndown=5)
+    store = AnswerStore(here, "Store")
+    BatchPrecompute(here, "Batch", model=haiku_on_demand, answer_store=store, max_tokens=400)
+    AnswerRouter(there, "Elsewhere", answer_store=AnswerStore(there, "Store"), model=haiku_on_demand)
+    AnswerRouter(here, "ThroughProfile", answer_store=store, model=HAIKU)
+    AnswerRouter(here, "Direct", answer_store=store, model=haiku_on_demand)
+    assert [c.path for c in quota.plan(consumers=True).consumers] == ["Here/Direct"]
+
+
+# --- tokens: every prop of ModelQuota and share() --------------------------------------------------
+
+
+def _tokens() -> dict[str, object]:
+    number = cdk.Token.as_number(cdk.Fn.ref("Param"))
+    return {
+        "number": number,
+        "string": cdk.Token.as_string(cdk.Fn.ref("Param")),
+        "Duration": cdk.Duration.seconds(number),
+        "list": cdk.Token.as_list(cdk.Fn.ref("Params")),
+    }
+
+
+QUOTA_PROPS = ["tpm_quota", "rpm_quota", "burndown", "keep_free", "warn_at", "service_quota_code", "daily_token_quota",
+               "cross_model_daily_tokens", "require_shares", "model"]
+SHARE_ARGS = ["name", "profile", "call_seconds", "fraction", "tpm", "calls", "executions", "hours_per_day"]
+
+
+@pytest.mark.parametrize("kind", ["number", "string", "Duration", "list"])
+@pytest.mark.parametrize("prop", QUOTA_PROPS)
+def test_a_token_for_any_quota_prop_is_refused_naming_the_prop(prop, kind):
+    """A plan is computed and read at synth (and by quota-check before deploying), and ModelQuota
+    writes nothing into the template: a deploy-time value has nowhere to go, so it is refused."""
+    with pytest.raises(InvalidPropsError) as error:
+        haiku_quota(**{prop: _tokens()[kind]})
+    assert re.match(rf"{prop}\b", error.value.problems[0]), error.value.problems
+
+
+def test_the_quota_model_may_be_a_deploy_time_arn_and_the_plan_says_so():
+    stack = new_stack()
+    arn = cdk.Token.as_string(cdk.Fn.ref("ProfileArn"))
+    model = BedrockModel.application_inference_profile(arn, copies=HAIKU)
+    quota = ModelQuota(stack, "Quota", model=model, tpm_quota=400_000)
+    assert quota.plan().model_id == "(the model's deploy-time ARN)"
+    data = json.loads(next(synth(stack).glob(f"{PLAN_FILE_PREFIX}*.json")).read_text())
+    assert data["model_id"] == "(the model's deploy-time ARN)" and "${Token" not in json.dumps(data)
+
+
+@pytest.mark.parametrize("kind", ["number", "string", "Duration", "list"])
+@pytest.mark.parametrize("argument", SHARE_ARGS)
+def test_a_token_for_any_share_argument_is_refused_naming_it(argument, kind):
+    quota = haiku_quota()
+    arguments = {"name": "S", "profile": PROFILE, "call_seconds": 6, "fraction": 0.3}
+    if argument in ("tpm", "calls"):
+        del arguments["fraction"]
+    arguments[argument] = _tokens()[kind]
+    with pytest.raises(InvalidPropsError) as error:
+        quota.share(arguments.pop("name"), arguments.pop("profile"), **arguments)
+    assert any(re.match(rf"{argument}\b", problem) for problem in error.value.problems), error.value.problems
+    assert not quota.shares

@@ -298,9 +298,14 @@ class BedrockModel:
 
     def invoke_arn(self, scope: Construct) -> str:
         """The ARN of what ModelId names: the model's, the profile's, or the given ARN."""
+        return self._invoke_arn(scope, warn=True)
+
+    def _invoke_arn(self, scope: Construct, *, warn: bool) -> str:
+        """invoke_arn; warn=False renders it without warning `scope` about the profile's geography
+        (ModelQuota renders it in every stack to find the model's callers)."""
         if _looks_like_arn(self.model_id) or self.kind in ("application-profile", "provisioned"):
             return self.model_id
-        source = self._source(scope)
+        source = self._source(scope, warn=warn)
         if self.kind == "foundation":
             return source.arn("foundation-model", self.model_id, account="")
         return source.arn("inference-profile", self.model_id)
@@ -363,12 +368,13 @@ class BedrockModel:
 
     # --- rendering -----------------------------------------------------------------------------
 
-    def _source(self, scope: Construct) -> _Source:
+    def _source(self, scope: Construct, *, warn: bool = True) -> _Source:
         """The caller's environment: the stack's, or the partition, Region and account of a given ARN."""
         stack = cdk.Stack.of(scope)
         parsed = _parse_arn(self.model_id) if _looks_like_arn(self.model_id) else None
         if parsed is None:
-            self._warn_if_called_from_outside_its_geography(scope, stack.region)
+            if warn:
+                self._warn_if_called_from_outside_its_geography(scope, stack.region)
             return _Source(stack, None, stack.region, stack.account)
         return _Source(stack, parsed.partition, parsed.region or stack.region, parsed.account or stack.account)
 

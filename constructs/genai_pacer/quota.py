@@ -17,10 +17,23 @@ cloud assembly (`genai-pacer-quota.<id>.json`, and the construct's metadata) for
 
 MaxConcurrency and Parallel width apply per execution, so a share states how many executions of
 its consumer may run at once (`executions`) and its plan caps each one at its slice.
+
+Every caller counts. At synth the quota finds each construct of the app that may call its model (by
+its IAM grant on the model, in the quota's account and Region) and matches it to the share it holds:
+the share passed to it (a consumer that exposes `concurrency_plan`) or the share named after its
+construct id or path. A share held by two consumers is an error naming both; a caller holding no
+share is reported with its worst case (its cap on calls in flight x each call's reservation, or
+unbounded without a cap): a warning, or an error with `require_shares=True`.
+
+Days count too: Bedrock also has a per-model daily token quota (TPM x 1,440 by default) and a
+cross-model daily cap per account and Region (planning.QUOTAS_DOC). Each share says how many hours
+a day its consumer runs (`hours_per_day`), and synth warns when the day's tokens would pass either.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import json
 import math
 import os
@@ -31,6 +44,9 @@ from typing import Any
 
 import aws_cdk as cdk
 import jsii
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_stepfunctions as sfn
 
 from constructs import Construct, IConstruct, IValidation
 
@@ -41,9 +57,11 @@ from .quota_check import PLAN_FILE_PREFIX
 
 __all__ = [
     "DEFAULT_WARN_AT",
+    "INVOKE_ACTIONS",
     "PACER_ENVIRONMENT",
     "PLAN_FILE_PREFIX",
     "PLAN_METADATA_TYPE",
+    "Consumer",
     "ModelQuota",
     "QuotaPlan",
     "Share",
@@ -62,6 +80,15 @@ _SHARE_KINDS = ("fraction", "tpm", "calls")
 _MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.anthropic.claude-3-5-haiku-20241022-v1:0')"
 _PROFILE_HINT = "a planning.TokenProfile; quota.profile(input_tokens=..., output_tokens=..., max_tokens=...) applies the quota's burndown"
 _MAX_CALLS = 1_000_000  # far above any construct's range (a distributed Map allows 10,000 at once)
+#: IAM actions that call a model on bedrock-runtime (Converse and ConverseStream authorize as these):
+#: https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonbedrock.html
+INVOKE_ACTIONS = ("bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream")
+#: The condition key that confines a grant on a foundation model to calls through one inference
+#: profile (same page): such a grant does not let the role call the model on its own quota.
+INFERENCE_PROFILE_CONDITION = "bedrock:InferenceProfileArn"
+#: Batch inference jobs run under a role Bedrock assumes; they draw on the batch quotas, not the
+#: on-demand TPM (https://docs.aws.amazon.com/bedrock/latest/userguide/batch-inference-permissions.html).
+BEDROCK_SERVICE_PRINCIPAL = "bedrock.amazonaws.com"
 
 
 @dataclass(frozen=True)
@@ -82,15 +109,48 @@ class Share:
     per_execution: planning.RatePlan
     tpm_at_cap: float
     profile: planning.TokenProfile
+    hours_per_day: float = 24.0
 
     @property
     def in_flight(self) -> int:
         return self.per_execution.max_concurrency * self.executions
 
     @property
+    def daily_load(self) -> planning.DailyLoad:
+        """The share's day: its calls at the cap, back to back, settling for hours_per_day."""
+        settled_per_minute = self.in_flight * 60 / self.per_execution.call_seconds * self.profile.settled
+        return planning.DailyLoad(self.name, settled_per_minute, self.hours_per_day)
+
+    @property
     def requests_per_minute(self) -> float:
         """Requests per minute of all executions together at the plan's rate."""
         return self.per_execution.requests_per_minute * self.executions
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """A construct of the app that may call the quota's model, found by its IAM grant on the model.
+
+    share: the share it holds (None: it draws none). calls_in_flight: the most calls it has in
+    flight (per execution for a state machine); None when nothing caps it. cap: where that number
+    comes from. max_tokens: the largest max_tokens its requests set, when the synthesized states
+    show it (each call reserves its prompt plus that).
+    """
+
+    path: str
+    kind: str
+    share: str | None
+    calls_in_flight: int | None
+    cap: str
+    max_tokens: int | None = None
+
+    def worst_case(self) -> str:
+        """Its worst-case draw in words: calls in flight x each call's reservation, or unbounded."""
+        if self.calls_in_flight is None:
+            return f"unbounded: {self.cap}, so nothing limits its calls in flight"
+        each = "its prompt + max_tokens" if self.max_tokens is None else f"its prompt + {self.max_tokens:,} max_tokens"
+        held = "" if self.max_tokens is None else f", at least {self.calls_in_flight * self.max_tokens:,} tokens held at once"
+        return f"up to {self.calls_in_flight} calls in flight ({self.cap}), each reserving {each}{held}"
 
 
 @dataclass(frozen=True)
@@ -111,6 +171,10 @@ class QuotaPlan:
     warn_at: float
     service_quota_code: str | None
     shares: tuple[Share, ...]
+    daily_token_quota: float | None = None
+    cross_model_daily_tokens: float | None = None
+    other_models_daily_tokens: float = 0.0
+    consumers: tuple[Consumer, ...] = ()
 
     @property
     def kept_free_tpm(self) -> float:
@@ -154,6 +218,18 @@ class QuotaPlan:
         plan line a quota graph draws (observability.TpmQuota(planned_tpm=...))."""
         return sum(share.tpm_at_cap for share in self.shares)
 
+    def daily(self) -> planning.DailyPlan:
+        """The shares' day (each at its cap for its hours_per_day) against the daily quotas."""
+        return planning.plan_daily_tokens(
+            [share.daily_load for share in self.shares], tpm_quota=self.tpm_quota,
+            daily_token_quota=self.daily_token_quota, cross_model_daily_tokens=self.cross_model_daily_tokens,
+            other_models_daily_tokens=self.other_models_daily_tokens)
+
+    @property
+    def unshared(self) -> tuple[Consumer, ...]:
+        """Constructs that may call the model and hold no share: their draw is not in the plan."""
+        return tuple(c for c in self.consumers if c.share is None)
+
     def over_allocated(self) -> bool:
         # A hair of tolerance: fractions such as 0.1 + 0.2 do not add up exactly in floating point.
         rpm = self.rpm_allocation
@@ -162,7 +238,8 @@ class QuotaPlan:
     def table(self) -> str:
         """The plan as a plain-text table: consumers, TPM, concurrency and headroom."""
         quota = self.tpm_quota
-        header = ("consumer", "TPM", "of quota", "RPM", "calls/execution", "executions", "in flight", "TPM at cap")
+        header = ("consumer", "TPM", "of quota", "RPM", "calls/execution", "executions", "in flight", "TPM at cap",
+                  "tokens/day")
         rows = [
             (
                 share.name,
@@ -173,17 +250,20 @@ class QuotaPlan:
                 str(share.executions),
                 str(share.in_flight),
                 f"{share.tpm_at_cap:,.0f}",
+                f"{share.daily_load.daily_tokens:,.0f}",
             )
             for share in self.shares
         ]
-        rows.append(("(kept free)", f"{self.kept_free_tpm:,.0f}", f"{self.keep_free:.1%}", "", "", "", "", ""))
-        rows.append(("(headroom)", f"{self.headroom_tpm:,.0f}", f"{self.headroom_tpm / quota:.1%}", "", "", "", "", ""))
+        rows.append(("(kept free)", f"{self.kept_free_tpm:,.0f}", f"{self.keep_free:.1%}", "", "", "", "", "", ""))
+        rows.append(("(headroom)", f"{self.headroom_tpm:,.0f}", f"{self.headroom_tpm / quota:.1%}", "", "", "", "", "", ""))
         widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+        day = self.daily()
         lines = [
             f"{self.model_id} in {self.region}: {quota:,.0f} TPM"
-            + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM")
+            + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM (legacy)")
             + f", burndown {self.burndown:g}; {self.allocated_tpm:,.0f} TPM allocated ({self.allocation:.1%} of "
-            f"{self.allocatable_tpm:,.0f} allocatable), {self.in_flight} calls in flight at the caps"
+            f"{self.allocatable_tpm:,.0f} allocatable), {self.in_flight} calls in flight at the caps; "
+            f"{day.daily_tokens:,.0f} tokens a day ({day.fraction:.1%} of the {day.daily_quota:,.0f} daily quota)"
         ]
         for row in (header, *rows):
             lines.append("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip())
@@ -207,6 +287,11 @@ class QuotaPlan:
             "allocation": round(self.allocation, 4),
             "in_flight": self.in_flight,
             "tpm_at_caps": round(self.tpm_at_caps, 1),
+            "daily_token_quota": round(self.daily().daily_quota, 1),
+            "daily_tokens": round(self.daily().daily_tokens, 1),
+            "cross_model_daily_tokens": self.cross_model_daily_tokens,
+            "other_models_daily_tokens": round(self.other_models_daily_tokens, 1),
+            "unshared_consumers": [asdict(consumer) for consumer in self.unshared],
             "shares": [
                 {
                     "name": share.name,
@@ -220,6 +305,9 @@ class QuotaPlan:
                     "requests_per_minute": round(share.requests_per_minute, 2),
                     "call_seconds": share.per_execution.call_seconds,
                     "tpm_at_cap": round(share.tpm_at_cap, 1),
+                    "hours_per_day": share.hours_per_day,
+                    "daily_tokens": round(share.daily_load.daily_tokens, 1),
+                    "holders": [c.path for c in self.consumers if c.share == share.name],
                     "profile": asdict(share.profile),
                 }
                 for share in self.shares
@@ -240,8 +328,9 @@ class ModelQuota(Construct):
     tpm_quota: required; the tokens-per-minute quota (Service Quotas: "On-demand InvokeModel tokens
         per minute for <model>" or "Cross-Region InvokeModel tokens per minute for <model>").
         `genai-pacer quota-check` compares it with the account's value before you deploy.
-    rpm_quota: the requests-per-minute quota where the model still enforces one. Default: None
-        (Bedrock throttles recent models on TPM only).
+    rpm_quota: legacy; a requests-per-minute quota where an account or endpoint still enforces one.
+        Default: None (Bedrock no longer enforces RPM on the bedrock-runtime endpoint:
+        planning.QUOTAS_DOC).
     burndown: quota tokens per output token of the model (1, 5, 10 or 15: check its current rate).
         Every share's profile must use it. Default: 1.
     keep_free: the fraction of the quota no share may take, kept for traffic the app does not
@@ -249,12 +338,22 @@ class ModelQuota(Construct):
     warn_at: allocation of the allocatable quota (tpm_quota x (1 - keep_free)) from which synth
         warns that little headroom is left, 0 < warn_at <= 1. Default: 0.9.
     service_quota_code: the Service Quotas code of this quota (L-...), so `genai-pacer quota-check`
-        reads it without matching quota names. Default: None (matched by the model's name).
+        reads it without matching quota names. Default: None (matched by the model's name). A
+        deploy-time token is refused: the code is read from the plan file before deploying.
+    daily_token_quota: the model's "Model invocation max tokens per day" quota. Default: None, the
+        AWS default of tpm_quota x 1,440 (new accounts may have less: check Service Quotas).
+    cross_model_daily_tokens: the account's "Cross-Model Max Tokens Per Day" in the Region, shared
+        by every model; the days of every ModelQuota of the app in this account and Region count
+        against it. Default: None (not checked).
+    require_shares: make a construct that may call the model without holding a share a synth
+        error instead of a warning. Default: False (a warning, so an app adopting ModelQuota
+        one consumer at a time still synthesizes).
 
-    Draw shares with `share(...)`; read the plan with `plan()`. At synth: over-allocation is an
-    error (validation) listing every consumer with its TPM and concurrency; an allocation at or
-    above warn_at, a quota without shares, and a second quota for the same model, account and
-    Region are warnings; the plan is written to the cloud assembly.
+    Draw shares with `share(...)`; read the plan with `plan()`. At synth: over-allocation and a
+    share held by two constructs are errors (validation) naming each; a caller without a share
+    (see the module docstring), an allocation at or above warn_at, a day past a daily quota, a
+    quota without shares, and a second quota for the same model, account and Region are warnings;
+    the plan is written to the cloud assembly.
     """
 
     def __init__(
@@ -269,6 +368,9 @@ class ModelQuota(Construct):
         keep_free: float = 0.0,
         warn_at: float = DEFAULT_WARN_AT,
         service_quota_code: str | None = None,
+        daily_token_quota: float | None = None,
+        cross_model_daily_tokens: float | None = None,
+        require_shares: bool = False,
     ) -> None:
         super().__init__(scope, id)
         with Checks(f"ModelQuota {id}") as check:
@@ -276,7 +378,7 @@ class ModelQuota(Construct):
             _plan_number(check, "tpm_quota", tpm_quota, minimum=1, maximum=planning.MAX_TPM_QUOTA,
                          fix="the model's tokens-per-minute quota from Service Quotas, e.g. 400000")
             _plan_number(check, "rpm_quota", rpm_quota, above=0, maximum=planning.MAX_RATE, optional=True,
-                         fix="the requests-per-minute quota, or None where the model enforces TPM only")
+                         fix="the legacy requests-per-minute quota, or None (bedrock-runtime no longer enforces RPM)")
             _plan_number(check, "burndown", burndown, minimum=1, maximum=planning.MAX_BURNDOWN,
                          fix="quota tokens per output token: 1 for most models, 5 for older Claude models, "
                          "10 or 15 for the newest (check the model's current rate)")
@@ -286,10 +388,20 @@ class ModelQuota(Construct):
                            "from it; pass a fraction below 1, e.g. 0.2")
             _plan_number(check, "warn_at", warn_at, above=0, maximum=1,
                          fix="the allocation (0..1 of the allocatable quota) from which synth warns, e.g. 0.9")
-            if service_quota_code is not None and check.text("service_quota_code", service_quota_code):
+            if is_token(service_quota_code):
+                check.fail("service_quota_code is an unresolved CDK token (a deploy-time value); the code goes into "
+                           "the plan file `genai-pacer quota-check` reads before deploying: pass it as text, e.g. "
+                           "'L-A1B2C3D4'")
+            elif service_quota_code is not None and check.text("service_quota_code", service_quota_code):
                 check.rule(service_quota_code.startswith("L-"),
                            f"service_quota_code={service_quota_code!r} is not a Service Quotas code; codes look like "
                            "'L-A1B2C3D4' (aws service-quotas list-service-quotas --service-code bedrock)")
+            daily_max = planning.MAX_TPM_QUOTA * planning.MINUTES_PER_DAY
+            _plan_number(check, "daily_token_quota", daily_token_quota, minimum=1, maximum=daily_max, optional=True,
+                         fix="the model's daily token quota from Service Quotas, or None for tpm_quota x 1,440")
+            _plan_number(check, "cross_model_daily_tokens", cross_model_daily_tokens, minimum=1, maximum=daily_max,
+                         optional=True, fix="the account's Cross-Model Max Tokens Per Day in the Region, or None")
+            check.instance("require_shares", require_shares, bool, "True or False")
         self.model = model
         self.tpm_quota = float(tpm_quota)
         self.rpm_quota = None if rpm_quota is None else float(rpm_quota)
@@ -297,9 +409,13 @@ class ModelQuota(Construct):
         self.keep_free = float(keep_free)
         self.warn_at = float(warn_at)
         self.service_quota_code = service_quota_code
+        self.daily_token_quota = None if daily_token_quota is None else float(daily_token_quota)
+        self.cross_model_daily_tokens = None if cross_model_daily_tokens is None else float(cross_model_daily_tokens)
+        self.require_shares = require_shares
         self._shares: dict[str, Share] = {}
+        self._issued: dict[int, tuple[planning.RatePlan, str]] = {}  # id(plan) -> (plan, share name)
         _QUOTAS.setdefault(self.node.root, []).append(self)
-        self.node.add_validation(_NotOverAllocated(self))
+        self.node.add_validation(_Enforced(self))
         cdk.Aspects.of(self).add(_PublishPlan(self))
 
     # --- drawing shares ---------------------------------------------------------------------------
@@ -333,6 +449,7 @@ class ModelQuota(Construct):
         tpm: float | None = None,
         calls: int | None = None,
         executions: int = 1,
+        hours_per_day: float = 24.0,
     ) -> planning.RatePlan:
         """Draw a named share and return the plan one execution of the consumer uses.
 
@@ -348,7 +465,11 @@ class ModelQuota(Construct):
         call_seconds: the average duration of one call, which turns a rate into calls in flight.
         executions: how many executions of the consumer may run at once (MaxConcurrency and Parallel
             width apply per execution). Default: 1, for a consumer that never overlaps itself.
-        With an rpm_quota, a fraction or tpm share also takes that fraction of the RPM.
+        hours_per_day: how long a day the consumer runs at its cap (a nightly run: its window;
+            daytime traffic: its hours), for the daily token quotas. Default: 24, the worst case.
+        name: the consumer's construct id (or path), unless the consumer exposes the plan it was
+            given (`concurrency_plan`): that is how synth tells which construct holds which share.
+        With an rpm_quota (legacy), a fraction or tpm share also takes that fraction of the RPM.
         """
         with Checks(f"ModelQuota {self.node.id}: share {name!r}") as check:
             if is_token(name):
@@ -383,6 +504,8 @@ class ModelQuota(Construct):
                                          fix="the calls one execution has in flight, e.g. the number of Parallel branches")
             executions_ok = _plan_number(check, "executions", executions, minimum=1, maximum=_MAX_CALLS, whole=True,
                                          fix="how many executions may run at once; 1 for a consumer that never overlaps")
+            _plan_number(check, "hours_per_day", hours_per_day, above=0, maximum=24,
+                         fix="hours a day the consumer runs at its cap, more than 0 and at most 24")
             share: Share | None = None
             if profile_ok and seconds_ok and kind_ok and amount_ok and executions_ok and not check.problems:
                 if calls is not None:
@@ -392,8 +515,11 @@ class ModelQuota(Construct):
                     share = self._budget(check, name, "fraction" if fraction is not None else "tpm", profile, budget,
                                          int(executions), call_seconds)
         assert share is not None  # every path without a share recorded a problem, and Checks raised it
+        share = dataclasses.replace(share, hours_per_day=float(hours_per_day))
         self._shares[name] = share
-        return share.per_execution
+        plan = dataclasses.replace(share.per_execution)  # its own object: the share it stands for is known by identity
+        self._issued[id(plan)] = (plan, name)
+        return plan
 
     def _budget(
         self, check: Checks, name: str, kind: str, profile: planning.TokenProfile, budget: float,
@@ -447,9 +573,15 @@ class ModelQuota(Construct):
         """The shares drawn so far, by name, in the order they were drawn."""
         return dict(self._shares)
 
-    def plan(self) -> QuotaPlan:
-        """The quota and its shares as they stand (final once every consumer has drawn)."""
+    def plan(self, *, consumers: bool = False) -> QuotaPlan:
+        """The quota and its shares as they stand (final once every consumer has drawn).
+
+        consumers=True also finds every construct of the app that may call the model, with the
+        share it holds (what synth checks): ask for it once the app is built. Default: False.
+        """
         stack = cdk.Stack.of(self)
+        others = [q for q in _QUOTAS.get(self.node.root, []) if q is not self and q._key()[1:] == self._key()[1:]
+                  and q._key() != self._key()]
         return QuotaPlan(
             model_id=_shown(self.model.model_id, "the model's deploy-time ARN"),
             region=_shown(stack.region, "the stack's deploy-time Region"),
@@ -461,6 +593,10 @@ class ModelQuota(Construct):
             warn_at=self.warn_at,
             service_quota_code=self.service_quota_code,
             shares=tuple(self._shares.values()),
+            daily_token_quota=self.daily_token_quota,
+            cross_model_daily_tokens=self.cross_model_daily_tokens,
+            other_models_daily_tokens=sum(s.daily_load.daily_tokens for q in others for s in q._shares.values()),
+            consumers=tuple(_census(self)) if consumers else (),
         )
 
     def pacer_environment(self, name: str) -> dict[str, str]:
@@ -503,16 +639,29 @@ def _shown(value: str, what: str) -> str:
 
 
 @jsii.implements(IValidation)
-class _NotOverAllocated:
-    """Synth fails when the shares drawn from one quota overdraw it."""
+class _Enforced:
+    """Synth fails when the shares overdraw the quota, when one share is held by two constructs, and
+    (with require_shares) when a construct calls the model without a share."""
 
     def __init__(self, quota: ModelQuota) -> None:
         self.quota = quota
 
     def validate(self) -> list[str]:
-        plan = self.quota.plan()
-        if not plan.over_allocated():
-            return []
+        quota, plan = self.quota, self.quota.plan(consumers=True)
+        errors = [] if not plan.over_allocated() else [self._over_allocated(plan)]
+        for share in plan.shares:
+            holders = [c for c in plan.consumers if c.share == share.name]
+            if len(holders) > 1:
+                errors.append(
+                    f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} ({share.tpm:,.0f} TPM, "
+                    f"{share.in_flight} calls in flight) is held by {len(holders)} constructs: "
+                    f"{', '.join(f'{c.kind} {c.path}' for c in holders)}; together they draw {len(holders)} times the "
+                    "share, which the plan does not count. Fix: draw one share per consumer, each with its own name")
+        if quota.require_shares:
+            errors.extend(_unshared_message(quota, plan, consumer) for consumer in plan.unshared)
+        return errors
+
+    def _over_allocated(self, plan: QuotaPlan) -> str:
         rpm = plan.rpm_allocation
         overdrawn = (
             f"the shares draw {plan.allocated_tpm:,.0f} TPM, {plan.allocation:.1%} of the {plan.allocatable_tpm:,.0f} "
@@ -527,12 +676,12 @@ class _NotOverAllocated:
             f"{share.in_flight} in flight"
             for share in plan.shares
         )
-        return [
+        return (
             f"ModelQuota {self.quota.node.id} ({plan.model_id}): {overdrawn}; when the consumers run together, "
             f"{plan.in_flight} calls are in flight and Bedrock throttles them. Consumers:\n{consumers}\n"
             "Fix: lower a share's fraction, tpm, calls or executions, lower keep_free, or raise the quota in Service "
             "Quotas and tpm_quota with it."
-        ]
+        )
 
 
 @jsii.implements(cdk.IAspect)
@@ -546,7 +695,7 @@ class _PublishPlan:
     def visit(self, node: IConstruct) -> None:
         if node is not self.quota:
             return
-        quota, plan = self.quota, self.quota.plan()
+        quota, plan = self.quota, self.quota.plan(consumers=True)
         outdir = cdk.Stage.of(quota).outdir if cdk.Stage.of(quota) is not None else None  # type: ignore[union-attr]
         if outdir is None or outdir in self.written:
             return  # once per assembly, however often it is synthesized
@@ -578,6 +727,11 @@ class _PublishPlan:
                 "(input length, output p99, call duration); lower a share or raise the quota if the estimates are "
                 "not measured",
             )
+        for warning in plan.daily().warnings:
+            annotations.add_warning_v2("genai-pacer:quota-daily", f"ModelQuota {quota.node.id} ({plan.model_id}): {warning}")
+        if not quota.require_shares:
+            for consumer in plan.unshared:
+                annotations.add_warning_v2("genai-pacer:quota-unshared-consumer", _unshared_message(quota, plan, consumer))
         twins = quota._twins()
         if twins:
             annotations.add_warning_v2(
@@ -587,3 +741,172 @@ class _PublishPlan:
                 "only its own shares, so together they can overdraw it; declare one ModelQuota and draw every share "
                 "from it (its shares may serve constructs in other stacks)",
             )
+
+
+def _unshared_message(quota: ModelQuota, plan: QuotaPlan, consumer: Consumer) -> str:
+    return (
+        f"ModelQuota {quota.node.id} ({plan.model_id}): {consumer.kind} {consumer.path} may call the model but holds no "
+        f"share, so its calls are not in the plan ({plan.allocation:.1%} allocated): {consumer.worst_case()}. Fix: draw "
+        f"a share named {consumer.path.rsplit('/', 1)[-1]!r} (quota.share(...) as its max_concurrency, or calls= the "
+        "cap it has), or take the model away from it"
+    )
+
+
+# --- finding the model's callers --------------------------------------------------------------------
+
+
+def _census(quota: ModelQuota) -> list[Consumer]:
+    """Every construct of the app that may call the quota's model in its account and Region, once."""
+    key = quota._key()[1:]
+    found: dict[str, tuple[IConstruct, list[iam.Role | None]]] = {}
+    for node in quota.node.root.node.find_all():
+        documents = _policy_documents(node)
+        if not documents:
+            continue
+        stack = cdk.Stack.of(node)
+        if (str(stack.account), str(stack.region)) != key:
+            continue
+        role = _role_of(node)
+        if role is not None and _assumed_by_bedrock(role):
+            continue  # a batch inference job's service role: the batch quotas, not this one
+        target = json.dumps(stack.resolve(quota.model._invoke_arn(stack, warn=False)), sort_keys=True)
+        if any(_allows_invoke(statement, target) for document in documents for statement in _statements(stack, document)):
+            owner = _owner(node, role)
+            found.setdefault(owner.node.path, (owner, []))[1].append(role)
+    plans = {id(plan): name for plan, name in quota._issued.values()}
+    consumers = []
+    for path, (owner, roles) in found.items():
+        calls, cap, max_tokens = _cap(owner, roles)
+        given = getattr(owner, "concurrency_plan", None)
+        share = plans.get(id(given)) if given is not None else None
+        if share is None:
+            share = next((name for name in quota._shares if name in (owner.node.id, path)), None)
+        consumers.append(Consumer(path, type(owner).__name__, share, calls, cap, max_tokens))
+    return consumers
+
+
+def _policy_documents(node: IConstruct) -> list[Any]:
+    if isinstance(node, iam.CfnPolicy | iam.CfnManagedPolicy):
+        return [node.policy_document]
+    if isinstance(node, iam.CfnRole):
+        policies = cdk.Stack.of(node).resolve(node.policies) or []
+        return [p.get("policyDocument", p.get("PolicyDocument")) for p in policies if isinstance(p, dict)]
+    return []
+
+
+def _statements(stack: cdk.Stack, document: Any) -> list[dict[str, Any]]:
+    resolved = stack.resolve(document) or {}
+    statements = resolved.get("Statement", []) if isinstance(resolved, dict) else []
+    return [s for s in (statements if isinstance(statements, list) else [statements]) if isinstance(s, dict)]
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _allows_invoke(statement: dict[str, Any], target: str) -> bool:
+    """An Allow of an invoke action on the model's ARN (or "*"), not confined to an inference profile."""
+    if statement.get("Effect") != "Allow" or "NotAction" in statement or "NotResource" in statement:
+        return False
+    actions = [a for a in _listed(statement.get("Action")) if isinstance(a, str)]
+    if not any(fnmatch.fnmatchcase(wanted.lower(), a.lower()) for a in actions for wanted in INVOKE_ACTIONS):
+        return False
+    if any(INFERENCE_PROFILE_CONDITION in (conditions or {}) for conditions in (statement.get("Condition") or {}).values()):
+        return False
+    return any(r == "*" or json.dumps(r, sort_keys=True) == target for r in _listed(statement.get("Resource")))
+
+
+def _role_of(node: IConstruct) -> iam.Role | None:
+    return next((s for s in reversed(node.node.scopes[:-1]) if isinstance(s, iam.Role)), None)
+
+
+def _assumed_by_bedrock(role: iam.Role) -> bool:
+    trust = cdk.Stack.of(role).resolve(role.assume_role_policy) if role.assume_role_policy else None
+    return BEDROCK_SERVICE_PRINCIPAL in json.dumps(trust)
+
+
+def _owner(node: IConstruct, role: iam.Role | None) -> IConstruct:
+    """The construct a grant belongs to: the innermost genai-pacer construct around it, else what its role serves."""
+    for scope in reversed(node.node.scopes[:-1]):
+        cls = type(scope)
+        if cls.__module__.startswith("genai_pacer.") and not cls.__name__.startswith("_") and not isinstance(scope, ModelQuota):
+            return scope
+    if role is not None:
+        parent = role.node.scope
+        return role if parent is None or isinstance(parent, cdk.Stack) else parent
+    return node.node.scope or node
+
+
+def _cap(owner: IConstruct, roles: list[iam.Role | None]) -> tuple[int | None, str, int | None]:
+    """(calls in flight, where that comes from, the largest max_tokens) of what uses the granted roles."""
+    stack = cdk.Stack.of(owner)
+    granted = {role.node.path for role in roles if role is not None}
+    nodes = owner.node.find_all()
+    users = [n for n in nodes if isinstance(n, lambda_.Function | sfn.StateMachine)
+             and (not granted or (n.role is not None and n.role.node.path in granted))]
+    if not users:
+        return None, "no function or state machine using its role was found to read a cap from", None
+    states = [n for n in nodes if isinstance(n, sfn.State)]
+    max_tokens = _max_tokens(stack, states)
+    caps: list[tuple[int | None, str]] = []
+    for user in users:
+        if isinstance(user, lambda_.Function):
+            caps.append(_function_cap(stack, user))
+        else:
+            caps.append(_state_machine_cap(stack, states))
+    if any(calls is None for calls, _ in caps):
+        return None, next(source for calls, source in caps if calls is None), max_tokens
+    return sum(calls for calls, _ in caps if calls is not None), "; ".join(source for _, source in caps), max_tokens
+
+
+def _whole(stack: cdk.Stack, value: Any) -> int | None:
+    resolved = stack.resolve(value)
+    return resolved if isinstance(resolved, int) and not isinstance(resolved, bool) else None
+
+
+def _function_cap(stack: cdk.Stack, function: lambda_.Function) -> tuple[int | None, str]:
+    cfn = function.node.default_child
+    reserved = _whole(stack, cfn.reserved_concurrent_executions) if isinstance(cfn, lambda_.CfnFunction) else None
+    if reserved is not None:
+        return reserved, f"its function's reserved concurrency of {reserved}"
+    for mapping in function.node.find_all():
+        if isinstance(mapping, lambda_.CfnEventSourceMapping):
+            scaling = stack.resolve(mapping.scaling_config) or {}
+            maximum = _whole(stack, scaling.get("maximumConcurrency"))
+            if maximum is not None:
+                return maximum, f"its event source's maximum concurrency of {maximum}, with no reserved concurrency on its function"
+    return None, "its function has no reserved concurrency"
+
+
+def _state_machine_cap(stack: cdk.Stack, states: list[sfn.State]) -> tuple[int | None, str]:
+    maps = [s for s in states if isinstance(s, sfn.MapBase)]
+    if maps:
+        caps = [_whole(stack, s.to_state_json().get("MaxConcurrency")) for s in maps]
+        if any(not cap for cap in caps):
+            return None, "a Map of its state machine has no MaxConcurrency"
+        return max(c for c in caps if c), f"per execution: its Map's MaxConcurrency of {max(c for c in caps if c)}"
+    widths = [len(s.to_state_json().get("Branches") or []) for s in states if isinstance(s, sfn.Parallel)]
+    if widths:
+        return max(widths), f"per execution: {max(widths)} Parallel branches"
+    return 1, "per execution: one call at a time"
+
+
+def _max_tokens(stack: cdk.Stack, states: list[sfn.State]) -> int | None:
+    """The largest max_tokens (Converse MaxTokens, InvokeModel bodies' max_tokens) the states send."""
+    found: list[int] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in ("MaxTokens", "maxTokens", "max_tokens", "max_new_tokens") and _whole(stack, item):
+                    found.append(_whole(stack, item) or 0)
+                else:
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for state in states:
+        if isinstance(state, sfn.TaskStateBase | sfn.CustomState):
+            walk(stack.resolve(state.to_state_json()))
+    return max(found) if found else None
