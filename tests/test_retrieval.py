@@ -117,8 +117,8 @@ BAD_PIPELINE = [
     ({"encryption_key": "alias/x"}, "kms.Key"),
     ({"log_retention": 30}, "RetentionDays"),
     # a token cannot be checked against the z_score rules at synth
-    ({"normalization": cdk.Token.as_string({"Ref": "Norm"})}, "normalization=.* is a deploy-time token"),
-    ({"combination": cdk.Token.as_number({"Ref": "Comb"})}, "combination=.* is a deploy-time token"),
+    ({"normalization": cdk.Token.as_string({"Ref": "Norm"})}, "normalization is a deploy-time token"),
+    ({"combination": cdk.Token.as_number({"Ref": "Comb"})}, "combination is a deploy-time token"),
     ({"weights": (0.3, 0.6)}, r"not 1.0 \(OpenSearch allows 0.01 either way"),
 ]
 
@@ -227,7 +227,7 @@ BAD_INDEX = [
     ({"metadata_fields": {"product id": "keyword"}}, "metadata_fields key='product id': a collection's field names must match"),
     ({"vector_field": "emb/v1"}, "vector_field='emb/v1': a collection's field names must match"),
     ({"text_field": "body text"}, "text_field='body text': a collection's field names must match"),
-    ({"metadata_fields": {"tenant": cdk.Token.as_string({"Ref": "Kind"})}}, r"metadata_fields\['tenant'\]=.* is a deploy-time token"),
+    ({"metadata_fields": {"tenant": cdk.Token.as_string({"Ref": "Kind"})}}, r"metadata_fields\['tenant'\] is a deploy-time token"),
     ({"engine_version": "OpenSearch_2.19"}, "engine_version='OpenSearch_2.19' applies to a managed domain"),
     ({"index_managers": cdk.Token.as_list({"Ref": "Managers"})}, "index_managers is a list token"),
     ({"vector_field": ""}, "empty"),
@@ -246,11 +246,11 @@ BAD_INDEX = [
     ({"metadata_fields": {"_id": "keyword"}}, "OpenSearch metadata fields"),
     ({"index_managers": []}, "without a principal"),
     ({"removal_policy": cdk.Token.as_string({"Ref": "Policy"})}, "removal_policy=.* pass cdk.RemovalPolicy"),
-    ({"dimension": cdk.Token.as_string({"Ref": "Dim"})}, "dimension=.* is a string token; pass an integer or a number token"),
-    ({"ef_search": cdk.Token.as_string({"Ref": "Ef"})}, "ef_search=.* is a string token"),
-    ({"vector_field": cdk.Token.as_string({"Ref": "Field"})}, "vector_field=.* is a deploy-time token"),
-    ({"text_field": cdk.Token.as_string({"Ref": "Field"})}, "text_field=.* is a deploy-time token"),
-    ({"engine": cdk.Token.as_string({"Ref": "Engine"})}, "engine=.* is a deploy-time token"),
+    ({"dimension": cdk.Token.as_string({"Ref": "Dim"})}, "dimension is a string token; pass an integer or a number token"),
+    ({"ef_search": cdk.Token.as_string({"Ref": "Ef"})}, "ef_search is a string token"),
+    ({"vector_field": cdk.Token.as_string({"Ref": "Field"})}, "vector_field is a deploy-time token"),
+    ({"text_field": cdk.Token.as_string({"Ref": "Field"})}, "text_field is a deploy-time token"),
+    ({"engine": cdk.Token.as_string({"Ref": "Engine"})}, "engine is a deploy-time token"),
 ]
 
 
@@ -332,7 +332,7 @@ def test_grants_use_no_wildcard_and_no_managed_policy(reference):
 def test_string_tokens_for_integers_are_refused_on_both_targets_and_number_tokens_pass(target):
     """A string token for dimension used to pass on a domain (text in the index body) and die deep in
     jsii on a collection; both now get one message naming the prop."""
-    with pytest.raises(InvalidPropsError, match="m=.* is a string token"):
+    with pytest.raises(InvalidPropsError, match="m is a string token"):
         index(target, m=cdk.Token.as_string({"Ref": "M"}))
     stack, built = index(target, m=cdk.Token.as_number({"Ref": "M"}))
     assert built.settings["m"] is not None
@@ -639,75 +639,82 @@ def access_policy(template):
     return only(template, "AWS::OpenSearchServerless::AccessPolicy")["Properties"]["Policy"]
 
 
-# (builder, prop, token kind, builder options, where the Ref must land | the refusal's pattern)
-TOKENS = [
-    (pipeline_with, "pipeline_name", "string", {}, pipeline_property("PipelineName")),
-    (pipeline_with, "pipeline_name", "number", {}, "pipeline_name=.* is a float; pass a string"),
-    (pipeline_with, "pipeline_name", "list", {}, "pipeline_name=.* is a list; pass a string"),
-    (pipeline_with, "weights", "number", {"wrap": lambda t: (t, 0.5)}, pipeline_property("Body")),
-    (pipeline_with, "weights", "string", {"wrap": lambda t: (t, 0.5)}, "weights=.* holds a string or list token"),
-    (pipeline_with, "weights", "list", {}, "weights=.* holds a string or list token"),
-    (pipeline_with, "weights", "number", {}, "weights=.* is not a list"),
-    (pipeline_with, "weights", "duration", {}, "weights=.* is not a list"),
-    (pipeline_with, "weights", "duration", {"wrap": lambda t: (t, 0.5)}, r"weights\[0\]=.* is a Duration"),
-    (pipeline_with, "normalization", "string", {}, "normalization=.* is a deploy-time token"),
-    (pipeline_with, "combination", "string", {}, "combination=.* is a deploy-time token"),
-    (pipeline_with, "description", "string", {}, pipeline_property("Body")),
-    (pipeline_with, "description", "number", {}, "description=.* is a float; pass a string"),
-    (pipeline_with, "engine_version", "string", {}, pipeline_property("PipelineName")),  # unknown: accepted, nothing written
-    (pipeline_with, "engine_version", "number", {}, "engine_version=.* is a float"),
-    (pipeline_with, "engine_version", "duration", {}, "engine_version=.* is a Duration"),
-    (pipeline_with, "encryption_key", "string", {}, "encryption_key=.* is a str; pass a kms.Key"),
-    (pipeline_with, "log_retention", "number", {}, "log_retention=.* is a float; pass a logs.RetentionDays"),
-    (pipeline_with, "log_retention", "duration", {}, "log_retention=.* is a Duration; pass a logs.RetentionDays"),
-    (pipeline_with, "domain", "string", {}, "domain=.* is a str; pass an opensearchservice.Domain"),
-    (pipeline_with, "collection", "string", {"target": "collection"}, "collection=.* is a str; pass an opensearchserverless.CfnCollection"),
-    (index_with, "index_name", "string", {}, serverless_index("IndexName")),
-    (index_with, "index_name", "string", {"target": "domain"}, domain_index("IndexName")),
-    (index_with, "index_name", "number", {}, "index_name=.* is a float; pass a string"),
-    (index_with, "dimension", "number", {}, serverless_index("Mappings", "Properties", "embedding", "Dimension")),
-    (index_with, "dimension", "number", {"target": "domain"}, domain_index("Body")),
-    (index_with, "dimension", "string", {}, "dimension=.* is a string token"),
-    (index_with, "dimension", "duration", {}, "dimension=.* is a Duration; pass an integer"),
-    (index_with, "m", "number", {}, serverless_index("Mappings", "Properties", "embedding", "Method", "Parameters", "M")),
-    (index_with, "m", "number", {"target": "domain"}, domain_index("BuildTime")),
-    (index_with, "ef_construction", "number", {}, serverless_index("Mappings", "Properties", "embedding", "Method", "Parameters",
-                                                                   "EfConstruction")),
-    (index_with, "ef_construction", "list", {}, "ef_construction=.* is a list; pass an integer"),
-    (index_with, "ef_search", "number", {"target": "domain"}, domain_index("BuildTime")),  # faiss: build time
-    (index_with, "ef_search", "number", {"target": "domain", "engine": "nmslib"}, domain_index("EfSearch")),  # a Ref, not a garbled number
-    (index_with, "ef_search", "number", {"engine": "nmslib"}, serverless_index("Settings", "Index", "KnnAlgoParamEfSearch")),
-    (index_with, "ef_search", "number", {}, "ef_search=.* with engine='faiss' on a collection has nowhere to go"),
-    (index_with, "ef_search", "string", {"target": "domain"}, "ef_search=.* is a string token"),
-    (index_with, "vector_field", "string", {}, "vector_field=.* is a deploy-time token"),
-    (index_with, "text_field", "string", {}, "text_field=.* is a deploy-time token"),
-    (index_with, "engine", "string", {}, "engine=.* is a deploy-time token"),
-    (index_with, "space_type", "string", {}, "space_type=.* is a deploy-time token"),
-    (index_with, "metadata_fields", "string", {}, "metadata_fields=.* is a str; pass a dict"),
-    (index_with, "metadata_fields", "string", {"wrap": lambda t: {"tenant": t}}, r"metadata_fields\['tenant'\]=.* is a deploy-time token"),
-    (index_with, "removal_policy", "string", {}, "removal_policy=.* pass cdk.RemovalPolicy"),
-    (index_with, "index_managers", "string", {"wrap": lambda t: [t]}, access_policy),
-    (index_with, "index_managers", "list", {}, "index_managers is a list token"),
-    (index_with, "engine_version", "string", {"target": "domain"}, domain_index("IndexName")),  # unknown: accepted
-    (index_with, "engine_version", "number", {"target": "domain"}, "engine_version=.* is a float"),
-    (index_with, "encryption_key", "string", {"target": "domain"}, "encryption_key=.* is a str; pass a kms.Key"),
-    (index_with, "log_retention", "number", {"target": "domain"}, "log_retention=.* is a float; pass a logs.RetentionDays"),
+KINDS = ("number", "string", "duration", "list")
+PIPELINE_PROPS = ("pipeline_name", "domain", "collection", "weights", "normalization", "combination", "description",
+                  "engine_version", "encryption_key", "log_retention")
+INDEX_PROPS = ("index_name", "dimension", "domain", "collection", "vector_field", "engine", "space_type", "m", "ef_construction",
+               "ef_search", "text_field", "metadata_fields", "removal_policy", "index_managers", "engine_version",
+               "encryption_key", "log_retention")
+#: Where a token that passes lands in the template (None: only consulted at synth, nothing written).
+#: Every other (prop, target, kind) is refused, naming the prop.
+PASSES = {
+    ("pipeline", "pipeline_name", "domain", "string"): pipeline_property("PipelineName"),
+    ("pipeline", "description", "domain", "string"): pipeline_property("Body"),
+    ("pipeline", "engine_version", "domain", "string"): None,  # unknown version: rules warn
+    ("index", "index_name", "collection", "string"): serverless_index("IndexName"),
+    ("index", "index_name", "domain", "string"): domain_index("IndexName"),
+    ("index", "dimension", "collection", "number"): serverless_index("Mappings", "Properties", "embedding", "Dimension"),
+    ("index", "dimension", "domain", "number"): domain_index("Body"),
+    ("index", "m", "collection", "number"): serverless_index("Mappings", "Properties", "embedding", "Method", "Parameters", "M"),
+    ("index", "m", "domain", "number"): domain_index("BuildTime"),
+    ("index", "ef_construction", "collection", "number"): serverless_index("Mappings", "Properties", "embedding", "Method",
+                                                                            "Parameters", "EfConstruction"),
+    ("index", "ef_construction", "domain", "number"): domain_index("BuildTime"),
+    ("index", "ef_search", "domain", "number"): domain_index("BuildTime"),  # faiss: build time, in the mapping
+    ("index", "engine_version", "domain", "string"): None,
+}
+EVERY_TOKEN = [
+    (construct, prop, target, kind)
+    for construct, props, targets in (("pipeline", PIPELINE_PROPS, ("domain",)), ("index", INDEX_PROPS, ("collection", "domain")))
+    for prop in props
+    for target in ((prop,) if prop in ("domain", "collection") else targets)
+    for kind in KINDS
 ]
 
 
-@pytest.mark.parametrize(("build", "prop", "kind", "options", "outcome"), TOKENS,
-                         ids=[f"{b.__name__.split('_')[0]}-{p}-{k}-{i}" for i, (b, p, k, _, _) in enumerate(TOKENS)])
-def test_a_token_reaches_the_template_or_is_refused_by_name(build, prop, kind, options, outcome):
+@pytest.mark.parametrize(("construct", "prop", "target", "kind"), EVERY_TOKEN, ids=["-".join(case) for case in EVERY_TOKEN])
+def test_every_prop_given_every_kind_of_token_reaches_the_template_or_is_refused_by_name(construct, prop, target, kind):
+    """A CfnParameter's value_as_number / value_as_string / a Duration of one / value_as_list, for each
+    prop of both constructs on each target: a Ref where the value reaches CloudFormation unchanged,
+    else a refusal that names the prop (never a garbled number in the template, never a jsii error)."""
+    build = pipeline_with if construct == "pipeline" else index_with
+    key = (construct, prop, target, kind)
+    if key not in PASSES:
+        with pytest.raises(InvalidPropsError) as refused:
+            build(kind, prop, target=target)
+        assert any(problem.startswith((prop, f"{prop}=")) for problem in refused.value.problems), refused.value.problems
+        return
+    stack, _ = build(kind, prop, target=target)
+    template = Template.from_stack(stack).to_json()
+    where = PASSES[key]
+    if where is None:
+        assert not holds_ref(template["Resources"])
+    else:
+        assert holds_ref(where(template)), json.dumps(where(template))[:300]
+
+
+# (builder, prop, token kind, builder options, where the Ref must land | the refusal's pattern): tokens inside a value
+TOKENS_INSIDE = [
+    (pipeline_with, "weights", "number", {"wrap": lambda t: (t, 0.5)}, pipeline_property("Body")),
+    (pipeline_with, "weights", "string", {"wrap": lambda t: (t, 0.5)}, "weights=.* holds a string or list token"),
+    (pipeline_with, "weights", "duration", {"wrap": lambda t: (t, 0.5)}, r"weights\[0\]=.* is a Duration"),
+    (index_with, "ef_search", "number", {"target": "domain", "engine": "nmslib"}, domain_index("EfSearch")),  # a Ref, not a garbled number
+    (index_with, "ef_search", "number", {"engine": "nmslib"}, serverless_index("Settings", "Index", "KnnAlgoParamEfSearch")),
+    (index_with, "metadata_fields", "string", {"wrap": lambda t: {"tenant": t}}, r"metadata_fields\['tenant'\] is a deploy-time token"),
+    (index_with, "metadata_fields", "string", {"wrap": lambda t: {t: "keyword"}}, "a field name must be a non-empty literal string"),
+    (index_with, "index_managers", "string", {"wrap": lambda t: [t]}, access_policy),
+]
+
+
+@pytest.mark.parametrize(("build", "prop", "kind", "options", "outcome"), TOKENS_INSIDE,
+                         ids=[f"{p}-{k}-{i}" for i, (_, p, k, _, _) in enumerate(TOKENS_INSIDE)])
+def test_a_token_inside_a_value_reaches_the_template_or_is_refused_by_name(build, prop, kind, options, outcome):
     if isinstance(outcome, str):
         with pytest.raises(InvalidPropsError, match=outcome):
             build(kind, prop, **options)
         return
     stack, _ = build(kind, prop, **options)
-    template = Template.from_stack(stack).to_json()
-    if prop == "engine_version":  # nothing is written: the version is only consulted
-        assert not holds_ref(template["Resources"])
-        return
-    assert holds_ref(outcome(template)), json.dumps(outcome(template))[:300]
+    assert holds_ref(outcome(Template.from_stack(stack).to_json()))
 
 
 # ---------------------------------------------------------------------------------------------

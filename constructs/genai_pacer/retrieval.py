@@ -127,9 +127,23 @@ def _concrete(check: Checks, name: str, value: Any) -> bool:
     writes it as a JSON key, which a deploy-time token cannot be."""
     return check.rule(
         not is_token(value),
-        f"{name}={_show(value)} is a deploy-time token; {name} decides what the construct checks and writes "
+        f"{name} is a deploy-time token ({_token_kind(value)}); {name} decides what the construct checks and writes "
         f"at synth, so pass a literal value",
     )
+
+
+def _say(value: Any) -> str:
+    """A value for a message: a token by its kind, anything else as _show shows it."""
+    return f"<{_token_kind(value)}>" if is_token(value) else _show(value)
+
+
+def _token_kind(value: Any) -> str:
+    """What kind of token a value is, for messages (a number token's own value is a meaningless encoding)."""
+    if isinstance(value, str):
+        return "a string token"
+    if isinstance(value, float):
+        return "a number token"
+    return f"{kind_of(value)} token"
 
 
 def _integer_prop(check: Checks, name: str, value: Any, **limits: Any) -> bool:
@@ -137,12 +151,12 @@ def _integer_prop(check: Checks, name: str, value: Any, **limits: Any) -> bool:
     pass text where OpenSearch wants a number. Number tokens (cdk.Token.as_number) stay allowed."""
     if isinstance(value, str) and is_token(value):
         return check.fail(
-            f"{name}={value!r} is a string token; pass an integer or a number token "
+            f"{name} is a string token; pass an integer or a number token "
             f"(CfnParameter(type='Number').value_as_number, cdk.Token.as_number(...))"
         )
     if value is not None and not isinstance(value, int | float | list | tuple | str) and is_token(value):
         # check.integer skips every unresolved value, a Duration token included, which jsii then refuses
-        return check.fail(f"{name}={_show(value)} is {kind_of(value)}; pass an integer or a number token")
+        return check.fail(f"{name} is {_token_kind(value)}; pass an integer or a number token")
     return check.integer(name, value, **limits)
 
 
@@ -566,7 +580,7 @@ class VectorIndexSettings(Construct):
             _integer_prop(check, "ef_construction", ef_construction, minimum=2, maximum=4096, fix="100 is OpenSearch's default")
             ef_search_given = _integer_prop(check, "ef_search", ef_search, minimum=2, maximum=100_000, optional=True,
                                             fix="omit it for OpenSearch's default of 100") or (
-                is_token(ef_search) and not isinstance(ef_search, str))  # a number token: placed like a number
+                isinstance(ef_search, float) and is_token(ef_search))  # a number token: placed like a number
             version = _engine_version(check, engine_version, domain, collection)
             if engine_ok:
                 self._check_engine(check, engine, ef_search if ef_search_given else None, collection, version)
@@ -701,7 +715,7 @@ class VectorIndexSettings(Construct):
                      "method_parameters.ef_search (OpenSearch 2.16+)")
         if engine == "faiss" and collection is not None:
             check.fail(
-                f"ef_search={_show(ef_search)} with engine='faiss' on a collection has nowhere to go: faiss reads ef_search "
+                f"ef_search={_say(ef_search)} with engine='faiss' on a collection has nowhere to go: faiss reads ef_search "
                 "from the mapping's method parameters, which AWS::OpenSearchServerless::Index limits to M and "
                 f"EfConstruction, and never reads the index setting; drop ef_search and {per_query}"
             )
@@ -713,7 +727,7 @@ class VectorIndexSettings(Construct):
             else:
                 check.rule(
                     not version.before(MIN_LUCENE_EF_SEARCH_SETTING_VERSION),
-                    f"ef_search={_show(ef_search)} with engine='lucene' on {version.text} would be ignored: Lucene reads "
+                    f"ef_search={_say(ef_search)} with engine='lucene' on {version.text} would be ignored: Lucene reads "
                     f"index.knn.algo_param.ef_search from OpenSearch {MIN_LUCENE_EF_SEARCH_SETTING_VERSION[0]}."
                     f"{MIN_LUCENE_EF_SEARCH_SETTING_VERSION[1]}; drop ef_search and {per_query}",
                 )
