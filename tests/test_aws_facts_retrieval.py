@@ -117,3 +117,8 @@ def test_the_custom_resource_timeout_is_a_property_cloudformation_accepts_within
     # the handler must give up (and answer) before CloudFormation does
     assert retrieval._HANDLER_TIMEOUT.to_seconds() < retrieval.SERVICE_TIMEOUT.to_seconds()
 
+
+
+def test_every_engine_has_one_place_for_ef_search():
+    places = retrieval.EF_SEARCH_IN_MAPPING + retrieval.EF_SEARCH_IN_SETTING
+    assert sorted(places) == sorted(retrieval.ENGINES) and len(set(places)) == len(places)

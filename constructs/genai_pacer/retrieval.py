@@ -86,6 +86,21 @@ MIN_PIPELINE_VERSION = (2, 10)
 #: z_score normalization: neural-search 3.0 (#1224; ScoreNormalizationFactory.java lists it from tag
 #: 3.0.0.0; 2.19 answers "provided normalization technique is not supported").
 MIN_Z_SCORE_VERSION = (3, 0)
+#: Where each engine reads ef_search when a query sets none (opensearch-project/k-NN):
+#: - faiss: the graph's own efSearch, set at build time from the mapping's method.parameters.ef_search
+#:   (src/main/java/org/opensearch/knn/index/engine/faiss/FaissHNSWMethod.java declares the parameter;
+#:   jni/src/faiss_wrapper.cpp SetExtraParameters stores it in the graph, and at query time reads
+#:   hnswReader->hnsw.efSearch unless the query's method_parameters give one). The index setting is
+#:   never read for faiss (src/main/java/org/opensearch/knn/index/util/IndexUtil.java
+#:   getParametersAtLoading adds it for NMSLIB only), except by memory-optimized search.
+#: - nmslib: the index setting index.knn.algo_param.ef_search, passed when a graph is loaded
+#:   (getParametersAtLoading); the setting is dynamic and a change rebuilds the graph cache
+#:   (src/main/java/org/opensearch/knn/index/KNNSettings.java onIndexModule).
+#: - lucene: the index setting from 3.5 (MIN_LUCENE_EF_SEARCH_SETTING_VERSION).
+#: A query's method_parameters.ef_search overrides all three (k-NN 2.16+: KNNQueryBuilder; Lucene
+#: explores max(k, ef_search), KNNQueryFactory.java).
+EF_SEARCH_IN_MAPPING = ("faiss",)
+EF_SEARCH_IN_SETTING = ("lucene", "nmslib")
 #: Lucene reads index.knn.algo_param.ef_search from k-NN 3.5 (#3037: KNNQueryFactory.java's
 #: luceneK = max(k, IndexHyperParametersUtil.getHNSWEFSearchValue(...)), first in tag 3.5.0.0);
 #: before, only the query's method_parameters.ef_search (k-NN 2.16+) reaches Lucene.
@@ -610,9 +625,8 @@ class VectorIndexSettings(Construct):
             "ef_construction": ef_construction,
             "ef_search": ef_search,
         }
-        # faiss keeps ef_search in each graph (build time); lucene and nmslib read the index setting.
-        in_mapping = engine == "faiss" and ef_search is not None
-        in_setting = engine != "faiss" and ef_search is not None
+        in_mapping = engine in EF_SEARCH_IN_MAPPING and ef_search is not None  # build time: stored in each graph
+        in_setting = engine in EF_SEARCH_IN_SETTING and ef_search is not None  # dynamic
         parameters: dict[str, Any] = {"m": m, "ef_construction": ef_construction}
         if in_mapping:
             parameters["ef_search"] = ef_search
