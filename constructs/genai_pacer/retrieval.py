@@ -206,9 +206,9 @@ def _engine_version(check: Checks, engine_version: Any, domain: Any, collection:
     if engine_version is not None:
         text = engine_version.version if isinstance(engine_version, opensearch.EngineVersion) else engine_version
         if collection is not None:
-            check.fail(f"engine_version={_show(text)} applies to a managed domain; a Serverless collection's version is AWS's choice: drop it")
+            check.fail(f"engine_version={_say(text)} applies to a managed domain; a Serverless collection's version is AWS's choice: drop it")
         elif not isinstance(text, str):
-            check.fail(f"engine_version={_show(engine_version)} is {kind_of(engine_version)}; {_VERSION_FIX}")
+            check.fail(f"engine_version={_say(engine_version)} is {kind_of(engine_version)}; {_VERSION_FIX}")
         elif not is_token(text):
             if ENGINE_VERSION.match(text):
                 given = text
