@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import sys
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -115,8 +116,10 @@ def test_a_quota_never_changed_reads_the_aws_default():
     ("model_id", "message"),
     [
         ("us.meta.llama3-2-1b-instruct-v1:0", "no Bedrock quotas named like 'cross-region invokemodel tokens per minute "
-                                              "for '<model> match us.meta.llama3-2-1b-instruct-v1:0 (none): pass the code"),
-        ("global.anthropic.claude-3-5-haiku-20241022-v1:0", "no Bedrock quotas named like 'global cross-region"),
+                                              "for ' or 'cross-region model inference tokens per minute for ' + <model> "
+                                              "match us.meta.llama3-2-1b-instruct-v1:0 (none): pass the code"),
+        ("global.anthropic.claude-3-5-haiku-20241022-v1:0",
+         "no Bedrock quotas named like 'global cross-region model inference tokens per minute for '"),
     ],
 )
 def test_an_unmatched_model_asks_for_the_quota_code(model_id, message):
@@ -124,6 +127,26 @@ def test_an_unmatched_model_asks_for_the_quota_code(model_id, message):
     with pytest.raises(QuotaCheckError) as error:
         find_account_quota(quotas.client, model_id)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("model_id", "name"),
+    [
+        # the global profile's quota as the user guide's global cross-Region page names it
+        ("global.anthropic.claude-sonnet-4-5-20250929-v1:0",
+         "Global cross-Region model inference tokens per minute for Anthropic Claude Sonnet 4.5"),
+        # the "model inference" wording newer models are listed with
+        ("us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+         "Cross-region model inference tokens per minute for Anthropic Claude Sonnet 4.5"),
+    ],
+)
+def test_both_wordings_of_a_quota_name_are_matched(model_id, name):
+    quotas = ServiceQuotas()
+    listed = [quota("L-9", name, 1), quota("L-8", name.replace("tokens per minute", "tokens per day"), 1),
+              quota("L-7", name.replace("tokens", "requests"), 1)]
+    quotas.stub.add_response("list_aws_default_service_quotas", {"Quotas": listed}, {"ServiceCode": "bedrock"})
+    quotas.applied("L-9", 2_000_000)
+    assert find_account_quota(quotas.client, model_id).code == "L-9"
 
 
 def test_an_ambiguous_match_lists_the_candidates_instead_of_guessing():
@@ -171,11 +194,14 @@ def test_shares_that_exceed_the_accounts_quota_fail_even_when_the_declared_quota
     assert "allocate 400,000 TPM, 100.0% of the account's 400,000 (20% kept free); lower the shares" in result.findings[1].message
 
 
-def test_a_declared_rpm_is_compared_too():
+def test_a_declared_rpm_is_compared_as_legacy():
+    """bedrock-runtime no longer enforces RPM: a lower account value is a warning, not a failure."""
     quotas = ServiceQuotas().applied("L-00000002", 400_000).defaults().applied("L-00000003", 100)
     result = check_quota(declared(400_000, rpm_quota=200), quotas.client)
-    assert result.failed
-    assert "declares 200 RPM but the account's quota L-00000003 is 100; set rpm_quota=100" in result.findings[-1].message
+    assert not result.failed
+    assert result.findings[-1].level == "warning"
+    assert "declares 200 RPM but the account's quota L-00000003 is 100; set rpm_quota=100 if the account still " \
+           "enforces it (RPM is legacy: Bedrock no longer enforces requests-per-minute quotas" in result.findings[-1].message
 
 
 # --- the command -------------------------------------------------------------------------------------
@@ -219,10 +245,12 @@ def test_the_command_checks_each_synthesized_plan_in_its_region(assembly):
     quotas = ServiceQuotas().defaults().applied("L-00000002", 300_000)
     status, out, err = run(["--assembly", str(assembly)], quotas)
     assert status == 1
-    assert out.splitlines()[0].startswith("ERROR   us.anthropic.claude-3-5-haiku-20241022-v1:0 in eu-west-1: the plan "
-                                          "declares 400,000 TPM but the account's quota L-00000002")
-    assert out.splitlines()[1].startswith("OK      ") and "240,000 TPM, 80.0% of the account's 300,000" in out
-    assert "regions=['eu-west-1']" in err
+    lines = out.splitlines()
+    assert lines[0].startswith("us.anthropic.claude-3-5-haiku-20241022-v1:0 in eu-west-1: 400,000 TPM")  # the plan first
+    errors = [line for line in lines if line.startswith("ERROR   ")]
+    assert errors == [line for line in lines if "the plan declares 400,000 TPM but the account's quota L-00000002" in line]
+    assert any(line.startswith("OK      ") and "240,000 TPM, 80.0% of the account's 300,000" in line for line in lines)
+    assert "SKIPPED" not in out and "regions=['eu-west-1']" in err
 
 
 def test_the_command_takes_a_quota_on_the_command_line_and_prints_json():
@@ -231,9 +259,12 @@ def test_the_command_takes_a_quota_on_the_command_line_and_prints_json():
                           "--share", "nightly=100000", "--quota-code", "L-00000002", "--region", "us-west-2",
                           "--json"], quotas)
     assert status == 0
-    (result,) = json.loads(out)
+    report = json.loads(out)
+    (result,) = report["results"]
+    assert (report["status"], report["errors"], result["service_quotas"]) == (0, [], "compared")
     assert result["account"] == {"code": "L-00000002", "name": "a quota", "value": 400_000, "applied": True}
-    assert [f["level"] for f in result["findings"]] == ["ok", "ok"]
+    # offline: the shares and the day; then the account: the quota and the shares
+    assert [f["level"] for f in result["findings"]] == ["ok", "ok", "ok", "ok"]
 
 
 @pytest.mark.parametrize(
@@ -241,9 +272,11 @@ def test_the_command_takes_a_quota_on_the_command_line_and_prints_json():
     [
         (["--model-id", HAIKU_PROFILE], "--model-id and --tpm go together"),
         (["--tpm", "1000"], "--model-id and --tpm go together"),
-        (["--share", "a=1", "--assembly", "."], "--share, --rpm and --quota-code describe a quota given with --model-id"),
+        (["--share", "a=1", "--assembly", "."], "--share, --rpm, --daily-token-quota and --quota-code describe a quota "
+                                                 "given with --model-id"),
         (["--assembly", "/nonexistent/cdk.out"], "/nonexistent/cdk.out is not a cloud assembly directory: run `cdk synth`"),
-        (["--model-id", HAIKU_PROFILE, "--tpm", "1000"], "is given without a Region; pass --region"),
+        (["--model-id", HAIKU_PROFILE, "--tpm", "lots"], "--tpm 'lots' is not a number > 0"),
+        (["--model-id", HAIKU_PROFILE, "--tpm", "1000", "--rpm", "0"], "--rpm '0' is not a number > 0"),
     ],
 )
 def test_input_errors_exit_2_with_one_line(argv, message):
@@ -266,12 +299,10 @@ def test_an_aws_error_names_the_plan_and_exits_2(assembly):
            "(AccessDeniedException)" in err
 
 
-@pytest.mark.parametrize("share", ["nightly", "=5", "a=0", "a=-1", "a=nan", "a=lots"])
-def test_a_malformed_share_is_an_argument_error(share, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["--model-id", HAIKU_PROFILE, "--tpm", "1", "--share", share])
-    assert exit_.value.code == 2
-    assert "is not NAME=TPM with a positive TPM" in capsys.readouterr().err
+@pytest.mark.parametrize("share", ["nightly", "=5", "a=0", "a=-1", "a=nan", "a=lots", "a=5@0", "a=5@25", "a=5@x"])
+def test_a_malformed_share_is_an_input_error(share, capsys):
+    assert main(["--model-id", HAIKU_PROFILE, "--tpm", "1", "--share", share, "--offline"]) == 2
+    assert "is not NAME=TPM with a positive TPM (optionally @HOURS a day, 0..24)" in capsys.readouterr().err
 
 
 def test_main_runs_with_an_injected_client():
@@ -292,8 +323,10 @@ def test_a_plan_from_an_environment_agnostic_stack_needs_a_region(tmp_path):
     plan = {"model_id": HAIKU_PROFILE, "region": "(the stack's deploy-time Region)", "tpm_quota": 400_000, "shares": []}
     (tmp_path / "genai-pacer-quota.AgnosticHaiku1234.json").write_text(json.dumps(plan))
     assert load_plans(tmp_path)[0].region is None
-    status, _, err = run(["--assembly", str(tmp_path)], ServiceQuotas())
-    assert status == 2 and "is in an environment-agnostic stack; pass --region" in err
+    status, out, _ = run(["--assembly", str(tmp_path)], ServiceQuotas())
+    assert status == 0  # the offline checks pass; only the comparison needs the Region
+    assert "SKIPPED the Service Quotas comparison: us.anthropic.claude-3-5-haiku-20241022-v1:0 is in an " \
+           "environment-agnostic stack; pass --region to compare it with Service Quotas" in out
 
 
 def test_a_file_that_is_not_a_plan_is_named(tmp_path):
@@ -307,3 +340,112 @@ def test_the_genai_pacer_command_runs_quota_check(capsys):
 
     assert cli_main(["quota-check", "--assembly", "/nonexistent/cdk.out"]) == 2
     assert "is not a cloud assembly directory: run `cdk synth` first" in capsys.readouterr().err
+
+
+# --- offline: no boto3, no credentials -------------------------------------------------------------
+
+
+OVERDRAWN = ["--model-id", HAIKU_PROFILE, "--tpm", "1000000", "--share", "a=300000", "--share", "b=800000",
+             "--region", "us-east-1"]
+
+
+@pytest.fixture
+def no_credentials(monkeypatch, tmp_path):
+    """A machine with boto3 but no AWS credentials anywhere botocore looks."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_without_credentials_the_plan_is_printed_checked_and_flagged_110_percent(no_credentials, capsys):
+    assert main(OVERDRAWN) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[:3] == [
+        f"{HAIKU_PROFILE} in us-east-1: 1,000,000 TPM",
+        "  a: 300,000 TPM (30.0%), 24 h a day",
+        "  b: 800,000 TPM (80.0%), 24 h a day",
+    ]
+    assert (f"ERROR   {HAIKU_PROFILE} in us-east-1: 2 share(s) allocate 1,100,000 TPM, 110.0% of the declared 1,000,000 "
+            "TPM; together they overdraw it and Bedrock throttles them") in out
+    assert "SKIPPED the Service Quotas comparison: no AWS credentials were found" in out
+
+
+def test_without_boto3_the_offline_checks_still_run_and_json_says_why(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "boto3", None)  # `import boto3` now fails as on a machine without it
+    assert main([*OVERDRAWN, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    (result,) = report["results"]
+    assert (report["status"], result["service_quotas"], result["account"]) == (1, "skipped", None)
+    assert result["skipped_because"].startswith("boto3 is not installed (pip install boto3")
+    assert result["findings"][0]["level"] == "error" and "110.0% of the declared" in result["findings"][0]["message"]
+    assert result["plan"][0] == f"{HAIKU_PROFILE} in us-east-1: 1,000,000 TPM"
+
+
+def test_offline_a_plan_that_fits_exits_0(no_credentials, capsys):
+    assert main(["--model-id", HAIKU_PROFILE, "--tpm", "1000000", "--share", "a=300000", "--offline"]) == 0
+    out = capsys.readouterr().out
+    assert "OK      " in out and "SKIPPED the Service Quotas comparison: --offline" in out
+
+
+def test_offline_the_day_is_checked_against_the_daily_quota(capsys):
+    """300,000 TPM for 6 h and 300,000 for 18 h settle at most 432 million tokens: over a 400 million daily quota."""
+    argv = ["--model-id", HAIKU_PROFILE, "--tpm", "1000000", "--share", "night=300000@6", "--share", "day=300000@18",
+            "--daily-token-quota", "400000000", "--offline"]
+    assert main(argv) == 0  # a day past the quota is a warning, as at synth
+    out = capsys.readouterr().out
+    assert "WARNING" in out and "settle 432,000,000 tokens, 108.0% of the model's daily quota of 400,000,000" in out
+    assert "  night: 300,000 TPM (30.0%), 6 h a day" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--tpm", "1000", "--json"],  # an input error
+        ["--assembly", "/nonexistent/cdk.out", "--json"],
+        ["--model-id", HAIKU_PROFILE, "--tpm", "1000", "--share", "x", "--json"],
+    ],
+)
+def test_json_is_one_object_on_every_error_path(argv, capsys):
+    assert main(argv) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == 2 and report["results"] == [] and len(report["errors"]) == 1
+
+
+def test_an_argument_error_with_json_is_json_too(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--no-such-flag", "--json"])
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["status"] == 2 and "unrecognized arguments: --no-such-flag" in report["errors"][0]
+
+
+def test_what_synth_found_calling_the_model_without_a_share_is_reported(tmp_path, capsys):
+    plan = {"model_id": HAIKU_PROFILE, "region": "us-east-1", "tpm_quota": 400_000, "shares": [],
+            "unshared_consumers": [{"path": "Stack/Router", "kind": "AnswerRouter", "share": None, "calls_in_flight": None,
+                                    "cap": "its function has no reserved concurrency", "max_tokens": None}],
+            "table": ["the plan's table"]}
+    (tmp_path / "genai-pacer-quota.StackQuota1234.json").write_text(json.dumps(plan))
+    assert main(["--assembly", str(tmp_path), "--offline"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "the plan's table"
+    assert ("WARNING " + f"{HAIKU_PROFILE} in us-east-1: AnswerRouter Stack/Router may call the model but holds no share "
+            "(its function has no reserved concurrency)") in out
+
+
+def test_the_plan_file_carries_the_day_quota_check_reads(assembly):
+    (plan,) = load_plans(assembly)
+    assert plan.day().daily_quota == 400_000 * 1_440
+    assert [name for name, _, _ in plan.loads] == ["Digest", "Nightly"]
+    assert plan.day().daily_tokens == pytest.approx(2 * 30 * 4_000 * 1_440)  # 3 calls of 6 s each, all day
+
+
+def test_the_genai_pacer_command_runs_offline_with_json(capsys):
+    from genai_pacer.testing.cli import main as cli_main
+
+    assert cli_main(["quota-check", *OVERDRAWN, "--offline", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == 1 and report["results"][0]["skipped_because"] == "--offline"

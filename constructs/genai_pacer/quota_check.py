@@ -1,21 +1,26 @@
-"""`genai-pacer quota-check`: compare each declared ModelQuota with the account's Service Quotas value.
+"""`genai-pacer quota-check`: check each declared ModelQuota, offline and against the account.
 
 A ModelQuota plans with the TPM quota its author declared, but the account's real value can be
 lower (new accounts get reduced quotas) or shared with other applications the app cannot see.
 Before deploying, read the plans `cdk synth` wrote into the cloud assembly (or one quota given on
-the command line) and compare each with Service Quotas in its Region:
+the command line), print each, and check it:
 
     genai-pacer quota-check                          # every plan in ./cdk.out
     genai-pacer quota-check --assembly cdk.out --region us-east-1 --profile prod
     genai-pacer quota-check --model-id us.anthropic.claude-3-5-haiku-20241022-v1:0 --tpm 400000 \\
-        --share nightly=120000 --share chat=200000 --region us-east-1
+        --share nightly=120000@6 --share chat=200000 --region us-east-1
+
+Offline (no AWS call, so no boto3 or credentials needed): the shares against the declared quota,
+the day against the daily token quotas, and the constructs synth found calling the model without
+a share. With boto3, credentials and a Region it also compares the plan with Service Quotas; when
+any of those is missing (or with --offline) it says the comparison was skipped and why.
 
 The quota is found by its code (ModelQuota(service_quota_code=...) or --quota-code) or else by
-name: Bedrock names them "On-demand InvokeModel tokens per minute for <model>" and "Cross-Region
-InvokeModel tokens per minute for <model>"; a model id is matched to <model> by its words, and an
-ambiguous match lists the candidates instead of guessing. Exit status: 0 when every plan fits the
-account, 1 when a declared quota or its shares exceed the account's value, 2 when a plan could not
-be checked (bad input, no matching quota, an AWS error).
+name (NAME_PREFIXES); a model id is matched to the name's <model> by its words, and an ambiguous
+match lists the candidates instead of guessing. Exit status: 0 when every check passes, 1 when a
+plan overdraws its quota or the account's, 2 when a plan could not be checked (bad input, no
+matching quota, an AWS error once credentials were found). --json prints one JSON object on every
+path: {"status": N, "results": [...], "errors": [...]}.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import planning
 from ._install import BOTO3_HINT
 
 __all__ = [
@@ -40,6 +46,7 @@ __all__ = [
     "PLAN_FILE_PREFIX",
     "QuotaCheckError",
     "add_arguments",
+    "check_plan",
     "check_quota",
     "find_account_quota",
     "load_plans",
@@ -51,23 +58,43 @@ __all__ = [
 #: (defined here so the command loads without the CDK).
 PLAN_FILE_PREFIX = "genai-pacer-quota."
 SERVICE_CODE = "bedrock"
+#: Geographic profile prefixes (models.PROFILE_REGIONS has their Regions and sources).
 GEO_PREFIXES = ("us", "us-gov", "eu", "apac", "ca", "jp", "au")
-#: How Bedrock names a model's quotas, by how the model is called (the global profile's wording is
-#: unconfirmed: a quota that does not match is reported with the candidates, never guessed).
+#: How Service Quotas names a model's quotas, by how the model is called (lower case). The user
+#: guide's quota table (planning.QUOTAS_DOC) names "On-demand InvokeModel tokens per minute for
+#: ${model}" and "Cross-Region InvokeModel tokens per minute for ${model}"; its global cross-Region
+#: page names "Global cross-Region model inference tokens per minute for ${Model}"
+#: (https://docs.aws.amazon.com/bedrock/latest/userguide/global-cross-region-inference.html).
+#: Newer models are listed with "model inference" in place of "InvokeModel" in accounts (seen in
+#: public code, no AWS page): every kind accepts both wordings, and a quota that matches none is
+#: reported with the candidates and the code to pass, never guessed.
 NAME_PREFIXES = {
-    "on-demand": "on-demand invokemodel {unit} per minute for ",
-    "cross-region": "cross-region invokemodel {unit} per minute for ",
-    "global": "global cross-region invokemodel {unit} per minute for ",
+    "on-demand": ("on-demand invokemodel {unit} per minute for ", "on-demand model inference {unit} per minute for "),
+    "cross-region": ("cross-region invokemodel {unit} per minute for ", "cross-region model inference {unit} per minute for "),
+    "global": ("global cross-region model inference {unit} per minute for ",
+               "global cross-region invokemodel {unit} per minute for "),
 }
+#: Where quota-check says requests per minute are no longer enforced on bedrock-runtime.
+RPM_LEGACY = ("RPM is legacy: Bedrock no longer enforces requests-per-minute quotas on the bedrock-runtime endpoint "
+              f"({planning.QUOTAS_DOC})")
 
 
 class QuotaCheckError(Exception):
     """A plan that cannot be checked: the message says why and what to pass."""
 
 
+class _Skipped(Exception):
+    """The Service Quotas comparison cannot run here (no boto3, no credentials, no Region): not an error."""
+
+
 @dataclass(frozen=True)
 class DeclaredQuota:
-    """One ModelQuota as the app declares it (read from the cloud assembly or the command line)."""
+    """One ModelQuota as the app declares it (read from the cloud assembly or the command line).
+
+    shares: (name, TPM) of each share; loads: (name, settled tokens per minute, hours a day) of each
+    share's day (empty: each share's TPM all day); unshared: what synth found calling the model
+    without a share; table: the plan as ModelQuota printed it.
+    """
 
     model_id: str
     region: str | None
@@ -77,10 +104,36 @@ class DeclaredQuota:
     shares: tuple[tuple[str, float], ...] = ()
     service_quota_code: str | None = None
     source: str = "command line"
+    daily_token_quota: float | None = None
+    cross_model_daily_tokens: float | None = None
+    other_models_daily_tokens: float = 0.0
+    loads: tuple[tuple[str, float, float], ...] = ()
+    unshared: tuple[str, ...] = ()
+    table: tuple[str, ...] = ()
 
     @property
     def allocated_tpm(self) -> float:
         return sum(tpm for _, tpm in self.shares)
+
+    def day(self) -> planning.DailyPlan:
+        loads = self.loads or tuple((name, tpm, 24.0) for name, tpm in self.shares)
+        return planning.plan_daily_tokens(
+            [planning.DailyLoad(name, per_minute, hours) for name, per_minute, hours in loads],
+            tpm_quota=self.tpm_quota, daily_token_quota=self.daily_token_quota,
+            cross_model_daily_tokens=self.cross_model_daily_tokens,
+            other_models_daily_tokens=self.other_models_daily_tokens)
+
+    def lines(self) -> list[str]:
+        """The plan as text: the table ModelQuota wrote, or the quota and shares given here."""
+        if self.table:
+            return list(self.table)
+        quota = self.tpm_quota
+        lines = [f"{self.model_id} in {self.region or '(no Region given)'}: {quota:,.0f} TPM"
+                 + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM (legacy)")]
+        hours = {name: h for name, _, h in self.loads}
+        lines += [f"  {name}: {tpm:,.0f} TPM ({tpm / quota:.1%}), {hours.get(name, 24.0):g} h a day"
+                  for name, tpm in self.shares]
+        return lines
 
 
 @dataclass(frozen=True)
@@ -105,10 +158,22 @@ class QuotaCheck:
     account: AccountQuota | None = None
     rpm_account: AccountQuota | None = None
     findings: list[Finding] = field(default_factory=list)
+    skipped: str | None = None  # why the Service Quotas comparison did not run
 
     @property
     def failed(self) -> bool:
         return any(f.level == "error" for f in self.findings)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "declared": asdict(self.declared),
+            "plan": self.declared.lines(),
+            "account": self.account and asdict(self.account),
+            "rpm_account": self.rpm_account and asdict(self.rpm_account),
+            "service_quotas": "skipped" if self.skipped else "compared",
+            "skipped_because": self.skipped,
+            "findings": [asdict(f) for f in self.findings],
+        }
 
 
 # --- declared quotas -------------------------------------------------------------------------------
@@ -124,22 +189,59 @@ def load_plans(assembly: str | Path) -> list[DeclaredQuota]:
     for path in sorted(root.rglob(f"{PLAN_FILE_PREFIX}*.json")):
         try:
             data = json.loads(path.read_text())
+            shares = data.get("shares", [])
             plans.append(DeclaredQuota(
                 model_id=str(data["model_id"]),
                 region=None if str(data["region"]).startswith("(") else str(data["region"]),
                 tpm_quota=float(data["tpm_quota"]),
                 rpm_quota=None if data.get("rpm_quota") is None else float(data["rpm_quota"]),
                 keep_free=float(data.get("keep_free") or 0),
-                shares=tuple((str(s["name"]), float(s["tpm"])) for s in data.get("shares", [])),
+                shares=tuple((str(s["name"]), float(s["tpm"])) for s in shares),
                 service_quota_code=data.get("service_quota_code"),
                 source=str(path),
+                daily_token_quota=None if data.get("daily_token_quota") is None else float(data["daily_token_quota"]),
+                cross_model_daily_tokens=(None if data.get("cross_model_daily_tokens") is None
+                                          else float(data["cross_model_daily_tokens"])),
+                other_models_daily_tokens=float(data.get("other_models_daily_tokens") or 0),
+                loads=tuple((str(s["name"]), float(s["daily_tokens"]) / 60 / float(s["hours_per_day"]),
+                             float(s["hours_per_day"])) for s in shares if "daily_tokens" in s),
+                unshared=tuple(f"{c['kind']} {c['path']} may call the model but holds no share ({c['cap']})"
+                               for c in data.get("unshared_consumers", [])),
+                table=tuple(str(line) for line in data.get("table", [])),
             ))
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError, ZeroDivisionError) as error:
             raise QuotaCheckError(f"{path}: not a genai-pacer quota plan ({error!r}); synthesize again") from None
     if not plans:
         raise QuotaCheckError(f"{root} holds no quota plan ({PLAN_FILE_PREFIX}*.json): declare a ModelQuota in the app "
                               "and synthesize, or give the quota on the command line (--model-id, --tpm)")
     return plans
+
+
+def check_plan(declared: DeclaredQuota) -> list[Finding]:
+    """Every check that needs no AWS call: the shares against the declared quota, the day against the
+    daily quotas, the callers holding no share, and the legacy RPM."""
+    where = f"{declared.model_id} in {declared.region or 'its Region'}"
+    findings = []
+    allocatable = declared.tpm_quota * (1 - declared.keep_free)
+    if declared.shares:
+        allocated = declared.allocated_tpm
+        over = allocated > allocatable * (1 + 1e-9)
+        findings.append(Finding(
+            "error" if over else "ok",
+            f"{where}: {len(declared.shares)} share(s) allocate {allocated:,.0f} TPM, {allocated / allocatable:.1%} of "
+            f"the declared {declared.tpm_quota:,.0f} TPM"
+            + (f" less {declared.keep_free:.0%} kept free" if declared.keep_free else "")
+            + ("; together they overdraw it and Bedrock throttles them: lower the shares or raise the quota" if over
+               else "")))
+    day = declared.day()
+    findings += [Finding("warning", f"{where}: {warning}") for warning in day.warnings]
+    if not day.warnings:
+        findings.append(Finding("ok", f"{where}: the day's {day.daily_tokens:,.0f} tokens are {day.fraction:.1%} of the "
+                                      f"{day.daily_quota:,.0f} daily token quota"))
+    findings += [Finding("warning", f"{where}: {caller}") for caller in declared.unshared]
+    if declared.rpm_quota is not None:
+        findings.append(Finding("warning", f"{where}: the plan declares {declared.rpm_quota:,.0f} RPM; {RPM_LEGACY}"))
+    return findings
 
 
 # --- the account's quota ---------------------------------------------------------------------------
@@ -171,11 +273,11 @@ def _model_words(model_id: str) -> tuple[str, set[str], str]:
 def _match(quotas: Iterable[dict[str, Any]], model_id: str, unit: str) -> list[dict[str, Any]]:
     """The quotas whose name is this model's TPM (unit "tokens") or RPM ("requests") quota."""
     kind, words, provider = _model_words(model_id)
-    prefix = NAME_PREFIXES[kind].format(unit=unit)
-    named = [q for q in quotas if str(q.get("QuotaName", "")).lower().startswith(prefix)]
-    covering = [q for q in named if words <= _words(q["QuotaName"][len(prefix):])]
-    exact = [q for q in covering if not (_words(q["QuotaName"][len(prefix):]) - words - {provider})]
-    return exact or covering
+    prefixes = [prefix.format(unit=unit) for prefix in NAME_PREFIXES[kind]]
+    named = [(q, len(p)) for q in quotas for p in prefixes if str(q.get("QuotaName", "")).lower().startswith(p)]
+    covering = [(q, n) for q, n in named if words <= _words(q["QuotaName"][n:])]
+    exact = [q for q, n in covering if not (_words(q["QuotaName"][n:]) - words - {provider})]
+    return exact or [q for q, _ in covering]
 
 
 def find_account_quota(client: Any, model_id: str, *, code: str | None = None, unit: str = "tokens") -> AccountQuota:
@@ -190,11 +292,11 @@ def find_account_quota(client: Any, model_id: str, *, code: str | None = None, u
         matches = _match(defaults, model_id, unit)
         kind = _model_words(model_id)[0]
         if len(matches) != 1:
-            wanted = NAME_PREFIXES[kind].format(unit=unit)
+            wanted = " or ".join(repr(prefix.format(unit=unit)) for prefix in NAME_PREFIXES[kind])
             listed = "; ".join(f"{q['QuotaCode']} {q['QuotaName']!r}" for q in matches[:10]) or "none"
             raise QuotaCheckError(
                 f"{'no' if not matches else len(matches)} Bedrock quota{'s' if len(matches) != 1 else ''} named like "
-                f"{wanted!r}<model> match{'es' if len(matches) == 1 else ''} {model_id} ({listed}): pass the code "
+                f"{wanted} + <model> match{'es' if len(matches) == 1 else ''} {model_id} ({listed}): pass the code "
                 "(ModelQuota(service_quota_code=...) or --quota-code), from `aws service-quotas list-service-quotas "
                 "--service-code bedrock`")
         code = str(matches[0]["QuotaCode"])
@@ -249,114 +351,171 @@ def check_quota(declared: DeclaredQuota, client: Any) -> QuotaCheck:
         else:
             if declared.rpm_quota > rpm.value:
                 result.findings.append(Finding(
-                    "error", f"{where}: the plan declares {declared.rpm_quota:,.0f} RPM but the account's quota "
-                             f"{rpm.code} is {rpm.value:,.0f}; set rpm_quota={rpm.value:,.0f}"))
+                    "warning", f"{where}: the plan declares {declared.rpm_quota:,.0f} RPM but the account's quota "
+                               f"{rpm.code} is {rpm.value:,.0f}; set rpm_quota={rpm.value:,.0f} if the account still "
+                               f"enforces it ({RPM_LEGACY})"))
     return result
 
 
 # --- the command -----------------------------------------------------------------------------------
 
 
-def _share(text: str) -> tuple[str, float]:
+def _share(text: str) -> tuple[str, float, float]:
+    """NAME=TPM or NAME=TPM@HOURS."""
     name, sep, value = text.rpartition("=")
+    amount, at, hours_text = value.partition("@")
     try:
-        tpm = float(value)
+        tpm, hours = float(amount), float(hours_text) if at else 24.0
     except ValueError:
-        tpm = math.nan
-    if not sep or not name or not math.isfinite(tpm) or tpm <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=TPM with a positive TPM, e.g. nightly=120000")
-    return name, tpm
+        tpm, hours = math.nan, math.nan
+    if not sep or not name or not math.isfinite(tpm) or tpm <= 0 or not 0 < hours <= 24:
+        raise QuotaCheckError(f"--share {text!r} is not NAME=TPM with a positive TPM (optionally @HOURS a day, 0..24), "
+                              "e.g. nightly=120000@6")
+    return name, tpm, hours
 
 
-def _positive(text: str) -> float:
+def _positive(name: str, text: str | None) -> float | None:
+    if text is None:
+        return None
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number > 0")
+        raise QuotaCheckError(f"{name} {text!r} is not a number > 0")
     return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The quota-check options, for `genai-pacer quota-check` or a parser of your own."""
-    parser.add_argument("--assembly", default="cdk.out", help="the cloud assembly `cdk synth` wrote (default cdk.out)")
-    parser.add_argument("--region", help="the Region to read (default: each plan's stack Region)")
-    parser.add_argument("--profile", help="the AWS profile to read Service Quotas with")
+    parser.add_argument("--assembly", default="cdk.out", metavar="DIR",
+                        help="the cloud assembly `cdk synth` wrote, searched for every ModelQuota plan (default: cdk.out)")
+    parser.add_argument("--region", help="the Region whose Service Quotas are read (default: each plan's stack Region)")
+    parser.add_argument("--profile", help="the AWS profile to read Service Quotas with (default: boto3's default chain)")
+    parser.add_argument("--offline", action="store_true",
+                        help="run only the checks that need no AWS call (default: also compare with Service Quotas "
+                             "when boto3, credentials and a Region are there)")
     given = parser.add_argument_group("a quota given here instead of a synthesized plan")
-    given.add_argument("--model-id", help="the model or inference profile id")
-    given.add_argument("--tpm", type=_positive, help="the declared tokens-per-minute quota")
-    given.add_argument("--rpm", type=_positive, help="the declared requests-per-minute quota")
-    given.add_argument("--share", type=_share, action="append", default=[], metavar="NAME=TPM",
-                       help="a consumer's share (repeat for each)")
-    given.add_argument("--quota-code", help="the Service Quotas code (L-...) instead of matching by name")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    given.add_argument("--model-id", help="the model or inference profile id (default: none; read the assembly)")
+    given.add_argument("--tpm", metavar="TPM", help="the declared tokens-per-minute quota (default: none; required "
+                                                    "with --model-id)")
+    given.add_argument("--rpm", metavar="RPM", help="a legacy requests-per-minute quota; bedrock-runtime no longer "
+                                                    "enforces RPM (default: none)")
+    given.add_argument("--share", action="append", default=[], metavar="NAME=TPM[@HOURS]",
+                       help="a consumer's share and the hours a day it runs, repeated for each "
+                            "(default: none; hours default to 24)")
+    given.add_argument("--daily-token-quota", metavar="TOKENS",
+                       help="the model's daily token quota (default: TPM x 1,440, the AWS default)")
+    given.add_argument("--quota-code", help="the Service Quotas code (L-...) instead of matching by name "
+                                            "(default: match the model's quota by name)")
+    parser.add_argument("--json", action="store_true",
+                        help='print one JSON object, {"status", "results", "errors"}, on every path (default: text)')
 
 
-def _service_quotas(region: str | None, profile: str | None) -> Any:
+def report_argument_errors_as_json(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """With --json on the command line, an argument error is the JSON object too (status 2)."""
+    if "--json" not in argv:
+        return
+
+    def error(message: str) -> Any:
+        print(json.dumps({"status": 2, "results": [], "errors": [f"{parser.prog}: {message}"]}, indent=2))
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    parser.error = error  # type: ignore[method-assign]
+
+
+def _service_quotas(region: str, profile: str | None) -> Any:
+    """A Service Quotas client, or _Skipped when this machine cannot read Service Quotas."""
     try:
         import boto3
-    except ModuleNotFoundError as error:
-        raise ImportError(f"genai-pacer quota-check reads Service Quotas with boto3: {BOTO3_HINT}") from error
-    return boto3.Session(profile_name=profile, region_name=region).client("service-quotas")
+        from botocore.exceptions import ProfileNotFound
+    except ModuleNotFoundError:
+        raise _Skipped(f"boto3 is not installed ({BOTO3_HINT})") from None
+    try:
+        session = boto3.Session(profile_name=profile, region_name=region)
+    except ProfileNotFound as error:
+        raise QuotaCheckError(f"--profile: {error}") from None
+    if session.get_credentials() is None:
+        raise _Skipped("no AWS credentials were found (environment, shared files, SSO, instance role); configure "
+                       "them or pass --offline")
+    return session.client("service-quotas")
+
+
+def _declared(args: argparse.Namespace) -> list[DeclaredQuota]:
+    if args.model_id or args.tpm is not None:
+        if not (args.model_id and args.tpm is not None):
+            raise QuotaCheckError("--model-id and --tpm go together: the quota to check and its declared TPM")
+        shares = [_share(text) for text in args.share]
+        return [DeclaredQuota(
+            args.model_id, args.region, _positive("--tpm", args.tpm) or 0.0, _positive("--rpm", args.rpm), 0.0,
+            tuple((name, tpm) for name, tpm, _ in shares), args.quota_code,
+            daily_token_quota=_positive("--daily-token-quota", args.daily_token_quota),
+            loads=tuple(shares))]
+    if args.share or args.quota_code or args.rpm is not None or args.daily_token_quota is not None:
+        raise QuotaCheckError("--share, --rpm, --daily-token-quota and --quota-code describe a quota given with "
+                              "--model-id and --tpm")
+    return load_plans(args.assembly)
 
 
 def run(args: argparse.Namespace, *, client_factory: Callable[[str | None], Any] | None = None,
         out: Any = None, err: Any = None) -> int:
-    """Check every plan; print the findings; 0 all fit, 1 one exceeds the account, 2 one could not be checked."""
+    """Print and check every plan; 0 all pass, 1 one overdraws a quota, 2 one could not be checked."""
     out, err = out or sys.stdout, err or sys.stderr
     prog = "genai-pacer quota-check"
     factory = client_factory or (lambda region: _service_quotas(region, args.profile))
+    errors: list[str] = []
+    results: list[QuotaCheck] = []
+
+    def fail(message: str) -> None:
+        errors.append(f"{prog}: {message}")
+        print(f"{prog}: {message}", file=err)
+
     try:
-        if args.model_id or args.tpm is not None:
-            if not (args.model_id and args.tpm is not None):
-                raise QuotaCheckError("--model-id and --tpm go together: the quota to check and its declared TPM")
-            plans = [DeclaredQuota(args.model_id, args.region, args.tpm, args.rpm, 0.0, tuple(args.share),
-                                   args.quota_code)]
-        else:
-            if args.share or args.quota_code or args.rpm is not None:
-                raise QuotaCheckError("--share, --rpm and --quota-code describe a quota given with --model-id and --tpm")
-            plans = load_plans(args.assembly)
+        plans = _declared(args)
     except QuotaCheckError as error:
-        print(f"{prog}: {error}", file=err)
-        return 2
-    results, status = [], 0
+        plans = []
+        fail(str(error))
     for plan in plans:
+        result = QuotaCheck(plan, findings=check_plan(plan))
         region = args.region or plan.region
-        if region is None:
+        if args.offline:
+            result.skipped = "--offline"
+        elif region is None:
             where = "is given without a Region" if plan.source == "command line" else "is in an environment-agnostic stack"
-            print(f"{prog}: {plan.source}: {plan.model_id} {where}; pass --region", file=err)
-            status = 2
-            continue
-        try:
-            result = check_quota(plan, factory(region))
-        except QuotaCheckError as error:
-            print(f"{prog}: {plan.source}: {plan.model_id} in {region}: {error}", file=err)
-            status = 2
-            continue
-        except ImportError as error:
-            print(f"{prog}: {error}", file=err)
-            return 2
-        except Exception as error:  # credentials, access denied, throttling: say which plan and why
-            print(f"{prog}: {plan.source}: {plan.model_id} in {region}: cannot read Service Quotas: {error}", file=err)
-            status = 2
-            continue
+            result.skipped = f"{plan.model_id} {where}; pass --region to compare it with Service Quotas"
+        else:
+            try:
+                compared = check_quota(plan, factory(region))
+            except _Skipped as reason:
+                result.skipped = str(reason)
+            except QuotaCheckError as error:
+                fail(f"{plan.source}: {plan.model_id} in {region}: {error}")
+            except Exception as error:  # access denied, throttling, an endpoint: say which plan and why
+                fail(f"{plan.source}: {plan.model_id} in {region}: cannot read Service Quotas: {error}")
+            else:
+                result.account, result.rpm_account = compared.account, compared.rpm_account
+                result.findings += compared.findings
         results.append(result)
-        if result.failed and status == 0:
-            status = 1
         if not args.json:
+            for line in plan.lines():
+                print(line, file=out)
             for finding in result.findings:
                 print(f"{finding.level.upper():7} {finding.message}", file=out)
+            if result.skipped:
+                print(f"SKIPPED the Service Quotas comparison: {result.skipped}", file=out)
+    status = 2 if errors else 1 if any(r.failed for r in results) else 0
     if args.json:
-        print(json.dumps([{"declared": asdict(r.declared), "account": r.account and asdict(r.account),
-                           "findings": [asdict(f) for f in r.findings]} for r in results], indent=2), file=out)
+        print(json.dumps({"status": status, "results": [r.as_dict() for r in results], "errors": errors}, indent=2),
+              file=out)
     return status
 
 
 def main(argv: Sequence[str] | None = None, *, client_factory: Callable[[str | None], Any] | None = None) -> int:
     """`python -m genai_pacer.quota_check`; the genai-pacer CLI wires the same options as `quota-check`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="genai-pacer quota-check", description=(__doc__ or "").split("\n\n")[0])
     add_arguments(parser)
+    report_argument_errors_as_json(parser, argv)
     return run(parser.parse_args(argv), client_factory=client_factory)
 
 
