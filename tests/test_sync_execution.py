@@ -12,10 +12,12 @@ import boto3
 import pytest
 from aws_cdk import aws_stepfunctions as sfn
 from botocore.stub import Stubber
+from aws_cdk.assertions import Annotations, Match
 from genai_pacer import ParallelPrompts, StateMachineOptions, SyncExecutionUrl
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.model_tasks import ConverseRequest
 from genai_pacer.models import BedrockModel
+from genai_pacer.sync_execution import URL_INVOKE_ACTIONS
 from helpers import new_stack, only, policy_statements, resources, template_of
 
 NOVA = BedrockModel.foundation("amazon.nova-lite-v1:0")
@@ -38,22 +40,30 @@ def test_url_uses_iam_auth_and_the_function_may_only_start_that_machine(synced):
     _, template = synced
     assert only(template, "AWS::Lambda::Url")["Properties"]["AuthType"] == "AWS_IAM"
     function = only(template, "AWS::Lambda::Function")["Properties"]
-    assert (function["Runtime"], function["Architectures"], function["Timeout"]) == ("python3.14", ["arm64"], 310)
+    # the EXPRESS limit (the workflow's timeout) + 5 s read margin + 10 s for refused starts' retries
+    assert (function["Runtime"], function["Architectures"], function["Timeout"]) == ("python3.14", ["arm64"], 315)
     assert function["Handler"] == "sync_execution.handler.handler"
+    variables = function["Environment"]["Variables"]
+    assert (variables["WAIT_SECONDS"], variables["READ_MARGIN_SECONDS"]) == ("300", "5")
     start = [s for s in policy_statements(template) if s["Action"] == "states:StartSyncExecution"]
     (statement,) = start
     assert statement["Resource"]["Ref"].startswith("PStateMachine")
 
 
-def test_callers_are_granted_invoke_url():
+def test_callers_are_granted_both_actions_a_function_url_needs():
+    """Function URLs created since October 2025 need lambda:InvokeFunctionUrl and lambda:InvokeFunction."""
     from aws_cdk import aws_iam as iam
 
     stack = new_stack()
     url = SyncExecutionUrl(stack, "Url", state_machine=express_prompts(stack).state_machine)
     caller = iam.Role(stack, "Caller", assumed_by=iam.AccountRootPrincipal())
     url.grant_invoke_url(caller)
-    statements = [s for s in policy_statements(template_of(stack).to_json()) if s["Action"] == "lambda:InvokeFunctionUrl"]
-    assert statements and statements[0]["Condition"] == {"StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}}
+    granted = {s["Action"]: s for s in policy_statements(template_of(stack).to_json()) if s["Action"] in URL_INVOKE_ACTIONS}
+    assert set(granted) == {"lambda:InvokeFunctionUrl", "lambda:InvokeFunction"}
+    assert granted["lambda:InvokeFunctionUrl"]["Condition"] == {"StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}}
+    # InvokeFunction only through the URL: the grant does not open the function to direct invocation
+    assert granted["lambda:InvokeFunction"]["Condition"] == {"Bool": {"lambda:InvokedViaFunctionUrl": True}}
+    assert all(s["Resource"]["Fn::GetAtt"][0].startswith("UrlFunction") for s in granted.values())
 
 
 def test_a_standard_machine_is_refused_with_the_fix():
@@ -88,11 +98,54 @@ def test_max_concurrent_executions_reserves_the_functions_concurrency():
     assert function["ReservedConcurrentExecutions"] == 2
 
 
-def test_wait_sets_the_function_timeout():
+def test_wait_sets_the_read_timeout_and_the_function_timeout():
     stack = new_stack()
     SyncExecutionUrl(stack, "Url", state_machine=express_prompts(stack).state_machine, wait=cdk.Duration.seconds(50))
-    assert only(template_of(stack).to_json(), "AWS::Lambda::Function")["Properties"]["Timeout"] == 60
+    function = only(template_of(stack).to_json(), "AWS::Lambda::Function")["Properties"]
+    assert function["Timeout"] == 65  # 50 + 5 s read margin + 10 s for refused starts
+    assert function["Environment"]["Variables"]["WAIT_SECONDS"] == "50"
     assert len(resources(template_of(stack).to_json(), "AWS::Logs::LogGroup")) == 2  # the machine's and the function's
+
+
+def test_the_wait_defaults_to_the_workflows_own_timeout():
+    stack = new_stack()
+    options = StateMachineOptions(state_machine_type=sfn.StateMachineType.EXPRESS, timeout=cdk.Duration.seconds(90))
+    SyncExecutionUrl(stack, "Url", state_machine=express_prompts(stack, options).state_machine)
+    function = only(template_of(stack).to_json(), "AWS::Lambda::Function")["Properties"]
+    assert (function["Timeout"], function["Environment"]["Variables"]["WAIT_SECONDS"]) == (105, "90")
+
+
+def test_a_wait_shorter_than_the_workflow_warns():
+    stack = new_stack()
+    machine = express_prompts(stack).state_machine  # 5-minute timeout
+    SyncExecutionUrl(stack, "Url", state_machine=machine, wait=cdk.Duration.seconds(30))
+    Annotations.from_stack(stack).has_warning(
+        "/Test/Url", Match.string_like_regexp("wait=30 seconds is shorter than the workflow's timeout of 5 minutes")
+    )
+
+
+def test_a_deploy_time_wait_keeps_its_margin():
+    """The margin is added by the handler to the wait it reads; the function is sized for the longest wait."""
+    stack = new_stack()
+    seconds = cdk.CfnParameter(stack, "WaitSeconds", type="Number", min_value=1, max_value=300)
+    SyncExecutionUrl(
+        stack, "Url", state_machine=express_prompts(stack).state_machine,
+        wait=cdk.Duration.seconds(seconds.value_as_number),
+    )
+    function = only(template_of(stack).to_json(), "AWS::Lambda::Function")["Properties"]
+    assert function["Environment"]["Variables"]["WAIT_SECONDS"] == {"Ref": "WaitSeconds"}
+    assert function["Environment"]["Variables"]["READ_MARGIN_SECONDS"] == "5"
+    assert function["Timeout"] == 315
+
+
+def test_a_deploy_time_wait_in_minutes_is_refused_with_the_fix():
+    stack = new_stack()
+    minutes = cdk.CfnParameter(stack, "WaitMinutes", type="Number")
+    with pytest.raises(InvalidPropsError, match=r"wait is a deploy-time value in a unit other than seconds.*Duration\.seconds"):
+        SyncExecutionUrl(
+            stack, "Url", state_machine=express_prompts(stack).state_machine,
+            wait=cdk.Duration.minutes(minutes.value_as_number),
+        )
 
 
 # --- handler ----------------------------------------------------------------------------------------
@@ -123,7 +176,7 @@ def test_handler_returns_the_output_of_a_succeeded_execution(handler):
     output = {"answers": {"A": "yes", "B": "no"}}
     stubber.add_response(
         "start_sync_execution", sync_response("SUCCEEDED", output=json.dumps(output)),
-        {"stateMachineArn": ARN, "input": json.dumps({"review": "great"})},
+        {"stateMachineArn": ARN, "input": '{"review":"great"}'},  # compact JSON
     )
     body = base64.b64encode(b'{"review": "great"}').decode()
     reply = module.handler({"body": body, "isBase64Encoded": True})
