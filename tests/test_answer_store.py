@@ -65,8 +65,10 @@ def granted():
     store = AnswerStore(stack, "Store", table=table)
     reader = iam.Role(stack, "Reader", assumed_by=iam.AccountRootPrincipal())
     writer = iam.Role(stack, "Writer", assumed_by=iam.AccountRootPrincipal())
+    putter = iam.Role(stack, "Putter", assumed_by=iam.AccountRootPrincipal())
     store.grant_read(reader)
     store.grant_write(writer)
+    store.grant_put(putter)
     return store, table, template_of(stack).to_json()
 
 
@@ -80,15 +82,19 @@ def actions_of(template: dict, role_prefix: str, resource: dict) -> list[str]:
     return sorted(a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))
 
 
-def test_readers_get_item_and_writers_put_and_delete_on_that_table_and_key_only(granted):
+def test_readers_get_item_putters_put_and_writers_also_delete_on_that_table_and_key_only(granted):
     store, table, template = granted
     assert store.table is table
     table_arn = {"Fn::GetAtt": [_id(template, "Mine"), "Arn"]}
     key_arn = {"Fn::GetAtt": [_id(template, "TableKey"), "Arn"]}
     assert actions_of(template, "Reader", table_arn) == ["dynamodb:GetItem"]
+    # grant_put (the router) writes answers and overwrites its per-key claims, but deletes nothing:
+    # neither the worker's claims nor the pre-computation's run lock.
+    assert actions_of(template, "Putter", table_arn) == ["dynamodb:GetItem", "dynamodb:PutItem"]
     assert actions_of(template, "Writer", table_arn) == ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem"]
-    key_actions = ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"]
-    assert actions_of(template, "Reader", key_arn) == key_actions == actions_of(template, "Writer", key_arn)
+    assert actions_of(template, "Reader", key_arn) == ["kms:Decrypt", "kms:DescribeKey"]
+    write_key = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
+    assert actions_of(template, "Putter", key_arn) == write_key == actions_of(template, "Writer", key_arn)
     assert not any(s["Resource"] == "*" for s in policy_statements(template))
 
 

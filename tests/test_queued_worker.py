@@ -185,7 +185,7 @@ def test_mixed_batch_reports_exactly_the_malformed_and_the_throttled(worker, cap
     )
     assert result == {"batchItemFailures": [{"itemIdentifier": "bad-json"}, {"itemIdentifier": "throttled"}]}
     assert item(worker, "a")["answer"] == "first" and item(worker, "c")["answer"] == "last"
-    assert item(worker, "b") is None and item(worker, "claim#throttled") is None  # released for the retry
+    assert item(worker, "b") is None and item(worker, "claim#req#throttled") is None  # released for the retry
     out = capsys.readouterr().out.splitlines()
     assert {(e["messageId"], e["reason"]) for e in map(json.loads, out) if "level" in e} == {
         ("bad-json", "invalid-message"),
@@ -309,7 +309,7 @@ def test_an_unexpected_exception_fails_only_its_record_and_releases_the_claim(wo
     (line,) = [e for e in log_lines(capsys) if e["level"] == "ERROR"]
     assert (line["messageId"], line["reason"], line["errorClass"]) == ("boom", "unexpected", "KeyError")
     assert line["where"].startswith("test_queued_worker.py:")
-    assert item(worker, "claim#boom") is None  # the redelivery need not wait for the claim to expire
+    assert item(worker, "claim#req#boom") is None  # the redelivery need not wait for the claim to expire
     assert item(worker, "a")["answer"] == "fine" and item(worker, "c")["answer"] == "fine too"
 
 
@@ -391,7 +391,7 @@ def test_keys_are_normalized_and_counted_in_utf8_bytes(worker, capsys):
 
 def test_request_ids_fit_the_claim_key(worker, capsys):
     limit = answers.MAX_REQUEST_ID_BYTES
-    assert limit == 2048 - len("claim#")
+    assert limit == 2048 - len("claim#req#")
     expect_call(worker, "fits")
     result = worker.handler(
         {
@@ -417,7 +417,7 @@ def test_a_param_validation_error_logs_paths_never_the_prompt(worker, capsys):
     assert line["problems"] == [
         "Invalid type for parameter messages[0].content[0].guardContent.text.qualifiers"
     ]
-    assert item(worker, "claim#bad") is None
+    assert item(worker, "claim#req#bad") is None
 
 
 def test_param_problems_cover_every_botocore_report_form(worker):
@@ -517,13 +517,13 @@ def test_an_unexpired_claim_defers_and_an_expired_one_is_taken_over(worker):
     # A crashed invocation's claim: expired, so it blocks nothing.
     worker.DDB.update_item(
         TableName=TABLE,
-        Key={"pk": {"S": "claim#m-1"}},
+        Key={"pk": {"S": "claim#req#m-1"}},
         UpdateExpression="SET expires_at = :past",
         ExpressionAttributeValues={":past": {"N": "1000"}},
     )
     expect_call(worker, "taken over")
     assert worker.handler({"Records": [message]}) == {"batchItemFailures": []}
-    assert item(worker, "k")["answer"] == "taken over" and item(worker, "claim#m-1") is None
+    assert item(worker, "k")["answer"] == "taken over" and item(worker, "claim#req#m-1") is None
 
 
 def test_a_claimed_duplicate_is_skipped_once_the_answer_is_stored(worker):
@@ -569,12 +569,12 @@ def test_a_claim_lasts_the_whole_call_so_a_duplicate_delivery_mid_call_pays_noth
     assert worker.handler({"Records": [message]}) == {"batchItemFailures": []}
     assert model.calls == 1
     assert model.duplicate_result == {"batchItemFailures": [{"itemIdentifier": "m-1"}]}  # comes back later
-    assert item(worker, "k")["answer"] == "answer 1" and item(worker, "claim#m-1") is None
+    assert item(worker, "k")["answer"] == "answer 1" and item(worker, "claim#req#m-1") is None
 
 
 def test_claims_expire_after_the_call_budget(worker):
     assert answers.claim(worker.DDB, TABLE, "r", seconds=62, now=1_000.5) is not None
-    assert item(worker, "claim#r")["expires_at"] == "1063"
+    assert item(worker, "claim#req#r")["expires_at"] == "1063"
     assert answers.claim(worker.DDB, TABLE, "r", seconds=62, now=1_063.9) is None
     assert answers.claim(worker.DDB, TABLE, "r", seconds=62, now=1_064.0) is not None
     with pytest.raises(ValueError, match="seconds=0 must be a positive number"):

@@ -33,10 +33,16 @@ TTL_ATTRIBUTE = "expires_at"
 #: How long an answer lives by default: a month-old summary is stale for most uses.
 DEFAULT_ANSWER_TTL = cdk.Duration.days(30)
 
-_KEY_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*")
 _READ_ACTIONS = ("dynamodb:GetItem",)
-#: put_answer (conditional PutItem), claim (PutItem) and release (DeleteItem) also read by GetItem.
+#: put_answer (conditional PutItem) and get_answer (GetItem): answers and overwritable per-key claims,
+#: never a delete, so a holder cannot remove the worker's claims or the pre-computation's run lock.
+_PUT_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem")
+#: put_answer, claim (PutItem) and release (DeleteItem), with GetItem.
 _WRITE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
+#: KMS actions a reader needs on a customer-managed table key: reading decrypts the table key.
+_KEY_READ_ACTIONS = ("kms:Decrypt", "kms:DescribeKey")
+#: A writer also has DynamoDB generate data keys under the table key.
+_KEY_WRITE_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey")
 _TYPE_NAMES = {"S": "a string", "N": "a number", "B": "binary"}
 
 
@@ -52,7 +58,8 @@ class AnswerStore(Construct):
         days of expiry; readers check freshness themselves). Default: 30 days. None keeps answers
         until they are replaced.
 
-    Attributes: `table`, `answer_ttl`. Grants: `grant_read`, `grant_write`. Handlers receive
+    Attributes: `table`, `answer_ttl`. Grants: `grant_read`, `grant_put` (no delete),
+    `grant_write`. Handlers receive
     `environment()`.
     """
 
@@ -99,22 +106,28 @@ class AnswerStore(Construct):
 
     def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
         """Look answers up by key (GetItem), and decrypt with a customer-managed key."""
-        return self._grant(grantee, _READ_ACTIONS)
+        return self._grant(grantee, _READ_ACTIONS, _KEY_READ_ACTIONS)
+
+    def grant_put(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Read and write answers, and overwrite per-key claims (GetItem, conditional PutItem), with no
+        DeleteItem: for the router, which must not release the worker's claims or a run's lock."""
+        return self._grant(grantee, _PUT_ACTIONS, _KEY_WRITE_ACTIONS)
 
     def grant_write(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Write answers and claims (conditional PutItem, DeleteItem, GetItem), and use the key."""
-        return self._grant(grantee, _WRITE_ACTIONS)
+        """Write answers, take and release claims (GetItem, conditional PutItem, DeleteItem): for the
+        queue worker and the pre-computation, which delete the claims they own."""
+        return self._grant(grantee, _WRITE_ACTIONS, _KEY_WRITE_ACTIONS)
 
     def environment(self) -> dict[str, str]:
         """What a handler needs to use this store: ANSWER_TABLE and ANSWER_TTL_SECONDS ("" = no TTL)."""
         ttl = "" if self.answer_ttl is None else str(int(self.answer_ttl.to_seconds()))
         return {"ANSWER_TABLE": self.table.table_name, "ANSWER_TTL_SECONDS": ttl}
 
-    def _grant(self, grantee: iam.IGrantable, actions: tuple[str, ...]) -> iam.Grant:
+    def _grant(self, grantee: iam.IGrantable, actions: tuple[str, ...], key_actions: tuple[str, ...]) -> iam.Grant:
         grant = self.table.grant(grantee, *actions)
         key = getattr(self.table, "encryption_key", None)
         if key is not None:  # Table.grant grants no KMS actions; a customer-managed key needs them
-            key.grant(grantee, *_KEY_ACTIONS)
+            key.grant(grantee, *key_actions)
         return grant
 
     def _check_existing(self, check: Checks, table: Any) -> None:

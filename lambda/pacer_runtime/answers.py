@@ -24,7 +24,15 @@ Order
     request redelivered late therefore never replaces a newer answer, whatever order the writes
     arrive in. An item without a sequence (written before sequences existed) is replaced.
 
-Claims (item under pk = "claim#" + request id)
+Claims (items under pk = "claim#...", never an answer's key)
+    Three kinds share the `claim#` prefix, each under its own sub-prefix so no writer can produce
+    another's pk: the worker's per-request claims under "claim#req#" + request id (below), the
+    router's per-key claims under "claim#key#" + normalized key (`KEY_CLAIM_PREFIX`, reserved for
+    the router, which overwrites them with PutItem and never deletes them; see
+    pacer_runtime.key_claims), and the pre-computation's run lock under "claim#precompute-run#" +
+    state machine name.
+
+Per-request claims (item under pk = "claim#req#" + request id)
     An in-progress marker with an owner token and an expiry, as Powertools' idempotency utility
     keeps: `claim` succeeds for one caller at a time until the claim is released or expires, so
     concurrent deliveries of one request make one model call, and a claim left by a crashed caller
@@ -47,6 +55,9 @@ from botocore.exceptions import ClientError
 
 __all__ = [
     "CLAIM_PREFIX",
+    "KEY_CLAIM_PREFIX",
+    "REQUEST_CLAIM_PREFIX",
+    "claim_pk",
     "MAX_KEY_BYTES",
     "MAX_REQUEST_ID_BYTES",
     "PARTITION_KEY",
@@ -65,12 +76,19 @@ __all__ = [
 ]
 
 PARTITION_KEY = "pk"
+#: Every claim's pk starts with this; an answer's key may not.
 CLAIM_PREFIX = "claim#"
+#: The worker's per-request claims: REQUEST_CLAIM_PREFIX + request id. Its own sub-prefix, so no
+#: request id (whatever its text) makes a pk under KEY_CLAIM_PREFIX or the pre-computation's lock.
+REQUEST_CLAIM_PREFIX = CLAIM_PREFIX + "req#"
+#: Reserved for the router's per-key claims (KEY_CLAIM_PREFIX + normalized key), which the router
+#: writes and overwrites with PutItem and never deletes. Nothing in this module writes under it.
+KEY_CLAIM_PREFIX = CLAIM_PREFIX + "key#"
 TTL_ATTRIBUTE = "expires_at"
 #: DynamoDB's limit on a partition key value, in UTF-8 bytes.
 MAX_KEY_BYTES = 2048
-#: A request id is stored under CLAIM_PREFIX + id, so the prefix's bytes come off the limit.
-MAX_REQUEST_ID_BYTES = MAX_KEY_BYTES - len(CLAIM_PREFIX.encode())
+#: A request id is stored under REQUEST_CLAIM_PREFIX + id, so the prefix's bytes come off the limit.
+MAX_REQUEST_ID_BYTES = MAX_KEY_BYTES - len(REQUEST_CLAIM_PREFIX.encode())
 #: DynamoDB numbers hold 38 significant digits.
 MAX_SEQUENCE = 10**38 - 1
 
@@ -117,9 +135,14 @@ def check_request_id(request_id: Any) -> str:
     if size > MAX_REQUEST_ID_BYTES:
         raise InvalidKeyError(
             f"requestId is {size} UTF-8 bytes; at most {MAX_REQUEST_ID_BYTES} fit in a claim key "
-            f"({MAX_KEY_BYTES} bytes minus the {CLAIM_PREFIX!r} prefix)"
+            f"({MAX_KEY_BYTES} bytes minus the {REQUEST_CLAIM_PREFIX!r} prefix)"
         )
     return request_id
+
+
+def claim_pk(request_id: str) -> str:
+    """The pk of a request's claim: under REQUEST_CLAIM_PREFIX, so never under KEY_CLAIM_PREFIX."""
+    return REQUEST_CLAIM_PREFIX + request_id
 
 
 @dataclass(frozen=True)
@@ -303,7 +326,7 @@ def claim(
         client.put_item(
             TableName=table,
             Item={
-                PARTITION_KEY: {"S": CLAIM_PREFIX + request_id},
+                PARTITION_KEY: {"S": claim_pk(request_id)},
                 "request_id": {"S": request_id},
                 "owner": {"S": owner},
                 "claimed_at": {"S": iso_utc(now)},
@@ -325,7 +348,7 @@ def release(client: Any, table: str, request_id: str, owner: str) -> bool:
     try:
         client.delete_item(
             TableName=table,
-            Key={PARTITION_KEY: {"S": CLAIM_PREFIX + request_id}},
+            Key={PARTITION_KEY: {"S": claim_pk(request_id)}},
             ConditionExpression="#owner = :owner",
             ExpressionAttributeNames={"#owner": "owner"},
             ExpressionAttributeValues={":owner": {"S": owner}},
