@@ -67,17 +67,56 @@ from .model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
 from .models import BedrockModel
 from .orchestration import DISTRIBUTED_MAP_LIMIT, INLINE_MAP_LIMIT, _cap
 
-__all__ = ["ScheduledPrecompute", "RUN_LOCK_PREFIX", "FAILED_KEYS_DIMENSION"]
+__all__ = [
+    "CONDITIONAL_CHECK_FAILED",
+    "DYNAMODB_RETRY_ERRORS",
+    "FAILED_KEYS_DIMENSION",
+    "RUN_LOCK_PREFIX",
+    "ScheduledPrecompute",
+]
 
 #: The run lock's claim id: claim#precompute-run#<state machine name>.
 RUN_LOCK_PREFIX = "precompute-run#"
 #: The dimension of the PrecomputeFailedKeys metric: the state machine's name.
 FAILED_KEYS_DIMENSION = "StateMachine"
-#: Scheduler's retry policy limits.
-_MAX_SCHEDULE_RETRIES = 185
+#: Scheduler's RetryPolicy: MaximumRetryAttempts 0..185, MaximumEventAgeInSeconds 60..86,400 (botocore
+#: scheduler 2021-06-30 model).
+MAX_SCHEDULE_RETRIES = 185
+MIN_SCHEDULE_EVENT_AGE_SECONDS, MAX_SCHEDULE_EVENT_AGE_SECONDS = 60, 86_400
 _DEFAULT_TIMEOUT = cdk.Duration.hours(6)
-#: The run input EventBridge Scheduler sends (its Input field) and Step Functions accepts: 256 KiB.
-MAX_INLINE_INPUT_BYTES = 256 * 1024
+#: The run input, sent as the schedule target's Input: "The maximum size of the Input field is 256 KB"
+#: (botocore scheduler model, Target.Input), and StartExecution's input holds at most 262,144 UTF-8 bytes
+#: (botocore stepfunctions model). Whether Scheduler's KB is 1,000 or 1,024 bytes is not stated, so the
+#: smaller reading is the limit: an input that fits it fits both.
+MAX_INLINE_INPUT_BYTES = 256_000
+#: An S3 object key is at most 1,024 bytes of UTF-8 (https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-keys.html).
+MAX_S3_KEY_BYTES = 1024
+
+#: The optimized DynamoDB integration (arn:aws:states:::dynamodb:putItem) names its errors `DynamoDB.<Name>`,
+#: uppercase DB; the AWS SDK integration's are `DynamoDb.<Name>`
+#: (https://docs.aws.amazon.com/step-functions/latest/dg/connect-ddb.html, "Exception prefix differences").
+DYNAMODB_ERROR_PREFIX = "DynamoDB."
+CONDITIONAL_CHECK_FAILED = DYNAMODB_ERROR_PREFIX + "ConditionalCheckFailedException"
+#: PutItem's and DeleteItem's transient errors, as botocore's dynamodb 2012-08-10 model names them.
+DYNAMODB_TRANSIENT_ERRORS = (
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "InternalServerError",
+)
+
+
+def _step_functions_names(error: str) -> tuple[str, ...]:
+    """The Error names a transient DynamoDB error may carry in Step Functions. SDK integrations add an
+    Exception suffix to a name without one (https://docs.aws.amazon.com/step-functions/latest/dg/
+    supported-services-awssdk.html); for the optimized integration no page says, and moto's interpreter (a
+    port of LocalStack's) keeps the bare code. Both spellings are retried, so either way a throttle is."""
+    named = DYNAMODB_ERROR_PREFIX + error
+    return (named,) if error.endswith("Exception") else (named + "Exception", named)
+
+
+#: The Retry of every DynamoDB task of the run (answers, the run lock).
+DYNAMODB_RETRY_ERRORS = tuple(name for error in DYNAMODB_TRANSIENT_ERRORS for name in _step_functions_names(error))
 #: History events one inline key adds (task, retries, choice, write, their entered/exited events),
 #: measured offline; Step Functions stops a run at 25,000.
 EVENTS_PER_KEY = 18
@@ -202,10 +241,17 @@ class ScheduledPrecompute(Construct):
                 self._check_items(check, items)
             check.instance("items_bucket", items_bucket, s3.IBucket, "an s3 bucket", optional=True)
             if distributed:
-                check.text("items_key", items_key, fix="the key of the JSONL or JSON object that lists the items")
+                if check.text("items_key", items_key, fix="the key of the JSONL or JSON object that lists the items"):
+                    self._check_items_key(check, items_key)
             else:
                 check.rule(items_key is None, "items_key is set without items_bucket; it would be ignored: pass both")
-            check.one_of("items_format", items_format, ("jsonl", "json"))
+            if is_token(items_format):
+                check.fail(
+                    "items_format is a deploy-time token, but it chooses the Map's item reader (JSONL or JSON) at "
+                    "synth: pass 'jsonl' or 'json'"
+                )
+            else:
+                check.one_of("items_format", items_format, ("jsonl", "json"))
             check.rule(
                 distributed or items_format == "jsonl",
                 f"items_format={items_format!r} applies to items_bucket only; it would be ignored: drop it",
@@ -221,12 +267,14 @@ class ScheduledPrecompute(Construct):
             )
             check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
             check.integer(
-                "schedule_retry_attempts", schedule_retry_attempts, minimum=0, maximum=_MAX_SCHEDULE_RETRIES,
+                "schedule_retry_attempts", schedule_retry_attempts, minimum=0, maximum=MAX_SCHEDULE_RETRIES,
                 fix="EventBridge Scheduler retries a failed start 0..185 times",
             )
             check.duration(
-                "schedule_max_event_age", schedule_max_event_age, minimum=cdk.Duration.minutes(1),
-                maximum=cdk.Duration.hours(24), fix="EventBridge Scheduler keeps a start for 60 s..24 h",
+                "schedule_max_event_age", schedule_max_event_age,
+                minimum=cdk.Duration.seconds(MIN_SCHEDULE_EVENT_AGE_SECONDS),
+                maximum=cdk.Duration.seconds(MAX_SCHEDULE_EVENT_AGE_SECONDS),
+                fix="EventBridge Scheduler keeps a start for 60 s..24 h",
             )
             check.instance("dead_letter_queue", dead_letter_queue, sqs.IQueue, "an sqs.Queue", optional=True)
             check.instance("state_machine_options", options, StateMachineOptions, "StateMachineOptions(...)")
@@ -289,7 +337,8 @@ class ScheduledPrecompute(Construct):
                 "sequence.$": "$.run.sequence",
             },
         ).next(sfn.Succeed(self, "Skipped"))
-        take_lock.add_catch(skipped, errors=["DynamoDB.ConditionalCheckFailedException"], result_path=sfn.JsonPath.DISCARD)
+        _retry_store(take_lock)
+        take_lock.add_catch(skipped, errors=[CONDITIONAL_CHECK_FAILED], result_path=sfn.JsonPath.DISCARD)
 
         processor = self._item_processor(store, model, request, retry)
         item_selector = {
@@ -507,13 +556,9 @@ class ScheduledPrecompute(Construct):
             },
             result_selector={"written": 1},
         )
-        write.add_retry(
-            errors=["DynamoDB.ProvisionedThroughputExceededException", "DynamoDB.ThrottlingException",
-                    "DynamoDB.InternalServerErrorException", "DynamoDB.RequestLimitExceeded"],
-            interval=cdk.Duration.seconds(1), max_attempts=4, backoff_rate=2, jitter_strategy=sfn.JitterType.FULL,
-        )
+        _retry_store(write)
         superseded = sfn.Pass(self, "Newer answer stored", parameters={"superseded": 1})
-        write.add_catch(superseded, errors=["DynamoDB.ConditionalCheckFailedException"], result_path=_ERROR)
+        write.add_catch(superseded, errors=[CONDITIONAL_CHECK_FAILED], result_path=_ERROR)
         write.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
         has_text = (
             sfn.Choice(self, "Has text?")
@@ -544,7 +589,9 @@ class ScheduledPrecompute(Construct):
             },
             result_path=sfn.JsonPath.DISCARD,
         )
-        # Whether or not the lock could be deleted, the run's outcome stands; an unreleased lock expires.
+        # Whether or not the lock could be deleted, the run's outcome stands; an unreleased lock expires,
+        # but only with the state machine's timeout, so a throttled release is retried first.
+        _retry_store(release)
         after = sfn.Pass(self, f"{id} done")
         release.add_catch(after, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
         release.next(after)
@@ -574,6 +621,19 @@ class ScheduledPrecompute(Construct):
                 f"Step Functions caps at 25,000, so a run stops near {25_000 // EVENTS_PER_KEY:,} keys; above "
                 f"{MAX_INLINE_KEYS:,}, put the items in S3 (items_bucket), where each key runs in a child execution",
             )
+
+    @staticmethod
+    def _check_items_key(check: Checks, items_key: str) -> None:
+        try:
+            size = len(items_key.encode())
+        except UnicodeEncodeError:
+            check.fail("items_key is not valid Unicode (it holds a lone surrogate), so S3 can hold no such key: fix the string")
+            return
+        check.rule(
+            size <= MAX_S3_KEY_BYTES,
+            f"items_key is {size:,} UTF-8 bytes; an S3 object key holds at most {MAX_S3_KEY_BYTES:,}, so the Map "
+            "could never read it: use a shorter key",
+        )
 
     def _warn_about_schedule(self, schedule: scheduler.ScheduleExpression) -> None:
         expression = schedule.expression_string
@@ -639,3 +699,10 @@ class ScheduledPrecompute(Construct):
             **{"statistic": "Sum", "period": cdk.Duration.days(1), **props},
         )
 
+
+def _retry_store(task: sfn.TaskStateBase) -> None:
+    """Retry a DynamoDB task on throttles and server errors, with full jitter (about 15 s at most)."""
+    task.add_retry(
+        errors=list(DYNAMODB_RETRY_ERRORS),
+        interval=cdk.Duration.seconds(1), max_attempts=4, backoff_rate=2, jitter_strategy=sfn.JitterType.FULL,
+    )

@@ -59,10 +59,14 @@ def normalized_items(items: Any) -> tuple[list[dict[str, Any]], list[dict[str, s
     seen: set[str] = set()
     for index, item in enumerate(items):
         raw = item.get("key") if isinstance(item, dict) else None
-        shown = raw if isinstance(raw, str) and len(raw.encode()) <= answers.MAX_KEY_BYTES else f"items[{index}]"
+        shown = raw if _storable(raw) else f"items[{index}]"
         if not isinstance(item, dict):
             invalid.append({"key": shown, "error": "InvalidItem",
                             "cause": f"items[{index}] must be an object with a key, not a {type(item).__name__}"})
+            continue
+        problem = _unencodable(item, f"items[{index}]")
+        if problem is not None:
+            invalid.append({"key": shown, "error": "InvalidItem", "cause": problem})
             continue
         try:
             key = answers.check_key(raw)
@@ -76,3 +80,43 @@ def normalized_items(items: Any) -> tuple[list[dict[str, Any]], list[dict[str, s
         seen.add(key)
         kept.append({**item, "key": key})
     return kept, invalid
+
+
+def _storable(key: Any) -> bool:
+    """A key that may appear in the run's output as it is: valid Unicode within DynamoDB's key size."""
+    if not isinstance(key, str):
+        return False
+    try:
+        return len(key.encode()) <= answers.MAX_KEY_BYTES
+    except UnicodeEncodeError:
+        return False
+
+
+#: How deep an item may nest: Step Functions' JSONPath and the model's request need no more, and a
+#: deeper one (a JSON line nested 100,000 deep) would otherwise cost a RecursionError.
+MAX_ITEM_DEPTH = 32
+
+
+def _unencodable(value: Any, where: str) -> str | None:
+    """Why an item cannot go to the model or the store (a string that is not valid Unicode, such as
+    the lone surrogate JavaScript leaves when it cuts an emoji in half; nesting past MAX_ITEM_DEPTH),
+    naming the field, never its text; None when it can."""
+    pending: list[tuple[Any, str, int]] = [(value, where, 0)]
+    while pending:
+        current, path, depth = pending.pop()
+        if depth > MAX_ITEM_DEPTH:
+            return f"{path} nests deeper than {MAX_ITEM_DEPTH} levels"
+        if isinstance(current, str):
+            try:
+                current.encode()
+            except UnicodeEncodeError as error:
+                return f"{path} is not valid Unicode (a lone surrogate at character {error.start})"
+        elif isinstance(current, dict):
+            for name, field in current.items():
+                label = name if _storable(name) and len(name) <= 64 else "<a field name>"
+                if label != name and not _storable(name):
+                    return f"{path} has a field name that is not valid Unicode"
+                pending.append((field, f"{path}.{label}", depth + 1))
+        elif isinstance(current, list):
+            pending.extend((field, f"{path}[{i}]", depth + 1) for i, field in enumerate(current))
+    return None

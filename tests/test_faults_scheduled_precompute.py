@@ -1,0 +1,196 @@
+"""ScheduledPrecompute under hostile input and a throttling store: a bad item fails alone with its
+reason, every DynamoDB task retries what a retry can fix under the names Step Functions uses, and
+props that cannot work are refused at synth. Also the state machines' log level (issue 27)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+import tempfile
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk.assertions import Template
+from genai_pacer import AnswerStore, BedrockModel, BoundedMap, ConverseRequest, StateMachineOptions
+from genai_pacer._checks import InvalidPropsError
+from genai_pacer.precompute import CONDITIONAL_CHECK_FAILED, DYNAMODB_RETRY_ERRORS, ScheduledPrecompute
+from helpers import all_states, definition, new_stack, only, resources
+
+NOVA = "amazon.nova-lite-v1:0"
+REQUEST = ConverseRequest(
+    prompt=sfn.JsonPath.format("Morning note for {}", sfn.JsonPath.string_at("$.item.ticker")), max_tokens=120
+)
+CRON = scheduler.ScheduleExpression.cron(minute="0", hour="6", time_zone=cdk.TimeZone.EUROPE_LONDON)
+
+
+def prepare(monkeypatch):
+    monkeypatch.setenv("LOCK_SECONDS", "21600")
+    monkeypatch.setenv("ANSWER_TTL_SECONDS", "")
+    sys.modules.pop("scheduled_precompute.handler", None)
+    return importlib.import_module("scheduled_precompute.handler")
+
+
+def build(stack: cdk.Stack | None = None, **props) -> tuple[cdk.Stack, ScheduledPrecompute]:
+    stack = stack or new_stack()
+    defaults = {"answer_store": AnswerStore(stack, "Store"), "model": BedrockModel.from_id(NOVA), "request": REQUEST,
+                "max_concurrency": 4, "schedule": CRON, "items": [{"key": "k#1", "ticker": "A"}]}
+    if "items_bucket" in props:
+        defaults.pop("items")
+    return stack, ScheduledPrecompute(stack, "Pre", **{**defaults, **props})
+
+
+# ---- one bad item fails alone --------------------------------------------------------------------
+
+
+def test_a_lone_surrogate_fails_only_its_item_and_names_the_field_not_the_text(monkeypatch):
+    run = prepare(monkeypatch).handler({"items": [
+        {"key": "ticker#a", "ticker": "ok"},
+        {"key": "ticker#b", "ticker": "half an emoji \ud83d"},
+        {"key": "ticker#\ud800"},
+        {"key": "ticker#c", "notes": {"\udc00bad": 1}},
+        {"key": "ticker#d", "ticker": "fine too"},
+    ]}, now=1.0)
+    assert [item["key"] for item in run["items"]] == ["ticker#a", "ticker#d"]
+    refused = {entry["key"]: entry for entry in run["invalid"]}
+    assert set(refused) == {"ticker#b", "items[2]", "ticker#c"}
+    assert refused["ticker#b"]["cause"] == "items[1].ticker is not valid Unicode (a lone surrogate at character 14)"
+    assert "half an emoji" not in str(run["invalid"])
+    assert "field name that is not valid Unicode" in refused["ticker#c"]["cause"]
+    assert run["keys"] == 5
+
+
+def test_an_item_nested_too_deeply_fails_alone(monkeypatch):
+    handler = prepare(monkeypatch)
+    deep: dict = {}
+    cursor = deep
+    for _ in range(handler.MAX_ITEM_DEPTH + 5):
+        cursor["next"] = {}
+        cursor = cursor["next"]
+    at_limit: dict = {}
+    cursor = at_limit
+    for _ in range(handler.MAX_ITEM_DEPTH - 1):
+        cursor["next"] = {}
+        cursor = cursor["next"]
+    run = handler.handler({"items": [{"key": "deep", "tree": deep}, {"key": "shallow", "tree": at_limit}]}, now=1.0)
+    assert [item["key"] for item in run["items"]] == ["shallow"]
+    assert run["invalid"] == [{"key": "deep", "error": "InvalidItem",
+                               "cause": f"items[0].tree{'.next' * handler.MAX_ITEM_DEPTH} nests deeper than "
+                                        f"{handler.MAX_ITEM_DEPTH} levels"}]
+
+
+# ---- the store's transient errors are retried under the names Step Functions uses -------------------
+
+
+def test_every_dynamodb_task_retries_throttles_under_both_spellings_and_catches_the_condition():
+    stack, _ = build()
+    states = all_states(definition(only(Template.from_stack(stack).to_json(), "AWS::StepFunctions::StateMachine")))
+    dynamodb_tasks = {name: state for name, state in states.items()
+                      if state.get("Type") == "Task" and ":dynamodb:" in str(state.get("Resource"))}
+    assert len(dynamodb_tasks) >= 3, dynamodb_tasks.keys()  # the lock, each answer, the lock's release
+    for name, state in dynamodb_tasks.items():
+        (retry,) = state["Retry"]
+        assert set(retry["ErrorEquals"]) == set(DYNAMODB_RETRY_ERRORS), name
+        assert retry["JitterStrategy"] == "FULL", name
+    # the optimized integration's prefix is DynamoDB., and a code without the Exception suffix is
+    # retried under both spellings, since no AWS page says which one Step Functions raises
+    assert {"DynamoDB.RequestLimitExceeded", "DynamoDB.RequestLimitExceededException",
+            "DynamoDB.ProvisionedThroughputExceededException", "DynamoDB.ThrottlingException",
+            "DynamoDB.InternalServerError", "DynamoDB.InternalServerErrorException"} == set(DYNAMODB_RETRY_ERRORS)
+    assert not any(error.startswith("DynamoDb.") for error in DYNAMODB_RETRY_ERRORS)
+    catches = [catch["ErrorEquals"] for state in dynamodb_tasks.values() for catch in state.get("Catch", [])]
+    assert [CONDITIONAL_CHECK_FAILED] in catches and CONDITIONAL_CHECK_FAILED == "DynamoDB.ConditionalCheckFailedException"
+
+
+# ---- props that could never work --------------------------------------------------------------------
+
+
+def test_an_items_key_longer_than_s3_allows_is_refused():
+    stack = new_stack()
+    bucket = s3.Bucket(stack, "Keys")
+    build(stack, items_bucket=bucket, items_key="k" * 1024)  # at the limit: fine
+    with pytest.raises(InvalidPropsError, match="items_key is 1,025 UTF-8 bytes; an S3 object key holds at most 1,024"):
+        build(new_stack(), items_bucket=s3.Bucket(new_stack(), "Other"), items_key="é" * 512 + "k")
+
+
+def test_an_items_key_with_a_lone_surrogate_is_refused():
+    stack = new_stack()
+    with pytest.raises(InvalidPropsError, match="items_key is not valid Unicode"):
+        build(stack, items_bucket=s3.Bucket(stack, "Keys"), items_key="keys\ud800.jsonl")
+
+
+def test_a_token_items_format_is_refused_by_name():
+    stack = new_stack()
+    fmt = cdk.CfnParameter(stack, "Format", type="String").value_as_string
+    with pytest.raises(InvalidPropsError, match="items_format is a deploy-time token"):
+        build(stack, items_bucket=s3.Bucket(stack, "Keys"), items_key="keys.jsonl", items_format=fmt)
+
+
+# ---- the state machine's log level is the user's choice (issue 27) ----------------------------------
+
+MODEL = BedrockModel.from_id(NOVA)
+MAP_REQUEST = ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=50)
+
+
+def bounded(stack: cdk.Stack, **options) -> BoundedMap:
+    return BoundedMap(stack, "Map", max_concurrency=4, model=MODEL, request=MAP_REQUEST,
+                      state_machine_options=StateMachineOptions(**options))
+
+
+def test_the_log_level_defaults_to_all_without_execution_data():
+    stack = new_stack()
+    bounded(stack)
+    logging = only(Template.from_stack(stack).to_json(), "AWS::StepFunctions::StateMachine")["Properties"]["LoggingConfiguration"]
+    assert logging["Level"] == "ALL" and logging["IncludeExecutionData"] is False
+
+
+@pytest.mark.parametrize("level", [sfn.LogLevel.ERROR, sfn.LogLevel.FATAL])
+def test_a_lower_log_level_reaches_the_template(level):
+    stack = new_stack()
+    bounded(stack, log_level=level)
+    logging = only(Template.from_stack(stack).to_json(), "AWS::StepFunctions::StateMachine")["Properties"]["LoggingConfiguration"]
+    assert logging["Level"] == level.value and "Destinations" in logging
+
+
+def test_log_level_off_creates_no_log_group_and_no_log_delivery_grant():
+    stack = new_stack()
+    bounded(stack, log_level=sfn.LogLevel.OFF)
+    template = Template.from_stack(stack).to_json()
+    assert only(template, "AWS::StepFunctions::StateMachine")["Properties"]["LoggingConfiguration"] == {"Level": "OFF"}
+    assert resources(template, "AWS::Logs::LogGroup") == {}
+    actions = str([p["Properties"]["PolicyDocument"] for p in resources(template, "AWS::IAM::Policy").values()])
+    assert "logs:CreateLogDelivery" not in actions and "xray:PutTraceSegments" in actions
+
+
+@pytest.mark.parametrize("extra", [
+    {"log_group": "log_group"}, {"log_retention": logs.RetentionDays.ONE_WEEK}, {"log_execution_data": True},
+])
+def test_log_level_off_refuses_options_it_would_ignore(extra):
+    stack = new_stack()
+    if extra.get("log_group") == "log_group":
+        extra = {"log_group": logs.LogGroup(stack, "Group")}
+    (name,) = extra
+    with pytest.raises(InvalidPropsError, match=f"{name}.*log_level is OFF|log_level OFF"):
+        StateMachineOptions(log_level=sfn.LogLevel.OFF, **extra)
+
+
+def test_a_lower_log_level_is_the_users_own_nag_finding():
+    from cdk_nag import AwsSolutionsChecks
+    from conftest import nag_violations
+
+    def findings(**options) -> list[str]:
+        outdir = tempfile.mkdtemp()
+        app = cdk.App(outdir=outdir)
+        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+        bounded(cdk.Stack(app, "Nag", env=cdk.Environment(account="111122223333", region="us-east-1")), **options)
+        with contextlib.suppress(RuntimeError):  # ValidationFailed: the findings are in the report
+            app.synth()
+        return [line for line in nag_violations(Path(outdir)) if "SF1" in line]
+
+    assert findings() == []
+    assert findings(log_level=sfn.LogLevel.ERROR) == ["AwsSolutions-SF1 at Nag/Map/StateMachine/Resource"]
