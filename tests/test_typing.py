@@ -28,7 +28,7 @@ def _type_checking_imports(source: str) -> dict[str, str]:
 def test_every_lazy_export_has_a_type_checking_import_of_the_same_object():
     typed = _type_checking_imports((PACKAGE / "__init__.py").read_text())
     assert typed == genai_pacer._EXPORTS
-    assert sorted(genai_pacer.__all__) == sorted(typed)
+    assert sorted(genai_pacer.__all__) == sorted(set(typed) - {"runtime"})  # runtime needs boto3: not in import *
 
 
 def test_runtime_exports_exactly_pacer_runtimes_names_and_objects():
@@ -66,3 +66,33 @@ def test_runtime_without_boto3_says_how_to_install_it(monkeypatch):
     else:
         raise AssertionError("genai_pacer.runtime imported without boto3")
     assert "pacer_runtime" not in sys.modules  # no half-initialized module left for the next import
+
+
+def test_star_import_needs_neither_boto3_nor_botocore():
+    """The README: the constructs need only aws-cdk-lib and constructs (the consumer test proves it in a
+    fresh venv; this is the fast check, with boto3 and botocore made unimportable)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import importlib.abc, sys
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name.split(".")[0] in ("boto3", "botocore"):
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        sys.meta_path.insert(0, Block())
+        from genai_pacer import *
+        import genai_pacer
+        for name in genai_pacer.__all__:
+            getattr(genai_pacer, name)
+        try:
+            genai_pacer.runtime
+        except ModuleNotFoundError as error:
+            print(error)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=PACKAGE.parent, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "pip install boto3" in done.stdout, done.stdout

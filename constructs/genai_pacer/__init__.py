@@ -93,7 +93,11 @@ _EXPORTS = {
     "RuntimeLayer": ".runtime_layer",
 }
 
-__all__ = list(_EXPORTS)
+#: Modules that need more than aws-cdk-lib and constructs (runtime needs boto3) stay out of
+#: `from genai_pacer import *`, which must work with the library's own dependencies alone; they load
+#: by name (`genai_pacer.runtime`, `from genai_pacer import runtime`).
+_NEEDS_EXTRAS = frozenset({"runtime"})
+__all__ = [name for name in _EXPORTS if name not in _NEEDS_EXTRAS]
 
 
 if not TYPE_CHECKING:  # hidden from type checkers, so a misspelt name is an error there, not Any
@@ -108,4 +112,4 @@ if not TYPE_CHECKING:  # hidden from type checkers, so a misspelt name is an err
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted(_EXPORTS)
