@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -49,9 +49,11 @@ SCALING_METRICS = ("concurrency", "invocations", "cpu")
 _MAX_CPU_PERCENT = 100 * 256
 #: Application Auto Scaling's quota of scheduled actions per scalable target; each peak takes two.
 MAX_SCHEDULED_ACTIONS = 200
+#: Days of weekly schedules the overlap check walks: a year and a week, so each of a zone's clock
+#: changes in the year falls inside with a full week of weekdays after it. A library choice.
+OVERLAP_CHECK_DAYS = 372
 
 _DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
-_WEEK = 7 * 24 * 60
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 _CRON = re.compile(r"^cron\((.+)\)$")
 _SLR = (
@@ -929,21 +931,98 @@ def _shift_cron_days(field: str, shift: int) -> str | None:
     return ",".join(_DAYS[(d + shift) % 7] for d in days)
 
 
+def _today() -> date:
+    """The first day the overlap check walks (a function, so tests can pin the year)."""
+    return datetime.now(UTC).date()
+
+
 def _check_overlaps(check: Checks, windows: list[tuple[str, PeakWindow]], lead: int) -> None:
-    """Refuse windows whose spans, extended by the lead before their start, overlap: the earlier window's
-    restore action would lower the minimum the later window raised."""
+    """Refuse windows whose spans, extended by the lead before their start, overlap on any day: the
+    earlier window's restore action would lower the minimum the later window raised.
+
+    Weekly windows are unrolled day by day over the next OVERLAP_CHECK_DAYS days in their own zones
+    (zoneinfo), so two zones that change clocks on different dates are compared on the days in
+    between too, not only in winter and summer."""
     checked = [(name, w) for name, w in windows if w.kind != "cron"]
     for name, window in checked:
         if window.kind == "weekly":
             _check_self_overlap(check, name, window, lead)
-    for i, (a, first) in enumerate(checked):
-        for b, second in checked[i + 1 :]:
-            if _overlap(first, second, lead):
-                check.fail(
-                    f"peaks {a!r} ({_describe(first)}) and {b!r} ({_describe(second)}) overlap once each minimum "
-                    f"rises {lead} minutes early: the first to end restores the minimum while the other is still "
-                    "running; merge them into one window with the larger capacity, or move one"
-                )
+    if len(checked) < 2:
+        return
+    first = _today()
+    found = _overlapping_days(checked, lead, first)
+    for (i, j), days in sorted(found.items()):
+        (a, one), (b, other) = checked[i], checked[j]
+        weeks = {d.isocalendar()[:2] for d in days}
+        when = ""
+        if one.kind == "weekly" and other.kind == "weekly" and len(weeks) < 52:
+            shown = ", ".join(d.isoformat() for d in days[:8]) + (f", ... {days[-1].isoformat()}" if len(days) > 8 else "")
+            zones = sorted({one.time_zone, other.time_zone})
+            cause = (
+                f"when only one of {' and '.join(zones)} has changed its clocks"
+                if len(zones) == 2
+                else "around a change of clocks"
+            )
+            when = f" on {len(days)} day(s) of the year from {first.isoformat()} ({shown}, UTC dates), {cause}"
+        check.fail(
+            f"peaks {a!r} ({_describe(one)}) and {b!r} ({_describe(other)}) overlap once each minimum "
+            f"rises {lead} minutes early{when}: the first to end restores the minimum while the other is still "
+            "running; merge them into one window with the larger capacity, or move one"
+        )
+
+
+def _overlapping_days(
+    windows: list[tuple[str, PeakWindow]], lead: int, first: date
+) -> dict[tuple[int, int], list[date]]:
+    """(index, index) of each overlapping pair -> the UTC dates on which their lead-extended spans meet.
+
+    Every occurrence becomes a span in UTC; one sweep over all spans sorted by start finds the pairs."""
+    last = first + timedelta(days=OVERLAP_CHECK_DAYS)
+    ranges = [(first - timedelta(days=1), last)]
+    for _, window in windows:  # weekly occurrences around each one-off, whatever its year
+        if window.kind == "once":
+            begin, end = _absolute(window, lead)
+            ranges.append((begin.date() - timedelta(days=8), min(end.date(), begin.date() + timedelta(days=15)) + timedelta(days=1)))
+    spans: list[tuple[datetime, datetime, int]] = []
+    for index, (_, window) in enumerate(windows):
+        if window.kind == "once":
+            begin, end = _absolute(window, lead)
+            spans.append((begin, end, index))
+            continue
+        for low, high in ranges:
+            spans.extend((s, e, index) for s, e in _weekly_spans(window, lead, low, high))
+    spans.sort()
+    found: dict[tuple[int, int], set[date]] = {}
+    active: list[tuple[datetime, int]] = []
+    for start, end, index in spans:
+        active = [(e, i) for e, i in active if e > start]
+        for _, other in active:
+            if other != index:
+                found.setdefault((min(index, other), max(index, other)), set()).add(start.date())
+        active.append((end, index))
+    return {pair: sorted(days) for pair, days in found.items()}
+
+
+def _weekly_spans(window: PeakWindow, lead: int, low: date, high: date) -> list[tuple[datetime, datetime]]:
+    """A weekly window's lead-extended occurrences starting on local dates low..high, in UTC. The lead is
+    taken on the local clock, as the raise action's cron expression is."""
+    scratch = Checks("PeakWindow")  # the window was validated when it was built
+    start = _minute_of_day(scratch, "start", window.start)
+    end = _minute_of_day(scratch, "end", window.end)
+    days = set(_weekdays(scratch, window.days) or [])
+    assert start is not None and end is not None
+    zone = ZoneInfo(window.time_zone)
+    length = (end - start) % 1440 or 1440
+    result = []
+    day = low
+    while day <= high:
+        if day.weekday() in days:
+            midnight = datetime.combine(day, time())
+            raised = (midnight + timedelta(minutes=start - lead)).replace(tzinfo=zone).astimezone(UTC)
+            restored = (midnight + timedelta(minutes=start + length)).replace(tzinfo=zone).astimezone(UTC)
+            result.append((raised, restored))
+        day += timedelta(days=1)
+    return result
 
 
 def _check_self_overlap(check: Checks, name: str, window: PeakWindow, lead: int) -> None:
@@ -966,25 +1045,6 @@ def _check_self_overlap(check: Checks, name: str, window: PeakWindow, lead: int)
     )
 
 
-def _overlap(first: PeakWindow, second: PeakWindow, lead: int) -> bool:
-    if first.kind == "once" and second.kind == "once":
-        a, b = _absolute(first, lead), _absolute(second, lead)
-        return a[0] < b[1] and b[0] < a[1]
-    # A weekly window's UTC offset is the one on the one-off's date, else both winter's and summer's.
-    once = [w for w in (first, second) if w.kind == "once"]
-    references = (
-        [_local(once[0].start, ZoneInfo(once[0].time_zone)).astimezone(UTC).replace(tzinfo=None)]  # type: ignore[arg-type]
-        if once
-        else [datetime(2025, 1, 6), datetime(2025, 7, 7)]  # Mondays in winter and in summer
-    )
-    for reference in references:
-        spans_a = _intervals(first, ZoneInfo(first.time_zone), lead, reference)
-        spans_b = _intervals(second, ZoneInfo(second.time_zone), lead, reference)
-        if any(s1 < e2 and s2 < e1 for s1, e1 in spans_a for s2, e2 in spans_b):
-            return True
-    return False
-
-
 def _absolute(window: PeakWindow, lead: int) -> tuple[datetime, datetime]:
     zone = ZoneInfo(window.time_zone)
     start = _local(window.start, zone).astimezone(UTC) - timedelta(minutes=lead)  # type: ignore[arg-type]
@@ -998,29 +1058,3 @@ def _describe(window: PeakWindow) -> str:
     start = window.start.strftime("%H:%M") if isinstance(window.start, time) else window.start
     end = window.end.strftime("%H:%M") if isinstance(window.end, time) else window.end
     return f"{days} {start}-{end} {window.time_zone}"
-
-
-def _intervals(window: PeakWindow, zone: ZoneInfo, lead: int, reference: datetime) -> list[tuple[int, int]]:
-    """The window's lead-extended spans as UTC minutes of a week (0 = Monday 00:00), unrolled over three
-    weeks so spans that wrap the week boundary compare correctly; `reference` picks the UTC offset."""
-    if window.kind == "once":
-        first, last = _absolute(window, lead)
-        epoch = datetime(2025, 1, 6, tzinfo=UTC)  # a Monday
-        s = int((first - epoch).total_seconds() // 60)
-        e = int((last - epoch).total_seconds() // 60)
-        if e - s >= _WEEK:  # longer than a week overlaps every weekly window
-            return [(-_WEEK * 2, _WEEK * 3)]
-        s_mod = s % _WEEK
-        return [(s_mod + k * _WEEK, s_mod + (e - s) + k * _WEEK) for k in (-1, 0, 1)]
-    scratch = Checks("PeakWindow")
-    start = _minute_of_day(scratch, "start", window.start)
-    end = _minute_of_day(scratch, "end", window.end)
-    days = _weekdays(scratch, window.days) or []
-    assert start is not None and end is not None
-    offset = int(zone.utcoffset(reference).total_seconds() // 60)  # type: ignore[union-attr]
-    length = (end - start) % 1440 or 1440
-    result: list[tuple[int, int]] = []
-    for day in days:
-        begin = (day * 1440 + start - lead - offset) % _WEEK
-        result.extend((begin + k * _WEEK, begin + lead + length + k * _WEEK) for k in (-1, 0, 1))
-    return result
