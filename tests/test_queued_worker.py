@@ -164,9 +164,10 @@ def test_answers_get_the_stores_ttl_when_it_has_one(monkeypatch):
         module = load_worker()
         with Stubber(module.BEDROCK) as stub:
             stub.add_response("converse", answer("ok"))
-            monkeypatch.setattr(module.answers.time, "time", lambda: 1_000_000.0)
+            now = T0 / 1000 + 5  # the worker reads the message 5 s after it was sent
+            monkeypatch.setattr(module.answers.time, "time", lambda: now)
             assert module.handler({"Records": [record("m1", {"key": "k", "prompt": "p"})]}) == {"batchItemFailures": []}
-        assert item(module, "k")["expires_at"] == str(1_000_000 + 3600)
+        assert item(module, "k")["expires_at"] == str(int(now) + 3600)
 
 
 def test_mixed_batch_reports_exactly_the_malformed_and_the_throttled(worker, capsys):

@@ -18,11 +18,19 @@ Answers (item under pk = the normalized key)
     generated_at (ISO-8601 UTC), stop_reason, input_tokens, output_tokens, cache_read_tokens,
     cache_write_tokens, served_latency, and expires_at (epoch seconds) only when a TTL was asked for.
 
+Validity (the store is input, not truth)
+    `check_item` defines a valid answer: answer (a non-empty string), model_id and request_id
+    (strings), generated_at (or created_at in old items: ISO-8601 with a time zone), and, when
+    present, every other attribute with its type above; numbers whole and >= 0; sequence and
+    generated_at at most CLOCK_SKEW_SECONDS (60 s) beyond the reader's clock. `get_answer` treats an
+    invalid item as absent (logged with the rule it breaks, never a value, and counted in
+    INVALID_ITEMS), and put_answer's condition lets the next write replace it, whatever its order.
+
 Order
-    `put_answer` writes only when no stored answer supersedes the new one: a stored answer wins when
-    its sequence is higher, or equal with a request_id that sorts the same or higher. An older
-    request redelivered late therefore never replaces a newer answer, whatever order the writes
-    arrive in. An item without a sequence (written before sequences existed) is replaced.
+    `put_answer` writes only when no valid stored answer supersedes the new one: a stored answer
+    wins when its sequence is higher, or equal with a request_id that sorts the same or higher. An
+    older request redelivered late therefore never replaces a newer answer, whatever order the
+    writes arrive in. An item without a sequence (written before sequences existed) is replaced.
 
 Claims (items under pk = "claim#...", never an answer's key)
     Three kinds share the `claim#` prefix, each under its own sub-prefix so no writer can produce
@@ -47,11 +55,14 @@ import math
 import os
 import time
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
+
+from .structured_log import log
 
 __all__ = [
     "CLAIM_PREFIX",
@@ -63,7 +74,12 @@ __all__ = [
     "PARTITION_KEY",
     "TTL_ATTRIBUTE",
     "Answer",
+    "CLOCK_SKEW_SECONDS",
+    "INVALID_ITEMS",
+    "SEQUENCE_SKEW_MS",
+    "InvalidItemError",
     "InvalidKeyError",
+    "check_item",
     "check_key",
     "check_request_id",
     "claim",
@@ -92,11 +108,42 @@ MAX_REQUEST_ID_BYTES = MAX_KEY_BYTES - len(REQUEST_CLAIM_PREFIX.encode())
 #: DynamoDB numbers hold 38 significant digits.
 MAX_SEQUENCE = 10**38 - 1
 
-# A stored answer wins unless it lacks an order, is older, or is equally old with a smaller request id.
+#: How far a clock may run ahead of the reader's (or a producer's ahead of SQS's): a stored sequence
+#: or generated_at beyond now plus this is invalid, and a producer sequence beyond its message's
+#: SentTimestamp plus this is refused. A minute covers NTP-synchronized hosts by far; it is also the
+#: longest an invalid-but-well-typed item can hold a key against a writer whose clock is right.
+CLOCK_SKEW_SECONDS = 60
+SEQUENCE_SKEW_MS = CLOCK_SKEW_SECONDS * 1000
+
+# put_answer's ConditionExpression (ScheduledPrecompute's "Write answer" task uses it too, with the
+# names and values below). The new answer is written when nothing valid is stored, or what is stored
+# is older. "Not valid" is what readers treat as absent (check_item), as far as a condition can
+# test it: an attribute of the wrong type (attribute_type, with the type's name as a value), an
+# empty answer, a sequence beyond :maxSeq or a generated_at beyond :maxGen (the writer's clock
+# plus CLOCK_SKEW_SECONDS), so one bad item can never hold a key against every later write. Each
+# comparison is guarded by its type test: DynamoDB never compares a string with a number.
 _NEWER_THAN_STORED = (
-    "attribute_not_exists(#pk) OR attribute_not_exists(#seq) OR #seq < :seq "
-    "OR (#seq = :seq AND #rid < :rid)"
+    "attribute_not_exists(#pk) OR attribute_not_exists(#seq) OR NOT attribute_type(#seq, :typeN) "
+    "OR NOT attribute_type(#rid, :typeS) OR NOT attribute_type(#ans, :typeS) "
+    "OR NOT attribute_type(#mid, :typeS) OR NOT attribute_type(#gen, :typeS) "
+    "OR (attribute_exists(#in) AND NOT attribute_type(#in, :typeN)) "
+    "OR (attribute_exists(#exp) AND NOT attribute_type(#exp, :typeN)) "
+    "OR (attribute_type(#ans, :typeS) AND size(#ans) = :zero) "
+    "OR (attribute_type(#seq, :typeN) AND #seq > :maxSeq) "
+    "OR (attribute_type(#gen, :typeS) AND #gen > :maxGen) "
+    "OR (attribute_type(#seq, :typeN) AND #seq < :seq) "
+    "OR (attribute_type(#seq, :typeN) AND #seq = :seq AND attribute_type(#rid, :typeS) AND #rid < :rid)"
 )
+#: The condition's ExpressionAttributeNames.
+_NEWER_THAN_STORED_NAMES = {
+    "#pk": "pk", "#seq": "sequence", "#rid": "request_id", "#ans": "answer", "#mid": "model_id",
+    "#gen": "generated_at", "#in": "input_tokens", "#exp": "expires_at",
+}
+#: The condition's constant ExpressionAttributeValues (low-level form). The others are per write:
+#: :seq (N) and :rid (S), the new answer's sequence and request id; :maxSeq (N), the writer's epoch
+#: milliseconds plus SEQUENCE_SKEW_MS; :maxGen (S), iso_utc of that instant (the same form as
+#: generated_at, so the strings compare in time order).
+_NEWER_THAN_STORED_CONSTANTS = {":typeN": {"S": "N"}, ":typeS": {"S": "S"}, ":zero": {"N": "0"}}
 
 
 class InvalidKeyError(ValueError):
@@ -220,8 +267,12 @@ class Answer:
         )
 
     @classmethod
-    def from_item(cls, item: dict[str, dict[str, str]]) -> Answer:
-        """An Answer from a low-level item; attributes missing from older items get their defaults."""
+    def from_item(cls, item: dict[str, Any], *, now: float | None = None) -> Answer:
+        """An Answer from a low-level item; InvalidItemError when check_item finds it invalid.
+        Attributes missing from older items (sequence, tokens, stop_reason) get their defaults."""
+        problem = check_item(item, now=now)
+        if problem is not None:
+            raise InvalidItemError(problem)
 
         def text(name: str, default: str = "") -> str:
             return item[name]["S"] if name in item else default
@@ -245,6 +296,65 @@ class Answer:
             sent_at=item["sent_at"]["S"] if "sent_at" in item else None,
             expires_at=int(item[TTL_ATTRIBUTE]["N"]) if TTL_ATTRIBUTE in item else None,
         )
+
+
+class InvalidItemError(ValueError):
+    """A stored item readers treat as absent; the message names the attribute and the rule, never its value."""
+
+
+#: Attributes every answer has, and their DynamoDB types (generated_at, or created_at in old items).
+_REQUIRED = {"answer": "S", "model_id": "S", "request_id": "S"}
+#: Attributes an answer may lack (older items), but never carries with another type.
+_OPTIONAL = {
+    "sequence": "N", "generated_at": "S", "created_at": "S", "stop_reason": "S", "served_latency": "S",
+    "sent_at": "S", "input_tokens": "N", "output_tokens": "N", "cache_read_tokens": "N",
+    "cache_write_tokens": "N", TTL_ATTRIBUTE: "N",
+}
+
+
+def check_item(item: Any, *, now: float | None = None) -> str | None:
+    """Why a stored answer item is invalid (attribute and rule, never a value), or None when valid.
+
+    Invalid: not a map; a required attribute missing; any known attribute of the wrong type; an empty
+    answer; a number attribute that is not a whole number >= 0; a sequence beyond now plus
+    CLOCK_SKEW_SECONDS in milliseconds; a generated_at that is not ISO-8601 with a time zone, or is
+    beyond now plus CLOCK_SKEW_SECONDS. Readers treat an invalid item as absent, and put_answer's
+    condition lets the next write replace it.
+    """
+    if not isinstance(item, dict):
+        return f"the item is a {type(item).__name__}, not a map"
+    now = time.time() if now is None else now
+    for name, kind in {**_REQUIRED, **_OPTIONAL}.items():
+        if name not in item:
+            if name in _REQUIRED:
+                return f"{name} is missing"
+            continue
+        value = item[name]
+        if not isinstance(value, dict) or set(value) != {kind} or not isinstance(value[kind], str):
+            found = "/".join(sorted(value)) if isinstance(value, dict) else type(value).__name__
+            return f"{name} is of type {found}, not {kind}"
+        if kind == "N" and not value["N"].isdigit():
+            return f"{name} is not a whole number >= 0"
+    if not item["answer"]["S"]:
+        return "answer is empty"
+    if "generated_at" not in item and "created_at" not in item:
+        return "generated_at is missing"
+    if "sequence" in item and int(item["sequence"]["N"]) > now * 1000 + SEQUENCE_SKEW_MS:
+        return f"sequence is beyond now plus {CLOCK_SKEW_SECONDS} s, in milliseconds"
+    stamp = (item.get("generated_at") or item["created_at"])["S"]
+    try:
+        generated = datetime.fromisoformat(stamp)
+    except ValueError:
+        return "generated_at is not an ISO-8601 time"
+    if generated.tzinfo is None:
+        return "generated_at has no time zone"
+    if generated.timestamp() > now + CLOCK_SKEW_SECONDS:
+        return f"generated_at is beyond now plus {CLOCK_SKEW_SECONDS} s"
+    return None
+
+
+#: Invalid items met by this process, by reason (log lines carry the same reasons).
+INVALID_ITEMS: Counter[str] = Counter()
 
 
 def store_client(*, max_pool_connections: int = 2, max_attempts: int = 3, read_timeout: float = 5.0) -> Any:
@@ -280,27 +390,47 @@ def supersedes(stored: Answer, request_id: str, sequence: int) -> bool:
     return stored.sequence > sequence or (stored.sequence == sequence and stored.request_id >= request_id)
 
 
-def get_answer(client: Any, table: str, key: str) -> Answer | None:
-    """The stored answer for an already normalized key (strongly consistent), or None."""
+def get_answer(client: Any, table: str, key: str, *, now: float | None = None) -> Answer | None:
+    """The stored answer for an already normalized key (strongly consistent), or None: also when the
+    stored item is invalid (check_item), which is logged (the rule broken, never a value), counted in
+    INVALID_ITEMS, and left for the next put_answer to replace."""
     item = client.get_item(TableName=table, Key={PARTITION_KEY: {"S": key}}, ConsistentRead=True).get("Item")
-    if item is None or item.get("answer") is None:
+    if item is None:
         return None
-    return Answer.from_item(item)
+    try:
+        return Answer.from_item(item, now=now)
+    except InvalidItemError as error:
+        INVALID_ITEMS[str(error)] += 1
+        log("WARN", "stored answer is invalid; treated as absent and replaced by the next write",
+            reason="invalid-stored-item", problem=str(error), keyBytes=len(key.encode()))
+        return None
 
 
-def put_answer(client: Any, table: str, answer: Answer) -> bool:
-    """Write `answer` unless a stored answer supersedes it; True when written, False when superseded."""
-    if not 0 <= answer.sequence <= MAX_SEQUENCE:
-        raise ValueError(f"sequence={answer.sequence} must be within 0..{MAX_SEQUENCE} (a DynamoDB number)")
+def put_answer(client: Any, table: str, answer: Answer, *, now: float | None = None) -> bool:
+    """Write `answer` unless a valid stored answer supersedes it; True when written, False when superseded.
+
+    ValueError for a sequence outside 0..now + CLOCK_SKEW_SECONDS in milliseconds: readers would
+    treat such an answer as invalid (and it could hold the key against every later writer).
+    """
+    now = time.time() if now is None else now
+    max_sequence = int(now * 1000) + SEQUENCE_SKEW_MS
+    if isinstance(answer.sequence, bool) or not isinstance(answer.sequence, int) or not 0 <= answer.sequence <= max_sequence:
+        raise ValueError(
+            f"sequence={answer.sequence!r} must be a whole number from 0 to now plus {CLOCK_SKEW_SECONDS} s "
+            "in epoch milliseconds"
+        )
     try:
         client.put_item(
             TableName=table,
             Item=answer.to_item(),
             ConditionExpression=_NEWER_THAN_STORED,
-            ExpressionAttributeNames={"#pk": PARTITION_KEY, "#seq": "sequence", "#rid": "request_id"},
+            ExpressionAttributeNames=dict(_NEWER_THAN_STORED_NAMES),
             ExpressionAttributeValues={
+                **_NEWER_THAN_STORED_CONSTANTS,
                 ":seq": {"N": str(answer.sequence)},
                 ":rid": {"S": answer.request_id},
+                ":maxSeq": {"N": str(max_sequence)},
+                ":maxGen": {"S": iso_utc(max_sequence / 1000)},
             },
         )
     except ClientError as error:
