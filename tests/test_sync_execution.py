@@ -11,8 +11,8 @@ import aws_cdk as cdk
 import boto3
 import pytest
 from aws_cdk import aws_stepfunctions as sfn
-from botocore.stub import Stubber
 from aws_cdk.assertions import Annotations, Match
+from botocore.stub import Stubber
 from genai_pacer import ParallelPrompts, StateMachineOptions, SyncExecutionUrl
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.model_tasks import ConverseRequest
