@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import aws_cdk as cdk
 import pytest
@@ -36,6 +38,8 @@ def test_defaults_a_python_function_with_the_store_model_and_max_age_in_its_envi
     assert env["MODEL_ID"] == "amazon.nova-lite-v1:0"
     assert env["MAX_AGE_SECONDS"] == "86400" and env["WRITE_BACK"] == "true" and env["MAX_OUTPUT_TOKENS"] == "1024"
     assert env["ANSWER_TTL_SECONDS"] == str(30 * 86400)
+    assert env["COALESCE_WAIT_SECONDS"] == "30"  # half the timeout
+    assert env["PROMPTS"] == "[]" and "SYSTEM_PROMPT" not in env  # no prompts: stored answers only
     assert "ANSWER_TABLE" in env
     template.has_resource_properties("AWS::Lambda::Url", {"AuthType": "AWS_IAM"})
 
@@ -44,6 +48,7 @@ def test_write_back_grants_put_and_a_read_only_router_gets_only_get_item():
     stack, _ = build()
     actions = {a for s in policy_statements(Template.from_stack(stack)) for a in _list(s["Action"])}
     assert {"dynamodb:GetItem", "dynamodb:PutItem", "bedrock:InvokeModel"} <= actions
+    assert "dynamodb:DeleteItem" not in actions  # answers and the router's claims are PutItem only (issue 27.1)
     stack, _ = build(write_back=False)
     actions = {a for s in policy_statements(Template.from_stack(stack)) for a in _list(s["Action"])}
     assert "dynamodb:PutItem" not in actions and "dynamodb:GetItem" in actions
@@ -91,6 +96,27 @@ def test_metrics_read_the_handlers_names():
     assert "hits + misses + stale" in router.metric_hit_rate().expression
 
 
+def test_prompts_and_the_system_prompt_reach_the_function():
+    prompts = {"ticker-morning#{ticker}": "Write this morning's note for {ticker}.", "digest#{day}#{lang}": "Digest {day} in {lang}."}
+    stack, router = build(prompts=prompts, system_prompt="You write for investors.", coalesce_wait=cdk.Duration.seconds(5))
+    env = router_function(Template.from_stack(stack))["Properties"]["Environment"]["Variables"]
+    assert json.loads(env["PROMPTS"]) == [{"key": k, "prompt": v} for k, v in prompts.items()]
+    assert env["SYSTEM_PROMPT"] == "You write for investors." and env["COALESCE_WAIT_SECONDS"] == "5"
+    assert router.prompts == prompts
+
+
+def test_a_token_max_age_reaches_the_function_as_a_token():
+    stack = new_stack()
+    seconds = cdk.CfnParameter(stack, "MaxAgeSeconds", type="Number", default=3600)
+    router = AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=MODEL,
+                          max_age=cdk.Duration.seconds(seconds.value_as_number),
+                          coalesce_wait=cdk.Duration.seconds(seconds.value_as_number))
+    env = router_function(Template.from_stack(stack))["Properties"]["Environment"]["Variables"]
+    assert env["MAX_AGE_SECONDS"] == {"Ref": "MaxAgeSeconds"}
+    assert env["COALESCE_WAIT_SECONDS"] == {"Ref": "MaxAgeSeconds"}
+    assert router.max_age.is_unresolved()
+
+
 def test_a_max_age_beyond_the_store_ttl_is_warned():
     stack = new_stack()
     store = AnswerStore(stack, "Store", answer_ttl=cdk.Duration.hours(1))
@@ -131,10 +157,29 @@ def test_a_max_age_beyond_the_store_ttl_is_warned():
         ("function_url", 1, "True or False"),
         ("encryption_key", "alias/x", "pass a kms.Key"),
         ("log_retention", 30, "pass a logs.RetentionDays"),
+        ("prompts", "Write a note for {ticker}", "pass a dict of key pattern"),
+        ("prompts", {"Ticker#{t}": "Note {t}"}, "write it as 'ticker#{t}'"),
+        ("prompts", {"ticker#{t}": "Note for {ticker}"}, "only the pattern's variables"),
+        ("prompts", {"ticker#{t}": "Note {t!r}"}, "no format spec"),
+        ("prompts", {"ticker#{t}": "Note {t:>9}"}, "no format spec"),
+        ("prompts", {"ticker#{t}": "Note {t.__class__}"}, "only the pattern's variables"),
+        ("prompts", {"ticker#{t}#{u}": "Note {t}"}, "does not use ['u']"),
+        ("prompts", {"ticker#{t}#{t}": "Note {t}"}, "used once"),
+        ("prompts", {"{t}": "Note {t}"}, "the first literal"),
+        ("prompts", {"ticker#x{t}": "Note {t}"}, "one variable such as"),
+        ("prompts", {"ticker#{t}": "Note {t"}, "unmatched brace"),
+        ("prompts", {"ticker#{t}": ""}, "is empty"),
+        ("prompts", {"ticker#{t}": 5}, "is int"),
+        ("prompts", {"claim#key#{t}": "Note {t}"}, "may not start with 'claim#'"),
+        ("prompts", {"ticker#{t}": "x" * 3100 + "{t}"}, "at most 3,000 fit"),
+        ("system_prompt", "", "is empty"),
+        ("system_prompt", 5, "pass a string"),
+        ("coalesce_wait", cdk.Duration.seconds(60), "must be shorter than timeout=1 minute"),
+        ("coalesce_wait", 5, "pass a cdk.Duration"),
     ],
 )
 def test_bad_props_are_refused_with_the_rule(prop, value, message):
-    with pytest.raises(InvalidPropsError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+    with pytest.raises(InvalidPropsError, match=re.escape(message)):
         build(**{prop: value})
 
 

@@ -1,11 +1,34 @@
-"""AnswerRouter: a Lambda function that serves stored answers by exact key and calls the model otherwise.
+"""AnswerRouter: a Lambda function that serves stored answers by exact key and generates them from the key otherwise.
 
-A request names a key and a prompt. When the AnswerStore holds a fresh answer under the
-normalized key (normalized by `answers.check_key`, as every writer normalizes), the function
-returns it with no model call; otherwise it calls the model (Converse), returns that answer and,
-optionally, writes it back. The response says which path served it ("source": "store" or
-"model", "reason": "hit", "miss" or "stale"), and each request counts as AnswerHits, AnswerMisses
-or AnswerStale (namespace GenaiPacer, dimension FunctionName), so the hit rate is visible.
+A request names only a key (and optionally a stricter maxAgeSeconds). When the AnswerStore holds a
+fresh answer under the normalized key (normalized by `answers.check_key`, as every writer
+normalizes), the function returns it with no model call. Otherwise it builds the prompt from the
+key on the server, with `prompts`: key patterns mapped to templates,
+
+    prompts={"ticker-morning#{ticker}": "Write this morning's note for {ticker}."}
+
+so "ticker-morning#AAPL" (stored as "ticker-morning#aapl") is answered with the prompt "Write this
+morning's note for aapl.". The answer stored under a key is therefore reproducible from the key
+alone: a caller can ask for a key, never decide what is stored under it. (A caller-supplied
+"prompt", "messages", "system" or "inferenceConfig" is refused with 400; a key that matches no
+pattern and has no fresh stored answer gets 404, so a router without `prompts` serves
+pre-computed answers only.) Variables fill from the normalized key, which is case-folded and
+whitespace-collapsed: write templates that read well with lower-case values.
+
+Freshness: `max_age` is the router's own limit. A caller's maxAgeSeconds may only shorten what
+that caller accepts: when the stored answer is fresh for the router but older than the caller
+asked, the model answers that caller and nothing is written, so no caller can force a write over
+a fresher stored answer. Answers stale for the router (or missing, unreadable or empty) are
+generated and written back (with `write_back`, the default). Concurrent misses for one key make one
+model call across Lambda environments: the first takes a per-key claim in the store (PutItem
+only; the function gets `AnswerStore.grant_put`, never dynamodb:DeleteItem), the others poll the
+store for its answer for up to `coalesce_wait`, then answer 503 with Retry-After.
+
+The response says which path served it ("source": "store" or "model", "reason": "hit", "miss",
+"stale" or "coalesced"), and each request counts as AnswerHits, AnswerMisses or AnswerStale
+(namespace GenaiPacer, dimension FunctionName), so the hit rate is visible. Status codes name
+the failing dependency (429 model throttled, 503 model unavailable or store throttled, 504 model
+timeout, 502 model error or empty answer); the handler's docstring lists them.
 
 Callers reach it through a function URL with AWS_IAM auth (SigV4-signed POST; grant with
 `grant_invoke_url`) or by invoking the function (`grant_invoke`). The request and response
@@ -19,6 +42,11 @@ that calls ConverseStream, and keep this router for the hits, which return in on
 
 from __future__ import annotations
 
+import json
+import re
+import string
+import unicodedata
+from collections.abc import Mapping
 from typing import Any
 
 import aws_cdk as cdk
@@ -30,7 +58,7 @@ from aws_cdk import aws_logs as logs
 
 from constructs import Construct
 
-from ._checks import Checks
+from ._checks import Checks, is_token
 from ._runtime_constants import metrics_constants
 from ._secure import handler_function
 from .answer_store import AnswerStore
@@ -42,6 +70,16 @@ __all__ = ["AnswerRouter", "DEFAULT_MAX_AGE"]
 DEFAULT_MAX_AGE = cdk.Duration.days(1)
 #: Lambda's memory range, MB.
 _MEMORY = (128, 10_240)
+#: Lambda keeps at most 4 KB of environment variables per function, all of them together
+#: (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html, "Function environment
+#: variables"); the prompts and the system prompt may take this much, leaving the rest for the
+#: table name, model id and settings. A wrong guess here only refuses early what deploy would refuse.
+MAX_PROMPTS_BYTES = 3000
+#: DynamoDB's partition key limit, UTF-8 bytes (pacer_runtime.answers.MAX_KEY_BYTES).
+_MAX_KEY_BYTES = 2048
+#: Keys under this prefix are claims, never answers (pacer_runtime.answers.CLAIM_PREFIX).
+_CLAIM_PREFIX = "claim#"
+_VARIABLE = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 
 
 class AnswerRouter(Construct):
@@ -49,9 +87,21 @@ class AnswerRouter(Construct):
 
     answer_store: required; the AnswerStore to read (and write back to).
     model: required; the model a miss calls (Converse).
+    prompts: key pattern -> prompt template, e.g. {"ticker-morning#{ticker}": "Write this
+        morning's note for {ticker}."}. A pattern is the key as stored (lower case) in
+        '#'-separated segments, each literal or a variable "{name}"; the template uses every
+        variable of its pattern and no other ({{ and }} for literal braces). The first pattern
+        that matches a key gives its prompt. Default: none: only stored answers are served (a miss
+        is 404). At most 3,000 bytes as JSON with system_prompt (Lambda's 4 KB of environment).
+    system_prompt: the system prompt of every generated answer. Default: none.
     max_age: how old a stored answer may be and still be served; older is "stale" and regenerated.
-        1 second..10 years. Default: 1 day (answers pre-computed each morning).
-    write_back: store a miss's answer, so the next request for that key is a hit. Default: True.
+        1 second..10 years. Default: 1 day (answers pre-computed each morning). A token (e.g.
+        from a CfnParameter) reaches the function as a token.
+    write_back: store a miss's answer, so the next request for that key is a hit; also what lets
+        concurrent misses share one call (the per-key claim needs PutItem). Default: True.
+    coalesce_wait: how long a miss waits for another request generating the same key before
+        answering 503 with Retry-After; 0..timeout (less than the function's timeout). Default:
+        half the function's timeout.
     max_output_tokens: a miss's default maxTokens and its ceiling (sizes the function's timeout
         too). Size it from the p99 answer (planning.size_max_tokens): Bedrock reserves it against
         the quota on every call. Default: 1,024.
@@ -64,7 +114,7 @@ class AnswerRouter(Construct):
     encryption_key / log_retention: for the function's new log group. Default: a new key with
         rotation; one month.
 
-    Attributes: `function`, `url` (None without function_url), `max_age`.
+    Attributes: `function`, `url` (None without function_url), `max_age`, `prompts`.
     Grants: `grant_invoke`, `grant_invoke_url`. Metrics: `metric_hits`, `metric_misses`,
     `metric_stale`.
     """
@@ -76,8 +126,11 @@ class AnswerRouter(Construct):
         *,
         answer_store: AnswerStore,
         model: BedrockModel,
+        prompts: Mapping[str, str] | None = None,
+        system_prompt: str | None = None,
         max_age: cdk.Duration | None = None,
         write_back: bool = True,
+        coalesce_wait: cdk.Duration | None = None,
         max_output_tokens: int = 1024,
         timeout: cdk.Duration | None = None,
         memory_size: int = 256,
@@ -109,14 +162,37 @@ class AnswerRouter(Construct):
                     "never applies; lower max_age or raise answer_ttl",
                 )
             check.instance("write_back", write_back, bool, "True or False")
+            prompt_table = _check_prompts(check, prompts)
+            check.text("system_prompt", system_prompt, optional=True, fix="the system prompt of every generated answer")
+            if prompt_table is not None and isinstance(system_prompt, str | type(None)) and not is_token(system_prompt):
+                size = len(json.dumps(prompt_table).encode()) + len((system_prompt or "").encode())
+                check.rule(
+                    size <= MAX_PROMPTS_BYTES,
+                    f"prompts and system_prompt take {size:,} bytes; at most {MAX_PROMPTS_BYTES:,} fit in the function's "
+                    "environment (Lambda keeps 4 KB of environment variables per function): shorten the templates",
+                )
             check.integer(
                 "max_output_tokens", max_output_tokens, minimum=1, maximum=1_000_000,
                 fix="size it from the p99 answer with planning.size_max_tokens; Bedrock reserves it on every call",
             )
-            check.duration(
+            timeout_ok = check.duration(
                 "timeout", timeout, minimum=cdk.Duration.seconds(1), maximum=cdk.Duration.minutes(15),
                 fix="Lambda runs at most 15 minutes; a miss needs time for a whole answer",
             )
+            if coalesce_wait is None and timeout_ok:
+                coalesce_wait = cdk.Duration.millis(int(timeout.to_milliseconds()) // 2)
+            elif coalesce_wait is None:
+                coalesce_wait = cdk.Duration.seconds(10)
+            wait_ok = check.duration(
+                "coalesce_wait", coalesce_wait, minimum=cdk.Duration.seconds(0), maximum=cdk.Duration.minutes(15),
+                fix="how long a miss waits for another request generating the same key, e.g. cdk.Duration.seconds(20)",
+            )
+            if wait_ok and timeout_ok:
+                check.rule(
+                    coalesce_wait.to_milliseconds() < timeout.to_milliseconds(),
+                    f"coalesce_wait={coalesce_wait.to_human_string()} must be shorter than timeout="
+                    f"{timeout.to_human_string()}: a waiting request needs time left to answer; lower coalesce_wait",
+                )
             check.integer("memory_size", memory_size, minimum=_MEMORY[0], maximum=_MEMORY[1],
                           fix="Lambda allows 128..10,240 MB")
             check.integer(
@@ -127,17 +203,23 @@ class AnswerRouter(Construct):
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
         self.max_age = max_age
+        self.prompts: dict[str, str] = dict(prompt_table or {})
+        environment = {
+            **store.environment(),
+            "MODEL_ID": model.model_id,
+            "MAX_AGE_SECONDS": _seconds_text(max_age),
+            "WRITE_BACK": "true" if write_back else "false",
+            "MAX_OUTPUT_TOKENS": str(max_output_tokens),
+            "COALESCE_WAIT_SECONDS": _seconds_text(coalesce_wait),
+            "PROMPTS": json.dumps([{"key": k, "prompt": v} for k, v in self.prompts.items()], ensure_ascii=False),
+        }
+        if system_prompt is not None:
+            environment["SYSTEM_PROMPT"] = system_prompt
         self.function = handler_function(
             self,
             "Function",
             handler="answer_router.handler.handler",
-            environment={
-                **store.environment(),
-                "MODEL_ID": model.model_id,
-                "MAX_AGE_SECONDS": str(int(max_age.to_seconds())),
-                "WRITE_BACK": "true" if write_back else "false",
-                "MAX_OUTPUT_TOKENS": str(max_output_tokens),
-            },
+            environment=environment,
             timeout=timeout,
             memory_size=memory_size,
             encryption_key=encryption_key,
@@ -147,7 +229,8 @@ class AnswerRouter(Construct):
             cfn = self.function.node.default_child
             assert isinstance(cfn, lambda_.CfnFunction)
             cfn.reserved_concurrent_executions = reserved_concurrency
-        (store.grant_write if write_back else store.grant_read)(self.function)
+        # No DeleteItem: answers and the router's own claims are written with PutItem only.
+        (store.grant_put if write_back else store.grant_read)(self.function)
         model.grant_invoke(self.function)
         self.url: lambda_.FunctionUrl | None = (
             self.function.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM) if function_url else None
@@ -195,3 +278,74 @@ class AnswerRouter(Construct):
             dimensions_map={getattr(names, "FUNCTION_DIMENSION", "FunctionName"): self.function.function_name},
             **{"statistic": "Sum", "period": cdk.Duration.minutes(5), **props},
         )
+
+
+def _seconds_text(duration: cdk.Duration) -> str:
+    """Whole seconds as text; a token Duration (a CfnParameter) stays a token that resolves at deploy."""
+    if duration.is_unresolved():
+        return cdk.Token.as_string(duration.to_seconds())
+    return str(int(duration.to_seconds()))
+
+
+def _normalized(key: str) -> str:
+    """pacer_runtime.answers.normalize_key (the construct cannot import the runtime: it needs boto3)."""
+    return " ".join(unicodedata.normalize("NFC", key).split()).casefold()
+
+
+def _check_prompts(check: Checks, prompts: Any) -> dict[str, str] | None:
+    """The prompts as given, when every pattern and template is valid; else the problems are recorded."""
+    if prompts is None:
+        return {}
+    if not isinstance(prompts, Mapping) or is_token(prompts):
+        check.fail(
+            f"prompts is {type(prompts).__name__}; pass a dict of key pattern -> prompt template, e.g. "
+            '{"ticker-morning#{ticker}": "Write this morning\'s note for {ticker}."}'
+        )
+        return None
+    ok = True
+    for pattern, template in prompts.items():
+        ok = _check_prompt(check, pattern, template) and ok
+    return dict(prompts) if ok else None
+
+
+def _check_prompt(check: Checks, pattern: Any, template: Any) -> bool:
+    if not isinstance(pattern, str) or not pattern or is_token(pattern):
+        what = "a token" if is_token(pattern) else type(pattern).__name__
+        return check.fail(f"prompts: a key pattern is {what}; write each pattern as text, e.g. 'ticker-morning#{{ticker}}'")
+    where = f"prompts[{pattern[:60]!r}]"
+    if not isinstance(template, str) or is_token(template) or not template.strip():
+        what = "a token" if is_token(template) else ("empty" if isinstance(template, str) else type(template).__name__)
+        return check.fail(f"{where} is {what}; the template must be text known at synth, so its variables can be checked")
+    if _normalized(pattern) != pattern:
+        return check.fail(
+            f"{where}: keys are stored normalized (case-folded, whitespace collapsed), so this pattern never "
+            f"matches; write it as {_normalized(pattern)!r}"
+        )
+    if pattern.startswith(_CLAIM_PREFIX) or len(pattern.encode()) > _MAX_KEY_BYTES:
+        return check.fail(f"{where}: a key may not start with {_CLAIM_PREFIX!r} nor exceed {_MAX_KEY_BYTES} bytes")
+    segments = pattern.split("#")
+    names = [m.group(1) for m in (_VARIABLE.fullmatch(s) for s in segments) if m]
+    literal_braces = [s for s in segments if not _VARIABLE.fullmatch(s) and ("{" in s or "}" in s)]
+    if literal_braces or _VARIABLE.fullmatch(segments[0]) or len(names) != len(set(names)):
+        return check.fail(
+            f"{where}: a pattern is '#'-separated segments, the first literal (a name such as 'ticker-morning'), "
+            "each other either literal or one variable such as '{ticker}' (lower case, used once)"
+        )
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError:
+        return check.fail(f"{where}: the template has an unmatched brace; write {{{{ and }}}} for literal braces")
+    used = {name for name, _, _ in fields}
+    unknown = sorted(used - set(names))
+    bad = [name for name, spec, conv in fields if spec or conv or name not in names]
+    if unknown or bad:
+        return check.fail(
+            f"{where}: the template uses {sorted(set(bad) | set(unknown))}, but only the pattern's variables "
+            f"{names} may appear, each as plain {{name}} (no format spec, index or attribute)"
+        )
+    unused = sorted(set(names) - used)
+    return check.rule(
+        not unused,
+        f"{where}: the template does not use {unused}: keys differing only there would be answered with one prompt; "
+        "use every variable of the pattern in the template",
+    )
