@@ -250,6 +250,10 @@ def summarize(samples: Sequence[Sample], config: BenchConfig) -> dict[str, Any]:
             "times in seconds of model time (wall time x time_scale)" if config.time_scale != 1 else "times in seconds",
             "otps percentiles describe the slow tail: p90 is the rate 90% of requests reach or beat",
             "e2e_s runs from the first attempt to the last byte, SDK retries and backoff included",
+            f"requests counts the measured requests; {config.warmup} warm-up requests ran first and are left out",
+            "tpm.reserved is input + max_tokens per call, what a call holds while it runs; the unused part is "
+            "returned when it ends, so reserved_pct_of_quota can pass 100 with no throttle: "
+            "settled_pct_of_quota is what the quota was charged",
         ],
     }
 
@@ -396,7 +400,7 @@ def progress_printer(stream: Any = None, width: int = 30) -> Callable[[int, int,
         counts["throttles"] += sample.throttles
         counts["errors"] += 0 if sample.ok else 1
         filled = width * done // total
-        line = (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} requests, "
+        line = (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} requests (warm-up included), "
                 f"{counts['throttles']} throttles, {counts['errors']} failed")
         if tty:
             stream.write("\r" + line + ("\n" if done == total else ""))

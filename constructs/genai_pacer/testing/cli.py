@@ -71,16 +71,17 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--rpm", type=COUNT, default=None, help="RPM quota (default: none)")
     group.add_argument("--burndown", type=_number(float, minimum=1), default=1.0,
                        help="quota tokens per output token (default 1)")
-    group.add_argument("--max-output-tokens", type=COUNT, default=8_192, help="reserved when max_tokens is unset")
+    group.add_argument("--max-output-tokens", type=COUNT, default=8_192,
+                       help="the model's output limit, reserved when a request sets no max_tokens (default 8192)")
     group.add_argument("--ttft", type=_number(float, minimum=0), help="base time to first token, seconds (default 0.5)")
     group.add_argument("--prefill-tps", type=POSITIVE, help="prompt tokens read per second (default 8000)")
     group.add_argument("--otps", type=POSITIVE, help="output tokens per second (default 60)")
     group.add_argument("--jitter", type=_number(float, minimum=0), help="log-normal sigma of TTFT and OTPS (default 0.1)")
     group.add_argument("--answer-tokens", type=COUNT, help="answer length when a request gives none (default 300)")
-    group.add_argument("--optimized-tpm", type=COUNT, help="enable latency-optimized mode with this TPM")
+    group.add_argument("--optimized-tpm", type=COUNT, help="enable latency-optimized mode with this TPM (default: off)")
     group.add_argument("--time-scale", type=POSITIVE, default=None,
                        help="run the quota window and latencies N x faster (default 1)")
-    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--seed", type=int, default=0, help="seed of the emulated latencies and answers (default 0)")
 
 
 def _model(args: argparse.Namespace, name: str) -> Any:
@@ -249,48 +250,61 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", required=True)
 
     emulator = commands.add_parser("emulator", help="serve a Bedrock Runtime emulator on loopback")
-    emulator.add_argument("--model-id", default="us.amazon.nova-lite-v1:0")
+    emulator.add_argument("--model-id", default="us.amazon.nova-lite-v1:0",
+                          help="the model id the emulator serves (default us.amazon.nova-lite-v1:0)")
     emulator.add_argument("--port", type=_number(int, minimum=0, maximum=65_535), default=8765,
                           help="loopback port (default 8765; 0 picks a free one)")
     _model_args(emulator)
     emulator.set_defaults(run=_emulator)
 
     bench = commands.add_parser("bench", help="replay a JSONL workload and report latency percentiles")
-    bench.add_argument("--prompts", required=True, help='JSONL: {"prompt": ..., "expected_output_tokens": N}')
-    bench.add_argument("--model-id", required=True)
+    bench.add_argument("--prompts", required=True, help='JSONL: {"prompt": ..., "expected_output_tokens": N} (required)')
+    bench.add_argument("--model-id", required=True, help="model or inference profile id to call (required)")
     target = bench.add_mutually_exclusive_group()
-    target.add_argument("--emulator", action="store_true", help="start an emulator in-process and use it")
-    target.add_argument("--endpoint-url", help="a running emulator (or any bedrock-runtime endpoint)")
-    bench.add_argument("--region", help="AWS Region for real Bedrock")
+    target.add_argument("--emulator", action="store_true", help="start an emulator in-process and use it (default: off)")
+    target.add_argument("--endpoint-url",
+                        help="a running emulator (or any bedrock-runtime endpoint); default: real Bedrock in --region")
+    bench.add_argument("--region", help="AWS Region for real Bedrock (default: your AWS configuration's)")
     load = bench.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=COUNT, default=8, help="closed loop: requests in flight (default 8)")
-    load.add_argument("--rate", type=POSITIVE, help="open loop: Poisson arrivals per minute")
-    bench.add_argument("--requests", type=COUNT, default=200)
-    bench.add_argument("--warmup", type=_number(int, minimum=0), default=8)
-    bench.add_argument("--no-stream", action="store_true", help="call Converse instead of ConverseStream")
-    bench.add_argument("--max-tokens", type=COUNT, default=None)
-    bench.add_argument("--latency", choices=["standard", "optimized"], default=None)
+    load.add_argument("--rate", type=POSITIVE,
+                      help="open loop: Poisson arrivals per minute, seeded by --seed (default: the closed loop)")
+    bench.add_argument("--requests", type=COUNT, default=200,
+                       help="measured requests (default 200); the progress bar counts --warmup ones too")
+    bench.add_argument("--warmup", type=_number(int, minimum=0), default=8,
+                       help="requests sent first and left out of the report, to open connections (default 8)")
+    bench.add_argument("--no-stream", action="store_true",
+                       help="call Converse instead of ConverseStream (default: stream, which gives TTFT and OTPS)")
+    bench.add_argument("--max-tokens", type=COUNT, default=None,
+                       help="maxTokens of every request (default: unset, so the model's limit is reserved)")
+    bench.add_argument("--latency", choices=["standard", "optimized"], default=None,
+                       help="performanceConfig latency (default: unset, which Bedrock serves as standard)")
     bench.add_argument("--max-attempts", type=COUNT, default=4,
                        help="SDK attempts per request, first call included (default 4; 1 disables retries)")
-    bench.add_argument("--ttft-target", type=POSITIVE, help="goodput: TTFT at most this many seconds")
-    bench.add_argument("--otps-target", type=POSITIVE, help="goodput: at least this many output tokens per second")
-    bench.add_argument("--e2e-target", type=POSITIVE, help="goodput: end-to-end latency at most this many seconds")
-    bench.add_argument("--out", default="bench-results")
-    bench.add_argument("--name", default="bench", help="file name stem of the report")
+    bench.add_argument("--ttft-target", type=POSITIVE, help="goodput: TTFT at most this many seconds (default: none)")
+    bench.add_argument("--otps-target", type=POSITIVE,
+                       help="goodput: at least this many output tokens per second (default: none)")
+    bench.add_argument("--e2e-target", type=POSITIVE,
+                       help="goodput: end-to-end latency at most this many seconds (default: none)")
+    bench.add_argument("--out", default="bench-results", help="directory of the reports (default bench-results)")
+    bench.add_argument("--name", default="bench", help="file name stem of the report (default bench)")
     _model_args(bench)
     bench.set_defaults(run=_bench)
 
     experiments = commands.add_parser("experiments", help="quota and connection-pool experiments on the emulator")
-    experiments.add_argument("--prompts", required=True)
-    experiments.add_argument("--which", choices=["quota", "side-by-side", "pool", "all"], default="all")
-    experiments.add_argument("--time-scale", type=POSITIVE, default=4.0)
-    experiments.add_argument("--arrival-minutes", type=POSITIVE, default=1.0)
-    experiments.add_argument("--seed", type=int, default=0, help="the first trial's seed; trial i uses seed + i")
+    experiments.add_argument("--prompts", required=True, help='JSONL: {"prompt": ..., "expected_output_tokens": N} (required)')
+    experiments.add_argument("--which", choices=["quota", "side-by-side", "pool", "all"], default="all",
+                             help="which experiment to run (default all)")
+    experiments.add_argument("--time-scale", type=POSITIVE, default=4.0,
+                             help="run the quota window and latencies N x faster (default 4)")
+    experiments.add_argument("--arrival-minutes", type=POSITIVE, default=1.0,
+                             help="quota experiment: minutes of model time over which requests arrive (default 1)")
+    experiments.add_argument("--seed", type=int, default=0, help="the first trial's seed; trial i uses seed + i (default 0)")
     experiments.add_argument("--trials", type=_number(int, minimum=2), default=5,
                              help="trials per experiment, for the mean and spread (default 5, at least 2)")
     experiments.add_argument("--e2e-target", type=POSITIVE, default=10.0,
                              help="quota experiment goodput: answered within this many seconds of arrival (default 10)")
-    experiments.add_argument("--out", default="bench-results")
+    experiments.add_argument("--out", default="bench-results", help="directory of the reports (default bench-results)")
     experiments.set_defaults(run=_experiments)
 
     from .. import quota_check  # the check of declared ModelQuota plans against Service Quotas

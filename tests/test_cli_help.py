@@ -1,0 +1,59 @@
+"""Every flag of the CLI says what it does and what it defaults to (issue 23)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from genai_pacer.testing import cli
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    (commands,) = [a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(commands.choices)
+
+
+def _shown(default: object) -> list[str]:
+    """How a default may be written in help text."""
+    if isinstance(default, float) and default.is_integer():
+        return [str(default), str(int(default))]
+    if isinstance(default, int):
+        return [str(default), f"{default:,}"]
+    return [str(default)]
+
+
+@pytest.mark.parametrize("command", ["emulator", "bench", "experiments", "quota-check"])
+def test_every_flag_has_help_that_names_its_default(command):
+    problems = []
+    for action in _subparsers()[command]._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        flag = action.option_strings[0] if action.option_strings else action.dest
+        text = action.help or ""
+        if not text.strip():
+            problems.append(f"{flag}: no help")
+        elif action.required:
+            continue
+        elif action.default not in (None, False, argparse.SUPPRESS, []) and not any(
+            f"default {shown}" in text or f"default: {shown}" in text for shown in _shown(action.default)
+        ):
+            problems.append(f"{flag}: help does not say its default {action.default!r}: {text!r}")
+        elif action.default in (None, False) and "default" not in text:
+            problems.append(f"{flag}: help does not say what happens when it is not given: {text!r}")
+    assert problems == []
+
+
+def test_the_bench_report_and_progress_explain_warm_up_and_reservations(tmp_path, capsys):
+    import json
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hello there", "expected_output_tokens": 12}\n')
+    code = cli.main(["bench", "--emulator", "--prompts", str(prompts), "--model-id", "us.amazon.nova-lite-v1:0",
+                     "--requests", "2", "--warmup", "1", "--concurrency", "1", "--time-scale", "50",
+                     "--out", str(tmp_path / "r")])
+    captured = capsys.readouterr()
+    assert code == 0
+    notes = json.loads(captured.out)["notes"]
+    assert "1 warm-up requests ran first and are left out" in " ".join(notes)
+    assert any("reserved_pct_of_quota can pass 100 with no throttle" in note for note in notes)
+    assert "3/3 requests (warm-up included)" in captured.err
