@@ -11,6 +11,7 @@ the guard alarms' actions were enabled at that moment, read from moto.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,15 @@ from typing import Any
 import aws_cdk as cdk
 import boto3
 from genai_pacer import BedrockModel
-from genai_pacer.prompt_experiment import FALLBACK_MAX_POLLS, ExperimentVariant, PromptExperiment, TextPrompt
+from genai_pacer.prompt_experiment import (
+    APPCONFIG_ROLLBACK_STATES,
+    CREATED_ALARM_STATE,
+    FALLBACK_MAX_POLLS,
+    GUARD_WAIT_SOURCE,
+    ExperimentVariant,
+    PromptExperiment,
+    TextPrompt,
+)
 from genai_pacer.testing.sfn import ServiceError, StateMachineRunner
 
 NOVA = BedrockModel.from_id("us.amazon.nova-lite-v1:0")
@@ -64,6 +73,18 @@ def create_guards(runner: StateMachineRunner, exp: PromptExperiment) -> None:
         )
 
 
+def guard_states(runner: StateMachineRunner, exp: PromptExperiment) -> dict[str, tuple[str, bool]]:
+    """Each guard's state and whether its actions are enabled, as AppConfig's monitor reads them."""
+    cloudwatch = boto3.client("cloudwatch", region_name=runner.template.env.region)
+    alarms = cloudwatch.describe_alarms(AlarmNames=guard_names(runner, exp))["MetricAlarms"]
+    return {alarm["AlarmName"]: (alarm["StateValue"], alarm["ActionsEnabled"]) for alarm in alarms}
+
+
+def set_state(runner: StateMachineRunner, name: str, state: str) -> None:
+    boto3.client("cloudwatch", region_name=runner.template.env.region).set_alarm_state(
+        AlarmName=name, StateValue=state, StateReason="test")
+
+
 def actions_enabled(runner: StateMachineRunner, exp: PromptExperiment) -> dict[str, bool]:
     cloudwatch = boto3.client("cloudwatch", region_name=runner.template.env.region)
     alarms = cloudwatch.describe_alarms(AlarmNames=guard_names(runner, exp))["MetricAlarms"]
@@ -78,6 +99,9 @@ class FakeAppConfig:
         deployment is rolling back (its GetDeployment says ROLLING_BACK, then ROLLED_BACK).
     states: what GetDeployment reports for a new deployment, one state per call, the last one kept.
     read_failures: GetDeployment calls answered InternalServerException first (-1: every call).
+    Monitors: a deployment still running or baking when a monitored alarm whose actions are enabled
+    is in ALARM or INSUFFICIENT_DATA is rolled back (AppConfig user guide, monitoring deployments);
+    `monitored` gives those alarms' states (the guards', read from moto, once bound).
     `bind` gives it, once the runner knows them, the ids of the environment's application,
     environment, configuration profile and fallback strategy (a call naming others gets
     ResourceNotFoundException, as from AppConfig) and `observe`, called at every call for what the
@@ -87,6 +111,7 @@ class FakeAppConfig:
     def __init__(self, *, versions: dict[str, Any], busy_for: int = 0,
                  states: tuple[str, ...] = ("DEPLOYING", "BAKING", "COMPLETE"), read_failures: int = 0) -> None:
         self.versions, self.ids, self.observe = versions, {}, lambda: None
+        self.monitored: Any = dict
         self.busy_for, self.states, self.read_failures = busy_for, states, read_failures
         self.deployed = SPLIT  # the rollback restores the version before the split change: same content here
         self.deployments: dict[int, dict[str, Any]] = {
@@ -126,9 +151,16 @@ class FakeAppConfig:
             raise ServiceError("ResourceNotFoundException", f"deployment {params['DeploymentNumber']} not found", 404)
         if "rolling_back" in deployment:
             state = "ROLLING_BACK" if deployment["rolling_back"] else "ROLLED_BACK"
+        elif "rolled_back_by" in deployment:
+            state = "ROLLED_BACK"
         else:
             state = self.states[min(deployment["reads"], len(self.states) - 1)]
             deployment["reads"] += 1
+            breached = [name for name, (alarm, enabled) in sorted(self.monitored().items())
+                        if enabled and alarm in APPCONFIG_ROLLBACK_STATES]
+            if state in ("DEPLOYING", "BAKING") and breached:
+                deployment["rolled_back_by"] = breached[0]
+                state = "ROLLED_BACK"
             if state == "COMPLETE":
                 self.deployed = deployment["ConfigurationVersion"]
         return {"DeploymentNumber": params["DeploymentNumber"], "State": state,
@@ -150,6 +182,7 @@ def bind(appconfig: FakeAppConfig, runner: StateMachineRunner, exp: PromptExperi
         "DeploymentStrategyId": runner.physical_name(exp.node.find_child("FallbackStrategy")),
     }
     appconfig.observe = lambda: actions_enabled(runner, exp)
+    appconfig.monitored = lambda: guard_states(runner, exp)
 
 
 def start(stack: cdk.Stack, exp: PromptExperiment, *, cloudwatch: Any = None,
@@ -301,3 +334,125 @@ def test_a_deployment_that_never_ends_is_given_up_after_the_last_poll_with_the_a
     # the first read, then one per poll
     assert fallback.appconfig.operations().count("GetDeployment") == FALLBACK_MAX_POLLS + 1
     assert fallback.guards_enabled
+
+
+# ---- alarms in INSUFFICIENT_DATA (issue 21.5) ----------------------------------------------------
+
+
+def started_split(**behaviour: Any) -> tuple[StateMachineRunner, FakeAppConfig, PromptExperiment]:
+    """A runner and the fake, with the guards in moto; the caller closes the runner."""
+    stack, exp = experiment()
+    runner, appconfig = start(stack, exp, **behaviour)
+    return runner, appconfig, exp
+
+
+def deploy_split(appconfig: FakeAppConfig) -> list[str]:
+    """The split deployed as the stack deploys it; what GetDeployment reports until it ends."""
+    number = appconfig.start_deployment(**{**appconfig.ids, "ConfigurationVersion": SPLIT,
+                                           "DeploymentStrategyId": appconfig.ids["DeploymentStrategyId"]})["DeploymentNumber"]
+    seen: list[str] = []
+    while not seen or seen[-1] not in ("COMPLETE", "ROLLED_BACK"):
+        seen.append(appconfig.get_deployment(ApplicationId=appconfig.ids["ApplicationId"],
+                                             EnvironmentId=appconfig.ids["EnvironmentId"], DeploymentNumber=number)["State"])
+    return seen
+
+
+def test_the_fake_rolls_back_a_deployment_while_a_guard_is_insufficient_data_as_appconfig_does():
+    runner, appconfig, exp = started_split()
+    try:
+        set_state(runner, guard_names(runner, exp)[0], "INSUFFICIENT_DATA")
+        assert deploy_split(appconfig) == ["ROLLED_BACK"]
+        set_state(runner, guard_names(runner, exp)[0], "OK")
+        assert deploy_split(appconfig) == ["DEPLOYING", "BAKING", "COMPLETE"]
+    finally:
+        runner.close()
+
+
+def test_a_guard_in_insufficient_data_does_not_stop_the_fallback_which_mutes_every_guard():
+    """A treatment without calls yet (or a guard just created) is INSUFFICIENT_DATA; another guard fires."""
+    stack, exp = experiment()
+    runner, appconfig = start(stack, exp)
+    names = guard_names(runner, exp)
+    try:
+        set_state(runner, names[0], "INSUFFICIENT_DATA")
+        set_state(runner, names[1], "ALARM")
+        run = runner.run(ALARM).raise_for_status()
+        after = guard_states(runner, exp)
+    finally:
+        runner.close()
+    assert run.output["status"] == {"State": "COMPLETE"}
+    assert shares(appconfig.served()) == {"control": 100, "treatment": 0}
+    assert all(enabled for _, enabled in after.values()) and after[names[0]][0] == "INSUFFICIENT_DATA"
+
+
+def guard_wait(runner: StateMachineRunner, monkeypatch: Any, evaluate: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The guard wait's handler (the inline source the stack deploys) run against moto; each of its
+    sleeps calls `evaluate(slept)`, standing in for CloudWatch's evaluations. Returns its namespace
+    and the answers it sent to CloudFormation."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", runner.template.env.region)
+    monkeypatch.setenv("WAIT_SECONDS", "300")
+    monkeypatch.setenv("POLL_SECONDS", "10")
+    namespace: dict[str, Any] = {}
+    exec(compile(GUARD_WAIT_SOURCE, "guard_wait", "exec"), namespace)  # noqa: S102 - the deployed code itself
+    now = [0.0]
+    sent: list[dict[str, Any]] = []
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+        evaluate(now[0])
+
+    namespace.update(clock=lambda: now[0], sleep=sleep, send=lambda url, body: sent.append(json.loads(body)))
+    return namespace, sent
+
+
+def event(kind: str, names: list[str]) -> dict[str, Any]:
+    return {"RequestType": kind, "ResponseURL": "https://cloudformation-custom-resource-response.example/x",
+            "StackId": "stack", "RequestId": "r1", "LogicalResourceId": "ExpGuardsEvaluated",
+            "ResourceProperties": {"ServiceToken": "arn", "AlarmNames": names}}
+
+
+def test_a_new_stacks_deployment_starts_only_once_the_guards_are_evaluated_so_it_is_not_rolled_back(monkeypatch):
+    runner, appconfig, exp = started_split()
+    names = guard_names(runner, exp)
+    try:
+        for name in names:  # as CloudWatch creates them
+            set_state(runner, name, CREATED_ALARM_STATE)
+        assert deploy_split(appconfig) == ["ROLLED_BACK"]  # what the stack's deployment met before the wait
+
+        def evaluate(slept: float) -> None:  # CloudWatch evaluates one guard per 10 s poll; no traffic is OK
+            set_state(runner, names[int(slept // 10) - 1], "OK")
+
+        handler, sent = guard_wait(runner, monkeypatch, evaluate)
+        handler["handler"](event("Create", names), None)
+        assert sent == [{"Status": "SUCCESS", "Reason": "guards evaluated", "PhysicalResourceId": "ExpGuardsEvaluated",
+                         "StackId": "stack", "RequestId": "r1", "LogicalResourceId": "ExpGuardsEvaluated",
+                         "Data": {"Pending": 0}}]
+        assert all(state == "OK" for state, _ in guard_states(runner, exp).values())
+        assert deploy_split(appconfig) == ["DEPLOYING", "BAKING", "COMPLETE"]  # the deployment that depends on it
+        # later split changes are still guarded: a guard in ALARM rolls one back
+        set_state(runner, names[2], "ALARM")
+        assert deploy_split(appconfig) == ["ROLLED_BACK"]
+    finally:
+        runner.close()
+
+
+def test_the_guard_wait_gives_up_after_its_limit_and_never_fails_the_stack(monkeypatch):
+    runner, _, exp = started_split()
+    names = guard_names(runner, exp)
+    try:
+        set_state(runner, names[0], CREATED_ALARM_STATE)
+        handler, sent = guard_wait(runner, monkeypatch, lambda slept: None)  # never evaluated
+        handler["handler"](event("Update", names), None)
+        assert (sent[-1]["Status"], sent[-1]["Data"]) == ("SUCCESS", {"Pending": 1})
+        assert handler["clock"]() == 300  # it waited the whole limit, polling every 10 s
+
+        def refused(**_: Any) -> None:
+            raise RuntimeError("AccessDenied")
+
+        handler["boto3"] = type("Boto3", (), {"client": staticmethod(lambda _: type("C", (), {"describe_alarms": staticmethod(refused)})())})
+        handler["handler"](event("Create", names), None)
+        assert (sent[-1]["Status"], sent[-1]["Data"]) == ("SUCCESS", {"Pending": -1, "Error": "RuntimeError"})
+        handler["handler"](event("Delete", names), None)  # deleting waits for nothing
+        assert (sent[-1]["Status"], sent[-1]["Data"], handler["clock"]()) == ("SUCCESS", {"Pending": 0}, 300)
+    finally:
+        runner.close()

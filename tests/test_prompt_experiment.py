@@ -402,11 +402,16 @@ def test_bad_props_are_refused_with_the_rule_and_fix(props, message):
         build(**props)
 
 
-def test_props_that_would_be_ignored_are_refused():
+def test_the_logs_key_serves_the_guard_wait_even_without_a_fallback():
     stack = new_stack()
     key = kms.Key(stack, "K")
-    with pytest.raises(InvalidPropsError, match="encryption_key configures the fallback workflow's logs"):
-        build(stack, fallback_on_alarm=False, encryption_key=key)
+    _, experiment = build(stack, fallback_on_alarm=False, encryption_key=key)
+    assert experiment.logs_key is key
+    groups = list(resources(Template.from_stack(stack).to_json(), "AWS::Logs::LogGroup").values())
+    assert [g["Properties"]["KmsKeyId"]["Fn::GetAtt"][0] for g in groups] == [stack.get_logical_id(key.node.default_child)]
+
+
+def test_props_that_would_be_ignored_are_refused():
     stack = new_stack()
     strategy = appconfig.DeploymentStrategy.from_deployment_strategy_id(stack, "S", appconfig.DeploymentStrategyId.from_string("abc"))
     with pytest.raises(InvalidPropsError, match="bake_time configures the new deployment strategy"):
@@ -489,6 +494,11 @@ def handler(stack: cdk.Stack, architecture=lambda_.Architecture.ARM_64) -> lambd
                             handler="index.handler", code=lambda_.Code.from_inline("def handler(e, c): return e"))
 
 
+def handlers(template: dict) -> dict:
+    """The template's functions but the experiment's own guard wait."""
+    return {k: v for k, v in resources(template, "AWS::Lambda::Function").items() if not k.startswith("ExpGuardWait")}
+
+
 def test_add_to_function_in_an_environment_agnostic_stack_maps_the_extension_layer_per_region():
     """Application.get_lambda_layer_version_arn(stack.region) fails in such a stack ("Unable to
     serialize value as string"): the docstring's advice did not work for a stack without a Region."""
@@ -502,7 +512,7 @@ def test_add_to_function_in_an_environment_agnostic_stack_maps_the_extension_lay
     (mapping,) = template["Mappings"].values()
     assert mapping["us-east-1"]["arm64"].startswith("arn:aws:lambda:us-east-1:") and "Arm64" in mapping["us-east-1"]["arm64"]
     assert "Arm64" not in mapping["us-east-1"]["x8664"]
-    functions = {k: v["Properties"] for k, v in resources(template, "AWS::Lambda::Function").items()}
+    functions = {k: v["Properties"] for k, v in handlers(template).items()}
     layers = {k[:3]: p["Layers"][0]["Fn::FindInMap"][2] for k, p in functions.items()}
     assert layers == {"Han": "arm64", "X86": "x8664"}
     for props in functions.values():
@@ -514,7 +524,7 @@ def test_add_to_function_with_a_concrete_region_uses_its_layer_and_grants_exactl
     function = handler(stack)
     experiment.add_to_function(function)
     template = Template.from_stack(stack).to_json()
-    (props,) = [v["Properties"] for v in resources(template, "AWS::Lambda::Function").values()]
+    (props,) = [v["Properties"] for v in handlers(template).values()]
     assert props["Layers"] == [appconfig.Application.get_lambda_layer_version_arn("us-east-1", platform=appconfig.Platform.ARM_64)]
     assert "Mappings" not in template
     policy = next(p for k, p in resources(template, "AWS::IAM::Policy").items() if k.startswith("HandlerServiceRole"))
@@ -536,7 +546,7 @@ def test_add_to_function_twice_adds_nothing_twice():
 
     once = wired(False)
     assert wired(False, False) == once  # one layer, the same variables, the same grant
-    (props,) = [v["Properties"] for v in resources(once, "AWS::Lambda::Function").values()]
+    (props,) = [v["Properties"] for v in handlers(once).values()]
     assert len(props["Layers"]) == 1
     # a later streaming=True is not ignored: the function may do what streaming=True alone grants, no more
     def granted(template: dict) -> set[tuple[str, str]]:
@@ -548,7 +558,7 @@ def test_add_to_function_twice_adds_nothing_twice():
 
     assert granted(wired(False, True)) == granted(wired(True)) == granted(wired(True, False)) > granted(once)
     assert {a for a, _ in granted(wired(False, True)) - granted(once)} == {"bedrock:InvokeModelWithResponseStream"}
-    (props,) = [v["Properties"] for v in resources(wired(False, True), "AWS::Lambda::Function").values()]
+    (props,) = [v["Properties"] for v in handlers(wired(False, True)).values()]
     assert len(props["Layers"]) == 1
 
 
@@ -597,3 +607,33 @@ def test_nag_acknowledges_the_fallbacks_deployment_wildcard_only():
     findings = synth(extra_wildcard=True)
     assert [f for f in findings if f.startswith("AwsSolutions-IAM5")] and all(
         "StateMachine/Role/DefaultPolicy" in f for f in findings), findings
+
+
+# ---- the first deployment waits for the guards' first evaluation (issue 21.5) ------------------
+
+
+def test_the_stacks_deployment_waits_for_a_custom_resource_listing_every_guard(built):
+    experiment, template = built
+    waits = resources(template, "Custom::GenaiPacerGuardsEvaluated")
+    assert len(waits) == 1
+    (wait_id, wait), = waits.items()
+    names = wait["Properties"]["AlarmNames"]
+    assert sorted(n["Ref"] for n in names) == sorted(resources(template, "AWS::CloudWatch::Alarm"))
+    deployment = only(template, "AWS::AppConfig::Deployment")
+    assert wait_id in deployment["DependsOn"]
+    # the wait answers in time: its function's timeout < CloudFormation's wait for it
+    function = template["Resources"][wait["Properties"]["ServiceToken"]["Fn::GetAtt"][0]]["Properties"]
+    assert function["Timeout"] < int(wait["Properties"]["ServiceTimeout"]) <= 3600
+    assert function["Environment"]["Variables"]["WAIT_SECONDS"] == "300"
+    # a split change with new guards (a new variant) changes the properties, so it waits again
+    stack, other = build(variants=[variants()[0], ExperimentVariant("t2", NOVA, 10, TextPrompt("q"))])
+    (changed,) = resources(Template.from_stack(stack).to_json(), "Custom::GenaiPacerGuardsEvaluated").values()
+    assert sorted(n["Ref"] for n in changed["Properties"]["AlarmNames"]) != sorted(n["Ref"] for n in names)
+
+
+def test_the_guard_waits_role_may_only_describe_alarms_and_write_its_own_logs(built):
+    _, template = built
+    policies = [p["Properties"] for k, p in resources(template, "AWS::IAM::Policy").items() if "GuardWait" in k]
+    statements = [s for p in policies for s in p["PolicyDocument"]["Statement"]]
+    actions = sorted(a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))
+    assert actions == ["cloudwatch:DescribeAlarms", "logs:CreateLogStream", "logs:PutLogEvents"]

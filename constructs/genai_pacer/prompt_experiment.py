@@ -25,12 +25,21 @@ reads those variables. Services outside Lambda read it with the appconfigdata AP
 
 AppConfig watches at most 5 alarms per environment. Up to two variants (4 guard alarms) each guard
 is a monitor; with more, the environment monitors one composite alarm that is in ALARM when any
-guard is.
+guard is. Assumed, not confirmed by AppConfig's documentation (aws-cdk-lib's Monitor accepts
+composite alarms; AppConfig's Monitor type says only "CloudWatch alarm"): if AppConfig refused a
+composite, creating the environment would fail at deploy, visibly; two variants never use one.
 
-Unconfirmed: AppConfig also rolls back when a monitored alarm is INSUFFICIENT_DATA, and a new alarm
-is INSUFFICIENT_DATA until its first evaluation (about a minute; missing data then counts as OK).
-If the first deployment of a new stack is rolled back for that reason, start it again once the
-alarms show OK.
+A new stack's first deployment is not rolled back for want of data. AppConfig rolls a deployment back
+when a monitored alarm is in ALARM *or INSUFFICIENT_DATA* during it (`APPCONFIG_ROLLBACK_STATES`), and
+CloudWatch creates every alarm in INSUFFICIENT_DATA until its first evaluation (PutMetricAlarm). So the
+stack's deployment waits for the guards: a small custom resource (`guards_evaluated`) polls
+DescribeAlarms until no guard is INSUFFICIENT_DATA (at most `GUARD_WAIT`), and the deployment depends
+on it. After that first evaluation a guard cannot return to INSUFFICIENT_DATA for want of calls: each
+guard's expression FILLs missing data with 0 and treats missing data as not breaching, so no traffic
+is OK. The custom resource waits again whenever the set of guards changes (a new variant's guards
+are new alarms), and later split changes (AppConfig deployments) stay guarded as before. If the wait
+fails or times out, the stack goes on (the wait only decides when the deployment starts) and the
+deployment may be rolled back: deploy the split again once the guards show OK.
 
 Why not AppConfig's own experiments (AWS::AppConfig::ExperimentDefinition / ExperimentRun): they
 assign treatments in the AppConfig agent (sticky per Entity-Id for the life of a run) and show
@@ -69,7 +78,7 @@ from . import _nag
 from ._alarms import threshold_alarm
 from ._checks import Checks, InvalidPropsError, is_token
 from ._runtime_constants import metrics_constants
-from ._secure import StateMachineOptions, model_state_machine
+from ._secure import StateMachineOptions, encrypted_log_group, log_key, model_state_machine
 from .models import BedrockModel
 
 __all__ = [
@@ -89,6 +98,19 @@ _PLACEHOLDER = re.compile(r"\{\{\s*[A-Za-z0-9_]+\s*\}\}")
 _MAX_MINUTES = 1440
 #: AppConfig watches at most this many alarms per environment (CreateEnvironment Monitors).
 MAX_MONITORS = 5
+#: AppConfig rolls a deployment back when a monitored alarm is in one of these states during it
+#: (https://docs.aws.amazon.com/appconfig/latest/userguide/monitoring-deployments.html), unless the
+#: alarm's actions are disabled (same page).
+APPCONFIG_ROLLBACK_STATES = ("ALARM", "INSUFFICIENT_DATA")
+#: The state CloudWatch gives an alarm it creates, until its first evaluation (botocore cloudwatch
+#: 2010-08-01 PutMetricAlarm / PutCompositeAlarm documentation).
+CREATED_ALARM_STATE = "INSUFFICIENT_DATA"
+#: How long the stack's deployment waits at most for the guards' first evaluation (a metric alarm is
+#: evaluated once a period; the guards' period is at least a minute) and how often it looks.
+GUARD_WAIT = cdk.Duration.minutes(5)
+GUARD_WAIT_POLL_SECONDS = 10
+#: DescribeAlarms takes at most 100 AlarmNames per call (botocore cloudwatch AlarmNames, max 100).
+DESCRIBE_ALARMS_MAX_NAMES = 100
 #: Variants per experiment: 2 guards each, and the fallback toggles them all (DisableAlarmActions
 #: takes at most 100 names; the composite's rule at most 10,240 characters, about 80 alarm ARNs).
 MAX_VARIANTS = 20
@@ -298,8 +320,8 @@ class PromptExperiment(Construct):
     fallback_on_alarm: after the bake time, a guard alarm deploys the fallback version (everyone on
         control). Default: True.
     alarm_actions: actions for every guard alarm (e.g. an SNS topic). Default: none.
-    encryption_key / log_retention: for the fallback workflow's log group. Default: a new key with
-        rotation; one month.
+    encryption_key / log_retention: for the log groups of the fallback workflow and of the guard wait
+        (the function the stack's first deployment waits on). Default: a new key with rotation; one month.
 
     Attributes: `application`, `environment`, `configuration` (the hosted configuration),
     `fallback_version` (CfnHostedConfigurationVersion), `deployment_strategy`, `alarms` (name ->
@@ -309,6 +331,8 @@ class PromptExperiment(Construct):
     `environment_variables()` gives a handler what `ExperimentSource.from_environment()` reads;
     `add_to_function(fn)` does all three for a Lambda function (with the AppConfig extension layer).
     `monitored_alarms` are what AppConfig watches (the guards, or `any_guard_alarm` past 5 alarms).
+    `guards_evaluated`: the custom resource the stack's deployment waits on (no guard left
+    INSUFFICIENT_DATA); `logs_key`: the key of both log groups.
     `fallback_acknowledgments`: the cdk-nag finding ids acknowledged on the fallback's role (its
     GetDeployment wildcard on this environment's deployments, nothing else).
     """
@@ -407,10 +431,6 @@ class PromptExperiment(Construct):
                        lambda n, a: check.instance(n, a, cloudwatch.IAlarmAction, "an alarm action such as SnsAction(topic)"))
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
-            if not fallback_on_alarm:
-                for name, value in (("encryption_key", encryption_key), ("log_retention", log_retention)):
-                    check.rule(value is None, f"{name} configures the fallback workflow's logs and fallback_on_alarm=False "
-                               "creates none; drop it")
         assert control is not None
         window = guard_period.to_seconds(integral=False) * guard_evaluation_periods if not guard_period.is_unresolved() else 0
         if deployment_strategy is None and not bake_time.is_unresolved() and 0 < bake_time.to_seconds(integral=False) < window:
@@ -495,10 +515,15 @@ class PromptExperiment(Construct):
             description="everyone on the control variant: what a guard alarm deploys",
         )
         self.fallback_version.node.add_dependency(self._version_resource())  # one new version at a time per profile
+        self.logs_key = log_key(self, "LogsKey", encryption_key)
+        self.guards_evaluated = self._wait_for_guards(log_retention)
+        for deployment in self.configuration.node.children:  # the stack's own deployment of the split
+            if isinstance(deployment, appconfig.CfnDeployment):
+                deployment.node.add_dependency(self.guards_evaluated)
         self.fallback_state_machine: sfn.StateMachine | None = None
         self.fallback_rule: events.Rule | None = None
         if fallback_on_alarm:
-            self._fallback(encryption_key, log_retention)
+            self._fallback(self.logs_key, log_retention)
 
     # ---- guards ---------------------------------------------------------------------------------
 
@@ -573,6 +598,43 @@ class PromptExperiment(Construct):
                         "deployment AppConfig rolls it back; afterwards the fallback sends everyone to the control variant.",
         )
 
+    def _wait_for_guards(self, log_retention: logs.RetentionDays | None) -> cdk.CustomResource:
+        """A custom resource that answers CloudFormation once no guard is INSUFFICIENT_DATA (at most
+        GUARD_WAIT): the stack's deployment depends on it, so AppConfig never sees a guard that has
+        not been evaluated yet. Its properties list the guards, so a new set of guards waits again."""
+        log_group = encrypted_log_group(self, "GuardWaitLogs", key=self.logs_key,
+                                        retention=log_retention or logs.RetentionDays.ONE_MONTH)
+        role = iam.Role(self, "GuardWaitRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        log_group.grant_write(role)
+        # DescribeAlarms on *: the policy AppConfig documents for its own monitor role; read-only.
+        describe = iam.Policy(self, "GuardWaitDescribeAlarms", roles=[role], statements=[
+            iam.PolicyStatement(actions=["cloudwatch:DescribeAlarms"], resources=["*"])])
+        cdk.Validations.of(describe).acknowledge(cdk.Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::*]",
+            reason="cloudwatch:DescribeAlarms (read-only) to see when the guards were first evaluated; AppConfig's "
+                   "documented monitor policy grants the same on *"))
+        function = lambda_.Function(
+            self, "GuardWait",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            architecture=lambda_.Architecture.ARM_64,
+            handler="index.handler",
+            code=lambda_.Code.from_inline(GUARD_WAIT_SOURCE),
+            role=role,
+            log_group=log_group,
+            timeout=GUARD_WAIT.plus(cdk.Duration.minutes(1)),
+            memory_size=128,
+            environment={"WAIT_SECONDS": str(int(GUARD_WAIT.to_seconds())),
+                         "POLL_SECONDS": str(GUARD_WAIT_POLL_SECONDS)},
+        )
+        function.node.add_dependency(describe)
+        return cdk.CustomResource(
+            self, "GuardsEvaluated",
+            service_token=function.function_arn,
+            resource_type="Custom::GenaiPacerGuardsEvaluated",
+            properties={"AlarmNames": [alarm.alarm_name for alarm in self.alarms.values()]},
+            service_timeout=GUARD_WAIT.plus(cdk.Duration.minutes(2)),
+        )
+
     def _version_resource(self) -> cdk.CfnResource:
         version = self.configuration.node.try_find_child("Resource")
         if not isinstance(version, cdk.CfnResource):  # the L2 names its version "Resource"
@@ -581,7 +643,7 @@ class PromptExperiment(Construct):
 
     # ---- fallback after the bake time -------------------------------------------------------------
 
-    def _fallback(self, encryption_key: kms.IKey | None, log_retention: logs.RetentionDays | None) -> None:
+    def _fallback(self, encryption_key: kms.IKey, log_retention: logs.RetentionDays | None) -> None:
         stack = cdk.Stack.of(self)
         guard_arns = [a.alarm_arn for a in self.alarms.values()]
         toggled = list(self.alarms.values()) + ([self.any_guard_alarm] if self.any_guard_alarm is not None else [])
@@ -831,3 +893,67 @@ def _extension_layer_arn(stack: cdk.Stack, *, arm: bool) -> str:
     if not isinstance(mapping, cdk.CfnMapping):
         mapping = cdk.CfnMapping(stack, "GenaiPacerAppConfigExtensionLayers", mapping=_extension_layer_table())
     return mapping.find_in_map(cdk.Aws.REGION, column)
+
+
+#: The guard wait's handler (inline: it needs only boto3 and the standard library). It answers
+#: CloudFormation SUCCESS in every case: the wait decides only when the deployment starts, and a failed
+#: stack would cost more than a deployment rolled back for want of data (which it logs by error type).
+GUARD_WAIT_SOURCE = f"""
+import json, os, time, urllib.request
+import boto3
+
+PENDING_STATE = {CREATED_ALARM_STATE!r}
+MAX_NAMES = {DESCRIBE_ALARMS_MAX_NAMES}
+
+
+def pending(cloudwatch, names):
+    states = {{}}
+    for start in range(0, len(names), MAX_NAMES):
+        page = cloudwatch.describe_alarms(AlarmNames=names[start:start + MAX_NAMES],
+                                          AlarmTypes=["MetricAlarm", "CompositeAlarm"])
+        for alarm in page.get("MetricAlarms", []) + page.get("CompositeAlarms", []):
+            states[alarm["AlarmName"]] = alarm["StateValue"]
+    return sorted(name for name in names if states.get(name, PENDING_STATE) == PENDING_STATE)
+
+
+clock, sleep = time.monotonic, time.sleep
+
+
+def wait(names):
+    cloudwatch = boto3.client("cloudwatch")
+    deadline = clock() + float(os.environ.get("WAIT_SECONDS", "300"))
+    while True:
+        waiting = pending(cloudwatch, names)
+        if not waiting or clock() >= deadline:
+            return waiting
+        sleep(float(os.environ.get("POLL_SECONDS", "10")))
+
+
+def send(url, body):
+    request = urllib.request.Request(url, data=body, method="PUT", headers={{"Content-Type": ""}})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
+
+
+def handler(event, context):
+    data = {{"Pending": 0}}
+    try:
+        if event.get("RequestType") in ("Create", "Update"):
+            names = [str(name) for name in (event.get("ResourceProperties") or {{}}).get("AlarmNames") or []]
+            waiting = wait(names)
+            data = {{"Pending": len(waiting)}}
+            if waiting:
+                print(json.dumps({{"event": "guards-not-evaluated", "pending": len(waiting)}}))
+    except Exception as error:
+        data = {{"Pending": -1, "Error": type(error).__name__}}
+        print(json.dumps({{"event": "guard-wait-failed", "error": type(error).__name__}}))
+    body = {{
+        "Status": "SUCCESS",
+        "Reason": "guards evaluated" if data["Pending"] == 0 else "guards not all evaluated; see the function's log",
+        "PhysicalResourceId": event.get("PhysicalResourceId") or event.get("LogicalResourceId") or "guards",
+        "StackId": event.get("StackId"), "RequestId": event.get("RequestId"),
+        "LogicalResourceId": event.get("LogicalResourceId"), "Data": data,
+    }}
+    send(event["ResponseURL"], json.dumps(body).encode())
+    return body
+"""
