@@ -351,7 +351,7 @@ def refused(call) -> str:
         (
             lambda: BedrockModel.foundation(f"xx.{HAIKU}"),
             f"model_id='xx.{HAIKU}' looks like an inference profile of geography 'xx', which genai-pacer does "
-            "not know (known: apac, au, ca, eu, jp, us, us-gov, global); a foundation-model ARN for it would be "
+            "not know (known: apac, au, eu, jp, us, us-gov, global); a foundation-model ARN for it would be "
             f"refused at run time: call BedrockModel.inference_profile('xx.{HAIKU}', regions=[...])",
         ),
         (lambda: BedrockModel.from_id(f"xx.{HAIKU}"), "looks like an inference profile of geography 'xx'"),
@@ -359,7 +359,7 @@ def refused(call) -> str:
         (
             lambda: BedrockModel.inference_profile(f"xx.{HAIKU}"),
             f"profile_id='xx.{HAIKU}' has prefix 'xx', whose routing Regions genai-pacer does not know "
-            "(known: apac, au, ca, eu, jp, us, us-gov, global); call "
+            "(known: apac, au, eu, jp, us, us-gov, global); call "
             f"BedrockModel.inference_profile('xx.{HAIKU}', regions=[...])",
         ),
         (
@@ -555,3 +555,166 @@ def test_a_geographic_profile_from_outside_its_geography_warns_at_synth():
         iam.Role(quiet, "Role", assumed_by=iam.AccountRootPrincipal())
     )
     assert not Annotations.from_stack(quiet).find_warning("*", Match.string_like_regexp("routes within"))
+
+
+# --- issue 27: the application profile's underlying grants, and the bypass they leave --------------
+
+
+def test_application_profile_underlying_grants_carry_no_guessed_condition_and_the_bypass_is_documented():
+    """No source says which ARN Bedrock puts in bedrock:InferenceProfileArn for a call through an
+    application profile: a guessed condition would refuse every call, so the underlying statements
+    stay unconditioned and the module says what the role can do and how to close it."""
+    from genai_pacer.models import APPLICATION_PROFILE_BYPASS, INFERENCE_PROFILE_ARN_KEY
+
+    (own, copied) = granted(BedrockModel.application_inference_profile(APP_ARN, copies=f"us.{HAIKU}"))
+    assert "Condition" not in own and "Condition" not in copied
+    # the geographic profile on its own is still fenced by the documented key
+    (_, routed) = granted(BedrockModel.from_id(f"us.{HAIKU}"))
+    assert routed["Condition"] == {"StringEquals": {INFERENCE_PROFILE_ARN_KEY: profile(f"us.{HAIKU}")}}
+    for needed in ("around the application profile", "service control policy", "permissions boundary",
+                   '{"Null": {"bedrock:InferenceProfileArn": "true"}}', "make integ",
+                   "https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-prereq.html"):
+        assert needed in APPLICATION_PROFILE_BYPASS
+
+
+# --- issue 21: a geography with no source is not guessed ---------------------------------------------
+
+
+def test_a_ca_profile_needs_its_regions_since_no_source_lists_them():
+    """`ca.` had Regions nobody could source; now it is refused until regions= is given, never guessed."""
+    assert "ca" not in PROFILE_REGIONS
+    assert "has prefix 'ca', whose routing Regions genai-pacer does not know" in refused(
+        lambda: BedrockModel.inference_profile(f"ca.{HAIKU}"))
+    model = BedrockModel.inference_profile(f"ca.{HAIKU}", regions=["ca-central-1", "ca-west-1"])
+    assert model.profile_regions == ("ca-central-1", "ca-west-1")
+
+
+# --- issue 23: anything shaped like aws_bedrock_alpha's IBedrockInvokable ---------------------------
+
+
+class _Enum:
+    """A jsii enum member as the alpha package exposes it (InferenceProfileType.APPLICATION)."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+
+class _Invokable:
+    """The IBedrockInvokable contract: invokable_arn and grant_invoke (never called by genai-pacer)."""
+
+    invokable_arn: str
+
+    def grant_invoke(self, grantee: Any) -> Any:
+        raise AssertionError("genai-pacer grants exact ARNs itself; the object's own grant is not used")
+
+
+class FakeFoundationModel(_Invokable):
+    """Shaped like aws_bedrock_alpha.BedrockFoundationModel: its ARN holds partition and Region tokens."""
+
+    def __init__(self, model_id: str) -> None:
+        self.model_id = model_id
+        self.model_arn = self.invokable_arn = f"arn:{cdk.Aws.PARTITION}:bedrock:{cdk.Aws.REGION}::foundation-model/{model_id}"
+
+    def grant_invoke_all_regions(self, grantee: Any) -> Any:
+        raise AssertionError("not used")
+
+
+class FakeCrossRegionProfile(_Invokable):
+    """Shaped like aws_bedrock_alpha.CrossRegionInferenceProfile."""
+
+    def __init__(self, geo: str, model: FakeFoundationModel) -> None:
+        self.inference_profile_id = f"{geo}.{model.model_id}"
+        self.inference_profile_model = model
+        self.type = _Enum("SYSTEM_DEFINED")
+        self.inference_profile_arn = self.invokable_arn = (
+            f"arn:{cdk.Aws.PARTITION}:bedrock:{cdk.Aws.REGION}:{cdk.Aws.ACCOUNT_ID}:inference-profile/{self.inference_profile_id}")
+
+    def grant_profile_usage(self, grantee: Any) -> Any:
+        raise AssertionError("not used")
+
+
+class FakeApplicationProfile(_Invokable):
+    """Shaped like aws_bedrock_alpha.ApplicationInferenceProfile: a deploy-time ARN and the model it copies."""
+
+    def __init__(self, arn: str, source: _Invokable) -> None:
+        self.inference_profile_arn = self.invokable_arn = arn
+        self.inference_profile_id = cdk.Fn.select(1, cdk.Fn.split("/", arn))
+        self.inference_profile_model = source
+        self.type = _Enum("APPLICATION")
+
+
+class FakePromptRouter(_Invokable):
+    """Shaped like aws_bedrock_alpha.PromptRouter."""
+
+    def __init__(self) -> None:
+        self.prompt_router_arn = self.invokable_arn = "arn:aws:bedrock:us-east-1:111122223333:default-prompt-router/anthropic.claude:1"
+        self.routing_endpoints = [FakeCrossRegionProfile("us", FakeFoundationModel(HAIKU))]
+
+
+@pytest.mark.parametrize(
+    ("invokable", "expected"),
+    [
+        (FakeFoundationModel(NOVA), BedrockModel.foundation(NOVA)),
+        (FakeCrossRegionProfile("us", FakeFoundationModel(HAIKU)), BedrockModel.inference_profile(f"us.{HAIKU}")),
+        (FakeCrossRegionProfile("global", FakeFoundationModel(SONNET)), BedrockModel.inference_profile(f"global.{SONNET}")),
+        (FakeApplicationProfile(APP_ARN, FakeCrossRegionProfile("us", FakeFoundationModel(HAIKU))),
+         BedrockModel.application_inference_profile(APP_ARN, copies=f"us.{HAIKU}")),
+        (FakeApplicationProfile(APP_ARN, FakeFoundationModel(NOVA)),
+         BedrockModel.application_inference_profile(APP_ARN, copies=NOVA)),
+    ],
+    ids=["foundation", "geographic", "global", "application-over-profile", "application-over-model"],
+)
+def test_an_invokable_becomes_the_bedrock_model_it_names(invokable, expected):
+    """Kind, model id (for metric dimensions and quotas), Regions and the grant all follow."""
+    model = BedrockModel.from_invokable(invokable)
+    assert model == expected
+    assert (model.kind, model.foundation_model_id, model.profile_regions) == (
+        expected.kind, expected.foundation_model_id, expected.profile_regions)
+    assert granted(model) == granted(expected)
+
+
+def test_an_application_profile_with_a_deploy_time_arn_keeps_the_token():
+    stack = stack_in()
+    cfn = bedrock.CfnApplicationInferenceProfile(
+        stack, "Profile", inference_profile_name="tagged", model_source={"copyFrom": fm("us-east-1", NOVA)})
+    model = BedrockModel.from_invokable(FakeApplicationProfile(cfn.attr_inference_profile_arn, FakeFoundationModel(NOVA)))
+    assert (model.kind, model.model_id, model.foundation_model_id) == (
+        "application-profile", cfn.attr_inference_profile_arn, NOVA)
+
+
+@pytest.mark.parametrize(
+    ("invokable", "message"),
+    [
+        (FakePromptRouter(), "model: FakePromptRouter is a prompt router: it sends each call to one of several models, "
+                             "so there is no single model id for metrics, no quota share and no burndown"),
+        (type("Imported", (_Invokable,), {"invokable_arn": cdk.Fn.import_value("Arn")})(),
+         "model: Imported's model cannot be read at synth (its invokable_arn is a deploy-time token"),
+    ],
+    ids=["prompt-router", "unreadable"],
+)
+def test_an_invokable_genai_pacer_cannot_read_is_refused_with_the_reason(invokable, message):
+    from genai_pacer.models import as_bedrock_model
+
+    assert message in refused(lambda: as_bedrock_model(invokable))
+
+
+def test_as_bedrock_model_leaves_other_values_to_the_callers_check():
+    from genai_pacer.models import as_bedrock_model
+
+    model = BedrockModel.foundation(NOVA)
+    assert as_bedrock_model(model) is model
+    assert as_bedrock_model(None) is None and as_bedrock_model("amazon.nova-lite-v1:0") == "amazon.nova-lite-v1:0"
+
+
+def test_the_real_alpha_classes_are_read_the_same_way():
+    """Runs where the dev tools install aws-cdk.aws-bedrock-alpha; genai-pacer never imports it."""
+    alpha = pytest.importorskip("aws_cdk.aws_bedrock_alpha")
+    stack = stack_in()
+    haiku = alpha.BedrockFoundationModel.ANTHROPIC_CLAUDE_3_5_HAIKU_V1_0
+    us = alpha.CrossRegionInferenceProfile.from_config(geo_region=alpha.CrossRegionInferenceProfileRegion.US, model=haiku)
+    app = alpha.ApplicationInferenceProfile(stack, "App", application_inference_profile_name="app", model_source=us)
+    router = alpha.PromptRouter.from_default_id(alpha.DefaultPromptRouterIdentifier.ANTHROPIC_CLAUDE_V1, "us-east-1")
+    assert BedrockModel.from_invokable(haiku) == BedrockModel.foundation(HAIKU)
+    assert BedrockModel.from_invokable(us) == BedrockModel.inference_profile(f"us.{HAIKU}")
+    assert BedrockModel.from_invokable(app).copies == BedrockModel.inference_profile(f"us.{HAIKU}")
+    assert "is a prompt router" in refused(lambda: BedrockModel.from_invokable(router))

@@ -827,3 +827,24 @@ def test_sync_execution_url_exposes_what_a_caller_waits_and_fails_on():
         metric = getattr(url, method)()
         assert (metric.namespace, metric.metric_name, metric.statistic) == ("AWS/Lambda", name, statistic)
         assert stack.resolve(metric.dimensions) == {"FunctionName": stack.resolve(url.function.function_name)}
+
+
+def test_an_ibedrockinvokable_is_accepted_wherever_a_model_is_and_synthesizes_the_same():
+    """An aws_bedrock_alpha-shaped object (invokable_arn + grant_invoke) gives the template a
+    BedrockModel gives: the same ModelId and the same exact grants."""
+    from test_models import FakeCrossRegionProfile, FakeFoundationModel, FakePromptRouter
+
+    def fake() -> FakeCrossRegionProfile:
+        return FakeCrossRegionProfile("us", FakeFoundationModel("anthropic.claude-3-5-haiku-20241022-v1:0"))
+
+    def templates(model) -> dict:
+        stack = new_stack()
+        BoundedMap(stack, "Map", max_concurrency=8, model=model, request=REQUEST)
+        ParallelPrompts(stack, "Parallel", prompts={"a": REQUEST, "b": REQUEST}, model=model, synthesis=REQUEST,
+                        synthesis_model=model)
+        return template_of(stack).to_json()
+
+    assert templates(fake()) == templates(PROFILE)
+    with pytest.raises(InvalidPropsError, match="synthesis_model: FakePromptRouter is a prompt router"):
+        ParallelPrompts(new_stack(), "P", prompts={"a": REQUEST}, model=PROFILE, synthesis=REQUEST,
+                        synthesis_model=FakePromptRouter())

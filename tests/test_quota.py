@@ -648,3 +648,26 @@ def test_a_token_for_any_share_argument_is_refused_naming_it(argument, kind):
         quota.share(arguments.pop("name"), arguments.pop("profile"), **arguments)
     assert any(re.match(rf"{argument}\b", problem) for problem in error.value.problems), error.value.problems
     assert not quota.shares
+
+
+PROFILE_ARGS = ["input_tokens", "output_tokens", "max_tokens", "cache_write_tokens", "cache_read_tokens"]
+
+
+@pytest.mark.parametrize("kind", ["number", "string", "Duration", "list"])
+@pytest.mark.parametrize("argument", PROFILE_ARGS)
+def test_a_token_for_any_profile_argument_is_refused_naming_it(argument, kind):
+    """quota.profile() feeds the plan, computed at synth: every kind of token is refused by name
+    (a Duration built from a parameter used to pass as a token count and reach the plan)."""
+    arguments = {"input_tokens": 2_500, "output_tokens": 300, "max_tokens": 440, argument: _tokens()[kind]}
+    with pytest.raises(InvalidPropsError) as error:
+        haiku_quota().profile(**arguments)
+    assert any(re.match(rf"{argument}\b", problem) for problem in error.value.problems), error.value.problems
+
+
+def test_a_quota_accepts_an_ibedrockinvokable_and_plans_for_the_model_it_names():
+    from test_models import FakeCrossRegionProfile, FakeFoundationModel
+
+    alpha_like = FakeCrossRegionProfile("us", FakeFoundationModel("anthropic.claude-3-5-haiku-20241022-v1:0"))
+    quota = ModelQuota(new_stack(), "Quota", model=alpha_like, tpm_quota=400_000, burndown=5)
+    assert quota.model == HAIKU
+    assert quota.plan().model_id == HAIKU.model_id

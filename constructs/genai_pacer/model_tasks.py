@@ -21,7 +21,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from ._checks import Checks
-from .models import INVOKE_ACTIONS, BedrockModel
+from .models import INVOKE_ACTIONS, BedrockModel, as_bedrock_model
 
 __all__ = [
     "DEFAULT_RETRY_ERRORS",
@@ -302,6 +302,7 @@ def model_call(
     Regions an inference profile routes to.
     """
     options = options or TaskOptions()
+    model = as_bedrock_model(model)
     with Checks(id) as check:
         check.instance("model", model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('amazon.nova-lite-v1:0')")
         check.instance(

@@ -19,12 +19,20 @@ and let the role call any model):
   associated with it ("When you specify an inference profile in the Resource field ... you must
   also specify the foundation model in each Region associated with it"):
   https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-prereq.html
+  Those underlying grants carry NO condition (APPLICATION_PROFILE_BYPASS says why and what to do):
+  the role can also call the copied model or system profile directly, around the application
+  profile's cost-allocation tags.
 - provisioned throughput (invoked by its ARN): the provisioned-model ARN:
   https://docs.aws.amazon.com/bedrock/latest/userguide/security_iam_id-based-policy-examples.html
   and https://docs.aws.amazon.com/bedrock/latest/userguide/prov-thru-prereq.html
 
 A foundation-model ARN built from a profile id (`us.anthropic...`) names no model and is refused
 at run time, so such ids are refused here instead, with the call to make.
+
+Any object shaped like aws-cdk's `aws_bedrock_alpha.IBedrockInvokable` (`invokable_arn` and
+`grant_invoke`: BedrockFoundationModel, CrossRegionInferenceProfile, ApplicationInferenceProfile)
+becomes a BedrockModel through `as_bedrock_model` / `BedrockModel.from_invokable`, without
+importing the alpha package; a PromptRouter is refused (it spans several models).
 """
 
 from __future__ import annotations
@@ -40,22 +48,68 @@ from aws_cdk import aws_iam as iam
 
 from constructs import Construct
 
-from ._checks import Checks, is_token, kind_of
+from ._checks import Checks, InvalidPropsError, is_token, kind_of
 
-__all__ = ["BedrockModel", "ModelKind", "PROFILE_REGIONS", "KNOWN_PROVIDERS"]
+__all__ = [
+    "APPLICATION_PROFILE_BYPASS",
+    "BedrockModel",
+    "INFERENCE_PROFILE_ARN_KEY",
+    "KNOWN_PROVIDERS",
+    "ModelKind",
+    "PROFILE_REGIONS",
+    "as_bedrock_model",
+]
 
 #: Regions that the geographic cross-Region inference profiles commonly route to. Routing differs
 #: per model and grows over time: check `aws bedrock get-inference-profile` and pass `regions=`
-#: when your profile differs.
+#: when your profile differs. If a list is short, calls Bedrock routes to a missing Region fail
+#: with AccessDeniedException (the grant names no model there): pass regions= from
+#: get-inference-profile. A prefix not listed here (e.g. `ca.`, for which no source was found) is
+#: refused at synth until regions= is given, so no Region is guessed.
+#: Sources (the user guide lists destinations per model, so no list is right for every model:
+#: https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-support.html):
+#: us, eu, apac: aws-cdk's own @aws-cdk/aws-bedrock-alpha 2.275.0 REGION_TO_GEO_AREA (eu-north-1
+#: is kept from earlier releases, unconfirmed: an extra Region only widens a grant usable through
+#: the profile alone); us-gov, jp (Tokyo, Osaka), au (Sydney, Melbourne): its
+#: CrossRegionInferenceProfileRegion US_GOV, JP, AU:
+#: https://github.com/aws/aws-cdk/blob/v2.275.0-alpha.0/packages/@aws-cdk/aws-bedrock-alpha/bedrock/inference-profiles/cross-region-inference-profile.ts
 PROFILE_REGIONS: dict[str, tuple[str, ...]] = {
     "us": ("us-east-1", "us-east-2", "us-west-2"),
     "us-gov": ("us-gov-east-1", "us-gov-west-1"),
     "eu": ("eu-central-1", "eu-north-1", "eu-west-1", "eu-west-3"),
     "apac": ("ap-northeast-1", "ap-northeast-2", "ap-south-1", "ap-southeast-1", "ap-southeast-2"),
-    "ca": ("ca-central-1", "ca-west-1"),
     "jp": ("ap-northeast-1", "ap-northeast-3"),
     "au": ("ap-southeast-2", "ap-southeast-4"),
 }
+
+#: The IAM condition key that holds the inference profile a foundation-model call came through
+#: ("use the ...InferenceProfileArn condition key ... in a statement that scopes to the
+#: foundation-model resources"): https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-prereq.html
+#: and the Service Authorization Reference for Amazon Bedrock (condition keys):
+#: https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonbedrock.html
+INFERENCE_PROFILE_ARN_KEY = "bedrock:InferenceProfileArn"
+#: The global condition key the documented global-profile policy conditions on ("unspecified" for
+#: the Region-less model): https://docs.aws.amazon.com/bedrock/latest/userguide/global-cross-region-inference.html
+REQUESTED_REGION_KEY = "aws:RequestedRegion"
+
+APPLICATION_PROFILE_BYPASS = """\
+An application inference profile's grant allows bedrock:InvokeModel on the profile AND, with no
+condition, on what it copies (the system-defined profile and its foundation models, or the
+foundation model): the role can call those directly, around the application profile and its
+cost-allocation tags. genai-pacer does not condition them on bedrock:InferenceProfileArn, because
+no AWS source says which ARN Bedrock puts in that key when a call arrives through an application
+profile (the application profile's, the system profile's, or none): a wrong guess would make every
+call fail with AccessDeniedException. To close the bypass, deny what your account should not do,
+in a service control policy or a permissions boundary on the role, and verify it with a deployed
+call through the profile (`make integ`) before enforcing it:
+- deny bedrock:InvokeModel* on the copied foundation-model ARNs when bedrock:InferenceProfileArn
+  is absent ({"Null": {"bedrock:InferenceProfileArn": "true"}}): direct model calls carry no
+  profile, so they are refused;
+- deny bedrock:InvokeModel* on the system-defined profile's ARN unless bedrock:InferenceProfileArn
+  equals the application profile's ARN, if your test shows Bedrock sets it so.
+Sources: https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-prereq.html,
+https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonbedrock.html
+"""
 
 GLOBAL_PREFIX = "global"
 
@@ -97,6 +151,10 @@ _KIND_NAMES: dict[str, str] = {
     "provisioned": "a Provisioned Throughput model",
 }
 
+#: IAM actions of a model call: InvokeModel also authorizes Converse, and the stream action
+#: ConverseStream (https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html,
+#: "requires permission for the bedrock:InvokeModel action"; checked against botocore's
+#: bedrock-runtime operations in tests/test_aws_facts_bedrock.py).
 INVOKE_ACTIONS = ("bedrock:InvokeModel",)
 STREAM_ACTIONS = ("bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream")
 
@@ -268,6 +326,58 @@ class BedrockModel:
         given: Any = () if regions is None else tuple(regions) if isinstance(regions, list | tuple) else regions
         return cls(model_id, given, kind=kind, copies=source)
 
+    @classmethod
+    def from_invokable(cls, invokable: Any, *, regions: Sequence[str] | None = None) -> BedrockModel:
+        """A BedrockModel from an object shaped like aws-cdk's `aws_bedrock_alpha.IBedrockInvokable`.
+
+        Read without importing the alpha package (its version tags allow no peer range):
+        - a foundation model (`model_id`): BedrockModel.foundation(model_id);
+        - a cross-Region (system-defined) profile (`inference_profile_id`): BedrockModel.inference_profile,
+          its Regions from PROFILE_REGIONS or `regions`;
+        - an application profile (`inference_profile_model`): BedrockModel.application_inference_profile
+          of its `invokable_arn` (a token is fine), copying what its `inference_profile_model` gives;
+        - anything else whose `invokable_arn` is a Bedrock ARN as text: BedrockModel.from_id(arn).
+        Refused, with the reason: a prompt router (`routing_endpoints`: several models, so no single
+        model id for metrics, no quota or burndown), and an object whose model cannot be read at
+        synth. The grant is genai-pacer's own (exact ARNs), not the object's `grant_invoke`.
+        """
+        if isinstance(invokable, BedrockModel):
+            return invokable
+        name = type(invokable).__name__
+        with Checks("BedrockModel.from_invokable") as check:
+            if not (hasattr(invokable, "invokable_arn") and callable(getattr(invokable, "grant_invoke", None))):
+                check.fail(
+                    f"{name} is not a Bedrock model: pass a BedrockModel, or an object with invokable_arn and "
+                    "grant_invoke (aws_bedrock_alpha's BedrockFoundationModel, CrossRegionInferenceProfile or "
+                    "ApplicationInferenceProfile)"
+                )
+            elif hasattr(invokable, "routing_endpoints") or hasattr(invokable, "prompt_router_arn"):
+                check.fail(
+                    f"{name} is a prompt router: it sends each call to one of several models, so there is no "
+                    "single model id for metrics, no quota share and no burndown; pass one of its models "
+                    "(a BedrockModel or one of routing_endpoints), or call the router with your own grant"
+                )
+        model_id = getattr(invokable, "model_id", None)
+        profile_id = getattr(invokable, "inference_profile_id", None)
+        copied = getattr(invokable, "inference_profile_model", None)
+        kind = str(getattr(getattr(invokable, "type", None), "value", getattr(invokable, "type", "")) or "")
+        arn = invokable.invokable_arn
+        if copied is not None and kind.upper().endswith("APPLICATION"):
+            return cls.application_inference_profile(arn, copies=cls.from_invokable(copied))
+        if isinstance(profile_id, str) and not is_token(profile_id) and copied is not None:
+            return cls.inference_profile(profile_id, regions=regions)
+        if isinstance(model_id, str) and model_id and not is_token(model_id):
+            return cls.foundation(model_id)
+        if isinstance(arn, str) and not is_token(arn) and _looks_like_arn(arn):
+            return cls.from_id(arn, regions=regions)
+        with Checks("BedrockModel.from_invokable") as check:
+            check.fail(
+                f"{name}'s model cannot be read at synth (its invokable_arn is a deploy-time token and it has "
+                "no model_id, inference_profile_id or inference_profile_model): build the BedrockModel yourself, "
+                "e.g. BedrockModel.application_inference_profile(arn, copies='us.anthropic...')"
+            )
+        raise AssertionError("unreachable: Checks raised")  # pragma: no cover
+
     # --- what a caller needs -------------------------------------------------------------------
 
     @property
@@ -404,8 +514,8 @@ class BedrockModel:
         if kind == "application-profile":
             assert self.copies is not None  # validated at construction
             copied = self.copies._statements(scope, self._copy_source(source))
-            # No bedrock:InferenceProfileArn conditions here: which ARN Bedrock puts in that key
-            # when the call arrives through an application profile is not documented.
+            # Unconditioned on purpose: APPLICATION_PROFILE_BYPASS (which ARN Bedrock puts in
+            # bedrock:InferenceProfileArn for a call through an application profile is undocumented).
             resources = tuple(dict.fromkeys(a for s in copied for a in s.resources))
             return [_Statement((self.model_id,)), _Statement(resources)]
         profile = self._profile_arn(source)
@@ -415,21 +525,21 @@ class BedrockModel:
         if kind == "global-profile":
             # The three statements of the documented global policy, conditions included.
             return [
-                _Statement((profile,), {"StringEquals": {"aws:RequestedRegion": source.region}}),
+                _Statement((profile,), {"StringEquals": {REQUESTED_REGION_KEY: source.region}}),
                 _Statement(
                     (in_region,),
-                    {"StringEquals": {"aws:RequestedRegion": source.region, "bedrock:InferenceProfileArn": profile}},
+                    {"StringEquals": {REQUESTED_REGION_KEY: source.region, INFERENCE_PROFILE_ARN_KEY: profile}},
                 ),
                 _Statement(
                     (source.arn("foundation-model", model, region="", account=""),),
-                    {"StringEquals": {"aws:RequestedRegion": "unspecified", "bedrock:InferenceProfileArn": profile}},
+                    {"StringEquals": {REQUESTED_REGION_KEY: "unspecified", INFERENCE_PROFILE_ARN_KEY: profile}},
                 ),
             ]
         # Geographic: the source Region's model and every destination's, only through the profile.
         routed = [in_region] + [source.arn("foundation-model", model, region=r, account="") for r in self.profile_regions]
         return [
             _Statement((profile,)),
-            _Statement(tuple(dict.fromkeys(routed)), {"StringEquals": {"bedrock:InferenceProfileArn": profile}}),
+            _Statement(tuple(dict.fromkeys(routed)), {"StringEquals": {INFERENCE_PROFILE_ARN_KEY: profile}}),
         ]
 
     def _profile_arn(self, source: _Source) -> str:
@@ -706,3 +816,17 @@ def _scope_of(grantee: iam.IGrantable) -> Construct:
         if isinstance(candidate, Construct):
             return candidate
     raise TypeError(f"cannot grant to {grantee!r}: pass a role, function or other construct")
+
+
+def as_bedrock_model(value: Any, name: str = "model") -> Any:
+    """`value` as a BedrockModel when it is one or is IBedrockInvokable-shaped (BedrockModel.from_invokable);
+    anything else unchanged, so the caller's own type check names the prop. Constructs call this on
+    every model prop before checking it; a refusal names the prop."""
+    if isinstance(value, BedrockModel) or value is None:
+        return value
+    if hasattr(value, "invokable_arn") and callable(getattr(value, "grant_invoke", None)):
+        try:
+            return BedrockModel.from_invokable(value)
+        except InvalidPropsError as error:
+            raise InvalidPropsError(error.owner, [f"{name}: {problem}" for problem in error.problems]) from None
+    return value

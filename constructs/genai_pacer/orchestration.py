@@ -37,7 +37,7 @@ from .model_tasks import (
     has_retry,
     model_call,
 )
-from .models import BedrockModel
+from .models import BedrockModel, as_bedrock_model
 
 __all__ = [
     "BoundedMap",
@@ -116,6 +116,7 @@ class _MapBase(_ExecutionMetrics, Construct):
         retry: BedrockRetry,
         task_options: TaskOptions | None,
     ) -> tuple[sfn.IChainable | None, list[BedrockModel]]:
+        model = as_bedrock_model(model)
         check.instance("model", model, BedrockModel, _MODEL_HINT, optional=True)
         check.instance("item_processor", item_processor, sfn.IChainable, "an sfn chain (a state or .next() chain)", optional=True)
         check.instance("task_options", task_options, TaskOptions, "TaskOptions(...)", optional=True)
@@ -423,6 +424,8 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
         state_machine_options: StateMachineOptions | None = None,
     ) -> None:
         super().__init__(scope, id)
+        model = as_bedrock_model(model)
+        synthesis_model = as_bedrock_model(synthesis_model, "synthesis_model")
         with Checks(f"ParallelPrompts {id}") as check:
             check.instance("model", model, BedrockModel, _MODEL_HINT)
             check.instance("synthesis_model", synthesis_model, BedrockModel, _MODEL_HINT, optional=True)

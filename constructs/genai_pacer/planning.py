@@ -146,11 +146,11 @@ def _number(
 
     whole: the unit of a count ("tokens", "records", "calls"): the value must be an int, or a float
     with no fractional part up to 2**53 (above that a float skips whole numbers). A CDK token (a
-    float or str; only those can be one) is refused, as a plan needs its value at synth time, unless
+    float, a str, or a Duration built from one) is refused, as a plan needs its value at synth time, unless
     tokens_pass, where the caller hands it on. Ints beyond a float's range are refused here because
     math.isfinite raises OverflowError on them.
     """
-    if isinstance(value, float | str) and is_token(value):
+    if is_token(value):  # a number or string token, or a Duration built from one (Duration.seconds(param))
         if tokens_pass:
             return False
         return check.fail(

@@ -52,7 +52,7 @@ from constructs import Construct, IConstruct, IValidation
 
 from . import planning
 from ._checks import Checks, is_token
-from .models import BedrockModel
+from .models import BedrockModel, as_bedrock_model
 from .quota_check import PLAN_FILE_PREFIX
 
 __all__ = [
@@ -373,6 +373,7 @@ class ModelQuota(Construct):
         require_shares: bool = False,
     ) -> None:
         super().__init__(scope, id)
+        model = as_bedrock_model(model)
         with Checks(f"ModelQuota {id}") as check:
             check.instance("model", model, BedrockModel, _MODEL_HINT)
             _plan_number(check, "tpm_quota", tpm_quota, minimum=1, maximum=planning.MAX_TPM_QUOTA,
