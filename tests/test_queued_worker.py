@@ -146,7 +146,7 @@ def test_good_batch_stores_each_answer_with_usage_order_and_times(worker, capsys
     assert result == {"batchItemFailures": []}
     stored = item(worker, "review#1")
     assert stored["answer"] == "Great product." and stored["model_id"] == MODEL
-    assert (stored["input_tokens"], stored["output_tokens"], stored["request_id"]) == ("30", "4", "m1")
+    assert (stored["input_tokens"], stored["output_tokens"], stored["request_id"]) == ("30", "4", "queue#m1")
     assert (stored["sequence"], stored["stop_reason"], stored["served_latency"]) == (str(T0), "end_turn", "standard")
     assert stored["sent_at"] == "2025-11-29T23:46:40.000+00:00"
     assert stored["generated_at"].endswith("+00:00") and "expires_at" not in stored
@@ -323,7 +323,7 @@ def test_an_older_request_never_replaces_a_newer_answer(worker, capsys):
     for batch in ([r1], [r2], [r1], [r0]):  # r1 redelivered, then r0 arriving late for the first time
         assert worker.handler({"Records": batch}) == {"batchItemFailures": []}
     # r1 and r0 made no model call (the stub holds only two responses) and left r2 in place.
-    assert (item(worker, "k")["answer"], item(worker, "k")["request_id"]) == ("v2", "r2")
+    assert (item(worker, "k")["answer"], item(worker, "k")["request_id"]) == ("v2", "queue#r2")
     assert [e["message"] for e in log_lines(capsys)] == ["superseded by a newer answer"] * 2
 
 
@@ -357,7 +357,7 @@ def test_a_producer_retry_with_the_same_request_id_is_a_duplicate(worker):
     for message_id, sent in (("m-1", T0), ("m-9", T0 + 50)):
         batch = {"Records": [record(message_id, {"key": "k", "prompt": "p", "requestId": "r1"}, sent=sent)]}
         assert worker.handler(batch) == {"batchItemFailures": []}
-    assert item(worker, "k")["request_id"] == "r1"
+    assert item(worker, "k")["request_id"] == "queue#r1"
 
 
 def test_a_legacy_answer_without_a_sequence_is_replaced(worker):

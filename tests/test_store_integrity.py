@@ -167,3 +167,100 @@ def test_the_write_condition_names_and_values_are_complete_and_literal():
     written = set(answers.Answer(key="k", text="t", model_id="m", request_id="r", sequence=1, expires_at=1).to_item())
     assert set(names.values()) <= written
     assert len(condition) <= 4096  # DynamoDB's limit on an expression string
+
+
+# --- 27.2: a producer can't pin a key -----------------------------------------------------------
+
+from test_queued_worker import T0, answer, expect_call, item, log_lines, record, worker  # noqa: E402, F401
+
+
+def test_a_producer_sequence_beyond_send_time_plus_the_skew_is_refused_and_later_writes_win(worker, capsys):  # noqa: F811
+    pinned = record("m-pin", {"key": "k", "prompt": "p", "sequence": 10**38 - 1}, sent=T0)
+    just_over = record("m-over", {"key": "k", "prompt": "p", "sequence": T0 + 60_001}, sent=T0)
+    assert worker.handler({"Records": [pinned, just_over]}) == {
+        "batchItemFailures": [{"itemIdentifier": "m-pin"}, {"itemIdentifier": "m-over"}]
+    }
+    assert item(worker, "k") is None  # no model call (the stub holds none), nothing stored
+    details = [line["detail"] for line in log_lines(capsys)]
+    assert details == [
+        f"sequence={s} must be from 0 to the message's SentTimestamp plus 60000 ms (epoch milliseconds): "
+        "a larger one would outrank every later writer" for s in (10**38 - 1, T0 + 60_001)
+    ]
+    # At the bound exactly, a producer sequence is accepted ...
+    expect_call(worker, "at the bound")
+    at_bound = record("m-edge", {"key": "k", "prompt": "p", "sequence": T0 + 60_000}, sent=T0)
+    assert worker.handler({"Records": [at_bound]}) == {"batchItemFailures": []}
+    # ... and any message sent after that instant (default sequence: its SentTimestamp) replaces it.
+    expect_call(worker, "later")
+    later = record("m-later", {"key": "k", "prompt": "p"}, sent=T0 + 60_001)
+    assert worker.handler({"Records": [later]}) == {"batchItemFailures": []}
+    assert (item(worker, "k")["answer"], item(worker, "k")["request_id"]) == ("later", "queue#m-later")
+
+
+def test_no_producer_request_id_outranks_another_writer_at_an_equal_sequence(worker):  # noqa: F811
+    """Without namespacing, requestId "\\uffff" would beat the router's id at the same millisecond."""
+    router = answers.Answer(key="k", text="router's", model_id="m", request_id="router#abc", sequence=T0)
+    assert answers.put_answer(worker.DDB, "answers", router) is True
+    message = record("m-1", {"key": "k", "prompt": "p", "requestId": "\uffff\uffff"}, sent=T0)
+    assert worker.handler({"Records": [message]}) == {"batchItemFailures": []}  # superseded: no model call
+    assert (item(worker, "k")["answer"], item(worker, "k")["request_id"]) == ("router's", "router#abc")
+    assert sorted(answers.WRITER_PREFIXES.values()) == ["batch#", "precompute#", "queue#", "router#"]
+
+
+# --- 27 mutation gaps: release honours the owner; supersedes agrees with the condition -----------
+
+
+def test_release_never_deletes_a_claim_someone_took_over_after_expiry(ddb):
+    first = answers.claim(ddb, TABLE, "r", seconds=10, now=1000)
+    assert answers.claim(ddb, TABLE, "r", seconds=10, now=1005) is None  # still held
+    second = answers.claim(ddb, TABLE, "r", seconds=10, now=1011)  # the first expired: taken over
+    assert first and second and first != second
+    assert answers.release(ddb, TABLE, "r", first) is False  # the late first caller releases nothing
+    (claim,) = ddb.scan(TableName=TABLE)["Items"]
+    assert claim["owner"]["S"] == second
+    assert answers.claim(ddb, TABLE, "r", seconds=10, now=1012) is None  # the second still holds it
+    assert answers.release(ddb, TABLE, "r", second) is True
+    assert ddb.scan(TableName=TABLE)["Items"] == []
+
+
+@pytest.mark.parametrize(
+    ("stored_id", "new_id", "stored_seq", "new_seq"),
+    [
+        ("queue#a", "queue#b", 5_000, 5_000),
+        ("queue#b", "queue#a", 5_000, 5_000),
+        ("queue#a", "queue#a", 5_000, 5_000),
+        ("router#a", "queue#z", 5_000, 5_000),
+        ("queue#z", "router#a", 5_000, 5_000),
+        ("queue#a", "queue#b", 5_001, 5_000),
+        ("queue#b", "queue#a", 4_999, 5_000),
+    ],
+)
+def test_supersedes_agrees_with_the_write_condition(ddb, stored_id, new_id, stored_seq, new_seq):
+    """The worker skips a message when supersedes() says so; if it disagreed with put_answer's condition
+    at equal sequences, a message would be dropped unanswered (or a model call paid for nothing).
+    (One deliberate difference: the same request id at a newer sequence is a producer's retry, a
+    duplicate for supersedes; tests/test_queued_worker.py covers it.)"""
+    stored = answers.Answer(key="k", text="stored", model_id="m", request_id=stored_id, sequence=stored_seq)
+    assert answers.put_answer(ddb, TABLE, stored) is True
+    read = answers.get_answer(ddb, TABLE, "k")
+    skipped = answers.supersedes(read, new_id, new_seq)
+    new = answers.Answer(key="k", text="new", model_id="m", request_id=new_id, sequence=new_seq)
+    written = answers.put_answer(ddb, TABLE, new)
+    assert skipped == (not written)
+    # The order is the documented one: higher sequence, then higher (or same) request id, wins.
+    assert skipped == ((stored_seq, stored_id) >= (new_seq, new_id))
+
+
+def test_the_worker_answers_a_message_that_outranks_the_stored_answer_at_an_equal_sequence(worker):  # noqa: F811
+    older = answers.Answer(key="k", text="a's", model_id="m", request_id="queue#a", sequence=T0)
+    assert answers.put_answer(worker.DDB, "answers", older) is True
+    expect_call(worker, "b's")
+    assert worker.handler({"Records": [record("m-b", {"key": "k", "prompt": "p", "requestId": "b"}, sent=T0)]}) == {
+        "batchItemFailures": []
+    }
+    assert item(worker, "k")["answer"] == "b's"
+    # And the reverse: an id that sorts lower at the same sequence is skipped without a model call.
+    assert worker.handler({"Records": [record("m-0", {"key": "k", "prompt": "p", "requestId": "0"}, sent=T0)]}) == {
+        "batchItemFailures": []
+    }
+    assert item(worker, "k")["answer"] == "b's"

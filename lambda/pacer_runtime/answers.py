@@ -32,6 +32,16 @@ Order
     older request redelivered late therefore never replaces a newer answer, whatever order the
     writes arrive in. An item without a sequence (written before sequences existed) is replaced.
 
+    Units and bounds: a sequence is epoch milliseconds (the unit of SQS's SentTimestamp), or a
+    producer's own order in the same unit, and is never beyond the writer's clock plus
+    CLOCK_SKEW_SECONDS (the queue worker refuses a producer sequence beyond its message's
+    SentTimestamp plus SEQUENCE_SKEW_MS; put_answer refuses one beyond now plus the skew). So no
+    writer can pin a key: whatever it writes, a write made one skew later outranks it.
+
+    Request ids are namespaced by writer (WRITER_PREFIXES: "batch#", "precompute#", "queue#",
+    "router#", then the writer's own id), so at an equal sequence the writer kind decides, in that
+    order, and within a kind the id: no producer chooses an id that outranks another writer's.
+
 Claims (items under pk = "claim#...", never an answer's key)
     Three kinds share the `claim#` prefix, each under its own sub-prefix so no writer can produce
     another's pk: the worker's per-request claims under "claim#req#" + request id (below), the
@@ -77,6 +87,7 @@ __all__ = [
     "CLOCK_SKEW_SECONDS",
     "INVALID_ITEMS",
     "SEQUENCE_SKEW_MS",
+    "WRITER_PREFIXES",
     "InvalidItemError",
     "InvalidKeyError",
     "check_item",
@@ -105,6 +116,8 @@ TTL_ATTRIBUTE = "expires_at"
 MAX_KEY_BYTES = 2048
 #: A request id is stored under REQUEST_CLAIM_PREFIX + id, so the prefix's bytes come off the limit.
 MAX_REQUEST_ID_BYTES = MAX_KEY_BYTES - len(REQUEST_CLAIM_PREFIX.encode())
+#: The prefix each writer puts before its own request ids (see Order in the module docstring).
+WRITER_PREFIXES = {"batch": "batch#", "precompute": "precompute#", "queue": "queue#", "router": "router#"}
 #: DynamoDB numbers hold 38 significant digits.
 MAX_SEQUENCE = 10**38 - 1
 

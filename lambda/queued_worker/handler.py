@@ -11,9 +11,13 @@ Message body (JSON object; any other field is refused, so a misspelt one is neve
       "inferenceConfig": {"maxTokens": 600, "temperature": 0.2},       optional; maxTokens defaults to
                                               and may not exceed MAX_OUTPUT_TOKENS (the time budget's size)
       "additionalModelRequestFields": {"top_k": 40},                    optional
-      "requestId": "...",                     optional idempotency key (default: the SQS messageId)
-      "sequence": 42                          optional producer order (integer >= 0; default: the
-                                              message's SentTimestamp in milliseconds)
+      "requestId": "...",                     optional idempotency key (default: the SQS messageId);
+                                              stored as "queue#" + requestId
+      "sequence": 1764460000000               optional producer order, in epoch milliseconds (the
+                                              unit of SentTimestamp): an integer from 0 to the
+                                              message's SentTimestamp + 60,000 (answers.SEQUENCE_SKEW_MS);
+                                              default: the SentTimestamp. A larger one is refused, so no
+                                              producer can pin a key against later writers.
     }
 
 Per message: claim the request (one model call even when SQS delivers it twice at once), skip it
@@ -32,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -95,7 +100,8 @@ def emit_metrics(result, request: dict[str, Any] | None = None) -> None:
 @dataclass(frozen=True)
 class Message:
     key: str  # normalized
-    request_id: str
+    request_id: str  # the producer's id: claims are per request
+    stored_id: str  # the answer's request_id: namespaced, so it ranks among the queue's own ids only
     sequence: int  # the producer's sequence, else SentTimestamp in ms
     sent_at: str | None
     request: dict[str, Any]
@@ -118,14 +124,20 @@ def parse(record: dict) -> Message:
     except answers.InvalidKeyError as error:
         raise RequestError(str(error)) from None
 
-    sent_ms = (record.get("attributes") or {}).get("SentTimestamp")
-    sent_ms = int(sent_ms) if isinstance(sent_ms, str) and sent_ms.isdigit() else None
+    attributes = record.get("attributes")
+    sent_ms = attributes.get("SentTimestamp") if isinstance(attributes, dict) else None
+    sent_ms = int(sent_ms) if isinstance(sent_ms, str) and sent_ms.isascii() and sent_ms.isdigit() else None
     sequence = body.get("sequence")
     if sequence is not None:
         if not isinstance(sequence, int) or isinstance(sequence, bool):
             raise RequestError(f"sequence must be an integer, not a {type(sequence).__name__}")
-        if not 0 <= sequence <= answers.MAX_SEQUENCE:
-            raise RequestError(f"sequence={sequence} must be from 0 to 10^38 - 1 (a DynamoDB number)")
+        # Epoch ms, at most the send time plus the skew (the worker's clock when SQS gave no send time).
+        bound = (sent_ms if sent_ms is not None else int(time.time() * 1000)) + answers.SEQUENCE_SKEW_MS
+        if not 0 <= sequence <= bound:
+            raise RequestError(
+                f"sequence={sequence} must be from 0 to the message's SentTimestamp plus "
+                f"{answers.SEQUENCE_SKEW_MS} ms (epoch milliseconds): a larger one would outrank every later writer"
+            )
     elif sent_ms is None:
         raise RequestError(
             "the record has no SentTimestamp attribute and the body no sequence: its answer cannot be ordered"
@@ -150,6 +162,7 @@ def parse(record: dict) -> Message:
     return Message(
         key=key,
         request_id=request_id,
+        stored_id=answers.WRITER_PREFIXES["queue"] + request_id,
         sequence=sequence if sequence is not None else sent_ms,  # type: ignore[arg-type]
         sent_at=answers.iso_utc(sent_ms / 1000) if sent_ms is not None else None,
         request=request,
@@ -165,8 +178,8 @@ def process(record: dict) -> bool:
     owner = answers.claim(DDB, TABLE_NAME, message.request_id, seconds=CALL_BUDGET_SECONDS + STORE_SECONDS)
     try:
         stored = answers.get_answer(DDB, TABLE_NAME, message.key)
-        if stored is not None and answers.supersedes(stored, message.request_id, message.sequence):
-            same = stored.request_id == message.request_id
+        if stored is not None and answers.supersedes(stored, message.stored_id, message.sequence):
+            same = stored.request_id == message.stored_id
             log("INFO", "already answered" if same else "superseded by a newer answer", **ids,
                 storedRequestId=stored.request_id)
             return True
@@ -184,7 +197,7 @@ def process(record: dict) -> bool:
             DDB,
             TABLE_NAME,
             answers.Answer.from_result(
-                result, key=message.key, model_id=MODEL_ID, request_id=message.request_id,
+                result, key=message.key, model_id=MODEL_ID, request_id=message.stored_id,
                 sequence=message.sequence, sent_at=message.sent_at, ttl_seconds=ANSWER_TTL_SECONDS,
             ),
         )
