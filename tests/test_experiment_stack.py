@@ -18,6 +18,7 @@ from helpers import resources
 from pacer_runtime.experiment import Experiment
 
 from stacks.experiment_stack import TREATMENT_SHARE, ExperimentStack
+from stacks.orchestration_stack import OrchestrationStack
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,8 @@ def synthesized() -> tuple[list[str], Path, dict]:
     outdir = Path(tempfile.mkdtemp())
     app = cdk.App(outdir=str(outdir))
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    ExperimentStack(app, "GenaiPacerExperiment")
+    quota = OrchestrationStack(app, "GenaiPacerOrchestration").quota  # as app.py shares the model's quota
+    ExperimentStack(app, "GenaiPacerExperiment", quota=quota)
     with contextlib.suppress(RuntimeError):  # ValidationFailed: the findings are in the report
         app.synth()
     template = json.loads((outdir / "GenaiPacerExperiment.template.json").read_text())

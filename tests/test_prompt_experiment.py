@@ -637,3 +637,43 @@ def test_the_guard_waits_role_may_only_describe_alarms_and_write_its_own_logs(bu
     statements = [s for p in policies for s in p["PolicyDocument"]["Statement"]]
     actions = sorted(a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))
     assert actions == ["cloudwatch:DescribeAlarms", "logs:CreateLogStream", "logs:PutLogEvents"]
+
+
+# ---- trust policies (issue 27) --------------------------------------------------------------------
+
+
+def test_eventbridge_may_assume_the_fallback_role_only_for_this_rule_in_this_account(built):
+    _, template = built
+    rule = only(template, "AWS::Events::Rule")["Properties"]
+    (target,) = rule["Targets"]
+    role_id = target["RoleArn"]["Fn::GetAtt"][0]
+    trust = template["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust == [{
+        "Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"},
+        "Condition": {
+            "StringEquals": {"aws:SourceAccount": "111122223333"},
+            "ArnEquals": {"aws:SourceArn": {"Fn::Join": ["", [
+                "arn:", {"Ref": "AWS::Partition"}, f":events:us-east-1:111122223333:rule/{rule['Name']}"]]}},
+        },
+    }]
+    assert len(rule["Name"]) <= 64 and rule["Name"].endswith("-guard")
+    # the role may start this workflow only
+    (policy,) = [p["Properties"] for p in resources(template, "AWS::IAM::Policy").values() if p["Properties"]["Roles"] == [{"Ref": role_id}]]
+    assert policy["PolicyDocument"]["Statement"] == [{"Action": "states:StartExecution", "Effect": "Allow",
+                                                      "Resource": {"Ref": next(iter(resources(template, "AWS::StepFunctions::StateMachine")))}}]
+    # no other role trusts events.amazonaws.com
+    events_roles = [k for k, r in resources(template, "AWS::IAM::Role").items()
+                    if "events.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
+    assert events_roles == [role_id]
+
+
+def test_the_appconfig_monitor_role_reads_alarms_only_and_its_trust_is_documented_unconditioned(built):
+    """No primary source says what AppConfig sets in aws:SourceArn / aws:SourceAccount: the trust stays as
+    AppConfig's user guide shows it, and the role can only read alarm states."""
+    _, template = built
+    environment = only(template, "AWS::AppConfig::Environment")["Properties"]
+    role_ids = {m["AlarmRoleArn"]["Fn::GetAtt"][0] for m in environment["Monitors"]}
+    (role,) = [template["Resources"][r]["Properties"] for r in role_ids]
+    assert role["AssumeRolePolicyDocument"]["Statement"] == [
+        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "appconfig.amazonaws.com"}}]
+    assert [s["Action"] for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]] == ["cloudwatch:DescribeAlarms"]

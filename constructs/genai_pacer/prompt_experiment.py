@@ -111,6 +111,11 @@ GUARD_WAIT = cdk.Duration.minutes(5)
 GUARD_WAIT_POLL_SECONDS = 10
 #: DescribeAlarms takes at most 100 AlarmNames per call (botocore cloudwatch AlarmNames, max 100).
 DESCRIBE_ALARMS_MAX_NAMES = 100
+#: The condition keys EventBridge sets when it assumes a target's role: the ARN of the rule that sent
+#: the event and that rule's account
+#: (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-use-conditions.html).
+EVENTS_SOURCE_ARN_KEY = "aws:SourceArn"
+EVENTS_SOURCE_ACCOUNT_KEY = "aws:SourceAccount"
 #: Variants per experiment: 2 guards each, and the fallback toggles them all (DisableAlarmActions
 #: takes at most 100 names; the composite's rule at most 10,240 characters, about 80 alarm ARNs).
 MAX_VARIANTS = 20
@@ -326,7 +331,9 @@ class PromptExperiment(Construct):
     Attributes: `application`, `environment`, `configuration` (the hosted configuration),
     `fallback_version` (CfnHostedConfigurationVersion), `deployment_strategy`, `alarms` (name ->
     Alarm, `<variant>-errors` and `<variant>-p90`), `fallback_state_machine` and `fallback_rule`
-    (None without fallback_on_alarm), `document` and `fallback_document` (dicts), `experiment_name`.
+    (None without fallback_on_alarm; the rule is named, and `fallback_events_role`, the role EventBridge
+    starts the workflow with, trusts events.amazonaws.com only for that rule's ARN in this account),
+    `document` and `fallback_document` (dicts), `experiment_name`.
     Grants: `grant_evaluate` (read the configuration, invoke every variant's model and prompt).
     `environment_variables()` gives a handler what `ExperimentSource.from_environment()` reads;
     `add_to_function(fn)` does all three for a Lambda function (with the AppConfig extension layer).
@@ -483,7 +490,10 @@ class PromptExperiment(Construct):
             description=f"genai-pacer experiment {experiment_name}: the guard alarms roll back a split change",
             monitors=[appconfig.Monitor.from_cloud_watch_alarm(alarm) for alarm in self.monitored_alarms],
         )
-        # The role aws-cdk-lib creates for AppConfig to read the alarms (its id carries a hash suffix).
+        # The role aws-cdk-lib creates for AppConfig to read the alarms (its id carries a hash suffix). Its
+        # trust names appconfig.amazonaws.com without aws:SourceArn / aws:SourceAccount: AppConfig's user
+        # guide shows that trust unconditioned and documents no value AppConfig sets for either key, and a
+        # condition it does not meet would silently stop every rollback. The role may only read alarms.
         for monitor_role in [c for c in self.environment.node.children if isinstance(c, iam.Role)]:
             cdk.Validations.of(monitor_role).acknowledge(cdk.Acknowledgment(
                 id="AwsSolutions-IAM5[Resource::*]",
@@ -522,6 +532,7 @@ class PromptExperiment(Construct):
                 deployment.node.add_dependency(self.guards_evaluated)
         self.fallback_state_machine: sfn.StateMachine | None = None
         self.fallback_rule: events.Rule | None = None
+        self.fallback_events_role: iam.Role | None = None
         if fallback_on_alarm:
             self._fallback(self.logs_key, log_retention)
 
@@ -759,8 +770,21 @@ class PromptExperiment(Construct):
                 reason="appconfig:GetDeployment on this environment's deployments: the fallback's deployment number "
                        "is known only when it starts",
             )
+        # EventBridge assumes this role only for this rule of this account: the rule's ARN is built from
+        # its name (a GetAtt would make the rule and the role depend on each other).
+        rule_name = f"{cdk.Names.unique_resource_name(self, max_length=58, separator='-')}-guard"
+        rule_arn = stack.format_arn(service="events", resource="rule", resource_name=rule_name)
+        self.fallback_events_role = iam.Role(
+            self, "FallbackEventsRole",
+            description="EventBridge starts the experiment's fallback workflow from its guard-alarm rule only",
+            assumed_by=iam.ServicePrincipal("events.amazonaws.com", conditions={
+                "StringEquals": {EVENTS_SOURCE_ACCOUNT_KEY: stack.account},
+                "ArnEquals": {EVENTS_SOURCE_ARN_KEY: rule_arn},
+            }),
+        )
         self.fallback_rule = events.Rule(
             self, "GuardAlarmRule",
+            rule_name=rule_name,
             description=f"experiment {self.experiment_name}: a guard alarm in ALARM deploys the fallback (control only)",
             event_pattern=events.EventPattern(
                 source=["aws.cloudwatch"],
@@ -768,7 +792,7 @@ class PromptExperiment(Construct):
                 resources=guard_arns,
                 detail={"state": {"value": ["ALARM"]}},
             ),
-            targets=[targets.SfnStateMachine(self.fallback_state_machine, retry_attempts=3,
+            targets=[targets.SfnStateMachine(self.fallback_state_machine, retry_attempts=3, role=self.fallback_events_role,
                                              max_event_age=cdk.Duration.hours(1))],
         )
 
