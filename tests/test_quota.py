@@ -352,7 +352,8 @@ def test_pacer_environment_splits_the_share_over_its_processes():
         ({"keep_free": 20}, "keep_free=20 keeps the whole quota free"),
         ({"warn_at": 0}, "warn_at=0 must be greater than 0"),
         ({"warn_at": 90}, "warn_at=90 exceeds the maximum of 1"),
-        ({"service_quota_code": "Q-1"}, "service_quota_code='Q-1' is not a Service Quotas code"),
+        ({"service_quota_code": "1-ABC"}, "service_quota_code='1-ABC' is not a Service Quotas code"),
+        ({"service_quota_code": "L_A1B2"}, "service_quota_code='L_A1B2' is not a Service Quotas code"),
         ({"service_quota_code": ""}, "service_quota_code='' is empty"),
     ],
 )

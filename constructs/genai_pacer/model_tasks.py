@@ -34,18 +34,38 @@ __all__ = [
     "ANSWER_BYTES_OVERHEAD",
 ]
 
-#: Error names a model call is retried on. The optimized bedrock:invokeModel integration reports
-#: Bedrock.<Name>Exception; the AWS SDK integration for bedrock-runtime (Converse) reports
-#: BedrockRuntime.<Name>Exception. Both spellings are listed so either task type is covered.
+#: Bedrock errors worth retrying: throttling and the transient ones. Each is an error of both
+#: Converse and InvokeModel in botocore's bedrock-runtime model (checked by
+#: tests/test_aws_facts_bedrock.py); validation, access and ModelError are never retried, nor
+#: ServiceQuotaExceeded (a daily quota does not come back within a retry's wait).
+RETRIED_BEDROCK_ERRORS = ("ThrottlingException", "ServiceUnavailableException", "ModelNotReadyException",
+                          "InternalServerException", "ModelTimeoutException")
+#: How Step Functions names a task's error, by integration. The AWS SDK integration (Converse,
+#: `aws-sdk:bedrockruntime:converse`) reports ServiceName.ErrorName, both PascalCase, with the
+#: Exception suffix: https://docs.aws.amazon.com/step-functions/latest/dg/supported-services-awssdk.html
+#: (so "BedrockRuntime."). The optimized `bedrock:invokeModel` integration's prefix is not
+#: documented (https://docs.aws.amazon.com/step-functions/latest/dg/connect-bedrock.html lists no
+#: errors): "Bedrock." is the optimized integrations' usual service prefix. Retrying both prefixes
+#: on every task makes a wrong guess harmless; BedrockRetry(errors=...) overrides the list.
+ERROR_PREFIXES = ("Bedrock", "BedrockRuntime")
+#: Error names a model call is retried on: every retried error under both prefixes.
 DEFAULT_RETRY_ERRORS: tuple[str, ...] = tuple(
-    f"{service}.{name}Exception"
-    for name in ("Throttling", "ServiceUnavailable", "ModelNotReady", "InternalServer", "ModelTimeout")
-    for service in ("Bedrock", "BedrockRuntime")
+    f"{service}.{name}" for name in RETRIED_BEDROCK_ERRORS for service in ERROR_PREFIXES
 )
 
-#: Step Functions Retry field limits (Amazon States Language).
+#: Upper bounds of a Retrier's MaxAttempts and MaxDelaySeconds. No AWS page found states them (the
+#: ASL schema cfn-lint ships gives only minimums); they are far above any useful value, and a value
+#: beyond the service's real limit fails CreateStateMachine at deploy, never silently.
 _MAX_RETRIES = 99_999_999
 _MAX_DELAY_SECONDS = 31_622_400
+
+#: Converse inferenceConfig ranges and performanceConfig latency modes: botocore's bedrock-runtime
+#: model (InferenceConfiguration temperature/topP 0..1, maxTokens >= 1; PerformanceConfigLatency),
+#: checked by tests/test_aws_facts_bedrock.py.
+TEMPERATURE_RANGE = (0.0, 1.0)
+TOP_P_RANGE = (0.0, 1.0)
+MIN_MAX_TOKENS = 1
+LATENCY_MODES = ("standard", "optimized")
 
 #: Bytes a narrowed answer carries besides its text: field names, stop reason, usage.
 ANSWER_BYTES_OVERHEAD = 120
@@ -178,12 +198,13 @@ class ConverseRequest:
                         check.fail(f"messages[{i}] has keys {sorted(message)}; {_PASCAL_HINT}")
             check.text("system", self.system, optional=True)
             check.integer(
-                "max_tokens", self.max_tokens, minimum=1,
+                "max_tokens", self.max_tokens, minimum=MIN_MAX_TOKENS,
                 fix="size it from the p99 answer with planning.size_max_tokens: Bedrock reserves max_tokens "
                 "against the quota, and an unset value reserves the model's maximum",
             )
-            check.number("temperature", self.temperature, minimum=0, maximum=1, optional=True)
-            check.number("top_p", self.top_p, minimum=0, maximum=1, optional=True)
+            check.number("temperature", self.temperature, minimum=TEMPERATURE_RANGE[0], maximum=TEMPERATURE_RANGE[1],
+                         optional=True)
+            check.number("top_p", self.top_p, minimum=TOP_P_RANGE[0], maximum=TOP_P_RANGE[1], optional=True)
             if self.stop_sequences is not None:
                 check.each("stop_sequences", self.stop_sequences, lambda n, v: check.text(n, v))
             if self.additional_fields is not None:
@@ -191,7 +212,7 @@ class ConverseRequest:
                     "additional_fields", self.additional_fields, Mapping, "a dict of model-specific fields"
                 )
             if self.latency is not None:
-                check.one_of("latency", self.latency, ("standard", "optimized"))
+                check.one_of("latency", self.latency, LATENCY_MODES)
 
     def parameters(self, model_id: str) -> dict[str, Any]:
         """The SDK integration's Parameters (PascalCase, as Step Functions passes them to Converse)."""

@@ -54,9 +54,13 @@ __all__ = [
     "STATE_PAYLOAD_LIMIT_BYTES",
 ]
 
+#: Concurrent iterations of a Map: Inline "supports up to 40", Distributed "up to 10,000 parallel
+#: child workflow executions": https://docs.aws.amazon.com/step-functions/latest/dg/state-map.html
 INLINE_MAP_LIMIT = 40
 DISTRIBUTED_MAP_LIMIT = 10_000
-#: Step Functions' limit on a state's input or output (256 KiB).
+#: Step Functions' limit on a state's input or output, 256 KiB: the max length of StartExecution's
+#: and StartSyncExecution's input in botocore's stepfunctions model (checked by
+#: tests/test_aws_facts_stepfunctions.py).
 STATE_PAYLOAD_LIMIT_BYTES = 256 * 1024
 #: Bytes per output token when estimating an answer's size (English text averages about 4).
 BYTES_PER_TOKEN = 4
@@ -334,11 +338,16 @@ class BoundedDistributedMap(_MapBase):
             default_timeout=cdk.Duration.hours(24),
         )
         if state_machine_options is not None and state_machine_options.state_machine_type == sfn.StateMachineType.EXPRESS:
+            # Whether a Distributed Map may run inside an EXPRESS parent is not stated by any AWS page
+            # found (Express workflows support only the Request Response integration pattern:
+            # https://docs.aws.amazon.com/step-functions/latest/dg/integrate-optimized.html). So a
+            # warning, not a refusal: if AWS refuses it, CreateStateMachine fails at deploy.
             cdk.Annotations.of(self).add_warning_v2(
                 "genai-pacer:distributed-map-in-express",
                 "the state machine is EXPRESS: it runs at most 5 minutes, so the distributed Map must finish every "
-                "item (throttles and their retries included) within that, and AWS documents the Distributed Map for "
-                "STANDARD workflows; use STANDARD (the default) unless you know both hold",
+                "item (throttles and their retries included) within that, and no AWS page found says a Distributed "
+                "Map may run inside an EXPRESS workflow (if not, the deploy fails at CreateStateMachine); use "
+                "STANDARD (the default) unless you know both hold",
             )
         if state_machine_options is None or state_machine_options.role is None:
             self._acknowledge_generated_names()

@@ -37,6 +37,7 @@ import fnmatch
 import json
 import math
 import os
+import re
 import weakref
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -77,6 +78,10 @@ PLAN_METADATA_TYPE = "genai-pacer:quota-plan"
 PACER_ENVIRONMENT = ("GENAI_PACER_TPM", "GENAI_PACER_RPM", "GENAI_PACER_BURNDOWN")
 
 _SHARE_KINDS = ("fraction", "tpm", "calls")
+#: A Service Quotas quota code as the API accepts it (botocore service-quotas QuotaCode pattern,
+#: checked by tests/test_aws_facts_bedrock.py). Bedrock's codes look like L-A1B2C3D4, but only the
+#: API's own pattern is enforced, so a valid code is never refused here.
+QUOTA_CODE = re.compile(r"[a-zA-Z][a-zA-Z0-9-]{1,128}")
 _MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.anthropic.claude-3-5-haiku-20241022-v1:0')"
 _PROFILE_HINT = "a planning.TokenProfile; quota.profile(input_tokens=..., output_tokens=..., max_tokens=...) applies the quota's burndown"
 _MAX_CALLS = 1_000_000  # far above any construct's range (a distributed Map allows 10,000 at once)
@@ -394,7 +399,7 @@ class ModelQuota(Construct):
                            "the plan file `genai-pacer quota-check` reads before deploying: pass it as text, e.g. "
                            "'L-A1B2C3D4'")
             elif service_quota_code is not None and check.text("service_quota_code", service_quota_code):
-                check.rule(service_quota_code.startswith("L-"),
+                check.rule(QUOTA_CODE.fullmatch(service_quota_code) is not None,
                            f"service_quota_code={service_quota_code!r} is not a Service Quotas code; codes look like "
                            "'L-A1B2C3D4' (aws service-quotas list-service-quotas --service-code bedrock)")
             daily_max = planning.MAX_TPM_QUOTA * planning.MINUTES_PER_DAY

@@ -57,17 +57,24 @@ __all__ = [
 #: The cloud-assembly file each ModelQuota writes its plan to: <prefix><construct unique id>.json
 #: (defined here so the command loads without the CDK).
 PLAN_FILE_PREFIX = "genai-pacer-quota."
+#: Bedrock's Service Quotas service code (`aws service-quotas list-service-quotas --service-code bedrock`,
+#: https://docs.aws.amazon.com/bedrock/latest/userguide/quotas.html); its form is checked against
+#: botocore's service-quotas ServiceCode pattern in tests/test_aws_facts_bedrock.py.
 SERVICE_CODE = "bedrock"
-#: Geographic profile prefixes (models.PROFILE_REGIONS has their Regions and sources).
+#: Prefixes that make a model id a cross-Region profile when matching quota names (models.PROFILE_REGIONS
+#: has the Regions and sources; `ca` is recognized here although its Regions are unsourced, since a
+#: prefix only chooses between the on-demand and cross-Region quota names).
 GEO_PREFIXES = ("us", "us-gov", "eu", "apac", "ca", "jp", "au")
-#: How Service Quotas names a model's quotas, by how the model is called (lower case). The user
-#: guide's quota table (planning.QUOTAS_DOC) names "On-demand InvokeModel tokens per minute for
-#: ${model}" and "Cross-Region InvokeModel tokens per minute for ${model}"; its global cross-Region
-#: page names "Global cross-Region model inference tokens per minute for ${Model}"
-#: (https://docs.aws.amazon.com/bedrock/latest/userguide/global-cross-region-inference.html).
-#: Newer models are listed with "model inference" in place of "InvokeModel" in accounts (seen in
-#: public code, no AWS page): every kind accepts both wordings, and a quota that matches none is
-#: reported with the candidates and the code to pass, never guessed.
+#: How Service Quotas names a model's quotas, by how the model is called (lower case). AWS pages
+#: use two wordings: "On-demand InvokeModel tokens per minute for ${model}" and "Cross-Region
+#: InvokeModel tokens per minute for ${model}" (https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-runtime.html),
+#: "Cross-region model inference tokens per minute for ${Model}"
+#: (https://docs.aws.amazon.com/bedrock/latest/userguide/geographic-cross-region-inference.html) and
+#: "Global cross-Region model inference tokens per minute for ${Model}"
+#: (https://docs.aws.amazon.com/bedrock/latest/userguide/global-cross-region-inference.html, whose
+#: English text was not readable here: its translations name it so). Every kind accepts both
+#: wordings, so a wrong one costs nothing: a quota that matches none is reported with the
+#: candidates and the code to pass (--quota-code), never guessed.
 NAME_PREFIXES = {
     "on-demand": ("on-demand invokemodel {unit} per minute for ", "on-demand model inference {unit} per minute for "),
     "cross-region": ("cross-region invokemodel {unit} per minute for ", "cross-region model inference {unit} per minute for "),
