@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import subprocess
 import sys
 import tempfile
@@ -288,6 +289,48 @@ def test_the_lead_time_covers_the_llm_endpoints_load_time_or_is_refused_with_the
         build(new_stack(), None)
     build(new_stack(), cdk.Duration.minutes(25))  # equal is enough
     by_name(new_stack(), lead_time=cdk.Duration.minutes(5))  # no peaks: nothing to check
+
+
+def test_the_readmes_lead_time_is_taken_as_capacity_lead_time_returns_it():
+    """README: lead_time=capacity.lead_time(15 * 60); it was refused as 'a LeadTime; pass a cdk.Duration'."""
+    lead = capacity.lead_time(15 * 60)  # ceil(15 x 1.25) = 19 minutes
+    _, template = scaling_of(lambda s: by_name(s, lead_time=lead, peaks=[PeakWindow(**WEEKDAY_MORNING)],
+                                               model_load_time=cdk.Duration.minutes(15)))
+    assert actions_of(template)["peak1-raise"][0] == "cron(41 7 ? * MON,TUE,WED,THU,FRI *)"
+    with pytest.raises(InvalidPropsError, match="LeadTime: minutes=5 is shorter than load_seconds x"):
+        capacity.LeadTime(load_seconds=900, margin=0.25, minutes=5)  # a hand-built one is checked as it is built
+
+
+# (props that are refused, the prop the suggested cdk.Duration is for)
+SUGGESTING = [
+    (dict(lead_time=30), "lead_time"),  # the shared check used to suggest cdk.Duration.seconds(30), itself refused
+    (dict(lead_time=0.5), "lead_time"),
+    (dict(lead_time=10**9), "lead_time"),
+    (dict(lead_time="20m"), "lead_time"),
+    (dict(lead_time=cdk.Duration.seconds(90)), "lead_time"),
+    (dict(lead_time=cdk.Duration.seconds(1439 * 60 + 1)), "lead_time"),  # rounds up to exactly a day
+    (dict(model_load_time=cdk.Duration.hours(1)), "lead_time"),  # longer than the 20-minute lead
+    (dict(lead_time=cdk.Duration.minutes(5), model_load_time=cdk.Duration.seconds(721)), "lead_time"),
+    (dict(scale_out_cooldown=1.5), "scale_out_cooldown"),
+    (dict(scale_out_cooldown=-5), "scale_out_cooldown"),
+    (dict(scale_in_cooldown=10**7), "scale_in_cooldown"),
+    (dict(scale_in_cooldown=INF), "scale_in_cooldown"),
+    (dict(scale_in_cooldown=cdk.Duration.millis(1500)), "scale_in_cooldown"),
+    (dict(model_load_time=0.5), "model_load_time"),
+    (dict(model_load_time=9000), "model_load_time"),
+]
+
+
+@pytest.mark.parametrize(("bad", "prop"), SUGGESTING)
+def test_every_suggested_duration_is_one_that_passes(bad, prop):
+    """Each cdk.Duration a refusal suggests is tried in place of the value: it must pass."""
+    props = dict(peaks=[PeakWindow(**{**WEEKDAY_MORNING, "days": "MON"})], **bad)  # a week apart: any lead fits
+    with pytest.raises(InvalidPropsError) as refused:
+        by_name(new_stack(), **props)
+    suggested = re.findall(r"cdk\.Duration\.(seconds|minutes)\((\d+)\)", str(refused.value))
+    assert suggested, str(refused.value)
+    for unit, amount in suggested:
+        by_name(new_stack(), **{**props, prop: getattr(cdk.Duration, unit)(int(amount))})
 
 
 def test_a_declared_load_time_is_checked_for_an_endpoint_by_name_too():
@@ -619,7 +662,7 @@ def test_disabled_scale_in_with_peaks_warns_that_peak_capacity_would_stay():
         (dict(start=None), "must be the same form"),
         (dict(end=datetime(2999, 1, 1)), "must be the same form"),
         (dict(start=8), "must be the same form"),
-        (dict(start=a_string_token()), "must be the same form"),
+        (dict(start=a_string_token()), "start is a string token, a deploy-time value, but the raise action's time is the start minus"),
         (dict(days="MON-FRY"), "'MON-FRY' is not a day or a range of days.*numbers are ambiguous"),
         (dict(days="1-5"), "'1-5' is not a day or a range of days"),
         (dict(days=[]), "days=\\[\\] names no day"),

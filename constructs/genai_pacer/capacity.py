@@ -15,7 +15,7 @@ arrival rate x time in the system):
   an instance added when the surge starts serves nothing until its weights are loaded.
 
 `EndpointScaling` takes these results directly (`target_concurrency=ConcurrencyTarget`,
-`PeakWindow(capacity=PeakCapacity)`, `lead_time=cdk.Duration.minutes(LeadTime.minutes)`).
+`PeakWindow(capacity=PeakCapacity)`, `lead_time=LeadTime`).
 
 Every function checks all its inputs at once (genai_pacer._checks): one InvalidPropsError (a
 ValueError and a TypeError) lists each bad input with its value, the rule and the fix. Numbers are
@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ._checks import Checks, is_token
+from ._checks import Checks, is_token, kind_of
 
 __all__ = [
     "ConcurrencyTarget",
@@ -63,6 +63,8 @@ MAX_LOAD_SECONDS = 7_200.0
 """Model load time: SageMaker allows at most one hour to download the model and one hour for the
 container's startup health check (ModelDataDownloadTimeoutInSeconds and
 ContainerStartupHealthCheckTimeoutInSeconds, 60..3600 each)."""
+MAX_LEAD_MINUTES = 1_440
+"""A lead of at most a day (EndpointScaling's bound): the longest load with the largest margin needs 1,320."""
 MAX_HEADROOM = 0.9
 """headroom is a fraction of the measured concurrency: 0.2 is 20%; at 1 the target would be zero."""
 MAX_MARGIN = 10.0
@@ -82,9 +84,12 @@ def _short(value: Any) -> str:
 
 def _number(check: Checks, name: str, value: Any, *, fix: str, optional: bool = False, **limits: Any) -> bool:
     """Checks.number, refusing CDK tokens (a plan needs the number at synth time) and ints beyond a float."""
-    if isinstance(value, float | str) and is_token(value):
+    if is_token(value):  # a Duration token too, which Checks.number would skip as if it were a number token
+        kind = "a number token" if isinstance(value, float) else "a string token" if isinstance(value, str) else (
+            f"{kind_of(value)} token"
+        )
         return check.fail(
-            f"{name} is an unresolved CDK token (a deploy-time value); the planner needs the number at "
+            f"{name} is an unresolved CDK token ({kind}, a deploy-time value); the planner needs the number at "
             f"synth time: pass it as a constant or from context; {fix}"
         )
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
@@ -248,11 +253,13 @@ class PeakCapacity:
                 maximum=MAX_TARGET_CONCURRENCY,
                 fix="the concurrency per model or copy the capacity is sized for",
             )
-            check.integer(
+            _number(
+                check,
                 "capacity",
                 self.capacity,
                 minimum=1,
                 maximum=MAX_CAPACITY,
+                integer=True,
                 fix=f"instances or copies, 1..{MAX_CAPACITY:,} (capacity_for_peak(...))",
             )
 
@@ -331,13 +338,34 @@ class LeadTime:
 
     load_seconds: the model load time it was derived from.
     margin: the share added on top, for instance provisioning and the scheduled action's own delay.
-    minutes: ceil(load x (1 + margin)) in whole minutes (schedules run on whole minutes); pass
-        cdk.Duration.minutes(minutes) as `EndpointScaling(lead_time=...)`.
+    minutes: ceil(load x (1 + margin)) in whole minutes (schedules run on whole minutes), at least 1.
+    Pass it as `EndpointScaling(lead_time=...)` (or cdk.Duration.minutes(minutes)).
     """
 
     load_seconds: float
     margin: float
     minutes: int
+
+    def __post_init__(self) -> None:
+        # EndpointScaling takes this object as its lead: a hand-built one must be as sound.
+        with Checks("LeadTime") as check:
+            load_ok = _load_seconds(check, "load_seconds", self.load_seconds)
+            margin_ok = _margin(check, self.margin)
+            if _number(
+                check,
+                "minutes",
+                self.minutes,
+                minimum=1,
+                maximum=MAX_LEAD_MINUTES,
+                integer=True,
+                fix=f"whole minutes of lead, 1..{MAX_LEAD_MINUTES:,} (capacity.lead_time(...))",
+            ) and load_ok and margin_ok:
+                expected = _lead_minutes(self.load_seconds, self.margin)
+                check.rule(
+                    self.minutes >= expected,
+                    f"minutes={self.minutes} is shorter than load_seconds x (1 + margin) = {expected} minutes; "
+                    "build it with capacity.lead_time(...)",
+                )
 
 
 def lead_time(model_load_seconds: float, *, margin: float = 0.25) -> LeadTime:
@@ -352,22 +380,34 @@ def lead_time(model_load_seconds: float, *, margin: float = 0.25) -> LeadTime:
     Example: a 10-minute load with the default margin needs ceil(12.5) = 13 minutes of lead.
     """
     with Checks("lead_time") as check:
-        _number(
-            check,
-            "model_load_seconds",
-            model_load_seconds,
-            above=0,
-            maximum=MAX_LOAD_SECONDS,
-            fix=f"seconds from scale-out to a serving instance, at most {MAX_LOAD_SECONDS:,.0f} (SageMaker's two "
-            "one-hour startup timeouts); a larger value is usually milliseconds passed as seconds",
-        )
-        _number(
-            check,
-            "margin",
-            margin,
-            minimum=0,
-            maximum=MAX_MARGIN,
-            fix=f"a fraction added to the load time, 0..{MAX_MARGIN:g} (0.25 is 25%)",
-        )
-    minutes = max(1, math.ceil(_exact(model_load_seconds * (1 + margin) / 60)))
+        _load_seconds(check, "model_load_seconds", model_load_seconds)
+        _margin(check, margin)
+    minutes = _lead_minutes(model_load_seconds, margin)
     return LeadTime(load_seconds=float(model_load_seconds), margin=float(margin), minutes=minutes)
+
+
+def _lead_minutes(load_seconds: float, margin: float) -> int:
+    return max(1, math.ceil(_exact(load_seconds * (1 + margin) / 60)))
+
+
+def _load_seconds(check: Checks, name: str, value: Any) -> bool:
+    return _number(
+        check,
+        name,
+        value,
+        above=0,
+        maximum=MAX_LOAD_SECONDS,
+        fix=f"seconds from scale-out to a serving instance, at most {MAX_LOAD_SECONDS:,.0f} (SageMaker's two "
+        "one-hour startup timeouts); a larger value is usually milliseconds passed as seconds",
+    )
+
+
+def _margin(check: Checks, value: Any) -> bool:
+    return _number(
+        check,
+        "margin",
+        value,
+        minimum=0,
+        maximum=MAX_MARGIN,
+        fix=f"a fraction added to the load time, 0..{MAX_MARGIN:g} (0.25 is 25%)",
+    )

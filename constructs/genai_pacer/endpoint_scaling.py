@@ -35,9 +35,16 @@ from aws_cdk import aws_sagemaker as sagemaker
 
 from constructs import Construct
 
-from ._alarms import threshold_alarm
-from ._checks import Checks, is_token, kind_of
-from .capacity import MAX_CAPACITY, MAX_TARGET_CONCURRENCY, ConcurrencyTarget, PeakCapacity
+from ._alarms import duration_in, shown, threshold_alarm
+from ._checks import Checks, _show, is_token, kind_of
+from .capacity import (
+    MAX_CAPACITY,
+    MAX_LOAD_SECONDS,
+    MAX_TARGET_CONCURRENCY,
+    ConcurrencyTarget,
+    LeadTime,
+    PeakCapacity,
+)
 from .llm_endpoint import LlmEndpoint
 
 __all__ = ["EndpointScaling", "PeakWindow", "SCALING_METRICS", "MAX_SCHEDULED_ACTIONS"]
@@ -49,6 +56,10 @@ SCALING_METRICS = ("concurrency", "invocations", "cpu")
 _MAX_CPU_PERCENT = 100 * 256
 #: Application Auto Scaling's quota of scheduled actions per scalable target; each peak takes two.
 MAX_SCHEDULED_ACTIONS = 200
+#: The lead when none is given (a library choice: most LLM containers load in 10-15 minutes).
+DEFAULT_LEAD_MINUTES = 20
+#: The longest lead and cooldown accepted: a day (library bounds that catch unit mistakes).
+MAX_LEAD_SECONDS = MAX_COOLDOWN_SECONDS = 24 * 3600
 #: Days of weekly schedules the overlap check walks: a year and a week, so each of a zone's clock
 #: changes in the year falls inside with a full week of weekdays after it. A library choice.
 OVERLAP_CHECK_DAYS = 372
@@ -101,6 +112,8 @@ class PeakWindow:
 
     def __post_init__(self) -> None:
         with Checks("PeakWindow") as check:
+            _tokens(check, {p: getattr(self, p) for p in _PEAK_TOKENS}, _PEAK_TOKENS)
+            check.raise_if_any()  # a refused token would only repeat below as a wrong type
             capacity = self.capacity.capacity if isinstance(self.capacity, PeakCapacity) else self.capacity
             check.integer(
                 "capacity",
@@ -157,13 +170,117 @@ class PeakWindow:
 
     @property
     def min_capacity(self) -> int:
-        """The minimum capacity held during the window, as an int."""
-        return self.capacity.capacity if isinstance(self.capacity, PeakCapacity) else int(self.capacity)
+        """The minimum capacity held during the window: an int, or a number token (a Ref in the template)."""
+        if isinstance(self.capacity, PeakCapacity):
+            return self.capacity.capacity
+        return self.capacity if is_token(self.capacity) else int(self.capacity)  # a number token stays a Ref
 
     @property
     def kind(self) -> str:
         """ "weekly", "once" or "cron"."""
         return _kind(self.start) or ""
+
+
+_NUMBER = "a number or a number token (CfnParameter(type='Number').value_as_number)"
+_STRING = "a string or a string token (CfnParameter.value_as_string)"
+_SECONDS = "a cdk.Duration, or cdk.Duration.seconds(parameter.value_as_number) for a deploy-time one"
+_LITERAL = "so pass a literal value"
+#: Every PeakWindow prop: (the token kind that reaches the template unchanged, or None; what to pass).
+_PEAK_TOKENS: dict[str, tuple[str | None, str]] = {
+    "capacity": ("a number token", _NUMBER + " (a scheduled action's MinCapacity)"),
+    "name": ("a string token", _STRING),
+    "start": (None, f"the raise action's time is the start minus the lead and the overlap check compares it, {_LITERAL}"),
+    "end": (None, f"the restore action's time and the overlap check are computed from it, {_LITERAL}"),
+    "time_zone": (None, f"the overlap check and one-off times are computed in the zone, {_LITERAL}"),
+    "days": (None, f"the cron day fields and the overlap check are computed from it, {_LITERAL}"),
+}
+
+
+def _token_kind(value: Any) -> str | None:
+    """'a number token', 'a string token', 'a Duration token', 'a list token', or None for a value known at synth."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str) and "#{Token[" in value[0]:
+        return "a list token"  # cdk.Token.as_list / CfnParameter.value_as_list
+    if not is_token(value):
+        return None
+    if isinstance(value, float):
+        return "a number token"
+    if isinstance(value, str):
+        return "a list token" if "#{Token[" in value else "a string token"
+    return f"{kind_of(value)} token"
+
+
+def _tokens(check: Checks, values: dict[str, Any], table: dict[str, tuple[str | None, str]]) -> None:
+    """Refuse each token the construct cannot use as given (the table says which kind passes through
+    to the template, and why the others must be known at synth), naming the prop and its kind."""
+    for prop, value in values.items():
+        kind = _token_kind(value)
+        passes, say = table[prop]
+        if kind is None or kind == passes:
+            continue
+        if passes is None:
+            check.fail(f"{prop} is {kind}, a deploy-time value, but {say}")
+        else:
+            check.fail(f"{prop} is {kind}; pass {say}")
+
+
+#: Every EndpointScaling prop: (the token kind that reaches the template unchanged, or None; what to pass).
+_SCALING_TOKENS: dict[str, tuple[str | None, str]] = {
+    "endpoint": ("a string token", "an LlmEndpoint, or an endpoint name: " + _STRING),
+    "variant_name": ("a string token", _STRING),
+    "inference_component_name": ("a string token", _STRING),
+    "max_capacity": ("a number token", _NUMBER),
+    "min_capacity": ("a number token", _NUMBER),
+    "target_concurrency": ("a number token", _NUMBER + " or a capacity.ConcurrencyTarget"),
+    "target_value": ("a number token", _NUMBER),
+    "scale_out_cooldown": ("a Duration token", _SECONDS),
+    "scale_in_cooldown": ("a Duration token", _SECONDS),
+    "lead_time": (None, f"each raise action's time is a peak's start minus the lead, {_LITERAL}"),
+    "model_load_time": (
+        None,
+        f"the lead-time check and the shortfall alarm's evaluation periods are computed from it, {_LITERAL}",
+    ),
+    "peaks": (None, f"each window becomes scheduled actions checked for overlaps, {_LITERAL}"),
+    "metric": (None, f"it picks the tracked metric and the target's limits, {_LITERAL}"),
+    "disable_scale_in": (None, f"it decides the policy and a warning, {_LITERAL} (True or False)"),
+    "scale_to_zero": (None, f"it decides which resources the construct adds, {_LITERAL} (True or False)"),
+    "allow_non_concurrency_metric": (None, f"it decides which metrics are accepted, {_LITERAL} (True or False)"),
+    "endpoint_config": (None, "pass the sagemaker.CfnEndpointConfig itself: its variants are checked at synth"),
+    "alarm_actions": (None, f"each action is added to the alarms at synth, {_LITERAL} (a list of alarm actions)"),
+}
+
+
+def _duration(
+    check: Checks,
+    name: str,
+    value: Any,
+    *,
+    minimum: float,
+    maximum: float,
+    unit: str,
+    example: int,
+    optional: bool = True,
+    fix: str = "",
+) -> bool:
+    """check.duration between `minimum` and `maximum` seconds; a value that is not a Duration is refused
+    with one that would pass: its number in `unit` ("seconds" or "minutes") made whole, or `example` when
+    that is out of bounds (the shared check suggests cdk.Duration.seconds(value), which may itself be refused)."""
+    if value is not None and not isinstance(value, cdk.Duration):
+        per = 60 if unit == "minutes" else 1
+        low, high = math.ceil(minimum / per), math.floor(maximum / per)
+        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        suggested = math.ceil(value) if number and low <= math.ceil(value) <= high else example
+        tail = f"; {fix}" if fix else ""
+        return check.fail(
+            f"{name}={_show(value)} is {kind_of(value)}; pass a cdk.Duration such as cdk.Duration.{unit}({suggested}){tail}"
+        )
+    return check.duration(
+        name,
+        value,
+        minimum=cdk.Duration.seconds(minimum),
+        maximum=cdk.Duration.seconds(maximum),
+        optional=optional,
+        fix=fix,
+    )
 
 
 def _kind(value: Any) -> str | None:
@@ -288,9 +405,9 @@ class EndpointScaling(Construct):
     peaks: PeakWindow list; each raises the minimum `lead_time` before its start and restores
         min_capacity at its end. Windows whose lead-extended spans overlap are refused (the earlier
         window's end would lower the minimum the later one raised). At most 100. Default: none.
-    lead_time: how far ahead of each peak the minimum rises, whole minutes, 1 minute..1 day.
-        Default: 20 minutes. Refused when shorter than model_load_time (capacity.lead_time(...)
-        derives it).
+    lead_time: how far ahead of each peak the minimum rises, whole minutes, 1 minute..1 day: a
+        cdk.Duration or the LeadTime capacity.lead_time(...) returns. Default: 20 minutes. Refused when
+        shorter than model_load_time.
     model_load_time: from scale-out to a serving instance. Default: an LlmEndpoint's startup
         health-check timeout; unknown for an endpoint by name (lead_time then unchecked).
     scale_to_zero: inference components only: min_capacity 0, and a step-scaling policy on
@@ -307,6 +424,12 @@ class EndpointScaling(Construct):
     target_value: the target of an "invocations" or "cpu" metric.
     allow_non_concurrency_metric: Default: False.
     alarm_actions: actions for the alarms. Default: none.
+
+    Deploy-time values (a CfnParameter, an imported value): endpoint, variant_name and
+    inference_component_name take a string token; max_capacity, min_capacity, target_concurrency,
+    target_value and PeakWindow capacity a number token (each reaches the template as a Ref);
+    the cooldowns cdk.Duration.seconds(token). The construct computes with every other prop at
+    synth (schedule times, overlap checks, alarm periods), so a token there is refused, naming it.
 
     Attributes: `scalable_target`, `tracking_policy`, `scale_out_from_zero` (or None),
     `scheduled_action_names`, `target_value`, `resource_id`, `alarms` (name -> Alarm):
@@ -330,7 +453,7 @@ class EndpointScaling(Construct):
         scale_in_cooldown: cdk.Duration | None = None,
         disable_scale_in: bool = False,
         peaks: Sequence[PeakWindow] = (),
-        lead_time: cdk.Duration | None = None,
+        lead_time: cdk.Duration | LeadTime | None = None,
         model_load_time: cdk.Duration | None = None,
         scale_to_zero: bool = False,
         endpoint_config: sagemaker.CfnEndpointConfig | None = None,
@@ -340,10 +463,15 @@ class EndpointScaling(Construct):
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
-        lead_time = lead_time if lead_time is not None else cdk.Duration.minutes(20)
-        if model_load_time is None and isinstance(endpoint, LlmEndpoint):
-            model_load_time = endpoint.startup_health_check_timeout
         with Checks(f"EndpointScaling {id}") as check:
+            _tokens(check, {p: v for p, v in locals().items() if p in _SCALING_TOKENS}, _SCALING_TOKENS)
+            check.raise_if_any()  # a refused token would only repeat below as a wrong type
+            if isinstance(lead_time, LeadTime):  # capacity.lead_time(...): whole minutes, checked when built
+                lead_time = cdk.Duration.minutes(lead_time.minutes)
+            lead_time = lead_time if lead_time is not None else cdk.Duration.minutes(DEFAULT_LEAD_MINUTES)
+            if model_load_time is None and isinstance(endpoint, LlmEndpoint):
+                implied = endpoint.startup_health_check_timeout
+                model_load_time = None if implied.is_unresolved() else implied  # a deploy-time one: unknown
             target = self._check_target(
                 check, endpoint, variant_name, inference_component_name, endpoint_config, scale_to_zero
             )
@@ -361,33 +489,36 @@ class EndpointScaling(Construct):
                 ("scale_out_cooldown", scale_out_cooldown),
                 ("scale_in_cooldown", scale_in_cooldown),
             ):
-                if check.duration(
-                    name,
-                    value,
-                    minimum=cdk.Duration.seconds(0),
-                    maximum=cdk.Duration.days(1),
-                    optional=True,
-                    fix="Application Auto Scaling waits whole seconds, up to a day here",
-                ):
-                    assert value is not None  # check.duration passed it
+                if _token_kind(value) is not None:  # a Duration token: CloudFormation gets the seconds as a Ref
+                    duration_in(check, name, value, "seconds", why="Application Auto Scaling takes cooldowns")
+                elif _duration(check, name, value, minimum=0, maximum=MAX_COOLDOWN_SECONDS, unit="seconds", example=600,
+                               fix="Application Auto Scaling waits whole seconds, up to a day here"):
                     seconds = value.to_seconds(integral=False)
                     check.rule(
-                        seconds == int(seconds), f"{name}={value.to_human_string()} is not whole seconds"
+                        seconds == int(seconds),
+                        f"{name}={value.to_human_string()} is not whole seconds; Application Auto Scaling takes "
+                        f"seconds: use cdk.Duration.seconds({math.ceil(seconds)})",
                     )
-            load_ok = check.duration(
+            load_ok = _duration(
+                check,
                 "model_load_time",
                 model_load_time,
-                minimum=cdk.Duration.seconds(1),
-                maximum=cdk.Duration.hours(2),
-                optional=True,
+                minimum=1,
+                maximum=MAX_LOAD_SECONDS,
+                unit="seconds",
+                example=600,
                 fix="from scale-out to a serving instance; SageMaker's two startup timeouts allow 2 hours",
             )
-            lead_ok = check.duration(
+            lead_ok = _duration(
+                check,
                 "lead_time",
                 lead_time,
-                minimum=cdk.Duration.minutes(1),
-                maximum=cdk.Duration.days(1),
-                fix="how far ahead of each peak the minimum rises (capacity.lead_time(...))",
+                minimum=60,
+                maximum=MAX_LEAD_SECONDS,
+                unit="minutes",
+                example=DEFAULT_LEAD_MINUTES,
+                optional=False,
+                fix="how far ahead of each peak the minimum rises, in whole minutes (or capacity.lead_time(...))",
             )
             if lead_ok:
                 lead_minutes = lead_time.to_seconds(integral=False) / 60
@@ -656,7 +787,8 @@ class EndpointScaling(Construct):
             )
         return float(target_value) if ok else (target_value if is_token(target_value) else None)
 
-    def _check_capacity(self, check: Checks, minimum: Any, maximum: Any, scale_to_zero: Any) -> int | None:
+    def _check_capacity(self, check: Checks, minimum: Any, maximum: Any, scale_to_zero: Any) -> int | float | None:
+        """The minimum capacity: an int, or a number token."""
         max_ok = check.integer(
             "max_capacity",
             maximum,
@@ -673,7 +805,12 @@ class EndpointScaling(Construct):
             maximum=MAX_CAPACITY,
             fix="the fewest instances or copies to keep",
         ):
-            return None
+            if not is_token(minimum):
+                return None
+            # a deploy-time minimum reaches MinCapacity and each restore action as a Ref
+            return minimum if check.rule(
+                scale_to_zero is not True, "min_capacity with scale_to_zero=True: drop min_capacity (scale to zero means 0)"
+            ) else None
         if minimum == 0 and scale_to_zero is not True:
             check.fail(
                 "min_capacity=0 without scale_to_zero: at zero nothing brings capacity back (target tracking has no "
@@ -688,7 +825,7 @@ class EndpointScaling(Construct):
         return int(minimum)
 
     def _check_peaks(
-        self, check: Checks, peaks: Any, minimum: int | None, maximum: Any, lead: cdk.Duration | None
+        self, check: Checks, peaks: Any, minimum: float | None, maximum: Any, lead: cdk.Duration | None
     ) -> list[tuple[str, PeakWindow]]:
         if not check.each("peaks", peaks, lambda n, v: check.instance(n, v, PeakWindow, "a PeakWindow(...)")):
             return []
@@ -703,13 +840,15 @@ class EndpointScaling(Construct):
         for name in sorted({n for n in names if names.count(n) > 1}):
             check.fail(f"two peaks are named {name!r}; scheduled action names must be unique: rename one")
         for name, window in windows:
+            if is_token(window.min_capacity):  # deploy-time capacity: Application Auto Scaling checks it
+                continue
             if isinstance(maximum, int) and not isinstance(maximum, bool):
                 check.rule(
                     window.min_capacity <= maximum,
                     f"peak {name!r} holds {window.min_capacity} but max_capacity={maximum}: Application Auto Scaling "
                     f"would cap the peak at {maximum}; raise max_capacity or lower the peak's capacity",
                 )
-            if minimum is not None:
+            if minimum is not None and not is_token(minimum):
                 check.rule(
                     window.min_capacity > minimum,
                     f"peak {name!r} holds {window.min_capacity}, not above min_capacity={minimum}: the window "
@@ -842,16 +981,17 @@ class EndpointScaling(Construct):
             actions=actions,
             description=(
                 f"concurrency per model stayed above the target for {minutes} minutes, longer than a scale-out takes: "
-                f"the endpoint is at max_capacity ({maximum}) or cannot add instances (quota, insufficient capacity); "
+                f"the endpoint is at max_capacity ({shown(maximum)}) or cannot add instances (quota, insufficient capacity); "
                 "raise max_capacity or schedule the peak"
             ),
         )
 
 
 def _plan_schedules(
-    check: Checks, windows: list[tuple[str, PeakWindow]], lead: int, baseline: int | None
-) -> list[tuple[str, str, int, str]]:
-    """Each window's two scheduled actions: (name, schedule expression, minimum capacity, time zone)."""
+    check: Checks, windows: list[tuple[str, PeakWindow]], lead: int, baseline: float | None
+) -> list[tuple[str, str, float, str]]:
+    """Each window's two scheduled actions: (name, schedule expression, minimum capacity (an int or a
+    number token), time zone)."""
     if baseline is None or check.problems:
         return []
     planned = []
