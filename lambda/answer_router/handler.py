@@ -30,7 +30,8 @@ One model call per key: a miss that will write back first takes a per-key claim 
 (pacer_runtime.key_claims), so concurrent misses across Lambda environments make one call; the
 others poll the store for the answer for up to COALESCE_WAIT_SECONDS (bounded by the function's
 remaining time), then answer 503 AnswerPending with Retry-After. When the holder's call failed
-transiently, waiters get the same status and Retry-After without another call.
+transiently, the requests that waited for it, and any claimant within that failure's Retry-After,
+get the same status and Retry-After without another call.
 
 Errors (a JSON body {"error", "message"}, never a stack trace; 429/503 also carry a Retry-After
 header, and "retryAfterSeconds" in the body): 400 InvalidRequest (a request that can never
@@ -296,8 +297,8 @@ def generate_claimed(
     failure: key_claims.Failure | None = None
     try:
         previous = taken.previous_failure
-        if previous is not None and previous.released_at >= started:
-            failure = previous  # the holder this request waited on just failed: do not pay to fail again
+        if previous is not None and (previous.failed_at >= started or time.time() < previous.failed_at + previous.retry_after):
+            failure = previous  # the holder just failed (while this request waited): do not pay to fail again
             raise Refusal(previous.status, previous.error, "the model call for this key failed just now; retry later",
                           previous.retry_after)
         latest = read(key)  # an answer written between our read and our claim

@@ -52,7 +52,7 @@ class Failure:
 
     status: int
     error: str
-    released_at: float
+    failed_at: float  # when the call failed (kept when a claimant passes the failure on)
     retry_after: int
 
 
@@ -109,7 +109,7 @@ def _failure(item: dict[str, Any]) -> Failure | None:
         return Failure(
             status=int(item["failure_status"]["N"]),
             error=str(item["failure_error"]["S"]),
-            released_at=float(item["released_epoch"]["N"]),
+            failed_at=float(item["failed_epoch"]["N"]),
             retry_after=max(1, int(item["retry_after"]["N"])),
         )
     except (KeyError, TypeError, ValueError):
@@ -126,13 +126,13 @@ def release(
         PARTITION_KEY: {"S": claim_pk(key)},
         "owner": {"S": owner},
         "released_at": {"S": iso_utc(now)},
-        "released_epoch": {"N": f"{now:.3f}"},
         TTL_ATTRIBUTE: {"N": str(math.floor(now) - 1)},
     }
     if failure is not None:
         item |= {
             "failure_status": {"N": str(failure.status)},
             "failure_error": {"S": failure.error},
+            "failed_epoch": {"N": f"{failure.failed_at:.3f}"},
             "retry_after": {"N": str(failure.retry_after)},
         }
     try:
