@@ -31,8 +31,9 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
-from aws_cdk.assertions import Annotations, Match
+from botocore.exceptions import ClientError
 from genai_pacer import AnswerStore, BedrockModel, StateMachineOptions
+from genai_pacer import batch_precompute as batch_module
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.batch_precompute import BatchPrecompute
 from genai_pacer.testing.sfn import BatchJobSimulator, BatchRecordError, StateMachineRunner
@@ -132,9 +133,12 @@ class BedrockEvents(threading.Thread):
     """Ends each job whose wait stored a token and delivers the job's state-change event."""
 
     def __init__(self, offline: Offline, *, deliver: bool = True, message: str | None = None,
-                 tamper=None, hold: float = 0.0) -> None:
+                 tamper=None, hold: float = 0.0, shape: str = "batch", check: bool = False) -> None:
         super().__init__(daemon=True)
         self.offline, self.deliver, self.message, self.tamper, self.hold = offline, deliver, message, tamper, hold
+        self.shape, self.check = shape, check
+        self.outcomes: list[dict] = []
+        self.checks: list[dict] = []
         self.stopped = threading.Event()
         self.seen: set[tuple[str, str]] = set()
         self.events: list[dict] = []
@@ -162,9 +166,12 @@ class BedrockEvents(threading.Thread):
                                                region=runner.template.env.region, account=runner.template.env.account)
                     if self.tamper is not None:
                         self.tamper(job)
-                    event = self.offline.event(job, self.message)
+                    event = self.offline.event(job, self.message, self.shape)
                     self.events.append(event)
-                    self.offline.lambdas.modules["job_events"].handler(event, _Context("JobEvents"))
+                    self.outcomes.append(self.offline.lambdas.modules["job_events"].handler(event, _Context("JobEvents")))
+                if self.check:  # the CheckJobs schedule firing
+                    module = self.offline.lambdas.modules["job_events"]
+                    self.checks.append(module.handler(dict(module.CHECK_JOBS), _Context("JobEvents")))
                 time.sleep(0.02)
         except BaseException as error:  # surfaced by the test, not lost in the thread
             self.errors.append(error)
@@ -182,7 +189,9 @@ class Offline:
             self.lambdas = InProcessLambdas(self.runner, self.batch, self.monkeypatch)
             self.token_table = self.runner.physical_name(self.batch.token_table)
             self.answer_table = self.runner.physical_name(self.batch.answer_store.table)
-            self.pattern = only(self.runner.template.body, "AWS::Events::Rule")["Properties"]["EventPattern"]
+            rules = resources(self.runner.template.body, "AWS::Events::Rule").values()
+            self.pattern = only_one(r["Properties"]["EventPattern"] for r in rules if "EventPattern" in r["Properties"])
+            self.lambdas.modules["job_events"].BEDROCK = SimulatedBedrock(self)
         except BaseException:
             self.runner.close()
             raise
@@ -190,6 +199,13 @@ class Offline:
 
     def __exit__(self, *exc: object) -> None:
         self.runner.close()
+
+    def get_job(self, arn: str) -> dict:
+        try:
+            return self.jobs.call("GetModelInvocationJob", {"jobIdentifier": arn}, s3=self.runner.s3,
+                                  region=self.runner.template.env.region, account=self.runner.template.env.account)
+        except ServiceError as error:
+            raise ClientError({"Error": {"Code": error.code, "Message": error.message}}, "GetModelInvocationJob") from None
 
     def run(self, input: dict, **driver: Any):
         events = BedrockEvents(self, **driver)
@@ -203,14 +219,23 @@ class Offline:
             raise events.errors[0]
         return run, events
 
-    def event(self, job, message: str | None) -> dict:
-        """The event Bedrock sends when a job ends; the rule's pattern must match it (moto's matcher)."""
+    def event(self, job, message: str | None, shape: str = "batch") -> dict:
+        """The event Bedrock sends when a job ends; the rule's pattern must match it (moto's matcher).
+
+        shape: "batch" (batchJobArn / batchJobName, as public code reads them), "customization" (jobArn /
+        jobName, as the model-customization event names them), or "neither" (only status; no resources).
+        """
+        message = message if message is not None else (job.message or "")
+        detail: dict[str, Any] = {"status": job.status, "failureMessage": message}
+        if shape == "batch":
+            detail.update(batchJobArn=job.job_arn, batchJobName=job.job_name)
+        elif shape == "customization":
+            detail.update(jobArn=job.job_arn, jobName=job.job_name)
         event = {
             "version": "0", "id": "offline", "detail-type": "Batch Inference Job State Change", "source": "aws.bedrock",
             "account": self.runner.template.env.account, "region": self.runner.template.env.region,
-            "time": "2026-12-01T07:00:00Z", "resources": [job.job_arn],
-            "detail": {"batchJobArn": job.job_arn, "batchJobName": job.job_name, "status": job.status,
-                       "failureMessage": message if message is not None else (job.message or "")},
+            "time": "2026-12-01T07:00:00Z", "resources": [] if shape == "neither" else [job.job_arn],
+            "detail": detail,
         }
         assert EventPattern.load(json.dumps(self.pattern)).matches_event(event), f"the JobEnded rule would not deliver {event}"
         return event
@@ -223,6 +248,22 @@ class Offline:
         bucket, _, key = uri[5:].partition("/")
         body = self.runner.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         return [json.loads(line) for line in body.splitlines()]
+
+
+class SimulatedBedrock:
+    """The job-events function's bedrock client, answered by the BatchJobSimulator."""
+
+    def __init__(self, offline: Offline) -> None:
+        self.offline = offline
+
+    def get_model_invocation_job(self, *, jobIdentifier: str) -> dict:
+        return self.offline.get_job(jobIdentifier)
+
+
+def only_one(values) -> Any:
+    found = list(values)
+    assert len(found) == 1, found
+    return found[0]
 
 
 def entered(run) -> list[str]:
@@ -325,7 +366,10 @@ def test_a_job_that_ends_without_output_ends_the_run_in_a_named_failure_with_its
     jobs = BatchJobSimulator(answer, polls_until_done=0, final_status=final_status,
                              message=message if final_status == "Failed" else None)
     with Offline(stack, batch, jobs, monkeypatch) as offline:
-        run, _ = offline.run({"items": items(12)}, message=message)
+        def report(job):  # the message Bedrock's GetModelInvocationJob gives; the event's is not read
+            job.message = message
+
+        run, _ = offline.run({"items": items(12)}, message="what the event says is not used", tamper=report)
         stored = offline.stored()
 
     assert run.status == "FAILED" and run.error == error
@@ -362,9 +406,51 @@ def test_a_large_run_is_split_and_never_has_more_jobs_in_flight_than_allowed(mon
     assert run.output["loaded"] == 95 and len(stored) == 95
 
 
-def test_a_lost_event_is_covered_by_one_status_check_after_the_interval(monkeypatch):
+@pytest.mark.parametrize("shape", ["batch", "customization"])
+def test_events_naming_the_job_either_way_end_the_wait_with_the_status_bedrock_reports(monkeypatch, shape):
     stack = offline_stack()
-    batch = pipeline(stack, status_check_interval=cdk.Duration.seconds(2))
+    batch = pipeline(stack)
+    jobs = BatchJobSimulator(answer, polls_until_done=0)
+    with Offline(stack, batch, jobs, monkeypatch) as offline:
+        run, events = offline.run({"items": items(12)}, shape=shape)
+
+    run.raise_for_status()
+    assert run.output["loaded"] == 12
+    assert [o["completed"] for o in events.outcomes] == [True]
+    assert "Check job" not in entered(run)
+
+
+def test_an_event_that_names_no_job_is_ignored_and_the_scheduled_check_ends_the_wait(monkeypatch, capsys):
+    stack = offline_stack()
+    batch = pipeline(stack)
+    jobs = BatchJobSimulator(answer, polls_until_done=0)
+    with Offline(stack, batch, jobs, monkeypatch) as offline:
+        run, events = offline.run({"items": items(12)}, shape="neither", check=True)
+
+    run.raise_for_status()
+    assert run.output["loaded"] == 12
+    assert events.outcomes and all(o["completed"] is False and "names no job ARN" in o["reason"] for o in events.outcomes)
+    assert sum(c["completed"] for c in events.checks) == 1  # the check completed the wait, once
+    assert "Check job" not in entered(run)
+
+
+def test_a_lost_event_is_covered_by_the_scheduled_check(monkeypatch):
+    stack = offline_stack()
+    batch = pipeline(stack)
+    jobs = BatchJobSimulator(answer, polls_until_done=2)
+    with Offline(stack, batch, jobs, monkeypatch) as offline:
+        run, events = offline.run({"items": items(12)}, deliver=False, check=True)
+
+    run.raise_for_status()
+    assert events.events == [] and run.output["loaded"] == 12
+    assert sum(c["running"] for c in events.checks) >= 2 and sum(c["completed"] for c in events.checks) == 1
+    assert "Check job" not in entered(run)
+
+
+def test_without_event_nor_check_the_run_checks_the_job_itself_after_the_last_resort_wait(monkeypatch):
+    monkeypatch.setattr(batch_module, "LAST_RESORT_CHECK", cdk.Duration.seconds(2))
+    stack = offline_stack()
+    batch = pipeline(stack)
     jobs = BatchJobSimulator(answer, polls_until_done=0)
     with Offline(stack, batch, jobs, monkeypatch) as offline:
         run, events = offline.run({"items": items(12)}, deliver=False)
@@ -483,13 +569,13 @@ def test_the_job_request_is_the_documented_create_model_invocation_job_call():
 
 
 def test_the_wait_stores_its_token_and_the_map_is_bounded_by_the_job_quota():
-    _, _, template = built(max_concurrent_jobs=7, status_check_interval=cdk.Duration.hours(8))
+    _, _, template = built(max_concurrent_jobs=7, status_check_interval=cdk.Duration.minutes(2))
     states = states_of(template)
     wait = states["Wait for job"]
     assert wait["Resource"].endswith(":::aws-sdk:dynamodb:putItem.waitForTaskToken")
     assert wait["Parameters"]["Item"]["token"] == {"S.$": "$$.Task.Token"}
     assert wait["Parameters"]["Item"]["jobArn"] == {"S.$": "$.job.jobArn"}
-    assert wait["TimeoutSeconds"] == 8 * 3600
+    assert wait["TimeoutSeconds"] == 6 * 3600  # LAST_RESORT_CHECK, whatever the scheduled check's interval
     assert wait["Catch"][0] == {"ErrorEquals": ["States.Timeout"], "ResultPath": "$.timedOut", "Next": "Check job"}
     assert states["Jobs"]["MaxConcurrency"] == 7 and states["Jobs"]["ItemsPath"] == "$.jobs"
     fails = {name: state["Error"] for name, state in states.items() if state["Type"] == "Fail"}
@@ -596,17 +682,29 @@ def test_your_own_buckets_are_used_and_no_bucket_is_created():
     assert "my-in" in json.dumps(template) and "my-out" in json.dumps(template)
 
 
-def test_the_rule_sends_only_this_pipelines_ended_jobs_to_the_event_function():
-    _, batch, template = built(job_name_prefix="reviews-nightly")
-    rule = only(template, "AWS::Events::Rule")["Properties"]
-    assert rule["EventPattern"] == {
+def test_the_rule_matches_only_the_documented_status_field_and_a_schedule_checks_the_jobs():
+    stack, batch, template = built(job_name_prefix="reviews-nightly", status_check_interval=cdk.Duration.minutes(3))
+    rules = {r["Properties"].get("Description", ""): r["Properties"] for r in resources(template, "AWS::Events::Rule").values()}
+    ended = next(r for r in rules.values() if "EventPattern" in r)
+    assert ended["EventPattern"] == {
         "source": ["aws.bedrock"], "detail-type": ["Batch Inference Job State Change"],
-        "detail": {"status": ["Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"],
-                   "batchJobName": [{"prefix": "reviews-nightly-"}]},
+        "detail": {"status": ["Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"]},
     }
-    assert rule["Targets"][0]["RetryPolicy"] == {"MaximumEventAgeInSeconds": 86400, "MaximumRetryAttempts": 8}
+    assert ended["Targets"][0]["RetryPolicy"] == {"MaximumEventAgeInSeconds": 86400, "MaximumRetryAttempts": 8}
+    scheduled = next(r for r in rules.values() if "ScheduleExpression" in r)
+    assert scheduled["ScheduleExpression"] == "rate(3 minutes)"
+    assert json.loads(scheduled["Targets"][0]["Input"]) == {"action": "check-jobs"}
     invoke_config = only(template, "AWS::Lambda::EventInvokeConfig")["Properties"]
     assert invoke_config["MaximumRetryAttempts"] == 2
+    env = next(f["Properties"]["Environment"]["Variables"] for f in resources(template, "AWS::Lambda::Function").values()
+               if f["Properties"]["Handler"] == "batch_precompute.job_events.handler")
+    assert env["JOB_NAME_PREFIX"] == "reviews-nightly"
+    role = stack.resolve(batch.job_events_function.role.node.default_child.logical_id)
+    policy = next(p for p in resources(template, "AWS::IAM::Policy").values() if p["Properties"]["Roles"] == [{"Ref": role}])
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    get_job = next(s for s in statements if s["Action"] == "bedrock:GetModelInvocationJob")
+    assert ":model-invocation-job/*" in json.dumps(get_job["Resource"])
+    assert any("dynamodb:Scan" in s["Action"] for s in statements)
 
 
 def test_the_functions_get_their_settings_and_the_loader_writes_to_the_shared_store():
@@ -656,10 +754,16 @@ def test_the_metrics_read_the_loaders_namespace_names_and_function_dimension():
     assert loaded.statistic == "Sum" and failed.period.to_hours() == 1
 
 
-def test_a_status_check_more_often_than_hourly_is_polling_and_warned():
+def test_the_default_check_is_every_five_minutes_and_a_token_interval_reaches_the_schedule():
+    _, _, template = built()
+    assert [r["Properties"]["ScheduleExpression"] for r in resources(template, "AWS::Events::Rule").values()
+            if "ScheduleExpression" in r["Properties"]] == ["rate(5 minutes)"]
     stack = new_stack()
-    BatchPrecompute(stack, "Batch", model=NOVA, max_tokens=400, status_check_interval=cdk.Duration.minutes(5))
-    Annotations.from_stack(stack).has_warning("/Test/Batch", Match.string_like_regexp("that is polling"))
+    minutes = cdk.CfnParameter(stack, "CheckMinutes", type="Number")
+    BatchPrecompute(stack, "Batch", model=NOVA, max_tokens=400, status_check_interval=cdk.Duration.minutes(minutes.value_as_number))
+    schedule = next(r["Properties"]["ScheduleExpression"] for r in resources(template_of(stack).to_json(), "AWS::Events::Rule").values()
+                    if "ScheduleExpression" in r["Properties"])
+    assert schedule == {"Fn::Join": ["", ["rate(", {"Ref": "CheckMinutes"}, " minutes)"]]}
 
 
 # ---- bad props ---------------------------------------------------------------------------------------------
@@ -719,7 +823,12 @@ BAD_PROPS = [
     ({"job_timeout": cdk.Duration.hours(169)}, "job_timeout=7 days 1 hour exceeds the maximum of 7 days"),
     ({"job_timeout": cdk.Duration.minutes(1530)}, "job_timeout=1530 minutes is not whole hours"),
     ({"job_timeout": 24}, "job_timeout=24 is an int; pass a cdk.Duration"),
-    ({"status_check_interval": cdk.Duration.days(8)}, "status_check_interval=8 days exceeds the maximum of 7 days"),
+    ({"status_check_interval": cdk.Duration.days(8)}, "status_check_interval=8 days exceeds the maximum of 6 hours"),
+    ({"status_check_interval": cdk.Duration.seconds(30)}, "status_check_interval=30 seconds is below the minimum of 1 minute"),
+    ({"status_check_interval": cdk.Duration.seconds(90)}, "status_check_interval=1 minute 30 seconds is not whole minutes"),
+    ({"status_check_interval": cdk.Duration.seconds(cdk.Token.as_number(cdk.Fn.ref("S")))},
+     "status_check_interval is a deploy-time token in seconds"),
+    ({"job_timeout": cdk.Duration.minutes(cdk.Token.as_number(cdk.Fn.ref("T")))}, "job_timeout is a deploy-time token not in hours"),
     ({"job_name_prefix": "Reviews_Nightly"}, "job_name_prefix='Reviews_Nightly' may hold letters, digits and single hyphens"),
     ({"job_name_prefix": "x" * 41}, "job_name_prefix has 41 characters; at most 40"),
     ({"on_demand_fallback": "arn:aws:states:::stateMachine:x"}, "on_demand_fallback='arn:aws:states:::stateMachine:x' is a str"),

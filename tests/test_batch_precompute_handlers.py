@@ -453,27 +453,41 @@ def event(status: str, message: str = "", arn: str = JOB_ARN) -> dict:
             "detail": {"batchJobArn": arn, "batchJobName": "reviews-0000", "status": status, "failureMessage": message}}
 
 
+def described(status: str, message: str = "", arn: str = JOB_ARN, name: str = "reviews-0000") -> dict:
+    """A GetModelInvocationJob answer (botocore's shape: the Stubber checks it)."""
+    job = {"jobArn": arn, "jobName": name, "modelId": "amazon.nova-lite-v1:0", "status": status,
+           "roleArn": "arn:aws:iam::123456789012:role/r", "submitTime": "2026-12-01T06:00:00Z",
+           "inputDataConfig": {"s3InputDataConfig": {"s3Uri": "s3://in-bucket/x/"}},
+           "outputDataConfig": {"s3OutputDataConfig": {"s3Uri": "s3://out-bucket/x/"}}}
+    if message:
+        job["message"] = message
+    return job
+
+
 @pytest.fixture
 def job_events(aws, monkeypatch):
-    _, ddb = aws
-    handler = module("job_events", monkeypatch, TOKEN_TABLE=TOKENS)
-    with Stubber(handler.SFN) as sfn:
-        handler.stub = sfn
+    handler = module("job_events", monkeypatch, TOKEN_TABLE=TOKENS, JOB_NAME_PREFIX="reviews")
+    with Stubber(handler.SFN) as sfn, Stubber(handler.BEDROCK) as bedrock:
+        handler.stub, handler.bedrock_stub = sfn, bedrock
         yield handler
         sfn.assert_no_pending_responses()
+        bedrock.assert_no_pending_responses()
 
 
-def test_a_job_that_ended_completes_its_stored_token_with_status_and_message(job_events, aws):
+def test_a_job_that_ended_completes_its_stored_token_with_the_status_and_message_bedrock_reports(job_events, aws):
     _, ddb = aws
     ddb.put_item(TableName=TOKENS, Item={"jobArn": {"S": JOB_ARN}, "token": {"S": "TOKEN-1"}, "expires_at": {"N": "1"}})
+    job_events.bedrock_stub.add_response("get_model_invocation_job", described("Failed", "the input is malformed"),
+                                         {"jobIdentifier": JOB_ARN})
     output = {"jobArn": JOB_ARN, "status": "Failed", "failureMessage": "the input is malformed"}
     job_events.stub.add_response("send_task_success", {}, {"taskToken": "TOKEN-1", "output": json.dumps(output)})
 
-    assert job_events.handler(event("Failed", "the input is malformed"))["completed"] is True
+    assert job_events.handler(event("Failed", "a message the event carries is not used"))["completed"] is True
     assert "Item" not in ddb.get_item(TableName=TOKENS, Key={"jobArn": {"S": JOB_ARN}})
 
 
 def test_an_event_before_its_token_is_stored_fails_so_lambda_retries_it(job_events):
+    job_events.bedrock_stub.add_response("get_model_invocation_job", described("Completed"), {"jobIdentifier": JOB_ARN})
     with pytest.raises(job_events.TokenNotFoundError, match="no task token is stored"):
         job_events.handler(event("Completed"))
 
@@ -481,6 +495,7 @@ def test_an_event_before_its_token_is_stored_fails_so_lambda_retries_it(job_even
 def test_a_token_the_run_no_longer_waits_on_is_not_an_error(job_events, aws):
     _, ddb = aws
     ddb.put_item(TableName=TOKENS, Item={"jobArn": {"S": JOB_ARN}, "token": {"S": "OLD"}, "expires_at": {"N": "1"}})
+    job_events.bedrock_stub.add_response("get_model_invocation_job", described("Completed"), {"jobIdentifier": JOB_ARN})
     job_events.stub.add_client_error("send_task_success", service_error_code="TaskTimedOut")
     assert job_events.handler(event("Completed"))["completed"] is False
 

@@ -11,8 +11,10 @@ One execution is one run:
       -> fewer records than a job may hold: fail "Too few records" with the numbers
          (or start `on_demand_fallback` with the run's input)
       -> Map over the jobs, at most `max_concurrent_jobs` at once; per job:
-           Submit job -> store the task token under the job ARN and wait (no polling)
-             -> EventBridge `Batch Inference Job State Change` -> Lambda completes the token
+           Submit job -> store the task token under the job ARN and wait
+             -> EventBridge `Batch Inference Job State Change`, or the scheduled check every
+                `status_check_interval` -> Lambda reads the job (GetModelInvocationJob) and
+                completes the token
            Completed / PartiallyCompleted -> Load answers (Lambda: every .jsonl.out into the
            store, counts reconciled with manifest.json.out, records without an answer listed in S3)
            Failed / Stopped / Expired -> recorded with Bedrock's failureMessage
@@ -24,13 +26,17 @@ lives until its job has ended, so the Map's MaxConcurrency is exactly the bound 
 flight; a rule-started loader would leave the submitter nothing to count, and a run's outcome
 would be scattered over unrelated executions. The job request has no field to carry a token, so
 the token is stored under the job's ARN in a small table of its own. Bedrock sends these events on
-a best-effort basis: a wait that hears nothing for `status_check_interval` checks the job itself
-once and waits again, so a lost event delays a run by at most that interval.
+a best-effort basis, and only their `status` field is documented, so the event only hastens the
+end of a wait: a schedule every `status_check_interval` (5 minutes) checks each waiting job with
+GetModelInvocationJob, the authority on a job's status, so a lost or unreadable event delays a run
+by minutes. The check runs outside the execution, whose history (25,000 events) a wait-and-check
+loop every few minutes would fill.
 
-Quotas (per model and Region; check Service Quotas, the defaults are common values, not
-guarantees): minimum records per job (default 100), records per job (50,000) and per input file
-(50,000), input file size (1 GB) and job size (5 GB), and batch jobs in progress or submitted
-(default 10, conservative). A run is split into near-equal jobs and files under those maxima. The
+Quotas (per model and Region, adjustable; check Service Quotas, the defaults are common values,
+not guarantees, see the constants): minimum records per job (default 100), records per job
+(50,000) and per input file (50,000), input file size (1 GB) and job size (5 GB), and batch jobs
+in progress or submitted (default 10, conservative). Each is a prop, for an account with raised
+quotas; a deploy-time token is passed through to the functions as it resolves. A run is split into near-equal jobs and files under those maxima. The
 concurrency bound is per execution: two overlapping runs may together exceed the quota, and the
 submission then retries Bedrock's ServiceQuotaExceededException with backoff.
 """
@@ -75,20 +81,56 @@ __all__ = [
     "TERMINAL_STATUSES",
 ]
 
+# ---- batch inference quotas: per model and Region, adjustable (Service Quotas) --------------------------
+# The quota NAMES are the Bedrock user guide's ("Format and upload your batch inference data",
+# https://docs.aws.amazon.com/bedrock/latest/userguide/batch-inference-data.html); the default VALUES
+# are in the General Reference's Bedrock quota table (https://docs.aws.amazon.com/general/latest/gr/bedrock.html#limits_bedrock),
+# which no stored copy showed: the values below are the common defaults public code and AWS's examples
+# use, so each is a prop. A wrong guess is harmless by design: a maximum set too high or a minimum too
+# low makes Bedrock refuse the job at validation, and the run ends "Job failed" with Bedrock's message;
+# a maximum too low only splits a run into more jobs; a jobs-in-flight quota too high is met by the
+# submission's retry of ServiceQuotaExceededException with backoff.
+#: "Minimum number of records per batch inference job".
 DEFAULT_MIN_RECORDS_PER_JOB = 100
+#: "Records per batch inference job".
 DEFAULT_MAX_RECORDS_PER_JOB = 50_000
+#: "Records per input file per batch inference job".
 DEFAULT_MAX_RECORDS_PER_FILE = 50_000
-DEFAULT_MAX_FILE_BYTES = 1_000_000_000  # the "input file size (in GB)" quota: 1
-DEFAULT_MAX_JOB_BYTES = 5_000_000_000  # the "job size (in GB)" quota: 5
+#: "Batch inference input file size (in GB)": 1. Counted in decimal GB (the smaller reading of "GB").
+DEFAULT_MAX_FILE_BYTES = 1_000_000_000
+#: "Batch inference job size (in GB)": 5 (some models allow more: raise max_job_bytes to your quota).
+DEFAULT_MAX_JOB_BYTES = 5_000_000_000
+#: "Sum of in-progress and submitted batch inference jobs using a base model for <model>"; conservative.
 DEFAULT_MAX_CONCURRENT_JOBS = 10
+#: Each job's timeoutDurationInHours: botocore bedrock service-2.json, ModelInvocationJobTimeoutDurationInHours 24..168.
+JOB_TIMEOUT_HOURS_RANGE = (24, 168)
 DEFAULT_OBJECT_EXPIRATION = cdk.Duration.days(30)
 #: The loader handles one job per invocation within Lambda's 15 minutes (see bench/batch_loader_bench.py).
 MAX_RECORDS_PER_JOB_LIMIT = 1_000_000
 #: An inline Map runs at most 40 iterations at once.
 INLINE_MAP_LIMIT = 40
+
+# ---- job state-change events -------------------------------------------------------------------------------
+#: EventBridge source and detail-type (EventBridge event reference, Amazon Bedrock events:
+#: https://docs.aws.amazon.com/eventbridge/latest/ref/events-ref-bedrock.html).
+EVENT_SOURCE = "aws.bedrock"
 JOB_STATE_CHANGE = "Batch Inference Job State Change"
+#: The one detail field a primary source confirms: the user guide's example rule matches
+#: {"detail": {"status": ["Completed"]}} (https://docs.aws.amazon.com/bedrock/latest/userguide/monitoring-eventbridge-create-rule-ex.html).
+#: The job's name and ARN fields are not confirmed, so the rule does not match on them.
+JOB_STATE_CHANGE_STATUS_FIELD = "status"
+#: The statuses a job ends in (botocore bedrock service-2.json, ModelInvocationJobStatus).
 TERMINAL_STATUSES = ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired")
 LOADABLE_STATUSES = ("Completed", "PartiallyCompleted")
+#: How often the scheduled check looks at each waiting job (one GetModelInvocationJob per job): the
+#: most a lost event, or an event this construct cannot read, delays a run.
+DEFAULT_STATUS_CHECK_INTERVAL = cdk.Duration.minutes(5)
+STATUS_CHECK_INTERVAL_RANGE = (cdk.Duration.minutes(1), cdk.Duration.hours(6))
+#: The input the check schedule sends the job-events function (job_events.CHECK_JOBS).
+CHECK_JOBS_INPUT = {"action": "check-jobs"}
+#: A wait not completed by an event nor a check within this checks the job from inside the run. Long, so
+#: a job's loop of waits and checks stays far below Step Functions' 25,000 history events per execution.
+LAST_RESORT_CHECK = cdk.Duration.hours(6)
 #: Errors a submission is retried on: throttling, and the jobs-in-flight quota that other runs share.
 SUBMIT_RETRY_ERRORS = (
     "Bedrock.ThrottlingException",
@@ -149,8 +191,9 @@ class BatchPrecompute(Construct):
     max_concurrent_jobs: jobs one run keeps submitted or in progress (1..40, the inline Map's
         limit); set it to your quota of batch jobs in flight. Default: 10.
     job_timeout: each job's timeoutDurationInHours (24..168 h, whole hours). Default: 24 h.
-    status_check_interval: how long a job's wait hears nothing before checking the job itself (the
-        cover for a lost best-effort event). Default: 6 h; under an hour is polling (warning).
+    status_check_interval: how often each waiting job is checked with GetModelInvocationJob (the
+        cover for a lost or unreadable best-effort event; one cheap call per running job). Whole
+        minutes, 1 minute..6 hours. Default: 5 minutes.
     job_name_prefix: job names start with it; the EventBridge rule matches it. Default: derived
         from this construct's path.
     on_demand_fallback: a state machine that answers the keys on demand (e.g. a ScheduledPrecompute's),
@@ -165,8 +208,12 @@ class BatchPrecompute(Construct):
 
     Attributes: `state_machine`, `input_bucket`, `output_bucket`, `items_bucket`, `service_role`,
     `token_table`, `job_ended_rule`, `prepare_function`, `load_function`, `summary_function`,
-    `job_events_function`, `answer_store`, `job_name_prefix`. Metrics: `metric_records_loaded`,
-    `metric_records_failed` (namespace and names shared with the loader).
+    `job_events_function`, `job_check_rule`, `answer_store`, `job_name_prefix`. Metrics:
+    `metric_records_loaded`, `metric_records_failed` (this construct's loader), and Bedrock's own
+    batch metrics for this construct's model: `metric_records_pending`,
+    `metric_input_tokens_processed`, `metric_output_tokens_processed`, `metric_tokens_pending`
+    (per model, in the account and Region: account-wide, other pipelines' jobs included) and
+    `metric_account_records_pending` (every model).
     """
 
     def __init__(
@@ -209,7 +256,7 @@ class BatchPrecompute(Construct):
         # Set on this construct only, before any child exists, so the user's app is untouched.
         self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         job_timeout = job_timeout if job_timeout is not None else cdk.Duration.hours(24)
-        status_check_interval = status_check_interval if status_check_interval is not None else cdk.Duration.hours(6)
+        status_check_interval = status_check_interval if status_check_interval is not None else DEFAULT_STATUS_CHECK_INTERVAL
         creates_bucket = input_bucket is None or output_bucket is None
         with Checks(f"BatchPrecompute {id}") as check:
             if check.instance("model", model, BedrockModel, _MODEL_HINT):
@@ -271,25 +318,23 @@ class BatchPrecompute(Construct):
                 fix=f"your quota of batch jobs submitted or in progress for this model; one run submits through an inline "
                 f"Map, which runs at most {INLINE_MAP_LIMIT} iterations at once",
             )
-            if check.duration(
-                "job_timeout", job_timeout, minimum=cdk.Duration.hours(24), maximum=cdk.Duration.hours(168),
-                fix="Bedrock's timeoutDurationInHours is 24..168",
+            low_hours, high_hours = JOB_TIMEOUT_HOURS_RANGE
+            if isinstance(job_timeout, cdk.Duration) and job_timeout.is_unresolved():
+                check.rule(
+                    job_timeout.unit_label() in ("hour", "hours"),
+                    "job_timeout is a deploy-time token not in hours; Bedrock's timeoutDurationInHours takes whole "
+                    "hours: pass cdk.Duration.hours(<token>)",
+                )
+            elif check.duration(
+                "job_timeout", job_timeout, minimum=cdk.Duration.hours(low_hours), maximum=cdk.Duration.hours(high_hours),
+                fix=f"Bedrock's timeoutDurationInHours is {low_hours}..{high_hours}",
             ):
                 check.rule(
                     job_timeout.to_seconds() % 3600 == 0,
                     f"job_timeout={job_timeout.to_minutes():g} minutes is not whole hours; Bedrock's timeoutDurationInHours is "
                     "an integer: use cdk.Duration.hours(...)",
                 )
-            if check.duration(
-                "status_check_interval", status_check_interval, minimum=cdk.Duration.seconds(1),
-                maximum=cdk.Duration.days(7), fix="how long a wait hears no event before it checks the job itself",
-            ) and status_check_interval.to_seconds() < 3600:
-                cdk.Annotations.of(self).add_warning_v2(
-                    "genai-pacer:batch-status-polling",
-                    f"status_check_interval={status_check_interval.to_human_string()} checks each job more than hourly: "
-                    "that is polling; the EventBridge event ends the wait as soon as the job ends, and the check only "
-                    "covers a lost event",
-                )
+            self._check_status_interval(check, status_check_interval)
             if job_name_prefix is not None and check.text("job_name_prefix", job_name_prefix, max_length=40):
                 check.rule(
                     bool(_JOB_NAME_PREFIX.match(job_name_prefix)),
@@ -381,16 +426,16 @@ class BatchPrecompute(Construct):
                 "ITEMS_BUCKET": self.items_bucket.bucket_name,
                 "ITEMS_PREFIX": items_prefix,
                 "INVOCATION_TYPE": invocation_type,
-                "MAX_TOKENS": str(max_tokens or ""),
+                "MAX_TOKENS": _env_number(max_tokens),
                 "SYSTEM_PROMPT": system_prompt or "",
-                "TEMPERATURE": "" if temperature is None else str(temperature),
-                "MIN_RECORDS_PER_JOB": str(min_records_per_job),
-                "MAX_RECORDS_PER_JOB": str(max_records_per_job),
-                "MAX_RECORDS_PER_FILE": str(max_records_per_file),
-                "MAX_JOB_BYTES": str(max_job_bytes),
-                "MAX_FILE_BYTES": str(max_file_bytes),
+                "TEMPERATURE": _env_number(temperature),
+                "MIN_RECORDS_PER_JOB": _env_number(min_records_per_job),
+                "MAX_RECORDS_PER_JOB": _env_number(max_records_per_job),
+                "MAX_RECORDS_PER_FILE": _env_number(max_records_per_file),
+                "MAX_JOB_BYTES": _env_number(max_job_bytes),
+                "MAX_FILE_BYTES": _env_number(max_file_bytes),
                 "JOB_NAME_PREFIX": self.job_name_prefix,
-                "JOB_TIMEOUT_HOURS": str(int(job_timeout.to_hours())),
+                "JOB_TIMEOUT_HOURS": _env_number(_hours(job_timeout)),
             },
             encryption_key=log_encryption, log_retention=log_retention,
         )
@@ -401,7 +446,7 @@ class BatchPrecompute(Construct):
             environment={
                 **self.answer_store.environment(),
                 "MODEL_ID": model.model_id,
-                "WRITE_CONCURRENCY": str(write_concurrency),
+                "WRITE_CONCURRENCY": _env_number(write_concurrency),
             },
             encryption_key=log_encryption, log_retention=log_retention,
         )
@@ -413,16 +458,20 @@ class BatchPrecompute(Construct):
             memory_size=256, environment={}, encryption_key=log_encryption, log_retention=log_retention,
         )
         self.job_events_function = handler_function(
-            self, "JobEvents", handler="batch_precompute.job_events.handler", timeout=cdk.Duration.seconds(30),
-            memory_size=256, environment={"TOKEN_TABLE": self.token_table.table_name},
+            self, "JobEvents", handler="batch_precompute.job_events.handler", timeout=cdk.Duration.seconds(60),
+            memory_size=256, environment={"TOKEN_TABLE": self.token_table.table_name, "JOB_NAME_PREFIX": self.job_name_prefix},
             encryption_key=log_encryption, log_retention=log_retention,
         )
-        self.token_table.grant(self.job_events_function, "dynamodb:GetItem", "dynamodb:DeleteItem")
+        self.token_table.grant(self.job_events_function, "dynamodb:GetItem", "dynamodb:DeleteItem", "dynamodb:Scan")
+        # The job's status comes from GetModelInvocationJob, not from the event (see job_events.py).
+        self.job_events_function.add_to_role_policy(
+            iam.PolicyStatement(actions=["bedrock:GetModelInvocationJob"], resources=[job_arns])
+        )
 
         # ---- the state machine ---------------------------------------------------------------------
         definition = self._definition(
             model=model, invocation_type=invocation_type, job_timeout=job_timeout,
-            status_check_interval=status_check_interval, max_concurrent_jobs=max_concurrent_jobs,
+            max_concurrent_jobs=max_concurrent_jobs,
             on_demand_fallback=on_demand_fallback, job_arns=job_arns,
         )
         options = state_machine_options or StateMachineOptions()
@@ -436,20 +485,33 @@ class BatchPrecompute(Construct):
             self._acknowledge_state_machine_wildcards()
 
         # ---- the job-ended events -------------------------------------------------------------------
+        # Matched only on what a primary source confirms (detail.status, JOB_STATE_CHANGE_STATUS_FIELD):
+        # the function reads the job's name and status from GetModelInvocationJob and ignores other jobs.
         self.job_ended_rule = events.Rule(
             self, "JobEnded",
-            description=f"Batch inference jobs named {self.job_name_prefix}-* that ended: completes their run's wait",
+            description="Batch inference jobs that ended: the function completes the wait of this pipeline's jobs",
             event_pattern=events.EventPattern(
-                source=["aws.bedrock"],
+                source=[EVENT_SOURCE],
                 detail_type=[JOB_STATE_CHANGE],
-                detail={"status": list(TERMINAL_STATUSES), "batchJobName": [{"prefix": f"{self.job_name_prefix}-"}]},
+                detail={JOB_STATE_CHANGE_STATUS_FIELD: list(TERMINAL_STATUSES)},
             ),
         )
         self.job_ended_rule.add_target(targets.LambdaFunction(
             self.job_events_function, retry_attempts=8, max_event_age=cdk.Duration.hours(24),
         ))
+        # The cover for a lost event, or an event whose fields are not those the function reads.
+        self.job_check_rule = events.Rule(
+            self, "CheckJobs",
+            description="Checks each waiting batch job of this pipeline with GetModelInvocationJob",
+            schedule=events.Schedule.rate(status_check_interval),
+        )
+        self.job_check_rule.add_target(targets.LambdaFunction(
+            self.job_events_function, event=events.RuleTargetInput.from_object(CHECK_JOBS_INPUT),
+            retry_attempts=0, max_event_age=cdk.Duration.minutes(5),
+        ))
         self.job_events_function.configure_async_invoke(retry_attempts=2, max_event_age=cdk.Duration.hours(6))
         self._acknowledge_prefix_wildcards()
+        self._acknowledge_job_events_wildcards()
 
     # ---- definition ----------------------------------------------------------------------------------
 
@@ -459,8 +521,7 @@ class BatchPrecompute(Construct):
         model: BedrockModel,
         invocation_type: str,
         job_timeout: cdk.Duration,
-        status_check_interval: cdk.Duration,
-        max_concurrent_jobs: int,
+        max_concurrent_jobs: Any,
         on_demand_fallback: sfn.IStateMachine | None,
         job_arns: str,
     ) -> sfn.IChainable:
@@ -488,7 +549,7 @@ class BatchPrecompute(Construct):
         jobs = sfn.Map(
             self, "Jobs", items_path="$.jobs", max_concurrency=max_concurrent_jobs, result_path="$.results",
         )
-        jobs.item_processor(self._job(model, invocation_type, job_timeout, status_check_interval, job_arns))
+        jobs.item_processor(self._job(model, invocation_type, job_timeout, job_arns))
 
         summarize = tasks.LambdaInvoke(
             self, "Summarize",
@@ -527,10 +588,9 @@ class BatchPrecompute(Construct):
         model: BedrockModel,
         invocation_type: str,
         job_timeout: cdk.Duration,
-        status_check_interval: cdk.Duration,
         job_arns: str,
     ) -> sfn.IChainable:
-        """One job: submit, wait for its end (event, or a check after status_check_interval), load or record."""
+        """One job: submit, wait for its end (event or scheduled check; LAST_RESORT_CHECK), load or record."""
         output_config: dict[str, Any] = {"S3Uri": sfn.JsonPath.string_at("$.outputUri")}
         output_key = getattr(self.output_bucket, "encryption_key", None)
         if output_key is not None:
@@ -554,7 +614,7 @@ class BatchPrecompute(Construct):
                 "RoleArn": self.service_role.role_arn,
                 "ModelId": model.model_id,
                 "ModelInvocationType": invocation_type,
-                "TimeoutDurationInHours": int(job_timeout.to_hours()),
+                "TimeoutDurationInHours": _hours(job_timeout),
                 "InputDataConfig": {
                     "S3InputDataConfig": {"S3Uri": sfn.JsonPath.string_at("$.inputUri"), "S3InputFormat": "JSONL"}
                 },
@@ -581,7 +641,7 @@ class BatchPrecompute(Construct):
             iam_action="dynamodb:PutItem",
             iam_resources=[self.token_table.table_arn],
             integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
-            task_timeout=sfn.Timeout.duration(status_check_interval),
+            task_timeout=sfn.Timeout.duration(LAST_RESORT_CHECK),
             parameters={
                 "TableName": self.token_table.table_name,
                 "Item": {
@@ -598,7 +658,7 @@ class BatchPrecompute(Construct):
         )
         check = tasks.CallAwsService(
             self, "Check job",
-            comment="Only after status_check_interval without an event: Bedrock's events are best-effort",
+            comment="Only when neither the event nor the scheduled check completed the wait within LAST_RESORT_CHECK",
             service="bedrock",
             action="getModelInvocationJob",
             iam_action="bedrock:GetModelInvocationJob",
@@ -739,6 +799,25 @@ class BatchPrecompute(Construct):
                 )
 
     @staticmethod
+    def _check_status_interval(check: Checks, interval: Any) -> None:
+        """A schedule rate: whole minutes within STATUS_CHECK_INTERVAL_RANGE; a token in minutes flows."""
+        low, high = STATUS_CHECK_INTERVAL_RANGE
+        fix = "how often each waiting job is checked; a few minutes costs one GetModelInvocationJob per running job"
+        if isinstance(interval, cdk.Duration) and interval.is_unresolved():
+            check.rule(
+                interval.unit_label() in ("minute", "minutes", "hour", "hours", "day", "days"),
+                "status_check_interval is a deploy-time token in seconds; an EventBridge rate takes minutes: pass "
+                "cdk.Duration.minutes(<token>)",
+            )
+            return
+        if check.duration("status_check_interval", interval, minimum=low, maximum=high, fix=fix):
+            check.rule(
+                interval.to_seconds() % 60 == 0,
+                f"status_check_interval={interval.to_human_string()} is not whole minutes; an EventBridge schedule "
+                "rate is in minutes: use cdk.Duration.minutes(...)",
+            )
+
+    @staticmethod
     def _check_quotas(
         check: Checks,
         min_records_per_job: Any,
@@ -789,14 +868,23 @@ class BatchPrecompute(Construct):
                     cast(Construct, policy), matches=lambda arn: arn.endswith(prefixes), reason=reason
                 )
 
+    def _acknowledge_job_events_wildcards(self) -> None:
+        events_role = self.job_events_function.role
+        assert events_role is not None
+        acknowledge_wildcard_resources(
+            cast(Construct, events_role.node.find_child("DefaultPolicy")),
+            matches=lambda arn: ":model-invocation-job/*" in arn,
+            reason="batch inference job ids are generated by Bedrock when a job is created; GetModelInvocationJob "
+            "(the job's status, read as the authority) on this account's and Region's jobs only",
+        )
+
     def _acknowledge_state_machine_wildcards(self) -> None:
         policy = cast(Construct, self.state_machine.role.node.find_child("DefaultPolicy"))
-        acknowledge_wildcard_resources(
-            policy,
-            matches=lambda arn: ":model-invocation-job/*" in arn,
-            reason="batch inference job ids are generated by Bedrock when a job is created; the grant is limited to "
-            "this account's and Region's model invocation jobs",
+        job_ids = (
+            "batch inference job ids are generated by Bedrock when a job is created; the grant is limited to "
+            "this account's and Region's model invocation jobs"
         )
+        acknowledge_wildcard_resources(policy, matches=lambda arn: ":model-invocation-job/*" in arn, reason=job_ids)
         acknowledge_wildcard_resources(
             policy,
             matches=lambda arn: arn.endswith(".Arn>:*"),
@@ -843,3 +931,20 @@ def _check_prefix(check: Checks, name: str, value: Any) -> bool:
         "!_*'().- (the characters Bedrock's s3Uri allows), e.g. 'batch-input/'",
     )
 
+
+def _env_number(value: Any) -> str:
+    """A number as a function's environment gets it: a token as the text it resolves to at deploy (never
+    the encoded double str() would write), None as empty, an integral float without its '.0'."""
+    if value is None:
+        return ""
+    if is_token(value):
+        return cdk.Token.as_string(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _hours(duration: cdk.Duration) -> Any:
+    """Whole hours of a Duration; a token in hours stays a token (a number the template resolves)."""
+    hours = duration.to_hours()
+    return hours if is_token(hours) else int(hours)
