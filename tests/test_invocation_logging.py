@@ -329,3 +329,62 @@ def test_a_deploy_time_prefix_is_accepted():
     prefix = cdk.CfnParameter(stack, "Prefix").value_as_string
     construct = ModelInvocationLogging(stack, "Logging", s3_delivery=True, key_prefix=prefix)
     assert stack.resolve(construct.logging_config["s3Config"]["keyPrefix"]) == {"Ref": "Prefix"}
+
+
+# ---- data kept: the bucket's lifecycle (issue 27) -------------------------------------------------
+
+
+def lifecycle(template: dict) -> list[dict]:
+    bucket = next(b for k, b in resources(template, "AWS::S3::Bucket").items() if k.startswith("LoggingBucket"))
+    assert bucket["DeletionPolicy"] == "Retain"  # logs are evidence: the bucket outlives the stack, rules included
+    return bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+
+
+def test_the_new_bucket_expires_logs_and_their_old_versions_after_a_month_by_default():
+    _, template = synth(s3_delivery=True)
+    assert lifecycle(template) == [
+        {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}, "ExpirationInDays": 30, "Id": "ExpireInvocationLogs",
+         "NoncurrentVersionExpiration": {"NoncurrentDays": 1}, "Status": "Enabled"},
+        {"ExpiredObjectDeleteMarker": True, "Id": "RemoveExpiredDeleteMarkers", "Status": "Enabled"},
+    ]
+    # the same month the default log group keeps
+    groups = [g["Properties"]["RetentionInDays"] for g in resources(template, "AWS::Logs::LogGroup").values()]
+    assert groups and set(groups) == {30}
+
+
+def test_bucket_retention_sets_the_expiration_and_a_deploy_time_number_of_days_reaches_the_template():
+    _, template = synth(s3_delivery=True, bucket_retention=cdk.Duration.days(400))
+    assert lifecycle(template)[0]["ExpirationInDays"] == 400
+    stack = new_stack()
+    days = cdk.CfnParameter(stack, "Days", type="Number")
+    ModelInvocationLogging(stack, "Logging", s3_delivery=True, bucket_retention=cdk.Duration.days(days.value_as_number))
+    assert lifecycle(template_of(stack).to_json())[0]["ExpirationInDays"] == {"Ref": "Days"}
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"s3_delivery": True, "bucket_retention": cdk.Duration.hours(36)}, "bucket_retention=1 day 12 hours is not whole days"),
+        ({"s3_delivery": True, "bucket_retention": cdk.Duration.hours(1)}, "bucket_retention=1 hour is below the minimum of 1 day"),
+        ({"s3_delivery": True, "bucket_retention": 30}, "bucket_retention=30 is an int; pass a cdk.Duration"),
+        ({"bucket_retention": cdk.Duration.days(30)}, "bucket_retention sets the lifecycle of a new bucket, but none is created"),
+    ],
+)
+def test_bad_bucket_retention_is_refused(props, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        synth(**props)
+
+
+def test_a_deploy_time_retention_in_seconds_is_refused_naming_the_prop():
+    stack = new_stack()
+    seconds = cdk.CfnParameter(stack, "Seconds", type="Number")
+    with pytest.raises(InvalidPropsError, match="bucket_retention is a deploy-time Duration in another unit"):
+        ModelInvocationLogging(stack, "Logging", s3_delivery=True, bucket_retention=cdk.Duration.seconds(seconds.value_as_number))
+
+
+def test_your_own_bucket_keeps_its_own_rules():
+    stack = new_stack()
+    mine = s3.Bucket(stack, "Mine", enforce_ssl=True)
+    ModelInvocationLogging(stack, "Logging", s3_delivery=True, bucket=mine)
+    (bucket,) = resources(template_of(stack).to_json(), "AWS::S3::Bucket").values()
+    assert "LifecycleConfiguration" not in bucket.get("Properties", {})

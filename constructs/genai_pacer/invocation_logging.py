@@ -19,6 +19,17 @@ destinations. Either way the log group, the bucket and the key are retained: log
 and deleting the key would make them unreadable. With keep_logging_on_delete the delivery role
 and the bucket policy are retained too, since logging keeps using them.
 
+What is logged and for how long: every model call in the account and Region (not only this app's),
+with its metadata (request id, model, token counts, latency) and, by default, its text: prompts and
+answers, which may hold personal data (image, embedding and video payloads only when turned on). The
+log group keeps them for `log_retention` (default one month); a new bucket expires each object
+`bucket_retention` after it was written (default 30 days, the log group's month) and removes the
+previous version that expiry or a delete leaves in the versioned bucket one day later
+(`NONCURRENT_DAYS`), so a prompt is gone from the bucket about a day after its retention (S3
+applies lifecycle rules asynchronously, usually within a day). Retained on delete stays the default:
+the bucket and its lifecycle rules outlive the stack, so retained logs still expire. Your own bucket
+keeps its own rules (bucket_retention is then refused).
+
 Renaming or moving the construct replaces its custom resource: CloudFormation creates the new one
 (logging on) and then deletes the old one, which turns logging off unless keep_logging_on_delete
 is set. Deploy once more after such a change, or set keep_logging_on_delete first.
@@ -41,7 +52,7 @@ from constructs import Construct, IConstruct
 from ._checks import Checks, is_token
 from ._secure import encrypted_log_group, log_key
 
-__all__ = ["ModelInvocationLogging", "LOG_STREAM", "DELIVERY_PATH"]
+__all__ = ["DEFAULT_BUCKET_RETENTION_DAYS", "DELIVERY_PATH", "LOG_STREAM", "NONCURRENT_DAYS", "ModelInvocationLogging"]
 
 #: The log stream Bedrock writes invocation logs to, in the configured log group.
 LOG_STREAM = "aws/bedrock/modelinvocations"
@@ -49,6 +60,14 @@ LOG_STREAM = "aws/bedrock/modelinvocations"
 DELIVERY_PATH = "AWSLogs/{account}/BedrockModelInvocationLogs/*"
 #: The id aws-cdk-lib gives the one Lambda function behind every AwsCustomResource of a stack.
 _PROVIDER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
+#: The retention of a new bucket's logs when none is given: the default log group's one month.
+DEFAULT_BUCKET_RETENTION_DAYS = 30
+#: Days a noncurrent version (what an expiration or a delete leaves in a versioned bucket) is kept.
+#: S3 lifecycle days are "a non-zero positive integer" (botocore s3 LifecycleExpiration.Days and
+#: NoncurrentVersionExpiration.NoncurrentDays); ExpiredObjectDeleteMarker "cannot be specified with
+#: ExpirationInDays" (cfn-lint schema AWS::S3::Bucket Rule), so it gets a rule of its own.
+NONCURRENT_DAYS = 1
+MIN_LIFECYCLE_DAYS = 1
 _PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()/-]{1,200}$")
 _ACTIONS_REASON = (
     "bedrock:PutModelInvocationLoggingConfiguration and DeleteModelInvocationLoggingConfiguration act on the "
@@ -76,6 +95,8 @@ class ModelInvocationLogging(Construct):
     encryption_key: KMS key of the new log group and bucket (and of the custom resource's own
         log group). Default: a new key with rotation, retained on delete.
     log_retention: of the new log groups. Default: one month.
+    bucket_retention: how long a new bucket keeps each log object (whole days, at least one); its
+        noncurrent versions go NONCURRENT_DAYS later. Default: 30 days, like the log group.
     server_access_logs_bucket: where a new bucket's S3 access logs go. Default: a new bucket
         (SSE-S3, which S3 access logging requires), retained on delete.
     keep_logging_on_delete: leave logging on when the stack is deleted. Default: False (deleting
@@ -102,6 +123,7 @@ class ModelInvocationLogging(Construct):
         video_data: bool = False,
         encryption_key: kms.IKey | None = None,
         log_retention: logs.RetentionDays | None = None,
+        bucket_retention: cdk.Duration | None = None,
         server_access_logs_bucket: s3.IBucket | None = None,
         keep_logging_on_delete: bool = False,
     ) -> None:
@@ -144,6 +166,10 @@ class ModelInvocationLogging(Construct):
             check.rule(log_retention is None or new_log_group,
                        "log_retention configures a new log group, but log_group is yours (or CloudWatch Logs is off): "
                        "set retention on your log group instead, or drop log_retention")
+            retention_days = self._retention_days(check, bucket_retention)
+            check.rule(bucket_retention is None or new_bucket,
+                       "bucket_retention sets the lifecycle of a new bucket, but none is created (bucket is yours, or "
+                       "s3_delivery is off): add an expiration rule to your bucket instead, or drop bucket_retention")
             self._refuse_a_second_configuration(check)
 
         stack = cdk.Stack.of(self)
@@ -157,7 +183,7 @@ class ModelInvocationLogging(Construct):
         key_prefix = key_prefix or "invocation-logs"
         large_data_prefix = large_data_prefix or "large-data"
         if s3_delivery or bucket is not None:
-            self.bucket = bucket or self._new_bucket(server_access_logs_bucket)
+            self.bucket = bucket or self._new_bucket(server_access_logs_bucket, retention_days)
             prefixes = ([key_prefix] if s3_delivery else []) + ([large_data_prefix] if cloudwatch_logs else [])
             dependencies.extend(self._allow_bedrock_to_write(stack, self.bucket, prefixes))
 
@@ -233,7 +259,27 @@ class ModelInvocationLogging(Construct):
 
     # --- destinations ------------------------------------------------------------------------------
 
-    def _new_bucket(self, access_logs: s3.IBucket | None) -> s3.Bucket:
+    @staticmethod
+    def _retention_days(check: Checks, retention: Any) -> Any:
+        """bucket_retention in whole days (a deploy-time Duration.days(...) stays a token), or None."""
+        if retention is None:
+            return DEFAULT_BUCKET_RETENTION_DAYS
+        if not check.duration("bucket_retention", retention, minimum=cdk.Duration.days(MIN_LIFECYCLE_DAYS),
+                              fix="how long the bucket keeps each log object, e.g. cdk.Duration.days(30)"):
+            if isinstance(retention, cdk.Duration) and retention.is_unresolved():
+                try:
+                    return retention.to_days()
+                except Exception:  # aws-cdk-lib cannot scale a token from another unit
+                    check.fail("bucket_retention is a deploy-time Duration in another unit, but S3 lifecycle rules count "
+                               "whole days: build it with cdk.Duration.days(parameter.value_as_number)")
+            return None
+        days = retention.to_days(integral=False)
+        if not check.rule(float(days).is_integer(), f"bucket_retention={retention.to_human_string()} is not whole days; "
+                          "S3 lifecycle rules count whole days: pass e.g. cdk.Duration.days(30)"):
+            return None
+        return int(days)
+
+    def _new_bucket(self, access_logs: s3.IBucket | None, retention_days: Any) -> s3.Bucket:
         if access_logs is None:
             access_logs = s3.Bucket(
                 self, "AccessLogs",
@@ -261,6 +307,15 @@ class ModelInvocationLogging(Construct):
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="bedrock-invocation-logs/",
             removal_policy=cdk.RemovalPolicy.RETAIN,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="ExpireInvocationLogs",
+                    expiration=cdk.Duration.days(retention_days),
+                    noncurrent_version_expiration=cdk.Duration.days(NONCURRENT_DAYS),
+                    abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
+                ),
+                s3.LifecycleRule(id="RemoveExpiredDeleteMarkers", expired_object_delete_marker=True),
+            ],
         )
 
     def _source_conditions(self, stack: cdk.Stack) -> dict[str, Any]:
