@@ -194,14 +194,15 @@ def test_shares_that_exceed_the_accounts_quota_fail_even_when_the_declared_quota
     assert "allocate 400,000 TPM, 100.0% of the account's 400,000 (20% kept free); lower the shares" in result.findings[1].message
 
 
-def test_a_declared_rpm_is_compared_as_legacy():
-    """bedrock-runtime no longer enforces RPM: a lower account value is a warning, not a failure."""
+def test_a_declared_rpm_above_the_accounts_is_an_error():
+    """bedrock-runtime enforces RPM for the models Service Quotas lists one for: a declared RPM
+    above the account's listed quota fails, naming the rule and its page."""
     quotas = ServiceQuotas().applied("L-00000002", 400_000).defaults().applied("L-00000003", 100)
     result = check_quota(declared(400_000, rpm_quota=200), quotas.client)
-    assert not result.failed
-    assert result.findings[-1].level == "warning"
-    assert "declares 200 RPM but the account's quota L-00000003 is 100; set rpm_quota=100 if the account still " \
-           "enforces it (RPM is legacy: Bedrock no longer enforces requests-per-minute quotas" in result.findings[-1].message
+    assert result.failed
+    assert result.findings[-1].level == "error"
+    assert ("declares 200 RPM but the account's quota L-00000003 is 100; set rpm_quota=100 (Bedrock enforces a "
+            "requests-per-minute quota on bedrock-runtime for some models only") in result.findings[-1].message
 
 
 # --- the command -------------------------------------------------------------------------------------

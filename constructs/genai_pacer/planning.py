@@ -12,10 +12,10 @@ current rate in the Bedrock documentation.
 
 Bedrock's quotas for the bedrock-runtime endpoint (QUOTAS_DOC): one tokens-per-minute quota per
 model (on-demand and cross-Region calls each have theirs), a per-model daily token quota (by
-default the TPM quota x 1,440) and a cross-model daily cap per account and Region. Requests per
-minute are no longer enforced there: rpm_quota arguments are optional and legacy, kept for older
-accounts and other endpoints. `plan_daily_tokens` checks a day's schedule against both daily
-quotas.
+default the TPM quota x 1,440) and a cross-model daily cap per account and Region. A
+requests-per-minute quota applies to some models only (RPM_DOC): rpm_quota arguments are optional;
+pass one where Service Quotas lists an RPM quota for the model. `plan_daily_tokens` checks a day's
+schedule against both daily quotas.
 
 Every function and value object checks all its inputs at once (genai_pacer._checks): one
 InvalidPropsError (a ValueError and a TypeError) lists each bad input with its value, the rule and
@@ -81,9 +81,15 @@ __all__ = [
     "plan_daily_tokens",
 ]
 
-#: Bedrock's quotas for the bedrock-runtime endpoint (the TPM, daily and cross-model daily quotas,
-#: and that requests per minute are no longer enforced there).
+#: Bedrock's quotas for the bedrock-runtime endpoint (the TPM, daily and cross-model daily quotas).
 QUOTAS_DOC = "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-runtime.html"
+#: Requests per minute on bedrock-runtime: "InvokeModel requests per minute for ${model}" applies to
+#: some models but not others; Service Quotas lists the ones that apply. Read in the page's
+#: translation, which is newer than the English copy available here (issue 21 §3 said RPM was
+#: no longer enforced at all; this page contradicts it, and is the more primary source).
+RPM_DOC = "https://docs.aws.amazon.com/ko_kr/bedrock/latest/userguide/quotas-runtime.html"
+RPM_RULE = ("Bedrock enforces a requests-per-minute quota on bedrock-runtime for some models only; Service Quotas "
+            f"lists the models it applies to ({RPM_DOC})")
 #: The default per-model daily token quota is the TPM quota x 24 x 60 ("Model invocation max tokens
 #: per day for ${model}", QUOTAS_DOC); new accounts may get less.
 MINUTES_PER_DAY = 24 * 60
@@ -467,14 +473,13 @@ def sustainable_rate(
     call_seconds: float,
     rpm_quota: float | None = None,
 ) -> RatePlan:
-    """The steady request rate a TPM (and optional, legacy RPM) quota sustains, reservations included.
+    """The steady request rate a TPM (and optional RPM) quota sustains, reservations included.
 
     At rate r per minute, r x settled tokens settle in the window while r x min(call_seconds/60, 1)
     requests still hold (reserved - settled) extra tokens, so
     r = tpm / (settled + min(call_seconds/60, 1) x max(reserved - settled, 0)). When settlement
     exceeds the reservation (output x burndown > max_tokens) the settled charge is the binding one.
-    rpm_quota is legacy: Bedrock no longer enforces requests per minute on the bedrock-runtime
-    endpoint (QUOTAS_DOC); pass one only where an account or endpoint still has it.
+    rpm_quota: pass one where Service Quotas lists an RPM quota for the model (RPM_RULE).
     """
     with Checks("sustainable_rate") as check:
         _profile(check, profile)
@@ -494,7 +499,7 @@ def sustainable_rate(
             above=0,
             maximum=MAX_RATE,
             optional=True,
-            fix="the legacy requests-per-minute quota, or None (bedrock-runtime no longer enforces RPM)",
+            fix="the model's requests-per-minute quota, or None where Service Quotas lists none for it",
         )
     # Bounded: settled >= 0 and, when it is 0, reserved >= max_tokens >= 1 held for >= 1 ms, so the
     # rate is at most MAX_TPM_QUOTA / (MIN_CALL_SECONDS / 60) = 6e16 < MAX_RATE, never inf.

@@ -265,7 +265,7 @@ class QuotaPlan:
         day = self.daily()
         lines = [
             f"{self.model_id} in {self.region}: {quota:,.0f} TPM"
-            + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM (legacy)")
+            + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM")
             + f", burndown {self.burndown:g}; {self.allocated_tpm:,.0f} TPM allocated ({self.allocation:.1%} of "
             f"{self.allocatable_tpm:,.0f} allocatable), {self.in_flight} calls in flight at the caps; "
             f"{day.daily_tokens:,.0f} tokens a day ({day.fraction:.1%} of the {day.daily_quota:,.0f} daily quota)"
@@ -333,9 +333,8 @@ class ModelQuota(Construct):
     tpm_quota: required; the tokens-per-minute quota (Service Quotas: "On-demand InvokeModel tokens
         per minute for <model>" or "Cross-Region InvokeModel tokens per minute for <model>").
         `genai-pacer quota-check` compares it with the account's value before you deploy.
-    rpm_quota: legacy; a requests-per-minute quota where an account or endpoint still enforces one.
-        Default: None (Bedrock no longer enforces RPM on the bedrock-runtime endpoint:
-        planning.QUOTAS_DOC).
+    rpm_quota: the model's requests-per-minute quota, where Service Quotas lists one: bedrock-runtime
+        enforces RPM for some models only (planning.RPM_RULE). Default: None.
     burndown: quota tokens per output token of the model (1, 5, 10 or 15: check its current rate).
         Every share's profile must use it. Default: 1.
     keep_free: the fraction of the quota no share may take, kept for traffic the app does not
@@ -384,7 +383,7 @@ class ModelQuota(Construct):
             _plan_number(check, "tpm_quota", tpm_quota, minimum=1, maximum=planning.MAX_TPM_QUOTA,
                          fix="the model's tokens-per-minute quota from Service Quotas, e.g. 400000")
             _plan_number(check, "rpm_quota", rpm_quota, above=0, maximum=planning.MAX_RATE, optional=True,
-                         fix="the legacy requests-per-minute quota, or None (bedrock-runtime no longer enforces RPM)")
+                         fix="the model's requests-per-minute quota, or None where Service Quotas lists none for it")
             _plan_number(check, "burndown", burndown, minimum=1, maximum=planning.MAX_BURNDOWN,
                          fix="quota tokens per output token: 1 for most models, 5 for older Claude models, "
                          "10 or 15 for the newest (check the model's current rate)")
@@ -475,7 +474,7 @@ class ModelQuota(Construct):
             daytime traffic: its hours), for the daily token quotas. Default: 24, the worst case.
         name: the consumer's construct id (or path), unless the consumer exposes the plan it was
             given (`concurrency_plan`): that is how synth tells which construct holds which share.
-        With an rpm_quota (legacy), a fraction or tpm share also takes that fraction of the RPM.
+        With an rpm_quota, a fraction or tpm share also takes that fraction of the RPM.
         """
         with Checks(f"ModelQuota {self.node.id}: share {name!r}") as check:
             if is_token(name):

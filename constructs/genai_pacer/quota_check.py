@@ -81,9 +81,8 @@ NAME_PREFIXES = {
     "global": ("global cross-region model inference {unit} per minute for ",
                "global cross-region invokemodel {unit} per minute for "),
 }
-#: Where quota-check says requests per minute are no longer enforced on bedrock-runtime.
-RPM_LEGACY = ("RPM is legacy: Bedrock no longer enforces requests-per-minute quotas on the bedrock-runtime endpoint "
-              f"({planning.QUOTAS_DOC})")
+#: When an RPM quota binds: for the models Service Quotas lists one for (planning.RPM_DOC).
+RPM_RULE = planning.RPM_RULE
 
 
 class QuotaCheckError(Exception):
@@ -136,7 +135,7 @@ class DeclaredQuota:
             return list(self.table)
         quota = self.tpm_quota
         lines = [f"{self.model_id} in {self.region or '(no Region given)'}: {quota:,.0f} TPM"
-                 + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM (legacy)")]
+                 + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM")]
         hours = {name: h for name, _, h in self.loads}
         lines += [f"  {name}: {tpm:,.0f} TPM ({tpm / quota:.1%}), {hours.get(name, 24.0):g} h a day"
                   for name, tpm in self.shares]
@@ -226,7 +225,7 @@ def load_plans(assembly: str | Path) -> list[DeclaredQuota]:
 
 def check_plan(declared: DeclaredQuota) -> list[Finding]:
     """Every check that needs no AWS call: the shares against the declared quota, the day against the
-    daily quotas, the callers holding no share, and the legacy RPM."""
+    daily quotas and the callers holding no share (an RPM is compared only with the account's)."""
     where = f"{declared.model_id} in {declared.region or 'its Region'}"
     findings = []
     allocatable = declared.tpm_quota * (1 - declared.keep_free)
@@ -246,8 +245,6 @@ def check_plan(declared: DeclaredQuota) -> list[Finding]:
         findings.append(Finding("ok", f"{where}: the day's {day.daily_tokens:,.0f} tokens are {day.fraction:.1%} of the "
                                       f"{day.daily_quota:,.0f} daily token quota"))
     findings += [Finding("warning", f"{where}: {caller}") for caller in declared.unshared]
-    if declared.rpm_quota is not None:
-        findings.append(Finding("warning", f"{where}: the plan declares {declared.rpm_quota:,.0f} RPM; {RPM_LEGACY}"))
     return findings
 
 
@@ -358,9 +355,8 @@ def check_quota(declared: DeclaredQuota, client: Any) -> QuotaCheck:
         else:
             if declared.rpm_quota > rpm.value:
                 result.findings.append(Finding(
-                    "warning", f"{where}: the plan declares {declared.rpm_quota:,.0f} RPM but the account's quota "
-                               f"{rpm.code} is {rpm.value:,.0f}; set rpm_quota={rpm.value:,.0f} if the account still "
-                               f"enforces it ({RPM_LEGACY})"))
+                    "error", f"{where}: the plan declares {declared.rpm_quota:,.0f} RPM but the account's quota "
+                             f"{rpm.code} is {rpm.value:,.0f}; set rpm_quota={rpm.value:,.0f} ({RPM_RULE})"))
     return result
 
 
@@ -406,8 +402,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     given.add_argument("--model-id", help="the model or inference profile id (default: none; read the assembly)")
     given.add_argument("--tpm", metavar="TPM", help="the declared tokens-per-minute quota (default: none; required "
                                                     "with --model-id)")
-    given.add_argument("--rpm", metavar="RPM", help="a legacy requests-per-minute quota; bedrock-runtime no longer "
-                                                    "enforces RPM (default: none)")
+    given.add_argument("--rpm", metavar="RPM", help="the model's requests-per-minute quota, where Service Quotas lists "
+                                                    "one: bedrock-runtime enforces RPM for some models only (default: none)")
     given.add_argument("--share", action="append", default=[], metavar="NAME=TPM[@HOURS]",
                        help="a consumer's share and the hours a day it runs, repeated for each "
                             "(default: none; hours default to 24)")
