@@ -718,3 +718,19 @@ def test_the_real_alpha_classes_are_read_the_same_way():
     assert BedrockModel.from_invokable(us) == BedrockModel.inference_profile(f"us.{HAIKU}")
     assert BedrockModel.from_invokable(app).copies == BedrockModel.inference_profile(f"us.{HAIKU}")
     assert "is a prompt router" in refused(lambda: BedrockModel.from_invokable(router))
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        (BedrockModel.foundation(NOVA), (NOVA,)),
+        (BedrockModel.from_id(f"us.{HAIKU}"), (f"us.{HAIKU}", HAIKU)),
+        (BedrockModel.from_id(f"global.{SONNET}"), (f"global.{SONNET}", SONNET)),
+        (BedrockModel.application_inference_profile(APP_ARN, copies=f"us.{HAIKU}"), (APP_ARN, HAIKU)),
+        (BedrockModel.provisioned(PROVISIONED_ARN), (PROVISIONED_ARN,)),
+    ],
+    ids=lambda value: getattr(value, "kind", None) or "ids",
+)
+def test_metric_model_ids_cover_both_readings_of_the_modelid_dimension(model, expected):
+    """Which ModelId a call through a profile is counted under is unconfirmed: both candidates are given."""
+    assert model.metric_model_ids == expected

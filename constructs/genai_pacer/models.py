@@ -406,6 +406,23 @@ class BedrockModel:
             return self.copies.foundation_model_id
         return None
 
+    @property
+    def metric_model_ids(self) -> tuple[str, ...]:
+        """The values AWS/Bedrock's ModelId dimension may hold for this model's calls, most likely first.
+
+        The runtime metrics are published per ModelId
+        (https://docs.aws.amazon.com/bedrock/latest/userguide/monitoring-runtime-metrics.html), but no
+        AWS page found says which value a call through an inference profile is counted under: the
+        id or ARN the call passed, or the underlying foundation model. So both are given: a widget or
+        alarm that reads each (or a SEARCH over both) sees the calls either way. A foundation model
+        or provisioned model has one value; make integ shows which one a profile uses.
+        """
+        ids = [self.model_id]
+        underlying = self.foundation_model_id
+        if self.is_inference_profile and underlying and underlying not in ids:
+            ids.append(underlying)
+        return tuple(ids)
+
     def invoke_arn(self, scope: Construct) -> str:
         """The ARN of what ModelId names: the model's, the profile's, or the given ARN."""
         return self._invoke_arn(scope, warn=True)
