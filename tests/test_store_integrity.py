@@ -264,3 +264,12 @@ def test_the_worker_answers_a_message_that_outranks_the_stored_answer_at_an_equa
         "batchItemFailures": []
     }
     assert item(worker, "k")["answer"] == "b's"
+
+
+def test_a_claim_prefix_of_its_own_is_accepted_and_the_routers_is_refused(ddb):
+    owner = answers.claim(ddb, TABLE, "Pre", seconds=60, now=1000, prefix="claim#precompute-run#")
+    assert [i["pk"]["S"] for i in ddb.scan(TableName=TABLE)["Items"]] == ["claim#precompute-run#Pre"]
+    assert answers.release(ddb, TABLE, "Pre", owner, prefix="claim#precompute-run#") is True
+    for prefix in ("claim#key#", "claim#", "answers#"):
+        with pytest.raises(ValueError, match="must start with 'claim#' plus a kind of its own"):
+            answers.claim(ddb, TABLE, "x", seconds=60, prefix=prefix)

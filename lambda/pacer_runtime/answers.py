@@ -200,9 +200,14 @@ def check_request_id(request_id: Any) -> str:
     return request_id
 
 
-def claim_pk(request_id: str) -> str:
-    """The pk of a request's claim: under REQUEST_CLAIM_PREFIX, so never under KEY_CLAIM_PREFIX."""
-    return REQUEST_CLAIM_PREFIX + request_id
+def claim_pk(request_id: str, prefix: str = REQUEST_CLAIM_PREFIX) -> str:
+    """The pk of a claim: REQUEST_CLAIM_PREFIX + request id by default, so never under KEY_CLAIM_PREFIX.
+    Another prefix (e.g. the pre-computation's "claim#precompute-run#") must be a claim prefix of its own."""
+    if not prefix.startswith(CLAIM_PREFIX) or prefix == CLAIM_PREFIX or prefix.startswith(KEY_CLAIM_PREFIX):
+        raise ValueError(
+            f"prefix={prefix!r} must start with {CLAIM_PREFIX!r} plus a kind of its own; {KEY_CLAIM_PREFIX!r} is the router's"
+        )
+    return prefix + request_id
 
 
 @dataclass(frozen=True)
@@ -454,7 +459,8 @@ def put_answer(client: Any, table: str, answer: Answer, *, now: float | None = N
 
 
 def claim(
-    client: Any, table: str, request_id: str, *, seconds: float, now: float | None = None
+    client: Any, table: str, request_id: str, *, seconds: float, now: float | None = None,
+    prefix: str = REQUEST_CLAIM_PREFIX,
 ) -> str | None:
     """Claim a request for `seconds`; returns the owner token, or None while another claim is unexpired.
 
@@ -469,7 +475,7 @@ def claim(
         client.put_item(
             TableName=table,
             Item={
-                PARTITION_KEY: {"S": claim_pk(request_id)},
+                PARTITION_KEY: {"S": claim_pk(request_id, prefix)},
                 "request_id": {"S": request_id},
                 "owner": {"S": owner},
                 "claimed_at": {"S": iso_utc(now)},
@@ -486,12 +492,12 @@ def claim(
     return owner
 
 
-def release(client: Any, table: str, request_id: str, owner: str) -> bool:
+def release(client: Any, table: str, request_id: str, owner: str, *, prefix: str = REQUEST_CLAIM_PREFIX) -> bool:
     """Delete a claim if `owner` still holds it (it may have expired and been taken over); True if deleted."""
     try:
         client.delete_item(
             TableName=table,
-            Key={PARTITION_KEY: {"S": claim_pk(request_id)}},
+            Key={PARTITION_KEY: {"S": claim_pk(request_id, prefix)}},
             ConditionExpression="#owner = :owner",
             ExpressionAttributeNames={"#owner": "owner"},
             ExpressionAttributeValues={":owner": {"S": owner}},
