@@ -24,11 +24,14 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
     app = cdk.App(context=context, outdir=outdir)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     orchestration = OrchestrationStack(app, "GenaiPacerOrchestration")
-    queued = QueuedInferenceStack(app, "GenaiPacerQueuedInference")
+    # One model quota per account and Region: every stack that calls the model draws its share from
+    # it, and synth reports any construct that calls the model without one.
+    quota = orchestration.quota
+    queued = QueuedInferenceStack(app, "GenaiPacerQueuedInference", quota=quota)
     EndpointScalingStack(app, "GenaiPacerEndpointScaling")
-    PrecomputeStack(app, "GenaiPacerPrecompute")
+    PrecomputeStack(app, "GenaiPacerPrecompute", quota=quota)
     RetrievalStack(app, "GenaiPacerRetrieval")
-    ExperimentStack(app, "GenaiPacerExperiment")
+    ExperimentStack(app, "GenaiPacerExperiment", quota=quota)
     # One dashboard over the model the other stacks call, with their queues and workflows on it.
     ObservabilityStack(
         app,

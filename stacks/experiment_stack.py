@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
-from genai_pacer import planning
+from genai_pacer import ModelQuota, planning
 from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
 
 from constructs import Construct
@@ -18,13 +18,21 @@ from .settings import ReferenceSettings
 TREATMENT_SHARE = 10
 MAX_ERROR_RATE_PERCENT = 5
 MAX_P90_LATENCY_SECONDS = 8
+#: Calls in flight the evaluating function may make (its reserved concurrency).
+EVALUATOR_CALLS = 1
 
 
 class ExperimentStack(cdk.Stack):
-    def __init__(self, scope: Construct, id: str, **kwargs) -> None:
+    """quota: the app's ModelQuota for the model; the evaluator's calls draw a share from it."""
+
+    def __init__(self, scope: Construct, id: str, *, quota: ModelQuota, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         settings = ReferenceSettings.from_context(self)
         max_tokens = planning.size_max_tokens(350).max_tokens
+        # The function that serves the experiment runs with the Evaluator role below and a reserved
+        # concurrency of EVALUATOR_CALLS (yours to set on it): the share the plan counts.
+        quota.share("Evaluator", quota.profile(input_tokens=400, output_tokens=250, max_tokens=max_tokens),
+                    calls=EVALUATOR_CALLS, call_seconds=6)
         self.experiment = PromptExperiment(
             self,
             "SupportAnswer",

@@ -39,9 +39,10 @@ class OrchestrationStack(cdk.Stack):
         super().__init__(scope, id, **kwargs)
         settings = ReferenceSettings.from_context(self)
 
-        # One quota for every consumer of the model: each draws a named share, and synth fails when
-        # the shares overdraw it (sized each against the whole quota, the three consumers below would
-        # allow 23 calls in flight against a plan of 10).
+        # One quota for every consumer of the model in the app (this stack's workflows, the queue
+        # worker, the pre-computation and router, the experiment's evaluator): each draws a named
+        # share, and synth fails when the shares overdraw it (sized each against the whole quota,
+        # the three consumers below alone would allow 23 calls in flight against a plan of 10).
         self.quota = quota = ModelQuota(
             self, "ModelQuota", model=settings.model, tpm_quota=settings.tpm_quota, burndown=settings.burndown
         )
@@ -84,7 +85,7 @@ class OrchestrationStack(cdk.Stack):
             self,
             "TickerSummaries",
             # one run of the morning summaries at a time (executions=1, the default)
-            max_concurrency=quota.share("TickerSummaries", profile, fraction=0.3, call_seconds=6),
+            max_concurrency=quota.share("TickerSummaries", profile, fraction=0.16, call_seconds=6),
             model=settings.model,
             request=ask("Summarize the news for {}", sfn.JsonPath.string_at("$.ticker")),
             items_path="$.tickers",
@@ -112,7 +113,9 @@ class OrchestrationStack(cdk.Stack):
             self,
             "CatalogDescriptions",
             # one overnight run at a time
-            max_concurrency=quota.share("CatalogDescriptions", profile, fraction=0.25, call_seconds=6),
+            max_concurrency=quota.share(
+                "CatalogDescriptions", profile, fraction=0.16, call_seconds=6, hours_per_day=8
+            ),
             model=settings.model,
             request=ask("Describe this product for the catalog: {}", sfn.JsonPath.string_at("$.product")),
             items_bucket=catalog,

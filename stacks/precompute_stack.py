@@ -7,7 +7,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_stepfunctions as sfn
-from genai_pacer import AnswerStore, ConverseRequest, planning
+from genai_pacer import AnswerStore, ConverseRequest, ModelQuota, planning
 from genai_pacer.answer_router import AnswerRouter
 from genai_pacer.batch_precompute import BatchPrecompute
 from genai_pacer.precompute import ScheduledPrecompute
@@ -21,17 +21,18 @@ TICKERS = ("AAPL", "AMZN", "GOOGL", "META", "MSFT", "NVDA", "TSLA", "JPM", "V", 
 
 
 class PrecomputeStack(cdk.Stack):
-    def __init__(self, scope: Construct, id: str, **kwargs) -> None:
+    """quota: the app's ModelQuota for the model; the scheduled run and the router draw their shares
+    from it (the batch jobs run on the batch quotas, not on it)."""
+
+    def __init__(self, scope: Construct, id: str, *, quota: ModelQuota, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         settings = ReferenceSettings.from_context(self)
-        profile = planning.TokenProfile(
-            input_tokens=800,
-            output_tokens=350,
-            max_tokens=planning.size_max_tokens(450).max_tokens,
-            burndown=settings.burndown,
-        )
-        # The run finishes hours before the peak, so it may take a quarter of the quota and no more.
-        rate = planning.sustainable_rate(profile, tpm_quota=settings.tpm_quota / 4, call_seconds=8)
+        profile = quota.profile(input_tokens=800, output_tokens=350, max_tokens=planning.size_max_tokens(450).max_tokens)
+        # The run takes under an hour, before the peak: a small share of the quota, one hour a day.
+        rate = quota.share("MorningNotes", profile, fraction=0.1, call_seconds=8, hours_per_day=1)
+        # The router calls the model only on a miss; its function's reserved concurrency caps those calls.
+        router_calls = 2
+        quota.share("Router", profile, calls=router_calls, call_seconds=8)
         # One store for every writer and reader: the scheduled run, the batch loader and the
         # router's write-back.
         self.answer_store = AnswerStore(self, "Answers", answer_ttl=cdk.Duration.days(7))
@@ -72,6 +73,7 @@ class PrecomputeStack(cdk.Stack):
             model=settings.model,
             max_age=cdk.Duration.hours(24),
             max_output_tokens=profile.max_tokens,
+            reserved_concurrency=router_calls,
         )
         cdk.CfnOutput(self, "RouterUrl", value=self.router.url.url if self.router.url else "")
         cdk.CfnOutput(self, "AnswerTable", value=self.answer_store.table.table_name)

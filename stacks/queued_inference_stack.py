@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import aws_cdk as cdk
-from genai_pacer import QueuedInference, planning
+from genai_pacer import ModelQuota, QueuedInference, planning
 
 from constructs import Construct
 
@@ -11,17 +11,14 @@ from .settings import ReferenceSettings
 
 
 class QueuedInferenceStack(cdk.Stack):
-    def __init__(self, scope: Construct, id: str, **kwargs) -> None:
+    """quota: the app's ModelQuota for the model; the worker pool draws its share from it."""
+
+    def __init__(self, scope: Construct, id: str, *, quota: ModelQuota, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         settings = ReferenceSettings.from_context(self)
-        profile = planning.TokenProfile(
-            input_tokens=1_500,
-            output_tokens=250,
-            max_tokens=planning.size_max_tokens(350).max_tokens,
-            burndown=settings.burndown,
-        )
-        # Leave half of the quota to interactive traffic that shares it.
-        rate = planning.sustainable_rate(profile, tpm_quota=settings.tpm_quota / 2, call_seconds=5)
+        profile = quota.profile(input_tokens=1_500, output_tokens=250, max_tokens=planning.size_max_tokens(350).max_tokens)
+        # The rest of the quota serves the app's other consumers and interactive traffic.
+        rate = quota.share("ReviewSummaries", profile, fraction=0.2, call_seconds=5)
         self.inference = QueuedInference(
             self,
             "ReviewSummaries",

@@ -19,7 +19,7 @@ CONTEXT_DEFAULTS: dict[str, tuple[str, str]] = {
     ),
     "model_regions": ("", "comma-separated Regions the profile routes to (default: by its prefix)"),
     "burndown": ("5", "quota tokens per output token of that model (5 for Claude 3.5 Haiku)"),
-    "tpm_quota": ("400000", "the account's on-demand tokens-per-minute quota for that model"),
+    "tpm_quota": ("1000000", "the account's tokens-per-minute quota for that model (an example: pass yours)"),
 }
 
 

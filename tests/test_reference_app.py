@@ -71,32 +71,36 @@ def test_every_model_call_in_every_state_machine_retries_throttles_with_full_jit
     assert checked == 7  # three branches and a synthesis, one per Map, one in the scheduled pre-computation
 
 
-def test_maps_are_bounded_by_their_share_of_one_quota(reference_templates):
-    """Each Map draws its own share of the model's one quota: together with the digest's three
-    parallel calls they stay within what the whole quota sustains (a plan of 10 in flight)."""
-    from genai_pacer import planning
+def test_every_consumer_of_the_model_draws_a_share_of_one_quota(reference_assembly, reference_templates):
+    """The app's one ModelQuota: every construct that calls the model, in whichever stack, holds a
+    share, the shares stay inside the quota, and each cap in the templates is its share's."""
+    (plan_file,) = reference_assembly.glob("genai-pacer-quota.*.json")
+    plan = json.loads(plan_file.read_text())
+    assert plan["unshared_consumers"] == []
+    assert plan["allocation"] <= plan["warn_at"]
+    shares = {s["name"]: s for s in plan["shares"]}
+    assert {holder for s in plan["shares"] for holder in s["holders"]} == {
+        "GenaiPacerOrchestration/ReviewDigest", "GenaiPacerOrchestration/TickerSummaries",
+        "GenaiPacerOrchestration/CatalogDescriptions", "GenaiPacerQueuedInference/ReviewSummaries",
+        "GenaiPacerPrecompute/MorningNotes", "GenaiPacerPrecompute/Router", "GenaiPacerExperiment/Evaluator",
+    }
 
-    from stacks.settings import CONTEXT_DEFAULTS
+    def map_caps(stack: str) -> list[int]:
+        return sorted(
+            state["MaxConcurrency"]
+            for machine in resources(reference_templates[stack], "AWS::StepFunctions::StateMachine").values()
+            for state in all_states(definition(machine)).values()
+            if state["Type"] == "Map" and "MaxConcurrency" in state
+        )
 
-    burndown, tpm = float(CONTEXT_DEFAULTS["burndown"][0]), float(CONTEXT_DEFAULTS["tpm_quota"][0])
-    profile = planning.TokenProfile(
-        input_tokens=2_500, output_tokens=300, max_tokens=planning.size_max_tokens(400).max_tokens, burndown=burndown
-    )
-
-    def cap(fraction: float) -> int:
-        return planning.sustainable_rate(profile, tpm_quota=tpm * fraction, call_seconds=6).max_concurrency
-
-    caps = sorted(
-        state["MaxConcurrency"]
-        for machine in resources(
-            reference_templates["GenaiPacerOrchestration"], "AWS::StepFunctions::StateMachine"
-        ).values()
-        for state in definition(machine)["States"].values()
-        if state["Type"] == "Map"
-    )
-    assert caps == sorted([cap(0.3), cap(0.25)])  # the tickers' and the catalog's shares
-    whole = planning.sustainable_rate(profile, tpm_quota=tpm, call_seconds=6).max_concurrency
-    assert sum(caps) + 3 <= whole  # with the digest's three branches: within the whole quota's plan
+    assert map_caps("GenaiPacerOrchestration") == sorted(
+        [shares["TickerSummaries"]["in_flight"], shares["CatalogDescriptions"]["in_flight"]])
+    assert shares["MorningNotes"]["in_flight"] in map_caps("GenaiPacerPrecompute")
+    (mapping,) = resources(reference_templates["GenaiPacerQueuedInference"], "AWS::Lambda::EventSourceMapping").values()
+    assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] == shares["ReviewSummaries"]["in_flight"]
+    routers = [f for f in resources(reference_templates["GenaiPacerPrecompute"], "AWS::Lambda::Function").values()
+               if "answer_router" in json.dumps(f["Properties"].get("Handler", ""))]
+    assert [f["Properties"]["ReservedConcurrentExecutions"] for f in routers] == [shares["Router"]["in_flight"]]
 
 
 @pytest.mark.parametrize(
@@ -109,26 +113,6 @@ def test_context_changes_the_model_without_code_edits(tmp_path, context):
     template = json.dumps(assembly.get_stack_by_name("GenaiPacerOrchestration").template)
     assert "foundation-model/amazon.nova-lite-v1:0" in template
     assert "inference-profile" not in template
-
-
-def test_queued_inference_is_bounded_by_half_the_quota(reference_templates):
-    from genai_pacer import planning
-
-    from stacks.settings import CONTEXT_DEFAULTS
-
-    profile = planning.TokenProfile(
-        input_tokens=1_500,
-        output_tokens=250,
-        max_tokens=planning.size_max_tokens(350).max_tokens,
-        burndown=float(CONTEXT_DEFAULTS["burndown"][0]),
-    )
-    expected = planning.sustainable_rate(
-        profile, tpm_quota=float(CONTEXT_DEFAULTS["tpm_quota"][0]) / 2, call_seconds=5
-    )
-    template = reference_templates["GenaiPacerQueuedInference"]
-    (mapping,) = resources(template, "AWS::Lambda::EventSourceMapping").values()
-    assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] == expected.max_concurrency
-    assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
 
 
 def test_non_numeric_context_is_rejected_with_the_key(tmp_path):
