@@ -54,15 +54,17 @@ MAX_RATE = 1e12
 MAX_CONCURRENT_REQUESTS = 1e12
 """Requests in flight at once: beyond any endpoint; the bound keeps the arithmetic finite."""
 MAX_TARGET_CONCURRENCY = 10_000
-"""Concurrent requests per model or copy. Model servers admit a few hundred at once (vLLM's default
-max_num_seqs is 256, TGI's MAX_CONCURRENT_REQUESTS 128); above 10,000 a rate was passed as a concurrency."""
+"""Concurrent requests per model or copy: a library bound, not an AWS limit. Model servers admit a few
+hundred at once (vLLM's default max_num_seqs is 256, TGI's MAX_CONCURRENT_REQUESTS 128; the bound is a
+hundred times wider, so a changed default cannot make it wrong); above 10,000 a rate was passed as a concurrency."""
 MAX_CAPACITY = 10_000
 """Instances or copies of one scalable target: far above any SageMaker instance quota; a larger
 count is usually a number of requests passed as a number of instances."""
 MAX_LOAD_SECONDS = 7_200.0
 """Model load time: SageMaker allows at most one hour to download the model and one hour for the
-container's startup health check (ModelDataDownloadTimeoutInSeconds and
-ContainerStartupHealthCheckTimeoutInSeconds, 60..3600 each)."""
+container's startup health check (botocore data/sagemaker/2017-07-24/service-2.json shapes
+ProductionVariantModelDataDownloadTimeoutInSeconds and ...ContainerStartupHealthCheckTimeoutInSeconds,
+60..3600 each; checked in tests/test_aws_facts_scaling.py)."""
 MAX_LEAD_MINUTES = 1_440
 """A lead of at most a day (EndpointScaling's bound): the longest load with the largest margin needs 1,320."""
 MAX_HEADROOM = 0.9

@@ -54,8 +54,64 @@ __all__ = ["EndpointScaling", "PeakWindow", "SCALING_METRICS", "MAX_SCHEDULED_AC
 SCALING_METRICS = ("concurrency", "invocations", "cpu")
 #: A variant's CPUUtilization is summed over vCPUs (0..100 each); no SageMaker instance has 256.
 _MAX_CPU_PERCENT = 100 * 256
-#: Application Auto Scaling's quota of scheduled actions per scalable target; each peak takes two.
+
+# --- AWS facts (machine-checked in tests/test_aws_facts_scaling.py where a model or schema says so) ---
+_AAS_MODEL = "botocore data/application-autoscaling/2016-02-06/service-2.json"
+_SAGEMAKER_MODEL = "botocore data/sagemaker/2017-07-24/service-2.json"
+#: Scheduled actions per scalable target, not adjustable; each peak takes two.
+#: https://docs.aws.amazon.com/autoscaling/application/userguide/application-auto-scaling-quotas.html
 MAX_SCHEDULED_ACTIONS = 200
+#: A scheduled action's name: at most 256 characters (_AAS_MODEL shape ScheduledActionName).
+MAX_SCHEDULED_ACTION_NAME = 256
+#: Schedule expressions: "at(yyyy-mm-ddThh:mm:ss)" and "cron(fields)", six fields (minute hour day-of-month month
+#: day-of-week year) (_AAS_MODEL, PutScheduledAction Schedule). Day-of-week numbers count Sunday as 1:
+#: https://docs.aws.amazon.com/autoscaling/application/userguide/scheduled-scaling-using-cron-expressions.html
+AT_FORMAT = "at(%Y-%m-%dT%H:%M:%S)"
+CRON_FIELDS = 6
+#: Scalable dimensions (_AAS_MODEL enum ScalableDimension) and their resource ids (_AAS_MODEL, RegisterScalableTarget
+#: ResourceId: "endpoint/my-end-point/variant/KMeansClustering", "inference-component/my-inference-component").
+VARIANT_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
+COMPONENT_DIMENSION = "sagemaker:inference-component:DesiredCopyCount"
+VARIANT_RESOURCE_ID = "endpoint/{endpoint}/variant/{variant}"
+COMPONENT_RESOURCE_ID = "inference-component/{component}"
+#: Predefined metric types target tracking uses (_AAS_MODEL enum MetricType); aws-cdk-lib's enum must write these.
+PREDEFINED_METRIC_TYPES = {
+    ("concurrency", False): "SageMakerVariantConcurrentRequestsPerModelHighResolution",
+    ("concurrency", True): "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution",
+    ("invocations", False): "SageMakerVariantInvocationsPerInstance",
+    ("invocations", True): "SageMakerInferenceComponentInvocationsPerCopy",
+}
+#: SageMaker names: endpoint and variant (_SAGEMAKER_MODEL shapes EndpointName, VariantName), inference component
+#: (shape InferenceComponentName), each at most 63 characters.
+ENDPOINT_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
+VARIANT_NAME = ENDPOINT_NAME
+INFERENCE_COMPONENT_NAME = re.compile(r"[a-zA-Z0-9]([\-a-zA-Z0-9]*[a-zA-Z0-9])?")
+MAX_SAGEMAKER_NAME = 63
+#: The service-linked role Application Auto Scaling uses for SageMaker (the same for every account):
+#: https://docs.aws.amazon.com/autoscaling/application/userguide/services-that-can-integrate-sagemaker.html
+SERVICE_LINKED_ROLE = (
+    "aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
+    "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
+)
+#: CloudWatch metrics, namespaces and dimensions (no model lists them; the SageMaker Developer Guide does):
+#: https://docs.aws.amazon.com/sagemaker/latest/dg/monitoring-cloudwatch.html and, for the concurrency pair,
+#: https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling-add-code-define.html. A wrong name would
+#: leave an alarm without data (NOT_BREACHING): target tracking itself uses the predefined types above.
+INVOCATION_NAMESPACE = "AWS/SageMaker"
+VARIANT_UTILIZATION_NAMESPACE = "/aws/sagemaker/Endpoints"
+COMPONENT_UTILIZATION_NAMESPACE = "/aws/sagemaker/InferenceComponents"
+CONCURRENCY_PER_MODEL = "ConcurrentRequestsPerModel"
+CONCURRENCY_PER_COPY = "ConcurrentRequestsPerCopy"
+#: Requests that found no copy; its alarm is how an inference component leaves zero:
+#: https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling-zero-instances.html
+NO_CAPACITY_FAILURES = "NoCapacityInvocationFailures"
+#: Dimension names: a variant's metrics carry the endpoint and variant, an inference component's its own name.
+ENDPOINT_DIMENSION, VARIANT_NAME_DIMENSION, COMPONENT_NAME_DIMENSION = "EndpointName", "VariantName", "InferenceComponentName"
+VARIANT_CPU = "CPUUtilization"
+COMPONENT_CPU = "CPUUtilizationNormalized"
+#: Burstable T2 instances cannot be auto scaled. No source reachable here confirms it; a wrong guess only refuses
+#: a type without GPUs that no LLM endpoint uses.
+UNSCALABLE_FAMILY = "ml.t2."
 #: The lead when none is given (a library choice: most LLM containers load in 10-15 minutes).
 DEFAULT_LEAD_MINUTES = 20
 #: The longest lead and cooldown accepted: a day (library bounds that catch unit mistakes).
@@ -67,10 +123,6 @@ OVERLAP_CHECK_DAYS = 372
 _DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 _CRON = re.compile(r"^cron\((.+)\)$")
-_SLR = (
-    "aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
-    "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
-)
 _SERVERLESS = (
     "SageMaker Serverless Inference has no GPUs and starts cold, so it suits neither LLM hosting nor sharp "
     "bursts; host the model on a real-time GPU variant (LlmEndpoint) and scale that"
@@ -352,7 +404,7 @@ def _weekdays(check: Checks, days: Any) -> list[int] | None:
 def _cron_fields(check: Checks, prop: str, value: str) -> list[str] | None:
     match = _CRON.match(value.strip())
     fields = match[1].split() if match else []
-    if len(fields) != 6:
+    if len(fields) != CRON_FIELDS:
         check.fail(
             f"{prop}={value!r} is not an Application Auto Scaling cron expression: cron(minute hour "
             "day-of-month month day-of-week year), six fields, e.g. 'cron(0 9 ? * MON-FRI *)'"
@@ -377,7 +429,7 @@ def _local(moment: datetime, zone: ZoneInfo) -> datetime:
 
 
 def _at(moment: datetime) -> str:
-    return f"at({moment.strftime('%Y-%m-%dT%H:%M:%S')})"
+    return moment.strftime(AT_FORMAT)
 
 
 class EndpointScaling(Construct):
@@ -557,7 +609,7 @@ class EndpointScaling(Construct):
         role = iam.Role.from_role_arn(
             self,
             "ServiceLinkedRole",
-            stack.format_arn(service="iam", region="", resource="role", resource_name=_SLR),
+            stack.format_arn(service="iam", region="", resource="role", resource_name=SERVICE_LINKED_ROLE),
             mutable=False,
         )
         self.scalable_target = appscaling.ScalableTarget(
@@ -641,7 +693,7 @@ class EndpointScaling(Construct):
                 endpoint.variant_name,
                 endpoint.inference_component_name,
             )
-            if not is_token(endpoint.instance_type) and endpoint.instance_type.startswith("ml.t2."):
+            if not is_token(endpoint.instance_type) and endpoint.instance_type.startswith(UNSCALABLE_FAMILY):
                 check.fail(
                     f"{endpoint.instance_type} is a burstable T2 type, which SageMaker cannot auto scale; host the "
                     "model on a GPU type"
@@ -660,7 +712,7 @@ class EndpointScaling(Construct):
                 if not check.text("endpoint", endpoint, fix="an LlmEndpoint, or the name of an existing endpoint"):
                     return None
                 check.rule(
-                    re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", endpoint) is not None,
+                    len(endpoint) <= MAX_SAGEMAKER_NAME and ENDPOINT_NAME.fullmatch(endpoint) is not None,
                     f"endpoint={endpoint!r} is not a SageMaker endpoint name (1-63 letters, digits and hyphens)",
                 )
             check.rule(
@@ -668,10 +720,13 @@ class EndpointScaling(Construct):
                 "variant_name and inference_component_name are both set: scale either a variant's instances or an "
                 "inference component's copies, one per EndpointScaling",
             )
-            for prop, value in (("variant_name", variant_name), ("inference_component_name", component_name)):
-                if value is not None and check.text(prop, value, max_length=63) and not is_token(value):
+            for prop, value, pattern in (
+                ("variant_name", variant_name, VARIANT_NAME),
+                ("inference_component_name", component_name, INFERENCE_COMPONENT_NAME),
+            ):
+                if value is not None and check.text(prop, value, max_length=MAX_SAGEMAKER_NAME) and not is_token(value):
                     check.rule(
-                        re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", value) is not None,
+                        pattern.fullmatch(value) is not None,
                         f"{prop}={value!r} is not a SageMaker name (1-63 letters, digits and hyphens)",
                     )
             name, variant, component = endpoint, variant_name or "AllTraffic", component_name
@@ -685,9 +740,9 @@ class EndpointScaling(Construct):
                 self._check_config(check, endpoint_config, variant, component)
         if component is not None:
             return (
-                f"inference-component/{component}",
-                "sagemaker:inference-component:DesiredCopyCount",
-                {"InferenceComponentName": component},
+                COMPONENT_RESOURCE_ID.format(component=component),
+                COMPONENT_DIMENSION,
+                {COMPONENT_NAME_DIMENSION: component},
                 True,
             )
         check.rule(
@@ -696,9 +751,9 @@ class EndpointScaling(Construct):
             "through its inference components; host the model as one (InferenceComponentOptions) or keep min_capacity >= 1",
         )
         return (
-            f"endpoint/{name}/variant/{variant}",
-            "sagemaker:variant:DesiredInstanceCount",
-            {"EndpointName": name, "VariantName": variant},
+            VARIANT_RESOURCE_ID.format(endpoint=name, variant=variant),
+            VARIANT_DIMENSION,
+            {ENDPOINT_DIMENSION: name, VARIANT_NAME_DIMENSION: variant},
             False,
         )
 
@@ -902,15 +957,15 @@ class EndpointScaling(Construct):
     def _cpu_metric(self, is_component: bool) -> cloudwatch.Metric:
         if is_component:
             return cloudwatch.Metric(
-                namespace="/aws/sagemaker/InferenceComponents",
-                metric_name="CPUUtilizationNormalized",
+                namespace=COMPONENT_UTILIZATION_NAMESPACE,
+                metric_name=COMPONENT_CPU,
                 dimensions_map=self._dimensions,
                 statistic="Average",
                 period=cdk.Duration.minutes(1),
             )
         return cloudwatch.Metric(
-            namespace="/aws/sagemaker/Endpoints",
-            metric_name="CPUUtilization",
+            namespace=VARIANT_UTILIZATION_NAMESPACE,
+            metric_name=VARIANT_CPU,
             dimensions_map=self._dimensions,
             statistic="Average",
             period=cdk.Duration.minutes(1),
@@ -922,12 +977,12 @@ class EndpointScaling(Construct):
         props.setdefault("statistic", "Maximum")
         props.setdefault("period", cdk.Duration.minutes(1))
         name = (
-            "ConcurrentRequestsPerCopy"
-            if "InferenceComponentName" in self._dimensions
-            else "ConcurrentRequestsPerModel"
+            CONCURRENCY_PER_COPY
+            if COMPONENT_NAME_DIMENSION in self._dimensions
+            else CONCURRENCY_PER_MODEL
         )
         return cloudwatch.Metric(
-            namespace="AWS/SageMaker", metric_name=name, dimensions_map=self._dimensions, **props
+            namespace=INVOCATION_NAMESPACE, metric_name=name, dimensions_map=self._dimensions, **props
         )
 
     def _scale_to_zero(self, actions: Sequence[cloudwatch.IAlarmAction]) -> None:
@@ -946,8 +1001,8 @@ class EndpointScaling(Construct):
             self,
             "NoCapacityAlarm",
             metric=cloudwatch.Metric(
-                namespace="AWS/SageMaker",
-                metric_name="NoCapacityInvocationFailures",
+                namespace=INVOCATION_NAMESPACE,
+                metric_name=NO_CAPACITY_FAILURES,
                 dimensions_map=self._dimensions,
                 statistic="Sum",
                 period=cdk.Duration.minutes(1),
