@@ -117,6 +117,26 @@ def test_a_token_max_age_reaches_the_function_as_a_token():
     assert router.max_age.is_unresolved()
 
 
+def test_number_tokens_reach_the_function_as_tokens():
+    stack = new_stack()
+    value = cdk.CfnParameter(stack, "Value", type="Number", default=300).value_as_number
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=MODEL,
+                 max_output_tokens=value, timeout=cdk.Duration.seconds(value))
+    function = router_function(Template.from_stack(stack))["Properties"]
+    assert function["Environment"]["Variables"]["MAX_OUTPUT_TOKENS"] == {"Ref": "Value"}
+    assert function["Timeout"] == {"Ref": "Value"}
+    assert function["Environment"]["Variables"]["COALESCE_WAIT_SECONDS"] == "10"  # no half of a token: 10 s
+
+
+@pytest.mark.parametrize("prop", ["max_age", "coalesce_wait", "timeout"])
+def test_a_token_duration_in_another_unit_is_refused_by_name(prop):
+    stack = new_stack()
+    value = cdk.CfnParameter(stack, "Value", type="Number", default=3).value_as_number
+    with pytest.raises(InvalidPropsError, match=rf"{prop} is a Duration in another unit made from a token.*cdk\.Duration\.seconds"):
+        AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=MODEL,
+                     **{prop: cdk.Duration.minutes(value)})
+
+
 def test_a_max_age_beyond_the_store_ttl_is_warned():
     stack = new_stack()
     store = AnswerStore(stack, "Store", answer_ttl=cdk.Duration.hours(1))

@@ -161,6 +161,8 @@ class AnswerRouter(Construct):
                     f"{ttl.to_human_string()}: answers expire before they turn stale, so max_age "  # type: ignore[union-attr]
                     "never applies; lower max_age or raise answer_ttl",
                 )
+            for name, value in (("max_age", max_age), ("coalesce_wait", coalesce_wait), ("timeout", timeout)):
+                _check_token_seconds(check, name, value)
             check.instance("write_back", write_back, bool, "True or False")
             prompt_table = _check_prompts(check, prompts)
             check.text("system_prompt", system_prompt, optional=True, fix="the system prompt of every generated answer")
@@ -209,7 +211,7 @@ class AnswerRouter(Construct):
             "MODEL_ID": model.model_id,
             "MAX_AGE_SECONDS": _seconds_text(max_age),
             "WRITE_BACK": "true" if write_back else "false",
-            "MAX_OUTPUT_TOKENS": str(max_output_tokens),
+            "MAX_OUTPUT_TOKENS": cdk.Token.as_string(max_output_tokens) if is_token(max_output_tokens) else str(max_output_tokens),
             "COALESCE_WAIT_SECONDS": _seconds_text(coalesce_wait),
             "PROMPTS": json.dumps([{"key": k, "prompt": v} for k, v in self.prompts.items()], ensure_ascii=False),
         }
@@ -285,6 +287,20 @@ def _seconds_text(duration: cdk.Duration) -> str:
     if duration.is_unresolved():
         return cdk.Token.as_string(duration.to_seconds())
     return str(int(duration.to_seconds()))
+
+
+def _check_token_seconds(check: Checks, name: str, value: Any) -> None:
+    """A token Duration reaches the function as a number of seconds only when made with Duration.seconds:
+    CDK cannot convert Duration.hours(token) into seconds at synth."""
+    if not isinstance(value, cdk.Duration) or not value.is_unresolved():
+        return
+    try:
+        value.to_seconds()
+    except Exception:  # jsii: MustBeDurationSpecifiedDuration
+        check.fail(
+            f"{name} is a Duration in another unit made from a token (e.g. a CfnParameter); CDK can only pass a "
+            f"token Duration on as seconds: use cdk.Duration.seconds(<token>)"
+        )
 
 
 def _normalized(key: str) -> str:
