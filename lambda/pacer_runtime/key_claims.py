@@ -41,6 +41,8 @@ MAX_CLAIM_SECONDS = 15 * 60 + 60
 CONDITION_FAILED = "ConditionalCheckFailedException"
 
 # Free when absent, expired, or unreadable (expires_at not a number, or beyond any router's claim).
+# attribute_type(path, type) with type "N": DynamoDB's condition functions
+# (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.OperatorsAndFunctions.html).
 _FREE = (
     "attribute_not_exists(#pk) OR NOT attribute_type(#exp, :number) OR #exp < :now OR #exp > :far"
 )
@@ -94,7 +96,7 @@ def claim(client: Any, table: str, key: str, *, seconds: float, now: float | Non
                 ":now": {"N": str(math.floor(now))},
                 ":far": {"N": str(math.ceil(now + MAX_CLAIM_SECONDS))},
             },
-            ReturnValues="ALL_OLD",
+            ReturnValues="ALL_OLD",  # the item replaced, read atomically with the write (botocore ReturnValue enum)
         )
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") == CONDITION_FAILED:
