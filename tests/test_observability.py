@@ -392,7 +392,6 @@ WATCHED_BAD = [
     (dict(burndown=0.5), "burndown=0.5 is below the minimum of 1"),
     (dict(burndown=101), "burndown=101 exceeds the maximum of 100"),
     (dict(burndown=math.nan), "burndown=nan is not a finite number"),
-    (dict(burndown=None), "burndown is required"),
     (dict(alarms={"ttft_p90": 2}), "alarms={'ttft_p90': 2} is a dict; pass LatencyAlarms"),
     (dict(label=""), "label='' is empty"),
     (dict(label="x" * 101), "label has 101 characters; at most 100"),
@@ -611,3 +610,26 @@ def test_the_quota_graph_can_read_a_model_quotas_plan():
     assert 0 < tpm.planned_tpm <= 0.3 * 400_000
     with pytest.raises(InvalidPropsError, match="quota=.* pass a ModelQuota"):
         TpmQuota.from_model_quota(400_000)
+
+
+def test_a_watched_model_takes_the_model_quotas_burndown_and_plan():
+    """WatchedModel(model, quota=TpmQuota.from_model_quota(q)) used burndown 1 though the quota said 5:
+    the settled-tokens line and the reservation alarm under-counted output tokens five-fold."""
+    from genai_pacer import ModelQuota
+
+    stack = cdk.Stack(cdk.App(), "Q", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    quota = ModelQuota(stack, "Quota", model=HAIKU, tpm_quota=400_000, burndown=5)
+    quota.share("Nightly", quota.profile(input_tokens=2_500, output_tokens=300, max_tokens=440), fraction=0.3, call_seconds=6)
+    tpm = TpmQuota.from_model_quota(quota)
+    watched = WatchedModel(HAIKU, quota=tpm)
+    assert (tpm.burndown, watched.burndown, tpm.planned_tpm) == (5, 5, quota.plan().tpm_at_caps)
+    LatencyDashboard(stack, "D", models=[watched])
+    template = template_of(stack).to_json()
+    expressions = {q["Expression"] for a in resources(template, "AWS::CloudWatch::Alarm").values()
+                   for q in a["Properties"].get("Metrics", []) if "Expression" in q}
+    assert "inp + cw + out * 5" in expressions  # the reservation alarm's settled tokens
+    assert "inp + cw + out * 5" in json.dumps(body(template))  # and the quota graph's settled line
+    with pytest.raises(InvalidPropsError, match="burndown=1 differs from the quota's burndown=5"):
+        WatchedModel(HAIKU, quota=tpm, burndown=1)
+    assert WatchedModel(HAIKU, quota=TpmQuota(400_000)).burndown == 1.0  # a plain quota knows no burndown
+    assert WatchedModel(HAIKU, quota=TpmQuota(400_000), burndown=5).burndown == 5

@@ -109,13 +109,18 @@ class TpmQuota:
         (TpmPlan.reservation_peak_tpm): what state machines hold, which publish no per-call
         metrics. Drawn on the quota graph. Default: none.
 
-    `TpmQuota.from_plan(plan, tpm_quota=...)` fills both planned figures from a planning.TpmPlan.
+    burndown: the model's quota tokens per output token, when the quota knows it (a ModelQuota
+        does): a WatchedModel with this quota uses it. Default: none (the WatchedModel's own, 1).
+
+    `TpmQuota.from_plan(plan, tpm_quota=...)` fills both planned figures from a planning.TpmPlan;
+    `TpmQuota.from_model_quota(quota)` takes the quota, its burndown and its plan from a ModelQuota.
     """
 
     tpm_quota: float
     alarm_fraction: float = 0.8
     planned_tpm: float | None = None
     planned_reservation_tpm: float | None = None
+    burndown: float | None = None
 
     def __post_init__(self) -> None:
         with Checks("TpmQuota") as check:
@@ -134,6 +139,8 @@ class TpmQuota:
             for name in ("planned_tpm", "planned_reservation_tpm"):
                 _number(check, name, getattr(self, name), above=0, maximum=planning.MAX_TPM_QUOTA * 100, optional=True,
                         fix="tokens per minute from a planning.TpmPlan, or None")
+            _number(check, "burndown", self.burndown, minimum=1, maximum=planning.MAX_BURNDOWN, optional=True,
+                    fix="quota tokens per output token: 1 for most models, 5 for older Anthropic Claude models")
 
     @classmethod
     def from_plan(cls, plan: planning.TpmPlan, *, tpm_quota: float, alarm_fraction: float = 0.8) -> TpmQuota:
@@ -145,14 +152,16 @@ class TpmQuota:
 
     @classmethod
     def from_model_quota(cls, quota: Any, *, alarm_fraction: float = 0.8) -> TpmQuota:
-        """The quota a ModelQuota declares, with the TPM its consumers draw at their caps as the plan
-        line: the dashboard reads the same plan synth checked."""
+        """The quota a ModelQuota declares, its burndown, and the TPM its consumers draw at their caps
+        as the plan line: the dashboard reads the same plan synth checked. Call it once every share is
+        declared (the plan is read now)."""
         from .quota import ModelQuota
 
         with Checks("TpmQuota.from_model_quota") as check:
             check.instance("quota", quota, ModelQuota, "a ModelQuota")
         plan = quota.plan()
-        return cls(tpm_quota=plan.tpm_quota, alarm_fraction=alarm_fraction, planned_tpm=plan.tpm_at_caps or None)
+        return cls(tpm_quota=plan.tpm_quota, alarm_fraction=alarm_fraction, planned_tpm=plan.tpm_at_caps or None,
+                   burndown=plan.burndown)
 
     @property
     def alarm_threshold_tokens(self) -> float:
@@ -213,23 +222,31 @@ class WatchedModel:
     quota: the model's TpmQuota (quota alarm and annotations). Default: none (no quota alarm: a
         threshold on EstimatedTPMQuotaUsage means nothing without the quota in tokens).
     burndown: quota tokens per output token (1 for most models, 5 for older Claude models), for
-        the settled-tokens line and the reservation alarm. Default: 1.
+        the settled-tokens line and the reservation alarm. Default: the quota's burndown (a TpmQuota
+        from a ModelQuota carries it), else 1. A burndown that differs from the quota's is refused.
     alarms: the model's alarm thresholds. Default: LatencyAlarms(); None defines no alarms.
     label: how widgets and alarms name the model. Default: its model_id.
     """
 
     model: BedrockModel
     quota: TpmQuota | None = None
-    burndown: float = 1.0
+    burndown: float | None = None
     alarms: LatencyAlarms | None = field(default_factory=LatencyAlarms)
     label: str | None = None
 
     def __post_init__(self) -> None:
         with Checks("WatchedModel") as check:
             check.instance("model", self.model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
-            check.instance("quota", self.quota, TpmQuota, "a TpmQuota(tpm_quota=..., alarm_fraction=...)", optional=True)
-            _number(check, "burndown", self.burndown, minimum=1, maximum=planning.MAX_BURNDOWN,
-                    fix="quota tokens per output token: 1 for most models, 5 for older Anthropic Claude models")
+            has_quota = check.instance("quota", self.quota, TpmQuota, "a TpmQuota(tpm_quota=..., alarm_fraction=...)",
+                                       optional=True)
+            known = self.quota.burndown if has_quota and self.quota is not None else None
+            if self.burndown is None:
+                object.__setattr__(self, "burndown", known if known is not None else 1.0)
+            elif _number(check, "burndown", self.burndown, minimum=1, maximum=planning.MAX_BURNDOWN,
+                         fix="quota tokens per output token: 1 for most models, 5 for older Anthropic Claude models") \
+                    and known is not None and self.burndown != known:
+                check.fail(f"burndown={self.burndown:g} differs from the quota's burndown={known:g}: the settled tokens "
+                               "and the reservation alarm would not match the plan; omit burndown to use the quota's")
             check.instance("alarms", self.alarms, LatencyAlarms, "LatencyAlarms(...), or None for no alarms", optional=True)
             check.text("label", self.label, optional=True, max_length=100,
                        fix="a short name for the model's widgets and alarms")
