@@ -96,6 +96,12 @@ def test_readers_get_item_putters_put_and_writers_also_delete_on_that_table_and_
     write_key = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
     assert actions_of(template, "Putter", key_arn) == write_key == actions_of(template, "Writer", key_arn)
     assert not any(s["Resource"] == "*" for s in policy_statements(template))
+    # Every key statement holds only through DynamoDB in the table's Region (no direct Decrypt).
+    key_statements = [s for s in policy_statements(template) if s["Resource"] == key_arn]
+    assert len(key_statements) == 3 and all(
+        s["Condition"] == {"StringEquals": {"kms:ViaService": "dynamodb.us-east-1.amazonaws.com"}}  # new_stack's Region
+        for s in key_statements
+    )
 
 
 @pytest.mark.parametrize(
@@ -160,3 +166,40 @@ def test_a_key_for_an_existing_table_is_refused_not_ignored():
     table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
     with pytest.raises(InvalidPropsError, match="encryption_key configures a new table, but table is an existing one"):
         AnswerStore(stack, "Store", table=table, encryption_key=kms.Key(stack, "K"))
+
+
+def test_an_environment_agnostic_stack_conditions_the_key_on_its_deploy_region():
+    stack = cdk.Stack(cdk.App(), "Agnostic")
+    store = AnswerStore(stack, "Store", encryption_key=kms.Key(stack, "TableKey", enable_key_rotation=True))
+    store.grant_read(iam.Role(stack, "Reader", assumed_by=iam.AccountRootPrincipal()))
+    (statement,) = [s for s in policy_statements(template_of(stack).to_json()) if "kms:Decrypt" in s["Action"]]
+    assert statement["Condition"] == {"StringEquals": {"kms:ViaService": {
+        "Fn::Join": ["", ["dynamodb.", {"Ref": "AWS::Region"}, ".amazonaws.com"]]}}}
+
+
+def test_cdk_nag_finds_no_kms_wildcards_on_roles_granted_on_a_customer_managed_store():
+    """Issue 27: every role granted on a customer-managed key used to get two IAM5 findings
+    (Action::kms:ReEncrypt*, Action::kms:GenerateDataKey*). Each grant now names exact actions."""
+    import contextlib
+    import tempfile
+    from pathlib import Path
+
+    from cdk_nag import AwsSolutionsChecks
+    from conftest import nag_violations
+    from genai_pacer import BedrockModel, QueuedInference
+
+    outdir = Path(tempfile.mkdtemp())
+    app = cdk.App(outdir=str(outdir))
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    stack = cdk.Stack(app, "Nag", env=cdk.Environment(account="123456789012", region="us-east-1"))
+    store = AnswerStore(stack, "Store", encryption_key=kms.Key(stack, "TableKey", enable_key_rotation=True))
+    QueuedInference(stack, "Q", model=BedrockModel.from_id("amazon.nova-lite-v1:0"), max_concurrency=2,
+                    answer_store=store)
+    for name, grant in (("Reader", store.grant_read), ("Putter", store.grant_put), ("Writer", store.grant_write)):
+        grant(iam.Role(stack, name, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
+    with contextlib.suppress(RuntimeError):
+        app.synth()
+    findings = nag_violations(outdir)
+    assert [f for f in findings if "IAM5" in f] == [], findings
+    key_findings = [f for f in findings if "kms" in f.lower() or "Store" in f or f.endswith(("Reader", "Putter", "Writer"))]
+    assert key_findings == [], findings

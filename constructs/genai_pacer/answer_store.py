@@ -39,10 +39,20 @@ _READ_ACTIONS = ("dynamodb:GetItem",)
 _PUT_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem")
 #: put_answer, claim (PutItem) and release (DeleteItem), with GetItem.
 _WRITE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
-#: KMS actions a reader needs on a customer-managed table key: reading decrypts the table key.
+#: KMS actions a reader needs on a customer-managed table key: "When you first access an encrypted
+#: table, DynamoDB sends a request to AWS KMS to use the CMK to decrypt the table key" (AWS KMS
+#: Developer Guide, "How Amazon DynamoDB uses AWS KMS", docs.aws.amazon.com/kms/latest/developerguide/
+#: services-dynamodb.html), on behalf of the caller. DescribeKey: what aws-cdk-lib's own
+#: Table.grant_read_data grants beside Decrypt.
 _KEY_READ_ACTIONS = ("kms:Decrypt", "kms:DescribeKey")
-#: A writer also has DynamoDB generate data keys under the table key.
+#: A writer's data-plane calls use the same cached table key (Decrypt); GenerateDataKey (not the
+#: GenerateDataKey* family, not Encrypt or ReEncrypt*) is added for writes as a margin: no primary
+#: source found says a PutItem needs it, and it is harmless under the kms:ViaService condition.
 _KEY_WRITE_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey")
+#: KMS condition key: the request must come through the named service ("kms:ViaService", AWS KMS
+#: Developer Guide, conditions-kms.html#conditions-kms-via-service); DynamoDB's value is
+#: "dynamodb.<region>.amazonaws.com" (the aws/dynamodb key policy shown in services-dynamodb.html).
+KMS_VIA_SERVICE = "kms:ViaService"
 _TYPE_NAMES = {"S": "a string", "N": "a number", "B": "binary"}
 
 
@@ -127,7 +137,13 @@ class AnswerStore(Construct):
         grant = self.table.grant(grantee, *actions)
         key = getattr(self.table, "encryption_key", None)
         if key is not None:  # Table.grant grants no KMS actions; a customer-managed key needs them
-            key.grant(grantee, *key_actions)
+            # Only through DynamoDB in the table's Region: the role cannot decrypt with the key directly.
+            iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=list(key_actions),
+                resource_arns=[key.key_arn],
+                conditions={"StringEquals": {KMS_VIA_SERVICE: f"dynamodb.{cdk.Stack.of(self.table).region}.amazonaws.com"}},
+            )
         return grant
 
     def _check_existing(self, check: Checks, table: Any) -> None:
