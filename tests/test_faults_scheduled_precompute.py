@@ -20,6 +20,7 @@ from aws_cdk.assertions import Template
 from genai_pacer import AnswerStore, BedrockModel, BoundedMap, ConverseRequest, StateMachineOptions
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.precompute import CONDITIONAL_CHECK_FAILED, DYNAMODB_RETRY_ERRORS, ScheduledPrecompute
+from genai_pacer.testing.sfn import StateMachineRunner
 from helpers import all_states, definition, new_stack, only, resources
 
 NOVA = "amazon.nova-lite-v1:0"
@@ -194,3 +195,30 @@ def test_a_lower_log_level_is_the_users_own_nag_finding():
 
     assert findings() == []
     assert findings(log_level=sfn.LogLevel.ERROR) == ["AwsSolutions-SF1 at Nag/Map/StateMachine/Resource"]
+
+
+# ---- a corrupted stored answer is repaired by the next run (issue 22.1) -----------------------------
+
+
+@pytest.mark.parametrize("corrupt", [
+    {"sequence": {"S": "999"}},                      # a string where a number belongs
+    {"sequence": {"N": str(10**38 - 1)}},            # so large that nothing could ever supersede it
+    {"generated_at": {"S": "2999-01-01T00:00:00Z"}},  # fresh forever
+    {"answer": {"N": "42"}},                          # an answer that is not text
+], ids=["string-sequence", "huge-sequence", "future-generated-at", "numeric-answer"])
+def test_a_run_replaces_a_corrupted_stored_answer(monkeypatch, corrupt):
+    from pacer_runtime import answers
+    from test_precompute import build as build_reference
+    from test_precompute import emulator, offline, tickers
+
+    stack, pre = build_reference()
+    items = tickers(1)
+    with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
+        table = runner.physical_name(pre.answer_store.table)
+        item = {"pk": {"S": "ticker-morning#t0"}, "answer": {"S": "stale"}, "model_id": {"S": NOVA},
+                "request_id": {"S": "router#1"}, "sequence": {"N": "1"}, "generated_at": {"S": "2020-01-01T00:00:00Z"}}
+        runner.dynamodb.put_item(TableName=table, Item={**item, **corrupt})
+        run = runner.run({"items": items}, timeout=120).raise_for_status()
+        repaired = answers.get_answer(runner.dynamodb, table, "ticker-morning#t0")
+    assert (run.output["written"], run.output["superseded"]) == (1, 0)
+    assert repaired is not None and repaired.text != "stale" and repaired.sequence == int(run.output["sequence"])

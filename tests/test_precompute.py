@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import time
 
 import aws_cdk as cdk
 import pytest
@@ -24,7 +25,7 @@ from genai_pacer import (
     planning,
 )
 from genai_pacer._checks import InvalidPropsError
-from genai_pacer.precompute import ScheduledPrecompute, answer_schema
+from genai_pacer.precompute import RUN_LOCK_PREFIX, ScheduledPrecompute, answer_schema
 from genai_pacer.testing import BedrockEmulator, ModelSpec
 from genai_pacer.testing.sfn import StateMachineRunner
 from helpers import all_states, definition, new_stack, only
@@ -85,7 +86,12 @@ def test_the_answer_write_is_put_answers_item_and_condition():
     probe = answers.Answer(key="k", text="t", model_id=NOVA, request_id="r", sequence=1, expires_at=2)
     assert set(parameters["Item"]) == set(probe.to_item())  # sent_at is written only when set; a run has none
     assert parameters["ConditionExpression"] == answers._NEWER_THAN_STORED
-    assert parameters["ExpressionAttributeNames"] == {"#pk": "pk", "#seq": "sequence", "#rid": "request_id"}
+    assert parameters["ExpressionAttributeNames"] == answers._NEWER_THAN_STORED_NAMES
+    constants = {name: value for name, value in parameters["ExpressionAttributeValues"].items()
+                 if name in answers._NEWER_THAN_STORED_CONSTANTS}
+    assert constants == answers._NEWER_THAN_STORED_CONSTANTS
+    assert set(parameters["ExpressionAttributeValues"]) == (
+        set(answers._NEWER_THAN_STORED_CONSTANTS) | {":seq", ":rid", ":maxSeq", ":maxGen"})
     assert [c["ErrorEquals"] for c in write["Catch"]] == [["DynamoDB.ConditionalCheckFailedException"], ["States.ALL"]]
 
 
@@ -263,11 +269,12 @@ def test_a_run_that_finds_the_lock_held_skips_without_a_model_call(monkeypatch):
     with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
         table = runner.physical_name(pre.answer_store.table)
         name = runner.state_machines[0].name
-        owner = answers.claim(runner.dynamodb, table, f"precompute-run#{name}", seconds=600)  # another run
+        lock = answers.CLAIM_PREFIX + RUN_LOCK_PREFIX
+        owner = answers.claim(runner.dynamodb, table, name, seconds=600, prefix=lock)  # another run
         skipped = runner.run({"items": items}, timeout=60).raise_for_status()
-        answers.release(runner.dynamodb, table, f"precompute-run#{name}", owner)
+        answers.release(runner.dynamodb, table, name, owner, prefix=lock)
         ran = runner.run({"items": items}, timeout=120).raise_for_status()
-        free = answers.claim(runner.dynamodb, table, f"precompute-run#{name}", seconds=1)
+        free = answers.claim(runner.dynamodb, table, name, seconds=1, prefix=lock)
     assert skipped.output["skipped"] is True and skipped.model_calls == 0
     assert ran.output["written"] == 3 and free is not None  # the run released its lock
 
@@ -278,7 +285,8 @@ def test_an_expired_lock_does_not_block_a_run(monkeypatch):
     with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
         table = runner.physical_name(pre.answer_store.table)
         name = runner.state_machines[0].name
-        answers.claim(runner.dynamodb, table, f"precompute-run#{name}", seconds=60, now=1_000_000)  # long dead
+        answers.claim(runner.dynamodb, table, name, seconds=60, now=1_000_000,
+                      prefix=answers.CLAIM_PREFIX + RUN_LOCK_PREFIX)  # long dead
         run = runner.run({"items": items}, timeout=120).raise_for_status()
     assert run.output["written"] == 2
 
@@ -289,7 +297,7 @@ def test_a_newer_stored_answer_is_kept(monkeypatch):
     with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
         table = runner.physical_name(pre.answer_store.table)
         newer = answers.Answer(key="ticker-morning#t0", text="router wrote this later", model_id=NOVA,
-                               request_id="router#1", sequence=10**15)
+                               request_id="router#1", sequence=int(time.time() * 1000) + 30_000)  # within the skew
         answers.put_answer(runner.dynamodb, table, newer)
         run = runner.run({"items": items}, timeout=120).raise_for_status()
         kept = answers.get_answer(runner.dynamodb, table, "ticker-morning#t0")

@@ -133,6 +133,8 @@ class _AnswerSchema:
     ttl_attribute: str
     claim_prefix: str
     newer_than_stored: str  # put_answer's ConditionExpression
+    newer_than_stored_names: dict[str, str]  # its ExpressionAttributeNames
+    newer_than_stored_constants: dict[str, dict[str, str]]  # its constant ExpressionAttributeValues
 
 
 @cache
@@ -151,9 +153,11 @@ def answer_schema() -> _AnswerSchema:
     wanted = {"partition_key": "PARTITION_KEY", "ttl_attribute": "TTL_ATTRIBUTE",
               "claim_prefix": "CLAIM_PREFIX", "newer_than_stored": "_NEWER_THAN_STORED"}
     missing = sorted(name for name in wanted.values() if not isinstance(values.get(name), str))
+    tables = {"newer_than_stored_names": "_NEWER_THAN_STORED_NAMES", "newer_than_stored_constants": "_NEWER_THAN_STORED_CONSTANTS"}
+    missing += sorted(name for name in tables.values() if not isinstance(values.get(name), dict))
     if missing:
-        raise RuntimeError(f"{path} no longer assigns {missing} as string literals; ScheduledPrecompute reads them there")
-    return _AnswerSchema(**{field: values[name] for field, name in wanted.items()})
+        raise RuntimeError(f"{path} no longer assigns {missing} as literals; ScheduledPrecompute reads them there")
+    return _AnswerSchema(**{field: values[name] for field, name in {**wanted, **tables}.items()})
 
 
 class ScheduledPrecompute(Construct):
@@ -345,7 +349,9 @@ class ScheduledPrecompute(Construct):
             "item": sfn.JsonPath.string_at("$$.Map.Item.Value"),
             "index": sfn.JsonPath.number_at("$$.Map.Item.Index"),
             "sequence": sfn.JsonPath.string_at("$.run.sequence"),
-            "requestId": sfn.JsonPath.string_at("$$.Execution.Name"),
+            "maxSequence": sfn.JsonPath.string_at("$.run.maxSequence"),
+            "maxGeneratedAt": sfn.JsonPath.string_at("$.run.maxGeneratedAt"),
+            "requestId": sfn.JsonPath.format("precompute#{}", sfn.JsonPath.string_at("$$.Execution.Name")),
             "usageDefaults": {"CacheReadInputTokens": 0, "CacheWriteInputTokens": 0},
         }
         if store.answer_ttl is not None:
@@ -549,10 +555,16 @@ class ScheduledPrecompute(Construct):
             table=store.table,
             item=attributes,
             condition_expression=schema.newer_than_stored,
-            expression_attribute_names={"#pk": schema.partition_key, "#seq": "sequence", "#rid": "request_id"},
+            expression_attribute_names=schema.newer_than_stored_names,
             expression_attribute_values={
+                **{
+                    name: number(value["N"]) if "N" in value else text(value["S"])
+                    for name, value in schema.newer_than_stored_constants.items()
+                },
                 ":seq": number(sfn.JsonPath.string_at("$.sequence")),
                 ":rid": text(sfn.JsonPath.string_at("$.requestId")),
+                ":maxSeq": number(sfn.JsonPath.string_at("$.maxSequence")),
+                ":maxGen": text(sfn.JsonPath.string_at("$.maxGeneratedAt")),
             },
             result_selector={"written": 1},
         )

@@ -15,7 +15,7 @@ both are needed before any answer is written:
   the key text into logs. (Keys read from S3 by the distributed Map must be stored normalized.)
 
 Event: {"items": [{"key": "...", ...}, ...]} (items optional: absent for the S3 path).
-Result: {"sequence", "now", "lockExpiresAt", "expiresAt" (only with a TTL), "items", "invalid",
+Result: {"sequence", "maxSequence", "maxGeneratedAt", "now", "lockExpiresAt", "expiresAt" (only with a TTL), "items", "invalid",
 "keys"}: numbers as decimal strings, except "keys" (the item count).
 """
 
@@ -37,8 +37,14 @@ LOCK_SECONDS = int(os.environ["LOCK_SECONDS"])
 
 def handler(event: Any, context: Any = None, *, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
+    # The write condition's bound on a valid stored answer (answers._NEWER_THAN_STORED): the latest
+    # instant any write of this run can happen (the lock lasts the state machine's timeout), plus the
+    # clock skew. Later than the run start, so a run never replaces an answer valid when it writes.
+    max_sequence = int(now * 1000) + LOCK_SECONDS * 1000 + answers.SEQUENCE_SKEW_MS
     result: dict[str, Any] = {
         "sequence": str(int(now * 1000)),
+        "maxSequence": str(max_sequence),
+        "maxGeneratedAt": answers.iso_utc(max_sequence / 1000),
         "now": str(math.floor(now)),
         "lockExpiresAt": str(math.ceil(now + LOCK_SECONDS)),
     }
