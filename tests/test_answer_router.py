@@ -211,3 +211,28 @@ def test_tokens_are_accepted_where_a_value_comes_at_deploy_time():
 
 def _list(value) -> list:
     return value if isinstance(value, list) else [value]
+
+
+def test_the_handler_reads_the_prompts_the_construct_writes(monkeypatch):
+    prompts = {"ticker-morning#{ticker}": "Write this morning's note for {ticker}.",
+               "digest#{day}#{lang}": "Digest of {day} in {lang}, {{braces}} kept.", "daily-quote": "A quote for today."}
+    stack, _ = build(prompts=prompts)
+    env = router_function(Template.from_stack(stack))["Properties"]["Environment"]["Variables"]
+    import importlib
+    import sys
+
+    for name, value in {"AWS_DEFAULT_REGION": "us-east-1", "MODEL_ID": "m", "ANSWER_TABLE": "t", "MAX_AGE_SECONDS": "60",
+                        "MAX_OUTPUT_TOKENS": "10", "PROMPTS": env["PROMPTS"]}.items():
+        monkeypatch.setenv(name, value)
+    sys.modules.pop("answer_router.handler", None)
+    handler = importlib.import_module("answer_router.handler")
+
+    def prompt(key: str) -> str | None:
+        return next((p for p in (kp.prompt_for(key) for kp in handler.PROMPTS) if p is not None), None)
+
+    assert prompt("ticker-morning#aapl") == "Write this morning's note for aapl."
+    assert prompt("digest#monday#de") == "Digest of monday in de, {braces} kept."
+    assert prompt("daily-quote") == "A quote for today."
+    assert prompt("ticker-morning#") is None and prompt("ticker-morning#a#b") is None and prompt("digest#monday") is None
+    assert prompt("ticker-morning#{lang}") == "Write this morning's note for {lang}."  # values are text, never templates
+    sys.modules.pop("answer_router.handler", None)
