@@ -4,22 +4,42 @@ Called by the BatchPrecompute state machine for a job that ended Completed or Pa
 
     {"jobArn", "jobName", "jobIndex", "status", "outputUri", "keysUri", "sequence", "sentAt"}
 
-Bedrock writes `<outputUri><jobId>/<input file>.jsonl.out` (one line per record, with modelOutput
-or error, in no particular order) and `<outputUri><jobId>/manifest.json.out` (the job's counts).
-The loader joins every line to its store key through the recordId -> key mapping written by
-`prepare`, writes each answer with `pacer_runtime.answers.put_answer` (the answer schema every
-writer shares: a stored answer from a newer run is never replaced), and then:
+Bedrock writes one output file per input file and a `manifest.json.out` with the job's counts
+(Bedrock user guide, "View the results of a batch inference job",
+https://docs.aws.amazon.com/bedrock/latest/userguide/batch-inference-results.html). Where exactly
+(`<outputUri><jobId>/<input file>.jsonl.out` in public code and tests) no primary source states, so
+the loader lists everything under the job's own outputUri and reads every `*.jsonl.out` and the
+`manifest.json.out` it finds there; output found elsewhere than `<jobId>/`, or none at all, is
+reported (with what was found) rather than loaded as an empty job. Each line has modelOutput or
+error, in no particular order. The loader joins every line to its store key through the
+recordId -> key mapping written by `prepare`, writes each answer with
+`pacer_runtime.answers.put_answer` (the answer schema every writer shares: a stored answer from a
+newer run is never replaced), and then:
 
-- lists every record without an answer (errored lines, lines with no answer text, records missing
-  from the output) in `<outputUri>errored-records.jsonl` with its key and the reason, and counts
-  them in the BatchRecordsFailed metric; BatchRecordsLoaded counts the answers written;
+- lists every record without an answer in `<outputUri>errored-records.jsonl` with its key and the
+  reason (the run's failure list), and counts them in the BatchRecordsFailed metric;
+  BatchRecordsLoaded counts the answers written. Reasons: errored, no answer text, missing from
+  the output, too large for the store (the item's size and DynamoDB's limit), not storable (e.g.
+  text that is not valid Unicode), write failed (transient);
 - reconciles its counts with the manifest and reports each disagreement, so a truncated output is
-  seen rather than silently loaded as complete.
+  seen rather than silently loaded as complete. A manifest that cannot be read, or whose counts are
+  not whole numbers, is a disagreement too.
+
+One bad line, mapping entry or answer fails alone: a line that is not JSON (or nested too deeply
+to parse) is counted and its record reported missing; a key mapping line that cannot be read is
+listed and its record's output reported as unknown; the rest load.
+
+Several lines for one recordId: a line with an answer wins over an error line or a line without
+answer text, whatever their order; of several answers, the first is loaded and the others counted
+as duplicates.
 
 Writes run on WRITE_CONCURRENCY threads sharing one DynamoDB client (module scope, its pool sized
-to the threads). A write that still fails after the client's retries is listed too, and the
-invocation then fails with StoreWriteError so the state machine retries it; records already
-written are skipped on the retry by put_answer's condition (same request id and sequence).
+to the threads). Only what a retry can fix is retried: a write that still fails after the client's
+retries with a throttle, a 5xx or a network error is listed as "write failed" and the invocation
+then fails with StoreWriteError so the state machine retries it (records already written are
+skipped by put_answer's condition: same request id and sequence). An answer too large for an item,
+or refused by DynamoDB's validation, is listed and never retried. Logs carry counts, ids and error
+codes, never a prompt or an answer.
 """
 
 from __future__ import annotations
@@ -36,11 +56,20 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from pacer_runtime import answers, log, metrics
+from pacer_runtime.structured_log import describe_error
 
-from .records import NoAnswerError, extract_answer, s3_uri, split_uri
+from .records import Extracted, NoAnswerError, extract_answer, s3_uri, split_uri
 
 MANIFEST = "manifest.json.out"
+OUTPUT_SUFFIX = ".jsonl.out"
 ERRORED_NAME = "errored-records.jsonl"
+#: The manifest's counts (Bedrock user guide, batch-inference-results.html); each must be a whole number.
+MANIFEST_COUNTS = ("totalRecordCount", "processedRecordCount", "successRecordCount", "errorRecordCount")
+#: DynamoDB's maximum item size, 400 KB with 1 KB = 1,024 bytes, counting attribute names and values
+#: (DynamoDB developer guide, Constraints: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Constraints.html#limits-items).
+MAX_ITEM_BYTES = 400 * 1024
+#: DynamoDB error codes a retry cannot fix: the item is refused as it is (too large, invalid).
+PERMANENT_WRITE_ERRORS = frozenset({"ValidationException", "SerializationException"})
 #: Discrepancies and unknown record ids are reported up to this many (the result must stay small).
 REPORT_LIMIT = 10
 
@@ -89,12 +118,14 @@ class _Tally:
     duplicates: int = 0
     malformed: int = 0
     write_failed: int = 0
-    listed: list[dict[str, Any]] = field(default_factory=list)  # the records without an answer
+    too_large: int = 0
+    unstorable: int = 0
+    listed: list[dict[str, Any]] = field(default_factory=list)  # the run's failure list for this job
     unknown_ids: list[str] = field(default_factory=list)
 
     @property
     def success_lines(self) -> int:
-        return self.written + self.superseded + self.invalid + self.write_failed
+        return self.written + self.superseded + self.invalid + self.write_failed + self.too_large + self.unstorable
 
 
 def load_job(
@@ -111,32 +142,55 @@ def load_job(
     """Load one job's output; returns the counts the state machine reports (see the module docstring)."""
     job = _Job.of(event)
     now = time.time() if now is None else now
-    keys = _read_keys(s3, job.keys_uri)
+    tally = _Tally()
+    keys, unreadable_mapping = _read_keys(s3, job.keys_uri, tally)
     bucket, prefix = split_uri(job.output_uri)
     job_prefix = f"{prefix}{job.job_id}/"
-    objects = _list(s3, bucket, job_prefix)
-    out_files = sorted(key for key in objects if key.endswith(".jsonl.out"))
-    tally = _Tally()
-    seen: set[str] = set()
+    objects = _list(s3, bucket, prefix)
+    out_files = sorted(key for key in objects if key.endswith(OUTPUT_SUFFIX))
+    manifests = sorted(key for key in objects if key.rsplit("/", 1)[-1] == MANIFEST)
     generated_at = answers.iso_utc(now)
     expires_at = int(now) + ttl_seconds if ttl_seconds else None
+    #: recordId -> "success" once an answer was submitted for it, or "failed" while only failures were seen.
+    outcome: dict[str, str] = {}
+    provisional: dict[str, tuple[str, dict[str, Any]]] = {}  # recordId -> (kind, listed entry): a later answer wins
 
-    def write(record_id: str, answer: answers.Answer) -> tuple[str, str, bool | Exception]:
+    def write(record_id: str, answer: answers.Answer) -> tuple[str, str, Any]:
+        if not _storable_text(answer.text):
+            return record_id, answer.key, ("not storable", UnicodeError("the answer is not valid Unicode"))
+        size = _item_size(answer.to_item())
+        if size > MAX_ITEM_BYTES:
+            return record_id, answer.key, ("too large", size)
         try:
             return record_id, answer.key, answers.put_answer(ddb, table, answer)
-        except (ClientError, BotoCoreError) as error:
-            return record_id, answer.key, error
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code")
+            return record_id, answer.key, ("not storable" if code in PERMANENT_WRITE_ERRORS else "write failed", error)
+        except BotoCoreError as error:
+            return record_id, answer.key, ("write failed", error)
+        except (UnicodeError, ValueError, TypeError, RecursionError) as error:  # the answer itself cannot be stored
+            return record_id, answer.key, ("not storable", error)
 
     def collect(done: set[Future]) -> None:
         for future in done:
-            record_id, key, outcome = future.result()
-            if outcome is True:
+            record_id, key, result = future.result()
+            if result is True:
                 tally.written += 1
-            elif outcome is False:
+            elif result is False:
                 tally.superseded += 1
             else:
-                tally.write_failed += 1
-                tally.listed.append({"recordId": record_id, "key": key, "reason": "write failed", "errorMessage": str(outcome)})
+                reason, detail = result
+                entry: dict[str, Any] = {"recordId": record_id, "key": key, "reason": reason}
+                if reason == "too large":
+                    tally.too_large += 1
+                    entry.update(itemBytes=detail, limitBytes=MAX_ITEM_BYTES)
+                elif reason == "not storable":
+                    tally.unstorable += 1
+                    entry.update(describe_error(detail))
+                else:
+                    tally.write_failed += 1
+                    entry.update(describe_error(detail))
+                tally.listed.append(entry)
 
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="put") as pool:
         pending: set[Future] = set()
@@ -152,26 +206,23 @@ def load_job(
                 if key is None or not isinstance(record_id, str):
                     tally.unknown += 1
                     if len(tally.unknown_ids) < REPORT_LIMIT:
-                        tally.unknown_ids.append(str(record_id))
+                        tally.unknown_ids.append(str(record_id)[:64])
                     continue
-                if record_id in seen:
+                if outcome.get(record_id) == "success":
                     tally.duplicates += 1
                     continue
-                seen.add(record_id)
-                if "modelOutput" not in entry:
-                    error: dict[str, Any] = entry["error"] if isinstance(entry.get("error"), dict) else {}
-                    tally.errored += 1
-                    tally.listed.append({
-                        "recordId": record_id, "key": key, "reason": "errored",
-                        "errorCode": error.get("errorCode"), "errorMessage": error.get("errorMessage"),
-                    })
+                failure = _classify(entry, record_id, key)
+                if isinstance(failure, tuple):
+                    if record_id in outcome:  # a second failure line for the record
+                        tally.duplicates += 1
+                    else:
+                        outcome[record_id] = "failed"
+                        provisional[record_id] = failure
                     continue
-                try:
-                    extracted = extract_answer(entry["modelOutput"])
-                except NoAnswerError as error:
-                    tally.invalid += 1
-                    tally.listed.append({"recordId": record_id, "key": key, "reason": "no answer", "errorMessage": str(error)})
-                    continue
+                if provisional.pop(record_id, None) is not None:  # an answer after a failure line: the answer wins
+                    tally.duplicates += 1
+                outcome[record_id] = "success"
+                extracted = failure
                 answer = answers.Answer(
                     key=key,
                     text=extracted.text,
@@ -192,25 +243,34 @@ def load_job(
         done, _ = wait(pending)
         collect(done)
 
-    missing = [record_id for record_id in keys if record_id not in seen]
+    for kind, listed_entry in provisional.values():
+        if kind == "errored":
+            tally.errored += 1
+        else:
+            tally.invalid += 1
+        tally.listed.append(listed_entry)
+    missing = [record_id for record_id in keys if record_id not in outcome]
     for record_id in missing:
         tally.listed.append({"recordId": record_id, "key": keys[record_id], "reason": "missing from the output"})
-    manifest = _read_manifest(s3, bucket, job_prefix + MANIFEST) if job_prefix + MANIFEST in objects else None
-    discrepancies = _reconcile(manifest, len(keys), tally, len(out_files))
+    manifest, manifest_problems = _read_manifest(s3, bucket, manifests)
+    discrepancies = manifest_problems + _reconcile(manifest, len(keys), tally, out_files, job_prefix, objects)
+    if unreadable_mapping:
+        discrepancies.append(f"{unreadable_mapping} lines of the key mapping cannot be read; their records are listed")
     errored_uri = None
     if tally.listed:
         errored_key = f"{prefix}{ERRORED_NAME}"
-        body = b"".join((json.dumps(entry, ensure_ascii=False) + "\n").encode() for entry in tally.listed)
+        body = b"".join(_json_line(entry) for entry in tally.listed)
         s3.put_object(Bucket=bucket, Key=errored_key, Body=body)
         errored_uri = s3_uri(bucket, errored_key)
     if discrepancies:
-        log("WARN", "the job's output does not match its manifest", jobArn=job.job_arn, discrepancies=discrepancies)
+        log("WARN", "the job's output does not match its manifest", jobArn=job.job_arn, discrepancies=discrepancies[:REPORT_LIMIT])
+    failed_records = tally.errored + tally.invalid + len(missing) + tally.too_large + tally.unstorable + unreadable_mapping
     return {
         "jobIndex": job.index,
         "jobName": job.name,
         "jobArn": job.job_arn,
         "status": job.status,
-        "records": len(keys),
+        "records": len(keys) + unreadable_mapping,
         "loaded": tally.written,
         "superseded": tally.superseded,
         "errored": tally.errored,
@@ -219,8 +279,11 @@ def load_job(
         "unknown": tally.unknown,
         "duplicates": tally.duplicates,
         "malformed": tally.malformed,
+        "tooLarge": tally.too_large,
+        "unstorable": tally.unstorable,
+        "unreadableMapping": unreadable_mapping,
         "writeFailed": tally.write_failed,
-        "failedRecords": tally.errored + tally.invalid + len(missing),
+        "failedRecords": failed_records,
         "manifest": manifest,
         "reconciled": not discrepancies,
         "discrepancies": discrepancies[:REPORT_LIMIT],
@@ -228,6 +291,44 @@ def load_job(
         "erroredUri": errored_uri,
         "failureMessage": "",
     }
+
+
+def _classify(entry: dict[str, Any], record_id: str, key: str) -> tuple[str, dict[str, Any]] | Extracted:
+    """(kind, listed entry) when the line holds no answer; the answer when it holds one."""
+    if "modelOutput" not in entry:
+        error: dict[str, Any] = entry["error"] if isinstance(entry.get("error"), dict) else {}
+        return "errored", {
+            "recordId": record_id, "key": key, "reason": "errored",
+            "errorCode": _scalar(error.get("errorCode")), "errorMessage": _scalar(error.get("errorMessage")),
+        }
+    try:
+        return extract_answer(entry["modelOutput"])
+    except NoAnswerError as error:
+        return "invalid", {"recordId": record_id, "key": key, "reason": "no answer", "errorMessage": str(error)}
+
+
+def _scalar(value: Any) -> Any:
+    """A value of Bedrock's error object as the failure list can hold it (text cut, nothing nested)."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return str(value)[:1000]
+
+
+def _item_size(item: dict[str, dict[str, str]]) -> int:
+    """An item's size as DynamoDB counts it: UTF-8 bytes of each attribute name plus its value (strings:
+    UTF-8 bytes; numbers: about one byte per two significant digits plus one) (DynamoDB developer guide,
+    "DynamoDB item sizes and formats": https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html)."""
+    size = 0
+    for name, value in item.items():
+        size += len(name.encode("utf-8", "surrogatepass"))
+        if "S" in value:
+            size += len(value["S"].encode("utf-8", "surrogatepass"))
+        elif "N" in value:
+            digits = value["N"].lstrip("-").replace(".", "").strip("0") or "0"
+            size += (len(digits) + 1) // 2 + 1
+        else:
+            size += len(json.dumps(value))
+    return size
 
 
 @dataclass(frozen=True)
@@ -243,7 +344,9 @@ class _Job:
     sent_at: str | None
 
     @classmethod
-    def of(cls, event: dict[str, Any]) -> _Job:
+    def of(cls, event: Any) -> _Job:
+        if not isinstance(event, dict):
+            raise OutputError(f"the load request is incomplete or malformed: it is {type(event).__name__}, not an object")
         try:
             job_arn = str(event["jobArn"])
             output_uri = str(event["outputUri"])
@@ -260,22 +363,41 @@ class _Job:
                 output_uri=output_uri,
                 keys_uri=str(event["keysUri"]),
                 sequence=int(event["sequence"]),
-                sent_at=event.get("sentAt"),
+                sent_at=event.get("sentAt") if isinstance(event.get("sentAt"), str) else None,
             )
         except (KeyError, TypeError, ValueError) as error:
             raise OutputError(f"the load request is incomplete or malformed: {type(error).__name__}: {error}") from None
 
 
-def _read_keys(s3: Any, uri: str) -> dict[str, str]:
+def _read_keys(s3: Any, uri: str, tally: _Tally) -> tuple[dict[str, str], int]:
+    """The recordId -> key mapping and the number of its lines that cannot be read (each listed)."""
     bucket, key = split_uri(uri)
     mapping: dict[str, str] = {}
+    unreadable = 0
     try:
-        for raw in _stream_lines(s3, bucket, key):
-            entry = json.loads(raw)
-            mapping[entry["recordId"]] = entry["key"]
+        for number, raw in enumerate(_stream_lines(s3, bucket, key), 1):
+            entry = _parse(raw)
+            record_id = entry.get("recordId") if entry is not None else None
+            stored_key = entry.get("key") if entry is not None else None
+            if not isinstance(record_id, str) or not isinstance(stored_key, str) or not _storable_text(stored_key):
+                unreadable += 1
+                listed: dict[str, Any] = {"reason": f"line {number} of the key mapping is not a {{recordId, key}} object"}
+                if isinstance(record_id, str) and _storable_text(record_id):
+                    listed["recordId"] = record_id[:64]
+                tally.listed.append(listed)
+                continue
+            mapping[record_id] = stored_key
     except ClientError as error:
-        raise OutputError(f"cannot read the key mapping {uri}: {error}") from None
-    return mapping
+        raise OutputError(f"cannot read the key mapping {uri}: {describe_error(error)}") from None
+    return mapping, unreadable
+
+
+def _storable_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeError:
+        return False
+    return True
 
 
 def _list(s3: Any, bucket: str, prefix: str) -> set[str]:
@@ -304,31 +426,55 @@ def _stream_lines(s3: Any, bucket: str, key: str) -> Iterator[bytes]:
 
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
+    """A JSON object line, or None: not JSON, not an object, or nested too deeply to parse."""
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
 
-def _read_manifest(s3: Any, bucket: str, key: str) -> dict[str, int] | None:
+def _json_line(value: Any) -> bytes:
+    """One line of the failure list; a text that is not valid Unicode is escaped, never a crash."""
+    return (json.dumps(value, ensure_ascii=True) + "\n").encode()
+
+
+def _read_manifest(s3: Any, bucket: str, keys: list[str]) -> tuple[dict[str, int] | None, list[str]]:
+    """The manifest's counts, and each reason it cannot be trusted (unreadable, a count not a whole number)."""
+    if not keys:
+        return None, [f"no {MANIFEST}: the counts cannot be checked"]
+    if len(keys) > 1:
+        return None, [f"{len(keys)} {MANIFEST} files under the job's output: the counts cannot be checked"]
     try:
-        value = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-    except (ClientError, ValueError):
-        return None
+        value = json.loads(s3.get_object(Bucket=bucket, Key=keys[0])["Body"].read())
+    except (ClientError, BotoCoreError, ValueError, RecursionError) as error:
+        return None, [f"{MANIFEST} cannot be read ({type(error).__name__}): the counts cannot be checked"]
     if not isinstance(value, dict):
-        return None
-    return {name: count for name, count in value.items() if isinstance(count, int) and not isinstance(count, bool)}
-
-
-def _reconcile(manifest: dict[str, int] | None, submitted: int, tally: _Tally, files: int) -> list[str]:
-    """Each way the output disagrees with the manifest and with the records submitted."""
+        return None, [f"{MANIFEST} is {type(value).__name__}, not an object: the counts cannot be checked"]
+    counts: dict[str, int] = {}
     problems: list[str] = []
-    if files == 0:
-        problems.append("the job wrote no .jsonl.out file")
-    if manifest is None:
-        problems.append(f"no readable {MANIFEST}: the counts cannot be checked")
-    else:
+    for name in MANIFEST_COUNTS:
+        count = value.get(name)
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            counts[name] = count
+        elif name in value:
+            problems.append(f"manifest {name} is a {type(count).__name__}, not a count")  # the value is not quoted
+        else:
+            problems.append(f"manifest has no {name}")
+    return counts, problems
+
+
+def _reconcile(
+    manifest: dict[str, int] | None, submitted: int, tally: _Tally, out_files: list[str], job_prefix: str, objects: set[str]
+) -> list[str]:
+    """Each way the output disagrees with the manifest, with the records submitted and with the documented layout."""
+    problems: list[str] = []
+    if not out_files:
+        found = sorted(key.rsplit("/", 1)[-1] for key in objects)[:5]
+        problems.append(f"the job wrote no {OUTPUT_SUFFIX} file under its output location (found: {found})")
+    elif not all(key.startswith(job_prefix) for key in out_files):
+        problems.append(f"some {OUTPUT_SUFFIX} files are not under <jobId>/ as expected; all were read")
+    if manifest is not None:
         pairs = (
             ("totalRecordCount", submitted, "records were submitted"),
             ("processedRecordCount", tally.success_lines + tally.errored, "records are in the output files"),
@@ -341,7 +487,7 @@ def _reconcile(manifest: dict[str, int] | None, submitted: int, tally: _Tally, f
     if tally.unknown:
         problems.append(f"{tally.unknown} output lines have a recordId this job did not submit")
     if tally.duplicates:
-        problems.append(f"{tally.duplicates} output lines repeat a recordId (the first was loaded)")
+        problems.append(f"{tally.duplicates} output lines repeat a recordId (an answer wins over a failure; else the first)")
     if tally.malformed:
         problems.append(f"{tally.malformed} output lines are not JSON objects")
     return problems

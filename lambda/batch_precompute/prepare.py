@@ -50,6 +50,8 @@ from .records import Quotas, SplitError, converse_model_input, plan_split, recor
 MAX_JOBS_PER_RUN = 400
 ITEM_FIELDS = frozenset({"key", "prompt", "modelInput"})
 INPUT_FIELDS = frozenset({"items", "itemsKey"})
+#: The UTF-8 byte-order mark some editors write at the start of a file.
+UTF8_BOM = b"\xef\xbb\xbf"
 #: Multipart uploads send parts of this size (S3's minimum part is 5 MiB).
 PART_BYTES = 8 * 1024 * 1024
 _RUN_SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -134,7 +136,7 @@ def prepare(s3: Any, event: dict[str, Any], settings: Settings) -> dict[str, Any
     for index, item in source.items():
         total += 1
         try:
-            key, line = _line(item, settings)
+            key, line = _guarded_line(item, settings)
             if key in keys:
                 raise ItemError(f"duplicate key: item {keys[key]} has the same key once normalized; the first is kept")
             rid = record_id(key)
@@ -146,7 +148,7 @@ def prepare(s3: Any, event: dict[str, Any], settings: Settings) -> dict[str, Any
                     f"its JSONL record is {size:,} bytes, above max_file_bytes={settings.quotas.max_file_bytes:,}"
                 )
         except ItemError as error:
-            rejected.append({"item": index, "reason": str(error)})
+            rejected.append({"item": index, **_key_of(item), "reason": str(error)})
             continue
         keys[key], ids[rid] = index, index
         accepted.append(_Accepted(index, key, rid, size))
@@ -190,7 +192,9 @@ def prepare(s3: Any, event: dict[str, Any], settings: Settings) -> dict[str, Any
     return {**summary, "belowMinimum": False, "message": "", "jobs": jobs}
 
 
-def _run(event: dict[str, Any]) -> tuple[str, float]:
+def _run(event: Any) -> tuple[str, float]:
+    if not isinstance(event, dict):
+        raise InvalidInputError(f"the prepare request must be an object with input, runId and startTime, not {type(event).__name__}")
     run_id, start = event.get("runId"), event.get("startTime")
     if not isinstance(run_id, str) or not run_id:
         raise InvalidInputError("runId (the execution name) is missing")
@@ -203,10 +207,32 @@ def _run(event: dict[str, Any]) -> tuple[str, float]:
     return _RUN_SAFE.sub("-", run_id)[:80], started + millis / 1000
 
 
+def _guarded_line(item: Any, settings: Settings) -> tuple[str, bytes]:
+    """`_line`, with what one item's content can raise turned into that item's rejection."""
+    try:
+        return _line(item, settings)
+    except UnicodeError:
+        raise ItemError("the key or prompt is not valid Unicode (e.g. a lone surrogate, half an emoji)") from None
+    except RecursionError:
+        raise ItemError("the item is nested too deeply to encode") from None
+
+
+def _key_of(item: Any) -> dict[str, str]:
+    """{"key": <the item's key>} for the failure list when the key is text that can be written, else {}."""
+    key = item.get("key") if isinstance(item, dict) else None
+    if not isinstance(key, str):
+        return {}
+    try:
+        key.encode("utf-8")
+    except UnicodeError:
+        return {}
+    return {"key": key[:answers.MAX_KEY_BYTES]}
+
+
 def _line(item: Any, settings: Settings) -> tuple[str, bytes]:
     """(normalized key, JSONL record bytes) of one item, or ItemError saying why it cannot be answered."""
     if isinstance(item, _Unparsable):
-        raise ItemError(f"item {item.index} is not a JSON line")
+        raise ItemError(f"item {item.index} {item.reason}")
     if not isinstance(item, dict):
         raise ItemError(f"an item must be a JSON object, not {type(item).__name__}")
     unknown = sorted(set(item) - ITEM_FIELDS)
@@ -258,7 +284,7 @@ def _write_jobs(
         assert upcoming is not None
         for index, item in lines:
             if index == upcoming.item:
-                key, line = _line(item, settings)
+                key, line = _guarded_line(item, settings)
                 if key != upcoming.key:
                     raise InvalidInputError(f"item {index} changed between two reads of the items object")
                 record, upcoming = upcoming, next(wanted, None)
@@ -372,13 +398,21 @@ class _Source:
         self.etag = self.etag or response.get("ETag")
         body = response["Body"]
         first = body.read(1)
+        if first == UTF8_BOM[:1]:  # a byte-order mark (editors on Windows write one): not part of the JSON
+            rest = body.read(len(UTF8_BOM) - 1)
+            first = body.read(1) if first + rest == UTF8_BOM else first + rest
         while first in (b" ", b"\n", b"\r", b"\t"):
             first = body.read(1)
         if first == b"[":  # one JSON array
             try:
                 values = json.loads(first + body.read())
-            except ValueError as error:
-                raise InvalidInputError(f"s3://{self.bucket}/{self.key} is not a JSON array: {error}") from None
+            except (ValueError, RecursionError) as error:
+                raise InvalidInputError(
+                    f"s3://{self.bucket}/{self.key} is not a JSON array ({type(error).__name__}); write one item per line "
+                    "(JSON Lines) so one bad item fails alone"
+                ) from None
+            if not isinstance(values, list):
+                raise InvalidInputError(f"s3://{self.bucket}/{self.key} is not a JSON array")
             yield from enumerate(values)
             return
         index = 0
@@ -388,8 +422,10 @@ class _Source:
                 continue
             try:
                 value: Any = json.loads(raw)
+            except RecursionError:
+                value = _Unparsable(index, "is nested too deeply to parse")
             except ValueError:
-                value = _Unparsable(index)
+                value = _Unparsable(index, "is not a JSON line")
             yield index, value
             index += 1
 
@@ -397,8 +433,8 @@ class _Source:
 class _Unparsable:
     """Stands for a line of the items object that is not JSON: `_line` rejects it, naming the line."""
 
-    def __init__(self, index: int) -> None:
-        self.index = index
+    def __init__(self, index: int, reason: str) -> None:
+        self.index, self.reason = index, reason
 
 
 def _lines(body: Any, head: bytes) -> Iterator[bytes]:

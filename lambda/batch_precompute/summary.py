@@ -30,18 +30,24 @@ CAUSE_JOBS = 5
 URI_LIMIT = 20
 
 
-def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+class InvalidSummaryInputError(ValueError):
+    """The summary's input is not {"plan": {...}, "jobs": [...]} (Step Functions shows this name)."""
+
+
+def handler(event: Any, context: Any = None) -> dict[str, Any]:
     return summarize(event)
 
 
-def summarize(event: dict[str, Any]) -> dict[str, Any]:
-    plan = event.get("plan") or {}
-    jobs = [job for job in event.get("jobs") or [] if isinstance(job, dict)]
+def summarize(event: Any) -> dict[str, Any]:
+    if not isinstance(event, dict):
+        raise InvalidSummaryInputError(f"the summary input must be an object with plan and jobs, not {type(event).__name__}")
+    plan = event.get("plan") if isinstance(event.get("plan"), dict) else {}
+    jobs = [job for job in (event.get("jobs") if isinstance(event.get("jobs"), list) else []) if isinstance(job, dict)]
     loaded_jobs = [job for job in jobs if job.get("status") in LOADED]
     not_loaded = [job for job in jobs if job.get("status") not in LOADED]
 
-    def total(name: str) -> int:
-        return sum(int(job.get(name) or 0) for job in loaded_jobs)
+    def total(name: str) -> int:  # a count that is not a whole number is no count
+        return sum(_count(job.get(name)) for job in loaded_jobs)
 
     summary: dict[str, Any] = {
         "runId": plan.get("runId"),
@@ -78,3 +84,7 @@ def summarize(event: dict[str, Any]) -> dict[str, Any]:
         + (f" ({summary['failedRecords']:,} records without an answer are listed in S3)" if summary["failedRecords"] else "")
     )
     return {**summary, "outcome": outcome, "cause": cause}
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
