@@ -285,7 +285,8 @@ def test_add_sync_execution_url_and_add_endpoint():
     ("method", "argument", "message"),
     [
         ("add_queued_inference", "queue", "queued='queue' is a str; pass a QueuedInference"),
-        ("add_state_machine", "machine", "workflow='machine' is a str; pass a BoundedMap"),
+        ("add_state_machine", "machine", r"workflow=.machine. is a str; pass a workflow with a .state_machine \(BoundedMap, BoundedDistributedMap, ParallelPrompts, ScheduledPrecompute, BatchPrecompute\) or an sfn.StateMachine"),
+        ("add_answer_router", "router", "router=.router. is a str; pass an AnswerRouter"),
         ("add_sync_execution_url", None, "url is required: pass a SyncExecutionUrl"),
         ("add_endpoint", "endpoint", "endpoint=str has no metric_concurrent_requests()"),
         ("add_model", "amazon.nova-lite-v1:0", "model='amazon.nova-lite-v1:0' is a str; pass a BedrockModel or WatchedModel"),
@@ -633,3 +634,57 @@ def test_a_watched_model_takes_the_model_quotas_burndown_and_plan():
         WatchedModel(HAIKU, quota=tpm, burndown=1)
     assert WatchedModel(HAIKU, quota=TpmQuota(400_000)).burndown == 1.0  # a plain quota knows no burndown
     assert WatchedModel(HAIKU, quota=TpmQuota(400_000), burndown=5).burndown == 5
+
+
+# ---- the constructs that serve answers or pre-compute them (issue 23, issue 21 section 3) ------------
+
+
+def test_add_answer_router_shows_hit_miss_and_stale_rates_of_what_the_router_emits():
+    from genai_pacer import AnswerRouter, AnswerStore
+
+    stack = new_stack()
+    router = AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=NOVA)
+    dashboard = LatencyDashboard(stack, "D")
+    dashboard.add_answer_router(router)
+    template = template_of(stack).to_json()
+    rates = widget(template, "Test/Router: answers served from the store, missing and stale")
+    assert [(e["expression"], e["label"]) for e in expressions(rates)] == [
+        ("100 * FILL(hits, 0) / (FILL(hits, 0) + FILL(misses, 0) + FILL(stale, 0))", "hit rate (%)"),
+        ("100 * FILL(misses, 0) / (FILL(hits, 0) + FILL(misses, 0) + FILL(stale, 0))", "miss rate (%)"),
+        ("100 * FILL(stale, 0) / (FILL(hits, 0) + FILL(misses, 0) + FILL(stale, 0))", "stale rate (%)"),
+    ]
+    # the counts behind them are the names the router's handler emits, under its function's name
+    counts = widget(template, "Test/Router: requests by outcome")
+    assert [(ns, name, o["stat"]) for ns, name, o in metric_rows(counts)] == [
+        (written.NAMESPACE, written.ANSWER_HITS, "Sum"), (written.NAMESPACE, written.ANSWER_MISSES, "Sum"),
+        (written.NAMESPACE, written.ANSWER_STALE, "Sum")]
+    assert all(row[2] == written.FUNCTION_DIMENSION for row in counts["metrics"] if isinstance(row[0], str))
+
+
+def test_add_state_machine_takes_a_scheduled_and_a_batch_precompute_with_their_own_widgets():
+    from aws_cdk import aws_scheduler as scheduler
+    from genai_pacer import AnswerStore, BatchPrecompute, ScheduledPrecompute
+
+    stack = new_stack()
+    store = AnswerStore(stack, "Store")
+    scheduled = ScheduledPrecompute(stack, "Nightly", answer_store=store, model=NOVA, max_concurrency=4,
+                                    request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.item.text"), max_tokens=120),
+                                    schedule=scheduler.ScheduleExpression.cron(minute="0", hour="3"),
+                                    items=[{"key": "a", "text": "x"}])
+    batch = BatchPrecompute(stack, "Batch", model=NOVA, max_tokens=400, answer_store=store)
+    dashboard = LatencyDashboard(stack, "D")
+    dashboard.add_state_machine(scheduled)
+    dashboard.add_state_machine(batch)
+    template = template_of(stack).to_json()
+    assert widget(template, "Test/Nightly: executions")
+    (failed,) = metric_rows(widget(template, "Test/Nightly: keys a run could not answer"))
+    assert failed[1] == written.PRECOMPUTE_FAILED_KEYS
+    assert widget(template, "Test/Batch: executions")
+    records = widget(template, "Test/Batch: records loaded into the store and left unanswered")
+    assert [name for _, name, _ in metric_rows(records)] == [written.BATCH_RECORDS_LOADED, written.BATCH_RECORDS_FAILED]
+    pending = widget(template, "Test/Batch: Bedrock batch, records and tokens pending (account-wide")
+    processed = widget(template, "Test/Batch: Bedrock batch, tokens processed per minute (account-wide")
+    rows = metric_rows(pending) + metric_rows(processed)
+    assert {ns for ns, _, _ in rows} == {"AWS/Bedrock/Batch"}
+    assert all(NOVA.model_id in json.dumps(row) for row in pending["metrics"] + processed["metrics"])
+    assert "account-wide" in pending["title"] and "account-wide" in processed["title"]

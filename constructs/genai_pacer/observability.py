@@ -39,6 +39,7 @@ from ._runtime_constants import metrics_constants
 from .models import BedrockModel
 
 __all__ = [
+    "BATCH_NAMESPACE",
     "BEDROCK_NAMESPACE",
     "HOW_TO_READ",
     "LatencyAlarms",
@@ -50,6 +51,17 @@ __all__ = [
 ]
 
 BEDROCK_NAMESPACE = "AWS/Bedrock"
+#: Bedrock batch inference's own metrics, per model and account-wide: every job of the account and
+#: Region counts, not only one pipeline's (AWS ML blog "Monitor Amazon Bedrock batch inference using
+#: Amazon CloudWatch metrics", https://aws.amazon.com/blogs/machine-learning/monitor-amazon-bedrock-batch-inference-using-amazon-cloudwatch-metrics/).
+#: Only graphs read them: a wrong name or dimension shows an empty graph and changes nothing else.
+BATCH_NAMESPACE = "AWS/Bedrock/Batch"
+BATCH_MODEL_DIMENSION = "ModelId"
+BATCH_RECORDS_PENDING = "NumberOfRecordsPendingProcessing"
+BATCH_INPUT_TOKENS_PER_MINUTE = "NumberOfInputTokensProcessedPerMinute"
+BATCH_OUTPUT_TOKENS_PER_MINUTE = "NumberOfOutputTokensProcessedPerMinute"
+#: Published for Anthropic Claude models only (same post).
+BATCH_TOKENS_PENDING = "NumberOfTokensPendingProcessing"
 ONE_MINUTE = cdk.Duration.minutes(1)
 #: The reservation alarm compares sums over this period: enough calls for a ratio that means something.
 RESERVATION_PERIOD = cdk.Duration.minutes(15)
@@ -271,9 +283,10 @@ class LatencyDashboard(Construct):
     handlers (p50 and the slowest 10%) beside an AWS/Bedrock estimate; input and output tokens per
     call; invocations, throttles, client and server errors; EstimatedTPMQuotaUsage against the
     quota, the alarm threshold and the plan, with the handlers' reserved and settled tokens; served
-    latency modes; and the model's alarm states. `add_queued_inference`, `add_state_machine`,
-    `add_sync_execution_url` and `add_endpoint` put the library's other constructs on the same
-    dashboard.
+    latency modes; and the model's alarm states. `add_queued_inference`, `add_state_machine`
+    (anything with a .state_machine: BoundedMap, BoundedDistributedMap, ParallelPrompts,
+    ScheduledPrecompute, BatchPrecompute), `add_answer_router`, `add_sync_execution_url` and
+    `add_endpoint` put the library's other constructs on the same dashboard.
 
     Attributes: `dashboard`, `alarms` (every alarm), `model_alarms` (model label -> name -> Alarm;
     names TimeToFirstToken, Throttles, QuotaUsage, Reservation, LatencyFallbacks).
@@ -572,13 +585,18 @@ class LatencyDashboard(Construct):
         )
 
     def add_state_machine(self, workflow: Any, *, title: str | None = None) -> None:
-        """A state machine (BoundedMap, BoundedDistributedMap, ParallelPrompts, or any sfn.StateMachine):
-        started, failed, timed-out and throttled executions, and execution time. Its model calls
-        publish no per-call metrics: give the model a TpmQuota from the plan to see their reservation."""
+        """A workflow: anything with a `.state_machine` (BoundedMap, BoundedDistributedMap,
+        ParallelPrompts, ScheduledPrecompute, BatchPrecompute) or an sfn.StateMachine itself.
+
+        Every workflow: started, failed, timed-out and throttled executions, and execution time. A
+        ScheduledPrecompute adds the keys its runs could not answer; a BatchPrecompute adds the records
+        its loader wrote and left unanswered, and Bedrock's batch metrics for its model (records
+        pending, tokens processed per minute: account-wide, every job of the model in the account and
+        Region). Model calls inside a workflow publish no per-call metrics: give the model a TpmQuota
+        from the plan to see their reservation."""
         machine = getattr(workflow, "state_machine", workflow)
         with Checks(f"LatencyDashboard {self.node.id}: add_state_machine") as check:
-            check.instance("workflow", machine, sfn.StateMachine,
-                           "a BoundedMap, BoundedDistributedMap, ParallelPrompts or sfn.StateMachine")
+            check.instance("workflow", machine, sfn.StateMachine, ACCEPTED_WORKFLOWS)
         name = self._title("add_state_machine", title, getattr(workflow, "node", machine.node).path)
         five = cdk.Duration.minutes(5)
         self.dashboard.add_widgets(
@@ -595,6 +613,76 @@ class LatencyDashboard(Construct):
                 title=f"{name}: execution time, ms",
                 left=[machine.metric_time(statistic="p50", period=five, label="p50"),
                       machine.metric_time(statistic="p90", period=five, label="p90")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=12,
+            ),
+        )
+        if callable(getattr(workflow, "metric_failed_keys", None)):  # ScheduledPrecompute
+            self.dashboard.add_widgets(cloudwatch.GraphWidget(
+                title=f"{name}: keys a run could not answer (per day)",
+                left=[workflow.metric_failed_keys(label="failed keys")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=24, height=4,
+            ))
+        if callable(getattr(workflow, "metric_records_loaded", None)):  # BatchPrecompute
+            self._batch_widgets(workflow, name)
+
+    def _batch_widgets(self, batch: Any, name: str) -> None:
+        """A BatchPrecompute's loaded and unanswered records, and Bedrock's batch metrics for its model."""
+        model_id = _batch_model_id(batch)
+        own = {method: getattr(batch, method, None) for method in (
+            "metric_records_pending", "metric_input_tokens_processed", "metric_output_tokens_processed",
+            "metric_tokens_pending")}
+
+        def bedrock(method: str, metric_name: str, label: str) -> cloudwatch.IMetric:
+            found = own[method]
+            if callable(found):  # BatchPrecompute's own (one source of the names)
+                return found(label=label, period=cdk.Duration.minutes(5))
+            return cloudwatch.Metric(namespace=BATCH_NAMESPACE, metric_name=metric_name,
+                                     dimensions_map={BATCH_MODEL_DIMENSION: model_id}, statistic="Maximum",
+                                     period=cdk.Duration.minutes(5), label=label)
+
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title=f"{name}: records loaded into the store and left unanswered (per day)",
+                left=[batch.metric_records_loaded(label="loaded"), batch.metric_records_failed(label="errored or missing")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title=f"{name}: Bedrock batch, records and tokens pending (account-wide, model {model_id})",
+                left=[bedrock("metric_records_pending", BATCH_RECORDS_PENDING, "records pending")],
+                right=[bedrock("metric_tokens_pending", BATCH_TOKENS_PENDING, "tokens pending (Claude models only)")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False),
+                right_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title=f"{name}: Bedrock batch, tokens processed per minute (account-wide, model {model_id})",
+                left=[bedrock("metric_input_tokens_processed", BATCH_INPUT_TOKENS_PER_MINUTE, "input"),
+                      bedrock("metric_output_tokens_processed", BATCH_OUTPUT_TOKENS_PER_MINUTE, "output")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            ),
+        )
+
+    def add_answer_router(self, router: Any, *, title: str | None = None) -> None:
+        """An AnswerRouter: the share of requests served from the store (hits), without a stored answer
+        (misses) and with one older than the caller accepts (stale), with the counts behind them."""
+        from .answer_router import AnswerRouter
+
+        with Checks(f"LatencyDashboard {self.node.id}: add_answer_router") as check:
+            check.instance("router", router, AnswerRouter, "an AnswerRouter")
+        name = self._title("add_answer_router", title, router.node.path)
+        counts = {"hits": router.metric_hits(), "misses": router.metric_misses(), "stale": router.metric_stale()}
+        total = "(FILL(hits, 0) + FILL(misses, 0) + FILL(stale, 0))"  # a period without stale answers still has a rate
+        rates = [cloudwatch.MathExpression(expression=f"100 * FILL({key}, 0) / {total}", using_metrics=counts,
+                                           label=f"{label} (%)", period=cdk.Duration.minutes(5))
+                 for key, label in (("hits", "hit rate"), ("misses", "miss rate"), ("stale", "stale rate"))]
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title=f"{name}: answers served from the store, missing and stale, % of requests (5 minutes)",
+                left=rates, left_y_axis=cloudwatch.YAxisProps(min=0, max=100, show_units=False), width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title=f"{name}: requests by outcome (5 minutes)",
+                left=[router.metric_hits(label="hits"), router.metric_misses(label="misses"),
+                      router.metric_stale(label="stale")],
                 left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=12,
             ),
         )
@@ -636,3 +724,14 @@ class LatencyDashboard(Construct):
                 left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=24,
             ),
         )
+
+
+#: What add_state_machine accepts, as its refusal says.
+ACCEPTED_WORKFLOWS = ("a workflow with a .state_machine (BoundedMap, BoundedDistributedMap, ParallelPrompts, "
+                      "ScheduledPrecompute, BatchPrecompute) or an sfn.StateMachine")
+
+
+def _batch_model_id(batch: Any) -> str:
+    """The ModelId a BatchPrecompute's jobs run under (its model, or inference profile, id)."""
+    model = getattr(batch, "model", None) or getattr(batch, "_model", None)
+    return str(getattr(model, "model_id", "unknown"))
