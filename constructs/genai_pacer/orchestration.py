@@ -141,7 +141,7 @@ class _MapBase(_ExecutionMetrics, Construct):
             return None, []
         check.raise_if_any()  # model_call needs valid inputs
         _, chain = model_call(self, "InvokeModel", model=model, request=request, retry=retry, options=task_options)  # type: ignore[arg-type]
-        return chain, [model]  # type: ignore[list-item]
+        return chain, [model]
 
 
 class BoundedMap(_MapBase):

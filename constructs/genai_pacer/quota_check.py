@@ -427,7 +427,7 @@ def report_argument_errors_as_json(parser: argparse.ArgumentParser, argv: Sequen
     parser.error = error  # type: ignore[method-assign]
 
 
-def _service_quotas(region: str, profile: str | None) -> Any:
+def _service_quotas(region: str | None, profile: str | None) -> Any:
     """A Service Quotas client, or _Skipped when this machine cannot read Service Quotas."""
     try:
         import boto3
