@@ -175,7 +175,7 @@ def check_key(key: Any) -> str:
     normalized = normalize_key(key)
     if not normalized:
         raise InvalidKeyError("key is empty once whitespace is trimmed")
-    size = len(normalized.encode())
+    size = _utf8_size(normalized, "key")
     if size > MAX_KEY_BYTES:
         raise InvalidKeyError(
             f"key is {size} UTF-8 bytes once normalized; DynamoDB's partition key limit is {MAX_KEY_BYTES}: "
@@ -191,13 +191,22 @@ def check_request_id(request_id: Any) -> str:
     if not isinstance(request_id, str) or not request_id:
         kind = "an empty string" if request_id == "" else f"a {type(request_id).__name__}"
         raise InvalidKeyError(f"requestId must be a non-empty string, not {kind}")
-    size = len(request_id.encode())
+    size = _utf8_size(request_id, "requestId")
     if size > MAX_REQUEST_ID_BYTES:
         raise InvalidKeyError(
             f"requestId is {size} UTF-8 bytes; at most {MAX_REQUEST_ID_BYTES} fit in a claim key "
             f"({MAX_KEY_BYTES} bytes minus the {REQUEST_CLAIM_PREFIX!r} prefix)"
         )
     return request_id
+
+
+def _utf8_size(text: str, name: str) -> int:
+    """Bytes of UTF-8; InvalidKeyError for a string UTF-8 cannot hold (a lone surrogate such as
+    "\ud800", which a JSON escape can carry and a cut emoji leaves)."""
+    try:
+        return len(text.encode())
+    except UnicodeEncodeError as error:
+        raise InvalidKeyError(f"{name} is not valid Unicode: a lone surrogate at character {error.start}") from None
 
 
 def claim_pk(request_id: str, prefix: str = REQUEST_CLAIM_PREFIX) -> str:

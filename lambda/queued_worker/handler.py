@@ -52,6 +52,7 @@ from pacer_runtime import (
     log,
     metrics,
 )
+from pacer_runtime.structured_log import describe_error
 
 MODEL_ID = os.environ["MODEL_ID"]
 TABLE_NAME = os.environ["ANSWER_TABLE"]
@@ -113,11 +114,17 @@ def parse(record: dict) -> Message:
         body = json.loads(record["body"])
     except (TypeError, ValueError) as error:
         raise RequestError(f"body is not JSON: {type(error).__name__} at position {getattr(error, 'pos', '?')}") from None
+    except RecursionError:
+        raise RequestError("body is JSON nested too deep to read") from None
     if not isinstance(body, dict):
         raise RequestError(f"body must be a JSON object, not a {type(body).__name__}")
     unknown = sorted(set(body) - BODY_FIELDS)
     if unknown:
-        raise RequestError(f"body has unknown fields {unknown[:10]}; the fields are {sorted(BODY_FIELDS)}")
+        shown = [name if _encodable(name) else "(not valid Unicode)" for name in unknown[:10]]
+        raise RequestError(f"body has unknown fields {shown}; the fields are {sorted(BODY_FIELDS)}")
+    bad_text = _unencodable_path(body, "body")
+    if bad_text is not None:
+        raise RequestError(f"{bad_text} is not valid Unicode (a lone surrogate, as a cut emoji leaves): fix the producer's text")
     try:
         key = answers.check_key(body.get("key"))
         request_id = answers.check_request_id(body.get("requestId", record.get("messageId")))
@@ -169,6 +176,33 @@ def parse(record: dict) -> Message:
     )
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unencodable_path(value: Any, path: str) -> str | None:
+    """The path of the first string (or object key) UTF-8 cannot hold, or None. JSON escapes can carry
+    lone surrogates, which botocore cannot send: found here, the message fails alone with its reason."""
+    stack = [(value, path)]
+    while stack:
+        current, where = stack.pop()
+        if isinstance(current, str):
+            if not _encodable(current):
+                return where
+        elif isinstance(current, dict):
+            for name, item in current.items():
+                if not _encodable(name):
+                    return f"a field name in {where}"
+                stack.append((item, f"{where}.{name}"[:200]))
+        elif isinstance(current, list):
+            stack.extend((item, f"{where}[{index}]"[:200]) for index, item in enumerate(current))
+    return None
+
+
 def process(record: dict) -> bool:
     """Handle one record; True when it is done (delete it), False when it must come back later."""
     message = parse(record)
@@ -215,7 +249,8 @@ def _release(request_id: str, owner: str, ids: dict) -> None:
     try:
         answers.release(DDB, TABLE_NAME, request_id, owner)
     except (ClientError, BotoCoreError) as error:
-        log("WARN", "claim not released; it expires on its own", **ids, reason=type(error).__name__)
+        log("WARN", "claim not released; it expires on its own", **ids, reason="release-failed",
+            **describe_error(error))
 
 
 _PARAM_PATH = re.compile(
@@ -254,20 +289,36 @@ def handle(record: dict) -> bool:
     message_id = message_id_of(record)
     try:
         return process(record)
-    except RequestError as error:
+    except RequestError as error:  # our own messages: they name fields and rules, never values
         log("ERROR", "message rejected", messageId=message_id, reason="invalid-message", detail=str(error))
     except ParamValidationError as error:
         log("ERROR", "message rejected by botocore's parameter validation", messageId=message_id,
-            reason="invalid-message", errorClass=type(error).__name__, problems=param_problems(error))
+            reason="invalid-message", **describe_error(error), problems=param_problems(error))
     except (ClientError, BotoCoreError) as error:
-        reason = "throttled" if is_throttle(error) else type(error).__name__
-        code = error.response.get("Error", {}).get("Code") if isinstance(error, ClientError) else None
-        log("ERROR", "model call or write failed", messageId=message_id, reason=reason, code=code,
-            detail=str(error)[:500])
+        # Never str(error): botocore's and the services' messages can quote the request (the prompt).
+        model = isinstance(error, ClientError) and error.operation_name in MODEL_OPERATIONS
+        if isinstance(error, ClientError):
+            reason = ("throttled" if model else "store-throttled") if _throttled(error) else (
+                "model-error" if model else "store-error")
+        else:
+            reason = "connection-error"  # a timeout or an unreachable endpoint: model or store
+        log("ERROR", "model call failed" if model else "model call or store access failed", messageId=message_id,
+            reason=reason, **describe_error(error), where=_where(error))
     except Exception as error:  # one record's bug must never fail its neighbours
         log("ERROR", "unexpected error", messageId=message_id, reason="unexpected",
-            errorClass=type(error).__name__, where=_where(error))
+            **describe_error(error), where=_where(error))
     return False
+
+
+#: Bedrock Runtime operations the worker calls (botocore names), to tell a model error from a store error.
+MODEL_OPERATIONS = frozenset({"Converse", "ConverseStream"})
+#: DynamoDB's throttling errors (botocore dynamodb 2012-08-10 model: PutItem/GetItem/DeleteItem errors).
+STORE_THROTTLE_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"})
+
+
+def _throttled(error: ClientError) -> bool:
+    code = error.response.get("Error", {}).get("Code")
+    return is_throttle(error) or code in STORE_THROTTLE_CODES
 
 
 def handler(event: dict, context: Any = None) -> dict:
