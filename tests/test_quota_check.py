@@ -450,3 +450,26 @@ def test_the_genai_pacer_command_runs_offline_with_json(capsys):
     assert cli_main(["quota-check", *OVERDRAWN, "--offline", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["status"] == 1 and report["results"][0]["skipped_because"] == "--offline"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["quota-check", "--no-such-flag", "--json"], ["quota-check", "--json", "--tpm"]],
+    ids=["unknown-flag", "missing-value"],
+)
+def test_the_genai_pacer_command_reports_argument_errors_as_json_too(argv, capsys):
+    from genai_pacer.testing.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(argv)
+    assert exit_.value.code == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == 2 and report["results"] == [] and report["errors"][0].startswith("genai-pacer quota-check: ")
+
+
+def test_without_json_an_argument_error_stays_argparses(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--no-such-flag"])
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "unrecognized arguments: --no-such-flag" in captured.err

@@ -413,17 +413,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                             "(default: match the model's quota by name)")
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object, {"status", "results", "errors"}, on every path (default: text)')
+    report_argument_errors_as_json(parser)
 
 
-def report_argument_errors_as_json(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
-    """With --json on the command line, an argument error is the JSON object too (status 2)."""
-    if "--json" not in argv:
-        return
+def report_argument_errors_as_json(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> None:
+    """With --json among the arguments the parser reads, an argument error is the JSON object too
+    (status 2), also for arguments it does not know. add_arguments installs this on its parser, so
+    `genai-pacer quota-check ... --json` behaves as `python -m genai_pacer.quota_check ... --json`.
+    `argv`: the arguments, when known before parsing; otherwise those each parse is given."""
+    seen: list[str] = list(argv or [])
+    parse_known_args = parser.parse_known_args
+    fail = parser.error
+
+    def parse(args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None) -> Any:
+        seen[:] = list(sys.argv[1:] if args is None else args)
+        parsed, extras = parse_known_args(args, namespace)
+        if extras:  # a subcommand's parser reports its own unknown arguments, as JSON when asked
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
     def error(message: str) -> Any:
+        if "--json" not in seen:
+            return fail(message)
         print(json.dumps({"status": 2, "results": [], "errors": [f"{parser.prog}: {message}"]}, indent=2))
-        parser.exit(2, f"{parser.prog}: error: {message}\n")
+        return parser.exit(2, f"{parser.prog}: error: {message}\n")
 
+    parser.parse_known_args = parse  # type: ignore[method-assign]
     parser.error = error  # type: ignore[method-assign]
 
 
@@ -518,7 +533,6 @@ def main(argv: Sequence[str] | None = None, *, client_factory: Callable[[str | N
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="genai-pacer quota-check", description=(__doc__ or "").split("\n\n")[0])
     add_arguments(parser)
-    report_argument_errors_as_json(parser, argv)
     return run(parser.parse_args(argv), client_factory=client_factory)
 
 
