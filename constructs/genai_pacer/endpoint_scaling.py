@@ -541,10 +541,12 @@ class EndpointScaling(Construct):
                 ("scale_out_cooldown", scale_out_cooldown),
                 ("scale_in_cooldown", scale_in_cooldown),
             ):
-                if _token_kind(value) is not None:  # a Duration token: CloudFormation gets the seconds as a Ref
+                if value is not None and _token_kind(value) is not None:  # CloudFormation gets the seconds as a Ref
                     duration_in(check, name, value, "seconds", why="Application Auto Scaling takes cooldowns")
-                elif _duration(check, name, value, minimum=0, maximum=MAX_COOLDOWN_SECONDS, unit="seconds", example=600,
-                               fix="Application Auto Scaling waits whole seconds, up to a day here"):
+                elif value is not None and _duration(
+                    check, name, value, minimum=0, maximum=MAX_COOLDOWN_SECONDS, unit="seconds", example=600,
+                    fix="Application Auto Scaling waits whole seconds, up to a day here",
+                ):
                     seconds = value.to_seconds(integral=False)
                     check.rule(
                         seconds == int(seconds),
@@ -1049,7 +1051,7 @@ def _plan_schedules(
     number token), time zone)."""
     if baseline is None or check.problems:
         return []
-    planned = []
+    planned: list[tuple[str, str, float, str]] = []
     for name, window in windows:
         if window.kind == "weekly":
             raised, restored = _weekly_expressions(window, lead)
