@@ -438,7 +438,7 @@ def report_argument_errors_as_json(parser: argparse.ArgumentParser, argv: Sequen
         print(json.dumps({"status": 2, "results": [], "errors": [f"{parser.prog}: {message}"]}, indent=2))
         return parser.exit(2, f"{parser.prog}: error: {message}\n")
 
-    parser.parse_known_args = parse  # type: ignore[method-assign]
+    parser.parse_known_args = parse  # type: ignore[method-assign, assignment]
     parser.error = error  # type: ignore[method-assign]
 
 
