@@ -131,19 +131,29 @@ CHECK_JOBS_INPUT = {"action": "check-jobs"}
 #: A wait not completed by an event nor a check within this checks the job from inside the run. Long, so
 #: a job's loop of waits and checks stays far below Step Functions' 25,000 history events per execution.
 LAST_RESORT_CHECK = cdk.Duration.hours(6)
-#: Errors a submission is retried on: throttling, and the jobs-in-flight quota that other runs share.
+#: Errors a submission is retried on: throttling, and the jobs-in-flight quota that other runs share
+#: (CreateModelInvocationJob's errors in botocore bedrock service-2.json; ServiceUnavailableException is
+#: not declared there but is what a 503 is named: retrying a name that never occurs costs nothing).
 SUBMIT_RETRY_ERRORS = (
     "Bedrock.ThrottlingException",
     "Bedrock.ServiceQuotaExceededException",
     "Bedrock.InternalServerException",
     "Bedrock.ServiceUnavailableException",
 )
-_TOKEN_TABLE_ERRORS = (
-    "DynamoDb.ProvisionedThroughputExceededException",
-    "DynamoDb.ThrottlingException",
-    "DynamoDb.RequestLimitExceededException",
-    "DynamoDb.InternalServerErrorException",
+#: PutItem's transient errors (botocore dynamodb service-2.json) as the Step Functions SDK integration names
+#: them: "ServiceName.ErrorName", both PascalCase, with the "Exception" suffix added where the service's
+#: name lacks it (Step Functions developer guide, supported-services-awssdk.html). The service part is
+#: "DynamoDb" by that rule; "DynamoDB" (the optimized integration's) is listed too: a name that never
+#: occurs costs nothing, a missing one would fail a wait on its first throttle.
+#: GetModelInvocationJob's transient errors (botocore bedrock service-2.json), for the run's own last-resort check.
+CHECK_RETRY_ERRORS = ("Bedrock.ThrottlingException", "Bedrock.InternalServerException")
+_TOKEN_TABLE_ERROR_NAMES = (
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceededException",
+    "InternalServerErrorException",
 )
+_TOKEN_TABLE_ERRORS = tuple(f"{prefix}.{name}" for prefix in ("DynamoDb", "DynamoDB") for name in _TOKEN_TABLE_ERROR_NAMES)
 #: The run's outcome (summary handler) -> the failure state it ends in.
 FAILURE_STATES = {
     "JobFailed": ("Job failed", "BatchPrecompute.JobFailed"),
@@ -668,7 +678,7 @@ class BatchPrecompute(Construct):
             result_path="$.check",
         )
         check.add_retry(
-            errors=["Bedrock.ThrottlingException", "Bedrock.InternalServerException"], interval=cdk.Duration.seconds(30),
+            errors=list(CHECK_RETRY_ERRORS), interval=cdk.Duration.seconds(30),
             backoff_rate=2, max_attempts=6, max_delay=cdk.Duration.minutes(10), jitter_strategy=sfn.JitterType.FULL,
         )
         wait.add_catch(check, errors=["States.Timeout"], result_path="$.timedOut")
