@@ -273,3 +273,22 @@ def test_a_claim_prefix_of_its_own_is_accepted_and_the_routers_is_refused(ddb):
     for prefix in ("claim#key#", "claim#", "answers#"):
         with pytest.raises(ValueError, match="must start with 'claim#' plus a kind of its own"):
             answers.claim(ddb, TABLE, "x", seconds=60, prefix=prefix)
+
+
+# --- 27.3: who may write which keys (the rules the code can enforce) ------------------------------
+
+
+@pytest.mark.parametrize("key", ["claim#key#review#1", "CLAIM#req#r", " Claim#precompute-run#Pre", "claim#x"])
+def test_no_answer_key_lands_on_a_claim_whatever_its_case(key):
+    with pytest.raises(answers.InvalidKeyError, match="the prefix reserved for claims"):
+        answers.check_key(key)
+
+
+def test_the_worker_writes_only_queue_ids_and_request_claims(worker):  # noqa: F811
+    expect_call(worker, "a")
+    assert worker.handler({"Records": [record("m-1", {"key": "k", "prompt": "p", "requestId": "router#x"})]}) == {
+        "batchItemFailures": []}
+    assert item(worker, "k")["request_id"] == "queue#router#x"  # a producer cannot pose as the router
+    answers.claim(worker.DDB, "answers", "router#x", seconds=60)
+    assert [i["pk"]["S"] for i in worker.DDB.scan(TableName="answers")["Items"] if i["pk"]["S"].startswith("claim#")] == [
+        "claim#req#router#x"]

@@ -9,6 +9,33 @@ key `pk` and no sort key, a TTL attribute that ages answers out and cleans up ab
 Lookups are by exact normalized key only. A semantic cache (nearest embedding) would answer
 "summarize reviews of product 123" with the stored summary of product 124: the two queries differ
 by one entity name and sit close together in embedding space, but their answers must not be shared.
+
+Who may write which keys
+    IAM cannot tell one key from another here (dynamodb:LeadingKeys matches exact values; a prefix
+    pattern is not documented), so each grant is per table and the rules below are kept by the code
+    every writer shares (pacer_runtime.answers) and by which grant each construct gets:
+
+    - Readers (`grant_read`): GetItem only; they write nothing.
+    - ScheduledPrecompute (`grant_write`): answers under the normalized keys of its item list, with
+      request ids "precompute#<execution>" and the run's start (epoch ms) as sequence; its run lock
+      under "claim#precompute-run#<state machine>", which it deletes when the run ends.
+    - BatchPrecompute's loader: answers under the keys of its job, request ids "batch#<job>:<record>",
+      the job's sequence (epoch ms). It deletes nothing, so `grant_put` is enough.
+    - QueuedInference's worker (`grant_write`): answers under any key a producer sends (whoever may
+      send to the queue may write any answer key), request ids "queue#<requestId>", a sequence no
+      later than the message's SentTimestamp + 60 s; per-request claims under "claim#req#<requestId>",
+      which it deletes once done.
+    - AnswerRouter's write-back (`grant_put`: no DeleteItem): answers under the caller's key,
+      request ids "router#<id>", its clock (epoch ms) as sequence; per-key claims under
+      "claim#key#<key>", which it overwrites and never deletes.
+
+    For every writer: an answer key never starts with "claim#" (`check_key` refuses it, whatever its
+    case), so no answer lands on a claim; a stored answer is replaced only by a newer one (higher
+    sequence, then higher request id), and request-id prefixes make the writer kind, not a
+    producer-chosen id, decide ties (batch < precompute < queue < router); an item a reader finds
+    invalid (`answers.check_item`) is replaced by the next write. What no grant can stop: a holder of
+    `grant_put` or `grant_write` calling DynamoDB directly with any key; give those grants only to
+    the handlers above.
 """
 
 from __future__ import annotations
