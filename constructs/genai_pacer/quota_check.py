@@ -57,9 +57,11 @@ __all__ = [
 #: The cloud-assembly file each ModelQuota writes its plan to: <prefix><construct unique id>.json
 #: (defined here so the command loads without the CDK).
 PLAN_FILE_PREFIX = "genai-pacer-quota."
-#: Bedrock's Service Quotas service code (`aws service-quotas list-service-quotas --service-code bedrock`,
-#: https://docs.aws.amazon.com/bedrock/latest/userguide/quotas.html); its form is checked against
-#: botocore's service-quotas ServiceCode pattern in tests/test_aws_facts_bedrock.py.
+#: Bedrock's Service Quotas service code, as AWS's own Bedrock quota runbook calls it
+#: (`aws service-quotas list-service-quotas --service-code bedrock`:
+#: https://github.com/aws/agent-toolkit-for-aws/blob/main/skills/core-skills/amazon-bedrock/references/quota-health.md);
+#: its form is checked against botocore's ServiceCode pattern in tests/test_aws_facts_bedrock.py.
+#: If it were wrong, every lookup would fail with an AWS error naming the plan (exit 2), never pass.
 SERVICE_CODE = "bedrock"
 #: Prefixes that make a model id a cross-Region profile when matching quota names (models.PROFILE_REGIONS
 #: has the Regions and sources; `ca` is recognized here although its Regions are unsourced, since a
