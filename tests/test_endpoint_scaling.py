@@ -4,6 +4,7 @@ reference stack."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import math
@@ -331,6 +332,28 @@ def test_every_suggested_duration_is_one_that_passes(bad, prop):
     assert suggested, str(refused.value)
     for unit, amount in suggested:
         by_name(new_stack(), **{**props, prop: getattr(cdk.Duration, unit)(int(amount))})
+
+
+# (props that are refused, the prop the quoted examples are for, the text after which they are listed)
+PEAK_SUGGESTING = [
+    (dict(start="8am"), "start", "e.g."),
+    (dict(end="11:60"), "end", "e.g."),
+    (dict(time_zone="CEST"), "time_zone", "such as"),
+    (dict(days="MON-FRY"), "days", "use day names MON..SUN:"),
+    (dict(days=5), "days", "use day names MON..SUN:"),
+    (dict(start="cron(0 9 ? * MON-FRI)", end="cron(0 12 ? * MON-FRI *)", days=None), "start", "e.g."),
+]
+
+
+@pytest.mark.parametrize(("bad", "prop", "marker"), PEAK_SUGGESTING)
+def test_every_example_a_peak_window_refusal_gives_passes(bad, prop, marker):
+    with pytest.raises(InvalidPropsError) as refused:
+        PeakWindow(**{**WEEKDAY_MORNING, **bad})
+    listed = str(refused.value).split(marker, 1)[1].split(" (", 1)[0]
+    examples = [ast.literal_eval(e) for e in re.findall(r"\[[^\]]*\]|'[^']*'", listed)]
+    assert examples, str(refused.value)
+    for example in examples:
+        PeakWindow(**{**WEEKDAY_MORNING, **bad, prop: example})
 
 
 def test_a_declared_load_time_is_checked_for_an_endpoint_by_name_too():
