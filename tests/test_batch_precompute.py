@@ -754,6 +754,20 @@ def test_the_metrics_read_the_loaders_namespace_names_and_function_dimension():
     assert loaded.statistic == "Sum" and failed.period.to_hours() == 1
 
 
+def test_bedrocks_batch_metrics_are_per_model_and_labelled_account_wide():
+    stack, batch, _ = built()
+    pending, tokens_in = batch.metric_records_pending(), batch.metric_input_tokens_processed(period=cdk.Duration.hours(1))
+    out, queued, everything = batch.metric_output_tokens_processed(), batch.metric_tokens_pending(), batch.metric_account_records_pending()
+    assert {m.namespace for m in (pending, tokens_in, out, queued, everything)} == {"AWS/Bedrock/Batch"}
+    assert [m.metric_name for m in (pending, tokens_in, out, queued, everything)] == [
+        "NumberOfRecordsPendingProcessing", "NumberOfInputTokensProcessedPerMinute",
+        "NumberOfOutputTokensProcessedPerMinute", "NumberOfTokensPendingProcessing", "NumberOfRecordsPendingProcessing"]
+    for metric in (pending, tokens_in, out, queued):
+        assert metric.dimensions == {"ModelId": PROFILE.model_id} and "account-wide" in metric.label
+    assert everything.dimensions is None and "all models" in everything.label
+    assert (pending.statistic, tokens_in.statistic, tokens_in.period.to_hours()) == ("Maximum", "Average", 1)
+
+
 def test_the_default_check_is_every_five_minutes_and_a_token_interval_reaches_the_schedule():
     _, _, template = built()
     assert [r["Properties"]["ScheduleExpression"] for r in resources(template, "AWS::Events::Rule").values()

@@ -154,6 +154,25 @@ _TOKEN_TABLE_ERROR_NAMES = (
     "InternalServerErrorException",
 )
 _TOKEN_TABLE_ERRORS = tuple(f"{prefix}.{name}" for prefix in ("DynamoDb", "DynamoDB") for name in _TOKEN_TABLE_ERROR_NAMES)
+# ---- Bedrock's own batch metrics ---------------------------------------------------------------------------
+#: Namespace, levels and what is measured: the AWS Machine Learning Blog, "Monitor Amazon Bedrock batch
+#: inference using Amazon CloudWatch metrics" (2025-09-18,
+#: https://aws.amazon.com/blogs/machine-learning/monitor-amazon-bedrock-batch-inference-using-amazon-cloudwatch-metrics/):
+#: published under AWS/Bedrock/Batch at the account level and per model ID; records pending processing,
+#: input and output tokens processed per minute, and (Anthropic Claude models) tokens pending processing.
+#: They cover every batch job of the account and Region, not only this construct's.
+BEDROCK_BATCH_NAMESPACE = "AWS/Bedrock/Batch"
+#: The per-model dimension, as public code names it (the blog writes "modelId"); unconfirmed by a
+#: reference page, and for an inference profile the value may be the profile or the model: a wrong
+#: guess shows an empty graph, and no alarm of this library reads these metrics.
+BEDROCK_BATCH_MODEL_DIMENSION = "ModelId"
+#: Metric names. The first two appear in public code; the other two follow their pattern for what the
+#: blog describes and are unconfirmed (harmless if wrong: an empty graph).
+BATCH_RECORDS_PENDING = "NumberOfRecordsPendingProcessing"
+BATCH_INPUT_TOKENS_PER_MINUTE = "NumberOfInputTokensProcessedPerMinute"
+BATCH_OUTPUT_TOKENS_PER_MINUTE = "NumberOfOutputTokensProcessedPerMinute"
+BATCH_TOKENS_PENDING = "NumberOfTokensPendingProcessing"
+
 #: The run's outcome (summary handler) -> the failure state it ends in.
 FAILURE_STATES = {
     "JobFailed": ("Job failed", "BatchPrecompute.JobFailed"),
@@ -917,6 +936,39 @@ class BatchPrecompute(Construct):
     def metric_records_failed(self, **props: Any) -> cloudwatch.Metric:
         """Records of loaded jobs left without an answer: errored, no answer text, or missing from the output (Sum)."""
         return self._metric(metrics_constants().BATCH_RECORDS_FAILED, props)
+
+    def metric_records_pending(self, **props: Any) -> cloudwatch.Metric:
+        """Bedrock's batch records not yet processed for this construct's model (Maximum over 5 minutes).
+        Account-wide: every batch job of this model in the account and Region, not only this pipeline's."""
+        return self._bedrock_batch_metric(BATCH_RECORDS_PENDING, "Maximum", "records pending", props)
+
+    def metric_input_tokens_processed(self, **props: Any) -> cloudwatch.Metric:
+        """Input tokens Bedrock's batch jobs process per minute for this construct's model (Average over 5
+        minutes). Account-wide, like metric_records_pending."""
+        return self._bedrock_batch_metric(BATCH_INPUT_TOKENS_PER_MINUTE, "Average", "input tokens per minute", props)
+
+    def metric_output_tokens_processed(self, **props: Any) -> cloudwatch.Metric:
+        """Output tokens per minute, as metric_input_tokens_processed (the name is unconfirmed: see the constant)."""
+        return self._bedrock_batch_metric(BATCH_OUTPUT_TOKENS_PER_MINUTE, "Average", "output tokens per minute", props)
+
+    def metric_tokens_pending(self, **props: Any) -> cloudwatch.Metric:
+        """Tokens not yet processed (Anthropic Claude models only; Maximum over 5 minutes). Account-wide."""
+        return self._bedrock_batch_metric(BATCH_TOKENS_PENDING, "Maximum", "tokens pending", props)
+
+    def metric_account_records_pending(self, **props: Any) -> cloudwatch.Metric:
+        """Batch records not yet processed for every model of the account and Region (no model dimension)."""
+        options: dict[str, Any] = {"statistic": "Maximum", "period": cdk.Duration.minutes(5),
+                                   "label": "Batch records pending (account-wide, all models)", **props}
+        return cloudwatch.Metric(namespace=BEDROCK_BATCH_NAMESPACE, metric_name=BATCH_RECORDS_PENDING, **options)
+
+    def _bedrock_batch_metric(self, name: str, statistic: str, what: str, props: Mapping[str, Any]) -> cloudwatch.Metric:
+        model_id = self._model.model_id
+        options: dict[str, Any] = {"statistic": statistic, "period": cdk.Duration.minutes(5),
+                                   "label": f"Batch {what} ({model_id}, account-wide)", **props}
+        return cloudwatch.Metric(
+            namespace=BEDROCK_BATCH_NAMESPACE, metric_name=name,
+            dimensions_map={BEDROCK_BATCH_MODEL_DIMENSION: model_id}, **options,
+        )
 
     def _metric(self, name: str, props: Mapping[str, Any]) -> cloudwatch.Metric:
         """One data point per loaded job, under the loader function's name. Default: Sum over 1 day."""
