@@ -754,6 +754,31 @@ def test_the_metrics_read_the_loaders_namespace_names_and_function_dimension():
     assert loaded.statistic == "Sum" and failed.period.to_hours() == 1
 
 
+def test_deploy_time_values_reach_the_functions_and_the_job_request_as_refs_never_as_encoded_numbers():
+    stack = new_stack()
+    number = lambda name: cdk.CfnParameter(stack, name, type="Number").value_as_number  # noqa: E731
+    batch = BatchPrecompute(
+        stack, "Batch", model=NOVA, max_tokens=number("MaxTokens"), temperature=number("Temperature"),
+        min_records_per_job=number("Min"), max_records_per_job=number("Max"), max_records_per_file=number("PerFile"),
+        max_job_bytes=number("JobBytes"), max_file_bytes=number("FileBytes"), write_concurrency=number("Writers"),
+        max_concurrent_jobs=number("Jobs"), job_timeout=cdk.Duration.hours(number("Hours")),
+    )
+    template = template_of(stack).to_json()
+    functions = {f["Properties"]["Handler"]: f["Properties"].get("Environment", {}).get("Variables", {})
+                 for f in resources(template, "AWS::Lambda::Function").values()}
+    prepare_env, load_env = functions["batch_precompute.prepare.handler"], functions["batch_precompute.load.handler"]
+    assert {k: prepare_env[k] for k in ("MAX_TOKENS", "TEMPERATURE", "MIN_RECORDS_PER_JOB", "MAX_RECORDS_PER_JOB",
+                                        "MAX_RECORDS_PER_FILE", "MAX_JOB_BYTES", "MAX_FILE_BYTES", "JOB_TIMEOUT_HOURS")} == {
+        "MAX_TOKENS": {"Ref": "MaxTokens"}, "TEMPERATURE": {"Ref": "Temperature"}, "MIN_RECORDS_PER_JOB": {"Ref": "Min"},
+        "MAX_RECORDS_PER_JOB": {"Ref": "Max"}, "MAX_RECORDS_PER_FILE": {"Ref": "PerFile"},
+        "MAX_JOB_BYTES": {"Ref": "JobBytes"}, "MAX_FILE_BYTES": {"Ref": "FileBytes"}, "JOB_TIMEOUT_HOURS": {"Ref": "Hours"}}
+    assert load_env["WRITE_CONCURRENCY"] == {"Ref": "Writers"}
+    machine = only(template, "AWS::StepFunctions::StateMachine")["Properties"]["DefinitionString"]
+    assert {"Ref": "Hours"} in machine["Fn::Join"][1] and {"Ref": "Jobs"} in machine["Fn::Join"][1]
+    assert "e+" not in json.dumps(template)  # no encoded token double anywhere
+    assert batch.job_name_prefix
+
+
 def test_bedrocks_batch_metrics_are_per_model_and_labelled_account_wide():
     stack, batch, _ = built()
     pending, tokens_in = batch.metric_records_pending(), batch.metric_input_tokens_processed(period=cdk.Duration.hours(1))

@@ -114,6 +114,14 @@ def test_a_line_nested_100000_deep_rejects_only_that_item(aws, monkeypatch):
     assert lines_of(s3, plan["rejectedUri"]) == [{"item": 12, "reason": "item 12 is nested too deeply to parse"}]
 
 
+def test_an_invoke_model_pipeline_prepares_without_max_tokens(aws, monkeypatch):
+    s3, _ = aws  # the construct writes MAX_TOKENS="" for InvokeModel: it must not fail every run
+    prepare = module("prepare", monkeypatch, **{**PREPARE_ENV, "INVOCATION_TYPE": "InvokeModel", "MAX_TOKENS": ""})
+    given = [{"key": f"k#{n}", "modelInput": {"inputText": f"{PROMPT} {n}"}} for n in range(12)]
+    plan = prepare.handler({"input": {"items": given}, "runId": "r", "startTime": START})
+    assert (plan["records"], plan["rejected"]) == (12, 0)
+
+
 @pytest.mark.parametrize("event", [None, "run", ["r"]])
 def test_a_prepare_request_that_is_not_an_object_fails_clearly(aws, monkeypatch, event):
     prepare = module("prepare", monkeypatch, **PREPARE_ENV)

@@ -93,7 +93,7 @@ class Settings:
             items_bucket=env["ITEMS_BUCKET"],
             items_prefix=env["ITEMS_PREFIX"],
             invocation_type=env["INVOCATION_TYPE"],
-            max_tokens=int(env["MAX_TOKENS"]),
+            max_tokens=int(env["MAX_TOKENS"]) if env.get("MAX_TOKENS") else 0,  # empty for InvokeModel
             system_prompt=env.get("SYSTEM_PROMPT") or None,
             temperature=float(env["TEMPERATURE"]) if env.get("TEMPERATURE") else None,
             quotas=Quotas(
