@@ -14,7 +14,7 @@ from constructs import Construct
 
 from ._checks import Checks, is_token
 
-__all__ = ["duration_in", "shown", "threshold_alarm"]
+__all__ = ["duration_in", "shown", "threshold_alarm", "token_kind", "token_of_kind"]
 
 
 def threshold_alarm(
@@ -73,3 +73,29 @@ def duration_in(check: Checks, name: str, duration: cdk.Duration, unit: str, *, 
             f"cdk.Duration.{unit}(parameter.value_as_number)"
         )
         return None
+
+
+def token_kind(value: Any) -> str | None:
+    """The kind of a deploy-time value ("number", "string", "list", "Duration"), or None for a literal.
+
+    aws-cdk-lib hands a CfnParameter to Python as a float (value_as_number), a str (value_as_string),
+    a list of one encoded str (value_as_list) or a Duration built from one of those."""
+    if isinstance(value, cdk.Duration):
+        return "Duration" if value.is_unresolved() else None
+    if isinstance(value, list | tuple):
+        return "list" if any(is_token(item) for item in value) else None
+    if not is_token(value):
+        return None
+    return "number" if isinstance(value, float) else "string"
+
+
+def token_of_kind(check: Checks, name: str, value: Any, expected: str, *, fix: str) -> bool:
+    """True when `value` is a deploy-time value of the `expected` kind (it may pass to CloudFormation);
+    a deploy-time value of another kind is refused, naming the prop; False for a literal."""
+    kind = token_kind(value)
+    if kind is None:
+        return False
+    if kind == expected:
+        return True
+    check.fail(f"{name} is a deploy-time {kind}, but it takes a {expected}: {fix}")
+    return False

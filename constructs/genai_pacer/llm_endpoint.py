@@ -26,7 +26,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 
 from constructs import Construct
 
-from ._alarms import duration_in, shown, threshold_alarm
+from ._alarms import duration_in, shown, threshold_alarm, token_kind, token_of_kind
 from ._checks import Checks, is_token
 from ._nag import acknowledge_wildcard_resources, flatten_reference
 from .capacity import MAX_CAPACITY
@@ -529,6 +529,8 @@ class LlmEndpoint(Construct):
                             max_length=_MAX_ENVIRONMENT_LENGTH,
                             fix="environment values are strings: write '1', not 1",
                         )
+            token_of_kind(check, "initial_instance_count", props["initial_instance_count"], "number",
+                          fix="pass CfnParameter(type='Number').value_as_number, or an integer")
             check.integer(
                 "initial_instance_count",
                 props["initial_instance_count"],
@@ -564,8 +566,16 @@ class LlmEndpoint(Construct):
             check.instance("volume_encryption_key", props["volume_encryption_key"], kms.IKey, "a kms.Key", optional=True)
             _check_name(check, "endpoint_name", props["endpoint_name"], optional=True)
             _check_name(check, "variant_name", props["variant_name"])
-            check.one_of("routing_strategy", props["routing_strategy"], ROUTING_STRATEGIES)
-            if not is_token(props["network_isolation"]):
+            if token_kind(props["routing_strategy"]) is not None:
+                token_of_kind(check, "routing_strategy", props["routing_strategy"], "string",
+                              fix=f"pass CfnParameter(allowed_values={list(ROUTING_STRATEGIES)}).value_as_string, or one of them")
+            else:
+                check.one_of("routing_strategy", props["routing_strategy"], ROUTING_STRATEGIES)
+            # CloudFormation takes "true" / "false" for a Boolean: a string parameter passes through
+            if token_kind(props["network_isolation"]) is not None:
+                token_of_kind(check, "network_isolation", props["network_isolation"], "string",
+                              fix="pass CfnParameter(allowed_values=['true', 'false']).value_as_string, or True or False")
+            else:
                 check.instance("network_isolation", props["network_isolation"], bool, "True or False")
             threshold = props["latency_alarm_threshold"]
             if check.duration(

@@ -75,7 +75,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from . import _nag
-from ._alarms import threshold_alarm
+from ._alarms import duration_in, shown, threshold_alarm, token_kind, token_of_kind
 from ._checks import Checks, InvalidPropsError, is_token
 from ._runtime_constants import metrics_constants
 from ._secure import StateMachineOptions, encrypted_log_group, log_key, model_state_machine
@@ -388,10 +388,13 @@ class PromptExperiment(Construct):
                 check.rule(abs(total - 100) <= 1e-6,
                            f"shares sum to {total:g} ({' + '.join(f'{v.name} {v.share:g}' for v in variants)}), not 100; "
                            "adjust them so every user has exactly one variant")
-            if control is not None and check.text("control", control) and names:
+            if token_kind(control) is not None:
+                check.fail("control is a deploy-time value, but the control variant's name decides at synth which "
+                           "variant the fallback document gives every user: pass one of the variant names")
+            elif control is not None and check.text("control", control) and names:
                 check.rule(control in names, f"control={control!r} is not a variant; pass one of {names}")
             control = control if control is not None else (names[0] if names else None)
-            if names and control in names:
+            if names and isinstance(control, str) and control in names:
                 control_share = next(v.share for v in variants if v.name == control)
                 check.rule(control_share > 0,
                            f"control {control!r} has share 0; the baseline must serve users")
@@ -405,18 +408,33 @@ class PromptExperiment(Construct):
                            "an appconfig.DeploymentStrategy", optional=True)
             check.duration("bake_time", bake_time, minimum=cdk.Duration.minutes(0), maximum=cdk.Duration.minutes(_MAX_MINUTES),
                            fix="AppConfig bakes 0..1,440 minutes; the guard alarms roll back only during it")
+            if token_kind(bake_time) == "Duration":  # AppConfig takes minutes; aws-cdk-lib cannot scale a token
+                duration_in(check, "bake_time", bake_time, "minutes", why="AppConfig counts the bake time")
             if bake_time is not None and isinstance(bake_time, cdk.Duration) and not bake_time.is_unresolved():
                 check.rule(bake_time.to_seconds(integral=False) % 60 == 0,
                            f"bake_time={bake_time.to_human_string()} is not whole minutes; AppConfig counts bake time in minutes")
             if deployment_strategy is not None and bake_time_given:
                 check.fail("bake_time configures the new deployment strategy and deployment_strategy is given, so it would be "
                            "ignored; set the final bake time on your strategy")
+            token_of_kind(check, "max_error_rate_percent", max_error_rate_percent, "number",
+                          fix="pass CfnParameter(type='Number').value_as_number, or a number such as 5")
             if check.number("max_error_rate_percent", max_error_rate_percent, above=0, maximum=100,
                             fix="the share of failed calls a variant may have, e.g. 5"):
                 check.rule(max_error_rate_percent < 100, "max_error_rate_percent=100 can never be exceeded, so the error "
                            "guard would never fire; pass a limit below 100, e.g. 5")
             check.duration("max_p90_latency", max_p90_latency, minimum=cdk.Duration.seconds(1), maximum=cdk.Duration.minutes(15))
+            p90_seconds: Any = None
+            if token_kind(max_p90_latency) == "Duration":  # the alarm then compares seconds with the parameter
+                p90_seconds = duration_in(check, "max_p90_latency", max_p90_latency, "seconds",
+                                          why="the p90 guard compares the latency")
+            token_of_kind(check, "guard_min_calls", guard_min_calls, "number",
+                          fix="pass CfnParameter(type='Number').value_as_number, or an integer such as 20")
             check.integer("guard_min_calls", guard_min_calls, minimum=1, maximum=1_000_000)
+            if token_kind(guard_period) is not None:
+                check.fail("guard_period is a deploy-time value, but aws-cdk-lib checks a metric's period at synth and the "
+                           "guard window is checked against CloudWatch's limits: pass a Duration such as cdk.Duration.minutes(1)")
+            token_of_kind(check, "guard_evaluation_periods", guard_evaluation_periods, "number",
+                          fix="pass CfnParameter(type='Number').value_as_number, or an integer such as 3")
             if check.duration("guard_period", guard_period, minimum=cdk.Duration.minutes(1), maximum=cdk.Duration.days(1),
                               fix="the runtime publishes standard-resolution metrics: one minute or more"):
                 # to_seconds() raises on a fraction of a second (61,500 ms): compare as a float
@@ -439,7 +457,8 @@ class PromptExperiment(Construct):
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
         assert control is not None
-        window = guard_period.to_seconds(integral=False) * guard_evaluation_periods if not guard_period.is_unresolved() else 0
+        window = (guard_period.to_seconds(integral=False) * guard_evaluation_periods
+                  if not guard_period.is_unresolved() and token_kind(guard_evaluation_periods) is None else 0)
         if deployment_strategy is None and not bake_time.is_unresolved() and 0 < bake_time.to_seconds(integral=False) < window:
             cdk.Annotations.of(self).add_warning_v2(
                 "genai-pacer:experimentGuardSlowerThanBake",
@@ -470,7 +489,7 @@ class PromptExperiment(Construct):
         self.fallback_acknowledgments: list[str] = []
         self._alarm_ids: set[str] = set()
         for variant in variants:
-            self._guards(variant, max_error_rate_percent, max_p90_latency, guard_min_calls, guard_period,
+            self._guards(variant, max_error_rate_percent, max_p90_latency, p90_seconds, guard_min_calls, guard_period,
                          guard_evaluation_periods, alarm_actions)
         #: The alarms AppConfig watches: the guards themselves, or one composite of them when there are
         #: more than AppConfig's 5 monitors per environment.
@@ -570,8 +589,11 @@ class PromptExperiment(Construct):
             **{"period": cdk.Duration.minutes(1), **props},
         )
 
-    def _guards(self, variant: ExperimentVariant, max_error_rate: float, max_p90: cdk.Duration, min_calls: int,
-                period: cdk.Duration, periods: int, actions: Sequence[cloudwatch.IAlarmAction]) -> None:
+    def _guards(self, variant: ExperimentVariant, max_error_rate: float, max_p90: cdk.Duration, p90_seconds: Any,
+                min_calls: int, period: cdk.Duration, periods: int, actions: Sequence[cloudwatch.IAlarmAction]) -> None:
+        """Two gated guards of one variant. Deploy-time values reach the template as references: a
+        threshold as the parameter, min_calls inside the expression, and a deploy-time max_p90 (seconds)
+        compared in seconds, since CloudFormation cannot scale a parameter to milliseconds."""
         names = metrics_constants()
         errors = self._metric(variant.name, names.CALL_ERRORS, {"statistic": "Sum", "period": period})
         calls = self._metric(variant.name, names.LATENCY_MS, {"statistic": "SampleCount", "period": period})
@@ -587,25 +609,27 @@ class PromptExperiment(Construct):
         self._alarm_ids.add(ident)
         self.alarms[f"{variant.name}-errors"] = threshold_alarm(
             self, f"{ident}ErrorRate", metric=rate, threshold=max_error_rate, periods=periods, actions=actions,
-            description=f"Experiment {self.experiment_name}: variant {variant.name} fails more than {max_error_rate:g}% of "
+            description=f"Experiment {self.experiment_name}: variant {variant.name} fails more than {shown(max_error_rate)}% of "
                         f"its calls ({periods} periods running, {min_calls}+ calls each). During a split deployment "
                         "AppConfig rolls it back; afterwards the fallback sends everyone to the control variant.",
         )
         # Gated like the error rate: a small treatment's one slow call a minute is its whole p90 and would
         # otherwise move everyone to control. p90 and SampleCount are of the same metric and dimensions.
+        in_seconds = p90_seconds is not None
         p90 = cloudwatch.MathExpression(
-            expression=f"IF(FILL(c, 0) >= {min_calls}, FILL(p, 0), 0)",
+            expression=f"IF(FILL(c, 0) >= {min_calls}, FILL(p, 0){' / 1000' if in_seconds else ''}, 0)",
             using_metrics={"p": self._metric(variant.name, names.LATENCY_MS, {"statistic": "p90", "period": period}),
                            "c": calls},
-            label=f"{variant.name} p90 latency (ms) of periods with {min_calls}+ calls",
+            label=f"{variant.name} p90 latency ({'s' if in_seconds else 'ms'}) of periods with {min_calls}+ calls",
             period=period,
         )
         self.alarms[f"{variant.name}-p90"] = threshold_alarm(
             self, f"{ident}P90Latency",
             metric=p90,
-            threshold=max_p90.to_seconds(integral=False) * 1000, periods=periods, actions=actions,
+            threshold=p90_seconds if in_seconds else max_p90.to_seconds(integral=False) * 1000, periods=periods,
+            actions=actions,
             description=f"Experiment {self.experiment_name}: variant {variant.name}'s p90 latency is above "
-                        f"{max_p90.to_human_string()} ({periods} periods running, {min_calls}+ calls each). During a split "
+                        f"{f'{shown(p90_seconds)} seconds' if in_seconds else max_p90.to_human_string()} ({periods} periods running, {min_calls}+ calls each). During a split "
                         "deployment AppConfig rolls it back; afterwards the fallback sends everyone to the control variant.",
         )
 
