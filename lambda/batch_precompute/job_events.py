@@ -110,8 +110,9 @@ def _complete_if_ended(job: Any, arn: str, *, retry_missing_token: bool) -> dict
         return _ignored("another pipeline's job", jobArn=arn)
     if status not in TERMINAL:
         return _ignored("the job has not ended", jobArn=arn, status=str(status)[:40])
-    arn = job.get("jobArn") if isinstance(job.get("jobArn"), str) else arn
-    message = job.get("message") if isinstance(job.get("message"), str) else ""
+    described_arn, described_message = job.get("jobArn"), job.get("message")
+    arn = described_arn if isinstance(described_arn, str) and described_arn else arn
+    message = described_message if isinstance(described_message, str) else ""
     item = DDB.get_item(TableName=TOKEN_TABLE, Key={"jobArn": {"S": arn}}, ConsistentRead=True).get("Item")
     token = _token(item)
     if token is None:

@@ -41,8 +41,9 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
 def summarize(event: Any) -> dict[str, Any]:
     if not isinstance(event, dict):
         raise InvalidSummaryInputError(f"the summary input must be an object with plan and jobs, not {type(event).__name__}")
-    plan = event.get("plan") if isinstance(event.get("plan"), dict) else {}
-    jobs = [job for job in (event.get("jobs") if isinstance(event.get("jobs"), list) else []) if isinstance(job, dict)]
+    given_plan, given_jobs = event.get("plan"), event.get("jobs")
+    plan: dict[str, Any] = given_plan if isinstance(given_plan, dict) else {}
+    jobs = [job for job in (given_jobs if isinstance(given_jobs, list) else []) if isinstance(job, dict)]
     loaded_jobs = [job for job in jobs if job.get("status") in LOADED]
     not_loaded = [job for job in jobs if job.get("status") not in LOADED]
 
