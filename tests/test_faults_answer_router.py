@@ -325,7 +325,6 @@ def test_a_malformed_event_is_a_400_with_no_model_call(router, model, event, rea
 
 def _every_error_path(router: Any, model: ModelServer) -> list[tuple[int, Callable[[], dict]]]:
     key = {"key": f"k#{CARD}"}
-    original_get = answers.get_answer
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"cannot read k#{CARD}")
@@ -347,11 +346,12 @@ def _every_error_path(router: Any, model: ModelServer) -> list[tuple[int, Callab
 
     def with_patch(name: str, replacement: Any) -> Callable[[], dict]:
         def run() -> dict:
+            original = getattr(router.answers, name)  # router.answers is pacer_runtime.answers itself
             setattr(router.answers, name, replacement)
             try:
                 return router.handler(dict(key))
             finally:
-                setattr(router.answers, name, getattr(answers, name) if name != "get_answer" else original_get)
+                setattr(router.answers, name, original)
         return run
 
     def bad_item() -> dict:
