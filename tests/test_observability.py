@@ -682,9 +682,11 @@ def test_add_state_machine_takes_a_scheduled_and_a_batch_precompute_with_their_o
     assert widget(template, "Test/Batch: executions")
     records = widget(template, "Test/Batch: records loaded into the store and left unanswered")
     assert [name for _, name, _ in metric_rows(records)] == [written.BATCH_RECORDS_LOADED, written.BATCH_RECORDS_FAILED]
-    pending = widget(template, "Test/Batch: Bedrock batch, records and tokens pending (account-wide")
-    processed = widget(template, "Test/Batch: Bedrock batch, tokens processed per minute (account-wide")
+    pending = widget(template, "Test/Batch: Bedrock batch records and tokens pending (account-wide")
+    processed = widget(template, "Test/Batch: Bedrock batch tokens processed per minute (account-wide")
     rows = metric_rows(pending) + metric_rows(processed)
     assert {ns for ns, _, _ in rows} == {"AWS/Bedrock/Batch"}
-    assert all(NOVA.model_id in json.dumps(row) for row in pending["metrics"] + processed["metrics"])
+    by_model = [row for row in pending["metrics"] + processed["metrics"] if NOVA.model_id in json.dumps(row)]
+    assert len(by_model) == 4  # records and tokens pending, input and output processed: this model's
+    assert [o["label"] for _, _, o in metric_rows(pending)][1] == "records pending, every model"  # and the account's
     assert "account-wide" in pending["title"] and "account-wide" in processed["title"]

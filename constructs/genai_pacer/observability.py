@@ -39,7 +39,6 @@ from ._runtime_constants import metrics_constants
 from .models import BedrockModel
 
 __all__ = [
-    "BATCH_NAMESPACE",
     "BEDROCK_NAMESPACE",
     "HOW_TO_READ",
     "LatencyAlarms",
@@ -51,17 +50,7 @@ __all__ = [
 ]
 
 BEDROCK_NAMESPACE = "AWS/Bedrock"
-#: Bedrock batch inference's own metrics, per model and account-wide: every job of the account and
-#: Region counts, not only one pipeline's (AWS ML blog "Monitor Amazon Bedrock batch inference using
-#: Amazon CloudWatch metrics", https://aws.amazon.com/blogs/machine-learning/monitor-amazon-bedrock-batch-inference-using-amazon-cloudwatch-metrics/).
-#: Only graphs read them: a wrong name or dimension shows an empty graph and changes nothing else.
-BATCH_NAMESPACE = "AWS/Bedrock/Batch"
-BATCH_MODEL_DIMENSION = "ModelId"
-BATCH_RECORDS_PENDING = "NumberOfRecordsPendingProcessing"
-BATCH_INPUT_TOKENS_PER_MINUTE = "NumberOfInputTokensProcessedPerMinute"
-BATCH_OUTPUT_TOKENS_PER_MINUTE = "NumberOfOutputTokensProcessedPerMinute"
-#: Published for Anthropic Claude models only (same post).
-BATCH_TOKENS_PENDING = "NumberOfTokensPendingProcessing"
+
 ONE_MINUTE = cdk.Duration.minutes(1)
 #: The reservation alarm compares sums over this period: enough calls for a ratio that means something.
 RESERVATION_PERIOD = cdk.Duration.minutes(15)
@@ -626,20 +615,9 @@ class LatencyDashboard(Construct):
             self._batch_widgets(workflow, name)
 
     def _batch_widgets(self, batch: Any, name: str) -> None:
-        """A BatchPrecompute's loaded and unanswered records, and Bedrock's batch metrics for its model."""
+        """A BatchPrecompute's loaded and unanswered records, and Bedrock's batch metrics for its model
+        (BatchPrecompute's own metric methods: the names and their sources live there)."""
         model_id = _batch_model_id(batch)
-        own = {method: getattr(batch, method, None) for method in (
-            "metric_records_pending", "metric_input_tokens_processed", "metric_output_tokens_processed",
-            "metric_tokens_pending")}
-
-        def bedrock(method: str, metric_name: str, label: str) -> cloudwatch.IMetric:
-            found = own[method]
-            if callable(found):  # BatchPrecompute's own (one source of the names)
-                return found(label=label, period=cdk.Duration.minutes(5))
-            return cloudwatch.Metric(namespace=BATCH_NAMESPACE, metric_name=metric_name,
-                                     dimensions_map={BATCH_MODEL_DIMENSION: model_id}, statistic="Maximum",
-                                     period=cdk.Duration.minutes(5), label=label)
-
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title=f"{name}: records loaded into the store and left unanswered (per day)",
@@ -647,16 +625,16 @@ class LatencyDashboard(Construct):
                 left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
             ),
             cloudwatch.GraphWidget(
-                title=f"{name}: Bedrock batch, records and tokens pending (account-wide, model {model_id})",
-                left=[bedrock("metric_records_pending", BATCH_RECORDS_PENDING, "records pending")],
-                right=[bedrock("metric_tokens_pending", BATCH_TOKENS_PENDING, "tokens pending (Claude models only)")],
+                title=f"{name}: Bedrock batch records and tokens pending (account-wide, model {model_id})",
+                left=[batch.metric_records_pending(label="records pending, this model"),
+                      batch.metric_account_records_pending(label="records pending, every model")],
+                right=[batch.metric_tokens_pending(label="tokens pending (Claude models only)")],
                 left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False),
                 right_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
             ),
             cloudwatch.GraphWidget(
-                title=f"{name}: Bedrock batch, tokens processed per minute (account-wide, model {model_id})",
-                left=[bedrock("metric_input_tokens_processed", BATCH_INPUT_TOKENS_PER_MINUTE, "input"),
-                      bedrock("metric_output_tokens_processed", BATCH_OUTPUT_TOKENS_PER_MINUTE, "output")],
+                title=f"{name}: Bedrock batch tokens processed per minute (account-wide, model {model_id})",
+                left=[batch.metric_input_tokens_processed(label="input"), batch.metric_output_tokens_processed(label="output")],
                 left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
             ),
         )
