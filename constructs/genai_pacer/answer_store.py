@@ -11,9 +11,12 @@ Lookups are by exact normalized key only. A semantic cache (nearest embedding) w
 by one entity name and sit close together in embedding space, but their answers must not be shared.
 
 Who may write which keys
-    IAM cannot tell one key from another here (dynamodb:LeadingKeys matches exact values; a prefix
-    pattern is not documented), so each grant is per table and the rules below are kept by the code
-    every writer shares (pacer_runtime.answers) and by which grant each construct gets:
+    IAM cannot tell one key from another here: dynamodb:LeadingKeys is documented with exact
+    partition key values (ForAllValues:StringEquals, e.g. a user id; DynamoDB Developer Guide,
+    "Using IAM policy conditions for fine-grained access control", specifying-conditions.html), and
+    a prefix pattern (StringLike) is not documented, so no grant relies on it. Each grant is per
+    table, and the rules below are kept by the code every writer shares (pacer_runtime.answers) and
+    by which grant each construct gets:
 
     - Readers (`grant_read`): GetItem only; they write nothing.
     - ScheduledPrecompute (`grant_write`): answers under the normalized keys of its item list, with
