@@ -22,7 +22,9 @@ a fresher stored answer. Answers stale for the router (or missing, unreadable or
 generated and written back (with `write_back`, the default). Concurrent misses for one key make one
 model call across Lambda environments: the first takes a per-key claim in the store (PutItem
 only; the function gets `AnswerStore.grant_put`, never dynamodb:DeleteItem), the others poll the
-store for its answer for up to `coalesce_wait`, then answer 503 with Retry-After.
+store for its answer for up to `coalesce_wait`, then answer 503 with Retry-After. (A request that
+asked for fresher than the router's max_age, or a router without write_back, writes nothing, so
+nothing can wait for it: each such request is its own model call, capped by reserved_concurrency.)
 
 The response says which path served it ("source": "store" or "model", "reason": "hit", "miss",
 "stale" or "coalesced"), and each request counts as AnswerHits, AnswerMisses or AnswerStale
