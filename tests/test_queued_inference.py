@@ -544,7 +544,10 @@ def test_the_worker_and_producers_get_exactly_the_key_actions_they_need(customer
                      for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))
         for name in ("QueueKey", "DlqKey", "TableKey")
     }
-    assert on_key["TableKey"] == ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"]
+    # The table key: only what a store writer needs, and only through DynamoDB (issue 27).
+    assert on_key["TableKey"] == ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
+    (table_key,) = [s for s in worker_policy if s["Resource"] == {"Fn::GetAtt": [_id(template, "TableKey"), "Arn"]}]
+    assert table_key["Condition"] == {"StringEquals": {"kms:ViaService": "dynamodb.us-east-1.amazonaws.com"}}
     assert "kms:Decrypt" in on_key["QueueKey"]  # the event source reads the encrypted queue
     assert on_key["DlqKey"] == []  # SQS moves messages to the DLQ itself; the worker never touches it
     producer = next(
