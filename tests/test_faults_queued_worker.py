@@ -167,3 +167,13 @@ def test_malformed_bodies_and_lone_surrogates_fail_alone_with_their_reason(worke
     lines = {x["messageId"]: x for x in log_lines(capsys) if x.get("level") == "ERROR"}
     for i, (_, detail) in enumerate(MALFORMED):
         assert lines[f"bad-{i}"]["reason"] == "invalid-message" and detail in lines[f"bad-{i}"]["detail"], (i, lines[f"bad-{i}"])
+
+
+def test_records_that_are_not_sqs_records_fail_alone(worker, capsys):  # noqa: F811
+    expect_call(worker, "good")
+    records = [{"messageId": "no-body"}, {"messageId": "bytes", "body": 5}, record("good", {"key": "g", "prompt": "p"})]
+    assert worker.handler({"Records": records}) == {
+        "batchItemFailures": [{"itemIdentifier": "no-body"}, {"itemIdentifier": "bytes"}]}
+    assert item(worker, "g")["answer"] == "good"
+    reasons = {x["messageId"]: x["reason"] for x in log_lines(capsys) if x.get("level") == "ERROR"}
+    assert reasons == {"no-body": "invalid-message", "bytes": "invalid-message"}

@@ -110,6 +110,8 @@ class Message:
 
 def parse(record: dict) -> Message:
     """The checked message of an SQS record; RequestError says what is wrong (never quoting the prompt)."""
+    if not isinstance(record, dict) or not isinstance(record.get("body"), str):
+        raise RequestError("the record is not an SQS record with a text body")
     try:
         body = json.loads(record["body"])
     except (TypeError, ValueError) as error:
