@@ -57,12 +57,16 @@ def requests_for(seed: int, count: int, stored_keys: int, hit_rate: float) -> li
             key = f"review-summary#{rng.randrange(stored_keys)}"
         else:
             key = f"review-summary#unseen-{seed}-{i}"
-        out.append({"key": key, "prompt": f"Summarize the reviews of product {key.split('#')[1]} in three sentences."})
+        out.append({"key": key})  # the router builds the prompt from the key (PROMPTS)
     return out
 
 
+#: The router's server-side prompt for a review-summary key (AnswerRouter(prompts=...)).
+PROMPTS = [{"key": "review-summary#{product}", "prompt": "Summarize the reviews of product {product} in three sentences."}]
+
+
 def load_router(environment: dict[str, str]):
-    os.environ.update(environment)
+    os.environ.update({"PROMPTS": json.dumps(PROMPTS), **environment})
     sys.modules.pop("answer_router.handler", None)
     return importlib.import_module("answer_router.handler")
 

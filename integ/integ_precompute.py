@@ -105,7 +105,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
     # The router serves a pre-computed key from the store, with no model call.
     served = assertions.invoke_function(
         function_name=stack.router.function.function_name,
-        payload=json.dumps({"key": ITEMS[0]["key"], "prompt": "What does AAPL sell?"}),
+        payload=json.dumps({"key": ITEMS[0]["key"]}),
     ).expect(
         ExpectedResult.object_like(
             {

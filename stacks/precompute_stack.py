@@ -71,6 +71,11 @@ class PrecomputeStack(cdk.Stack):
             "Router",
             answer_store=self.answer_store,
             model=settings.model,
+            # A miss is answered from the key alone, so no caller chooses what is stored under a key.
+            prompts={
+                "ticker-morning#{ticker}": "Write this morning's note for {ticker}.",
+                "review-summary#{product}": "Summarize the reviews of product {product} in three sentences.",
+            },
             max_age=cdk.Duration.hours(24),
             max_output_tokens=profile.max_tokens,
             reserved_concurrency=router_calls,

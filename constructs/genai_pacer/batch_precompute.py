@@ -67,7 +67,7 @@ from ._nag import acknowledge_wildcard_resources
 from ._runtime_constants import metrics_constants
 from ._secure import StateMachineOptions, handler_function, log_key, model_state_machine
 from .answer_store import AnswerStore
-from .models import BedrockModel
+from .models import BedrockModel, as_bedrock_model
 
 __all__ = [
     "BatchPrecompute",
@@ -287,6 +287,7 @@ class BatchPrecompute(Construct):
         job_timeout = job_timeout if job_timeout is not None else cdk.Duration.hours(24)
         status_check_interval = status_check_interval if status_check_interval is not None else DEFAULT_STATUS_CHECK_INTERVAL
         creates_bucket = input_bucket is None or output_bucket is None
+        model = as_bedrock_model(model)  # an aws_bedrock_alpha IBedrockInvokable too
         with Checks(f"BatchPrecompute {id}") as check:
             if check.instance("model", model, BedrockModel, _MODEL_HINT):
                 check.rule(

@@ -64,7 +64,7 @@ from ._runtime_constants import metrics_constants as metrics
 from ._secure import StateMachineOptions, handler_function, model_state_machine
 from .answer_store import AnswerStore
 from .model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
-from .models import BedrockModel
+from .models import BedrockModel, as_bedrock_model
 from .orchestration import DISTRIBUTED_MAP_LIMIT, INLINE_MAP_LIMIT, _cap
 
 __all__ = [
@@ -219,6 +219,7 @@ class ScheduledPrecompute(Construct):
     ) -> None:
         super().__init__(scope, id)
         store = answer_store
+        model = as_bedrock_model(model)  # an aws_bedrock_alpha IBedrockInvokable too
         schedule_max_event_age = schedule_max_event_age or cdk.Duration.hours(1)
         options = state_machine_options or StateMachineOptions()
         distributed = items_bucket is not None

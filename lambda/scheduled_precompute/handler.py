@@ -6,8 +6,9 @@ both are needed before any answer is written:
 - Every writer of the answer store orders answers by `sequence`, epoch milliseconds for writers
   that have no producer order of their own (the queue worker's default, the router's write-back).
   A run's answers take the run's start in milliseconds, so tomorrow's run replaces today's
-  answers, a router write-back made after the run replaces the run's answer, and neither ever
-  replaces a newer one. The state machine writes each answer itself (a DynamoDB task); this
+  answers and never a newer one. The router writes back only the answer to its own server-side
+  prompt for the key, and only when the stored answer is missing, unreadable or older than the
+  router's max_age; a caller's maxAgeSeconds never causes a write. The state machine writes each answer itself (a DynamoDB task); this
   function only returns the numbers, as strings, the form DynamoDB's N takes.
 - The keys of an inline run go through `answers.check_key`, the one key rule the router applies
   to lookups, so a stored answer is found under the key the router computes. Keys that break the
