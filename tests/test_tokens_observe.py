@@ -1,4 +1,5 @@
-"""Every prop of PromptExperiment and LlmEndpoint given an unresolved token of each kind (a CfnParameter's
+"""Every prop of PromptExperiment and LlmEndpoint (and of ModelInvocationLogging, LatencyDashboard and
+the dashboard's TpmQuota, LatencyAlarms and WatchedModel) given an unresolved token of each kind (a CfnParameter's
 value_as_number, value_as_string, a Duration of one, value_as_list): it reaches the template as a
 reference with the construct's logic intact (an alarm threshold is the parameter, a description names it,
 a gate sits inside the expression), or synth refuses it naming the prop (issue 23). Never a garbled
@@ -16,6 +17,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Template
 from genai_pacer import BedrockModel, LlmEndpoint
 from genai_pacer._checks import InvalidPropsError
+from genai_pacer.invocation_logging import ModelInvocationLogging
+from genai_pacer.observability import LatencyAlarms, LatencyDashboard, TpmQuota, WatchedModel
 from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
 from helpers import new_stack, resources
 
@@ -50,7 +53,41 @@ def endpoint(stack: cdk.Stack, **props: Any) -> LlmEndpoint:
         "model_data_bucket": s3.Bucket.from_bucket_name(stack, "Models", "my-models"), **props})
 
 
-BUILDERS: dict[str, Callable[..., Any]] = {"experiment": experiment, "endpoint": endpoint}
+#: The props that configure a new bucket, given with s3_delivery on so only the token decides.
+_BUCKET_PROPS = ("key_prefix", "large_data_prefix", "bucket_retention", "server_access_logs_bucket")
+
+
+def logging(stack: cdk.Stack, **props: Any) -> ModelInvocationLogging:
+    on = {"s3_delivery": True} if set(props) & set(_BUCKET_PROPS) else {}
+    return ModelInvocationLogging(stack, "Logging", **on, **props)
+
+
+def dashboard(stack: cdk.Stack, **props: Any) -> LatencyDashboard:
+    return LatencyDashboard(stack, "Dashboard", **props)
+
+
+def quota(stack: cdk.Stack, **props: Any) -> LatencyDashboard:
+    return dashboard(stack, models=[WatchedModel(NOVA, quota=TpmQuota(**{"tpm_quota": 400_000, **props}))])
+
+
+def latency_alarms(stack: cdk.Stack, **props: Any) -> LatencyDashboard:
+    return dashboard(stack, models=[WatchedModel(NOVA, alarms=LatencyAlarms(**props))])
+
+
+def watched(stack: cdk.Stack, **props: Any) -> LatencyDashboard:
+    return dashboard(stack, models=[WatchedModel(**{"model": NOVA, **props})])
+
+
+BUILDERS: dict[str, Callable[..., Any]] = {
+    "experiment": experiment, "endpoint": endpoint, "logging": logging, "dashboard": dashboard, "quota": quota,
+    "alarms": latency_alarms, "watched": watched}
+LOGGING_PROPS = ("cloudwatch_logs", "log_group", "s3_delivery", "bucket", "key_prefix", "large_data_prefix", "text_data",
+                 "image_data", "embedding_data", "video_data", "encryption_key", "log_retention", "bucket_retention",
+                 "server_access_logs_bucket", "keep_logging_on_delete")
+DASHBOARD_PROPS = ("models", "dashboard_name", "alarm_actions", "default_interval")
+QUOTA_PROPS = ("tpm_quota", "alarm_fraction", "planned_tpm", "planned_reservation_tpm", "burndown")
+ALARMS_PROPS = ("ttft_p90", "throttle_periods", "reservation_ratio", "latency_fallbacks", "evaluation_periods")
+WATCHED_PROPS = ("model", "quota", "burndown", "alarms", "label")
 EXPERIMENT_PROPS = ("variants", "control", "experiment_name", "salt", "application", "deployment_strategy", "bake_time",
                     "max_error_rate_percent", "max_p90_latency", "guard_min_calls", "guard_period",
                     "guard_evaluation_periods", "fallback_on_alarm", "alarm_actions", "encryption_key", "log_retention")
@@ -77,10 +114,16 @@ PASSES = {
     ("endpoint", "routing_strategy", "string"): "AWS::SageMaker::EndpointConfig",
     ("endpoint", "network_isolation", "string"): "AWS::SageMaker::Model",
     ("endpoint", "latency_alarm_threshold", "duration"): "AWS::CloudWatch::Alarm",
+    ("logging", "key_prefix", "string"): "Custom::BedrockModelInvocationLogging",  # and the bucket policy's paths
+    ("logging", "large_data_prefix", "string"): "Custom::BedrockModelInvocationLogging",
+    ("dashboard", "dashboard_name", "string"): "AWS::CloudWatch::Dashboard",
+    ("watched", "label", "string"): "AWS::CloudWatch::Dashboard",
 }
-EVERY_TOKEN = [(construct, prop, kind)
-               for construct, props in (("experiment", EXPERIMENT_PROPS), ("endpoint", ENDPOINT_PROPS))
-               for prop in props for kind in KINDS]
+#: Every construct (or props class) with every one of its props: the last test checks this is all of them.
+TABLE = {"experiment": (PromptExperiment, EXPERIMENT_PROPS), "endpoint": (LlmEndpoint, ENDPOINT_PROPS),
+         "logging": (ModelInvocationLogging, LOGGING_PROPS), "dashboard": (LatencyDashboard, DASHBOARD_PROPS),
+         "quota": (TpmQuota, QUOTA_PROPS), "alarms": (LatencyAlarms, ALARMS_PROPS), "watched": (WatchedModel, WATCHED_PROPS)}
+EVERY_TOKEN = [(construct, prop, kind) for construct, (_, props) in TABLE.items() for prop in props for kind in KINDS]
 
 
 def synth(construct: str, **props: Any) -> dict:
@@ -107,12 +150,19 @@ def test_every_prop_given_every_kind_of_token_reaches_the_template_or_is_refused
     assert_not_garbled(template)
 
 
-def test_the_table_covers_every_prop_of_both_constructs():
+def test_the_table_covers_every_prop_of_every_construct_in_it():
     import inspect
 
-    for construct, props in ((PromptExperiment, EXPERIMENT_PROPS), (LlmEndpoint, ENDPOINT_PROPS)):
+    for construct, props in TABLE.values():
         taken = [p for p in inspect.signature(construct.__init__).parameters if p not in ("self", "scope", "id")]
         assert sorted(taken) == sorted(props), construct.__name__
+    assert len(EVERY_TOKEN) == 4 * sum(len(props) for _, props in TABLE.values())
+
+
+def test_a_deploy_time_dashboard_interval_is_refused_by_name_not_by_jsii():
+    """Before: jsii "Duration must be specified as 'Duration.millis()' here" at synth."""
+    with pytest.raises(InvalidPropsError, match="default_interval is a deploy-time value, but the dashboard's opening range"):
+        synth("dashboard", default_interval="duration")
 
 
 # ---- the logic each passing token keeps ----------------------------------------------------------------

@@ -33,7 +33,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from . import planning
-from ._alarms import threshold_alarm
+from ._alarms import threshold_alarm, token_kind
 from ._checks import Checks, is_token, kind_of
 from ._runtime_constants import metrics_constants
 from .models import BedrockModel
@@ -304,6 +304,9 @@ class LatencyDashboard(Construct):
             if check.instance("alarm_actions", alarm_actions, (list, tuple), f"a list of {_ACTION_HINT}s"):
                 for i, action in enumerate(alarm_actions):
                     check.rule(hasattr(action, "bind"), f"alarm_actions[{i}]={action!r} is {kind_of(action)}; pass {_ACTION_HINT}")
+            if token_kind(default_interval) is not None:
+                check.fail("default_interval is a deploy-time value, but the dashboard's opening range is written at "
+                           "synth: pass a Duration such as cdk.Duration.hours(3)")
             check.duration("default_interval", default_interval, minimum=cdk.Duration.minutes(5),
                            maximum=cdk.Duration.days(455), optional=True, fix="how far back the dashboard opens, e.g. 3 hours")
         self._actions = list(alarm_actions)
