@@ -57,3 +57,24 @@ def test_the_bench_report_and_progress_explain_warm_up_and_reservations(tmp_path
     assert "1 warm-up requests ran first and are left out" in " ".join(notes)
     assert any("reserved_pct_of_quota can pass 100 with no throttle" in note for note in notes)
     assert "3/3 requests (warm-up included)" in captured.err
+
+
+def test_help_shows_every_exported_constructs_defaults_as_code():
+    """help(AnswerStore) showed 'answer_ttl = <aws_cdk.Duration object at 0x...>' (issue 23)."""
+    import inspect
+
+    import genai_pacer
+
+    unreadable = []
+    for name in genai_pacer.__all__:
+        exported = getattr(genai_pacer, name)
+        if not inspect.isclass(exported):
+            continue
+        for parameter in inspect.signature(exported.__init__).parameters.values():
+            if parameter.default is not inspect.Parameter.empty and " at 0x" in repr(parameter.default):
+                unreadable.append(f"{name}({parameter.name}={parameter.default!r})")
+    assert unreadable == []
+    from genai_pacer import BatchPrecompute
+
+    default = inspect.signature(BatchPrecompute.__init__).parameters["object_expiration"].default
+    assert repr(default) == "cdk.Duration.days(30)" and default.build().to_days() == 30

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["Checks", "InvalidPropsError", "fit_concurrency", "is_token", "kind_of"]
+__all__ = ["Checks", "Default", "InvalidPropsError", "fit_concurrency", "is_token", "kind_of", "resolved"]
 
 
 class InvalidPropsError(ValueError, TypeError):
@@ -62,6 +62,26 @@ def is_token(value: Any) -> bool:
         except Exception:  # not a CDK value after all
             return False
     return False
+
+
+class Default:
+    """A prop default that help() shows as the code that builds it (`answer_ttl=cdk.Duration.days(30)`),
+    where a CDK object as the default would show as '<aws_cdk.Duration object at 0x...>'. The value is
+    built when a construct is (jsii objects cannot be built at import time without starting jsii)."""
+
+    def __init__(self, code: str, build: Callable[[], Any]) -> None:
+        self.code, self._build = code, build
+
+    def __repr__(self) -> str:
+        return self.code
+
+    def build(self) -> Any:
+        return self._build()
+
+
+def resolved(value: Any) -> Any:
+    """A prop's value with a Default built: what a construct works with."""
+    return value.build() if isinstance(value, Default) else value
 
 
 #: The top 16 bits of every number token aws-cdk-lib encodes (core/lib/private/encoding.ts).

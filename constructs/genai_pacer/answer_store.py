@@ -52,7 +52,7 @@ from aws_cdk import aws_kms as kms
 
 from constructs import Construct
 
-from ._checks import Checks
+from ._checks import Checks, Default, resolved
 
 __all__ = ["AnswerStore", "DEFAULT_ANSWER_TTL", "PARTITION_KEY", "TTL_ATTRIBUTE"]
 
@@ -62,6 +62,8 @@ TTL_ATTRIBUTE = "expires_at"
 
 #: How long an answer lives by default: a month-old summary is stale for most uses.
 DEFAULT_ANSWER_TTL = cdk.Duration.days(30)
+#: The signature's default, shown by help() as the code that builds it.
+_ANSWER_TTL = Default("cdk.Duration.days(30)", lambda: DEFAULT_ANSWER_TTL)
 
 _READ_ACTIONS = ("dynamodb:GetItem",)
 #: put_answer (conditional PutItem) and get_answer (GetItem): answers and overwritable per-key claims,
@@ -110,7 +112,7 @@ class AnswerStore(Construct):
         *,
         table: dynamodb.ITable | None = None,
         encryption_key: kms.IKey | None = None,
-        answer_ttl: cdk.Duration | None = DEFAULT_ANSWER_TTL,
+        answer_ttl: cdk.Duration | Default | None = _ANSWER_TTL,
     ) -> None:
         super().__init__(scope, id)
         with Checks(f"AnswerStore {id}") as check:
@@ -120,6 +122,7 @@ class AnswerStore(Construct):
                 table is None or encryption_key is None,
                 "encryption_key configures a new table, but table is an existing one: encrypt your table yourself",
             )
+            answer_ttl = resolved(answer_ttl)
             check.duration(
                 "answer_ttl", answer_ttl, minimum=cdk.Duration.minutes(1), maximum=cdk.Duration.days(3650), optional=True,
                 fix="None keeps answers until they are replaced",

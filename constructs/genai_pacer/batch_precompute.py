@@ -62,7 +62,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct
 
-from ._checks import Checks, is_token
+from ._checks import Checks, Default, is_token, resolved
 from ._nag import acknowledge_wildcard_resources
 from ._runtime_constants import metrics_constants
 from ._secure import StateMachineOptions, handler_function, log_key, model_state_machine
@@ -105,6 +105,8 @@ DEFAULT_MAX_CONCURRENT_JOBS = 10
 #: Each job's timeoutDurationInHours: botocore bedrock service-2.json, ModelInvocationJobTimeoutDurationInHours 24..168.
 JOB_TIMEOUT_HOURS_RANGE = (24, 168)
 DEFAULT_OBJECT_EXPIRATION = cdk.Duration.days(30)
+#: The signature's default, shown by help() as the code that builds it.
+_OBJECT_EXPIRATION = Default("cdk.Duration.days(30)", lambda: DEFAULT_OBJECT_EXPIRATION)
 #: The loader handles one job per invocation within Lambda's 15 minutes (see bench/batch_loader_bench.py).
 MAX_RECORDS_PER_JOB_LIMIT = 1_000_000
 #: An inline Map runs at most 40 iterations at once.
@@ -264,7 +266,7 @@ class BatchPrecompute(Construct):
         output_prefix: str = "batch-output/",
         encryption_key: kms.IKey | None = None,
         access_logs_bucket: s3.IBucket | None = None,
-        object_expiration: cdk.Duration | None = DEFAULT_OBJECT_EXPIRATION,
+        object_expiration: cdk.Duration | Default | None = _OBJECT_EXPIRATION,
         min_records_per_job: int = DEFAULT_MIN_RECORDS_PER_JOB,
         max_records_per_job: int = DEFAULT_MAX_RECORDS_PER_JOB,
         max_records_per_file: int = DEFAULT_MAX_RECORDS_PER_FILE,
@@ -321,7 +323,7 @@ class BatchPrecompute(Construct):
                 bucket_props: tuple[tuple[str, Any, Any], ...] = (
                     ("encryption_key", encryption_key, None),
                     ("access_logs_bucket", access_logs_bucket, None),
-                    ("object_expiration", object_expiration, DEFAULT_OBJECT_EXPIRATION),
+                    ("object_expiration", object_expiration, _OBJECT_EXPIRATION),
                 )
                 for name, value, unset in bucket_props:
                     check.rule(
@@ -329,6 +331,7 @@ class BatchPrecompute(Construct):
                         f"{name} configures the buckets this construct creates, but input_bucket and output_bucket are "
                         "both yours, so it would be ignored: set it on your buckets instead",
                     )
+            object_expiration = resolved(object_expiration)
             check.duration(
                 "object_expiration", object_expiration, minimum=cdk.Duration.days(1), optional=True,
                 fix="S3 expires objects in whole days; None keeps them",
