@@ -31,6 +31,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk.assertions import Template
 from botocore.exceptions import ClientError
 from genai_pacer import AnswerStore, BedrockModel, StateMachineOptions
 from genai_pacer import batch_precompute as batch_module
@@ -960,3 +961,17 @@ def test_a_users_own_wildcard_on_a_construct_role_still_fails_nag():
         batch.load_function.add_to_role_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=["*"]))
 
     assert nag_findings(in_stack(build)) == ["AwsSolutions-IAM5[Resource::*] at Nag/Batch/LoadRole/DefaultPolicy/Resource"]
+
+
+def test_the_loader_may_write_answers_but_never_delete():
+    """The loader deletes nothing, so its role has no dynamodb:DeleteItem on the answer store (issue 27)."""
+    stack = new_stack()
+    batch = BatchPrecompute(stack, "Batch", model=BedrockModel.from_id("amazon.nova-lite-v1:0"),
+                            answer_store=AnswerStore(stack, "Store"), max_tokens=100)
+    role = stack.resolve(batch.load_function.role.role_name)  # {"Ref": <the role's logical id>}
+    policies = [p for p in resources(Template.from_stack(stack).to_json(), "AWS::IAM::Policy").values()
+                if role in p["Properties"].get("Roles", [])]
+    actions = {a for policy in policies for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+               for a in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])}
+    assert "dynamodb:PutItem" in actions
+    assert not any(a.startswith("dynamodb:Delete") for a in actions), sorted(actions)

@@ -314,7 +314,7 @@ def test_the_loader_joins_shuffled_output_on_record_id_and_lists_what_has_no_ans
     assert set(answers_by_key) == set(keys) - set(keys[3:6]) - set(keys[10:12])
     first = answers_by_key["review-summary#0"]
     assert first.text == "answer for review-summary#0" and first.sequence == SEQUENCE
-    assert first.request_id == f"abcdef123456:{record_id('review-summary#0')}"
+    assert first.request_id == f"batch#abcdef123456:{record_id('review-summary#0')}"  # the batch writer's namespace
     assert (first.input_tokens, first.output_tokens, first.stop_reason) == (20, 5, "end_turn")
     assert first.expires_at is not None and first.model_id == "us.amazon.nova-lite-v1:0"
     listed = read_lines(s3, result["erroredUri"])

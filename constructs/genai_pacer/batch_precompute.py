@@ -485,7 +485,7 @@ class BatchPrecompute(Construct):
         )
         self._grant_objects(self.load_function, self.input_bucket, input_prefix, read=True)
         self._grant_objects(self.load_function, self.output_bucket, output_prefix, read=True, write=True, list_bucket=True)
-        self.answer_store.grant_write(self.load_function)
+        self.answer_store.grant_put(self.load_function)  # the loader writes answers and deletes nothing
         self.summary_function = handler_function(
             self, "Summary", handler="batch_precompute.summary.handler", timeout=cdk.Duration.seconds(30),
             memory_size=256, environment={}, encryption_key=log_encryption, log_retention=log_retention,

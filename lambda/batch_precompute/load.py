@@ -227,7 +227,7 @@ def load_job(
                     key=key,
                     text=extracted.text,
                     model_id=model_id,
-                    request_id=f"{job.job_id}:{record_id}",
+                    request_id=answers.WRITER_PREFIXES["batch"] + f"{job.job_id}:{record_id}",
                     sequence=job.sequence,
                     stop_reason=extracted.stop_reason,
                     input_tokens=extracted.input_tokens,
