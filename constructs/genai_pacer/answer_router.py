@@ -64,7 +64,7 @@ from ._checks import Checks, is_token
 from ._runtime_constants import metrics_constants
 from ._secure import handler_function
 from .answer_store import AnswerStore
-from .models import BedrockModel
+from .models import BedrockModel, as_bedrock_model
 
 __all__ = ["AnswerRouter", "DEFAULT_MAX_AGE"]
 
@@ -142,6 +142,7 @@ class AnswerRouter(Construct):
         log_retention: logs.RetentionDays | None = None,
     ) -> None:
         super().__init__(scope, id)
+        model = as_bedrock_model(model)  # an aws_bedrock_alpha IBedrockInvokable too
         store = answer_store
         max_age = max_age or DEFAULT_MAX_AGE
         timeout = timeout or cdk.Duration.seconds(60)

@@ -29,7 +29,7 @@ from ._checks import Checks, fit_concurrency, is_token, kind_of
 from ._runtime_constants import metrics_constants
 from ._secure import encrypted_log_group, log_key
 from .answer_store import AnswerStore
-from .models import BedrockModel
+from .models import BedrockModel, as_bedrock_model
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
@@ -205,6 +205,7 @@ class QueuedInference(Construct):
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
+        model = as_bedrock_model(model)  # an aws_bedrock_alpha IBedrockInvokable too
         ttft = time_to_first_token if time_to_first_token is not None else cdk.Duration.seconds(
             DEFAULT_TIME_TO_FIRST_TOKEN_SECONDS
         )
