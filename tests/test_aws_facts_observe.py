@@ -125,3 +125,15 @@ def test_the_default_bucket_retention_is_the_default_log_groups_month():
     logs.LogGroup(stack, "G", retention=logs.RetentionDays.ONE_MONTH)
     (group,) = resources(Template.from_stack(stack).to_json(), "AWS::Logs::LogGroup").values()
     assert group["Properties"]["RetentionInDays"] == invocation_logging.DEFAULT_BUCKET_RETENTION_DAYS
+
+
+def test_the_guard_wait_is_inline_code_cloudformation_puts_in_index():
+    code = schema("AWS::Lambda::Function")["definitions"]["Code"]["properties"]["ZipFile"]["description"]
+    assert "the first part of the handler identifier must be ``index``" in code
+    stack = new_stack()
+    prompt_experiment.PromptExperiment(stack, "Exp", variants=[
+        prompt_experiment.ExperimentVariant(n, observability.BedrockModel.from_id("amazon.nova-lite-v1:0"), 50,
+                                            prompt_experiment.TextPrompt("q")) for n in ("a", "b")])
+    (function,) = [f["Properties"] for k, f in resources(Template.from_stack(stack).to_json(), "AWS::Lambda::Function").items()
+                   if k.startswith("ExpGuardWait")]
+    assert function["Handler"].split(".")[0] == "index" and function["Code"]["ZipFile"] == prompt_experiment.GUARD_WAIT_SOURCE
