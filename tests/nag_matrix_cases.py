@@ -49,7 +49,7 @@ def pairwise(
 ) -> list[dict[str, str]]:
     """Combinations that hold every value of every option and every pair of values of two options at
     least once. Greedy and deterministic (AETG-style): each step builds candidates, one from each
-    uncovered pair of the option pair with the most left uncovered, filling the other options (most
+    uncovered pair of the two options with the most pairs left, filling the other options (most
     values first) with the value that covers the most new pairs; the candidate covering the most
     new pairs is taken.
 
@@ -830,7 +830,7 @@ MATRICES: tuple[Matrix, ...] = (
             "queue_keys": ("none", "queue:new", "dlq:imported", "both:new"),
             "encryption_key": KEYS3,
             "answer_store": STORES,
-            "model": MODELS,
+            "model": MODELS3,
             "max_concurrency": ("int", "plan"),
         },
         _queued_inference,
@@ -936,11 +936,11 @@ MATRICES: tuple[Matrix, ...] = (
         "ModelInvocationLogging",
         {
             "cloudwatch_logs": ("on", "off"),
-            "log_group": ("default", "new", "imported", "other-stack"),
+            "log_group": ("default", "new", "imported"),
             "s3_delivery": ("off", "on"),
-            "bucket": WHERE,
+            "bucket": ("default", "new", "imported-arn", "other-stack"),
             "encryption_key": KEYS,
-            "server_access_logs_bucket": ("default", "new", "imported"),
+            "server_access_logs_bucket": ("default", "new"),
         },
         _invocation_logging,
         valid=_invocation_logging_valid,
@@ -948,7 +948,7 @@ MATRICES: tuple[Matrix, ...] = (
     Matrix(
         "LatencyDashboard",
         {
-            "model": MODELS3,
+            "model": ("foundation", "app-profile"),
             "quota": ("none", "tpm"),
             "alarm_actions": ("none", "topic"),
             "add": ("none", "queued", "state-machine", "sync-url", "endpoint"),
