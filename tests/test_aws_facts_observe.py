@@ -90,17 +90,13 @@ def test_appconfig_watches_at_most_five_monitors_and_bakes_at_most_a_day():
 
 
 def test_the_fallback_rule_name_fits_the_schema_that_its_arn_is_built_from():
-    stack = new_stack("A" * 100)  # the longest stack names still give a valid rule name
-    prompt_experiment.PromptExperiment(stack, "Experiment" * 8, experiment_name="e", variants=[
-        prompt_experiment.ExperimentVariant("control", observability.BedrockModel.from_id("amazon.nova-lite-v1:0"), 50,
-                                            prompt_experiment.TextPrompt("q")),
-        prompt_experiment.ExperimentVariant("t", observability.BedrockModel.from_id("amazon.nova-lite-v1:0"), 50,
-                                            prompt_experiment.TextPrompt("r")),
-    ])
-    (rule,) = resources(Template.from_stack(stack).to_json(), "AWS::Events::Rule").values()
+    """prefix-<stack UUID>-<8 characters of the construct address>, at most 64 characters of the pattern."""
     name_schema = schema("AWS::Events::Rule")["properties"]["Name"]
-    name = rule["Properties"]["Name"]
-    assert len(name) <= name_schema["maxLength"] and re.match(name_schema["pattern"], name)
+    example_stack_id = "arn:aws:cloudformation:us-west-2:123456789012:stack/teststack/51af3dc0-da77-11e4-872e-1234567db123"
+    uuid = example_stack_id.split("/")[prompt_experiment.STACK_ID_UUID_INDEX]
+    assert len(uuid) == prompt_experiment.STACK_UUID_LENGTH
+    longest = "-".join([prompt_experiment.RULE_NAME_PREFIX, uuid, "c8" * 4])
+    assert len(longest) <= name_schema["maxLength"] and re.match(name_schema["pattern"], longest)
     assert prompt_experiment.EVENTS_SOURCE_ARN_KEY == "aws:SourceArn"
     assert prompt_experiment.EVENTS_SOURCE_ACCOUNT_KEY == "aws:SourceAccount"
 

@@ -648,15 +648,17 @@ def test_eventbridge_may_assume_the_fallback_role_only_for_this_rule_in_this_acc
     (target,) = rule["Targets"]
     role_id = target["RoleArn"]["Fn::GetAtt"][0]
     trust = template["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    uuid = {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}
+    (experiment_addr,) = {rule["Name"]["Fn::Join"][1][2]}
+    assert rule["Name"] == {"Fn::Join": ["-", ["gp-fallback", uuid, experiment_addr]]}
     assert trust == [{
         "Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"},
         "Condition": {
             "StringEquals": {"aws:SourceAccount": "111122223333"},
             "ArnEquals": {"aws:SourceArn": {"Fn::Join": ["", [
-                "arn:", {"Ref": "AWS::Partition"}, f":events:us-east-1:111122223333:rule/{rule['Name']}"]]}},
+                "arn:", {"Ref": "AWS::Partition"}, ":events:us-east-1:111122223333:rule/", rule["Name"]]]}},
         },
     }]
-    assert len(rule["Name"]) <= 64 and rule["Name"].endswith("-guard")
     # the role may start this workflow only
     (policy,) = [p["Properties"] for p in resources(template, "AWS::IAM::Policy").values() if p["Properties"]["Roles"] == [{"Ref": role_id}]]
     assert policy["PolicyDocument"]["Statement"] == [{"Action": "states:StartExecution", "Effect": "Allow",
@@ -677,3 +679,15 @@ def test_the_appconfig_monitor_role_reads_alarms_only_and_its_trust_is_documente
     assert role["AssumeRolePolicyDocument"]["Statement"] == [
         {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "appconfig.amazonaws.com"}}]
     assert [s["Action"] for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]] == ["cloudwatch:DescribeAlarms"]
+
+
+def test_two_experiments_of_a_stack_name_their_fallback_rules_apart_and_each_role_trusts_its_own():
+    stack, first = build()
+    second = PromptExperiment(stack, "Other", variants=variants())
+    template = Template.from_stack(stack).to_json()
+    names = [r["Properties"]["Name"] for r in resources(template, "AWS::Events::Rule").values()]
+    assert len(names) == 2 and names[0] != names[1]
+    for experiment in (first, second):
+        rule = stack.resolve(experiment.fallback_rule.node.default_child.name)
+        trust = stack.resolve(experiment.fallback_events_role.assume_role_policy.to_json())
+        assert trust["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"]["Fn::Join"][1][-1] == rule

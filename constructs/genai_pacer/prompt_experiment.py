@@ -115,6 +115,14 @@ DESCRIBE_ALARMS_MAX_NAMES = 100
 #: the event and that rule's account
 #: (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-use-conditions.html).
 EVENTS_SOURCE_ARN_KEY = "aws:SourceArn"
+#: The fallback rule's name: this prefix, the stack id's UUID and 8 characters of the construct's address.
+#: AWS::StackId is arn:aws:cloudformation:<region>:<account>:stack/<name>/<uuid> (CloudFormation pseudo
+#: parameters, https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/pseudo-parameter-reference.html),
+#: so the UUID (36 characters) is element 2 after splitting on "/"; a rule name is at most 64 characters of
+#: [.-_A-Za-z0-9] (cfn-lint schema AWS::Events::Rule Name).
+RULE_NAME_PREFIX = "gp-fallback"
+STACK_ID_UUID_INDEX = 2
+STACK_UUID_LENGTH = 36
 EVENTS_SOURCE_ACCOUNT_KEY = "aws:SourceAccount"
 #: Variants per experiment: 2 guards each, and the fallback toggles them all (DisableAlarmActions
 #: takes at most 100 names; the composite's rule at most 10,240 characters, about 80 alarm ARNs).
@@ -795,8 +803,10 @@ class PromptExperiment(Construct):
                        "is known only when it starts",
             )
         # EventBridge assumes this role only for this rule of this account: the rule's ARN is built from
-        # its name (a GetAtt would make the rule and the role depend on each other).
-        rule_name = f"{cdk.Names.unique_resource_name(self, max_length=58, separator='-')}-guard"
+        # its name (a GetAtt would make the rule and the role depend on each other). The name holds the
+        # stack's unique id, so two deployments of one app (stacks renamed per stage) never share it.
+        stack_uuid = cdk.Fn.select(STACK_ID_UUID_INDEX, cdk.Fn.split("/", cdk.Aws.STACK_ID))
+        rule_name = cdk.Fn.join("-", [RULE_NAME_PREFIX, stack_uuid, self.node.addr[:8]])
         rule_arn = stack.format_arn(service="events", resource="rule", resource_name=rule_name)
         self.fallback_events_role = iam.Role(
             self, "FallbackEventsRole",
