@@ -825,7 +825,7 @@ MATRICES: tuple[Matrix, ...] = (
     Matrix(
         "QueuedInference",
         {
-            "queue": ("default", "new", "imported"),
+            "queue": WHERE,
             "dead_letter_queue": ("default", "new", "imported"),
             "queue_keys": ("none", "queue:new", "dlq:imported", "both:new"),
             "encryption_key": KEYS3,
@@ -840,7 +840,7 @@ MATRICES: tuple[Matrix, ...] = (
         "ScheduledPrecompute",
         {
             "items": ("inline", "bucket:new", "bucket:imported", "bucket:other-stack"),
-            "dead_letter_queue": ("none", "new", "imported"),
+            "dead_letter_queue": ("none", "new", "imported", "other-stack"),
             "state_machine_options": SM_OPTIONS,
             "answer_store": STORES3,
             "model": MODELS3,
@@ -868,7 +868,7 @@ MATRICES: tuple[Matrix, ...] = (
         "BoundedMap",
         {
             "model": MODELS,
-            "log_group": WHERE,
+            "log_group": WHERE + ("imported-arn",),
             "log_key": KEYS3,
             "role": ("default", "new", "imported"),
             "max_concurrency": ("int", "plan"),
