@@ -458,6 +458,9 @@ def test_up_to_five_guard_alarms_each_is_a_monitor_beyond_that_one_composite_ala
     states = all_states(definition(only(template, "AWS::StepFunctions::StateMachine")))
     assert len(states["Disable guard alarm actions"]["Parameters"]["AlarmNames"]) == 7  # 6 guards and the composite
     assert len(states["Enable guard alarm actions"]["Parameters"]["AlarmNames"]) == 7
+    # the first deployment waits for the composite's first evaluation too
+    (wait,) = resources(template, "Custom::GenaiPacerGuardsEvaluated").values()
+    assert {n["Ref"] for n in wait["Properties"]["AlarmNames"]} == guards | {composite_id}
 
 
 def test_two_variants_keep_their_four_guards_as_monitors(built):

@@ -674,7 +674,10 @@ class PromptExperiment(Construct):
             self, "GuardsEvaluated",
             service_token=function.function_arn,
             resource_type="Custom::GenaiPacerGuardsEvaluated",
-            properties={"AlarmNames": [alarm.alarm_name for alarm in self.alarms.values()]},
+            # the guards and, past 5 of them, the composite AppConfig watches instead (it too starts
+            # INSUFFICIENT_DATA, until its first evaluation)
+            properties={"AlarmNames": [alarm.alarm_name for alarm in dict.fromkeys([*self.alarms.values(),
+                                                                                  *self.monitored_alarms])]},
             service_timeout=GUARD_WAIT.plus(cdk.Duration.minutes(2)),
         )
 
