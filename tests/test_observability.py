@@ -690,3 +690,22 @@ def test_add_state_machine_takes_a_scheduled_and_a_batch_precompute_with_their_o
     assert len(by_model) == 4  # records and tokens pending, input and output processed: this model's
     assert [o["label"] for _, _, o in metric_rows(pending)][1] == "records pending, every model"  # and the account's
     assert "account-wide" in pending["title"] and "account-wide" in processed["title"]
+
+
+def test_add_prompt_experiment_shows_what_each_variants_guards_read_and_their_states():
+    from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
+
+    stack = new_stack()
+    experiment = PromptExperiment(stack, "Exp", experiment_name="support", variants=[
+        ExperimentVariant("control", NOVA, 80, TextPrompt("q")), ExperimentVariant("treatment", HAIKU, 20, TextPrompt("r"))])
+    dashboard = LatencyDashboard(stack, "D")
+    dashboard.add_prompt_experiment(experiment)
+    template = template_of(stack).to_json()
+    latency = widget(template, "Test/Exp: p90 latency per variant")
+    assert [(name, o["stat"], o["label"]) for _, name, o in metric_rows(latency)] == [
+        (written.LATENCY_MS, "p90", "control"), (written.LATENCY_MS, "p90", "treatment")]
+    errors = widget(template, "Test/Exp: failed calls per variant")
+    assert [(name, o["stat"]) for _, name, o in metric_rows(errors)] == [(written.CALL_ERRORS, "Sum")] * 2
+    assert len(widget(template, "Test/Exp: guard alarms")["alarms"]) == 4
+    with pytest.raises(InvalidPropsError, match="experiment='x' is a str; pass a PromptExperiment"):
+        dashboard.add_prompt_experiment("x")

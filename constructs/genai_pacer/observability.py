@@ -274,8 +274,8 @@ class LatencyDashboard(Construct):
     quota, the alarm threshold and the plan, with the handlers' reserved and settled tokens; served
     latency modes; and the model's alarm states. `add_queued_inference`, `add_state_machine`
     (anything with a .state_machine: BoundedMap, BoundedDistributedMap, ParallelPrompts,
-    ScheduledPrecompute, BatchPrecompute), `add_answer_router`, `add_sync_execution_url` and
-    `add_endpoint` put the library's other constructs on the same dashboard.
+    ScheduledPrecompute, BatchPrecompute), `add_answer_router`, `add_prompt_experiment`,
+    `add_sync_execution_url` and `add_endpoint` put the library's other constructs on the same dashboard.
 
     Attributes: `dashboard`, `alarms` (every alarm), `model_alarms` (model label -> name -> Alarm;
     names TimeToFirstToken, Throttles, QuotaUsage, Reservation, LatencyFallbacks).
@@ -666,6 +666,30 @@ class LatencyDashboard(Construct):
                       router.metric_stale(label="stale")],
                 left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=12,
             ),
+        )
+
+    def add_prompt_experiment(self, experiment: Any, *, title: str | None = None) -> None:
+        """A PromptExperiment: each variant's p90 latency and failed calls (what its guards read) and the
+        guard alarms' states."""
+        from .prompt_experiment import PromptExperiment
+
+        with Checks(f"LatencyDashboard {self.node.id}: add_prompt_experiment") as check:
+            check.instance("experiment", experiment, PromptExperiment, "a PromptExperiment")
+        name = self._title("add_prompt_experiment", title, experiment.node.path)
+        variants = [v.name for v in experiment.variants]
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title=f"{name}: p90 latency per variant, ms",
+                left=[experiment.metric_latency(v, label=v) for v in variants],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title=f"{name}: failed calls per variant",
+                left=[experiment.metric_errors(v, label=v) for v in variants],
+                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            ),
+            cloudwatch.AlarmStatusWidget(alarms=list(experiment.alarms.values()), title=f"{name}: guard alarms",
+                                         width=8, height=6),
         )
 
     def add_sync_execution_url(self, url: Any, *, title: str | None = None) -> None:
