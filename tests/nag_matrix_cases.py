@@ -22,6 +22,7 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_appconfig as appconfig
+from aws_cdk import aws_bedrock as bedrock
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ecr as ecr
@@ -36,6 +37,7 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
 
 ACCOUNT = "111122223333"
 REGION = "us-east-1"
@@ -456,19 +458,26 @@ def _bounded_map(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
         concurrency: Any = planning.sustainable_rate(profile, tpm_quota=400_000, call_seconds=6)
     else:
         concurrency = 4
-    request = {
-        "converse": converse(),
-        "native": NativeRequest({"prompt": sfn.JsonPath.string_at("$.prompt"), "max_gen_len": 200}),
-    }[o["request"]]
+    call: dict[str, Any]
+    if o["request"] == "item-processor":  # the user's own chain: a Bedrock task of aws-cdk-lib
+        foundation = bedrock.FoundationModel.from_foundation_model_id(
+            stack, "UserModel", bedrock.FoundationModelIdentifier.AMAZON_NOVA_LITE_V1_0
+        )
+        body = sfn.TaskInput.from_object({"messages": [{"role": "user", "content": [{"text": sfn.JsonPath.string_at("$.prompt")}]}]})
+        call = {"item_processor": tasks.BedrockInvokeModel(stack, "UserTask", model=foundation, body=body)}
+    else:
+        request = {
+            "converse": converse(),
+            "native": NativeRequest({"prompt": sfn.JsonPath.string_at("$.prompt"), "max_gen_len": 200}),
+        }[o["request"]]
+        call = {"model": r.model(o["model"]), "request": request}
     options = StateMachineOptions(
         log_group=r.log_group(o["log_group"]),
         encryption_key=r.key(o["log_key"]),
         role=r.role(o["role"], "states.amazonaws.com"),
         state_machine_type=getattr(sfn.StateMachineType, o["type"]),
     )
-    return BoundedMap(
-        stack, "Map", max_concurrency=concurrency, model=r.model(o["model"]), request=request, state_machine_options=options
-    )
+    return BoundedMap(stack, "Map", max_concurrency=concurrency, state_machine_options=options, **call)
 
 
 def _bounded_distributed_map(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
@@ -705,7 +714,7 @@ def _model_quota(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
 
 
 def _prompt_experiment(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
-    from genai_pacer import ExperimentVariant, PromptExperiment, TextPrompt
+    from genai_pacer import ExperimentVariant, ManagedPrompt, PromptExperiment, TextPrompt
 
     first = r.model("us-profile")
     second = r.model(o["treatment_model"])
@@ -729,7 +738,11 @@ def _prompt_experiment(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any
         experiment_name="support-answer",
         variants=[
             ExperimentVariant("control", first, 90, TextPrompt("Answer: {{question}}"), max_tokens=400),
-            ExperimentVariant("treatment", second, 10, TextPrompt("Steps, then: {{question}}"), max_tokens=400),
+            ExperimentVariant("treatment", second, 10, TextPrompt("Steps, then: {{question}}"), max_tokens=400)
+            if o["treatment_prompt"] == "text"
+            else ExperimentVariant(
+                "treatment", second, 10, ManagedPrompt(f"arn:aws:bedrock:{REGION}:{stack.account}:prompt/PROMPT12AB", "3")
+            ),
         ],
         application=application() if application else None,
         deployment_strategy=strategy() if strategy else None,
@@ -872,7 +885,7 @@ MATRICES: tuple[Matrix, ...] = (
             "log_key": KEYS3,
             "role": ("default", "new", "imported"),
             "max_concurrency": ("int", "plan"),
-            "request": ("converse", "native"),
+            "request": ("converse", "native", "item-processor"),
             "type": ("STANDARD", "EXPRESS"),
         },
         _bounded_map,
@@ -974,6 +987,7 @@ MATRICES: tuple[Matrix, ...] = (
             "encryption_key": KEYS3,
             "fallback_on_alarm": ("on", "off"),
             "treatment_model": MODELS3,
+            "treatment_prompt": ("text", "managed"),
             "function": ("none", "new", "other-stack"),
         },
         _prompt_experiment,
