@@ -60,6 +60,11 @@ def built() -> tuple[PromptExperiment, dict]:
     return experiment, Template.from_stack(stack).to_json()
 
 
+def guard_alarms(template: dict) -> dict[str, dict]:
+    """The guard alarms: every metric alarm of the experiment but the fallback's own failure alarm."""
+    return {k: v for k, v in resources(template, "AWS::CloudWatch::Alarm").items() if "FallbackFailed" not in k}
+
+
 def versions(template: dict) -> dict[str, dict]:
     return {k: v["Properties"] for k, v in resources(template, "AWS::AppConfig::HostedConfigurationVersion").items()}
 
@@ -106,13 +111,13 @@ def test_a_split_change_deploys_at_once_and_bakes_while_the_guards_watch(built):
     assert (strategy["GrowthFactor"], strategy["DeploymentDurationInMinutes"], strategy["FinalBakeTimeInMinutes"]) == (100, 0, 10)
     environment = only(template, "AWS::AppConfig::Environment")["Properties"]
     monitored = {m["AlarmArn"]["Fn::GetAtt"][0] for m in environment["Monitors"]}
-    assert monitored == set(resources(template, "AWS::CloudWatch::Alarm"))
+    assert monitored == set(guard_alarms(template))
     assert len(monitored) == 4
 
 
 def test_each_variant_has_an_error_rate_and_a_p90_guard_on_its_variant_metrics(built):
     _, template = built
-    alarms = list(resources(template, "AWS::CloudWatch::Alarm").values())
+    alarms = list(guard_alarms(template).values())
     assert not [a for a in alarms if "MetricName" in a["Properties"]]  # both guards are gated metric math
     p90 = [a["Properties"] for a in alarms if "p90" in json.dumps(a["Properties"]["Metrics"])]
     assert {a["Threshold"] for a in p90} == {10_000}
@@ -149,7 +154,7 @@ def test_a_guard_alarm_after_the_bake_time_deploys_the_fallback_through_eventbri
     pattern = rule["EventPattern"]
     assert pattern["source"] == ["aws.cloudwatch"] and pattern["detail-type"] == ["CloudWatch Alarm State Change"]
     assert pattern["detail"] == {"state": {"value": ["ALARM"]}}
-    assert {r["Fn::GetAtt"][0] for r in pattern["resources"]} == set(resources(template, "AWS::CloudWatch::Alarm"))
+    assert {r["Fn::GetAtt"][0] for r in pattern["resources"]} == set(guard_alarms(template))
     (target,) = rule["Targets"]
     assert target["Arn"]["Ref"] in resources(template, "AWS::StepFunctions::StateMachine")
     states = all_states(definition(only(template, "AWS::StepFunctions::StateMachine")))
@@ -197,7 +202,7 @@ def test_the_fallback_role_may_toggle_only_the_guards_and_deploy_only_to_this_en
     _, template = built
     policy = next(p for k, p in resources(template, "AWS::IAM::Policy").items() if k.startswith("ExpStateMachineRole"))
     by_action = {s["Action"]: s["Resource"] for s in policy["Properties"]["PolicyDocument"]["Statement"]}
-    alarms = sorted(resources(template, "AWS::CloudWatch::Alarm"))
+    alarms = sorted(guard_alarms(template))
     for action in ("cloudwatch:DisableAlarmActions", "cloudwatch:EnableAlarmActions"):
         assert sorted(r["Fn::GetAtt"][0] for r in by_action[action]) == alarms
     assert len(by_action["appconfig:StartDeployment"]) == 4
@@ -268,7 +273,7 @@ def test_defaults_options_and_bring_your_own():
     assert resources(template, "AWS::Events::Rule") == {} and resources(template, "AWS::StepFunctions::StateMachine") == {}
     assert experiment.fallback_state_machine is None and experiment.fallback_rule is None
     assert experiment.document["control"] == "managed" and experiment.document["salt"] == "fresh"
-    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
+    alarms = [a["Properties"] for a in guard_alarms(template).values()]
     assert {a["Threshold"] for a in alarms} == {4000, 2.5}
     gates = {next(q for q in a["Metrics"] if "Expression" in q)["Expression"].split(" >= ")[1][:2] for a in alarms}
     assert gates == {"7,"}  # guard_min_calls gates both guards
@@ -281,7 +286,7 @@ def test_defaults_options_and_bring_your_own():
 def test_variant_names_that_differ_only_in_punctuation_get_their_own_alarms():
     stack = new_stack()
     build(stack, variants=[variant(name="a-b", share=50), variant(name="ab", share=50)])
-    assert len(resources(Template.from_stack(stack).to_json(), "AWS::CloudWatch::Alarm")) == 4
+    assert len(guard_alarms(Template.from_stack(stack).to_json())) == 4
 
 
 def test_tokens_are_accepted_where_deploy_time_values_are_valid():
@@ -440,7 +445,7 @@ def test_up_to_five_guard_alarms_each_is_a_monitor_beyond_that_one_composite_ala
     """AppConfig's CreateEnvironment takes at most 5 monitors: three variants (6 guards) failed at deploy."""
     stack, experiment = build(variants=three_variants())
     template = Template.from_stack(stack).to_json()
-    guards = set(resources(template, "AWS::CloudWatch::Alarm"))
+    guards = set(guard_alarms(template))
     assert len(guards) == 6
     (composite_id, composite), = resources(template, "AWS::CloudWatch::CompositeAlarm").items()
     rule = json.dumps(composite["Properties"]["AlarmRule"])
@@ -621,7 +626,7 @@ def test_the_stacks_deployment_waits_for_a_custom_resource_listing_every_guard(b
     assert len(waits) == 1
     (wait_id, wait), = waits.items()
     names = wait["Properties"]["AlarmNames"]
-    assert sorted(n["Ref"] for n in names) == sorted(resources(template, "AWS::CloudWatch::Alarm"))
+    assert sorted(n["Ref"] for n in names) == sorted(guard_alarms(template))
     deployment = only(template, "AWS::AppConfig::Deployment")
     assert wait_id in deployment["DependsOn"]
     # the wait answers in time: its function's timeout < CloudFormation's wait for it
@@ -694,3 +699,23 @@ def test_two_experiments_of_a_stack_name_their_fallback_rules_apart_and_each_rol
         rule = stack.resolve(experiment.fallback_rule.node.default_child.name)
         trust = stack.resolve(experiment.fallback_events_role.assume_role_policy.to_json())
         assert trust["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"]["Fn::Join"][1][-1] == rule
+
+
+def test_a_fallback_that_cannot_start_or_fails_raises_its_own_alarm_which_is_no_guard(built):
+    """A wrong trust condition or a throttled start would otherwise leave the split served unseen."""
+    experiment, template = built
+    (alarm_id, alarm), = [(k, a["Properties"]) for k, a in resources(template, "AWS::CloudWatch::Alarm").items()
+                          if "FallbackFailed" in k]
+    assert (alarm["Threshold"], alarm["ComparisonOperator"], alarm["TreatMissingData"]) == (0, "GreaterThanThreshold", "notBreaching")
+    queries = {q["Id"]: q for q in alarm["Metrics"]}
+    assert next(q["Expression"] for q in queries.values() if "Expression" in q) == "FILL(starts, 0) + FILL(runs, 0)"
+    starts = queries["starts"]["MetricStat"]["Metric"]
+    rule_id = next(iter(resources(template, "AWS::Events::Rule")))
+    assert (starts["Namespace"], starts["MetricName"]) == ("AWS/Events", "FailedInvocations")
+    assert starts["Dimensions"] == [{"Name": "RuleName", "Value": {"Ref": rule_id}}]
+    assert queries["runs"]["MetricStat"]["Metric"]["MetricName"] == "ExecutionsFailed"
+    # not a monitor (it would roll back every split change while a fallback failure is unresolved), not toggled
+    monitors = only(template, "AWS::AppConfig::Environment")["Properties"]["Monitors"]
+    assert alarm_id not in json.dumps(monitors)
+    assert alarm_id not in json.dumps(only(template, "AWS::StepFunctions::StateMachine"))
+    assert experiment.fallback_failed_alarm is not None and experiment.fallback_failed_alarm not in experiment.alarms.values()

@@ -115,6 +115,11 @@ DESCRIBE_ALARMS_MAX_NAMES = 100
 #: the event and that rule's account
 #: (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-use-conditions.html).
 EVENTS_SOURCE_ARN_KEY = "aws:SourceArn"
+#: Invocations of a rule's target that failed permanently, per rule of the default bus (AWS/Events,
+#: https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-monitoring.html); sent only when not zero.
+EVENTS_NAMESPACE = "AWS/Events"
+EVENTS_FAILED_INVOCATIONS = "FailedInvocations"
+EVENTS_RULE_DIMENSION = "RuleName"
 #: The fallback rule's name: this prefix, the stack id's UUID and 8 characters of the construct's address.
 #: AWS::StackId is arn:aws:cloudformation:<region>:<account>:stack/<name>/<uuid> (CloudFormation pseudo
 #: parameters, https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/pseudo-parameter-reference.html),
@@ -341,6 +346,7 @@ class PromptExperiment(Construct):
     Alarm, `<variant>-errors` and `<variant>-p90`), `fallback_state_machine` and `fallback_rule`
     (None without fallback_on_alarm; the rule is named, and `fallback_events_role`, the role EventBridge
     starts the workflow with, trusts events.amazonaws.com only for that rule's ARN in this account),
+    `fallback_failed_alarm` (a fallback that could not start or failed; alarm_actions apply; not a guard),
     `document` and `fallback_document` (dicts), `experiment_name`.
     Grants: `grant_evaluate` (read the configuration, invoke every variant's model and prompt).
     `environment_variables()` gives a handler what `ExperimentSource.from_environment()` reads;
@@ -560,6 +566,8 @@ class PromptExperiment(Construct):
         self.fallback_state_machine: sfn.StateMachine | None = None
         self.fallback_rule: events.Rule | None = None
         self.fallback_events_role: iam.Role | None = None
+        self.fallback_failed_alarm: cloudwatch.Alarm | None = None
+        self._alarm_actions = list(alarm_actions)
         if fallback_on_alarm:
             self._fallback(self.logs_key, log_retention)
 
@@ -831,6 +839,24 @@ class PromptExperiment(Construct):
             ),
             targets=[targets.SfnStateMachine(self.fallback_state_machine, retry_attempts=3, role=self.fallback_events_role,
                                              max_event_age=cdk.Duration.hours(1))],
+        )
+        # A fallback that could not start (EventBridge refused or could not assume the role, or the
+        # workflow was throttled past the retries) or that failed would otherwise go unseen.
+        failed = cloudwatch.MathExpression(
+            expression="FILL(starts, 0) + FILL(runs, 0)",
+            using_metrics={
+                "starts": cloudwatch.Metric(namespace=EVENTS_NAMESPACE, metric_name=EVENTS_FAILED_INVOCATIONS,
+                                            dimensions_map={EVENTS_RULE_DIMENSION: self.fallback_rule.rule_name},
+                                            statistic="Sum", period=cdk.Duration.minutes(5)),
+                "runs": self.fallback_state_machine.metric_failed(statistic="Sum", period=cdk.Duration.minutes(5)),
+            },
+            label="fallback starts and runs that failed", period=cdk.Duration.minutes(5),
+        )
+        self.fallback_failed_alarm = threshold_alarm(
+            self, "FallbackFailed", metric=failed, threshold=0, actions=self._alarm_actions,
+            description=f"Experiment {self.experiment_name}: the fallback to the control variant could not start or "
+                        "failed; the split may still be served. Check the workflow's executions and the rule's target "
+                        "role, then deploy the control-only version by hand (start the workflow with {}).",
         )
 
     # ---- grants and wiring ---------------------------------------------------------------------
