@@ -16,7 +16,8 @@ alarms' actions during that deployment (AppConfig skips alarms whose actions are
 enables them again when it ends. During a deployment's bake time the rollback comes first and the
 fallback follows (the workflow retries while the rollback holds the environment), so a guard alarm
 always ends with everyone on the control variant. To restart the experiment, deploy a version with
-the split you want.
+the split you want. A fallback that cannot start (EventBridge may assume the workflow's role only for
+this rule of this account) or that fails raises `fallback_failed_alarm`, with the guards' actions.
 
 Handlers read the document through the AppConfig Lambda extension: `add_to_function(fn)` adds
 its layer (for the function's architecture, in any Region, environment-agnostic stacks included),
