@@ -6,20 +6,21 @@ failure list (rejected.jsonl / errored-records.jsonl), what is retried, and that
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import sys
 
-import boto3
 import pytest
+
+# the moto buckets and tables, and the fresh import of a handler, are the handler tests' own
+import test_batch_precompute_handlers as handler_tests
 from batch_precompute.records import record_id
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
-from moto import mock_aws
 from pacer_runtime import answers
+from test_batch_precompute_handlers import IN, OUT, TABLE, TOKENS, module
 
-IN, OUT, TABLE, TOKENS = "in-bucket", "out-bucket", "answers", "tokens"
+aws = handler_tests.aws  # the fixture: moto with the handler tests' buckets and tables
+
 START = "2026-12-01T06:00:00.250Z"
 SEQUENCE = 1_764_568_800_250
 JOB_ID = "abcdef123456"
@@ -40,28 +41,6 @@ LOAD_ENV = {"ANSWER_TABLE": TABLE, "ANSWER_TTL_SECONDS": "", "MODEL_ID": "amazon
 DEEP = b'{"recordId": "x", "modelOutput": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 
 
-@pytest.fixture
-def aws(monkeypatch):
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        s3 = boto3.client("s3")
-        for bucket in (IN, OUT):
-            s3.create_bucket(Bucket=bucket)
-        ddb = boto3.client("dynamodb")
-        for table, key in ((TABLE, "pk"), (TOKENS, "jobArn")):
-            ddb.create_table(TableName=table, KeySchema=[{"AttributeName": key, "KeyType": "HASH"}],
-                             AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"}],
-                             BillingMode="PAY_PER_REQUEST")
-        yield s3, ddb
-
-
-def module(name: str, monkeypatch, **env: str):
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    sys.modules.pop(f"batch_precompute.{name}", None)
-    return importlib.import_module(f"batch_precompute.{name}")
 
 
 def lines_of(s3, uri: str) -> list[dict]:
