@@ -346,7 +346,12 @@ class Matrix:
 def _answer_store(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
     from genai_pacer import AnswerStore
 
-    ttl = {"default": {}, "none": {"answer_ttl": None}, "7-days": {"answer_ttl": cdk.Duration.days(7)}}[o["answer_ttl"]]
+    ttls: dict[str, dict[str, Any]] = {
+        "default": {},
+        "none": {"answer_ttl": None},
+        "7-days": {"answer_ttl": cdk.Duration.days(7)},
+    }
+    ttl = ttls[o["answer_ttl"]]
     return AnswerStore(stack, "Store", table=r.table(o["table"]), encryption_key=r.key(o["encryption_key"]), **ttl)
 
 
@@ -489,7 +494,7 @@ def _bounded_distributed_map(stack: cdk.Stack, o: dict[str, str], r: Resources) 
         max_concurrency=8,
         model=r.model(o["model"]),
         request=converse(),
-        items_bucket=r.bucket(o["items_bucket"]),
+        items_bucket=r.bucket(o["items_bucket"]),  # type: ignore[arg-type]
         items_key=o["items_key"],
         items_format="json" if o["items_key"].endswith(".json") else "jsonl",
         results_bucket=r.bucket(o["results_bucket"]),
@@ -551,10 +556,9 @@ def _llm_endpoint(stack: cdk.Stack, o: dict[str, str], r: Resources, scope: Any 
         repository = ecr.Repository(stack, "UserRepository", image_scan_on_push=True)
         image = {"image_uri": repository.repository_uri_for_tag("v1"), "image_repository": repository}
     elif o["image_repository"] == "imported":
-        repository = ecr.Repository.from_repository_name(stack, "UserRepository", "users-tgi")
         image = {
             "image_uri": f"{stack.account}.dkr.ecr.{REGION}.amazonaws.com/users-tgi:v1",
-            "image_repository": repository,
+            "image_repository": ecr.Repository.from_repository_name(stack, "UserRepository", "users-tgi"),
         }
     component = None
     if o.get("inference_component", "none") != "none":
