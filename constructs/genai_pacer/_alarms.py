@@ -12,7 +12,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 
 from constructs import Construct
 
-from ._checks import Checks, is_token
+from ._checks import Checks, is_token, token_kind
 
 __all__ = ["duration_in", "shown", "threshold_alarm", "token_kind", "token_of_kind"]
 
@@ -73,20 +73,6 @@ def duration_in(check: Checks, name: str, duration: cdk.Duration, unit: str, *, 
             f"cdk.Duration.{unit}(parameter.value_as_number)"
         )
         return None
-
-
-def token_kind(value: Any) -> str | None:
-    """The kind of a deploy-time value ("number", "string", "list", "Duration"), or None for a literal.
-
-    aws-cdk-lib hands a CfnParameter to Python as a float (value_as_number), a str (value_as_string),
-    a list of one encoded str (value_as_list) or a Duration built from one of those."""
-    if isinstance(value, cdk.Duration):
-        return "Duration" if value.is_unresolved() else None
-    if isinstance(value, list | tuple):
-        return "list" if any(is_token(item) for item in value) else None
-    if not is_token(value):
-        return None
-    return "number" if isinstance(value, float) else "string"
 
 
 def token_of_kind(check: Checks, name: str, value: Any, expected: str, *, fix: str) -> bool:

@@ -21,9 +21,11 @@ import math
 import struct
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["Checks", "Default", "InvalidPropsError", "fit_concurrency", "is_token", "kind_of", "resolved"]
+_T = TypeVar("_T")
+
+__all__ = ["Checks", "Default", "InvalidPropsError", "fit_concurrency", "is_token", "kind_of", "resolved", "token_kind"]
 
 
 class InvalidPropsError(ValueError, TypeError):
@@ -79,9 +81,24 @@ class Default:
         return self._build()
 
 
-def resolved(value: Any) -> Any:
+def resolved(value: _T | Default) -> _T:
     """A prop's value with a Default built: what a construct works with."""
     return value.build() if isinstance(value, Default) else value
+
+
+def token_kind(value: Any) -> str | None:
+    """The kind of a deploy-time value ("number", "string", "list", "Duration"), or None for a value
+    known at synth. aws-cdk-lib hands a CfnParameter to Python as a float (value_as_number), a str
+    (value_as_string), a list of one encoded str (value_as_list) or a Duration built from a number."""
+    if isinstance(value, list | tuple):
+        return "list" if any(isinstance(item, str) and is_token(item) for item in value) else None
+    if not is_token(value):
+        return None
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "list" if "#{Token[" in value else "string"
+    return type(value).__name__  # Duration, Size
 
 
 #: The top 16 bits of every number token aws-cdk-lib encodes (core/lib/private/encoding.ts).
@@ -94,7 +111,11 @@ def _num(value: float) -> str:
 
 
 def _show(value: Any) -> str:
-    """A value as a message shows it: enums and CDK objects by name, never as '<... at 0x...>'."""
+    """A value as a message shows it: enums and CDK objects by name, a deploy-time value by its kind
+    (a number token's value is a meaningless encoding), never as '<... at 0x...>'."""
+    kind = token_kind(value)
+    if kind is not None:
+        return f"<a deploy-time {kind}>"
     if isinstance(value, enum.Enum):
         return f"{type(value).__name__}.{value.name}"
     if callable(getattr(value, "to_human_string", None)):  # cdk.Duration, cdk.Size
@@ -171,8 +192,13 @@ class Checks:
         kind = "an integer" if integer else "a number"
         if value is None:
             return False if optional else self.fail(f"{name} is required: pass {kind}{tail}")
-        if is_token(value):
-            return False
+        if is_token(value):  # a number token reaches CloudFormation as a Ref; any other kind is wrong
+            if isinstance(value, float):
+                return False
+            return self.fail(
+                f"{name} is a deploy-time {token_kind(value)}; pass {kind} or a number token "
+                f"(CfnParameter(type='Number').value_as_number){tail}"
+            )
         if isinstance(value, bool) or not isinstance(value, int | float):
             return self.fail(f"{name}={_show(value)} is {kind_of(value)}; pass {kind}{tail}")
         try:
@@ -220,9 +246,14 @@ class Checks:
         if value is None:
             return False if optional else self.fail(f"{name} is required: pass a cdk.Duration{tail}")
         if not isinstance(value, cdk.Duration):
+            if is_token(value):
+                return self.fail(
+                    f"{name} is a deploy-time {token_kind(value)}; pass a cdk.Duration, for a deploy-time one "
+                    f"cdk.Duration.seconds(parameter.value_as_number){tail}"
+                )
             return self.fail(
                 f"{name}={_show(value)} is {kind_of(value)}; pass a cdk.Duration such as "
-                f"cdk.Duration.seconds({value if isinstance(value, int | float) and not isinstance(value, bool) else 30}){tail}"
+                f"cdk.Duration.seconds({_suggested_seconds(value, minimum, maximum)}){tail}"
             )
         if value.is_unresolved():
             return False
@@ -263,6 +294,21 @@ class Checks:
             return self.fail(f"{name}={_show(values)} is {kind_of(values)}; pass a list")
         results = [check(f"{name}[{i}]", item) for i, item in enumerate(values)]
         return all(results)
+
+
+def _suggested_seconds(value: Any, minimum: Any, maximum: Any) -> str:
+    """The seconds a Duration suggestion names: the number given when it fits the limits, else the
+    nearest limit (30 s without limits), so the suggested fix is one the check accepts."""
+    given = value if isinstance(value, int | float) and not isinstance(value, bool) else 30
+    try:
+        seconds = float(given) if math.isfinite(given) else 30.0
+    except OverflowError:
+        seconds = 30.0
+    if minimum is not None:
+        seconds = max(seconds, _seconds(minimum))
+    if maximum is not None:
+        seconds = min(seconds, _seconds(maximum))
+    return str(int(seconds)) if seconds.is_integer() else f"{seconds:g}"  # Python, not prose: no commas
 
 
 def _is_instance(value: Any, kind: type) -> bool:

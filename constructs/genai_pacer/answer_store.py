@@ -122,14 +122,14 @@ class AnswerStore(Construct):
                 table is None or encryption_key is None,
                 "encryption_key configures a new table, but table is an existing one: encrypt your table yourself",
             )
-            answer_ttl = resolved(answer_ttl)
+            ttl: cdk.Duration | None = resolved(answer_ttl)
             check.duration(
-                "answer_ttl", answer_ttl, minimum=cdk.Duration.minutes(1), maximum=cdk.Duration.days(3650), optional=True,
+                "answer_ttl", ttl, minimum=cdk.Duration.minutes(1), maximum=cdk.Duration.days(3650), optional=True,
                 fix="None keeps answers until they are replaced",
             )
             if table is not None and _is_table(table):
                 self._check_existing(check, table)
-        self.answer_ttl = answer_ttl
+        self.answer_ttl = ttl
         self.table: dynamodb.ITable = table or dynamodb.Table(
             self,
             "Table",

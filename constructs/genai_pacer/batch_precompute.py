@@ -331,9 +331,9 @@ class BatchPrecompute(Construct):
                         f"{name} configures the buckets this construct creates, but input_bucket and output_bucket are "
                         "both yours, so it would be ignored: set it on your buckets instead",
                     )
-            object_expiration = resolved(object_expiration)
+            expiration: cdk.Duration | None = resolved(object_expiration)
             check.duration(
-                "object_expiration", object_expiration, minimum=cdk.Duration.days(1), optional=True,
+                "object_expiration", expiration, minimum=cdk.Duration.days(1), optional=True,
                 fix="S3 expires objects in whole days; None keeps them",
             )
             prefixes_ok = all([
@@ -412,8 +412,8 @@ class BatchPrecompute(Construct):
                 reason="this bucket receives the input and output buckets' server access logs; logging it too would "
                 "log its own log deliveries",
             ))
-        self.input_bucket = input_bucket or self._bucket("InputBucket", encryption_key, access_logs_bucket, object_expiration)
-        self.output_bucket = output_bucket or self._bucket("OutputBucket", encryption_key, access_logs_bucket, object_expiration)
+        self.input_bucket = input_bucket or self._bucket("InputBucket", encryption_key, access_logs_bucket, expiration)
+        self.output_bucket = output_bucket or self._bucket("OutputBucket", encryption_key, access_logs_bucket, expiration)
         self.items_bucket = items_bucket or self.input_bucket
         self._prefixes = {"items": items_prefix, "input": input_prefix, "output": output_prefix}
 

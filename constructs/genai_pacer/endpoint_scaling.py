@@ -36,7 +36,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from ._alarms import duration_in, shown, threshold_alarm
-from ._checks import Checks, _show, is_token, kind_of
+from ._checks import Checks, _show, is_token, kind_of, token_kind
 from .capacity import (
     MAX_CAPACITY,
     MAX_LOAD_SECONDS,
@@ -250,15 +250,8 @@ _PEAK_TOKENS: dict[str, tuple[str | None, str]] = {
 
 def _token_kind(value: Any) -> str | None:
     """'a number token', 'a string token', 'a Duration token', 'a list token', or None for a value known at synth."""
-    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str) and "#{Token[" in value[0]:
-        return "a list token"  # cdk.Token.as_list / CfnParameter.value_as_list
-    if not is_token(value):
-        return None
-    if isinstance(value, float):
-        return "a number token"
-    if isinstance(value, str):
-        return "a list token" if "#{Token[" in value else "a string token"
-    return f"{kind_of(value)} token"
+    kind = token_kind(value)
+    return None if kind is None else f"a {kind} token"
 
 
 def _tokens(check: Checks, values: dict[str, Any], table: dict[str, tuple[str | None, str]]) -> None:

@@ -247,7 +247,7 @@ class ScheduledPrecompute(Construct):
             check.instance("items_bucket", items_bucket, s3.IBucket, "an s3 bucket", optional=True)
             if distributed:
                 if check.text("items_key", items_key, fix="the key of the JSONL or JSON object that lists the items"):
-                    self._check_items_key(check, items_key)
+                    self._check_items_key(check, str(items_key))
             else:
                 check.rule(items_key is None, "items_key is set without items_bucket; it would be ignored: pass both")
             if is_token(items_format):

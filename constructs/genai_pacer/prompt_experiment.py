@@ -843,7 +843,7 @@ class PromptExperiment(Construct):
         )
         # A fallback that could not start (EventBridge refused or could not assume the role, or the
         # workflow was throttled past the retries) or that failed would otherwise go unseen.
-        failed = cloudwatch.MathExpression(
+        failures = cloudwatch.MathExpression(
             expression="FILL(starts, 0) + FILL(runs, 0)",
             using_metrics={
                 "starts": cloudwatch.Metric(namespace=EVENTS_NAMESPACE, metric_name=EVENTS_FAILED_INVOCATIONS,
@@ -854,7 +854,7 @@ class PromptExperiment(Construct):
             label="fallback starts and runs that failed", period=cdk.Duration.minutes(5),
         )
         self.fallback_failed_alarm = threshold_alarm(
-            self, "FallbackFailed", metric=failed, threshold=0, actions=self._alarm_actions,
+            self, "FallbackFailed", metric=failures, threshold=0, actions=self._alarm_actions,
             description=f"Experiment {self.experiment_name}: the fallback to the control variant could not start or "
                         "failed; the split may still be served. Check the workflow's executions and the rule's target "
                         "role, then deploy the control-only version by hand (start the workflow with {}).",

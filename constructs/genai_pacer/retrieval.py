@@ -47,7 +47,7 @@ from aws_cdk import aws_opensearchservice as opensearch
 
 from constructs import Construct
 
-from ._checks import Checks, _show, is_token, kind_of
+from ._checks import Checks, _show, is_token, kind_of, token_kind
 from ._secure import handler_function
 from .retrieval_tuning import (
     COMBINATIONS,
@@ -154,11 +154,7 @@ def _say(value: Any) -> str:
 
 def _token_kind(value: Any) -> str:
     """What kind of token a value is, for messages (a number token's own value is a meaningless encoding)."""
-    if isinstance(value, str):
-        return "a string token"
-    if isinstance(value, float):
-        return "a number token"
-    return f"{kind_of(value)} token"
+    return f"a {token_kind(value) or kind_of(value)} token"
 
 
 def _integer_prop(check: Checks, name: str, value: Any, **limits: Any) -> bool:

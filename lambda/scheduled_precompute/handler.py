@@ -66,7 +66,7 @@ def normalized_items(items: Any) -> tuple[list[dict[str, Any]], list[dict[str, s
     seen: set[str] = set()
     for index, item in enumerate(items):
         raw = item.get("key") if isinstance(item, dict) else None
-        shown = raw if _storable(raw) else f"items[{index}]"
+        shown = raw if isinstance(raw, str) and _storable(raw) else f"items[{index}]"
         if not isinstance(item, dict):
             invalid.append({"key": shown, "error": "InvalidItem",
                             "cause": f"items[{index}] must be an object with a key, not a {type(item).__name__}"})

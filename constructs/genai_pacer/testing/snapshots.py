@@ -32,4 +32,4 @@ def snapshot_template(stack: Any) -> dict[str, Any]:
     file). Synthesizes the stack's app, like aws_cdk.assertions.Template.from_stack."""
     from aws_cdk.assertions import Template  # here, so the emulator and bench never load the CDK
 
-    return normalize_template(Template.from_stack(stack).to_json())
+    return normalize_template(dict(Template.from_stack(stack).to_json()))
