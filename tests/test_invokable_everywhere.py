@@ -22,6 +22,8 @@ from genai_pacer import (
 )
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.answer_router import AnswerRouter
+from genai_pacer.observability import LatencyDashboard
+from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
 from helpers import normalized
 from test_models import HAIKU, FakeCrossRegionProfile, FakeFoundationModel, FakePromptRouter
 
@@ -39,6 +41,11 @@ BUILDERS: dict[str, Callable[[cdk.Stack, Any], Any]] = {
     "AnswerRouter": lambda stack, model: AnswerRouter(
         stack, "Router", answer_store=AnswerStore(stack, "Store"), model=model, prompts={"t#{x}": "Say {x}."}),
     "ScheduledPrecompute": _scheduled,
+    "LatencyDashboard": lambda stack, model: LatencyDashboard(stack, "Dashboard", models=[model]),
+    "PromptExperiment": lambda stack, model: PromptExperiment(
+        stack, "Experiment", experiment_name="exp", control="a",
+        variants=[ExperimentVariant("a", model, 50, TextPrompt("Say {{x}}")),
+                  ExperimentVariant("b", model, 50, TextPrompt("Tell {{x}}"))]),
     "BatchPrecompute": lambda stack, model: BatchPrecompute(
         stack, "Batch", model=model, answer_store=AnswerStore(stack, "Store"), max_tokens=100),
 }
@@ -59,5 +66,5 @@ def test_an_invokable_builds_what_the_bedrock_model_it_names_builds(construct):
 
 @pytest.mark.parametrize("construct", sorted(BUILDERS))
 def test_a_prompt_router_is_refused_naming_the_prop(construct):
-    with pytest.raises(InvalidPropsError, match=r"model: .*router"):
+    with pytest.raises(InvalidPropsError, match=r"model(s\[0\])?: .*router"):
         _template(BUILDERS[construct], FakePromptRouter())

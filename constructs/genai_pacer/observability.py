@@ -36,7 +36,7 @@ from . import planning
 from ._alarms import threshold_alarm, token_kind
 from ._checks import Checks, is_token, kind_of
 from ._runtime_constants import metrics_constants
-from .models import BedrockModel
+from .models import BedrockModel, as_bedrock_model
 
 __all__ = [
     "BEDROCK_NAMESPACE",
@@ -236,6 +236,7 @@ class WatchedModel:
     label: str | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_bedrock_model(self.model))  # an aws_bedrock_alpha IBedrockInvokable too
         with Checks("WatchedModel") as check:
             check.instance("model", self.model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
             has_quota = check.instance("quota", self.quota, TpmQuota, "a TpmQuota(tpm_quota=..., alarm_fraction=...)",
@@ -299,6 +300,7 @@ class LatencyDashboard(Construct):
                     f"dashboard_name={dashboard_name!r} may hold letters, digits, - and _ only (1-255 characters)",
                 )
             if check.instance("models", models, (list, tuple), "a list of BedrockModel or WatchedModel"):
+                models = [as_bedrock_model(model, f"models[{i}]") for i, model in enumerate(models)]
                 for i, model in enumerate(models):
                     check.instance(f"models[{i}]", model, (BedrockModel, WatchedModel), "a BedrockModel or WatchedModel(...)")
             if check.instance("alarm_actions", alarm_actions, (list, tuple), f"a list of {_ACTION_HINT}s"):
@@ -324,6 +326,7 @@ class LatencyDashboard(Construct):
 
     def add_model(self, model: BedrockModel | WatchedModel) -> WatchedModel:
         """Add one model's rows (and alarms) to the dashboard; returns it as a WatchedModel."""
+        model = as_bedrock_model(model)
         with Checks(f"LatencyDashboard {self.node.id}: add_model") as check:
             check.instance("model", model, (BedrockModel, WatchedModel), "a BedrockModel or WatchedModel(...)")
         watched = model if isinstance(model, WatchedModel) else WatchedModel(model)

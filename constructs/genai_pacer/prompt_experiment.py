@@ -80,7 +80,7 @@ from ._alarms import duration_in, shown, threshold_alarm, token_kind, token_of_k
 from ._checks import Checks, InvalidPropsError, is_token
 from ._runtime_constants import metrics_constants
 from ._secure import StateMachineOptions, encrypted_log_group, log_key, model_state_machine
-from .models import BedrockModel
+from .models import BedrockModel, as_bedrock_model
 
 __all__ = [
     "DOCUMENT_SCHEMA",
@@ -261,6 +261,7 @@ class ExperimentVariant:
     additional_fields: Mapping[str, Any] | None = field(default=None)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_bedrock_model(self.model))  # an aws_bedrock_alpha IBedrockInvokable too
         with Checks(f"ExperimentVariant {self.name!r}") as check:
             if check.text("name", self.name, max_length=64):
                 check.rule(bool(_NAME.match(self.name)),
