@@ -29,16 +29,18 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
     quota = orchestration.quota
     queued = QueuedInferenceStack(app, "GenaiPacerQueuedInference", quota=quota)
     EndpointScalingStack(app, "GenaiPacerEndpointScaling")
-    PrecomputeStack(app, "GenaiPacerPrecompute", quota=quota)
+    precompute = PrecomputeStack(app, "GenaiPacerPrecompute", quota=quota)
     RetrievalStack(app, "GenaiPacerRetrieval")
-    ExperimentStack(app, "GenaiPacerExperiment", quota=quota)
+    experiment = ExperimentStack(app, "GenaiPacerExperiment", quota=quota)
     # One dashboard over the model the other stacks call, with their queues and workflows on it.
     ObservabilityStack(
         app,
         "GenaiPacerObservability",
         queued_inference=queued.inference,
-        workflows=[orchestration.digest, orchestration.tickers, orchestration.catalog],
+        workflows=[orchestration.digest, orchestration.tickers, orchestration.catalog, precompute.scheduled, precompute.batch],
         model_quota=orchestration.quota,  # the quota graph draws the plan synth checked
+        answer_routers=[precompute.router],
+        experiments=[experiment.experiment],
     )
     return app
 

@@ -23,6 +23,8 @@ class ObservabilityStack(cdk.Stack):
     model_quota: the ModelQuota the workflows draw their shares from: the quota graph's plan line is
         what its consumers draw at their caps. Default: a plan of the review-summary profile at the
         rate the whole quota sustains.
+    answer_routers: AnswerRouters whose hit, miss and stale rates to show. Default: none.
+    experiments: PromptExperiments whose variants and guards to show. Default: none.
     """
 
     def __init__(
@@ -33,6 +35,8 @@ class ObservabilityStack(cdk.Stack):
         queued_inference: Any | None = None,
         workflows: Sequence[Any] = (),
         model_quota: Any | None = None,
+        answer_routers: Sequence[Any] = (),
+        experiments: Sequence[Any] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, id, **kwargs)
@@ -65,4 +69,8 @@ class ObservabilityStack(cdk.Stack):
             self.dashboard.add_queued_inference(queued_inference)
         for workflow in workflows:
             self.dashboard.add_state_machine(workflow)
+        for router in answer_routers:
+            self.dashboard.add_answer_router(router)
+        for experiment in experiments:
+            self.dashboard.add_prompt_experiment(experiment)
         cdk.CfnOutput(self, "DashboardName", value=self.dashboard.dashboard.dashboard_name)
