@@ -305,7 +305,7 @@ def state_machine_options(choice: str, r: Resources, *, express: bool = False) -
     raise ValueError(choice)
 
 
-SM_OPTIONS = ("default", "log-group:new", "key:imported", "role:new")
+SM_OPTIONS = ("default", "log-group:new", "key:imported", "role:new", "role:imported")
 
 
 def store(choice: str, r: Resources, scope: Any) -> Any:

@@ -54,9 +54,9 @@ KNOWN: list[tuple[str, Callable[[dict[str, str]], bool], str]] = [
     ),
     (
         "BatchPrecompute",
-        lambda o: o["state_machine_options"] == "role:new",
+        lambda o: o["state_machine_options"].startswith("role:"),
         "IAM5 <BatchPrepare|Load|Summary.Arn>:*, model-invocation-job/*, <fallback> execution* on the user's "
-        f"role DefaultPolicy; {USER_ROLE} (batch_precompute.py)",
+        f"role's DefaultPolicy (Policy when imported); {USER_ROLE} (batch_precompute.py)",
     ),
     (
         "BoundedDistributedMap",
@@ -66,9 +66,15 @@ KNOWN: list[tuple[str, Callable[[dict[str, str]], bool], str]] = [
     ),
     (
         "BoundedDistributedMap",
-        lambda o: o["state_machine_options"] == "role:new",
+        lambda o: o["state_machine_options"].startswith("role:"),
         "IAM5 states:...:execution:<name>:* and /*:* on DistMap/StateMachine/DistributedMapPolicy, s3:::<bucket>/* "
-        f"on the user's role DefaultPolicy; {USER_ROLE} (orchestration.py)",
+        f"on the user's role's DefaultPolicy (Policy when imported); {USER_ROLE} (orchestration.py)",
+    ),
+    (
+        "ScheduledPrecompute",
+        lambda o: o["state_machine_options"] == "role:imported",
+        "build error 'No child with id: DefaultPolicy': precompute.py finds the role's DefaultPolicy to acknowledge "
+        "its grants; an imported role (iam.Role.from_role_arn) has none (its statements go to a child 'Policy')",
     ),
 ]
 
