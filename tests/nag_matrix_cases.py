@@ -10,6 +10,10 @@ becomes one stack, and all the stacks synthesize in one app (tests/test_nag_matr
 The user's own resources are built nag-clean (TLS-only, rotation, a DLQ, ...). Where a user
 resource needs a finding the user accepts (server access logs of a bucket), it is acknowledged
 on that resource only, so nothing the library creates is ever covered by it.
+
+A new option or value: add it to the construct's `Matrix` (and to `valid` if some pairs cannot
+exist); the generator adds the cases. `python tests/test_nag_matrix.py` prints every finding and
+build error of the whole matrix.
 """
 
 from __future__ import annotations
