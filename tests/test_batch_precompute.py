@@ -963,6 +963,39 @@ def test_a_users_own_wildcard_on_a_construct_role_still_fails_nag():
     assert nag_findings(in_stack(build)) == ["AwsSolutions-IAM5[Resource::*] at Nag/Batch/LoadRole/DefaultPolicy/Resource"]
 
 
+@pytest.mark.parametrize("imported", [False, True], ids=["new-role", "imported-role"])
+def test_on_the_users_own_role_only_the_users_own_wildcards_fail_nag(imported):
+    """StateMachineOptions(role=...): the construct's grants on the user's role (its functions' <arn>:*, this
+    account's and Region's batch jobs, the fallback's executions) are acknowledged by their exact ARNs; the
+    user's own wildcards on that role, in the same shapes, are still reported."""
+    at = "Nag/UserRole/Policy/Resource" if imported else "Nag/UserRole/DefaultPolicy/Resource"
+
+    def build(stack):
+        if imported:
+            role = iam.Role.from_role_arn(stack, "UserRole", f"arn:aws:iam::{stack.account}:role/users-machine-role")
+        else:
+            role = iam.Role(stack, "UserRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com"))
+        fallback = sfn.StateMachine.from_state_machine_arn(
+            stack, "OnDemand", f"arn:aws:states:us-east-1:{stack.account}:stateMachine:on-demand")
+        for resource in (
+            f"arn:aws:bedrock:us-west-2:{stack.account}:model-invocation-job/*",
+            "arn:aws:lambda:us-east-1:111122223333:function:users-own:*",
+            f"arn:aws:states:us-east-1:{stack.account}:execution:users-own*",
+        ):
+            role.add_to_principal_policy(iam.PolicyStatement(actions=["bedrock:GetModelInvocationJob"], resources=[resource]))
+        BatchPrecompute(stack, "Batch", model=NOVA, max_tokens=400, on_demand_fallback=fallback,
+                        state_machine_options=StateMachineOptions(role=role))
+
+    assert sorted(nag_findings(in_stack(build))) == [
+        f"AwsSolutions-IAM5[Resource::{resource}] at {at}"
+        for resource in (
+            "arn:aws:bedrock:us-west-2:111122223333:model-invocation-job/*",
+            "arn:aws:lambda:us-east-1:111122223333:function:users-own:*",
+            "arn:aws:states:us-east-1:111122223333:execution:users-own*",
+        )
+    ]
+
+
 def test_the_loader_may_write_answers_but_never_delete():
     """The loader deletes nothing, so its role has no dynamodb:DeleteItem on the answer store (issue 27)."""
     stack = new_stack()

@@ -53,12 +53,6 @@ KNOWN: list[tuple[str, Callable[[dict[str, str]], bool], str]] = [
         "(batch_precompute.py)",
     ),
     (
-        "BatchPrecompute",
-        lambda o: o["state_machine_options"].startswith("role:"),
-        "IAM5 <BatchPrepare|Load|Summary.Arn>:*, model-invocation-job/*, <fallback> execution* on the user's "
-        f"role's DefaultPolicy (Policy when imported); {USER_ROLE} (batch_precompute.py)",
-    ),
-    (
         "BoundedDistributedMap",
         lambda o: o["items_bucket"] == "other-stack",
         f"IAM5 s3:::<items bucket>/* on DistMap/StateMachine/Role/DefaultPolicy (item reader); {CROSS_STACK} "
@@ -69,12 +63,6 @@ KNOWN: list[tuple[str, Callable[[dict[str, str]], bool], str]] = [
         lambda o: o["state_machine_options"].startswith("role:"),
         "IAM5 states:...:execution:<name>:* and /*:* on DistMap/StateMachine/DistributedMapPolicy, s3:::<bucket>/* "
         f"on the user's role's DefaultPolicy (Policy when imported); {USER_ROLE} (orchestration.py)",
-    ),
-    (
-        "ScheduledPrecompute",
-        lambda o: o["state_machine_options"] == "role:imported",
-        "build error 'No child with id: DefaultPolicy': precompute.py finds the role's DefaultPolicy to acknowledge "
-        "its grants; an imported role (iam.Role.from_role_arn) has none (its statements go to a child 'Policy')",
     ),
 ]
 
@@ -262,18 +250,7 @@ def test_a_users_own_wildcard_on_a_library_role_still_fails(outcome):
 @SLOW
 @pytest.mark.parametrize(
     "construct",
-    [
-        pytest.param(
-            "Precompute",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="precompute.py _acknowledge_distributed_map acknowledges every s3:::<bucket>/* on the state "
-                "machine's role, also on the user's own role (StateMachineOptions(role=...)): the user's "
-                "arn:aws:s3:::users-archive/* is hidden; match exactly the items bucket's <arn>/*",
-            ),
-        ),
-        "Map",
-    ],
+    ["Precompute", "Map"],
 )
 def test_a_users_own_wildcards_on_the_role_they_pass_still_fail(outcome, construct):
     assert sorted(f for f in outcome.findings["UserWildcard-OwnRole"] if f"/{construct}Role/" in f) == [

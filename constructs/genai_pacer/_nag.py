@@ -57,3 +57,24 @@ def acknowledge_wildcard_resources(
                 cdk.Validations.of(policy).acknowledge(cdk.Acknowledgment(id=finding, reason=reason))
                 acknowledged.append(finding)
     return acknowledged
+
+
+def flattened(scope: IConstruct, value: Any) -> str:
+    """`value` (an ARN, maybe with tokens) as cdk-nag names it in a finding, resolved in `scope`'s stack."""
+    return flatten_reference(cdk.Stack.of(scope).resolve(value))
+
+
+def acknowledge_exact_resources(policy: IConstruct, *, resources: list[str], reason: str) -> list[str]:
+    """Acknowledge AwsSolutions-IAM5 only on wildcards equal to one of `resources` (flattened ARNs).
+
+    For grants the library makes on a role it does not own (the user's StateMachineOptions(role=...)):
+    a wildcard the user granted on that role themselves differs from these strings and stays reported.
+    """
+    exact = frozenset(resources)
+    return acknowledge_wildcard_resources(policy, matches=exact.__contains__, reason=reason)
+
+
+def principal_policy(role: IConstruct) -> IConstruct | None:
+    """Where aws-cdk-lib puts a role's added statements: `DefaultPolicy` on a role of the app,
+    `Policy` on an imported one (iam.Role.from_role_arn)."""
+    return role.node.try_find_child("DefaultPolicy") or role.node.try_find_child("Policy")
