@@ -58,12 +58,6 @@ KNOWN: list[tuple[str, Callable[[dict[str, str]], bool], str]] = [
         f"IAM5 s3:::<items bucket>/* on DistMap/StateMachine/Role/DefaultPolicy (item reader); {CROSS_STACK} "
         "(orchestration.py)",
     ),
-    (
-        "BoundedDistributedMap",
-        lambda o: o["state_machine_options"].startswith("role:"),
-        "IAM5 states:...:execution:<name>:* and /*:* on DistMap/StateMachine/DistributedMapPolicy, s3:::<bucket>/* "
-        f"on the user's role's DefaultPolicy (Policy when imported); {USER_ROLE} (orchestration.py)",
-    ),
 ]
 
 

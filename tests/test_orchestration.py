@@ -766,6 +766,29 @@ def test_a_users_own_wildcard_on_the_map_role_still_fails_nag():
     assert findings == ["AwsSolutions-IAM5[Resource::*] at Nag/Map/StateMachine/Role/DefaultPolicy/Resource"]
 
 
+@pytest.mark.parametrize("imported", [False, True], ids=["new-role", "imported-role"])
+def test_on_the_users_own_role_only_the_users_own_wildcards_fail_nag(imported):
+    """BoundedDistributedMap with StateMachineOptions(role=...): the item reader's and result writer's
+    <bucket>/* and the child executions' grants are acknowledged by their exact ARNs; the user's own
+    object wildcard on that role (the same shape, another bucket) is still reported."""
+    at = "Nag/UserRole/Policy/Resource" if imported else "Nag/UserRole/DefaultPolicy/Resource"
+
+    def build(stack):
+        if imported:
+            role = iam.Role.from_role_arn(stack, "UserRole", f"arn:aws:iam::{stack.account}:role/users-machine-role")
+        else:
+            role = iam.Role(stack, "UserRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com"))
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=["arn:aws:s3:::users-archive/*"]))
+        BoundedDistributedMap(
+            stack, "Dist", max_concurrency=4, model=NOVA, request=REQUEST,
+            items_bucket=s3.Bucket.from_bucket_name(stack, "Items", "users-items"), items_key="items.jsonl",
+            results_bucket=s3.Bucket(stack, "Results", enforce_ssl=True, server_access_logs_prefix="logs/"),
+            state_machine_options=StateMachineOptions(role=role),
+        )
+
+    assert nag_findings(build) == [f"AwsSolutions-IAM5[Resource::arn:aws:s3:::users-archive/*] at {at}"]
+
+
 def test_the_library_alone_passes_nag():
     assert nag_findings(lambda stack: BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST)) == []
 

@@ -24,7 +24,7 @@ from constructs import Construct
 
 from . import planning
 from ._checks import Checks, fit_concurrency
-from ._nag import acknowledge_wildcard_resources
+from ._nag import acknowledge_exact_resources, flattened, principal_policy
 from ._secure import StateMachineOptions, model_state_machine
 from .model_tasks import (
     ANSWER_BYTES_OVERHEAD,
@@ -349,24 +349,44 @@ class BoundedDistributedMap(_MapBase):
                 "Map may run inside an EXPRESS workflow (if not, the deploy fails at CreateStateMachine); use "
                 "STANDARD (the default) unless you know both hold",
             )
-        if state_machine_options is None or state_machine_options.role is None:
-            self._acknowledge_generated_names()
+        self._acknowledge_generated_names(items_bucket, results_bucket or items_bucket)
 
-    def _acknowledge_generated_names(self) -> None:
+    def _acknowledge_generated_names(self, items_bucket: s3.IBucket, results_bucket: s3.IBucket) -> None:
         """A distributed Map starts child executions with generated names and reads and writes S3
-        objects whose keys it generates; those grants cannot name each execution or object."""
+        objects whose keys it generates; those grants cannot name each execution or object.
+
+        Exactly these grants, by their ARNs: the role may be the user's (StateMachineOptions(role=...)),
+        where a wildcard the user granted themselves must still be reported."""
         machine = self.state_machine
+        stack = cdk.Stack.of(self)
         child_policy = machine.node.try_find_child("DistributedMapPolicy")
         if child_policy is not None:
-            acknowledge_wildcard_resources(
+            # aws-cdk-lib's StateMachine.grantExecution on this machine: <execution arn>:* and, for a
+            # labelled Map, <execution arn>/*:* (its child executions).
+            executions = stack.format_arn(
+                service="states", resource="execution", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+                resource_name=cdk.Arn.split(machine.state_machine_arn, cdk.ArnFormat.COLON_RESOURCE_NAME).resource_name,
+            )
+            acknowledge_exact_resources(
                 child_policy,
-                matches=lambda arn: ":execution:" in arn,
+                resources=[flattened(self, f"{executions}:*"), flattened(self, f"{executions}/*:*")],
                 reason="a distributed Map starts, describes and stops child executions whose names Step Functions "
                 "generates; the grant is scoped to this state machine's executions",
             )
-        acknowledge_wildcard_resources(
-            machine.role.node.find_child("DefaultPolicy"),
-            matches=lambda arn: ":s3:::" in arn and arn.endswith("/*"),
+        policy = principal_policy(machine.role)
+        if policy is None:
+            return
+        # aws-cdk-lib's item reader and result writer: arn:<partition>:s3:::<bucket name>/* of these buckets.
+        objects = [
+            flattened(self, cdk.Arn.format(cdk.ArnComponents(
+                partition=cdk.Aws.PARTITION, service="s3", region="", account="", resource=bucket.bucket_name,
+                resource_name="*",
+            )))
+            for bucket in (items_bucket, results_bucket)
+        ]
+        acknowledge_exact_resources(
+            policy,
+            resources=objects,
             reason="aws-cdk-lib's item reader and result writer grant every object of the items and results "
             "buckets (bucket/*): the Map reads the items object and writes result objects whose keys Step "
             "Functions generates; pass your own role to narrow it",
