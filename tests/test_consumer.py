@@ -106,9 +106,13 @@ def test_installed_wheel_runs_the_readme_app_with_the_worker_asset_and_types(tmp
     run(str(python), "-m", "pip", "install", "--quiet", "--no-compile", "--disable-pip-version-check",
         str(wheel), pinned("cdk-nag"), cwd=consumer, env=env)
 
-    (example,) = [b for b in readme_blocks(ROOT / "README.md") if b.heading == "Use it in your app" and b.language == "python"]
-    (consumer / "app.py").write_text(example.code)  # as written; CDK_OUTDIR is how `cdk synth` runs an app
+    # every example of "Use it in your app", as written; CDK_OUTDIR is how `cdk synth` runs an app
+    example, *others = [b for b in readme_blocks(ROOT / "README.md") if b.heading == "Use it in your app" and b.language == "python"]
+    (consumer / "app.py").write_text(example.code)
     run(str(python), "app.py", cwd=consumer, env={**env, "CDK_OUTDIR": str(consumer / "out")})
+    for other in others:  # acknowledging one's own nag finding; a snapshot test of one's own stack
+        (consumer / f"example_{other.index}.py").write_text(other.code)
+        run(str(python), f"example_{other.index}.py", cwd=consumer, env={**env, "CDK_OUTDIR": str(consumer / f"out{other.index}")})
 
     (template_path,) = (consumer / "out").glob("*.template.json")
     template = json.loads(template_path.read_text())

@@ -595,7 +595,10 @@ def test_the_reference_stack_shows_the_other_reference_stacks_constructs(referen
     template = reference_templates["GenaiPacerObservability"]
     titles = [w["properties"].get("title", "") for w in body(template)["widgets"]]
     assert any(t.startswith("GenaiPacerQueuedInference/ReviewSummaries: queue") for t in titles)
-    assert sum(t.endswith(": executions (5 minutes)") for t in titles) == 3  # digest, ticker and catalog workflows
+    # digest, ticker and catalog workflows, the scheduled and the batch pre-computation
+    assert sum(t.endswith(": executions (5 minutes)") for t in titles) == 5
+    assert any(t.startswith("GenaiPacerPrecompute/Router") for t in titles), titles
+    assert any(t.startswith("GenaiPacerExperiment/SupportAnswer") for t in titles), titles
 
 
 def test_the_quota_graph_can_read_a_model_quotas_plan():

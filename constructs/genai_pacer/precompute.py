@@ -59,7 +59,7 @@ from constructs import Construct
 from . import planning
 from ._assets import LAMBDA_DIR
 from ._checks import Checks, is_token
-from ._nag import acknowledge_wildcard_resources
+from ._nag import acknowledge_wildcard_resources, flatten_reference
 from ._runtime_constants import metrics_constants as metrics
 from ._secure import StateMachineOptions, handler_function, model_state_machine
 from .answer_store import AnswerStore
@@ -470,14 +470,16 @@ class ScheduledPrecompute(Construct):
                 "to the GenaiPacer namespace by the cloudwatch:namespace condition",
             )
         )
-        acknowledge_wildcard_resources(
-            cast(Construct, self.state_machine.role.node.find_child("DefaultPolicy")),
-            matches=lambda arn: arn.endswith(":*") and "PrepareRun" in arn,
-            reason="aws-cdk-lib's LambdaInvoke grants the function and its versions and aliases (function:*); "
-            "the grant names this construct's own prepare function only",
-        )
+        role_policy = _role_policy(self.state_machine.role)
+        if role_policy is not None:
+            acknowledge_wildcard_resources(
+                role_policy,
+                matches=lambda arn: arn.endswith(":*") and "PrepareRun" in arn,
+                reason="aws-cdk-lib's LambdaInvoke grants the function and its versions and aliases (function:*); "
+                "the grant names this construct's own prepare function only",
+            )
         if distributed:
-            self._acknowledge_distributed_map()
+            self._acknowledge_distributed_map(cast(s3.IBucket, items_bucket), role_policy)
 
         self.dead_letter_queue = dead_letter_queue or self._dead_letter_queue()
         self.schedule = scheduler.Schedule(
@@ -684,7 +686,7 @@ class ScheduledPrecompute(Construct):
         )
         return queue
 
-    def _acknowledge_distributed_map(self) -> None:
+    def _acknowledge_distributed_map(self, items_bucket: s3.IBucket, role_policy: Construct | None) -> None:
         machine = self.state_machine
         child_policy = machine.node.try_find_child("DistributedMapPolicy")
         if child_policy is not None:
@@ -694,9 +696,17 @@ class ScheduledPrecompute(Construct):
                 reason="a distributed Map starts, describes and stops child executions whose names Step Functions "
                 "generates; the grant is scoped to this state machine's executions",
             )
+        if role_policy is None:
+            return
+        # exactly the items bucket's objects: a user's own bucket/* on a role they pass in stays their finding
+        stack = cdk.Stack.of(self)
+        items_objects = {  # the reader writes the ARN from the bucket's name; other grants from its ARN
+            flatten_reference(stack.resolve(items_bucket.arn_for_objects("*"))),
+            flatten_reference(stack.resolve(f"arn:{cdk.Aws.PARTITION}:s3:::{items_bucket.bucket_name}/*")),
+        }
         acknowledge_wildcard_resources(
-            cast(Construct, machine.role.node.find_child("DefaultPolicy")),
-            matches=lambda arn: ":s3:::" in arn and arn.endswith("/*"),
+            role_policy,
+            matches=lambda arn: arn in items_objects,
             reason="aws-cdk-lib's item reader grants every object of the items bucket (bucket/*): the Map reads "
             "the items object; pass your own role to narrow it",
         )
@@ -711,6 +721,16 @@ class ScheduledPrecompute(Construct):
             dimensions_map={FAILED_KEYS_DIMENSION: self.state_machine.state_machine_name},
             **{"statistic": "Sum", "period": cdk.Duration.days(1), **props},
         )
+
+
+def _role_policy(role: iam.IRole) -> Construct | None:
+    """The policy a role's grants land in: DefaultPolicy on a role of this app, Policy on an imported
+    one (iam.Role.from_role_arn); None when nothing was granted to it."""
+    for name in ("DefaultPolicy", "Policy"):
+        child = role.node.try_find_child(name)
+        if child is not None:
+            return cast(Construct, child)
+    return None
 
 
 def _retry_store(task: sfn.TaskStateBase) -> None:
