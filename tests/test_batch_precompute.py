@@ -996,6 +996,23 @@ def test_on_the_users_own_role_only_the_users_own_wildcards_fail_nag(imported):
     ]
 
 
+def test_buckets_of_another_stack_pass_nag_and_a_users_own_prefix_wildcard_there_still_fails():
+    """The prefix grants on the user's buckets in another stack are acknowledged by their exact ARNs once
+    aws-cdk-lib has made them Fn::ImportValue; the user's own wildcard on another prefix is still reported."""
+    def build(app):
+        env = cdk.Environment(account="111122223333", region="us-east-1")
+        owner = cdk.Stack(app, "Owner", env=env)
+        given = {name: s3.Bucket(owner, name, enforce_ssl=True, server_access_logs_prefix="logs/") for name in ("In", "Out")}
+        batch = BatchPrecompute(cdk.Stack(app, "Nag", env=env), "Batch", model=NOVA, max_tokens=400,
+                                input_bucket=given["In"], output_bucket=given["Out"])
+        batch.prepare_function.add_to_role_policy(
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[given["In"].arn_for_objects("archive/*")]))
+
+    [finding] = [f for f in nag_findings(build) if " at Nag/" in f]
+    assert finding.startswith("AwsSolutions-IAM5[Resource::Owner:ExportsOutputFnGetAttIn")
+    assert finding.endswith("/archive/*] at Nag/Batch/PrepareRole/DefaultPolicy/Resource")
+
+
 def test_the_loader_may_write_answers_but_never_delete():
     """The loader deletes nothing, so its role has no dynamodb:DeleteItem on the answer store (issue 27)."""
     stack = new_stack()

@@ -37,26 +37,9 @@ USER_ROLE = "StateMachineOptions(role=...): grants on the user's role not acknow
 #: them. Details and the proposed fixes: /work/notes/h-nag.md.
 KNOWN: list[tuple[str, Callable[[dict[str, str]], bool], str]] = [
     (
-        "LlmEndpoint",
-        lambda o: o["model_data_bucket"] == "other-stack" and o["model_data_key"].endswith("/"),
-        f"IAM5 <prefix>/* on Llm/ExecutionRole/DefaultPolicy; {CROSS_STACK} (llm_endpoint.py)",
-    ),
-    (
         "ScheduledPrecompute",
         lambda o: o["items"] == "bucket:other-stack",
         f"IAM5 s3:::<items bucket>/* on the state machine role (item reader); {CROSS_STACK} (precompute.py)",
-    ),
-    (
-        "BatchPrecompute",
-        lambda o: o["buckets"] == "both:other-stack",
-        f"IAM5 batch-input/*, batch-output/*, items/* on BedrockServiceRole, PrepareRole, LoadRole; {CROSS_STACK} "
-        "(batch_precompute.py)",
-    ),
-    (
-        "BoundedDistributedMap",
-        lambda o: o["items_bucket"] == "other-stack",
-        f"IAM5 s3:::<items bucket>/* on DistMap/StateMachine/Role/DefaultPolicy (item reader); {CROSS_STACK} "
-        "(orchestration.py)",
     ),
 ]
 

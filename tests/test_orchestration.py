@@ -789,6 +789,31 @@ def test_on_the_users_own_role_only_the_users_own_wildcards_fail_nag(imported):
     assert nag_findings(build) == [f"AwsSolutions-IAM5[Resource::arn:aws:s3:::users-archive/*] at {at}"]
 
 
+def test_an_items_bucket_of_another_stack_passes_nag_and_a_users_own_bucket_wildcard_there_still_fails():
+    """The item reader's <bucket>/* on a bucket of another stack is acknowledged by its exact ARN once
+    aws-cdk-lib has made it Fn::ImportValue; the user's own <other bucket>/* of that stack is still reported."""
+    import tempfile
+    from pathlib import Path
+
+    from cdk_nag import AwsSolutionsChecks
+    from conftest import nag_violations
+
+    outdir = tempfile.mkdtemp()
+    app = cdk.App(outdir=outdir)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    env = cdk.Environment(account="111122223333", region="us-east-1")
+    owner = cdk.Stack(app, "Owner", env=env)
+    items, archive = (s3.Bucket(owner, name, enforce_ssl=True, server_access_logs_prefix="logs/") for name in ("Items", "Archive"))
+    dist = BoundedDistributedMap(cdk.Stack(app, "Nag", env=env), "Dist", max_concurrency=4, model=NOVA, request=REQUEST,
+                                 items_bucket=items, items_key="items.jsonl")
+    dist.state_machine.add_to_role_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"arn:aws:s3:::{archive.bucket_name}/*"]))
+    with contextlib.suppress(RuntimeError):  # ValidationFailed: the findings are in the report
+        app.synth()
+    [finding] = [f for f in nag_violations(Path(outdir)) if " at Nag/" in f]
+    assert finding.startswith("AwsSolutions-IAM5[Resource::arn:aws:s3:::Owner:ExportsOutputRefArchive")
+    assert finding.endswith("/*] at Nag/Dist/StateMachine/Role/DefaultPolicy/Resource")
+
+
 def test_the_library_alone_passes_nag():
     assert nag_findings(lambda stack: BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST)) == []
 

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import aws_cdk as cdk
+import jsii
 
-from constructs import IConstruct
+from constructs import IConstruct, IValidation
 
 
 def flatten_reference(node: Any) -> str:
@@ -72,6 +73,25 @@ def acknowledge_exact_resources(policy: IConstruct, *, resources: list[str], rea
     """
     exact = frozenset(resources)
     return acknowledge_wildcard_resources(policy, matches=exact.__contains__, reason=reason)
+
+
+def acknowledge_exact_resources_at_validation(
+    policy: IConstruct, *, resources: Callable[[], list[str]], reason: str
+) -> None:
+    """As acknowledge_exact_resources, computed when the app validates, after aws-cdk-lib has turned a
+    reference to another stack's resource (a user's bucket there) into Fn::ImportValue, the form cdk-nag
+    names the finding by. `resources` is called then, so it flattens the same import."""
+    policy.node.add_validation(_AcknowledgeAtValidation(policy, resources, reason))
+
+
+@jsii.implements(IValidation)
+class _AcknowledgeAtValidation:
+    def __init__(self, policy: IConstruct, resources: Callable[[], list[str]], reason: str) -> None:
+        self._policy, self._resources, self._reason = policy, resources, reason
+
+    def validate(self) -> list[str]:
+        acknowledge_exact_resources(self._policy, resources=self._resources(), reason=self._reason)
+        return []
 
 
 def principal_policy(role: IConstruct) -> IConstruct | None:

@@ -43,6 +43,7 @@ submission then retries Bedrock's ServiceQuotaExceededException with backoff.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -60,10 +61,16 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from ._checks import Checks, Default, is_token, resolved
-from ._nag import acknowledge_exact_resources, acknowledge_wildcard_resources, flattened, principal_policy
+from ._nag import (
+    acknowledge_exact_resources,
+    acknowledge_exact_resources_at_validation,
+    acknowledge_wildcard_resources,
+    flattened,
+    principal_policy,
+)
 from ._runtime_constants import metrics_constants
 from ._secure import StateMachineOptions, handler_function, log_key, model_state_machine
 from .answer_store import AnswerStore
@@ -886,18 +893,21 @@ class BatchPrecompute(Construct):
 
     def _acknowledge_prefix_wildcards(self) -> None:
         """Object grants on a prefix (bucket/prefix/*) are this construct's least privilege: the objects'
-        names are generated per run and per job, so no grant can name them one by one."""
-        prefixes = tuple(f"/{p}*" for p in self._prefixes.values())
+        names are generated per run and per job, so no grant can name them one by one. Exactly those
+        ARNs, flattened at validation (a bucket of another stack is an Fn::ImportValue by then), so a
+        user's own prefix wildcard on these roles is still reported."""
+        buckets = {"items": self.items_bucket, "input": self.input_bucket, "output": self.output_bucket}
         reason = (
             "S3 objects under one of this pipeline's prefixes (items, batch input, batch output), whose keys are "
             "generated per run and per job; the grant is limited to that prefix"
         )
+        objects = [buckets[name].arn_for_objects(f"{prefix}*") for name, prefix in self._prefixes.items()]
         for role in (self.service_role, self.prepare_function.role, self.load_function.role):
             assert role is not None
             policy = role.node.try_find_child("DefaultPolicy")
             if policy is not None:
-                acknowledge_wildcard_resources(
-                    cast(Construct, policy), matches=lambda arn: arn.endswith(prefixes), reason=reason
+                acknowledge_exact_resources_at_validation(
+                    policy, resources=functools.partial(_flattened_all, policy, objects), reason=reason
                 )
 
     def _acknowledge_job_events_wildcards(self) -> None:
@@ -996,6 +1006,10 @@ class BatchPrecompute(Construct):
             namespace=names.NAMESPACE, metric_name=name,
             dimensions_map={names.FUNCTION_DIMENSION: self.load_function.function_name}, **options,
         )
+
+
+def _flattened_all(scope: IConstruct, arns: list[str]) -> list[str]:
+    return [flattened(scope, arn) for arn in arns]
 
 
 def _check_prefix(check: Checks, name: str, value: Any) -> bool:

@@ -28,7 +28,7 @@ from constructs import Construct
 
 from ._alarms import duration_in, shown, threshold_alarm, token_kind, token_of_kind
 from ._checks import Checks, is_token
-from ._nag import acknowledge_wildcard_resources, flatten_reference
+from ._nag import acknowledge_exact_resources_at_validation, acknowledge_wildcard_resources, flattened
 from .capacity import MAX_CAPACITY
 
 __all__ = [
@@ -674,10 +674,10 @@ class LlmEndpoint(Construct):
         acknowledge_wildcard_resources(
             default_policy, matches=lambda arn: ":log-stream:*" in arn, reason=_LOGS_WILDCARD_REASON
         )
-        if prefix:  # exactly the weights prefix, however the bucket's ARN is written (literal, same stack, imported)
-            weights = flatten_reference(stack.resolve(objects))
-            acknowledge_wildcard_resources(
-                default_policy, matches=lambda arn: arn == weights, reason=_PREFIX_WILDCARD_REASON
+        if prefix:  # exactly the weights prefix, however the bucket's ARN is written (literal, same stack,
+            # imported, or another stack's: flattened at validation, once that is an Fn::ImportValue)
+            acknowledge_exact_resources_at_validation(
+                default_policy, resources=lambda: [flattened(default_policy, objects)], reason=_PREFIX_WILDCARD_REASON
             )
         # Actions with no resource-level permissions, alone in a policy so only they are acknowledged.
         service_policy = iam.Policy(

@@ -24,7 +24,12 @@ from constructs import Construct
 
 from . import planning
 from ._checks import Checks, fit_concurrency
-from ._nag import acknowledge_exact_resources, flattened, principal_policy
+from ._nag import (
+    acknowledge_exact_resources,
+    acknowledge_exact_resources_at_validation,
+    flattened,
+    principal_policy,
+)
 from ._secure import StateMachineOptions, model_state_machine
 from .model_tasks import (
     ANSWER_BYTES_OVERHEAD,
@@ -376,17 +381,18 @@ class BoundedDistributedMap(_MapBase):
         policy = principal_policy(machine.role)
         if policy is None:
             return
-        # aws-cdk-lib's item reader and result writer: arn:<partition>:s3:::<bucket name>/* of these buckets.
+        # aws-cdk-lib's item reader and result writer: arn:<partition>:s3:::<bucket name>/* of these buckets,
+        # flattened at validation (a bucket of another stack is an Fn::ImportValue by then).
         objects = [
-            flattened(self, cdk.Arn.format(cdk.ArnComponents(
+            cdk.Arn.format(cdk.ArnComponents(
                 partition=cdk.Aws.PARTITION, service="s3", region="", account="", resource=bucket.bucket_name,
                 resource_name="*",
-            )))
+            ))
             for bucket in (items_bucket, results_bucket)
         ]
-        acknowledge_exact_resources(
+        acknowledge_exact_resources_at_validation(
             policy,
-            resources=objects,
+            resources=lambda: [flattened(policy, arn) for arn in objects],
             reason="aws-cdk-lib's item reader and result writer grant every object of the items and results "
             "buckets (bucket/*): the Map reads the items object and writes result objects whose keys Step "
             "Functions generates; pass your own role to narrow it",
