@@ -28,7 +28,7 @@ from constructs import Construct
 
 from ._alarms import duration_in, shown, threshold_alarm, token_kind, token_of_kind
 from ._checks import Checks, is_token
-from ._nag import acknowledge_exact_resources_at_validation, acknowledge_wildcard_resources, flattened
+from ._nag import acknowledge_exact_resources, acknowledge_exact_resources_at_validation, flattened
 from .capacity import MAX_CAPACITY
 
 __all__ = [
@@ -653,6 +653,7 @@ class LlmEndpoint(Construct):
         groups = [f"/aws/sagemaker/Endpoints/{self.endpoint_name}"]
         if self.inference_component_name is not None:
             groups.append(f"/aws/sagemaker/InferenceComponents/{self.inference_component_name}")
+        streams: list[str] = []
         for group in groups:
             arn = stack.format_arn(
                 service="logs",
@@ -669,10 +670,12 @@ class LlmEndpoint(Construct):
                     resources=[f"{arn}:log-stream:*"],
                 )
             )
+            streams.append(f"{arn}:log-stream:*")
         default_policy = role.node.find_child("DefaultPolicy")
         assert isinstance(default_policy, Construct)
-        acknowledge_wildcard_resources(
-            default_policy, matches=lambda arn: ":log-stream:*" in arn, reason=_LOGS_WILDCARD_REASON
+        # Exactly this endpoint's log groups' streams: a user's own :log-stream:* on this role stays reported.
+        acknowledge_exact_resources(
+            default_policy, resources=[flattened(self, arn) for arn in streams], reason=_LOGS_WILDCARD_REASON
         )
         if prefix:  # exactly the weights prefix, however the bucket's ARN is written (literal, same stack,
             # imported, or another stack's: flattened at validation, once that is an Fn::ImportValue)
