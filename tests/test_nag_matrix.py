@@ -29,19 +29,10 @@ from aws_cdk import aws_s3 as s3
 
 CASES = m.cases()
 
-CROSS_STACK = "bucket of another stack: acknowledged as <Bucket.Arn>, flattened by cdk-nag as <Owner>:ExportsOutput..."
-USER_ROLE = "StateMachineOptions(role=...): grants on the user's role not acknowledged"
-
 #: Findings on library resources, known and left to the construct's owner: (construct, which cases,
 #: the finding and the file that should fix it). Each marks its cases xfail(strict=True), so a fix flips
-#: them. Details and the proposed fixes: /work/notes/h-nag.md.
-KNOWN: list[tuple[str, Callable[[dict[str, str]], bool], str]] = [
-    (
-        "ScheduledPrecompute",
-        lambda o: o["items"] == "bucket:other-stack",
-        f"IAM5 s3:::<items bucket>/* on the state machine role (item reader); {CROSS_STACK} (precompute.py)",
-    ),
-]
+#: them. Empty: every case is clean.
+KNOWN: list[tuple[str, Callable[[dict[str, str]], bool], str]] = []
 
 
 def known(case: m.Case) -> list[str]:

@@ -54,12 +54,18 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from . import planning
 from ._assets import LAMBDA_DIR
 from ._checks import Checks, is_token
-from ._nag import acknowledge_wildcard_resources, flatten_reference
+from ._nag import (
+    acknowledge_exact_resources,
+    acknowledge_exact_resources_at_validation,
+    acknowledge_wildcard_resources,
+    flattened,
+    principal_policy,
+)
 from ._runtime_constants import metrics_constants as metrics
 from ._secure import StateMachineOptions, handler_function, model_state_machine
 from .answer_store import AnswerStore
@@ -470,11 +476,11 @@ class ScheduledPrecompute(Construct):
                 "to the GenaiPacer namespace by the cloudwatch:namespace condition",
             )
         )
-        role_policy = _role_policy(self.state_machine.role)
+        role_policy = principal_policy(self.state_machine.role)
         if role_policy is not None:
-            acknowledge_wildcard_resources(
+            acknowledge_exact_resources(
                 role_policy,
-                matches=lambda arn: arn.endswith(":*") and "PrepareRun" in arn,
+                resources=[flattened(self, f"{self.prepare_function.function_arn}:*")],
                 reason="aws-cdk-lib's LambdaInvoke grants the function and its versions and aliases (function:*); "
                 "the grant names this construct's own prepare function only",
             )
@@ -686,7 +692,7 @@ class ScheduledPrecompute(Construct):
         )
         return queue
 
-    def _acknowledge_distributed_map(self, items_bucket: s3.IBucket, role_policy: Construct | None) -> None:
+    def _acknowledge_distributed_map(self, items_bucket: s3.IBucket, role_policy: IConstruct | None) -> None:
         machine = self.state_machine
         child_policy = machine.node.try_find_child("DistributedMapPolicy")
         if child_policy is not None:
@@ -698,15 +704,16 @@ class ScheduledPrecompute(Construct):
             )
         if role_policy is None:
             return
-        # exactly the items bucket's objects: a user's own bucket/* on a role they pass in stays their finding
-        stack = cdk.Stack.of(self)
-        items_objects = {  # the reader writes the ARN from the bucket's name; other grants from its ARN
-            flatten_reference(stack.resolve(items_bucket.arn_for_objects("*"))),
-            flatten_reference(stack.resolve(f"arn:{cdk.Aws.PARTITION}:s3:::{items_bucket.bucket_name}/*")),
-        }
-        acknowledge_wildcard_resources(
+        # Exactly the items bucket's objects, so a user's own bucket/* on a role they pass in stays their
+        # finding; computed at validation, after a bucket of another stack has become an import, the
+        # form cdk-nag names the finding by. The reader writes the ARN from the bucket's name, other
+        # grants from its ARN.
+        acknowledge_exact_resources_at_validation(
             role_policy,
-            matches=lambda arn: arn in items_objects,
+            resources=lambda: [
+                flattened(self, items_bucket.arn_for_objects("*")),
+                flattened(self, f"arn:{cdk.Aws.PARTITION}:s3:::{items_bucket.bucket_name}/*"),
+            ],
             reason="aws-cdk-lib's item reader grants every object of the items bucket (bucket/*): the Map reads "
             "the items object; pass your own role to narrow it",
         )
@@ -721,16 +728,6 @@ class ScheduledPrecompute(Construct):
             dimensions_map={FAILED_KEYS_DIMENSION: self.state_machine.state_machine_name},
             **{"statistic": "Sum", "period": cdk.Duration.days(1), **props},
         )
-
-
-def _role_policy(role: iam.IRole) -> Construct | None:
-    """The policy a role's grants land in: DefaultPolicy on a role of this app, Policy on an imported
-    one (iam.Role.from_role_arn); None when nothing was granted to it."""
-    for name in ("DefaultPolicy", "Policy"):
-        child = role.node.try_find_child(name)
-        if child is not None:
-            return cast(Construct, child)
-    return None
 
 
 def _retry_store(task: sfn.TaskStateBase) -> None:
