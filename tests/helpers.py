@@ -117,3 +117,15 @@ def readme_blocks(readme: Path) -> list[Block]:
             number = end
         number += 1
     return blocks
+
+
+def token_of(stack: cdk.Stack, kind: str, name: str = "Param") -> Any:
+    """A CfnParameter `name` as the kind of deploy-time value a user would pass: "number", "string",
+    "duration" (cdk.Duration.seconds of a number) or anything else for a list."""
+    if kind == "number":
+        return cdk.CfnParameter(stack, name, type="Number").value_as_number
+    if kind == "string":
+        return cdk.CfnParameter(stack, name).value_as_string
+    if kind == "duration":
+        return cdk.Duration.seconds(cdk.CfnParameter(stack, name, type="Number").value_as_number)
+    return cdk.CfnParameter(stack, name, type="CommaDelimitedList").value_as_list

@@ -22,7 +22,7 @@ from genai_pacer.retrieval import (
     HybridSearchPipeline,
     VectorIndexSettings,
 )
-from helpers import new_stack, only, resources
+from helpers import new_stack, only, resources, token_of
 
 ENDPOINT = "https://search-docs-abc.us-east-1.es.amazonaws.com"
 
@@ -585,14 +585,6 @@ def test_custom_resources_fail_within_ten_minutes_when_the_handler_cannot_answer
 # Every prop given an unresolved token: it reaches the template as a token, or is refused by name
 
 
-def token_of(stack: cdk.Stack, kind: str):
-    if kind == "number":
-        return cdk.CfnParameter(stack, "Param", type="Number").value_as_number
-    if kind == "string":
-        return cdk.CfnParameter(stack, "Param").value_as_string
-    if kind == "duration":
-        return cdk.Duration.seconds(cdk.CfnParameter(stack, "Param", type="Number").value_as_number)
-    return cdk.CfnParameter(stack, "Param", type="CommaDelimitedList").value_as_list
 
 
 REF = {"Ref": "Param"}

@@ -20,7 +20,7 @@ from genai_pacer._checks import InvalidPropsError
 from genai_pacer.invocation_logging import ModelInvocationLogging
 from genai_pacer.observability import LatencyAlarms, LatencyDashboard, TpmQuota, WatchedModel
 from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
-from helpers import new_stack, resources
+from helpers import new_stack, resources, token_of
 
 NOVA = BedrockModel.from_id("us.amazon.nova-lite-v1:0")
 TGI = "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-tgi-inference:2.7.0-tgi3.3.6-gpu-py311-cu124-ubuntu22.04"
@@ -30,14 +30,6 @@ REF = {"Ref": "Param"}
 GARBLED = ("1.888154", "1.88815e+289", "e+289")
 
 
-def token_of(stack: cdk.Stack, kind: str) -> Any:
-    if kind == "number":
-        return cdk.CfnParameter(stack, "Param", type="Number").value_as_number
-    if kind == "string":
-        return cdk.CfnParameter(stack, "Param").value_as_string
-    if kind == "duration":
-        return cdk.Duration.seconds(cdk.CfnParameter(stack, "Param", type="Number").value_as_number)
-    return cdk.CfnParameter(stack, "Param", type="CommaDelimitedList").value_as_list
 
 
 def experiment(stack: cdk.Stack, **props: Any) -> PromptExperiment:

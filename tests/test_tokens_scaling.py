@@ -19,7 +19,7 @@ import pytest
 from genai_pacer import capacity
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.endpoint_scaling import EndpointScaling, PeakWindow
-from helpers import new_stack, only
+from helpers import new_stack, only, token_of
 
 KINDS = ("number", "string", "duration", "list")
 ENCODED_NUMBER = re.compile(r"e\+2\d\d|-1\.88815")  # how aws-cdk-lib encodes a number token
@@ -28,13 +28,7 @@ PEAK = dict(capacity=6, start="08:00", end="09:00", days="MON-FRI", time_zone="E
 
 def token(stack: cdk.Stack, kind: str) -> Any:
     """A CfnParameter named Tok, as the kind of token a user would pass."""
-    if kind == "number":
-        return cdk.CfnParameter(stack, "Tok", type="Number").value_as_number
-    if kind == "string":
-        return cdk.CfnParameter(stack, "Tok").value_as_string
-    if kind == "duration":
-        return cdk.Duration.seconds(cdk.CfnParameter(stack, "Tok", type="Number").value_as_number)
-    return cdk.CfnParameter(stack, "Tok", type="CommaDelimitedList").value_as_list
+    return token_of(stack, kind, "Tok")
 
 
 def holds_ref(value: Any) -> bool:

@@ -495,8 +495,8 @@ def _remaining_seconds(context: Any) -> float:
     if callable(remaining):
         try:
             return max(0.0, float(remaining()) / 1000)
-        except (TypeError, ValueError):
-            pass
+        except (TypeError, ValueError):  # a context that is not Lambda's (a test, a local run)
+            return DEFAULT_CLAIM_SECONDS
     return DEFAULT_CLAIM_SECONDS
 
 
