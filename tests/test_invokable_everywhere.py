@@ -9,6 +9,7 @@ from typing import Any
 
 import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Template
@@ -16,7 +17,10 @@ from genai_pacer import (
     AnswerStore,
     BatchPrecompute,
     BedrockModel,
+    BoundedDistributedMap,
+    BoundedMap,
     ConverseRequest,
+    ParallelPrompts,
     QueuedInference,
     ScheduledPrecompute,
 )
@@ -36,7 +40,17 @@ def _scheduled(stack: cdk.Stack, model: Any) -> None:
     )
 
 
+def _request() -> ConverseRequest:
+    return ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=50)
+
+
 BUILDERS: dict[str, Callable[[cdk.Stack, Any], Any]] = {
+    "BoundedMap": lambda stack, model: BoundedMap(stack, "Map", model=model, max_concurrency=2, request=_request()),
+    "BoundedDistributedMap": lambda stack, model: BoundedDistributedMap(
+        stack, "Distributed", model=model, max_concurrency=2, request=_request(),
+        items_bucket=s3.Bucket(stack, "Items", enforce_ssl=True), items_key="items.jsonl"),
+    "ParallelPrompts": lambda stack, model: ParallelPrompts(
+        stack, "Parallel", model=model, prompts={"Pros": ConverseRequest(prompt="List the pros.", max_tokens=50)}),
     "QueuedInference": lambda stack, model: QueuedInference(stack, "Queue", model=model, max_concurrency=2),
     "AnswerRouter": lambda stack, model: AnswerRouter(
         stack, "Router", answer_store=AnswerStore(stack, "Store"), model=model, prompts={"t#{x}": "Say {x}."}),
