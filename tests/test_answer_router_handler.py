@@ -58,8 +58,11 @@ def router(monkeypatch):
             stub.assert_no_pending_responses()  # every queued model answer was asked for
 
 
-def store(module, key: str, text: str, *, age: float = 0.0, sequence: int | None = None, expires_at: int | None = None):
-    generated = time.time() - age
+def store(module, key: str, text: str, *, age: float = 0.0, sequence: int | None = None, expires_at: int | None = None,
+          generated: float | None = None):
+    """Store an answer generated `age` seconds ago, or at `generated` (epoch seconds) when given: a test
+    that needs an exact age pins the instant, since the clock moves between two reads."""
+    generated = time.time() - age if generated is None else generated
     answers.put_answer(module.DDB, TABLE, answers.Answer(
         key=answers.normalize_key(key), text=text, model_id=MODEL, request_id="precompute-run",
         sequence=int(generated * 1000) if sequence is None else sequence,
@@ -119,7 +122,7 @@ def test_an_answer_past_its_ttl_is_stale_even_when_young(router):
 
 def test_age_equal_to_max_age_is_still_fresh(router, monkeypatch):
     now = float(int(time.time()))
-    store(router, "k#edge", "exactly max_age old", age=time.time() - (now - MAX_AGE))
+    store(router, "k#edge", "exactly max_age old", generated=now - MAX_AGE)  # pinned: exactly MAX_AGE before `now`
     monkeypatch.setattr(router, "time", type("Clock", (), {"time": staticmethod(lambda: now), "sleep": time.sleep}))
     result = router.handler({"key": "k#edge"})
     assert (result["reason"], result["answer"], result["ageSeconds"]) == ("hit", "exactly max_age old", MAX_AGE)

@@ -200,12 +200,25 @@ def test_a_lower_log_level_is_the_users_own_nag_finding():
 # ---- a corrupted stored answer is repaired by the next run (issue 22.1) -----------------------------
 
 
+def _newer_than_the_run() -> str:
+    """A stored sequence newer than the run about to start (its sequence is its start) and within the
+    clock skew, so only the item's invalidity, never its order, can let the run replace it."""
+    import time
+
+    return str(int(time.time() * 1000) + 30_000)
+
+
 @pytest.mark.parametrize("corrupt", [
     {"sequence": {"S": "999"}},                      # a string where a number belongs
     {"sequence": {"N": str(10**38 - 1)}},            # so large that nothing could ever supersede it
     {"generated_at": {"S": "2999-01-01T00:00:00Z"}},  # fresh forever
     {"answer": {"N": "42"}},                          # an answer that is not text
-], ids=["string-sequence", "huge-sequence", "future-generated-at", "numeric-answer"])
+    {"output_tokens": {"S": "5"}},                    # every attribute readers type-check (issue 22 audit)
+    {"stop_reason": {"N": "1"}},
+    {"input_tokens": {"N": "-1"}},                    # a negative count
+    {"generated_at": {"S": "1969-12-31T23:59:59Z"}},  # before any clock that wrote answers
+], ids=["string-sequence", "huge-sequence", "future-generated-at", "numeric-answer", "string-output-tokens",
+        "numeric-stop-reason", "negative-input-tokens", "generated-before-1970"])
 def test_a_run_replaces_a_corrupted_stored_answer(monkeypatch, corrupt):
     from pacer_runtime import answers
     from test_precompute import build as build_reference
@@ -216,9 +229,60 @@ def test_a_run_replaces_a_corrupted_stored_answer(monkeypatch, corrupt):
     with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
         table = runner.physical_name(pre.answer_store.table)
         item = {"pk": {"S": "ticker-morning#t0"}, "answer": {"S": "stale"}, "model_id": {"S": NOVA},
-                "request_id": {"S": "router#1"}, "sequence": {"N": "1"}, "generated_at": {"S": "2020-01-01T00:00:00Z"}}
+                "request_id": {"S": "router#1"}, "sequence": {"N": _newer_than_the_run()},
+                "generated_at": {"S": "2020-01-01T00:00:00Z"}}
         runner.dynamodb.put_item(TableName=table, Item={**item, **corrupt})
         run = runner.run({"items": items}, timeout=120).raise_for_status()
         repaired = answers.get_answer(runner.dynamodb, table, "ticker-morning#t0")
+    assert int(item["sequence"]["N"]) > int(run.output["sequence"])  # the order alone would keep the stored item
     assert (run.output["written"], run.output["superseded"]) == (1, 0)
     assert repaired is not None and repaired.text != "stale" and repaired.sequence == int(run.output["sequence"])
+
+
+def test_the_control_a_valid_newer_item_is_kept_by_the_run(monkeypatch):
+    """The same stored item, uncorrupted: the run's write is superseded (so the cases above pass only
+    because the condition judges the item invalid)."""
+    from pacer_runtime import answers
+    from test_precompute import build as build_reference
+    from test_precompute import emulator, offline, tickers
+
+    stack, pre = build_reference()
+    items = tickers(1)
+    with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
+        table = runner.physical_name(pre.answer_store.table)
+        runner.dynamodb.put_item(TableName=table, Item={
+            "pk": {"S": "ticker-morning#t0"}, "answer": {"S": "newer"}, "model_id": {"S": NOVA},
+            "request_id": {"S": "router#1"}, "sequence": {"N": _newer_than_the_run()},
+            "generated_at": {"S": "2020-01-01T00:00:00Z"}})
+        run = runner.run({"items": items}, timeout=120).raise_for_status()
+        kept = answers.get_answer(runner.dynamodb, table, "ticker-morning#t0")
+    assert (run.output["written"], run.output["superseded"]) == (0, 1)
+    assert kept is not None and kept.text == "newer"
+
+
+def test_what_no_condition_can_judge_is_reported_superseded_and_the_next_put_answer_repairs_it(monkeypatch):
+    """A fractional count is invalid to readers, but DynamoDB conditions have no arithmetic: the run's
+    DynamoDB task cannot tell 2.5 from 2 and reports the key superseded; the next writer that goes
+    through put_answer (router, worker, batch loader) replaces the item."""
+    import time
+
+    from pacer_runtime import answers
+    from test_precompute import build as build_reference
+    from test_precompute import emulator, offline, tickers
+
+    stack, pre = build_reference()
+    items = tickers(1)
+    with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
+        table = runner.physical_name(pre.answer_store.table)
+        runner.dynamodb.put_item(TableName=table, Item={
+            "pk": {"S": "ticker-morning#t0"}, "answer": {"S": "stale"}, "model_id": {"S": NOVA},
+            "request_id": {"S": "router#1"}, "sequence": {"N": _newer_than_the_run()},
+            "generated_at": {"S": "2020-01-01T00:00:00Z"}, "output_tokens": {"N": "2.5"}})
+        run = runner.run({"items": items}, timeout=120).raise_for_status()
+        after_run = answers.get_answer(runner.dynamodb, table, "ticker-morning#t0")
+        repair = answers.Answer(key="ticker-morning#t0", text="router's", model_id=NOVA, request_id="router#2",
+                                sequence=int(time.time() * 1000))
+        written = answers.put_answer(runner.dynamodb, table, repair)
+        repaired = answers.get_answer(runner.dynamodb, table, "ticker-morning#t0")
+    assert (run.output["written"], run.output["superseded"]) == (0, 1) and after_run is None
+    assert written is True and repaired is not None and repaired.text == "router's"

@@ -88,31 +88,69 @@ def valid_item(now: float, **overrides) -> dict:
 NOW = 1_800_000_000.0  # a fixed clock for the readers and writers below
 STORED = "STORED-ANSWER-TEXT"
 
+SEQ = int(NOW * 1000) + 30_000  # valid_item's sequence
+CONDITION, PUT_ANSWER = "condition", "put_answer"
+
+#: case -> (attributes overridden in valid_item (None removes one), the reason readers log, and who
+#: replaces it: the write condition itself (so ScheduledPrecompute's DynamoDB task does too), or only
+#: put_answer, which judges the item a failed write returns (DynamoDB has no arithmetic or pattern
+#: in a condition: it cannot tell 2.5 from 2, nor a time from a string of the same size and range).
 CORRUPTIONS = {
-    "string sequence": ({"sequence": {"S": "99999999999999"}}, "sequence is of type S, not N"),
-    "sequence 10**38-1": ({"sequence": {"N": str(10**38 - 1)}}, "sequence is beyond now plus 60 s"),
-    "future generated_at": ({"generated_at": {"S": answers.iso_utc(NOW + 3600)}}, "generated_at is beyond now"),
-    "answer a number": ({"answer": {"N": "123"}}, "answer is of type N, not S"),
-    "answer a boolean": ({"answer": {"BOOL": True}}, "answer is of type BOOL, not S"),
-    "empty answer": ({"answer": {"S": ""}}, "answer is empty"),
-    "model_id a number": ({"model_id": {"N": "1"}}, "model_id is of type N, not S"),
-    "input_tokens a string": ({"input_tokens": {"S": "3"}}, "input_tokens is of type S, not N"),
-    "expires_at a string": ({"expires_at": {"S": "soon"}}, "expires_at is of type S, not N"),
-    "request_id a number": ({"request_id": {"N": "9"}}, "request_id is of type N, not S"),
-    "generated_at a number": ({"generated_at": {"N": "1"}}, "generated_at is of type N, not S"),
-    "no generated_at": ({"generated_at": None}, "generated_at is missing"),
-    "no answer": ({"answer": None}, "answer is missing"),
+    "string sequence": ({"sequence": {"S": "99999999999999"}}, "sequence is of type S, not N", CONDITION),
+    "sequence 10**38-1": ({"sequence": {"N": str(10**38 - 1)}}, "sequence is beyond now plus 60 s", CONDITION),
+    "future generated_at": ({"generated_at": {"S": answers.iso_utc(NOW + 3600)}}, "generated_at is beyond now", CONDITION),
+    "answer a number": ({"answer": {"N": "123"}}, "answer is of type N, not S", CONDITION),
+    "answer a boolean": ({"answer": {"BOOL": True}}, "answer is of type BOOL, not S", CONDITION),
+    "empty answer": ({"answer": {"S": ""}}, "answer is empty", CONDITION),
+    "model_id a number": ({"model_id": {"N": "1"}}, "model_id is of type N, not S", CONDITION),
+    "input_tokens a string": ({"input_tokens": {"S": "3"}}, "input_tokens is of type S, not N", CONDITION),
+    "expires_at a string": ({"expires_at": {"S": "soon"}}, "expires_at is of type S, not N", CONDITION),
+    "request_id a number": ({"request_id": {"N": "9"}}, "request_id is of type N, not S", CONDITION),
+    "generated_at a number": ({"generated_at": {"N": "1"}}, "generated_at is of type N, not S", CONDITION),
+    "no generated_at": ({"generated_at": None}, "generated_at is missing", CONDITION),
+    "no answer": ({"answer": None}, "answer is missing", CONDITION),
+    "no model_id": ({"model_id": None}, "model_id is missing", CONDITION),
+    "no request_id": ({"request_id": None}, "request_id is missing", CONDITION),
+    # Every other attribute readers type-check (issue 22 audit: the old condition kept these).
+    "output_tokens a string": ({"output_tokens": {"S": "5"}}, "output_tokens is of type S, not N", CONDITION),
+    "cache_read_tokens a boolean": ({"cache_read_tokens": {"BOOL": True}}, "cache_read_tokens is of type BOOL, not N", CONDITION),
+    "cache_write_tokens a string": ({"cache_write_tokens": {"S": "0"}}, "cache_write_tokens is of type S, not N", CONDITION),
+    "stop_reason a number": ({"stop_reason": {"N": "1"}}, "stop_reason is of type N, not S", CONDITION),
+    "served_latency a list": ({"served_latency": {"L": []}}, "served_latency is of type L, not S", CONDITION),
+    "sent_at a number": ({"sent_at": {"N": "1"}}, "sent_at is of type N, not S", CONDITION),
+    "created_at a number": ({"created_at": {"N": "1"}}, "created_at is of type N, not S", CONDITION),
+    "created_at instead of generated_at": ({"generated_at": None, "created_at": {"S": answers.iso_utc(NOW)}},
+                                           "generated_at is missing", CONDITION),
+    "negative input_tokens": ({"input_tokens": {"N": "-1"}}, "input_tokens is not a whole number >= 0", CONDITION),
+    "negative output_tokens": ({"output_tokens": {"N": "-5"}}, "output_tokens is not a whole number >= 0", CONDITION),
+    "negative cache_write_tokens": ({"cache_write_tokens": {"N": "-1"}}, "cache_write_tokens is not a whole number >= 0",
+                                    CONDITION),
+    "negative expires_at": ({"expires_at": {"N": "-1"}}, "expires_at is not a whole number >= 0", CONDITION),
+    "generated_at too short": ({"generated_at": {"S": "2026"}}, "generated_at is not an ISO-8601 time", CONDITION),
+    "generated_at empty": ({"generated_at": {"S": ""}}, "generated_at is not an ISO-8601 time", CONDITION),
+    "generated_at before 1970": ({"generated_at": {"S": "1969-12-31T23:59:59.000Z"}}, "generated_at is before 1970", CONDITION),
+    # What only put_answer can judge (the Step Functions writer reports such a key superseded).
+    "fractional output_tokens": ({"output_tokens": {"N": "2.5"}}, "output_tokens is not a whole number >= 0", PUT_ANSWER),
+    "fractional cache_read_tokens": ({"cache_read_tokens": {"N": "0.5"}}, "cache_read_tokens is not a whole number >= 0",
+                                     PUT_ANSWER),
+    "fractional sequence": ({"sequence": {"N": f"{SEQ}.5"}}, "sequence is not a whole number >= 0", PUT_ANSWER),
+    "fractional expires_at": ({"expires_at": {"N": f"{int(NOW) + 3600}.25"}}, "expires_at is not a whole number >= 0",
+                              PUT_ANSWER),
+    "generated_at not a time": ({"generated_at": {"S": "2026-13-45T99:99:99.000Z"}}, "generated_at is not an ISO-8601 time",
+                                PUT_ANSWER),
+    "generated_at not in UTC": ({"generated_at": {"S": "2027-01-15T03:00:00.000-05:00"}},
+                                "generated_at is not in UTC", PUT_ANSWER),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CORRUPTIONS))
 def test_an_invalid_item_reads_as_absent_and_the_next_write_repairs_it(ddb, case, capsys):
-    overrides, reason = CORRUPTIONS[case]
+    overrides, reason, _ = CORRUPTIONS[case]
     ddb.put_item(TableName=TABLE, Item=valid_item(NOW, **overrides))
     before = sum(answers.INVALID_ITEMS.values())
     assert answers.get_answer(ddb, TABLE, "k", now=NOW) is None
     assert sum(answers.INVALID_ITEMS.values()) == before + 1
-    (line,) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    (line,) = [json.loads(x) for x in capsys.readouterr().out.splitlines() if '"level"' in x]
     assert line["reason"] == "invalid-stored-item" and line["problem"].startswith(reason)
     assert STORED not in json.dumps(line)  # the rule broken, never the item's text
     # A write older than the bad item's sequence (where it has one) still replaces it: the condition
@@ -120,6 +158,91 @@ def test_an_invalid_item_reads_as_absent_and_the_next_write_repairs_it(ddb, case
     new = answers.Answer(key="k", text="repaired", model_id="m", request_id="queue#r1", sequence=int(NOW * 1000))
     assert answers.put_answer(ddb, TABLE, new, now=NOW) is True
     assert answers.get_answer(ddb, TABLE, "k", now=NOW).text == "repaired"
+
+
+def _condition_values(sequence: int, request_id: str, now: float) -> dict:
+    max_sequence = int(now * 1000) + answers.SEQUENCE_SKEW_MS
+    return {**answers._NEWER_THAN_STORED_CONSTANTS, ":seq": {"N": str(sequence)}, ":rid": {"S": request_id},
+            ":maxSeq": {"N": str(max_sequence)}, ":maxGen": {"S": answers.iso_utc(max_sequence / 1000)}}
+
+
+def condition_replaces(ddb, stored: dict, now: float = NOW) -> bool:
+    """Whether the write condition alone (as ScheduledPrecompute's DynamoDB task sends it) lets an older
+    write replace `stored`."""
+    ddb.put_item(TableName=TABLE, Item=stored)
+    older = answers.Answer(key="k", text="older", model_id="m", request_id="queue#r1", sequence=int(now * 1000))
+    try:
+        ddb.put_item(TableName=TABLE, Item=older.to_item(), ConditionExpression=answers._NEWER_THAN_STORED,
+                     ExpressionAttributeNames=answers._NEWER_THAN_STORED_NAMES,
+                     ExpressionAttributeValues=_condition_values(older.sequence, older.request_id, now))
+    except ClientError as error:
+        assert error.response["Error"]["Code"] == "ConditionalCheckFailedException"
+        return False
+    return True
+
+
+def put_answer_replaces(ddb, stored: dict, now: float = NOW) -> bool:
+    ddb.put_item(TableName=TABLE, Item=stored)
+    older = answers.Answer(key="k", text="older", model_id="m", request_id="queue#r1", sequence=int(now * 1000))
+    written = answers.put_answer(ddb, TABLE, older, now=now)
+    assert written == (ddb.get_item(TableName=TABLE, Key={"pk": {"S": "k"}})["Item"]["answer"] == {"S": "older"})
+    return written
+
+
+@pytest.mark.parametrize("case", [None, *sorted(CORRUPTIONS)])
+def test_readers_and_writers_apply_one_rule_invalid_iff_an_older_write_replaces_it(ddb, case):
+    """For every corruption (and the uncorrupted item, case None): check_item calls it invalid exactly
+    when put_answer lets an older write replace it, and the condition alone does whenever it can."""
+    overrides, _, by = CORRUPTIONS[case] if case else ({}, None, None)
+    stored = valid_item(NOW, **overrides)
+    invalid = answers.check_item(stored, now=NOW) is not None
+    assert invalid == (case is not None)
+    assert put_answer_replaces(ddb, stored) == invalid
+    assert condition_replaces(ddb, stored) == (by == CONDITION)
+
+
+# Every attribute readers check, with values of every kind: valid ones and each way to break one.
+_GOOD_STAMP = answers.iso_utc(NOW - 5)
+_ATTRIBUTE_VALUES = {
+    "answer": [{"S": "text"}, {"S": ""}, {"N": "1"}, {"BOOL": False}],
+    "model_id": [{"S": "m"}, {"N": "1"}],
+    "request_id": [{"S": "queue#r9"}, {"S": "queue#r0"}, {"N": "9"}],
+    "sequence": [{"N": str(SEQ)}, {"N": str(int(NOW * 1000))}, {"N": f"{SEQ}.5"}, {"N": str(10**38 - 1)},
+                 {"N": "-1"}, {"S": "1"}],
+    "generated_at": [{"S": _GOOD_STAMP}, {"S": _GOOD_STAMP[:23] + "Z"}, {"S": "2026-11-30T01:14:43Z"},
+                     {"S": answers.iso_utc(NOW + 3600)}, {"S": "1969-12-31T23:59:59Z"}, {"S": "soon"},
+                     {"S": "2026-13-45T99:99:99Z"}, {"S": "2027-01-15T03:00:00-05:00"}, {"N": "1"}],
+    "created_at": [{"S": _GOOD_STAMP}, {"S": "2025"}, {"N": "1"}],
+    "stop_reason": [{"S": "end_turn"}, {"S": ""}, {"N": "1"}],
+    "served_latency": [{"S": "standard"}, {"BOOL": True}],
+    "sent_at": [{"S": _GOOD_STAMP}, {"N": "1"}],
+    "input_tokens": [{"N": "3"}, {"N": "0"}, {"N": "-3"}, {"N": "3.5"}, {"S": "3"}],
+    "output_tokens": [{"N": "7"}, {"N": "-1"}, {"N": "0.1"}, {"L": []}],
+    "cache_read_tokens": [{"N": "0"}, {"N": "-2"}, {"S": "0"}],
+    "cache_write_tokens": [{"N": "0"}, {"N": "1.5"}, {"NULL": True}],
+    "expires_at": [{"N": str(int(NOW) + 3600)}, {"N": "-1"}, {"N": "1.5"}, {"S": "x"}],
+}
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _attribute(values: list) -> st.SearchStrategy:
+    """Mostly the attribute's first (valid) value; else missing, another valid value or a broken one."""
+    return st.sampled_from([values[0]] * 3 * len(values) + values[1:] + [None])
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.fixed_dictionaries({name: _attribute(values) for name, values in _ATTRIBUTE_VALUES.items()}))
+def test_any_stored_item_is_replaced_by_an_older_write_iff_readers_call_it_invalid(ddb, drawn):
+    """The same rule over random items: any mix of missing, valid and broken attributes. A valid item is
+    replaced only when the write outranks it (an item without a sequence has no order: anything does)."""
+    stored = {"pk": {"S": "k"}, **{name: value for name, value in drawn.items() if value is not None}}
+    invalid = answers.check_item(stored, now=NOW) is not None
+    # A valid item keeps its key only against an older write: the order readers apply (supersedes).
+    older = not invalid and not answers.supersedes(answers.Answer.from_item(stored, now=NOW), "queue#r1", int(NOW * 1000))
+    assert put_answer_replaces(ddb, stored) == (invalid or older)
 
 
 def test_a_valid_newer_item_is_not_replaced_by_an_older_write(ddb):
@@ -164,9 +287,27 @@ def test_the_write_condition_names_and_values_are_complete_and_literal():
     assert set(re.findall(r":\w+", condition)) == set(literals["_NEWER_THAN_STORED_CONSTANTS"]) | per_write
     names = literals["_NEWER_THAN_STORED_NAMES"]
     assert names["#pk"] == answers.PARTITION_KEY and names["#exp"] == answers.TTL_ATTRIBUTE
-    written = set(answers.Answer(key="k", text="t", model_id="m", request_id="r", sequence=1, expires_at=1).to_item())
-    assert set(names.values()) <= written
-    assert len(condition) <= 4096  # DynamoDB's limit on an expression string
+    # The condition names every attribute readers check, and nothing else.
+    assert set(names.values()) == {answers.PARTITION_KEY, *answers._REQUIRED, *answers._OPTIONAL}
+    constants = literals["_NEWER_THAN_STORED_CONSTANTS"]
+    assert (constants[":minGen"]["S"], constants[":minGenSize"]["N"], constants[":maxGenSize"]["N"]) == (
+        answers.MIN_STAMP, str(answers.MIN_STAMP_CHARS), str(answers.MAX_STAMP_CHARS))
+
+
+def test_the_write_condition_fits_dynamodbs_expression_limits():
+    """ServiceQuotas.html, "Expression parameters": an expression string of at most 4 KB, and at most
+    300 operators or functions (a comparator, AND/OR/NOT, BETWEEN, IN and each function count one)."""
+    import re
+
+    condition = answers._NEWER_THAN_STORED
+    assert len(condition.encode()) <= 4096
+    operators = re.findall(r"\b(?:AND|OR|NOT|BETWEEN|IN)\b|<>|<=|>=|=|<|>|\b(?:attribute_exists|attribute_not_exists|"
+                           r"attribute_type|begins_with|contains|size)\(", condition)
+    # a BETWEEN's own AND is part of it, not a logical operator: counting it too only overestimates
+    assert len(operators) <= 300, len(operators)
+    # put_answer's repair condition (one comparison or function per known attribute, joined by AND)
+    repair, _, _ = answers._unchanged(valid_item(NOW))
+    assert len(repair.encode()) <= 4096 and len(re.findall(r"\bAND\b|=|attribute_not_exists\(", repair)) <= 300
 
 
 # --- 27.2: a producer can't pin a key -----------------------------------------------------------

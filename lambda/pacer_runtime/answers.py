@@ -20,11 +20,16 @@ Answers (item under pk = the normalized key)
 
 Validity (the store is input, not truth)
     `check_item` defines a valid answer: answer (a non-empty string), model_id and request_id
-    (strings), generated_at (or created_at in old items: ISO-8601 with a time zone), and, when
+    (strings), generated_at (or, only in items without a sequence, created_at: a UTC ISO-8601 time
+    as writers store it, "YYYY-MM-DDTHH:MM:SS[.fraction]" with Z or +00:00, from 1970), and, when
     present, every other attribute with its type above; numbers whole and >= 0; sequence and
     generated_at at most CLOCK_SKEW_SECONDS (60 s) beyond the reader's clock. `get_answer` treats an
     invalid item as absent (logged with the rule it breaks, never a value, and counted in
-    INVALID_ITEMS), and put_answer's condition lets the next write replace it, whatever its order.
+    INVALID_ITEMS), and put_answer replaces it, whatever its order: its condition tests every rule a
+    DynamoDB condition can (types, presence, signs, bounds, sizes), and put_answer judges the item a
+    failed write returns for the rest (a fractional number, a stamp that is not a time). The
+    pre-computation's DynamoDB task shares the condition but not that second look: it reports such
+    a key superseded, and the next put_answer repairs it.
 
 Order
     `put_answer` writes only when no valid stored answer supersedes the new one: a stored answer
@@ -67,7 +72,7 @@ import time
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -128,35 +133,64 @@ MAX_SEQUENCE = 10**38 - 1
 CLOCK_SKEW_SECONDS = 60
 SEQUENCE_SKEW_MS = CLOCK_SKEW_SECONDS * 1000
 
+#: What a valid generated_at (or created_at) looks like, so that the condition below can compare it
+#: as a string: UTC in ISO-8601's extended form, "YYYY-MM-DDTHH:MM:SS", an optional fraction of 1 to
+#: 6 digits, then "Z" (Step Functions' $$.State.EnteredTime) or "+00:00" (iso_utc): 20 to 32
+#: characters, and strings of this form sort in time order. No earlier than the Unix epoch.
+MIN_STAMP_CHARS, MAX_STAMP_CHARS = 20, 32
+MIN_STAMP = "1970-01-01T00:00:00"
+
 # put_answer's ConditionExpression (ScheduledPrecompute's "Write answer" task uses it too, with the
 # names and values below). The new answer is written when nothing valid is stored, or what is stored
 # is older. "Not valid" is what readers treat as absent (check_item), as far as a condition can
-# test it: an attribute of the wrong type (attribute_type, with the type's name as a value), an
-# empty answer, a sequence beyond :maxSeq or a generated_at beyond :maxGen (the writer's clock
-# plus CLOCK_SKEW_SECONDS), so one bad item can never hold a key against every later write. Each
-# comparison is guarded by its type test: DynamoDB never compares a string with a number.
+# test it: a required attribute missing (attribute_type is false for a missing one), any known
+# attribute of the wrong type (attribute_type, with the type's name as a value), a number below 0,
+# an empty answer, a sequence beyond :maxSeq, a generated_at outside MIN_STAMP..:maxGen (the
+# writer's clock plus CLOCK_SKEW_SECONDS) or of a size no valid stamp has. Each comparison is
+# guarded by its type test: DynamoDB never compares a string with a number (moto raises). What no
+# condition can test (DynamoDB has no arithmetic or pattern in conditions: a fractional number, a
+# stamp of the right size and range that is not a time) put_answer finds in the item the failed
+# write returns, and replaces that exact item (see put_answer); the Step Functions writer reports
+# such a key superseded until another writer repairs it.
+# Limits: an expression string holds at most 4 KB, and at most 300 operators or functions
+# (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html, "Expression
+# parameters"); tests/test_store_integrity.py counts both.
 _NEWER_THAN_STORED = (
-    "attribute_not_exists(#pk) OR attribute_not_exists(#seq) OR NOT attribute_type(#seq, :typeN) "
-    "OR NOT attribute_type(#rid, :typeS) OR NOT attribute_type(#ans, :typeS) "
-    "OR NOT attribute_type(#mid, :typeS) OR NOT attribute_type(#gen, :typeS) "
-    "OR (attribute_exists(#in) AND NOT attribute_type(#in, :typeN)) "
-    "OR (attribute_exists(#exp) AND NOT attribute_type(#exp, :typeN)) "
+    "attribute_not_exists(#pk) OR NOT attribute_type(#seq, :typeN) OR NOT attribute_type(#rid, :typeS) "
+    "OR NOT attribute_type(#ans, :typeS) OR NOT attribute_type(#mid, :typeS) OR NOT attribute_type(#gen, :typeS) "
+    "OR (attribute_exists(#cre) AND NOT attribute_type(#cre, :typeS)) "
+    "OR (attribute_exists(#stop) AND NOT attribute_type(#stop, :typeS)) "
+    "OR (attribute_exists(#lat) AND NOT attribute_type(#lat, :typeS)) "
+    "OR (attribute_exists(#sent) AND NOT attribute_type(#sent, :typeS)) "
+    "OR (attribute_exists(#in) AND NOT (attribute_type(#in, :typeN) AND #in >= :zero)) "
+    "OR (attribute_exists(#out) AND NOT (attribute_type(#out, :typeN) AND #out >= :zero)) "
+    "OR (attribute_exists(#cr) AND NOT (attribute_type(#cr, :typeN) AND #cr >= :zero)) "
+    "OR (attribute_exists(#cw) AND NOT (attribute_type(#cw, :typeN) AND #cw >= :zero)) "
+    "OR (attribute_exists(#exp) AND NOT (attribute_type(#exp, :typeN) AND #exp >= :zero)) "
     "OR (attribute_type(#ans, :typeS) AND size(#ans) = :zero) "
-    "OR (attribute_type(#seq, :typeN) AND #seq > :maxSeq) "
-    "OR (attribute_type(#gen, :typeS) AND #gen > :maxGen) "
+    "OR (attribute_type(#seq, :typeN) AND NOT (#seq BETWEEN :zero AND :maxSeq)) "
+    "OR (attribute_type(#gen, :typeS) AND NOT ((#gen BETWEEN :minGen AND :maxGen) "
+    "AND (size(#gen) BETWEEN :minGenSize AND :maxGenSize))) "
     "OR (attribute_type(#seq, :typeN) AND #seq < :seq) "
     "OR (attribute_type(#seq, :typeN) AND #seq = :seq AND attribute_type(#rid, :typeS) AND #rid < :rid)"
 )
 #: The condition's ExpressionAttributeNames.
 _NEWER_THAN_STORED_NAMES = {
     "#pk": "pk", "#seq": "sequence", "#rid": "request_id", "#ans": "answer", "#mid": "model_id",
-    "#gen": "generated_at", "#in": "input_tokens", "#exp": "expires_at",
+    "#gen": "generated_at", "#cre": "created_at", "#stop": "stop_reason", "#lat": "served_latency",
+    "#sent": "sent_at", "#in": "input_tokens", "#out": "output_tokens", "#cr": "cache_read_tokens",
+    "#cw": "cache_write_tokens", "#exp": "expires_at",
 }
-#: The condition's constant ExpressionAttributeValues (low-level form). The others are per write:
+#: The condition's constant ExpressionAttributeValues (low-level form; literals, since
+#: ScheduledPrecompute reads them from this file's source). The others are per write:
 #: :seq (N) and :rid (S), the new answer's sequence and request id; :maxSeq (N), the writer's epoch
 #: milliseconds plus SEQUENCE_SKEW_MS; :maxGen (S), iso_utc of that instant (the same form as
-#: generated_at, so the strings compare in time order).
-_NEWER_THAN_STORED_CONSTANTS = {":typeN": {"S": "N"}, ":typeS": {"S": "S"}, ":zero": {"N": "0"}}
+#: generated_at, so the strings compare in time order). :minGen is MIN_STAMP, :minGenSize and
+#: :maxGenSize are MIN_STAMP_CHARS and MAX_STAMP_CHARS.
+_NEWER_THAN_STORED_CONSTANTS = {
+    ":typeN": {"S": "N"}, ":typeS": {"S": "S"}, ":zero": {"N": "0"},
+    ":minGen": {"S": "1970-01-01T00:00:00"}, ":minGenSize": {"N": "20"}, ":maxGenSize": {"N": "32"},
+}
 
 
 class InvalidKeyError(ValueError):
@@ -344,9 +378,11 @@ def check_item(item: Any, *, now: float | None = None) -> str | None:
 
     Invalid: not a map; a required attribute missing; any known attribute of the wrong type; an empty
     answer; a number attribute that is not a whole number >= 0; a sequence beyond now plus
-    CLOCK_SKEW_SECONDS in milliseconds; a generated_at that is not ISO-8601 with a time zone, or is
-    beyond now plus CLOCK_SKEW_SECONDS. Readers treat an invalid item as absent, and put_answer's
-    condition lets the next write replace it.
+    CLOCK_SKEW_SECONDS in milliseconds; a sequence without a generated_at (created_at stands in only
+    in items without a sequence, written before both existed); a generated_at (or created_at) that is
+    not a UTC ISO-8601 time in the form writers store (see MIN_STAMP_CHARS), is before 1970, or is
+    beyond now plus CLOCK_SKEW_SECONDS. Readers treat an invalid item as absent, and put_answer
+    replaces it whatever its order (its condition tests what a condition can, and put_answer the rest).
     """
     if not isinstance(item, dict):
         return f"the item is a {type(item).__name__}, not a map"
@@ -360,23 +396,29 @@ def check_item(item: Any, *, now: float | None = None) -> str | None:
         if not isinstance(value, dict) or set(value) != {kind} or not isinstance(value[kind], str):
             found = "/".join(sorted(value)) if isinstance(value, dict) else type(value).__name__
             return f"{name} is of type {found}, not {kind}"
-        if kind == "N" and not value["N"].isdigit():
+        if kind == "N" and not (value["N"].isascii() and value["N"].isdigit()):
             return f"{name} is not a whole number >= 0"
     if not item["answer"]["S"]:
         return "answer is empty"
-    if "generated_at" not in item and "created_at" not in item:
+    if "generated_at" not in item and ("sequence" in item or "created_at" not in item):
         return "generated_at is missing"
     if "sequence" in item and int(item["sequence"]["N"]) > now * 1000 + SEQUENCE_SKEW_MS:
         return f"sequence is beyond now plus {CLOCK_SKEW_SECONDS} s, in milliseconds"
-    stamp = (item.get("generated_at") or item["created_at"])["S"]
+    name = "generated_at" if "generated_at" in item else "created_at"
+    stamp = item[name]["S"]
     try:
         generated = datetime.fromisoformat(stamp)
     except ValueError:
-        return "generated_at is not an ISO-8601 time"
+        return f"{name} is not an ISO-8601 time"
     if generated.tzinfo is None:
-        return "generated_at has no time zone"
+        return f"{name} has no time zone"
+    if generated.utcoffset() != timedelta(0) or not MIN_STAMP_CHARS <= len(stamp) <= MAX_STAMP_CHARS \
+            or stamp[:19] != generated.strftime("%Y-%m-%dT%H:%M:%S") or stamp[19:20] not in (".", "Z", "+"):
+        return f"{name} is not in UTC as YYYY-MM-DDTHH:MM:SS[.fraction] with Z or +00:00"
+    if stamp < MIN_STAMP:
+        return f"{name} is before 1970"
     if generated.timestamp() > now + CLOCK_SKEW_SECONDS:
-        return f"generated_at is beyond now plus {CLOCK_SKEW_SECONDS} s"
+        return f"{name} is beyond now plus {CLOCK_SKEW_SECONDS} s"
     return None
 
 
@@ -433,8 +475,19 @@ def get_answer(client: Any, table: str, key: str, *, now: float | None = None) -
         return None
 
 
+#: How many times put_answer judges the stored item again when it changes under a repair (another
+#: writer wrote in between): each round is one conditional write and at most one repair.
+_REPAIR_ROUNDS = 3
+
+
 def put_answer(client: Any, table: str, answer: Answer, *, now: float | None = None) -> bool:
     """Write `answer` unless a valid stored answer supersedes it; True when written, False when superseded.
+
+    The write's condition (_NEWER_THAN_STORED) replaces what it can tell is invalid. When it fails,
+    DynamoDB returns the stored item (ReturnValuesOnConditionCheckFailure, at no read cost); if
+    check_item finds that item invalid in a way no condition can test (a fractional number, a stamp
+    that is not a time), the answer replaces that exact item: a second write conditioned on every
+    attribute still being what was returned, so a valid answer written meanwhile is never lost.
 
     ValueError for a sequence outside 0..now + CLOCK_SKEW_SECONDS in milliseconds: readers would
     treat such an answer as invalid (and it could hold the key against every later writer).
@@ -446,13 +499,11 @@ def put_answer(client: Any, table: str, answer: Answer, *, now: float | None = N
             f"sequence={answer.sequence!r} must be a whole number from 0 to now plus {CLOCK_SKEW_SECONDS} s "
             "in epoch milliseconds"
         )
-    try:
-        client.put_item(
-            TableName=table,
-            Item=answer.to_item(),
-            ConditionExpression=_NEWER_THAN_STORED,
-            ExpressionAttributeNames=dict(_NEWER_THAN_STORED_NAMES),
-            ExpressionAttributeValues={
+    item = answer.to_item()
+    for _ in range(_REPAIR_ROUNDS):
+        stored = _conditional_put(
+            client, table, item, _NEWER_THAN_STORED, dict(_NEWER_THAN_STORED_NAMES),
+            {
                 **_NEWER_THAN_STORED_CONSTANTS,
                 ":seq": {"N": str(answer.sequence)},
                 ":rid": {"S": answer.request_id},
@@ -460,11 +511,53 @@ def put_answer(client: Any, table: str, answer: Answer, *, now: float | None = N
                 ":maxGen": {"S": iso_utc(max_sequence / 1000)},
             },
         )
+        if stored is _WRITTEN:
+            return True
+        problem = check_item(stored, now=now) if stored is not None else None
+        if problem is None:  # a valid answer that supersedes this one (or no item returned)
+            return False
+        log("WARN", "stored answer is invalid in a way the write condition cannot test; replacing that exact item",
+            reason="invalid-stored-item-replaced", problem=problem, keyBytes=len(answer.key.encode()))
+        condition, names, values = _unchanged(stored)
+        if _conditional_put(client, table, item, condition, names, values) is _WRITTEN:
+            return True
+        # Changed since it was returned: judge what is stored now.
+    return False
+
+
+#: What _conditional_put returns for a write that succeeded.
+_WRITTEN: Any = object()
+
+
+def _conditional_put(
+    client: Any, table: str, item: dict, condition: str, names: dict[str, str], values: dict[str, Any]
+) -> Any:
+    """_WRITTEN, or the stored item that failed the condition (None if DynamoDB returned none)."""
+    try:
+        client.put_item(
+            TableName=table, Item=item, ConditionExpression=condition, ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values, ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-            return False
+            return error.response.get("Item")
         raise
-    return True
+    return _WRITTEN
+
+
+def _unchanged(stored: dict[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """A condition true only while the item under the key still has exactly `stored`'s value for every
+    attribute the schema knows (and lacks the ones it lacked). Only a well-typed item reaches it (the
+    main condition replaces every other), so each comparison is of like types."""
+    parts, names, values = [], {}, {}
+    for index, name in enumerate([PARTITION_KEY, *_REQUIRED, *_OPTIONAL]):
+        names[f"#a{index}"] = name
+        if name in stored:
+            values[f":a{index}"] = stored[name]
+            parts.append(f"#a{index} = :a{index}")
+        else:
+            parts.append(f"attribute_not_exists(#a{index})")
+    return " AND ".join(parts), names, values
 
 
 def claim(
