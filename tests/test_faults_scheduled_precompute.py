@@ -286,3 +286,45 @@ def test_what_no_condition_can_judge_is_reported_superseded_and_the_next_put_ans
         repaired = answers.get_answer(runner.dynamodb, table, "ticker-morning#t0")
     assert (run.output["written"], run.output["superseded"]) == (0, 1) and after_run is None
     assert written is True and repaired is not None and repaired.text == "router's"
+
+
+# ---- 27.3: what a run writes under its own names -----------------------------------------------------
+
+
+def test_a_run_writes_its_execution_id_the_run_start_sequence_and_locks_under_its_own_claim(monkeypatch):
+    """Every answer of a run carries request_id "precompute#<execution name>" and the run's start as its
+    sequence (the prepare step's clock), and the run lock is "claim#precompute-run#<state machine name>":
+    in the synthesized definition and in what an executed run sends and stores."""
+    import json
+    import time
+
+    from pacer_runtime import answers
+    from test_precompute import build as build_reference
+    from test_precompute import emulator, offline, tickers
+
+    stack, pre = build_reference()
+    states = all_states(definition(only(Template.from_stack(stack).to_json(), "AWS::StepFunctions::StateMachine")))
+    assert states["Take run lock"]["Parameters"]["Item"]["pk"] == {
+        "S.$": "States.Format('claim#precompute-run#{}', $$.StateMachine.Name)"}
+    assert states["Keys"]["ItemSelector"]["requestId.$"] == "States.Format('precompute#{}', $$.Execution.Name)"
+    assert states["Keys"]["ItemSelector"]["sequence.$"] == "$.run.sequence"
+
+    items = tickers(2)
+    before = int(time.time() * 1000)
+    template = offline(stack, items, monkeypatch)
+    after = int(time.time() * 1000)
+    (machine,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    prepared = json.loads(machine["Properties"]["DefinitionString"])["States"]["Prepare run"]["Result"]
+    assert before <= int(prepared["sequence"]) <= after  # the run's start, in epoch milliseconds
+    with emulator() as bedrock, StateMachineRunner(template, bedrock=bedrock) as runner:
+        table = runner.physical_name(pre.answer_store.table)
+        name = runner.state_machines[0].name
+        run = runner.run({"items": items}, name="morning-run-1", timeout=120).raise_for_status()
+        stored = [answers.get_answer(runner.dynamodb, table, item["key"].casefold()) for item in items]
+    assert [(a.request_id, a.sequence) for a in stored] == [("precompute#morning-run-1", int(prepared["sequence"]))] * 2
+    assert run.output["sequence"] == prepared["sequence"]
+    sent = [json.loads(event["taskScheduledEventDetails"]["parameters"]) for event in run.history
+            if event["type"] == "TaskScheduled" and event["taskScheduledEventDetails"]["resource"] in ("putItem", "deleteItem")]
+    locks = [p for p in sent if "Key" in p or p["Item"]["pk"]["S"].startswith(answers.CLAIM_PREFIX)]
+    assert [p.get("Item", p.get("Key"))["pk"]["S"] for p in locks] == [f"claim#precompute-run#{name}"] * 2  # take, release
+    assert locks[0]["Item"]["owner"]["S"] == "morning-run-1"
