@@ -430,3 +430,139 @@ def test_no_prompt_or_answer_reaches_a_log_line(aws, monkeypatch, capsys, caplog
     text = logged.out + logged.err + caplog.text + str(raised.value)
     assert "WARN" in logged.out  # the loader did log (the manifest mismatch)
     assert PROMPT not in text and ANSWER not in text and "PROMPT-TEXT" not in text and "ANSWER-TEXT" not in text
+
+
+# ---- the loader retries what a retry can fix: a 5xx and a network error from DynamoDB ---------------------
+
+import threading  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
+
+
+@contextmanager
+def faulty_dynamodb(monkeypatch, fail: dict[str, int], status: int = 500, code: str = "InternalServerError"):
+    """DynamoDB on loopback: an HTTP server that answers `status` with `code` to the first fail[key]
+    PutItem requests for each key and hands every other request to moto's dispatcher (the same
+    in-process backend as the test's mock). AWS_ENDPOINT_URL_DYNAMODB points clients created afterwards
+    (the loader's, at import) at it, so the real botocore client, its HTTP stack and its retries run.
+    Yields every (key, status answered) of the PutItem requests it saw."""
+    from botocore.awsrequest import AWSPreparedRequest
+    from moto.core.models import botocore_stubber
+
+    seen: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    class Endpoint(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            key = None
+            if self.headers.get("X-Amz-Target", "").endswith(".PutItem"):
+                key = json.loads(body)["Item"]["pk"]["S"]
+            with lock:
+                faulted = key is not None and fail.get(key, 0) > 0
+                if faulted:
+                    fail[key] -= 1
+            if faulted:
+                answered, headers, payload = status, {"Content-Type": "application/x-amz-json-1.0"}, json.dumps(
+                    {"__type": f"com.amazonaws.dynamodb.v20120810#{code}", "message": "injected by the test"})
+            else:
+                forwarded = AWSPreparedRequest(
+                    method="POST", url="https://dynamodb.us-east-1.amazonaws.com/", headers=dict(self.headers.items()),
+                    body=body, stream_output=False)
+                answered, headers, payload = botocore_stubber.process_request(forwarded)
+            data = payload.encode() if isinstance(payload, str) else payload
+            self.send_response(answered)
+            for name, value in headers.items():
+                if name.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                    self.send_header(name, str(value))
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            if key is not None:
+                seen.append((key, answered))
+
+        def log_message(self, *args):  # quiet: the test asserts on `seen`, not on a log
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        yield seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def no_backoff(monkeypatch):
+    """botocore's standard retry mode sleeps up to 2**attempt s (full jitter) between attempts: keep the
+    attempts, skip the waiting (the sleeps are recorded)."""
+    import time as real_time
+
+    import botocore.endpoint
+
+    slept: list[float] = []
+    monkeypatch.setattr(botocore.endpoint, "time", type("Clock", (), {
+        "time": staticmethod(real_time.time), "sleep": staticmethod(slept.append)}))
+    return slept
+
+
+@pytest.mark.parametrize(("status", "code"), [(500, "InternalServerError"), (503, "ServiceUnavailable")])
+def test_a_dynamodb_5xx_is_retried_by_the_client_and_the_load_completes(aws, monkeypatch, no_backoff, status, code):
+    s3, ddb = aws
+    with faulty_dynamodb(monkeypatch, {"k#2": 2}, status=status, code=code) as seen:
+        load = module("load", monkeypatch, **LOAD_ENV)
+        result = load.handler(write_job(s3, KEYS, [ok(k) for k in KEYS]))
+    assert [s for k, s in seen if k == "k#2"] == [status, status, 200]  # two faults, then the retry's write
+    assert len(no_backoff) >= 2
+    assert sorted(stored(ddb)) == KEYS and stored(ddb)["k#2"].text == f"{ANSWER} k#2"
+    assert (result["loaded"], result["writeFailed"], result["failedRecords"], result["erroredUri"]) == (6, 0, 0, None)
+
+
+def test_a_5xx_past_the_clients_retries_is_listed_and_the_state_machines_retry_writes_it(aws, monkeypatch, no_backoff):
+    s3, ddb = aws
+    request = write_job(s3, KEYS, [ok(k) for k in KEYS])
+    with faulty_dynamodb(monkeypatch, {"k#2": 5}) as seen:  # the loader's client makes 5 attempts
+        load = module("load", monkeypatch, **LOAD_ENV)
+        with pytest.raises(load.StoreWriteError, match="1 of 6 answers"):  # BatchPrecompute's Retry names it
+            load.handler(request)
+        listed = {e["key"]: e for e in lines_of(s3, f"s3://{OUT}/{RUN}errored-records.jsonl")}
+        assert (listed["k#2"]["reason"], listed["k#2"]["code"], listed["k#2"]["httpStatus"]) == (
+            "write failed", "InternalServerError", 500)
+        assert [s for k, s in seen if k == "k#2"] == [500] * 5
+        assert sorted(stored(ddb)) == ["k#0", "k#1", "k#3", "k#4", "k#5"]
+        # The state machine's retry: the same request, with DynamoDB answering again.
+        again = load.handler(request)
+    assert sorted(stored(ddb)) == KEYS
+    assert (again["loaded"], again["superseded"], again["writeFailed"]) == (1, 5, 0)
+
+
+def test_a_network_error_is_retried_by_the_client_and_past_its_retries_by_the_state_machine(aws, monkeypatch, no_backoff):
+    from botocore.exceptions import EndpointConnectionError
+
+    s3, ddb = aws
+    load = module("load", monkeypatch, **LOAD_ENV)
+    request = write_job(s3, KEYS, [ok(k) for k in KEYS])
+    refusals = {"k#1": 1, "k#4": 5}  # k#1 once (the client retries), k#4 on every one of the client's 5 attempts
+    attempts: list[str] = []
+
+    def unreachable(request, **_):
+        # Raised where botocore's HTTP send raises it (inside the same retry loop), before moto answers.
+        key = json.loads(request.body)["Item"]["pk"]["S"]
+        attempts.append(key)
+        if refusals.get(key, 0) > 0:
+            refusals[key] -= 1
+            raise EndpointConnectionError(endpoint_url=request.url)
+
+    load.DDB.meta.events.register_first("before-send.dynamodb.PutItem", unreachable)
+    with pytest.raises(load.StoreWriteError, match="1 of 6 answers"):
+        load.handler(request)
+    assert (attempts.count("k#1"), attempts.count("k#4")) == (2, 5)
+    listed = {e["key"]: e for e in lines_of(s3, f"s3://{OUT}/{RUN}errored-records.jsonl")}
+    assert set(listed) == {"k#4"}
+    assert (listed["k#4"]["reason"], listed["k#4"]["errorClass"]) == ("write failed", "EndpointConnectionError")
+    assert sorted(stored(ddb)) == ["k#0", "k#1", "k#2", "k#3", "k#5"]
+    again = load.handler(request)  # the state machine's retry, once the endpoint answers
+    assert sorted(stored(ddb)) == KEYS and (again["loaded"], again["superseded"]) == (1, 5)
