@@ -245,6 +245,29 @@ def test_any_stored_item_is_replaced_by_an_older_write_iff_readers_call_it_inval
     assert put_answer_replaces(ddb, stored) == (invalid or older)
 
 
+def test_a_repair_never_overwrites_a_valid_answer_written_since_the_invalid_item_was_returned(ddb, monkeypatch):
+    """put_answer replaces what no condition can judge only while the key still holds that exact item: a
+    valid newer answer another writer stores in between is kept (and this write reports superseded)."""
+    overrides, _, _ = CORRUPTIONS["fractional output_tokens"]
+    ddb.put_item(TableName=TABLE, Item=valid_item(NOW, **overrides))
+    real_put, puts = ddb.put_item, []
+
+    def put_item(**kwargs):
+        puts.append(kwargs["ConditionExpression"])
+        if len(puts) == 2:  # the repair: another writer got there first with a valid, newer answer
+            newer = answers.Answer(key="k", text="newer", model_id="m", request_id="router#x", sequence=SEQ + 1,
+                                   generated_at=answers.iso_utc(NOW))
+            real_put(TableName=TABLE, Item=newer.to_item())
+        return real_put(**kwargs)
+
+    monkeypatch.setattr(ddb, "put_item", put_item)
+    older = answers.Answer(key="k", text="older", model_id="m", request_id="queue#r1", sequence=int(NOW * 1000))
+    assert answers.put_answer(ddb, TABLE, older, now=NOW) is False
+    assert answers.get_answer(ddb, TABLE, "k", now=NOW).text == "newer"
+    # the write, the repair (refused: the item changed), the write again (refused: a valid newer answer)
+    assert [c == answers._NEWER_THAN_STORED for c in puts] == [True, False, True]
+
+
 def test_a_valid_newer_item_is_not_replaced_by_an_older_write(ddb):
     """The control for the test above: the same item, uncorrupted, keeps its key."""
     ddb.put_item(TableName=TABLE, Item=valid_item(NOW))
@@ -433,3 +456,156 @@ def test_the_worker_writes_only_queue_ids_and_request_claims(worker):  # noqa: F
     answers.claim(worker.DDB, "answers", "router#x", seconds=60)
     assert [i["pk"]["S"] for i in worker.DDB.scan(TableName="answers")["Items"] if i["pk"]["S"].startswith("claim#")] == [
         "claim#req#router#x"]
+
+
+# --- a store item corrupted mid-run, while worker and router write the key from real threads --------
+
+import threading  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+
+
+class FakeBedrock:
+    """A Converse stand-in both handlers share: answers at once, thread-safe, counts calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def converse(self, **request):
+        with self._lock:
+            self.calls += 1
+        return {"output": {"message": {"role": "assistant", "content": [{"text": f"answer {uuid.uuid4().hex[:8]}"}]}},
+                "stopReason": "end_turn", "usage": {"inputTokens": 10, "outputTokens": 4}, "metrics": {"latencyMs": 5}}
+
+
+class LambdaContext:
+    def __init__(self, seconds: float = 60.0) -> None:
+        self.aws_request_id = uuid.uuid4().hex
+        self._ends = time.time() + seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int((self._ends - time.time()) * 1000)
+
+
+#: The key both handlers write: the router serves it from its PROMPTS pattern "k#{n}".
+SHARED_KEY = "k#1"
+#: Corruptions of every kind: some the condition replaces, some only put_answer's second look.
+MID_RUN = ["string sequence", "answer a boolean", "output_tokens a string", "negative input_tokens",
+           "fractional output_tokens", "generated_at not a time", "generated_at not in UTC", "future generated_at"]
+
+
+@pytest.fixture
+def handlers(monkeypatch):
+    """The queue worker and the router, loaded in one process against one moto table, with a shared fake model."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from moto.dynamodb.responses import DynamoHandler
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+        "MODEL_ID": "amazon.nova-lite-v1:0", "ANSWER_TABLE": TABLE, "ANSWER_TTL_SECONDS": "", "MAX_AGE_SECONDS": "3600",
+        "WRITE_BACK": "true", "MAX_OUTPUT_TOKENS": "400", "COALESCE_WAIT_SECONDS": "5", "CALL_BUDGET_SECONDS": "30",
+        "BEDROCK_MAX_ATTEMPTS": "1", "PROMPTS": json.dumps([{"key": "k#{n}", "prompt": "Answer {n}."}]),
+    }.items():
+        monkeypatch.setenv(name, value)
+    # DynamoDB applies a conditional write atomically per item; moto reads, checks and writes in separate
+    # Python steps, which threads could interleave. One lock around moto's writes restores the guarantee.
+    lock = threading.Lock()
+    for operation in ("put_item", "delete_item"):
+        original = getattr(DynamoHandler, operation)
+
+        def atomic(self, *args, _original=original, **kwargs):
+            with lock:
+                return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(DynamoHandler, operation, atomic)
+    root = Path(__file__).resolve().parents[1] / "lambda"
+    with mock_aws():
+        boto3.client("dynamodb").create_table(
+            TableName=TABLE, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
+        modules = []
+        for name, path in (("worker", root / "queued_worker" / "handler.py"), ("router", root / "answer_router" / "handler.py")):
+            spec = importlib.util.spec_from_file_location(f"integrity_{name}_{uuid.uuid4().hex[:6]}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+            spec.loader.exec_module(module)
+            modules.append(module)
+        model = FakeBedrock()
+        for module in modules:
+            module.BEDROCK = model
+        yield (*modules, model)
+
+
+def corrupt_shared_key(ddb, case: str) -> None:
+    """Overwrite the key with a corrupted item whose sequence is newer than any write for 30 s: only its
+    invalidity, never its order, lets a concurrent write replace it."""
+    overrides, _, _ = CORRUPTIONS[case]
+    item = valid_item(time.time(), **overrides)
+    item["pk"] = {"S": SHARED_KEY}
+    ddb.put_item(TableName=TABLE, Item=item)
+
+
+def stored_item(ddb) -> dict | None:
+    return ddb.get_item(TableName=TABLE, Key={"pk": {"S": SHARED_KEY}}, ConsistentRead=True).get("Item")
+
+
+def test_an_item_corrupted_mid_run_is_repaired_by_the_next_write_of_concurrent_writers(handlers):
+    queue_worker, router, model = handlers
+    stop = threading.Event()
+    problems: list[str] = []
+
+    def work(n: int) -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            message = {"messageId": f"w{n}-{i}", "body": json.dumps({"key": SHARED_KEY, "prompt": "p"}),
+                       "attributes": {"SentTimestamp": str(int(time.time() * 1000)), "ApproximateReceiveCount": "1"}}
+            result = queue_worker.handler({"Records": [message]}, LambdaContext())
+            if result["batchItemFailures"]:
+                problems.append(f"worker {message['messageId']} failed")
+            time.sleep(0.005)
+
+    def route() -> None:
+        while not stop.is_set():
+            result = router.handler({"key": SHARED_KEY}, LambdaContext())
+            if result.get("statusCode") != 200:
+                problems.append(f"router answered {result.get('statusCode')}: {result.get('error')}")
+            time.sleep(0.005)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(2)] + [threading.Thread(target=route) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    repaired_by = []
+    try:
+        for case in MID_RUN:
+            corrupt_shared_key(queue_worker.DDB, case)
+            deadline = time.time() + 20
+            while True:  # the writers running meanwhile repair it, whatever they are doing
+                found = stored_item(queue_worker.DDB)
+                if found is not None and answers.check_item(found) is None:
+                    repaired_by.append((case, found["request_id"]["S"].split("#")[0]))
+                    break
+                assert time.time() < deadline, f"{case}: still invalid after 20 s of concurrent writes"
+                time.sleep(0.01)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert problems == []  # no handler failed or answered 500 while the item was corrupt
+    assert [case for case, _ in repaired_by] == MID_RUN
+    assert {writer for _, writer in repaired_by} <= {"queue", "router"}
+
+    # Then, with no one else writing: one more corruption, and the very next write (one worker message,
+    # older by its sequence than the corrupt item) repairs it with one model call.
+    corrupt_shared_key(queue_worker.DDB, "fractional output_tokens")
+    calls = model.calls
+    message = {"messageId": "last", "body": json.dumps({"key": SHARED_KEY, "prompt": "p"}),
+               "attributes": {"SentTimestamp": str(int(time.time() * 1000)), "ApproximateReceiveCount": "1"}}
+    assert queue_worker.handler({"Records": [message]}, LambdaContext()) == {"batchItemFailures": []}
+    last = stored_item(queue_worker.DDB)
+    assert answers.check_item(last) is None and last["request_id"]["S"] == "queue#last" and model.calls == calls + 1
