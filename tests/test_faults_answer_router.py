@@ -279,6 +279,39 @@ def test_a_bad_stored_item_is_a_miss_and_is_replaced(router, model, item):
     assert (again["source"], again["reason"], model.calls) == ("store", "hit", 1)
 
 
+#: A stored sequence newer than the router's write (within the clock skew): only the item's invalidity,
+#: never its order, lets the write-back replace it.
+NEWER = {**GOOD, "answer": {"S": "x"}, "sequence": {"N": str(NOW * 1000 + 30_000)}}
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {**NEWER, "answer": {"N": "42"}},
+        {**NEWER, "output_tokens": {"S": "5"}},
+        {**NEWER, "cache_read_tokens": {"BOOL": True}},
+        {**NEWER, "stop_reason": {"N": "1"}},
+        {**NEWER, "served_latency": {"L": []}},
+        {**NEWER, "sent_at": {"N": "1"}},
+        {**NEWER, "input_tokens": {"N": "-1"}},
+        {**NEWER, "output_tokens": {"N": "2.5"}},  # no condition can tell 2.5 from 2: put_answer judges it
+        {**NEWER, "generated_at": {"S": "1969-12-31T23:59:59Z"}},
+        {**NEWER, "generated_at": {"S": answers.iso_utc(NOW - 10).replace("+00:00", "-05:00")}},  # not UTC
+    ],
+    ids=["answer-number", "output-tokens-string", "cache-read-bool", "stop-reason-number", "served-latency-list",
+         "sent-at-number", "input-tokens-negative", "output-tokens-fractional", "generated-before-1970",
+         "generated-not-utc"],
+)
+def test_a_bad_stored_item_with_a_newer_sequence_is_still_replaced(router, model, item):
+    put_raw(router, "k#7", **item)
+    result = router.handler({"key": "k#7"})
+    assert (result["statusCode"], result["source"], result["answer"], model.calls) == (200, "model", "model answer", 1)
+    assert result["writtenBack"] is True and raw(router, "k#7")["answer"] == {"S": "model answer"}
+    assert int(raw(router, "k#7")["sequence"]["N"]) < int(item["sequence"]["N"])  # replaced despite its order
+    again = router.handler({"key": "k#7"})
+    assert (again["source"], again["reason"], model.calls) == ("store", "hit", 1)
+
+
 def test_a_bad_item_without_a_prompt_is_404_not_500(router, model):
     put_raw(router, "digest#1", **{**GOOD, "answer": {"N": "1"}})
     result = router.handler({"key": "digest#1"})

@@ -18,7 +18,11 @@ def corrupt(worker, **attributes) -> None:  # noqa: F811
 
 def test_a_corrupted_item_is_repaired_by_one_call_and_never_fails_the_message(worker, capsys):  # noqa: F811
     for bad in ({"sequence": {"S": "x"}}, {"sequence": {"N": str(10**38 - 1)}}, {"answer": {"N": "123"}},
-                {"generated_at": {"S": "9999-01-01T00:00:00+00:00"}}):
+                {"generated_at": {"S": "9999-01-01T00:00:00+00:00"}},
+                # every other attribute readers check, and what only put_answer can judge (issue 22 audit)
+                {"output_tokens": {"S": "5"}}, {"stop_reason": {"N": "1"}}, {"sent_at": {"BOOL": True}},
+                {"cache_write_tokens": {"N": "-1"}}, {"input_tokens": {"N": "1.5"}},
+                {"generated_at": {"S": "2025-13-40T99:99:99Z"}}):
         corrupt(worker, **bad)
         expect_call(worker, "fresh")  # exactly one model call per repair (the stub holds one response)
         message = record("m-1", {"key": "k", "prompt": "p", "requestId": f"r-{len(bad)}-{list(bad)[0]}"})
@@ -27,7 +31,7 @@ def test_a_corrupted_item_is_repaired_by_one_call_and_never_fails_the_message(wo
         # A redelivery finds the repaired answer: no second call, no failure.
         assert worker.handler({"Records": [message]}) == {"batchItemFailures": []}
     problems = [line["problem"] for line in log_lines(capsys) if line.get("reason") == "invalid-stored-item"]
-    assert len(problems) == 4 and all("old" not in p for p in problems)
+    assert len(problems) == 10 and all("old" not in p for p in problems)
 
 
 # --- log-safe errors: a card number in the prompt reaches no log line on any path --------------
