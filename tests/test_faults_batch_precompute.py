@@ -566,3 +566,20 @@ def test_a_network_error_is_retried_by_the_client_and_past_its_retries_by_the_st
     assert sorted(stored(ddb)) == ["k#0", "k#1", "k#2", "k#3", "k#5"]
     again = load.handler(request)  # the state machine's retry, once the endpoint answers
     assert sorted(stored(ddb)) == KEYS and (again["loaded"], again["superseded"]) == (1, 5)
+
+
+def test_a_bad_stored_item_is_replaced_by_the_load_whatever_its_sequence(aws, monkeypatch):
+    """The loader writes through put_answer: a stored item readers call invalid (here one a condition can
+    judge and one only put_answer can) is replaced even when its sequence is newer than the job's; a valid
+    newer answer is kept."""
+    s3, ddb = aws
+    load = module("load", monkeypatch, **LOAD_ENV)
+    newer = {"model_id": {"S": "m"}, "request_id": {"S": "router#x"}, "sequence": {"N": str(SEQUENCE + 60_000)},
+             "generated_at": {"S": "2026-12-01T06:01:00.250+00:00"}, "answer": {"S": "router's newer answer"}}
+    for key, bad in (("k#0", {"stop_reason": {"N": "1"}}), ("k#1", {"output_tokens": {"N": "2.5"}}), ("k#2", {})):
+        ddb.put_item(TableName=TABLE, Item={"pk": {"S": key}, **newer, **bad})
+    result = load.handler(write_job(s3, KEYS, [ok(k) for k in KEYS]))
+    texts = {key: answer.text for key, answer in stored(ddb).items()}
+    assert texts["k#0"] == f"{ANSWER} k#0" and texts["k#1"] == f"{ANSWER} k#1"
+    assert texts["k#2"] == "router's newer answer"  # the control: valid and newer, so kept
+    assert (result["loaded"], result["superseded"], result["failedRecords"]) == (5, 1, 0)
