@@ -609,3 +609,31 @@ def test_an_item_corrupted_mid_run_is_repaired_by_the_next_write_of_concurrent_w
     assert queue_worker.handler({"Records": [message]}, LambdaContext()) == {"batchItemFailures": []}
     last = stored_item(queue_worker.DDB)
     assert answers.check_item(last) is None and last["request_id"]["S"] == "queue#last" and model.calls == calls + 1
+
+
+# --- "logged and counted": the InvalidStoredItems metric ---------------------------------------------
+
+
+def emf_records(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith('{"_aws"')]
+
+
+def test_an_invalid_item_is_counted_as_a_cloudwatch_metric_by_the_reader_and_the_repairing_writer(ddb, capsys, monkeypatch):
+    from pacer_runtime import metrics
+
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "router-fn")
+    overrides, reason, _ = CORRUPTIONS["fractional output_tokens"]
+    ddb.put_item(TableName=TABLE, Item=valid_item(NOW, **overrides))
+    assert answers.get_answer(ddb, TABLE, "k", now=NOW) is None
+    new = answers.Answer(key="k", text="repaired", model_id="m", request_id="queue#r1", sequence=int(NOW * 1000))
+    assert answers.put_answer(ddb, TABLE, new, now=NOW) is True
+
+    read, write = emf_records(capsys.readouterr().out)
+    for line, met_by in ((read, "read"), (write, "write")):
+        (directive,) = line["_aws"]["CloudWatchMetrics"]
+        assert directive["Namespace"] == metrics.NAMESPACE == "GenaiPacer"
+        assert directive["Metrics"] == [{"Name": "InvalidStoredItems", "Unit": "Count"}]
+        assert directive["Dimensions"] == [["FunctionName"]] and line["FunctionName"] == "router-fn"
+        assert line["InvalidStoredItems"] == 1 and line["MetBy"] == met_by
+        assert line["InvalidItemRule"].startswith(reason) and STORED not in json.dumps(line)  # the rule, never the text
+    assert metrics.INVALID_STORED_ITEMS == "InvalidStoredItems"

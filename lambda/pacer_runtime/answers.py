@@ -77,6 +77,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from . import metrics
 from .structured_log import log
 
 __all__ = [
@@ -426,6 +427,14 @@ def check_item(item: Any, *, now: float | None = None) -> str | None:
 INVALID_ITEMS: Counter[str] = Counter()
 
 
+def _count_invalid(problem: str, met_by: str) -> None:
+    """Count one invalid item: in INVALID_ITEMS, and as the InvalidStoredItems metric (EMF, per function
+    inside Lambda), with the rule broken and who met it ("read" or "write") as log fields."""
+    INVALID_ITEMS[problem] += 1
+    metrics.emit({metrics.INVALID_STORED_ITEMS: 1}, metrics.lambda_dimensions(),
+                 properties={"InvalidItemRule": problem, "MetBy": met_by})
+
+
 def store_client(*, max_pool_connections: int = 2, max_attempts: int = 3, read_timeout: float = 5.0) -> Any:
     """The low-level DynamoDB client every writer and reader uses: create it once per process (module
     scope), with a pool for the threads that share it and short, bounded retries (a store call
@@ -469,7 +478,7 @@ def get_answer(client: Any, table: str, key: str, *, now: float | None = None) -
     try:
         return Answer.from_item(item, now=now)
     except InvalidItemError as error:
-        INVALID_ITEMS[str(error)] += 1
+        _count_invalid(str(error), "read")
         log("WARN", "stored answer is invalid; treated as absent and replaced by the next write",
             reason="invalid-stored-item", problem=str(error), keyBytes=len(key.encode()))
         return None
@@ -518,6 +527,7 @@ def put_answer(client: Any, table: str, answer: Answer, *, now: float | None = N
             return False
         log("WARN", "stored answer is invalid in a way the write condition cannot test; replacing that exact item",
             reason="invalid-stored-item-replaced", problem=problem, keyBytes=len(answer.key.encode()))
+        _count_invalid(problem, "write")
         condition, names, values = _unchanged(stored)
         if _conditional_put(client, table, item, condition, names, values) is _WRITTEN:
             return True

@@ -51,6 +51,7 @@ __all__ = [
     "BATCH_RECORDS_LOADED",
     "BATCH_RECORDS_FAILED",
     "CALL_ERRORS",
+    "INVALID_STORED_ITEMS",
     "EXPERIMENT_DIMENSION",
     "VARIANT_DIMENSION",
     "OUTCOMES",
@@ -106,6 +107,9 @@ BATCH_RECORDS_FAILED = "BatchRecordsFailed"
 #: Model calls that failed for any reason after the SDK's retries (throttles included), 1 per call;
 #: with LatencyMs's SampleCount (the calls that succeeded) it gives an error rate.
 CALL_ERRORS = "CallErrors"
+#: Answer-store items readers found invalid (pacer_runtime.answers.check_item) or put_answer replaced as
+#: invalid, 1 per item met; the rule broken is the log line's InvalidItemRule field, never a dimension.
+INVALID_STORED_ITEMS = "InvalidStoredItems"
 #: Outcome events of a live experiment, by the name record_outcome takes -> metric name (Sum counts events).
 OUTCOMES: dict[str, str] = {
     "thumbs_up": "ThumbsUp",
@@ -134,6 +138,7 @@ UNITS: dict[str, str] = {
     BATCH_RECORDS_LOADED: "Count",
     BATCH_RECORDS_FAILED: "Count",
     CALL_ERRORS: "Count",
+    INVALID_STORED_ITEMS: "Count",
     **{name: "Count" for name in OUTCOMES.values()},
 }
 
