@@ -280,8 +280,9 @@ def test_a_bad_stored_item_is_a_miss_and_is_replaced(router, model, item):
 
 
 #: A stored sequence newer than the router's write (within the clock skew): only the item's invalidity,
-#: never its order, lets the write-back replace it.
-NEWER = {**GOOD, "answer": {"S": "x"}, "sequence": {"N": str(NOW * 1000 + 30_000)}}
+#: never its order, lets the write-back replace it. The sequence itself is stamped when each case runs
+#: (see the test), not at import: under xdist a case can run minutes after collection.
+NEWER = {**GOOD, "answer": {"S": "x"}}
 
 
 @pytest.mark.parametrize(
@@ -303,6 +304,7 @@ NEWER = {**GOOD, "answer": {"S": "x"}, "sequence": {"N": str(NOW * 1000 + 30_000
          "generated-not-utc"],
 )
 def test_a_bad_stored_item_with_a_newer_sequence_is_still_replaced(router, model, item):
+    item = {**item, "sequence": {"N": str(int(time.time() * 1000) + 30_000)}}
     put_raw(router, "k#7", **item)
     result = router.handler({"key": "k#7"})
     assert (result["statusCode"], result["source"], result["answer"], model.calls) == (200, "model", "model answer", 1)
