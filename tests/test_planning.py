@@ -115,6 +115,24 @@ def test_rpm_quota_binds_when_lower():
     profile = TokenProfile(input_tokens=2_000, output_tokens=500, max_tokens=500)
     rate = planning.sustainable_rate(profile, tpm_quota=1_000_000, call_seconds=6, rpm_quota=100)
     assert (rate.requests_per_minute, rate.limited_by, rate.max_concurrency) == (100, "rpm", 10)
+    # a legacy figure given binds, and the plan says it is legacy (Bedrock does not enforce it)
+    assert rate.binding.startswith("the legacy rpm_quota of 100 requests per minute, lower than the TPM quota sustains; "
+                                   "RPM is legacy: Bedrock no longer enforces requests-per-minute quotas on the "
+                                   "bedrock-runtime endpoint")
+    unbound = planning.sustainable_rate(profile, tpm_quota=1_000_000, call_seconds=6)
+    assert unbound.binding == "the tokens-per-minute quota, reservations included" and "legacy" not in unbound.binding
+
+
+def test_rpm_is_legacy_by_the_english_quotas_page():
+    """RPM_DOC is the primary English page (c7d083c cited the ko_kr machine translation and said RPM
+    applies to some models); the rule calls RPM legacy and cites that page."""
+    assert planning.RPM_DOC == "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-runtime.html"
+    assert planning.RPM_DOC == planning.QUOTAS_DOC
+    assert planning.RPM_RULE.startswith("RPM is legacy: Bedrock no longer enforces requests-per-minute quotas")
+    assert planning.RPM_RULE.endswith(f"({planning.RPM_DOC})")
+    assert "some models" not in planning.RPM_RULE
+    for documented in (planning.__doc__, planning.sustainable_rate.__doc__, planning.RatePlan.__doc__):
+        assert "legacy" in " ".join((documented or "").split())
 
 
 def test_reservations_in_flight_lower_the_sustainable_rate():

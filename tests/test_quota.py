@@ -227,12 +227,40 @@ def test_three_consumers_each_sized_against_the_whole_quota_fail_synth_listing_e
     assert "Fix: lower a share's fraction, tpm, calls or executions" in text
 
 
-def test_rpm_over_allocation_fails_synth_even_when_tpm_fits():
+def test_rpm_over_allocation_fails_synth_naming_the_rpm_legacy():
+    """A legacy rpm_quota the shares overdraw still fails synth (QuotaPacer paces each share by it),
+    but the error says Bedrock does not enforce RPM and offers rpm_quota=None, instead of claiming
+    Bedrock throttles the consumers."""
     stack = new_stack()
     quota = haiku_quota(stack, rpm_quota=50)
     quota.share("Fixed", PROFILE, calls=4, call_seconds=4, executions=1)  # 60/min: more than the 50 RPM
-    with pytest.raises(RuntimeError, match=r"and 60.0 RPM, 120.0% of the allocatable RPM"):
+    with pytest.raises(RuntimeError) as error:
         synth(stack)
+    text = " ".join(str(error.value).split())
+    assert ("the shares draw 60.0 RPM, 120.0% of the allocatable legacy RPM (rpm_quota=50: RPM is legacy: Bedrock no "
+            "longer enforces requests-per-minute quotas on the bedrock-runtime endpoint") in text
+    assert "Bedrock throttles them" not in text
+    assert "pass rpm_quota=None (Bedrock does not enforce RPM on bedrock-runtime)" in text
+
+
+def test_with_both_overdrawn_the_error_names_tpm_and_the_legacy_rpm():
+    stack = new_stack()
+    quota = haiku_quota(stack, rpm_quota=50)
+    quota.share("Fixed", PROFILE, calls=12, call_seconds=4, executions=1)  # 180/min: over TPM and RPM
+    with pytest.raises(RuntimeError) as error:
+        synth(stack)
+    text = " ".join(str(error.value).split())
+    assert "TPM allocatable, and 180.0 RPM, 360.0% of the allocatable legacy RPM" in text
+    assert "Bedrock throttles them" in text and "raise the quota in Service Quotas" in text
+
+
+def test_an_rpm_quota_is_shown_as_legacy_in_the_plan():
+    quota = haiku_quota(rpm_quota=50)
+    quota.share("Nightly", PROFILE, fraction=0.4, call_seconds=6)
+    assert quota.plan().table().splitlines()[0].startswith(
+        "us.anthropic.claude-3-5-haiku-20241022-v1:0 in us-east-1: 400,000 TPM, 50 RPM (legacy), burndown 5")
+    doc = " ".join((ModelQuota.__doc__ or "").split())
+    assert "rpm_quota: legacy;" in doc and "Bedrock no longer enforces RPM on the bedrock-runtime endpoint" in doc
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from genai_pacer.quota_check import (
     DeclaredQuota,
     QuotaCheckError,
     add_arguments,
+    check_plan,
     check_quota,
     find_account_quota,
     load_plans,
@@ -194,15 +195,71 @@ def test_shares_that_exceed_the_accounts_quota_fail_even_when_the_declared_quota
     assert "allocate 400,000 TPM, 100.0% of the account's 400,000 (20% kept free); lower the shares" in result.findings[1].message
 
 
-def test_a_declared_rpm_above_the_accounts_is_an_error():
-    """bedrock-runtime enforces RPM for the models Service Quotas lists one for: a declared RPM
-    above the account's listed quota fails, naming the rule and its page."""
-    quotas = ServiceQuotas().applied("L-00000002", 400_000).defaults().applied("L-00000003", 100)
+ENGLISH_RUNTIME_QUOTAS = "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-runtime.html"
+
+
+def test_a_declared_rpm_above_the_accounts_is_information_not_a_failure():
+    """Bedrock no longer enforces RPM on bedrock-runtime (the English quotas page lists token quotas
+    only): a declared RPM above the account's listed RPM quota is reported as legacy, never an error
+    (c7d083c, following a machine translation, made it an error again)."""
+    quotas = ServiceQuotas().applied("L-00000002", 400_000).defaults().applied(
+        "L-00000003", 100, "Cross-Region InvokeModel requests per minute for Anthropic Claude 3.5 Haiku")
     result = check_quota(declared(400_000, rpm_quota=200), quotas.client)
-    assert result.failed
-    assert result.findings[-1].level == "error"
-    assert ("declares 200 RPM but the account's quota L-00000003 is 100; set rpm_quota=100 (Bedrock enforces a "
-            "requests-per-minute quota on bedrock-runtime for some models only") in result.findings[-1].message
+    quotas.done()
+    assert not result.failed
+    assert [f.level for f in result.findings] == ["ok", "info"]
+    message = result.findings[-1].message
+    assert ("the plan declares 200 RPM and the account still lists L-00000003 (Cross-Region InvokeModel requests per "
+            "minute for Anthropic Claude 3.5 Haiku) at 100; not a failure: RPM is legacy: Bedrock no longer enforces "
+            "requests-per-minute quotas on the bedrock-runtime endpoint") in message
+    assert f"({ENGLISH_RUNTIME_QUOTAS})" in message and "/ko_kr/" not in message
+    assert result.rpm_account is not None and result.rpm_account.value == 100
+
+
+def test_an_account_that_lists_no_rpm_quota_is_information_too():
+    """Once Service Quotas lists no RPM quota for the model (nothing to compare a legacy figure with),
+    quota-check says so as information, not as a warning that something could not be checked."""
+    quotas = ServiceQuotas().applied("L-00000002", 400_000)
+    tokens_only = [q for q in PAGE_ONE + PAGE_TWO if "requests per minute" not in q["QuotaName"]]
+    quotas.stub.add_response("list_aws_default_service_quotas", {"Quotas": tokens_only}, {"ServiceCode": "bedrock"})
+    result = check_quota(declared(400_000, rpm_quota=200), quotas.client)
+    quotas.done()
+    assert not result.failed and result.rpm_account is None
+    assert result.findings[-1].level == "info"
+    assert "the declared legacy RPM was not compared with the account (no Bedrock quotas named like 'cross-region " \
+           "invokemodel requests per minute for '" in result.findings[-1].message
+    assert "not a failure: RPM is legacy" in result.findings[-1].message
+
+
+def test_offline_a_declared_rpm_is_reported_as_legacy():
+    """The offline check names a declared RPM legacy (c7d083c dropped the finding)."""
+    findings = check_plan(declared(400_000, [("a", 100_000)], rpm_quota=200))
+    rpm = [f for f in findings if "RPM" in f.message]
+    assert [f.level for f in rpm] == ["info"]
+    assert ("us.anthropic.claude-3-5-haiku-20241022-v1:0 in us-east-1: the plan declares 200 RPM, which caps its rates "
+            "but binds nothing at Bedrock; RPM is legacy") in rpm[0].message
+    assert ENGLISH_RUNTIME_QUOTAS in rpm[0].message
+    assert not [f for f in check_plan(declared(400_000, [("a", 100_000)])) if "RPM" in f.message]
+
+
+def test_the_command_exits_0_for_an_rpm_above_the_accounts_and_prints_it_as_legacy():
+    """What a CI gate sees: exit 0, the plan line marks the RPM legacy, and INFO lines (not ERROR) say why."""
+    quotas = ServiceQuotas().applied("L-00000002", 400_000).defaults().applied("L-00000003", 100)
+    status, out, _ = run(["--model-id", HAIKU_PROFILE, "--tpm", "400000", "--rpm", "5000", "--quota-code",
+                          "L-00000002", "--region", "us-east-1"], quotas)
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0] == f"{HAIKU_PROFILE} in us-east-1: 400,000 TPM, 5,000 RPM (legacy)"
+    info = [line for line in lines if line.startswith("INFO    ")]
+    assert len(info) == 2 and all("RPM is legacy" in line for line in info)
+    assert not [line for line in lines if line.startswith(("ERROR", "WARNING"))]
+
+
+def test_the_rpm_option_is_documented_as_legacy():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert "a legacy requests-per-minute figure, reported for information; bedrock-runtime no longer enforces RPM" \
+        in " ".join(parser.format_help().split())
 
 
 # --- the command -------------------------------------------------------------------------------------

@@ -12,9 +12,9 @@ current rate in the Bedrock documentation.
 
 Bedrock's quotas for the bedrock-runtime endpoint (QUOTAS_DOC): one tokens-per-minute quota per
 model (on-demand and cross-Region calls each have theirs), a per-model daily token quota (by
-default the TPM quota x 1,440) and a cross-model daily cap per account and Region. A
-requests-per-minute quota applies to some models only (RPM_DOC): rpm_quota arguments are optional;
-pass one where Service Quotas lists an RPM quota for the model. `plan_daily_tokens` checks a day's
+default the TPM quota x 1,440) and a cross-model daily cap per account and Region. Requests per
+minute are no longer enforced there (RPM_DOC): rpm_quota arguments are optional and legacy, kept
+for accounts or tooling that still track an RPM figure. `plan_daily_tokens` checks a day's
 schedule against both daily quotas.
 
 Every function and value object checks all its inputs at once (genai_pacer._checks): one
@@ -83,13 +83,16 @@ __all__ = [
 
 #: Bedrock's quotas for the bedrock-runtime endpoint (the TPM, daily and cross-model daily quotas).
 QUOTAS_DOC = "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-runtime.html"
-#: Requests per minute on bedrock-runtime: "InvokeModel requests per minute for ${model}" applies to
-#: some models but not others; Service Quotas lists the ones that apply. Read in the page's
-#: translation, which is newer than the English copy available here (issue 21 §3 said RPM was
-#: no longer enforced at all; this page contradicts it, and is the more primary source).
-RPM_DOC = "https://docs.aws.amazon.com/ko_kr/bedrock/latest/userguide/quotas-runtime.html"
-RPM_RULE = ("Bedrock enforces a requests-per-minute quota on bedrock-runtime for some models only; Service Quotas "
-            f"lists the models it applies to ({RPM_DOC})")
+#: Requests per minute on bedrock-runtime are legacy. The English page (primary; each translation
+#: says the English version prevails in a conflict) says inference there "is governed by per-model
+#: token-based quotas" and lists only token quotas: cross-Region and on-demand InvokeModel tokens per
+#: minute, model invocation max tokens per day and cross-model max tokens per day, no RPM row. (The
+#: ko_kr machine translation still lists an RPM row for some models; commit c7d083c followed it.)
+#: The planner still takes an RPM figure for accounts or tooling that still track one, never needs it,
+#: and names it legacy wherever it binds.
+RPM_DOC = "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-runtime.html"
+RPM_RULE = ("RPM is legacy: Bedrock no longer enforces requests-per-minute quotas on the bedrock-runtime endpoint, "
+            f"whose quotas are token-based; throttling follows the tokens-per-minute and daily token quotas ({RPM_DOC})")
 #: The default per-model daily token quota is the TPM quota x 24 x 60 ("Model invocation max tokens
 #: per day for ${model}", QUOTAS_DOC); new accounts may get less.
 MINUTES_PER_DAY = 24 * 60
@@ -434,10 +437,15 @@ def _sized(p99_output_tokens: float, margin: float) -> int:
 
 @dataclass(frozen=True)
 class RatePlan:
-    """The request rate a quota sustains and the concurrency cap that holds the load to it."""
+    """The request rate a quota sustains and the concurrency cap that holds the load to it.
+
+    limited_by: "tpm" when the tokens-per-minute quota binds; "rpm" only when a legacy rpm_quota was
+    passed and is lower than the rate the TPM quota sustains: Bedrock does not enforce that figure on
+    bedrock-runtime (RPM_RULE), only tooling that tracks it does. `binding` says so in words.
+    """
 
     requests_per_minute: float
-    limited_by: str  # "tpm" or "rpm"
+    limited_by: str  # "tpm", or "rpm": a legacy rpm_quota given (RPM_RULE)
     max_concurrency: int
     call_seconds: float
 
@@ -465,6 +473,14 @@ class RatePlan:
             _call_seconds(check, "call_seconds", self.call_seconds)
         _whole_values(self, "max_concurrency")
 
+    @property
+    def binding(self) -> str:
+        """What holds the rate, in words: the TPM quota, or the legacy RPM figure given (named legacy)."""
+        if self.limited_by == "rpm":
+            return (f"the legacy rpm_quota of {self.requests_per_minute:,.6g} requests per minute, lower than the TPM "
+                    f"quota sustains; {RPM_RULE}")
+        return "the tokens-per-minute quota, reservations included"
+
 
 def sustainable_rate(
     profile: TokenProfile,
@@ -473,13 +489,14 @@ def sustainable_rate(
     call_seconds: float,
     rpm_quota: float | None = None,
 ) -> RatePlan:
-    """The steady request rate a TPM (and optional RPM) quota sustains, reservations included.
+    """The steady request rate a TPM (and optional, legacy RPM) quota sustains, reservations included.
 
     At rate r per minute, r x settled tokens settle in the window while r x min(call_seconds/60, 1)
     requests still hold (reserved - settled) extra tokens, so
     r = tpm / (settled + min(call_seconds/60, 1) x max(reserved - settled, 0)). When settlement
     exceeds the reservation (output x burndown > max_tokens) the settled charge is the binding one.
-    rpm_quota: pass one where Service Quotas lists an RPM quota for the model (RPM_RULE).
+    rpm_quota: legacy (RPM_RULE): Bedrock no longer enforces requests per minute on bedrock-runtime;
+    pass one only where an account or tooling still tracks an RPM figure, and it caps the rate.
     """
     with Checks("sustainable_rate") as check:
         _profile(check, profile)
@@ -499,7 +516,7 @@ def sustainable_rate(
             above=0,
             maximum=MAX_RATE,
             optional=True,
-            fix="the model's requests-per-minute quota, or None where Service Quotas lists none for it",
+            fix="a legacy requests-per-minute figure, or None (bedrock-runtime no longer enforces RPM)",
         )
     # Bounded: settled >= 0 and, when it is 0, reserved >= max_tokens >= 1 held for >= 1 ms, so the
     # rate is at most MAX_TPM_QUOTA / (MIN_CALL_SECONDS / 60) = 6e16 < MAX_RATE, never inf.

@@ -265,7 +265,7 @@ class QuotaPlan:
         day = self.daily()
         lines = [
             f"{self.model_id} in {self.region}: {quota:,.0f} TPM"
-            + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM")
+            + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM (legacy)")
             + f", burndown {self.burndown:g}; {self.allocated_tpm:,.0f} TPM allocated ({self.allocation:.1%} of "
             f"{self.allocatable_tpm:,.0f} allocatable), {self.in_flight} calls in flight at the caps; "
             f"{day.daily_tokens:,.0f} tokens a day ({day.fraction:.1%} of the {day.daily_quota:,.0f} daily quota)"
@@ -333,8 +333,12 @@ class ModelQuota(Construct):
     tpm_quota: required; the tokens-per-minute quota (Service Quotas: "On-demand InvokeModel tokens
         per minute for <model>" or "Cross-Region InvokeModel tokens per minute for <model>").
         `genai-pacer quota-check` compares it with the account's value before you deploy.
-    rpm_quota: the model's requests-per-minute quota, where Service Quotas lists one: bedrock-runtime
-        enforces RPM for some models only (planning.RPM_RULE). Default: None.
+    rpm_quota: legacy; a requests-per-minute figure for accounts or tooling that still track one. Bedrock
+        no longer enforces RPM on the bedrock-runtime endpoint (planning.RPM_RULE), so a plan never
+        needs it. Given, the shares split it, it caps their rates (each share's RatePlan then says
+        limited_by "rpm" and names it legacy), pacer_environment passes it to QuotaPacer, and synth
+        fails when the shares overdraw it, since that tooling would then hold them back; quota-check
+        reports it for information only. Default: None.
     burndown: quota tokens per output token of the model (1, 5, 10 or 15: check its current rate).
         Every share's profile must use it. Default: 1.
     keep_free: the fraction of the quota no share may take, kept for traffic the app does not
@@ -383,7 +387,7 @@ class ModelQuota(Construct):
             _plan_number(check, "tpm_quota", tpm_quota, minimum=1, maximum=planning.MAX_TPM_QUOTA,
                          fix="the model's tokens-per-minute quota from Service Quotas, e.g. 400000")
             _plan_number(check, "rpm_quota", rpm_quota, above=0, maximum=planning.MAX_RATE, optional=True,
-                         fix="the model's requests-per-minute quota, or None where Service Quotas lists none for it")
+                         fix="a legacy requests-per-minute figure, or None (bedrock-runtime no longer enforces RPM)")
             _plan_number(check, "burndown", burndown, minimum=1, maximum=planning.MAX_BURNDOWN,
                          fix="quota tokens per output token: 1 for most models, 5 for older Claude models, "
                          "10 or 15 for the newest (check the model's current rate)")
@@ -474,7 +478,7 @@ class ModelQuota(Construct):
             daytime traffic: its hours), for the daily token quotas. Default: 24, the worst case.
         name: the consumer's construct id (or path), unless the consumer exposes the plan it was
             given (`concurrency_plan`): that is how synth tells which construct holds which share.
-        With an rpm_quota, a fraction or tpm share also takes that fraction of the RPM.
+        With an rpm_quota (legacy), a fraction or tpm share also takes that fraction of the RPM.
         """
         with Checks(f"ModelQuota {self.node.id}: share {name!r}") as check:
             if is_token(name):
@@ -673,8 +677,14 @@ class _Enforced:
             f"TPM allocatable"
             + (f" ({plan.tpm_quota:,.0f} TPM quota, {plan.keep_free:.0%} kept free)" if plan.keep_free else "")
         )
-        if rpm is not None and rpm > 1 + 1e-9:
-            overdrawn += f", and {plan.allocated_rpm:,.1f} RPM, {rpm:.1%} of the allocatable RPM"
+        tpm_over = plan.allocation > 1 + 1e-9
+        rpm_over = rpm is not None and rpm > 1 + 1e-9
+        if rpm_over:
+            overdrawn = (overdrawn + ", and" if tpm_over else "the shares draw") + (
+                f" {plan.allocated_rpm:,.1f} RPM, {rpm:.1%} of the allocatable legacy RPM (rpm_quota="
+                f"{plan.rpm_quota:,.0f}: {planning.RPM_RULE}; a QuotaPacer or tooling given it holds the shares to it)")
+        effect = ("Bedrock throttles them" if tpm_over
+                  else "whatever paces them by the legacy RPM (QuotaPacer from pacer_environment) holds them back")
         consumers = "\n".join(
             f"  - {share.name}: {share.tpm:,.0f} TPM ({share.tpm / plan.tpm_quota:.1%}), "
             f"{share.per_execution.max_concurrency} calls per execution x {share.executions} execution(s) = "
@@ -683,9 +693,11 @@ class _Enforced:
         )
         return (
             f"ModelQuota {self.quota.node.id} ({plan.model_id}): {overdrawn}; when the consumers run together, "
-            f"{plan.in_flight} calls are in flight and Bedrock throttles them. Consumers:\n{consumers}\n"
-            "Fix: lower a share's fraction, tpm, calls or executions, lower keep_free, or raise the quota in Service "
-            "Quotas and tpm_quota with it."
+            f"{plan.in_flight} calls are in flight and {effect}. Consumers:\n{consumers}\n"
+            + ("Fix: lower a share's fraction, tpm, calls or executions, lower keep_free, or raise the quota in Service "
+               "Quotas and tpm_quota with it." if tpm_over else
+               "Fix: lower a share's calls or executions, or pass rpm_quota=None (Bedrock does not enforce RPM on "
+               "bedrock-runtime) or a higher figure if your own tooling tracks one.")
         )
 
 

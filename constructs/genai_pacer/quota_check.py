@@ -21,6 +21,10 @@ match lists the candidates instead of guessing. Exit status: 0 when every check 
 plan overdraws its quota or the account's, 2 when a plan could not be checked (bad input, no
 matching quota, an AWS error once credentials were found). --json prints one JSON object on every
 path: {"status": N, "results": [...], "errors": [...]}.
+
+A declared requests-per-minute figure (rpm_quota, --rpm) is legacy: Bedrock no longer enforces RPM
+on the bedrock-runtime endpoint (planning.RPM_RULE), so it is reported as an INFO finding, offline
+and against the account's listed RPM quota if there is one, and never changes the exit status.
 """
 
 from __future__ import annotations
@@ -83,8 +87,8 @@ NAME_PREFIXES = {
     "global": ("global cross-region model inference {unit} per minute for ",
                "global cross-region invokemodel {unit} per minute for "),
 }
-#: When an RPM quota binds: for the models Service Quotas lists one for (planning.RPM_DOC).
-RPM_RULE = planning.RPM_RULE
+#: Why quota-check reports a declared RPM as information, never a failure (planning.RPM_DOC).
+RPM_LEGACY = planning.RPM_RULE
 
 
 class QuotaCheckError(Exception):
@@ -137,7 +141,7 @@ class DeclaredQuota:
             return list(self.table)
         quota = self.tpm_quota
         lines = [f"{self.model_id} in {self.region or '(no Region given)'}: {quota:,.0f} TPM"
-                 + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM")]
+                 + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM (legacy)")]
         hours = {name: h for name, _, h in self.loads}
         lines += [f"  {name}: {tpm:,.0f} TPM ({tpm / quota:.1%}), {hours.get(name, 24.0):g} h a day"
                   for name, tpm in self.shares]
@@ -156,7 +160,7 @@ class AccountQuota:
 
 @dataclass(frozen=True)
 class Finding:
-    level: str  # "error", "warning" or "ok"
+    level: str  # "error" (exit 1), "warning", "info" (legacy figures reported, never a failure) or "ok"
     message: str
 
 
@@ -227,7 +231,7 @@ def load_plans(assembly: str | Path) -> list[DeclaredQuota]:
 
 def check_plan(declared: DeclaredQuota) -> list[Finding]:
     """Every check that needs no AWS call: the shares against the declared quota, the day against the
-    daily quotas and the callers holding no share (an RPM is compared only with the account's)."""
+    daily quotas, the callers holding no share, and the legacy RPM (information, never a failure)."""
     where = f"{declared.model_id} in {declared.region or 'its Region'}"
     findings = []
     allocatable = declared.tpm_quota * (1 - declared.keep_free)
@@ -247,6 +251,9 @@ def check_plan(declared: DeclaredQuota) -> list[Finding]:
         findings.append(Finding("ok", f"{where}: the day's {day.daily_tokens:,.0f} tokens are {day.fraction:.1%} of the "
                                       f"{day.daily_quota:,.0f} daily token quota"))
     findings += [Finding("warning", f"{where}: {caller}") for caller in declared.unshared]
+    if declared.rpm_quota is not None:
+        findings.append(Finding("info", f"{where}: the plan declares {declared.rpm_quota:,.0f} RPM, which caps its rates "
+                                        f"but binds nothing at Bedrock; {RPM_LEGACY}"))
     return findings
 
 
@@ -353,12 +360,15 @@ def check_quota(declared: DeclaredQuota, client: Any) -> QuotaCheck:
         try:
             rpm = result.rpm_account = find_account_quota(client, declared.model_id, unit="requests")
         except QuotaCheckError as error:
-            result.findings.append(Finding("warning", f"{where}: the declared RPM quota could not be checked: {error}"))
+            # Expected once Service Quotas lists no RPM quota for the model: the figure is legacy anyway.
+            result.findings.append(Finding("info", f"{where}: the declared legacy RPM was not compared with the "
+                                                   f"account ({error}); not a failure: {RPM_LEGACY}"))
         else:
             if declared.rpm_quota > rpm.value:
                 result.findings.append(Finding(
-                    "error", f"{where}: the plan declares {declared.rpm_quota:,.0f} RPM but the account's quota "
-                             f"{rpm.code} is {rpm.value:,.0f}; set rpm_quota={rpm.value:,.0f} ({RPM_RULE})"))
+                    "info", f"{where}: the plan declares {declared.rpm_quota:,.0f} RPM and the account still lists "
+                            f"{rpm.code} ({rpm.name}) at {rpm.value:,.0f}; not a failure: {RPM_LEGACY}. Set "
+                            f"rpm_quota={rpm.value:,.0f} if your own tooling tracks that figure, or None"))
     return result
 
 
@@ -404,8 +414,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     given.add_argument("--model-id", help="the model or inference profile id (default: none; read the assembly)")
     given.add_argument("--tpm", metavar="TPM", help="the declared tokens-per-minute quota (default: none; required "
                                                     "with --model-id)")
-    given.add_argument("--rpm", metavar="RPM", help="the model's requests-per-minute quota, where Service Quotas lists "
-                                                    "one: bedrock-runtime enforces RPM for some models only (default: none)")
+    given.add_argument("--rpm", metavar="RPM", help="a legacy requests-per-minute figure, reported for information; "
+                                                    "bedrock-runtime no longer enforces RPM (default: none)")
     given.add_argument("--share", action="append", default=[], metavar="NAME=TPM[@HOURS]",
                        help="a consumer's share and the hours a day it runs, repeated for each "
                             "(default: none; hours default to 24)")
