@@ -157,7 +157,8 @@ class QuotaPacer:
     """Admits calls to one model only when the quota share can hold their reservation.
 
     tpm: required; the tokens per minute this process may use (its share; see
-        genai_pacer.quota.ModelQuota.pacer_environment). rpm: optional requests-per-minute share.
+        genai_pacer.quota.ModelQuota.pacer_environment). rpm: optional, legacy requests-per-minute share, paced only when
+        given (Bedrock's bedrock-runtime quotas are token-based; genai_pacer.planning.RPM_RULE).
     burndown: quota tokens per output token of the model (1, 5, 10, 15). Default: 1.
     max_wait_seconds: how long a call may wait to start before it is rejected; None waits as long
         as it takes (no deadline). Default: None. Each call may pass its own.

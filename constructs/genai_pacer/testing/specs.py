@@ -131,7 +131,10 @@ class ModelSpec:
     (anthropic, nova or llama); None derives it from the model id, and a model of another family
     serves Converse only. application_profiles lists application inference profile ids (the part
     after `application-inference-profile/` in the ARN) that route to this model. tier_latency gives
-    service tiers their own speed so a client can compare them.
+    service tiers their own speed so a client can compare them. rpm_quota (default None) makes the
+    emulator refuse calls beyond it as a legacy requests-per-minute quota would; Bedrock's
+    bedrock-runtime quotas are token-based (genai_pacer.planning.RPM_RULE), so leave it unset to
+    emulate today's Bedrock.
     """
 
     model_id: str
