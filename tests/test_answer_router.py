@@ -132,7 +132,7 @@ def test_number_tokens_reach_the_function_as_tokens():
 def test_a_token_duration_in_another_unit_is_refused_by_name(prop):
     stack = new_stack()
     value = cdk.CfnParameter(stack, "Value", type="Number", default=3).value_as_number
-    with pytest.raises(InvalidPropsError, match=rf"{prop} is a Duration in another unit made from a token.*cdk\.Duration\.seconds"):
+    with pytest.raises(InvalidPropsError, match=rf"{prop} is a deploy-time Duration in another unit.*cdk\.Duration\.seconds"):
         AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=MODEL,
                      **{prop: cdk.Duration.minutes(value)})
 

@@ -203,3 +203,46 @@ def test_cdk_nag_finds_no_kms_wildcards_on_roles_granted_on_a_customer_managed_s
     assert [f for f in findings if "IAM5" in f] == [], findings
     key_findings = [f for f in findings if "kms" in f.lower() or "Store" in f or f.endswith(("Reader", "Putter", "Writer"))]
     assert key_findings == [], findings
+
+
+# ---- a deploy-time TTL reaches every writer as a reference (issue 34.1) -----------------------------
+
+
+def test_a_deploy_time_ttl_reaches_every_writer_as_a_reference_never_as_digits():
+    """Router, worker, scheduled and batch pre-computation all write answers with the store's TTL: each
+    gets ANSWER_TTL_SECONDS as the parameter's Ref (it was int() of the token's encoding, 290 digits)."""
+    from aws_cdk import aws_scheduler as scheduler
+    from aws_cdk import aws_stepfunctions as sfn
+    from genai_pacer import AnswerRouter, BedrockModel, ConverseRequest, QueuedInference
+    from genai_pacer.batch_precompute import BatchPrecompute
+    from genai_pacer.precompute import ScheduledPrecompute
+
+    stack = new_stack()
+    ttl = cdk.CfnParameter(stack, "TtlSeconds", type="Number")
+    store = AnswerStore(stack, "Store", answer_ttl=cdk.Duration.seconds(ttl.value_as_number))
+    model = BedrockModel.from_id("amazon.nova-lite-v1:0")
+    AnswerRouter(stack, "Router", answer_store=store, model=model, prompts={"note#{ticker}": "A note on {ticker}"})
+    QueuedInference(stack, "Queue", model=model, max_concurrency=4, answer_store=store)
+    ScheduledPrecompute(
+        stack, "Pre", answer_store=store, model=model, max_concurrency=2, items=[{"key": "note#aapl"}],
+        request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.item.key"), max_tokens=100),
+        schedule=scheduler.ScheduleExpression.cron(minute="0", hour="6"),
+    )
+    BatchPrecompute(stack, "Batch", model=model, max_tokens=100, answer_store=store)
+    functions = template_of(stack).find_resources("AWS::Lambda::Function")
+    ttls = {
+        name: props["Properties"]["Environment"]["Variables"]["ANSWER_TTL_SECONDS"]
+        for name, props in functions.items()
+        if "ANSWER_TTL_SECONDS" in props["Properties"].get("Environment", {}).get("Variables", {})
+    }
+    writers = {prefix: [n for n in ttls if n.startswith(prefix)] for prefix in ("Router", "Queue", "Pre", "Batch")}
+    assert all(writers.values()), writers  # each kind of writer has a function that writes answers
+    assert ttls and all(value == {"Ref": "TtlSeconds"} for value in ttls.values()), ttls
+
+
+@pytest.mark.parametrize("unit", ["minutes", "hours", "days"])
+def test_a_deploy_time_ttl_in_another_unit_is_refused_naming_answer_ttl(unit):
+    stack = new_stack()
+    ttl = cdk.CfnParameter(stack, "TtlDays", type="Number").value_as_number
+    with pytest.raises(InvalidPropsError, match=r"answer_ttl is a deploy-time Duration in another unit.*cdk\.Duration\.seconds"):
+        AnswerStore(stack, "Store", answer_ttl=getattr(cdk.Duration, unit)(ttl))

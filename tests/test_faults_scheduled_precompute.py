@@ -128,7 +128,7 @@ def test_an_items_key_with_a_lone_surrogate_is_refused():
 def test_a_token_items_format_is_refused_by_name():
     stack = new_stack()
     fmt = cdk.CfnParameter(stack, "Format", type="String").value_as_string
-    with pytest.raises(InvalidPropsError, match="items_format is a deploy-time token"):
+    with pytest.raises(InvalidPropsError, match="items_format is a deploy-time string"):
         build(stack, items_bucket=s3.Bucket(stack, "Keys"), items_key="keys.jsonl", items_format=fmt)
 
 

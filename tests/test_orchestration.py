@@ -556,14 +556,6 @@ def test_an_express_parent_of_a_distributed_map_warns():
     Annotations.from_stack(stack).has_warning("/Test/Map", Match.string_like_regexp("the state machine is EXPRESS"))
 
 
-def test_distributed_map_accepts_a_token_percentage():
-    stack = new_stack()
-    BoundedDistributedMap(
-        stack, "Map", max_concurrency=5, model=NOVA, request=REQUEST, items_bucket=s3.Bucket(stack, "B"),
-        items_key="items.jsonl", tolerated_failure_percentage=a_token(),
-    )
-
-
 # --- ParallelPrompts --------------------------------------------------------------------------------
 
 

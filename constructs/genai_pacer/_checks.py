@@ -25,7 +25,10 @@ from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
-__all__ = ["Checks", "Default", "InvalidPropsError", "fit_concurrency", "is_token", "kind_of", "resolved", "token_kind"]
+__all__ = [
+    "Checks", "Default", "InvalidPropsError", "deploy_time_duration", "duration_in", "fit_concurrency", "in_unit",
+    "is_token", "kind_of", "resolved", "seconds_text", "shown", "token_kind", "token_of_kind",
+]
 
 
 class InvalidPropsError(ValueError, TypeError):
@@ -99,6 +102,74 @@ def token_kind(value: Any) -> str | None:
     if isinstance(value, str):
         return "list" if "#{Token[" in value else "string"
     return type(value).__name__  # Duration, Size
+
+
+def deploy_time_duration(value: Any) -> bool:
+    """A cdk.Duration known only at deploy time (e.g. cdk.Duration.seconds(parameter.value_as_number))."""
+    return callable(getattr(value, "to_seconds", None)) and is_token(value)
+
+
+def shown(value: Any) -> str:
+    """A number as a description or expression shows it: '20', or for a deploy-time number the
+    reference CloudFormation fills in (never the token's float encoding)."""
+    if is_token(value):
+        import aws_cdk as cdk
+
+        return str(cdk.Tokenization.stringify_number(value))
+    return f"{value:g}"
+
+
+_CONVERSIONS = {"seconds": "to_seconds", "minutes": "to_minutes", "days": "to_days", "millis": "to_milliseconds"}
+
+
+def duration_in(check: Checks, name: str, duration: Any, unit: str, *, why: str) -> Any:
+    """`duration` as a number of `unit` ("seconds", "minutes", "days" or "millis"), or None after a failure.
+
+    A literal converts; a deploy-time Duration converts only from the same unit, since aws-cdk-lib
+    cannot scale a token (it reaches the template as the parameter itself). `why` says what the
+    number is for, so the refusal names the prop, the reason and the fix."""
+    convert = getattr(duration, _CONVERSIONS[unit])
+    if not duration.is_unresolved():
+        return convert(integral=False)
+    try:
+        return convert()
+    except Exception:  # aws-cdk-lib: "Duration must be specified as 'Duration.<unit>()' here"
+        check.fail(
+            f"{name} is a deploy-time Duration in another unit, but {why} in {unit}: build it with "
+            f"cdk.Duration.{unit}(parameter.value_as_number)"
+        )
+        return None
+
+
+def in_unit(check: Checks, name: str, value: Any, unit: str, *, why: str) -> bool:
+    """False (the problem recorded) for a deploy-time Duration not built in `unit`; True for anything
+    else (a literal, None or a wrong type are judged by the prop's own checks)."""
+    return not deploy_time_duration(value) or duration_in(check, name, value, unit, why=why) is not None
+
+
+def seconds_text(duration: Any) -> str:
+    """Whole seconds as a handler's environment takes them ("" for None). A deploy-time Duration
+    (built with Duration.seconds; duration_in refuses any other unit) stays a reference that
+    CloudFormation resolves, never int() of the token's number encoding (a 290-digit garble)."""
+    if duration is None:
+        return ""
+    if duration.is_unresolved():
+        import aws_cdk as cdk
+
+        return str(cdk.Token.as_string(duration.to_seconds()))
+    return str(int(duration.to_seconds()))
+
+
+def token_of_kind(check: Checks, name: str, value: Any, expected: str, *, fix: str) -> bool:
+    """True when `value` is a deploy-time value of the `expected` kind (it may pass to CloudFormation);
+    a deploy-time value of another kind is refused, naming the prop; False for a literal."""
+    kind = token_kind(value)
+    if kind is None:
+        return False
+    if kind == expected:
+        return True
+    check.fail(f"{name} is a deploy-time {kind}, but it takes a {expected}: {fix}")
+    return False
 
 
 #: The top 16 bits of every number token aws-cdk-lib encodes (core/lib/private/encoding.ts).

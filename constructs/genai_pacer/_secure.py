@@ -21,7 +21,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from ._assets import handler_code
-from ._checks import Checks
+from ._checks import Checks, in_unit, token_kind
 from .models import BedrockModel
 
 # The actions aws-cdk-lib grants for tracing and logging; AWS offers no narrower resource for them.
@@ -143,6 +143,16 @@ class StateMachineOptions:
 
     def __post_init__(self) -> None:
         with Checks("StateMachineOptions") as check:
+            # Both decide at synth what is built (a log group or none; the timeout limit and the type
+            # aws-cdk-lib takes as an enum), so neither can wait for deploy time.
+            for name, why in (
+                ("log_level", "the level decides at synth whether a log group is created; pass an sfn.LogLevel"),
+                ("state_machine_type", "the type decides at synth the longest timeout and how a run is started; "
+                 "pass sfn.StateMachineType.STANDARD or EXPRESS"),
+            ):
+                kind = token_kind(getattr(self, name))
+                if kind is not None:
+                    check.fail(f"{name} is a deploy-time {kind}, but {why}")
             if check.one_of("log_level", self.log_level, LOG_LEVELS) and self.log_level == sfn.LogLevel.OFF:
                 for name in ("log_group", "encryption_key", "log_retention"):
                     check.rule(
@@ -174,7 +184,7 @@ class StateMachineOptions:
             express = self.state_machine_type == sfn.StateMachineType.EXPRESS
             if check.one_of(
                 "state_machine_type", self.state_machine_type, (sfn.StateMachineType.STANDARD, sfn.StateMachineType.EXPRESS)
-            ):
+            ) and in_unit(check, "timeout", self.timeout, "seconds", why="a state machine's TimeoutSeconds is"):
                 check.duration(
                     "timeout",
                     self.timeout,

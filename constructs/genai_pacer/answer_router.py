@@ -60,7 +60,7 @@ from aws_cdk import aws_logs as logs
 
 from constructs import Construct
 
-from ._checks import Checks, is_token
+from ._checks import Checks, in_unit, is_token, seconds_text
 from ._runtime_constants import metrics_constants
 from ._secure import handler_function
 from .answer_store import AnswerStore
@@ -165,7 +165,7 @@ class AnswerRouter(Construct):
                     "never applies; lower max_age or raise answer_ttl",
                 )
             for name, value in (("max_age", max_age), ("coalesce_wait", coalesce_wait), ("timeout", timeout)):
-                _check_token_seconds(check, name, value)
+                in_unit(check, name, value, "seconds", why="the function takes it")
             check.instance("write_back", write_back, bool, "True or False")
             prompt_table = _check_prompts(check, prompts)
             check.text("system_prompt", system_prompt, optional=True, fix="the system prompt of every generated answer")
@@ -212,10 +212,10 @@ class AnswerRouter(Construct):
         environment = {
             **store.environment(),
             "MODEL_ID": model.model_id,
-            "MAX_AGE_SECONDS": _seconds_text(max_age),
+            "MAX_AGE_SECONDS": seconds_text(max_age),
             "WRITE_BACK": "true" if write_back else "false",
             "MAX_OUTPUT_TOKENS": cdk.Token.as_string(max_output_tokens) if is_token(max_output_tokens) else str(max_output_tokens),
-            "COALESCE_WAIT_SECONDS": _seconds_text(coalesce_wait),
+            "COALESCE_WAIT_SECONDS": seconds_text(coalesce_wait),
             "PROMPTS": json.dumps([{"key": k, "prompt": v} for k, v in self.prompts.items()], ensure_ascii=False),
         }
         if system_prompt is not None:
@@ -282,27 +282,6 @@ class AnswerRouter(Construct):
             metric_name=name,
             dimensions_map={getattr(names, "FUNCTION_DIMENSION", "FunctionName"): self.function.function_name},
             **{"statistic": "Sum", "period": cdk.Duration.minutes(5), **props},
-        )
-
-
-def _seconds_text(duration: cdk.Duration) -> str:
-    """Whole seconds as text; a token Duration (a CfnParameter) stays a token that resolves at deploy."""
-    if duration.is_unresolved():
-        return cdk.Token.as_string(duration.to_seconds())
-    return str(int(duration.to_seconds()))
-
-
-def _check_token_seconds(check: Checks, name: str, value: Any) -> None:
-    """A token Duration reaches the function as a number of seconds only when made with Duration.seconds:
-    CDK cannot convert Duration.hours(token) into seconds at synth."""
-    if not isinstance(value, cdk.Duration) or not value.is_unresolved():
-        return
-    try:
-        value.to_seconds()
-    except Exception:  # jsii: MustBeDurationSpecifiedDuration
-        check.fail(
-            f"{name} is a Duration in another unit made from a token (e.g. a CfnParameter); CDK can only pass a "
-            f"token Duration on as seconds: use cdk.Duration.seconds(<token>)"
         )
 
 

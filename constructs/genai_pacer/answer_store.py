@@ -52,7 +52,7 @@ from aws_cdk import aws_kms as kms
 
 from constructs import Construct
 
-from ._checks import Checks, Default, resolved
+from ._checks import Checks, Default, in_unit, resolved, seconds_text
 
 __all__ = ["AnswerStore", "DEFAULT_ANSWER_TTL", "PARTITION_KEY", "TTL_ATTRIBUTE"]
 
@@ -98,7 +98,8 @@ class AnswerStore(Construct):
     encryption_key: customer-managed KMS key for a new table. Default: AWS-managed encryption.
     answer_ttl: how long a written answer lives before DynamoDB's TTL removes it (within a few
         days of expiry; readers check freshness themselves). Default: 30 days. None keeps answers
-        until they are replaced.
+        until they are replaced. A deploy-time value: cdk.Duration.seconds(<number token>), which
+        reaches the handlers as a reference; a token in another unit is refused.
 
     Attributes: `table`, `answer_ttl`. Grants: `grant_read`, `grant_put` (no delete),
     `grant_write`. Handlers receive
@@ -127,6 +128,7 @@ class AnswerStore(Construct):
                 "answer_ttl", ttl, minimum=cdk.Duration.minutes(1), maximum=cdk.Duration.days(3650), optional=True,
                 fix="None keeps answers until they are replaced",
             )
+            in_unit(check, "answer_ttl", ttl, "seconds", why="the handlers' ANSWER_TTL_SECONDS is")
             if table is not None and _is_table(table):
                 self._check_existing(check, table)
         self.answer_ttl = ttl
@@ -163,8 +165,7 @@ class AnswerStore(Construct):
 
     def environment(self) -> dict[str, str]:
         """What a handler needs to use this store: ANSWER_TABLE and ANSWER_TTL_SECONDS ("" = no TTL)."""
-        ttl = "" if self.answer_ttl is None else str(int(self.answer_ttl.to_seconds()))
-        return {"ANSWER_TABLE": self.table.table_name, "ANSWER_TTL_SECONDS": ttl}
+        return {"ANSWER_TABLE": self.table.table_name, "ANSWER_TTL_SECONDS": seconds_text(self.answer_ttl)}
 
     def _grant(self, grantee: iam.IGrantable, actions: tuple[str, ...], key_actions: tuple[str, ...]) -> iam.Grant:
         grant = self.table.grant(grantee, *actions)

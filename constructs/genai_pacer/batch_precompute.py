@@ -63,7 +63,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct, IConstruct
 
-from ._checks import Checks, Default, is_token, resolved
+from ._checks import Checks, Default, in_unit, is_token, resolved, token_kind
 from ._nag import (
     acknowledge_exact_resources,
     acknowledge_exact_resources_at_validation,
@@ -304,7 +304,13 @@ class BatchPrecompute(Construct):
                     "support: pass the foundation model or an inference profile",
                 )
             check.instance("answer_store", answer_store, AnswerStore, "an AnswerStore (shared with the router)", optional=True)
-            if check.one_of("invocation_type", invocation_type, ("Converse", "InvokeModel")):
+            if token_kind(invocation_type) is not None:
+                check.fail(
+                    f"invocation_type is a deploy-time {token_kind(invocation_type)}, but it decides at synth which props "
+                    "apply (Converse needs max_tokens; InvokeModel takes each item's modelInput and refuses max_tokens, "
+                    "system_prompt and temperature): pass 'Converse' or 'InvokeModel'"
+                )
+            elif check.one_of("invocation_type", invocation_type, ("Converse", "InvokeModel")):
                 if invocation_type == "Converse":
                     check.integer(
                         "max_tokens", max_tokens, minimum=1, maximum=1_000_000,
@@ -342,6 +348,7 @@ class BatchPrecompute(Construct):
                 "object_expiration", expiration, minimum=cdk.Duration.days(1), optional=True,
                 fix="S3 expires objects in whole days; None keeps them",
             )
+            in_unit(check, "object_expiration", expiration, "days", why="S3 lifecycle expiration (ExpirationInDays) is")
             prefixes_ok = all([
                 _check_prefix(check, "items_prefix", items_prefix),
                 _check_prefix(check, "input_prefix", input_prefix),

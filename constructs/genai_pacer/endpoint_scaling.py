@@ -35,8 +35,8 @@ from aws_cdk import aws_sagemaker as sagemaker
 
 from constructs import Construct
 
-from ._alarms import duration_in, shown, threshold_alarm
-from ._checks import Checks, _show, is_token, kind_of, token_kind
+from ._alarms import threshold_alarm
+from ._checks import Checks, _show, duration_in, is_token, kind_of, shown, token_kind
 from .capacity import (
     MAX_CAPACITY,
     MAX_LOAD_SECONDS,

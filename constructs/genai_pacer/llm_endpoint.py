@@ -26,8 +26,8 @@ from aws_cdk import aws_sagemaker as sagemaker
 
 from constructs import Construct
 
-from ._alarms import duration_in, shown, threshold_alarm, token_kind, token_of_kind
-from ._checks import Checks, is_token
+from ._alarms import threshold_alarm
+from ._checks import Checks, duration_in, is_token, shown, token_kind, token_of_kind
 from ._nag import acknowledge_exact_resources, acknowledge_exact_resources_at_validation, flattened
 from .capacity import MAX_CAPACITY
 

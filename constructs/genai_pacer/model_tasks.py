@@ -11,8 +11,8 @@ Step Functions' 256 KiB state limit. Native InvokeModel bodies stay available as
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_stepfunctions as sfn
@@ -20,7 +20,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct
 
-from ._checks import Checks
+from ._checks import Checks, Default, in_unit, is_token, resolved, token_kind
 from .models import INVOKE_ACTIONS, BedrockModel, as_bedrock_model
 
 __all__ = [
@@ -88,16 +88,19 @@ class BedrockRetry:
     """
 
     errors: str | Sequence[str] = DEFAULT_RETRY_ERRORS
-    interval: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(2))
+    # Built when a BedrockRetry is (no jsii object at import); help() shows the code, not '<factory>'.
+    interval: cdk.Duration = cast(cdk.Duration, Default("cdk.Duration.seconds(2)", lambda: cdk.Duration.seconds(2)))
     backoff_rate: float = 2.0
     max_retries: int = 6
-    max_delay: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(30))
+    max_delay: cdk.Duration = cast(cdk.Duration, Default("cdk.Duration.seconds(30)", lambda: cdk.Duration.seconds(30)))
 
     def __post_init__(self) -> None:
+        for name in ("interval", "max_delay"):
+            object.__setattr__(self, name, resolved(getattr(self, name)))
         if isinstance(self.errors, str):  # one name, not its characters
             object.__setattr__(self, "errors", (self.errors,))
         with Checks("BedrockRetry") as check:
-            if check.each("errors", self.errors, lambda n, v: check.text(n, v)):
+            if definition_list(check, "errors", self.errors) and check.each("errors", self.errors, lambda n, v: check.text(n, v)):
                 object.__setattr__(self, "errors", tuple(self.errors))
                 check.rule(
                     bool(self.errors), "errors=() retries nothing; keep DEFAULT_RETRY_ERRORS or list the throttling errors"
@@ -118,6 +121,8 @@ class BedrockRetry:
                 "max_delay", self.max_delay, minimum=cdk.Duration.seconds(1),
                 maximum=cdk.Duration.seconds(_MAX_DELAY_SECONDS), fix="Step Functions caps MaxDelaySeconds at 366 days",
             )
+            in_unit(check, "interval", self.interval, "seconds", why="a Retrier's IntervalSeconds is")
+            in_unit(check, "max_delay", self.max_delay, "seconds", why="a Retrier's MaxDelaySeconds is")
             if interval_ok:
                 check.rule(
                     self.interval.to_seconds(integral=False) == int(self.interval.to_seconds(integral=False)),
@@ -142,6 +147,21 @@ class BedrockRetry:
             jitter_strategy=sfn.JitterType.FULL,
         )
         return task
+
+
+def definition_list(check: Checks, name: str, values: Any) -> bool:
+    """False (recorded) for a deploy-time list (a CommaDelimitedList's value_as_list) where a list
+    goes into a state machine definition: aws-cdk-lib can write one there only through a
+    Lambda-backed custom resource it adds to the stack (Custom::AWSCDKCfnJsonStringify, with an AWS
+    managed policy and a Node.js function cdk-nag reports), core/lib/private/cloudformation-lang.ts
+    renderIntrinsic's STRING_LIST case. A list of deploy-time strings needs no such resource."""
+    if isinstance(values, list | tuple) and any(isinstance(v, str) and "#{Token[" in v for v in values):
+        return check.fail(
+            f"{name} is a deploy-time list, which aws-cdk-lib writes into a state machine definition only "
+            "through a Lambda-backed custom resource it adds to your stack; pass a list whose items are "
+            f"deploy-time strings instead, e.g. {name}=[cdk.Fn.select(0, param.value_as_list), ...]"
+        )
+    return True
 
 
 def has_retry(task: sfn.TaskStateBase) -> bool:
@@ -189,7 +209,12 @@ class ConverseRequest:
                 "pass exactly one of prompt (the user message text) or messages (Converse messages)",
             )
             check.text("prompt", self.prompt, optional=True)
-            if self.messages is not None and check.each(
+            if token_kind(self.messages) is not None:
+                check.fail(
+                    "messages is a deploy-time value, but Converse messages are a structure of roles and content "
+                    "blocks built at synth; pass a list of dicts (their texts may be deploy-time strings)"
+                )
+            elif self.messages is not None and check.each(
                 "messages", self.messages, lambda n, v: check.instance(n, v, Mapping, "a dict " + _PASCAL_HINT)
             ):
                 check.rule(bool(self.messages), "messages is empty; pass at least one user message")
@@ -205,14 +230,18 @@ class ConverseRequest:
             check.number("temperature", self.temperature, minimum=TEMPERATURE_RANGE[0], maximum=TEMPERATURE_RANGE[1],
                          optional=True)
             check.number("top_p", self.top_p, minimum=TOP_P_RANGE[0], maximum=TOP_P_RANGE[1], optional=True)
-            if self.stop_sequences is not None:
+            if self.stop_sequences is not None and definition_list(check, "stop_sequences", self.stop_sequences):
                 check.each("stop_sequences", self.stop_sequences, lambda n, v: check.text(n, v))
             if self.additional_fields is not None:
                 check.instance(
                     "additional_fields", self.additional_fields, Mapping, "a dict of model-specific fields"
                 )
             if self.latency is not None:
-                check.one_of("latency", self.latency, LATENCY_MODES)
+                if is_token(self.latency) and not isinstance(self.latency, str):
+                    check.fail(f"latency is a deploy-time {token_kind(self.latency)}; pass 'standard' or 'optimized', "
+                               "or a deploy-time string")
+                else:
+                    check.one_of("latency", self.latency, LATENCY_MODES)
 
     def parameters(self, model_id: str) -> dict[str, Any]:
         """The SDK integration's Parameters (PascalCase, as Step Functions passes them to Converse)."""
@@ -257,7 +286,14 @@ class NativeRequest:
                     isinstance(self.body, sfn.TaskInput) or bool(self.body),
                     "body={} is empty; pass the model's native request, e.g. {'messages': [...], 'max_tokens': 600}",
                 )
-            check.integer("max_tokens", self.max_tokens, minimum=1, optional=True)
+            if is_token(self.max_tokens):
+                check.fail(
+                    f"max_tokens is a deploy-time {token_kind(self.max_tokens)}, but it is read only at synth, to estimate a Map's output "
+                    "size (the body carries what the model gets); put the deploy-time value in body and leave "
+                    "max_tokens out"
+                )
+            else:
+                check.integer("max_tokens", self.max_tokens, minimum=1, optional=True)
 
 
 ModelRequest = ConverseRequest | NativeRequest
@@ -296,6 +332,8 @@ class TaskOptions:
                 )
                 for name in ("timeout", "heartbeat")
             ]
+            for name in ("timeout", "heartbeat"):
+                in_unit(check, name, getattr(self, name), "seconds", why=f"a task's {name.capitalize()}Seconds is")
             if all(durations) and self.timeout is not None and self.heartbeat is not None:
                 check.rule(
                     self.heartbeat.to_seconds(integral=False) < self.timeout.to_seconds(integral=False),
@@ -344,7 +382,7 @@ def model_call(
     if isinstance(request, NativeRequest):
         body = request.body if isinstance(request.body, sfn.TaskInput) else sfn.TaskInput.from_object(dict(request.body))
         task = tasks.BedrockInvokeModel(
-            scope, id, model=model.as_imodel(scope, f"{id}Model"), body=body,
+            scope, id, model=model.as_imodel(scope, f"{id}:model"), body=body,
             result_selector=dict(options.result_selector) if options.result_selector else {"body.$": "$.Body", **extra},
             **common,
         )

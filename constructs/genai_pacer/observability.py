@@ -33,8 +33,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from . import planning
-from ._alarms import threshold_alarm, token_kind
-from ._checks import Checks, is_token, kind_of
+from ._alarms import threshold_alarm
+from ._checks import Checks, is_token, kind_of, token_kind
 from ._runtime_constants import metrics_constants
 from .models import BedrockModel, as_bedrock_model
 

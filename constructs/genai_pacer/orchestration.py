@@ -23,7 +23,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from . import planning
-from ._checks import Checks, fit_concurrency
+from ._checks import Checks, _show, fit_concurrency, is_token, token_kind
 from ._nag import (
     acknowledge_exact_resources,
     acknowledge_exact_resources_at_validation,
@@ -57,6 +57,7 @@ __all__ = [
     "INLINE_MAP_LIMIT",
     "DISTRIBUTED_MAP_LIMIT",
     "STATE_PAYLOAD_LIMIT_BYTES",
+    "S3_MAX_KEY_BYTES",
 ]
 
 #: Concurrent iterations of a Map: Inline "supports up to 40", Distributed "up to 10,000 parallel
@@ -69,6 +70,9 @@ DISTRIBUTED_MAP_LIMIT = 10_000
 STATE_PAYLOAD_LIMIT_BYTES = 256 * 1024
 #: Bytes per output token when estimating an answer's size (English text averages about 4).
 BYTES_PER_TOKEN = 4
+#: The longest S3 object key, prefix included: "a maximum length of 1,024 bytes" of UTF-8
+#: (https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-keys.html).
+S3_MAX_KEY_BYTES = 1024
 
 _MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')"
 _PLAN_HINT = "size it with planning.sustainable_rate(...) and pass the plan"
@@ -126,9 +130,13 @@ class _MapBase(_ExecutionMetrics, Construct):
         task_options: TaskOptions | None,
     ) -> tuple[sfn.IChainable | None, list[BedrockModel]]:
         model = as_bedrock_model(model)
-        check.instance("model", model, BedrockModel, _MODEL_HINT, optional=True)
-        check.instance("item_processor", item_processor, sfn.IChainable, "an sfn chain (a state or .next() chain)", optional=True)
+        model_ok = check.instance("model", model, BedrockModel, _MODEL_HINT, optional=True)
+        processor_ok = check.instance(
+            "item_processor", item_processor, sfn.IChainable, "an sfn chain (a state or .next() chain)", optional=True
+        )
         check.instance("task_options", task_options, TaskOptions, "TaskOptions(...)", optional=True)
+        if (model is not None and not model_ok) or (item_processor is not None and not processor_ok):
+            return None, []  # the type check named the prop; nothing below can use a wrong value
         if not check.rule(
             (model is None) != (item_processor is None),
             "pass exactly one of model (with request) for a model call per item, or item_processor for your own chain",
@@ -143,6 +151,11 @@ class _MapBase(_ExecutionMetrics, Construct):
                     retry.apply_to(state)
             return item_processor, []
         if not check.rule(request is not None, "model is set but request is not; pass ConverseRequest(prompt=..., max_tokens=...)"):
+            return None, []
+        if not check.instance(
+            "request", request, (ConverseRequest, NativeRequest),
+            "ConverseRequest(prompt=..., max_tokens=...) or NativeRequest(body=...)",
+        ):
             return None, []
         check.raise_if_any()  # model_call needs valid inputs
         _, chain = model_call(self, "InvokeModel", model=model, request=request, retry=retry, options=task_options)  # type: ignore[arg-type]
@@ -201,7 +214,12 @@ class BoundedMap(_MapBase):
             check.instance("allow_unbounded", allow_unbounded, bool, "True or False")
             if check.text("items_path", items_path):
                 check.rule(items_path.startswith("$"), f"items_path={items_path!r} is not a JsonPath; use e.g. '$.items'")
-            check.integer("expected_items", expected_items, minimum=1, optional=True)
+            if _known_at_synth(
+                check, "expected_items", expected_items,
+                "it is read only at synth, to estimate whether the Map's output can exceed 256 KiB; pass an int "
+                "or leave it out",
+            ):
+                check.integer("expected_items", expected_items, minimum=1, optional=True)
             check.instance("state_machine_options", state_machine_options, StateMachineOptions, "StateMachineOptions(...)", optional=True)
             check.raise_if_any()
             retry = retry or BedrockRetry()
@@ -226,6 +244,14 @@ class BoundedMap(_MapBase):
         max_tokens = request.max_tokens
         if max_tokens is None or (task_options is not None and task_options.result_selector is not None):
             return  # a native body without max_tokens, or a selection we cannot size
+        if is_token(max_tokens):
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:map-output-size-unknown",
+                f"expected_items={items} but the request's max_tokens is a deploy-time value, so whether the Map's "
+                "output can exceed Step Functions' 256 KiB state limit cannot be estimated at synth; keep "
+                f"{items} x max_tokens x {BYTES_PER_TOKEN} bytes under 256 KiB, or use BoundedDistributedMap",
+            )
+            return
         if isinstance(request, NativeRequest):
             per_item = max_tokens * BYTES_PER_TOKEN * 3  # a native body repeats ids, usage and JSON framing
         else:
@@ -298,25 +324,41 @@ class BoundedDistributedMap(_MapBase):
         with Checks(f"BoundedDistributedMap {id}") as check:
             cap = _cap(self, check, max_concurrency, allow_unbounded, DISTRIBUTED_MAP_LIMIT, "a distributed Map")
             check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
+            check.instance("allow_unbounded", allow_unbounded, bool, "True or False")
             check.instance("items_bucket", items_bucket, s3.IBucket, "an s3 bucket (s3.Bucket or s3.Bucket.from_bucket_name)")
-            check.text("items_key", items_key, fix="the key of the JSONL or JSON object listing the items")
-            check.one_of("items_format", items_format, ("jsonl", "json"))
+            if check.text("items_key", items_key, fix="the key of the JSONL or JSON object listing the items"):
+                _check_key_bytes(check, "items_key", items_key, "the key of the object that lists the items")
+            if _known_at_synth(
+                check, "items_format", items_format,
+                "the format decides at synth which item reader (JSONL or JSON) the Map is built with; pass 'jsonl' or 'json'",
+            ):
+                check.one_of("items_format", items_format, ("jsonl", "json"))
             check.instance("results_bucket", results_bucket, s3.IBucket, "an s3 bucket", optional=True)
-            check.text("results_prefix", results_prefix)
+            if check.text("results_prefix", results_prefix):
+                _check_key_bytes(
+                    check, "results_prefix", results_prefix,
+                    "the start of every result object's key (Step Functions adds the Map Run's own path after it)",
+                )
             check.number(
                 "tolerated_failure_percentage", tolerated_failure_percentage, minimum=0, maximum=100,
                 fix="a share of items in percent; 0 fails the run on any failed item",
             )
-            if check.integer("batch_max_items", batch_max_items, minimum=1, maximum=100_000_000, optional=True):
+            batch_ok = check.integer("batch_max_items", batch_max_items, minimum=1, maximum=100_000_000, optional=True)
+            if batch_ok or token_kind(batch_max_items) == "number":
                 check.rule(
                     model is None,
-                    f"batch_max_items={batch_max_items} hands each child a list of items, which a per-item request "
-                    "cannot read; drop it, or pass an item_processor that handles $.Items",
+                    f"batch_max_items={_show(batch_max_items)} hands each child a list of items, which a per-item "
+                    "request cannot read; drop it, or pass an item_processor that handles $.Items",
                 )
-            check.one_of(
-                "child_execution_type", child_execution_type,
-                (sfn.StateMachineType.STANDARD, sfn.StateMachineType.EXPRESS),
-            )
+            if _known_at_synth(
+                check, "child_execution_type", child_execution_type,
+                "aws-cdk-lib takes the children's type as an sfn.StateMachineType at synth; pass "
+                "sfn.StateMachineType.STANDARD or EXPRESS",
+            ):
+                check.one_of(
+                    "child_execution_type", child_execution_type,
+                    (sfn.StateMachineType.STANDARD, sfn.StateMachineType.EXPRESS),
+                )
             check.instance("state_machine_options", state_machine_options, StateMachineOptions, "StateMachineOptions(...)", optional=True)
             check.raise_if_any()
             retry = retry or BedrockRetry()
@@ -324,16 +366,21 @@ class BoundedDistributedMap(_MapBase):
                 check, model=model, request=request, item_processor=item_processor, retry=retry, task_options=task_options
             )
         reader_cls = sfn.S3JsonLItemReader if items_format == "jsonl" else sfn.S3JsonItemReader
-        self.map_state = sfn.DistributedMap(
-            self,
-            "Map",
+        map_props: dict[str, Any] = dict(
             max_concurrency=cap,
             item_reader=reader_cls(bucket=items_bucket, key=items_key),
             result_writer_v2=sfn.ResultWriterV2(bucket=results_bucket or items_bucket, prefix=results_prefix),
-            tolerated_failure_percentage=tolerated_failure_percentage,
             item_batcher=sfn.ItemBatcher(max_items_per_batch=batch_max_items) if batch_max_items else None,
             map_execution_type=child_execution_type,
         )
+        if is_token(tolerated_failure_percentage):
+            self.map_state = _DeployTimeTolerance(
+                self, "Map", tolerated_failure_percentage=tolerated_failure_percentage, **map_props
+            )
+        else:
+            self.map_state = sfn.DistributedMap(
+                self, "Map", tolerated_failure_percentage=tolerated_failure_percentage, **map_props
+            )
         self.map_state.item_processor(processor)  # type: ignore[arg-type]
         self.state_machine = model_state_machine(
             self,
@@ -420,6 +467,46 @@ def _cap(
     return cap
 
 
+def _known_at_synth(check: Checks, name: str, value: Any, why: str) -> bool:
+    """False (with the problem recorded) for a deploy-time value of a prop the construct must know at
+    synth; `why` says what decides on it and what to pass."""
+    kind = token_kind(value)
+    if kind is None:
+        return True
+    return check.fail(f"{name} is a deploy-time {kind}, but {why}")
+
+
+def _check_key_bytes(check: Checks, name: str, value: str, what: str) -> None:
+    """An S3 key (or key prefix) within S3's 1,024 bytes; a deploy-time one is checked by S3."""
+    if is_token(value):
+        return
+    size = len(value.encode("utf-8"))
+    check.rule(
+        size <= S3_MAX_KEY_BYTES,
+        f"{name} is {size:,} bytes of UTF-8; S3 keys are at most {S3_MAX_KEY_BYTES:,} bytes, prefix included, "
+        f"and {name} is {what}: shorten it",
+    )
+
+
+class _DeployTimeTolerance(sfn.DistributedMap):
+    """A DistributedMap whose ToleratedFailurePercentage is a deploy-time number (a Ref in the definition).
+
+    aws-cdk-lib refuses every number token there: DistributedMap.validateState checks
+    `toleratedFailurePercentage >= 0 && toleratedFailurePercentage <= 100` on the token's encoded
+    number (about -1.9e289), aws/aws-cdk packages/aws-cdk-lib/aws-stepfunctions/lib/states/
+    distributed-map.ts line 211 (commit 0883740476db; the same check ships in aws-cdk-lib 2.275). So the
+    token stays out of aws-cdk-lib's props and is added to the state where aws-cdk-lib renders it.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, tolerated_failure_percentage: float, **props: Any) -> None:
+        super().__init__(scope, id, **props)
+        self._tolerated_failure_percentage = tolerated_failure_percentage
+
+    def to_state_json(self, state_machine_query_language: sfn.QueryLanguage | None = None) -> Mapping[Any, Any]:
+        state = super().to_state_json(state_machine_query_language)
+        return {**state, "ToleratedFailurePercentage": self._tolerated_failure_percentage}
+
+
 #: State names ParallelPrompts uses itself; a prompt may not take them.
 _PARALLEL_STATES = ("Prompts", "Synthesis", "Synthesis answer", "Synthesis no text", "Synthesis has text?")
 _STATE_NAME_FORBIDDEN = '<>{}[]?*"#%\\^|~`$&,;:/'
@@ -488,8 +575,11 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
             for index, (name, request) in enumerate(prompts.items())
         }
         self.parallel_state = sfn.Parallel(self, "Prompts", result_selector={"answers": answers})
+        # The branches' states live in a scope of their own, so a prompt may be named like any child of
+        # this construct (StateMachine, Logs, LogsKey...). States create no resources: no logical id moves.
+        branches = Construct(self, "Branches")
         for name, request in prompts.items():
-            _, chain = model_call(self, name, model=model, request=request, retry=retry)
+            _, chain = model_call(branches, name, model=model, request=request, retry=retry)
             self.parallel_state.branch(chain)
         definition: sfn.IChainable = self.parallel_state
         models = [model]
@@ -512,6 +602,12 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
 
 
 def _check_state_name(check: Checks, name: Any) -> None:
+    if not _known_at_synth(
+        check, "prompts", name,
+        "a prompt's name is the name of its state and its key in the output's answers, both written at synth; "
+        "use literal names (the requests may hold deploy-time values)",
+    ):
+        return
     if not check.text("prompt name", name, max_length=80):
         return
     check.rule(

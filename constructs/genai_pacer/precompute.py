@@ -58,7 +58,7 @@ from constructs import Construct, IConstruct
 
 from . import planning
 from ._assets import LAMBDA_DIR
-from ._checks import Checks, is_token
+from ._checks import Checks, duration_in, in_unit, is_token, token_kind
 from ._nag import (
     acknowledge_exact_resources,
     acknowledge_exact_resources_at_validation,
@@ -229,6 +229,7 @@ class ScheduledPrecompute(Construct):
         schedule_max_event_age = schedule_max_event_age or cdk.Duration.hours(1)
         options = state_machine_options or StateMachineOptions()
         distributed = items_bucket is not None
+        lock_seconds: Any = None
         with Checks(f"ScheduledPrecompute {id}") as check:
             check.instance("answer_store", answer_store, AnswerStore, "an AnswerStore")
             check.instance("model", model, BedrockModel, _MODEL_HINT)
@@ -248,7 +249,13 @@ class ScheduledPrecompute(Construct):
                 "pass exactly one of items (an inline list of {'key': ...} objects) or items_bucket with items_key "
                 "(an S3 object read by a distributed Map)",
             )
-            if items is not None:
+            if token_kind(items) is not None:
+                check.fail(
+                    f"items is a deploy-time {token_kind(items)}, but the items are checked (each needs a key) and "
+                    "written into the schedule's input at synth: pass a list of {'key': ...} objects, or put them in S3 "
+                    "and pass items_bucket with items_key (which may be a deploy-time string)"
+                )
+            elif items is not None:
                 self._check_items(check, items)
             check.instance("items_bucket", items_bucket, s3.IBucket, "an s3 bucket", optional=True)
             if distributed:
@@ -256,9 +263,9 @@ class ScheduledPrecompute(Construct):
                     self._check_items_key(check, str(items_key))
             else:
                 check.rule(items_key is None, "items_key is set without items_bucket; it would be ignored: pass both")
-            if is_token(items_format):
+            if token_kind(items_format) is not None:
                 check.fail(
-                    "items_format is a deploy-time token, but it chooses the Map's item reader (JSONL or JSON) at "
+                    f"items_format is a deploy-time {token_kind(items_format)}, but it chooses the Map's item reader (JSONL or JSON) at "
                     "synth: pass 'jsonl' or 'json'"
                 )
             else:
@@ -287,6 +294,8 @@ class ScheduledPrecompute(Construct):
                 maximum=cdk.Duration.seconds(MAX_SCHEDULE_EVENT_AGE_SECONDS),
                 fix="EventBridge Scheduler keeps a start for 60 s..24 h",
             )
+            in_unit(check, "schedule_max_event_age", schedule_max_event_age, "seconds",
+                    why="EventBridge Scheduler's MaximumEventAgeInSeconds is")
             check.instance("dead_letter_queue", dead_letter_queue, sqs.IQueue, "an sqs.Queue", optional=True)
             check.instance("state_machine_options", options, StateMachineOptions, "StateMachineOptions(...)")
             if isinstance(options, StateMachineOptions):
@@ -295,9 +304,13 @@ class ScheduledPrecompute(Construct):
                     "state_machine_type=EXPRESS stops a run after 5 minutes, and an Express workflow runs at least "
                     "once, so a key's answer may be written twice: use STANDARD (the default)",
                 )
+                # The run lock expires with the state machine's timeout: its seconds go to the prepare function.
+                lock_seconds = duration_in(
+                    check, "state_machine_options.timeout", options.timeout or _DEFAULT_TIMEOUT, "seconds",
+                    why="the run lock's expiry is set from it",
+                )
         retry = retry or BedrockRetry()
         schema = answer_schema()
-        timeout = options.timeout or _DEFAULT_TIMEOUT
         self.answer_store = store
         self.tolerated_failed_keys = tolerated_failed_keys
 
@@ -307,7 +320,8 @@ class ScheduledPrecompute(Construct):
             handler="scheduled_precompute.handler.handler",
             environment={
                 "ANSWER_TTL_SECONDS": store.environment()["ANSWER_TTL_SECONDS"],
-                "LOCK_SECONDS": str(int(timeout.to_seconds())),
+                # a deploy-time timeout in seconds reaches the function as the text it resolves to
+                "LOCK_SECONDS": cdk.Token.as_string(lock_seconds) if is_token(lock_seconds) else str(int(lock_seconds)),
             },
             timeout=cdk.Duration.seconds(30),
             encryption_key=options.encryption_key,
@@ -496,11 +510,20 @@ class ScheduledPrecompute(Construct):
             target=scheduler_targets.StepFunctionsStartExecution(
                 self.state_machine,
                 input=scheduler.ScheduleTargetInput.from_object({} if distributed else {"items": list(items or [])}),
-                retry_attempts=schedule_retry_attempts,
-                max_event_age=schedule_max_event_age,
+                # aws-cdk-lib compares these with its limits, a token's encoding included: a deploy-time value is
+                # set on the CfnSchedule below instead (the limits were checked above for a literal)
+                retry_attempts=None if is_token(schedule_retry_attempts) else schedule_retry_attempts,
+                max_event_age=None if schedule_max_event_age.is_unresolved() else schedule_max_event_age,
                 dead_letter_queue=self.dead_letter_queue,
             ),
         )
+        cfn_schedule = cast(scheduler.CfnSchedule, self.schedule.node.default_child)
+        if is_token(schedule_retry_attempts):
+            cfn_schedule.add_property_override("Target.RetryPolicy.MaximumRetryAttempts", schedule_retry_attempts)
+        if schedule_max_event_age.is_unresolved():
+            cfn_schedule.add_property_override(
+                "Target.RetryPolicy.MaximumEventAgeInSeconds", schedule_max_event_age.to_seconds()
+            )
 
     # ---- the per-key chain -------------------------------------------------------------------
     def _item_processor(

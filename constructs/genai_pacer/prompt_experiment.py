@@ -76,8 +76,8 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from . import _nag
-from ._alarms import duration_in, shown, threshold_alarm, token_kind, token_of_kind
-from ._checks import Checks, InvalidPropsError, is_token
+from ._alarms import threshold_alarm
+from ._checks import Checks, InvalidPropsError, duration_in, is_token, shown, token_kind, token_of_kind
 from ._runtime_constants import metrics_constants
 from ._secure import StateMachineOptions, encrypted_log_group, log_key, model_state_machine
 from .models import BedrockModel, as_bedrock_model

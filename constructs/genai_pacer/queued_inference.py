@@ -25,7 +25,17 @@ from constructs import Construct
 from . import planning
 from ._alarms import threshold_alarm
 from ._assets import handler_code
-from ._checks import Checks, fit_concurrency, is_token, kind_of
+from ._checks import (
+    Checks,
+    deploy_time_duration,
+    duration_in,
+    fit_concurrency,
+    in_unit,
+    is_token,
+    kind_of,
+    shown,
+    token_kind,
+)
 from ._runtime_constants import metrics_constants
 from ._secure import encrypted_log_group, log_key
 from .answer_store import AnswerStore
@@ -345,8 +355,14 @@ class QueuedInference(Construct):
             "max_message_age", props["max_message_age"], minimum=cdk.Duration.seconds(1), maximum=cdk.Duration.days(14),
             optional=True, fix="SQS keeps a message at most 14 days",
         )
+        in_unit(check, "max_message_age", props["max_message_age"], "seconds", why="the oldest-message alarm's threshold is")
         actions = props["alarm_actions"]
-        if isinstance(actions, list | tuple):
+        if token_kind(actions) is not None:
+            check.fail(
+                f"alarm_actions is a deploy-time {token_kind(actions)}; pass a list of alarm actions, for a deploy-time "
+                "topic [cloudwatch_actions.SnsAction(sns.Topic.from_topic_arn(scope, 'Alarms', parameter.value_as_string))]"
+            )
+        elif isinstance(actions, list | tuple):
             for i, action in enumerate(actions):
                 if not hasattr(action, "bind"):
                     check.fail(f"alarm_actions[{i}] is {kind_of(action)}; pass an alarm action such as cloudwatch_actions.SnsAction(topic)")
@@ -366,6 +382,7 @@ class QueuedInference(Construct):
             "max_batching_window", window, minimum=cdk.Duration.seconds(0), maximum=cdk.Duration.seconds(300),
             optional=True, fix="the SQS event source gathers a batch for at most 300 s",
         )
+        in_unit(check, "max_batching_window", window, "seconds", why="the event source's MaximumBatchingWindowInSeconds is")
         maximum = 10_000 if has_window else 10
         rule = (
             "an SQS event source with max_batching_window takes 1..10000 messages per batch"
@@ -436,7 +453,10 @@ class QueuedInference(Construct):
                 "timeout", timeout, minimum=cdk.Duration.seconds(1), maximum=cdk.Duration.minutes(15),
                 fix="Lambda allows 1 s..15 min",
             ):
-                return timeout if is_token(timeout) else None
+                # A deploy-time Duration (in seconds) reaches the function's Timeout; any other token was refused.
+                if deploy_time_duration(timeout) and duration_in(check, "timeout", timeout, "seconds", why="a function's Timeout is") is not None:
+                    return timeout
+                return None
             if budget is None:
                 return timeout
             seconds = timeout.to_seconds(integral=False)
@@ -509,7 +529,11 @@ class QueuedInference(Construct):
                 "visibility_timeout", visibility, minimum=cdk.Duration.seconds(0), maximum=cdk.Duration.hours(12),
                 fix="SQS allows up to 12 hours",
             ):
-                return visibility if is_token(visibility) else None
+                if deploy_time_duration(visibility) and duration_in(
+                    check, "visibility_timeout", visibility, "seconds", why="the queue's VisibilityTimeout is"
+                ) is not None:
+                    return visibility
+                return None
             if isinstance(timeout, cdk.Duration) and not timeout.is_unresolved():
                 needed = timeout.to_seconds(integral=False) * VISIBILITY_FACTOR
                 check.rule(
@@ -660,11 +684,14 @@ class QueuedInference(Construct):
         throttles: int,
         dead_letters: int,
     ) -> dict[str, cloudwatch.Alarm]:
+        age_seconds = max_message_age.to_seconds()
+        # A deploy-time age is named by its reference (in seconds); to_human_string would write "<token> seconds".
+        age = f"{shown(age_seconds)} seconds" if max_message_age.is_unresolved() else max_message_age.to_human_string()
         specs: dict[str, tuple[cloudwatch.IMetric, float, str]] = {
             "OldestMessageAge": (
                 self.metric_oldest_message_age(),
-                max_message_age.to_seconds(),
-                f"messages wait longer than {max_message_age.to_human_string()}: raise max_concurrency if the quota allows",
+                age_seconds,
+                f"messages wait longer than {age}: raise max_concurrency if the quota allows",
             ),
             "WorkerThrottles": (
                 self.metric_worker_throttles(),
@@ -710,6 +737,7 @@ def _queue_encryption(key: kms.IKey | None) -> dict[str, Any]:
     if key is None:
         return {"encryption": sqs.QueueEncryption.SQS_MANAGED}
     return {"encryption": sqs.QueueEncryption.KMS, "encryption_master_key": key}
+
 
 
 def _is_queue(value: Any) -> bool:

@@ -21,7 +21,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from ._assets import LAMBDA_DIR
-from ._checks import Checks
+from ._checks import Checks, token_kind
 
 #: The Python runtimes pacer_runtime is tested on (it uses 3.11 syntax and the standard library).
 COMPATIBLE_RUNTIMES = (lambda_.Runtime.PYTHON_3_12, lambda_.Runtime.PYTHON_3_13, lambda_.Runtime.PYTHON_3_14)
@@ -68,7 +68,13 @@ class RuntimeLayer(lambda_.LayerVersion):
         removal_policy: cdk.RemovalPolicy | None = None,
     ) -> None:
         with Checks(f"RuntimeLayer {id}") as check:
-            if compatible_architectures is not None and check.each(
+            if token_kind(compatible_architectures) is not None:
+                check.fail(
+                    f"compatible_architectures is a deploy-time {token_kind(compatible_architectures)}, but aws-cdk-lib "
+                    "takes lambda_.Architecture objects at synth; pass [lambda_.Architecture.ARM_64] or leave it out "
+                    "for both"
+                )
+            elif compatible_architectures is not None and check.each(
                 "compatible_architectures", compatible_architectures,
                 lambda n, v: check.instance(n, v, lambda_.Architecture, "lambda_.Architecture.X86_64 or ARM_64"),
             ):

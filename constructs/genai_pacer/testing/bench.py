@@ -151,6 +151,8 @@ class BenchConfig:
     rate_per_minute (open loop: Poisson arrivals, seeded) sets the load. max_tokens None leaves it
     unset; then reserved tokens are counted at model_max_tokens, which is what Bedrock reserves.
     time_scale converts wall time to model time against an emulator started with the same factor.
+    warmup: requests sent first and left out of the summary, so connection set-up does not count
+    against the percentiles. Default: 8, the CLI's --warmup default.
     """
 
     model_id: str
@@ -158,7 +160,7 @@ class BenchConfig:
     concurrency: int | None = 8
     rate_per_minute: float | None = None
     streaming: bool = True
-    warmup: int = 5
+    warmup: int = 8
     max_tokens: int | None = None
     model_max_tokens: int = 8_192
     latency: str | None = None

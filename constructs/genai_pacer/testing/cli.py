@@ -67,7 +67,12 @@ POSITIVE = _number(float, above=0)
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("emulated model")
-    group.add_argument("--tpm", type=COUNT, default=None, help=f"TPM quota (default {DEFAULT_TPM})")
+    group.add_argument("--tpm", type=COUNT, default=None,
+                       help=f"TPM quota (default {DEFAULT_TPM:,} with --emulator and in the emulator command; "
+                       "none for bench against another endpoint). "
+                       "The report's reserved_pct_of_quota counts each request at input + max_tokens while it "
+                       "runs, which Bedrock returns when it ends, so it can pass 100 with no throttle; "
+                       "settled_pct_of_quota is what the quota was charged")
     group.add_argument("--rpm", type=COUNT, default=None, help="RPM quota (default: none)")
     group.add_argument("--burndown", type=_number(float, minimum=1), default=1.0,
                        help="quota tokens per output token (default 1)")
