@@ -79,16 +79,55 @@ def watched():
     return dashboard, template_of(stack).to_json()
 
 
-def test_latency_widgets_show_ttft_and_invocation_latency_percentiles(watched):
+#: The ModelId values AWS/Bedrock may count HAIKU's calls under: the profile id, then the foundation model's.
+HAIKU_IDS = ("us.anthropic.claude-3-5-haiku-20241022-v1:0", "anthropic.claude-3-5-haiku-20241022-v1:0")
+
+
+def model_ids_of(properties: dict, metric: str) -> list[str]:
+    """The ModelId of each plain `metric` row of a graph widget, hidden rows included."""
+    return [row[3] for row in properties["metrics"] if isinstance(row[0], str) and row[1] == metric]
+
+
+def test_latency_widgets_show_ttft_and_invocation_latency_percentiles_under_every_model_id(watched):
+    """Before: one line per percentile under the profile id only (an empty graph if AWS counts the
+    calls under the foundation model). Now each percentile under each id, labelled with it."""
+    assert HAIKU.metric_model_ids == HAIKU_IDS
     _, template = watched
     ttft = widget(template, "haiku: time to first token")
-    assert [(ns, name, o["stat"], o["period"]) for ns, name, o in metric_rows(ttft)] == [
-        ("AWS/Bedrock", "TimeToFirstToken", s, 60) for s in ("p50", "p90", "p99")]
+    assert [(ns, name, row[3], o["stat"], o["period"], o["label"]) for ns, name, o, row in
+            ((r[0], r[1], r[-1], r) for r in ttft["metrics"])] == [
+        ("AWS/Bedrock", "TimeToFirstToken", model_id, s, 60, f"{s} ({model_id})") for model_id in HAIKU_IDS
+        for s in ("p50", "p90", "p99")]
+    assert all(row[2] == "ModelId" for row in ttft["metrics"])
+    assert expressions(ttft) == []  # percentiles are never added up
     assert ttft["annotations"]["horizontal"] == [{"value": 2000, "label": "p90 budget (alarm)", "yAxis": "left"}]
     latency = widget(template, "haiku: invocation latency")
-    assert [(name, o["stat"]) for _, name, o in metric_rows(latency)] == [("InvocationLatency", s) for s in ("p50", "p90", "p99")]
-    for row in ttft["metrics"]:
-        assert row[2:4] == ["ModelId", HAIKU.model_id]
+    assert [(name, o["stat"]) for _, name, o in metric_rows(latency)] == [
+        ("InvocationLatency", s) for _ in HAIKU_IDS for s in ("p50", "p90", "p99")]
+    assert model_ids_of(latency, "InvocationLatency") == [HAIKU_IDS[0]] * 3 + [HAIKU_IDS[1]] * 3
+
+
+def test_a_foundation_model_reads_its_one_id_with_plain_metrics():
+    stack = new_stack()
+    LatencyDashboard(stack, "D", models=[WatchedModel(NOVA, quota=TpmQuota(400_000))])
+    template = template_of(stack).to_json()
+    assert NOVA.metric_model_ids == (NOVA.model_id,)
+    ttft = widget(template, "time to first token")
+    assert [(row[3], row[-1]["label"]) for row in ttft["metrics"]] == [(NOVA.model_id, s) for s in ("p50", "p90", "p99")]
+    outcomes = widget(template, "invocations, throttles and errors")
+    assert expressions(outcomes) == [] and len(outcomes["metrics"]) == 4
+    assert not any("read under ModelId" in w["properties"].get("markdown", "") for w in body(template)["widgets"])
+    alarms = alarms_by_name(template)
+    for name in ("TimeToFirstToken", "Throttles", "QuotaUsage"):
+        assert alarms[name]["Dimensions"] == [{"Name": "ModelId", "Value": NOVA.model_id}]
+
+
+def test_the_profiles_rows_say_which_ids_they_read_and_how(watched):
+    _, template = watched
+    (note,) = [w["properties"]["markdown"] for w in body(template)["widgets"]
+               if "read under ModelId" in w["properties"].get("markdown", "")]
+    assert all(f"`{model_id}`" in note for model_id in HAIKU_IDS)
+    assert "summed" in note and "one line per id" in note
 
 
 def test_otps_comes_from_the_handlers_beside_an_aws_estimate_with_its_caveat(watched):
@@ -96,23 +135,44 @@ def test_otps_comes_from_the_handlers_beside_an_aws_estimate_with_its_caveat(wat
     otps = widget(template, "haiku: output tokens per second")
     visible = [(ns, name, o["stat"]) for ns, name, o in metric_rows(otps) if o.get("visible", True)]
     assert visible == [("GenaiPacer", "OutputTokensPerSecond", "p50"), ("GenaiPacer", "OutputTokensPerSecond", "p10")]
-    (estimate,) = expressions(otps)
+    estimate, *inner = expressions(otps)
     assert estimate["expression"] == "(out / inv) / ((lat - ttft) / 1000)"
     assert "mixes streaming and non-streaming calls" in estimate["label"]
-    hidden = {o["id"]: (name, o.get("stat", "Average")) for _, name, o in metric_rows(otps) if o.get("visible") is False}
-    assert hidden == {"out": ("OutputTokenCount", "Sum"), "inv": ("Invocations", "Sum"),
-                      "lat": ("InvocationLatency", "Average"), "ttft": ("TimeToFirstToken", "Average")}
+    # over both ids: tokens and calls summed, each average weighted by its calls (sums over sample counts)
+    assert {e["id"]: e["expression"] for e in inner} == {
+        "out": "SUM([out0, out1])", "inv": "SUM([inv0, inv1])",
+        "lat": "lats / latc", "lats": "SUM([latsum0, latsum1])", "latc": "SUM([latn0, latn1])",
+        "ttft": "ttfts / ttftc", "ttfts": "SUM([ttftsum0, ttftsum1])", "ttftc": "SUM([ttftn0, ttftn1])"}
+    hidden = {o["id"]: (name, o["stat"], row[3]) for row in otps["metrics"] if isinstance(row[0], str)
+              for name, o in [(row[1], row[-1])] if o.get("visible") is False}
+    expected = {}
+    for i, model_id in enumerate(HAIKU_IDS):
+        expected |= {f"out{i}": ("OutputTokenCount", "Sum", model_id), f"inv{i}": ("Invocations", "Sum", model_id),
+                     f"latsum{i}": ("InvocationLatency", "Sum", model_id),
+                     f"latn{i}": ("InvocationLatency", "SampleCount", model_id),
+                     f"ttftsum{i}": ("TimeToFirstToken", "Sum", model_id),
+                     f"ttftn{i}": ("TimeToFirstToken", "SampleCount", model_id)}
+    assert hidden == expected
 
 
 def test_tokens_per_call_outcomes_and_served_modes(watched):
     _, template = watched
     per_call = widget(template, "haiku: tokens per call")
-    assert [(e["expression"], e["label"]) for e in expressions(per_call)] == [
+    assert [(e["expression"], e.get("label")) for e in expressions(per_call) if e.get("visible", True)] == [
         ("inputs / calls", "input tokens per call"), ("outputs / calls", "output tokens per call")]
+    assert {e["id"]: e["expression"] for e in expressions(per_call) if e.get("visible") is False} == {
+        "inputs": "SUM([inp0, inp1])", "calls": "SUM([inv0, inv1])", "outputs": "SUM([out0, out1])"}
+    for metric in ("InputTokenCount", "Invocations", "OutputTokenCount"):
+        assert model_ids_of(per_call, metric) == list(HAIKU_IDS)
+    # each count is the sum of its metric under both ids, drawn where the single metric was
     outcomes = widget(template, "haiku: invocations, throttles and errors")
-    assert [(name, o["stat"], o.get("yAxis", "left")) for _, name, o in metric_rows(outcomes)] == [
-        ("Invocations", "Sum", "left"), ("InvocationThrottles", "Sum", "right"),
-        ("InvocationClientErrors", "Sum", "right"), ("InvocationServerErrors", "Sum", "right")]
+    assert [(e["expression"], e["label"], e.get("yAxis", "left")) for e in expressions(outcomes)] == [
+        ("SUM([inv0, inv1])", "invocations", "left"), ("SUM([thr0, thr1])", "throttles", "right"),
+        ("SUM([cli0, cli1])", "client errors", "right"), ("SUM([srv0, srv1])", "server errors", "right")]
+    assert [(name, row[3], o["stat"], o["visible"]) for row in outcomes["metrics"] if isinstance(row[0], str)
+            for name, o in [(row[1], row[-1])]] == [
+        (name, model_id, "Sum", False) for name in ("Invocations", "InvocationThrottles", "InvocationClientErrors",
+                                                    "InvocationServerErrors") for model_id in HAIKU_IDS]
     modes = widget(template, "haiku: served latency mode")
     assert [(ns, name, o["stat"]) for ns, name, o in metric_rows(modes)] == [
         ("GenaiPacer", written.SERVED_OPTIMIZED, "Sum"), ("GenaiPacer", written.SERVED_STANDARD, "Sum"),
@@ -123,11 +183,15 @@ def test_quota_usage_is_drawn_against_quota_threshold_plan_and_the_reservation(w
     _, template = watched
     quota = widget(template, "haiku: quota tokens per minute")
     visible = [(ns, name, o["stat"]) for ns, name, o in metric_rows(quota) if o.get("visible", True)]
-    assert visible == [("AWS/Bedrock", "EstimatedTPMQuotaUsage", "Sum"), ("GenaiPacer", written.RESERVED_TOKENS, "Sum")]
-    (settled,) = expressions(quota)
+    assert visible == [("GenaiPacer", written.RESERVED_TOKENS, "Sum")]
+    usage, settled = expressions(quota)
+    assert (usage["expression"], usage["label"]) == (
+        "SUM([quota0, quota1])", "EstimatedTPMQuotaUsage (AWS estimate, without reservations)")
+    assert model_ids_of(quota, "EstimatedTPMQuotaUsage") == list(HAIKU_IDS)
     assert settled["expression"] == "inp + cw + out * 5"  # the model's burndown
     hidden = {o["id"]: name for _, name, o in metric_rows(quota) if o.get("visible") is False}
-    assert hidden == {"inp": written.INPUT_TOKENS, "cw": written.CACHE_WRITE_TOKENS, "out": written.OUTPUT_TOKENS}
+    assert hidden == {"quota0": "EstimatedTPMQuotaUsage", "quota1": "EstimatedTPMQuotaUsage",
+                      "inp": written.INPUT_TOKENS, "cw": written.CACHE_WRITE_TOKENS, "out": written.OUTPUT_TOKENS}
     lines = {a["label"]: a["value"] for a in quota["annotations"]["horizontal"]}
     assert lines == {
         "TPM quota": 400_000,
@@ -156,19 +220,60 @@ def test_alarms_have_documented_metrics_thresholds_and_comparisons(watched):
         assert alarm["TreatMissingData"] == "notBreaching"
         assert len(alarm["AlarmActions"]) == 1
     ttft = alarms["TimeToFirstToken"]
-    assert (ttft["MetricName"], ttft["ExtendedStatistic"], ttft["Threshold"], ttft["EvaluationPeriods"]) == (
-        "TimeToFirstToken", "p90", 2000, 5)
+    assert alarm_reads(ttft) == ("MAX", [("AWS/Bedrock", "TimeToFirstToken", model_id, "p90", 60) for model_id in HAIKU_IDS])
+    assert (ttft["Threshold"], ttft["EvaluationPeriods"]) == (2000, 5)
     throttles = alarms["Throttles"]
-    assert (throttles["MetricName"], throttles["Statistic"], throttles["Threshold"]) == ("InvocationThrottles", "Sum", 0)
+    assert alarm_reads(throttles) == ("SUM", [("AWS/Bedrock", "InvocationThrottles", model_id, "Sum", 60)
+                                              for model_id in HAIKU_IDS])
+    assert throttles["Threshold"] == 0
     assert throttles["EvaluationPeriods"] == throttles["DatapointsToAlarm"] == 3
     quota = alarms["QuotaUsage"]
-    assert (quota["Namespace"], quota["MetricName"], quota["Statistic"], quota["Period"]) == (
-        "AWS/Bedrock", "EstimatedTPMQuotaUsage", "Sum", 60)
+    assert alarm_reads(quota) == ("SUM", [("AWS/Bedrock", "EstimatedTPMQuotaUsage", model_id, "Sum", 60)
+                                          for model_id in HAIKU_IDS])
     assert quota["Threshold"] == 320_000  # tokens: 0.8 x the 400,000 TPM quota, never "80"
     assert "320,000 tokens per minute (80% of the 400,000 TPM quota)" in quota["AlarmDescription"]
     fallback = alarms["LatencyFallbacks"]
     assert (fallback["Namespace"], fallback["MetricName"], fallback["Threshold"]) == ("GenaiPacer", written.OPTIMIZED_SERVED_STANDARD, 0)
     assert dashboard.model_alarms["haiku"]["QuotaUsage"] in dashboard.alarms
+
+
+def alarm_reads(alarm: dict) -> tuple[str, list[tuple]]:
+    """How a metric math alarm combines what it reads (the function of its returned expression over
+    every retrieved metric, in order) and what it reads: (namespace, name, ModelId, stat, period)."""
+    (returned,) = [q for q in alarm["Metrics"] if q.get("ReturnData", True)]
+    stats = [q for q in alarm["Metrics"] if "MetricStat" in q]
+    function, _, rest = returned["Expression"].partition("(")
+    assert rest == f"[{', '.join(q['Id'] for q in stats)}])", returned["Expression"]
+    return function, [(q["MetricStat"]["Metric"]["Namespace"], q["MetricStat"]["Metric"]["MetricName"],
+                       q["MetricStat"]["Metric"]["Dimensions"][0]["Value"], q["MetricStat"]["Stat"], q["MetricStat"]["Period"])
+                      for q in stats]
+
+
+def test_an_application_profiles_rows_and_alarms_read_its_arn_and_the_model_it_copies():
+    arn = "arn:aws:bedrock:us-east-1:111122223333:application-inference-profile/abc123"
+    model = BedrockModel.application_inference_profile(arn, copies=HAIKU.model_id)
+    assert model.metric_model_ids == (arn, HAIKU_IDS[1])
+    stack = new_stack()
+    LatencyDashboard(stack, "D", models=[WatchedModel(model, quota=TpmQuota(400_000), label="app")])
+    template = template_of(stack).to_json()
+    alarms = alarms_by_name(template)
+    assert [row[2] for row in alarm_reads(alarms["QuotaUsage"])[1]] == [arn, HAIKU_IDS[1]]
+    assert [row[2] for row in alarm_reads(alarms["Throttles"])[1]] == [arn, HAIKU_IDS[1]]
+    assert model_ids_of(widget(template, "app: time to first token"), "TimeToFirstToken") == [arn] * 3 + [HAIKU_IDS[1]] * 3
+
+
+def test_every_graph_and_alarm_stays_within_cloudwatchs_limits(watched):
+    from genai_pacer.observability import MAX_ALARM_EXPRESSIONS, MAX_ALARM_METRICS, MAX_GRAPH_METRICS
+
+    _, template = watched
+    for w in body(template)["widgets"]:
+        assert len(w["properties"].get("metrics", [])) <= MAX_GRAPH_METRICS
+    largest = max(len(w["properties"].get("metrics", [])) for w in body(template)["widgets"])
+    assert largest == 23  # the OTPS graph of a profile: 2 handler lines, 9 expressions, 12 AWS/Bedrock metrics
+    for alarm in alarms_by_name(template).values():
+        queries = alarm.get("Metrics", [])
+        assert sum("MetricStat" in q for q in queries) <= MAX_ALARM_METRICS
+        assert sum("Expression" in q for q in queries) <= MAX_ALARM_EXPRESSIONS
 
 
 def test_the_reservation_alarm_compares_reserved_with_settled_tokens(watched):
@@ -585,9 +690,12 @@ def test_the_reference_stack_draws_the_plan(reference_templates):
     lines = {a["label"]: a["value"] for a in widget(template, "quota tokens per minute")["annotations"]["horizontal"]}
     assert lines["TPM quota"] == quota and lines["alarm at 80% of quota"] == 0.8 * quota
     assert alarms_by_name(template)["QuotaUsage"]["Threshold"] == 0.8 * quota
-    assert alarms_by_name(template)["QuotaUsage"]["Dimensions"] == [{"Name": "ModelId", "Value": model_id}]
-    assert widget(template, "quota tokens per minute")["metrics"][2][0]["expression"].endswith(
-        f"out * {float(CONTEXT_DEFAULTS['burndown'][0]):g}")
+    # the reference model is a cross-Region profile: its quota alarm reads the profile id and the model's
+    ids = BedrockModel.from_id(model_id).metric_model_ids
+    assert len(ids) == 2 and ids[0] == model_id
+    assert [row[2] for row in alarm_reads(alarms_by_name(template)["QuotaUsage"])[1]] == list(ids)
+    (settled,) = [e for e in expressions(widget(template, "quota tokens per minute")) if e.get("label", "").startswith("settled")]
+    assert settled["expression"].endswith(f"out * {float(CONTEXT_DEFAULTS['burndown'][0]):g}")
     assert "DashboardName" in template["Outputs"]
 
 
@@ -712,3 +820,20 @@ def test_add_prompt_experiment_shows_what_each_variants_guards_read_and_their_st
     assert len(widget(template, "Test/Exp: guard alarms")["alarms"]) == 4
     with pytest.raises(InvalidPropsError, match="experiment='x' is a str; pass a PromptExperiment"):
         dashboard.add_prompt_experiment("x")
+
+
+def test_help_shows_the_real_defaults_of_latency_alarms_and_watched_model():
+    """Before: help() showed `ttft_p90: ... = <factory>` and `alarms: ... = <factory>`."""
+    import inspect
+    import pydoc
+
+    assert "ttft_p90: 'cdk.Duration | None' = cdk.Duration.seconds(2)" in str(inspect.signature(LatencyAlarms))
+    assert "alarms: 'LatencyAlarms | None' = LatencyAlarms()" in str(inspect.signature(WatchedModel))
+    for cls in (LatencyAlarms, WatchedModel):
+        text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+        assert "<factory>" not in text and " object at 0x" not in text
+    # and the defaults are built when a value is: a Duration of 2 s, a LatencyAlarms of its own defaults
+    assert LatencyAlarms().ttft_p90.to_milliseconds() == 2000
+    alarms = WatchedModel(NOVA).alarms
+    assert isinstance(alarms, LatencyAlarms) and alarms.ttft_p90.to_seconds() == 2 and alarms.throttle_periods == 3
+    assert WatchedModel(NOVA, alarms=None).alarms is None

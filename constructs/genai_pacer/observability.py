@@ -9,7 +9,9 @@ beside the reservation the handlers report (input + max_tokens per call) and the
 oversized max_tokens shows as a gap between the two.
 
 Sources: AWS/Bedrock by ModelId (every caller and API of the model; TimeToFirstToken only for
-ConverseStream and InvokeModelWithResponseStream) and the handlers' own per-call metrics
+ConverseStream and InvokeModelWithResponseStream; for an inference profile, read under every ModelId
+value BedrockModel.metric_model_ids gives, since AWS does not document which one a call through a
+profile is counted under) and the handlers' own per-call metrics
 (pacer_runtime.metrics: this library's workers and any code that calls metrics.emit_call), which
 alone know the reservation, the served latency mode and a caller's own streaming OTPS.
 
@@ -23,8 +25,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -34,7 +36,7 @@ from constructs import Construct
 
 from . import planning
 from ._alarms import threshold_alarm
-from ._checks import Checks, is_token, kind_of, token_kind
+from ._checks import Checks, Default, is_token, kind_of, resolved, token_kind
 from ._runtime_constants import metrics_constants
 from .models import BedrockModel, as_bedrock_model
 
@@ -46,10 +48,52 @@ __all__ = [
     "TpmQuota",
     "WatchedModel",
     "bedrock_metric",
+    "bedrock_model_metric",
     "handler_metric",
 ]
 
+# --- AWS/Bedrock runtime metrics ---------------------------------------------------------------------
+# Source for each of these unless its comment names another: the Bedrock user guide, "Monitor
+# bedrock-runtime inference using CloudWatch metrics",
+# https://docs.aws.amazon.com/bedrock/latest/userguide/monitoring-runtime-metrics.html
+
+#: The namespace bedrock-runtime publishes its metrics under.
 BEDROCK_NAMESPACE = "AWS/Bedrock"
+#: The dimension each runtime metric is published per model under (the page above; AWS's March 2026
+#: announcement of TimeToFirstToken and EstimatedTPMQuotaUsage names it for those two as well). Which
+#: value it holds for a call through an inference profile is not documented: BedrockModel.metric_model_ids.
+MODEL_ID_DIMENSION = "ModelId"
+#: Requests accepted for processing (Converse, ConverseStream, InvokeModel, InvokeModelWithResponseStream).
+INVOCATIONS = "Invocations"
+#: Milliseconds from the request to the last token.
+INVOCATION_LATENCY = "InvocationLatency"
+#: Throttled requests (counted as neither invocations nor errors).
+INVOCATION_THROTTLES = "InvocationThrottles"
+INVOCATION_CLIENT_ERRORS = "InvocationClientErrors"
+INVOCATION_SERVER_ERRORS = "InvocationServerErrors"
+INPUT_TOKEN_COUNT = "InputTokenCount"
+OUTPUT_TOKEN_COUNT = "OutputTokenCount"
+#: Milliseconds to the first token, streaming operations only (the user guide's "Diagnose
+#: InvocationLatency increases using output tokens per second (OTPS)",
+#: https://docs.aws.amazon.com/bedrock/latest/userguide/monitoring-runtime-otps.html).
+TIME_TO_FIRST_TOKEN = "TimeToFirstToken"
+#: Estimated quota tokens per minute, an absolute count (the runtime metrics page; announced March 2026).
+ESTIMATED_TPM_QUOTA_USAGE = "EstimatedTPMQuotaUsage"
+
+# --- CloudWatch limits the combined metrics stay within -------------------------------------------------
+#: A metric math alarm retrieves at most 10 metrics (botocore's cloudwatch model, MetricDataQuery: "as
+#: many as 10 structures that contain a MetricStat"; CloudWatch user guide, alarm limits:
+#: https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-limits.html).
+MAX_ALARM_METRICS = 10
+#: ... and computes at most 10 expressions (the same MetricDataQuery documentation).
+MAX_ALARM_EXPRESSIONS = 10
+#: A dashboard graph holds at most 500 metrics and expressions, hidden ones included (CloudWatch user
+#: guide, "Using math expressions with CloudWatch metrics":
+#: https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html).
+MAX_GRAPH_METRICS = 500
+#: How several ModelId values' series of one metric become one: counts add up; a percentile cannot be
+#: added, and the larger of the values' percentiles bounds the combined one from above.
+COMBINE = ("SUM", "MAX")
 
 ONE_MINUTE = cdk.Duration.minutes(1)
 #: The reservation alarm compares sums over this period: enough calls for a ratio that means something.
@@ -74,9 +118,62 @@ HOW_TO_READ = """\
 
 def bedrock_metric(model_id: str, metric_name: str, *, statistic: str, label: str | None = None,
                    period: cdk.Duration = ONE_MINUTE) -> cloudwatch.Metric:
-    """A metric of AWS/Bedrock for one ModelId (the id the calls pass: model, profile or ARN)."""
-    return cloudwatch.Metric(namespace=BEDROCK_NAMESPACE, metric_name=metric_name, dimensions_map={"ModelId": model_id},
+    """A metric of AWS/Bedrock for one ModelId value (a model id, profile id or ARN)."""
+    return cloudwatch.Metric(namespace=BEDROCK_NAMESPACE, metric_name=metric_name,
+                             dimensions_map={MODEL_ID_DIMENSION: model_id},
                              statistic=statistic, label=label, period=period)
+
+
+def metric_ids(model: BedrockModel) -> tuple[str, ...]:
+    """The ModelId values a model's AWS/Bedrock metrics are read under (BedrockModel.metric_model_ids:
+    the id the calls pass, then, for an inference profile, its foundation model), refused past what
+    one alarm can retrieve."""
+    ids = model.metric_model_ids
+    with Checks("LatencyDashboard") as check:
+        check.rule(
+            len(ids) <= MAX_ALARM_METRICS,
+            f"model {model.model_id!r} has {len(ids)} ModelId values to read; an alarm retrieves at most "
+            f"{MAX_ALARM_METRICS} metrics: watch the model under fewer ids",
+        )
+    return ids
+
+
+def bedrock_model_metric(model: BedrockModel, metric_name: str, *, statistic: str, key: str,
+                         combine: str = "SUM", label: str | None = None,
+                         period: cdk.Duration = ONE_MINUTE) -> cloudwatch.IMetric:
+    """One AWS/Bedrock metric of `model`, read under every ModelId value its calls may be counted under.
+
+    A model with one value (a foundation model) gives the plain metric. A profile gives one metric
+    per value combined into one series by `combine`: "SUM" for counts (Invocations, throttles, tokens,
+    EstimatedTPMQuotaUsage), so the calls are counted whichever value AWS uses; "MAX" for a
+    percentile (which cannot be added), an upper bound of the percentile of both together. The sum
+    also counts calls made to the foundation model directly (any caller in the account), which errs
+    toward an early alarm, never a missed one. `key` prefixes the hidden metrics' ids (key0, key1, ...):
+    unique within the expression or widget the result is used in."""
+    if combine not in COMBINE:
+        raise ValueError(f"combine={combine!r}: one of {COMBINE}")
+    ids = metric_ids(model)
+    if len(ids) == 1:
+        return bedrock_metric(ids[0], metric_name, statistic=statistic, label=label, period=period)
+    using = {f"{key}{i}": bedrock_metric(model_id, metric_name, statistic=statistic, period=period)
+             for i, model_id in enumerate(ids)}
+    return cloudwatch.MathExpression(
+        expression=f"{combine}([{', '.join(using)}])", using_metrics=using, period=period,
+        label=label or f"{metric_name} {statistic} ({combine.lower()} over ModelId {', '.join(ids)})",
+    )
+
+
+def _bedrock_mean(model: BedrockModel, metric_name: str, key: str, period: cdk.Duration = ONE_MINUTE) -> cloudwatch.IMetric:
+    """The average of a metric over every call under every ModelId value: the Average of the one
+    value, or the sums over the counts of several (an average of averages would weigh a value with
+    few calls like one with many)."""
+    ids = metric_ids(model)
+    if len(ids) == 1:
+        return bedrock_metric(ids[0], metric_name, statistic="Average", period=period)
+    total = bedrock_model_metric(model, metric_name, statistic="Sum", key=f"{key}sum", period=period)
+    count = bedrock_model_metric(model, metric_name, statistic="SampleCount", key=f"{key}n", period=period)
+    return cloudwatch.MathExpression(expression=f"{key}s / {key}c", using_metrics={f"{key}s": total, f"{key}c": count},
+                                     period=period, label=f"{metric_name} average")
 
 
 def handler_metric(model_id: str, metric_name: str, *, statistic: str, label: str | None = None,
@@ -191,13 +288,15 @@ class LatencyAlarms:
     The quota alarm is configured by the model's TpmQuota (alarm_fraction and tpm_quota in tokens).
     """
 
-    ttft_p90: cdk.Duration | None = field(default_factory=lambda: cdk.Duration.seconds(2))
+    # Built when LatencyAlarms is (no jsii object at import); help() shows the code, not '<factory>'.
+    ttft_p90: cdk.Duration | None = cast(cdk.Duration, Default("cdk.Duration.seconds(2)", lambda: cdk.Duration.seconds(2)))
     throttle_periods: int | None = 3
     reservation_ratio: float | None = 2.0
     latency_fallbacks: int | None = 0
     evaluation_periods: int = 5
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "ttft_p90", resolved(self.ttft_p90))
         with Checks("LatencyAlarms") as check:
             if is_token(self.ttft_p90):
                 check.fail("ttft_p90 is a deploy-time token, but it sets an alarm threshold at synth: pass a cdk.Duration")
@@ -219,7 +318,8 @@ class LatencyAlarms:
 class WatchedModel:
     """One model on a LatencyDashboard.
 
-    model: required; the model or inference profile; its model_id is the ModelId dimension.
+    model: required; the model or inference profile. Its AWS/Bedrock metrics are read under each
+        of its metric_model_ids (for a profile: the profile id and the foundation model id).
     quota: the model's TpmQuota (quota alarm and annotations). Default: none (no quota alarm: a
         threshold on EstimatedTPMQuotaUsage means nothing without the quota in tokens).
     burndown: quota tokens per output token (1 for most models, 5 for older Claude models), for
@@ -232,10 +332,11 @@ class WatchedModel:
     model: BedrockModel
     quota: TpmQuota | None = None
     burndown: float | None = None
-    alarms: LatencyAlarms | None = field(default_factory=LatencyAlarms)
+    alarms: LatencyAlarms | None = cast(LatencyAlarms, Default("LatencyAlarms()", LatencyAlarms))  # help() shows this
     label: str | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "alarms", resolved(self.alarms))
         object.__setattr__(self, "model", as_bedrock_model(self.model))  # an aws_bedrock_alpha IBedrockInvokable too
         with Checks("WatchedModel") as check:
             check.instance("model", self.model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
@@ -348,33 +449,39 @@ class LatencyDashboard(Construct):
 
     def _model_widgets(self, watched: WatchedModel, alarms: dict[str, cloudwatch.Alarm]) -> None:
         names = metrics_constants()
-        model_id, label = watched.model.model_id, watched.name
+        model, model_id, label = watched.model, watched.model.model_id, watched.name
+        ids = metric_ids(model)
 
-        def aws(metric: str, statistic: str, text: str | None = None) -> cloudwatch.Metric:
-            return bedrock_metric(model_id, metric, statistic=statistic, label=text)
+        def aws(metric: str, statistic: str, key: str, text: str | None = None) -> cloudwatch.IMetric:
+            return bedrock_model_metric(model, metric, statistic=statistic, key=key, label=text)
 
         def own(metric: str, statistic: str, text: str | None = None, period: cdk.Duration = ONE_MINUTE) -> cloudwatch.Metric:
             return handler_metric(model_id, metric, statistic=statistic, label=text, period=period)
 
-        percentiles = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"))
+        def percentiles(metric: str) -> list[cloudwatch.IMetric]:
+            """p50/p90/p99 under each ModelId value, one line each: percentiles cannot be added, and a
+            line per value shows which value carries the calls (AWS does not document it for a profile)."""
+            return [bedrock_metric(one, metric, statistic=stat, label=stat if len(ids) == 1 else f"{stat} ({one})")
+                    for one in ids for stat in ("p50", "p90", "p99")]
+
         ttft_budget = watched.alarms.ttft_p90 if watched.alarms is not None else None
         ttft = cloudwatch.GraphWidget(
             title=f"{label}: time to first token, ms (streaming calls only)",
-            left=[aws("TimeToFirstToken", stat, text) for stat, text in percentiles],
+            left=percentiles(TIME_TO_FIRST_TOKEN),
             left_annotations=[cloudwatch.HorizontalAnnotation(value=ttft_budget.to_milliseconds(), label="p90 budget (alarm)")]
             if ttft_budget is not None else None,
             left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
         )
         latency = cloudwatch.GraphWidget(
             title=f"{label}: invocation latency, ms (request to last token)",
-            left=[aws("InvocationLatency", stat, text) for stat, text in percentiles],
+            left=percentiles(INVOCATION_LATENCY),
             left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
         )
         aws_otps = cloudwatch.MathExpression(
             expression="(out / inv) / ((lat - ttft) / 1000)",
             using_metrics={
-                "out": aws("OutputTokenCount", "Sum"), "inv": aws("Invocations", "Sum"),
-                "lat": aws("InvocationLatency", "Average"), "ttft": aws("TimeToFirstToken", "Average"),
+                "out": aws(OUTPUT_TOKEN_COUNT, "Sum", "out"), "inv": aws(INVOCATIONS, "Sum", "inv"),
+                "lat": _bedrock_mean(model, INVOCATION_LATENCY, "lat"), "ttft": _bedrock_mean(model, TIME_TO_FIRST_TOKEN, "ttft"),
             },
             label="estimate from AWS/Bedrock averages (mixes streaming and non-streaming calls of every caller)",
             period=ONE_MINUTE,
@@ -392,17 +499,20 @@ class LatencyDashboard(Construct):
             title=f"{label}: tokens per call (average)",
             left=[
                 cloudwatch.MathExpression(expression="inputs / calls", label="input tokens per call", period=ONE_MINUTE,
-                                          using_metrics={"inputs": aws("InputTokenCount", "Sum"), "calls": aws("Invocations", "Sum")}),
+                                          using_metrics={"inputs": aws(INPUT_TOKEN_COUNT, "Sum", "inp"),
+                                                         "calls": aws(INVOCATIONS, "Sum", "inv")}),
                 cloudwatch.MathExpression(expression="outputs / calls", label="output tokens per call", period=ONE_MINUTE,
-                                          using_metrics={"outputs": aws("OutputTokenCount", "Sum"), "calls": aws("Invocations", "Sum")}),
+                                          using_metrics={"outputs": aws(OUTPUT_TOKEN_COUNT, "Sum", "out"),
+                                                         "calls": aws(INVOCATIONS, "Sum", "inv")}),
             ],
             left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
         )
         outcomes = cloudwatch.GraphWidget(
             title=f"{label}: invocations, throttles and errors per minute",
-            left=[aws("Invocations", "Sum", "invocations")],
-            right=[aws("InvocationThrottles", "Sum", "throttles"), aws("InvocationClientErrors", "Sum", "client errors"),
-                   aws("InvocationServerErrors", "Sum", "server errors")],
+            left=[aws(INVOCATIONS, "Sum", "inv", "invocations")],
+            right=[aws(INVOCATION_THROTTLES, "Sum", "thr", "throttles"),
+                   aws(INVOCATION_CLIENT_ERRORS, "Sum", "cli", "client errors"),
+                   aws(INVOCATION_SERVER_ERRORS, "Sum", "srv", "server errors")],
             left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False),
             right_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
         )
@@ -413,6 +523,8 @@ class LatencyDashboard(Construct):
             left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
         )
         self.dashboard.add_widgets(cloudwatch.TextWidget(markdown=f"## {label}", width=24, height=1))
+        if len(ids) > 1:
+            self.dashboard.add_widgets(cloudwatch.TextWidget(markdown=_ids_note(ids), width=24, height=2))
         self.dashboard.add_widgets(ttft, latency, otps)
         self.dashboard.add_widgets(per_call, outcomes, modes)
         quota_row: list[cloudwatch.IWidget] = [self._quota_widget(watched)]
@@ -440,8 +552,8 @@ class LatencyDashboard(Construct):
         return cloudwatch.GraphWidget(
             title=f"{label}: quota tokens per minute: AWS estimate vs the handlers' reservation",
             left=[
-                bedrock_metric(model_id, "EstimatedTPMQuotaUsage", statistic="Sum",
-                               label="EstimatedTPMQuotaUsage (AWS estimate, without reservations)"),
+                bedrock_model_metric(watched.model, ESTIMATED_TPM_QUOTA_USAGE, statistic="Sum", key="quota",
+                                     label="EstimatedTPMQuotaUsage (AWS estimate, without reservations)"),
                 handler_metric(model_id, names.RESERVED_TOKENS, statistic="Sum",
                                label="reserved by the handlers' calls (input + maxTokens)"),
                 self._settled(watched, ONE_MINUTE, "settled by the handlers' calls (input + cache writes + output x burndown)"),
@@ -466,13 +578,14 @@ class LatencyDashboard(Construct):
 
     def _model_alarms(self, scope: Construct, watched: WatchedModel) -> dict[str, cloudwatch.Alarm]:
         settings, quota, label = watched.alarms, watched.quota, watched.name
-        model_id = watched.model.model_id
+        model, model_id = watched.model, watched.model.model_id
         alarms: dict[str, cloudwatch.Alarm] = {}
         periods = settings.evaluation_periods if settings is not None else 1
         if settings is not None and settings.ttft_p90 is not None:
             budget = settings.ttft_p90
             alarms["TimeToFirstToken"] = self._alarm(
-                scope, "TimeToFirstToken", bedrock_metric(model_id, "TimeToFirstToken", statistic="p90"),
+                scope, "TimeToFirstToken",
+                bedrock_model_metric(model, TIME_TO_FIRST_TOKEN, statistic="p90", key="ttft", combine="MAX"),
                 budget.to_milliseconds(), periods,
                 f"{label}: p90 time to first token above {budget.to_human_string()} for {periods} minutes. A prefill "
                 "problem: shorten the prompt or the retrieved context, cache the stable prefix, or use latency-optimized "
@@ -481,14 +594,14 @@ class LatencyDashboard(Construct):
         if settings is not None and settings.throttle_periods is not None:
             n = settings.throttle_periods
             alarms["Throttles"] = self._alarm(
-                scope, "Throttles", bedrock_metric(model_id, "InvocationThrottles", statistic="Sum"), 0, n,
+                scope, "Throttles", bedrock_model_metric(model, INVOCATION_THROTTLES, statistic="Sum", key="thr"), 0, n,
                 f"{label}: Bedrock throttled calls in each of {n} consecutive minutes. Check the quota graph: a "
                 "reservation far above settlement means maxTokens is oversized; otherwise lower the callers' "
                 "concurrency (genai_pacer.planning) or raise the quota.",
             )
         if quota is not None:
             alarms["QuotaUsage"] = self._alarm(
-                scope, "QuotaUsage", bedrock_metric(model_id, "EstimatedTPMQuotaUsage", statistic="Sum"),
+                scope, "QuotaUsage", bedrock_model_metric(model, ESTIMATED_TPM_QUOTA_USAGE, statistic="Sum", key="quota"),
                 quota.alarm_threshold_tokens, periods,
                 f"{label}: EstimatedTPMQuotaUsage above {quota.alarm_threshold_tokens:,.0f} tokens per minute "
                 f"({quota.alarm_fraction:.0%} of the {quota.tpm_quota:,.0f} TPM quota) for {periods} minutes. The "
@@ -743,3 +856,12 @@ def _batch_model_id(batch: Any) -> str:
     """The ModelId a BatchPrecompute's jobs run under (its model, or inference profile, id)."""
     model = getattr(batch, "model", None) or getattr(batch, "_model", None)
     return str(getattr(model, "model_id", "unknown"))
+
+
+def _ids_note(ids: Sequence[str]) -> str:
+    """What a profile's rows read: AWS/Bedrock under each ModelId value, and how they are combined."""
+    shown = " and ".join(f"`{one}`" for one in ids)
+    return (f"AWS/Bedrock figures of this profile are read under ModelId {shown}: AWS does not document which "
+            "one a call through a profile is counted under. Counts, tokens and EstimatedTPMQuotaUsage are summed "
+            "(so they include direct calls of the foundation model); latency shows one line per id; the TTFT "
+            "alarm reads the larger p90.")
