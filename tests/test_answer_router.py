@@ -8,11 +8,12 @@ import re
 
 import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Annotations, Match, Template
 from genai_pacer import AnswerStore, BedrockModel
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.answer_router import AnswerRouter
-from helpers import new_stack, only, policy_statements
+from helpers import new_stack, only, policy_statements, resources
 
 MODEL = BedrockModel.from_id("amazon.nova-lite-v1:0")
 
@@ -203,6 +204,19 @@ def test_bad_props_are_refused_with_the_rule(prop, value, message):
         build(**{prop: value})
 
 
+def test_coalesce_wait_without_write_back_is_refused_not_ignored():
+    """Without write-back nothing is written and no claim is taken, so the wait could never apply (issue 34.7)."""
+    with pytest.raises(InvalidPropsError) as refused:
+        build(write_back=False, coalesce_wait=cdk.Duration.seconds(5))
+    assert refused.value.problems == [
+        "coalesce_wait is set with write_back=False: without write-back a miss writes nothing and takes no claim, so "
+        "no request can wait for another's answer and the wait would never apply; drop coalesce_wait, or keep "
+        "write_back=True"
+    ]
+    build(write_back=True, coalesce_wait=cdk.Duration.seconds(5))
+    build(write_back=False)
+
+
 def test_tokens_are_accepted_where_a_value_comes_at_deploy_time():
     token = cdk.Token.as_number(cdk.Fn.ref("SomeParameter"))
     stack, _ = build(memory_size=token, reserved_concurrency=token)
@@ -236,3 +250,23 @@ def test_the_handler_reads_the_prompts_the_construct_writes(monkeypatch):
     assert prompt("ticker-morning#") is None and prompt("ticker-morning#a#b") is None and prompt("digest#monday") is None
     assert prompt("ticker-morning#{lang}") == "Write this morning's note for {lang}."  # values are text, never templates
     sys.modules.pop("answer_router.handler", None)
+
+
+def test_grant_invoke_names_the_unqualified_function_and_another_account_gets_a_permission():
+    """Issue 34.10: aws-cdk-lib's Function.grant_invoke adds "<arn>:*" (every version and alias), an
+    AwsSolutions-IAM5 finding on the caller's own role; the router publishes neither, so the caller
+    gets exactly the function's ARN (tests/test_grants_nag.py runs cdk-nag over it)."""
+    stack, router = build()
+    caller = iam.Role(stack, "Caller", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    assert router.grant_invoke(caller).success
+    other_account = iam.AccountPrincipal("210987654321")
+    router.grant_invoke(other_account)
+    template = Template.from_stack(stack).to_json()
+    function_id = next(k for k, r in template["Resources"].items()
+                       if r["Type"] == "AWS::Lambda::Function" and k.startswith("RouterFunction"))
+    (statement,) = [s for s in policy_statements(template) if "lambda:InvokeFunction" in _list(s["Action"])]
+    assert statement["Resource"] == {"Fn::GetAtt": [function_id, "Arn"]}
+    (permission,) = [p for p in resources(template, "AWS::Lambda::Permission").values()
+                     if p["Properties"]["Principal"] != "lambda.amazonaws.com"]
+    assert permission["Properties"]["Principal"] == "210987654321"
+    assert permission["Properties"]["Action"] == "lambda:InvokeFunction"

@@ -1168,3 +1168,28 @@ def test_weights_under_a_prefix_of_a_bucket_in_the_same_stack_pass_nag_and_a_use
     findings, _ = synthesized(in_stack(build))
     assert findings == [
         "AwsSolutions-IAM5[Resource::<Weights79DEE8EF.Arn>/other/*] at Nag/Llm/ExecutionRole/DefaultPolicy/Resource"]
+
+
+# --- a caller's grant (issue 34.11) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("component", [False, True])
+def test_grant_invoke_gives_a_caller_invoke_endpoint_on_this_endpoint_only(component):
+    """Before: no grant_invoke; a caller wrote the endpoint's ARN policy by hand."""
+    stack = new_stack()
+    options = {"inference_component": InferenceComponentOptions(min_memory_mb=20_000, max_instances=4)} if component else {}
+    endpoint = llm(stack, **options)
+    caller = iam.Role(stack, "Caller", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    grant = endpoint.grant_invoke(caller)
+    assert grant.success
+    template = template_of(stack).to_json()
+    (policy,) = [p["Properties"] for p in resources(template, "AWS::IAM::Policy").values()
+                 if p["Properties"]["Roles"] == [{"Ref": next(k for k in template["Resources"] if k.startswith("Caller"))}]]
+    endpoint_id = next(k for k, r in resources(template, "AWS::SageMaker::Endpoint").items())
+    expected = [{"Fn::GetAtt": [endpoint_id, "EndpointArn"]}]
+    if component:
+        component_id = next(iter(resources(template, "AWS::SageMaker::InferenceComponent")))
+        expected.append({"Fn::GetAtt": [component_id, "InferenceComponentArn"]})
+    assert policy["PolicyDocument"]["Statement"] == [{
+        "Action": "sagemaker:InvokeEndpoint", "Effect": "Allow", "Resource": expected if component else expected[0],
+    }]

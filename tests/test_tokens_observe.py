@@ -14,7 +14,7 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_s3 as s3
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 from genai_pacer import BedrockModel, LlmEndpoint
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.invocation_logging import ModelInvocationLogging
@@ -188,12 +188,18 @@ def test_a_deploy_time_p90_limit_is_compared_in_seconds_since_cloudformation_can
         assert parts[0].endswith("p90 latency is above ") and parts[1] == REF and parts[2].startswith(" seconds")
 
 
-def test_a_deploy_time_call_gate_sits_inside_both_guards_expressions():
-    template = synth("experiment", guard_min_calls="number")
+def test_a_deploy_time_call_gate_sits_inside_both_guards_expressions_and_synth_prints_no_warning():
+    """Before (issue 34.8): the template was right, but the expression was built from the token's number
+    encoding, so aws-cdk warned "Math expression ... -1.888e+289 ... references unknown identifiers: e"."""
+    stack = new_stack()
+    BUILDERS["experiment"](stack, guard_min_calls=token_of(stack, "number"))
+    template = Template.from_stack(stack).to_json()
     for suffix in ("ErrorRate", "P90Latency"):
         for alarm in alarms(template, suffix):
             joined = expression(alarm)["Fn::Join"][1]
             assert REF in joined and joined[0].endswith(">= ")
+    assert Annotations.from_stack(stack).find_warning("*", Match.any_value()) == []
+    assert_not_garbled(template)
 
 
 def test_a_deploy_time_evaluation_count_is_both_the_periods_and_the_datapoints_to_alarm():

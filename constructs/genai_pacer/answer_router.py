@@ -102,8 +102,8 @@ class AnswerRouter(Construct):
     write_back: store a miss's answer, so the next request for that key is a hit; also what lets
         concurrent misses share one call (the per-key claim needs PutItem). Default: True.
     coalesce_wait: how long a miss waits for another request generating the same key before
-        answering 503 with Retry-After; 0..timeout (less than the function's timeout). Default:
-        half the function's timeout.
+        answering 503 with Retry-After; 0..timeout (less than the function's timeout). Only with
+        write_back (refused without it). Default: half the function's timeout.
     max_output_tokens: a miss's default maxTokens and its ceiling (sizes the function's timeout
         too). Size it from the p99 answer (planning.size_max_tokens): Bedrock reserves it against
         the quota on every call. Default: 1,024.
@@ -166,7 +166,13 @@ class AnswerRouter(Construct):
                 )
             for name, value in (("max_age", max_age), ("coalesce_wait", coalesce_wait), ("timeout", timeout)):
                 in_unit(check, name, value, "seconds", why="the function takes it")
-            check.instance("write_back", write_back, bool, "True or False")
+            if check.instance("write_back", write_back, bool, "True or False") and not write_back:
+                check.rule(
+                    coalesce_wait is None,
+                    "coalesce_wait is set with write_back=False: without write-back a miss writes nothing and takes no "
+                    "claim, so no request can wait for another's answer and the wait would never apply; drop "
+                    "coalesce_wait, or keep write_back=True",
+                )
             prompt_table = _check_prompts(check, prompts)
             check.text("system_prompt", system_prompt, optional=True, fix="the system prompt of every generated answer")
             if prompt_table is not None and isinstance(system_prompt, str | type(None)) and not is_token(system_prompt):
@@ -242,8 +248,17 @@ class AnswerRouter(Construct):
         )
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Let a caller invoke the function directly (lambda:InvokeFunction)."""
-        return self.function.grant_invoke(grantee)
+        """Let a caller invoke the function directly (lambda:InvokeFunction) on its unqualified ARN,
+        the one a caller invokes: the router publishes no version or alias. (aws-cdk-lib's
+        Function.grant_invoke adds "<arn>:*" for every version and alias, which cdk-nag reports as
+        AwsSolutions-IAM5 on the caller's role. A function's actions are scoped by function, version or
+        alias ARN: https://docs.aws.amazon.com/lambda/latest/dg/lambda-api-permissions-ref.html.) A
+        principal of another account gets a resource policy statement on the function instead, as
+        Function.grant_invoke gives it."""
+        grant = iam.Grant.add_to_principal(
+            grantee=grantee, actions=["lambda:InvokeFunction"], resource_arns=[self.function.function_arn],
+        )
+        return grant if grant.success else self.function.grant_invoke(grantee)
 
     def grant_invoke_url(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let a caller call the function URL (SigV4-signed requests)."""

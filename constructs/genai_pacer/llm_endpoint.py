@@ -42,6 +42,9 @@ __all__ = [
 #: How the endpoint routes requests. LEAST_OUTSTANDING_REQUESTS suits LLMs: a generation holds an
 #: instance for seconds, so random routing piles requests on a busy instance while another idles.
 ROUTING_STRATEGIES = ("LEAST_OUTSTANDING_REQUESTS", "RANDOM")
+#: What a caller needs: botocore's sagemaker-runtime model says InvokeEndpointWithResponseStream needs
+#: "the sagemaker:InvokeEndpoint action" too (its operation documentation), so one action serves both.
+INVOKE_ENDPOINT_ACTIONS = ("sagemaker:InvokeEndpoint",)
 
 #: SageMaker's limits on names (endpoint, variant, inference component) and container environments.
 _NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
@@ -257,6 +260,7 @@ class LlmEndpoint(Construct):
     `inference_component_options` (or None),
     `instance_type`, `startup_health_check_timeout`, `role`, `volume_key` (or None), `model`,
     `endpoint_config`, `endpoint`, `inference_component` (or None), `alarms` (name -> Alarm).
+    Grants: `grant_invoke` (a caller's InvokeEndpoint on this endpoint only).
     """
 
     def __init__(
@@ -419,6 +423,19 @@ class LlmEndpoint(Construct):
                 ),
             )
         self.alarms = self._alarms(latency_alarm_threshold, seconds["latency_alarm_threshold"], alarm_actions)
+
+    # --- grants ----------------------------------------------------------------------------------
+
+    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let a caller invoke this endpoint (InvokeEndpoint, and InvokeEndpointWithResponseStream,
+        which needs the same action), on this endpoint's ARN only; with an inference component,
+        on the component's ARN too."""
+        resources = [self.endpoint.attr_endpoint_arn]
+        if self.inference_component is not None:
+            resources.append(self.inference_component.attr_inference_component_arn)
+        # SageMaker endpoints take no resource policy: the grant is on the caller's identity policy (as
+        # aws-cdk's sagemaker-alpha Endpoint.grantInvoke does); a principal of another account gets none.
+        return iam.Grant.add_to_principal(grantee=grantee, actions=list(INVOKE_ENDPOINT_ACTIONS), resource_arns=resources)
 
     # --- metrics ---------------------------------------------------------------------------------
 

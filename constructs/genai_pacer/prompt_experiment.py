@@ -613,10 +613,11 @@ class PromptExperiment(Construct):
         threshold as the parameter, min_calls inside the expression, and a deploy-time max_p90 (seconds)
         compared in seconds, since CloudFormation cannot scale a parameter to milliseconds."""
         names = metrics_constants()
+        min_calls_text = shown(min_calls)  # a deploy-time count as its reference, never its number encoding
         errors = self._metric(variant.name, names.CALL_ERRORS, {"statistic": "Sum", "period": period})
         calls = self._metric(variant.name, names.LATENCY_MS, {"statistic": "SampleCount", "period": period})
         rate = cloudwatch.MathExpression(
-            expression=f"IF((FILL(e, 0) + FILL(c, 0)) >= {min_calls}, 100 * FILL(e, 0) / (FILL(e, 0) + FILL(c, 0)), 0)",
+            expression=f"IF((FILL(e, 0) + FILL(c, 0)) >= {min_calls_text}, 100 * FILL(e, 0) / (FILL(e, 0) + FILL(c, 0)), 0)",
             using_metrics={"e": errors, "c": calls},
             label=f"{variant.name} error rate (%)",
             period=period,
@@ -628,17 +629,17 @@ class PromptExperiment(Construct):
         self.alarms[f"{variant.name}-errors"] = threshold_alarm(
             self, f"{ident}ErrorRate", metric=rate, threshold=max_error_rate, periods=periods, actions=actions,
             description=f"Experiment {self.experiment_name}: variant {variant.name} fails more than {shown(max_error_rate)}% of "
-                        f"its calls ({periods} periods running, {min_calls}+ calls each). During a split deployment "
+                        f"its calls ({periods} periods running, {min_calls_text}+ calls each). During a split deployment "
                         "AppConfig rolls it back; afterwards the fallback sends everyone to the control variant.",
         )
         # Gated like the error rate: a small treatment's one slow call a minute is its whole p90 and would
         # otherwise move everyone to control. p90 and SampleCount are of the same metric and dimensions.
         in_seconds = p90_seconds is not None
         p90 = cloudwatch.MathExpression(
-            expression=f"IF(FILL(c, 0) >= {min_calls}, FILL(p, 0){' / 1000' if in_seconds else ''}, 0)",
+            expression=f"IF(FILL(c, 0) >= {min_calls_text}, FILL(p, 0){' / 1000' if in_seconds else ''}, 0)",
             using_metrics={"p": self._metric(variant.name, names.LATENCY_MS, {"statistic": "p90", "period": period}),
                            "c": calls},
-            label=f"{variant.name} p90 latency ({'s' if in_seconds else 'ms'}) of periods with {min_calls}+ calls",
+            label=f"{variant.name} p90 latency ({'s' if in_seconds else 'ms'}) of periods with {min_calls_text}+ calls",
             period=period,
         )
         self.alarms[f"{variant.name}-p90"] = threshold_alarm(
@@ -647,7 +648,7 @@ class PromptExperiment(Construct):
             threshold=p90_seconds if in_seconds else max_p90.to_seconds(integral=False) * 1000, periods=periods,
             actions=actions,
             description=f"Experiment {self.experiment_name}: variant {variant.name}'s p90 latency is above "
-                        f"{f'{shown(p90_seconds)} seconds' if in_seconds else max_p90.to_human_string()} ({periods} periods running, {min_calls}+ calls each). During a split "
+                        f"{f'{shown(p90_seconds)} seconds' if in_seconds else max_p90.to_human_string()} ({periods} periods running, {min_calls_text}+ calls each). During a split "
                         "deployment AppConfig rolls it back; afterwards the fallback sends everyone to the control variant.",
         )
 
