@@ -15,15 +15,16 @@ synth: $(VENV)/.runtime-installed node_modules/.installed
 	cdk synth --no-notices --quiet
 	@echo "synthesized: $$(ls cdk.out/*.template.json | tr '\n' ' ')"
 
-# The gate (CI runs it): lint, types and every test, the fresh-install ones included. The tests
-# run in one worker per core (pytest-xdist): each worker has its own jsii process, the slow part.
+# The gate (CI runs it): lint, types and every test, the fresh-install ones included, property
+# tests on their fixed examples (HYPOTHESIS_PROFILE=ci). The tests run in one worker per core
+# (pytest-xdist): each worker has its own jsii process, the slow part.
 # mypy (about a minute cold, on one core, mostly reading aws-cdk-lib) runs beside them; its report
 # follows pytest's, and the target fails if either does.
 PYTEST_WORKERS ?= auto
 test: $(VENV)/.dev-installed node_modules/.installed
 	$(VENV)/bin/ruff check .
 	@types_log=$$(mktemp); $(VENV)/bin/mypy > $$types_log 2>&1 & types=$$!; \
-	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS); tests_rc=$$?; \
+	HYPOTHESIS_PROFILE=ci $(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS); tests_rc=$$?; \
 	wait $$types; types_rc=$$?; echo "mypy:"; cat $$types_log; rm -f $$types_log; \
 	test $$tests_rc -eq 0 && test $$types_rc -eq 0
 

@@ -270,3 +270,41 @@ def test_grant_invoke_names_the_unqualified_function_and_another_account_gets_a_
                      if p["Properties"]["Principal"] != "lambda.amazonaws.com"]
     assert permission["Properties"]["Principal"] == "210987654321"
     assert permission["Properties"]["Action"] == "lambda:InvokeFunction"
+
+
+def test_server_errors_and_function_errors_alarm_with_the_users_actions():
+    """Issue 34.12: a router answering 5xx, or failing outright, went unnoticed."""
+    from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+    from aws_cdk import aws_sns as sns
+
+    stack = new_stack()
+    topic = sns.Topic(stack, "Pager")
+    store = AnswerStore(stack, "Store")
+    router = AnswerRouter(stack, "Router", answer_store=store, model=MODEL, server_error_threshold=3,
+                          alarm_actions=[cloudwatch_actions.SnsAction(topic)])
+    template = Template.from_stack(stack).to_json()
+    alarms = {r["Properties"]["MetricName"]: r["Properties"] for r in resources(template, "AWS::CloudWatch::Alarm").values()}
+    assert sorted(router.alarms) == ["FunctionErrors", "ServerErrors"]
+    function_id = next(k for k, r in template["Resources"].items()
+                       if r["Type"] == "AWS::Lambda::Function" and k.startswith("RouterFunction"))
+    served = alarms["AnswerServerErrors"]
+    assert (served["Namespace"], served["Statistic"], served["Period"], served["Threshold"]) == ("GenaiPacer", "Sum", 300, 3)
+    assert served["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": function_id}}]
+    crashed = alarms["Errors"]
+    assert (crashed["Namespace"], crashed["Statistic"], crashed["Threshold"]) == ("AWS/Lambda", "Sum", 0)
+    assert crashed["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": function_id}}]
+    topic_id = next(iter(resources(template, "AWS::SNS::Topic")))
+    assert all(alarm["AlarmActions"] == [{"Ref": topic_id}] for alarm in alarms.values())
+
+
+def test_a_deploy_time_server_error_threshold_is_the_alarms_threshold_and_a_bad_one_is_refused():
+    stack = new_stack()
+    threshold = cdk.CfnParameter(stack, "Tolerated", type="Number").value_as_number
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=MODEL, server_error_threshold=threshold)
+    template = Template.from_stack(stack).to_json()
+    (alarm,) = [r["Properties"] for r in resources(template, "AWS::CloudWatch::Alarm").values()
+                if r["Properties"]["MetricName"] == "AnswerServerErrors"]
+    assert alarm["Threshold"] == {"Ref": "Tolerated"}
+    assert "e+2" not in json.dumps(alarm["AlarmDescription"])
+    with pytest.raises(InvalidPropsError, match="server_error_threshold=-1 is below the minimum of 0"):
+        build(server_error_threshold=-1)

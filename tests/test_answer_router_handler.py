@@ -270,3 +270,21 @@ def test_no_client_is_created_per_request(router, monkeypatch):
     monkeypatch.setattr(boto3.session.Session, "client", no_new_clients)
     store(router, "k#s", "x")
     assert router.handler({"key": "k#s"})["reason"] == "hit"
+
+
+def test_a_5xx_answer_is_counted_for_the_server_errors_alarm_and_a_4xx_or_a_hit_is_not(router, monkeypatch, capsys):
+    """Issue 34.12: the router's 5xx answers went unnoticed; AnswerRouter's ServerErrors alarm reads this count."""
+    router.stub.add_client_error("converse", service_error_code="ValidationException", http_status_code=400)
+    assert router.handler({"key": "k#bad"})["statusCode"] == 502
+    assert [line.get("AnswerServerErrors") for line in metric_lines(capsys)] == [None, 1]  # the miss, then the error
+    assert router.handler({"nokey": 1})["statusCode"] == 400
+    assert [line for line in metric_lines(capsys) if "AnswerServerErrors" in line] == []
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(router.answers, "get_answer", broken)
+    assert router.handler({"key": "k#x"})["statusCode"] == 500
+    (line,) = [line for line in metric_lines(capsys) if "AnswerServerErrors" in line]
+    assert line["AnswerServerErrors"] == 1 and line["FunctionName"] == "router-fn"
+    assert line["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "AnswerServerErrors", "Unit": "Count"}]

@@ -1025,3 +1025,23 @@ def test_the_loader_may_write_answers_but_never_delete():
                for a in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])}
     assert "dynamodb:PutItem" in actions
     assert not any(a.startswith("dynamodb:Delete") for a in actions), sorted(actions)
+
+
+def test_failed_and_timed_out_runs_and_a_failing_job_events_function_alarm_with_the_users_actions():
+    """Issue 34.12: a run that failed or a wait nobody completes went unnoticed."""
+    from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+    from aws_cdk import aws_sns as sns
+
+    stack = new_stack()
+    topic = sns.Topic(stack, "Pager")
+    built = pipeline(stack, alarm_actions=[cloudwatch_actions.SnsAction(topic)])
+    template = Template.from_stack(stack).to_json()
+    alarms = {r["Properties"]["MetricName"]: r["Properties"] for r in resources(template, "AWS::CloudWatch::Alarm").values()}
+    assert sorted(built.alarms) == ["FailedExecutions", "JobEventsErrors", "TimedOutExecutions"]
+    assert sorted(alarms) == ["Errors", "ExecutionsFailed", "ExecutionsTimedOut"]
+    events_fn = next(k for k in resources(template, "AWS::Lambda::Function") if "JobEvents" in k)
+    errors = alarms["Errors"]
+    assert errors["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": events_fn}}]
+    assert (errors["EvaluationPeriods"], errors["DatapointsToAlarm"], errors["Period"]) == (3, 3, 300)
+    topic_id = next(iter(resources(template, "AWS::SNS::Topic")))
+    assert all(alarm["AlarmActions"] == [{"Ref": topic_id}] for alarm in alarms.values())

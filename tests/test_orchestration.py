@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 
 import aws_cdk as cdk
 import pytest
@@ -844,12 +845,43 @@ def test_each_workflow_construct_exposes_its_execution_metrics(method, metric_na
         assert getattr(construct, method)(statistic="Maximum").statistic == "Maximum"  # a default, not fixed
 
 
-def test_an_alarm_on_failed_executions_synthesizes():
+@pytest.mark.parametrize("construct", ["BoundedMap", "BoundedDistributedMap", "ParallelPrompts"])
+def test_failed_and_timed_out_executions_alarm_with_the_users_actions(construct):
+    """Issue 34.12: a failed run lost its items silently; no alarm, no alarm_actions."""
+    from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+    from aws_cdk import aws_sns as sns
+
+    stack = new_stack()
+    actions = [cloudwatch_actions.SnsAction(sns.Topic(stack, "Pager"))]
+    if construct == "BoundedMap":
+        built = BoundedMap(stack, "C", max_concurrency=4, model=NOVA, request=REQUEST, alarm_actions=actions)
+    elif construct == "BoundedDistributedMap":
+        built = BoundedDistributedMap(stack, "C", max_concurrency=4, model=NOVA, request=REQUEST,
+                                      items_bucket=s3.Bucket(stack, "B"), items_key="items.jsonl", alarm_actions=actions)
+    else:
+        built = ParallelPrompts(stack, "C", model=NOVA, prompts={"A": REQUEST, "B": REQUEST}, alarm_actions=actions)
+    template = template_of(stack).to_json()
+    alarms = {k: r["Properties"] for k, r in resources(template, "AWS::CloudWatch::Alarm").items()}
+    assert sorted(built.alarms) == ["FailedExecutions", "TimedOutExecutions"]
+    machine = next(iter(resources(template, "AWS::StepFunctions::StateMachine")))
+    topic = next(iter(resources(template, "AWS::SNS::Topic")))
+    seen = {}
+    for alarm in alarms.values():
+        seen[alarm["MetricName"]] = alarm
+        assert (alarm["Namespace"], alarm["Statistic"], alarm["Period"], alarm["Threshold"]) == ("AWS/States", "Sum", 300, 0)
+        assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and alarm["EvaluationPeriods"] == 1
+        assert alarm["Dimensions"] == [{"Name": "StateMachineArn", "Value": {"Ref": machine}}]
+        assert alarm["AlarmActions"] == [{"Ref": topic}]
+        assert alarm["TreatMissingData"] == "notBreaching"
+    assert sorted(seen) == ["ExecutionsFailed", "ExecutionsTimedOut"]
+
+
+def test_without_alarm_actions_the_alarms_still_exist_and_bad_actions_are_refused():
     stack = new_stack()
     bounded = BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST)
-    bounded.metric_failed_executions().create_alarm(stack, "Failed", threshold=0, evaluation_periods=1)
-    alarm = only(template_of(stack), "AWS::CloudWatch::Alarm")["Properties"]
-    assert (alarm["MetricName"], alarm["Namespace"], alarm["Statistic"]) == ("ExecutionsFailed", "AWS/States", "Sum")
+    assert len(resources(template_of(stack), "AWS::CloudWatch::Alarm")) == 2 and set(bounded.alarms)
+    with pytest.raises(InvalidPropsError, match=re.escape("alarm_actions[0]='arn:aws:sns:us-east-1:1:t' is a str")):
+        BoundedMap(new_stack(), "Map", max_concurrency=4, model=NOVA, request=REQUEST, alarm_actions=["arn:aws:sns:us-east-1:1:t"])
 
 
 def test_sync_execution_url_exposes_what_a_caller_waits_and_fails_on():

@@ -401,3 +401,43 @@ def test_inline_items_beyond_the_run_input_limit_are_refused_and_many_warn():
     Annotations.from_stack(stack).has_warning(
         "/Test/Pre", Match.string_like_regexp("1,001 inline items: each key adds about 18 events")
     )
+
+
+# ---- alarms (issue 34.12) ----------------------------------------------------------------------------
+
+
+def test_failed_timed_out_and_missed_runs_alarm_with_the_users_actions():
+    """A failed run, a run past its timeout and a start Scheduler gave up on all went unnoticed."""
+    from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+    from aws_cdk import aws_sns as sns
+    from helpers import resources
+
+    stack = new_stack()
+    topic = sns.Topic(stack, "Pager")
+    _, pre = build(stack, alarm_actions=[cloudwatch_actions.SnsAction(topic)])
+    template = Template.from_stack(stack).to_json()
+    alarms = {r["Properties"]["MetricName"]: r["Properties"] for r in resources(template, "AWS::CloudWatch::Alarm").values()}
+    assert sorted(pre.alarms) == ["FailedExecutions", "MissedStarts", "TimedOutExecutions"]
+    assert sorted(alarms) == ["ApproximateNumberOfMessagesVisible", "ExecutionsFailed", "ExecutionsTimedOut"]
+    machine = next(iter(resources(template, "AWS::StepFunctions::StateMachine")))
+    for name in ("ExecutionsFailed", "ExecutionsTimedOut"):
+        assert alarms[name]["Dimensions"] == [{"Name": "StateMachineArn", "Value": {"Ref": machine}}]
+    missed = alarms["ApproximateNumberOfMessagesVisible"]
+    dead_letters = next(k for k in resources(template, "AWS::SQS::Queue") if "DeadLetter" in k)
+    assert missed["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [dead_letters, "QueueName"]}}]
+    assert (missed["Namespace"], missed["Statistic"], missed["Threshold"]) == ("AWS/SQS", "Maximum", 0)
+    topic_id = next(iter(resources(template, "AWS::SNS::Topic")))
+    assert all(alarm["AlarmActions"] == [{"Ref": topic_id}] for alarm in alarms.values())
+
+
+def test_a_users_dead_letter_queue_is_the_one_watched():
+    from helpers import resources
+
+    stack = new_stack()
+    mine = sqs.Queue(stack, "MyDlq", enforce_ssl=True)
+    build(stack, dead_letter_queue=mine)
+    template = Template.from_stack(stack).to_json()
+    (missed,) = [r["Properties"] for r in resources(template, "AWS::CloudWatch::Alarm").values()
+                 if r["Properties"]["MetricName"] == "ApproximateNumberOfMessagesVisible"]
+    mine_id = next(k for k in resources(template, "AWS::SQS::Queue") if k.startswith("MyDlq"))
+    assert missed["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [mine_id, "QueueName"]}}]

@@ -180,7 +180,7 @@ def test_a_recorded_failure_blocks_calls_only_for_its_retry_after(environment):
     assert "failure_status" not in claim_item(module)
 
 
-def test_waiters_past_the_deadline_get_503_with_retry_after(environment):
+def test_waiters_past_the_deadline_get_503_with_retry_after(environment, capsys):
     model = CountingModel()
     (module,) = environment(model, count=1, COALESCE_WAIT_SECONDS=0.3)
     assert key_claims.claim(module.DDB, TABLE, KEY, seconds=60) is not None  # another environment is generating
@@ -191,6 +191,8 @@ def test_waiters_past_the_deadline_get_503_with_retry_after(environment):
     assert result["statusCode"] == 503 and int(result["headers"]["retry-after"]) >= 1
     assert json.loads(result["body"])["error"] == "AnswerPending"
     assert model.calls == 0 and stored(module) is None
+    # the coalescing working as designed, not a server error: the ServerErrors alarm does not count it
+    assert "AnswerServerErrors" not in capsys.readouterr().out
 
 
 def test_the_deadline_never_outlasts_the_functions_remaining_time(environment):

@@ -88,13 +88,13 @@ QUEUED_PROPS = ("model", "max_concurrency", "queue", "dead_letter_queue", "max_r
                 "worker_throttle_threshold", "dead_letter_threshold", "alarm_actions")
 PRECOMPUTE_PROPS = ("answer_store", "model", "request", "max_concurrency", "schedule", "items", "items_bucket",
                     "items_key", "items_format", "tolerated_failed_keys", "retry", "schedule_retry_attempts",
-                    "schedule_max_event_age", "dead_letter_queue", "state_machine_options")
+                    "schedule_max_event_age", "dead_letter_queue", "state_machine_options", "alarm_actions")
 BATCH_PROPS = ("model", "answer_store", "max_tokens", "system_prompt", "temperature", "invocation_type", "input_bucket",
                "output_bucket", "items_bucket", "items_prefix", "input_prefix", "output_prefix", "encryption_key",
                "access_logs_bucket", "object_expiration", "min_records_per_job", "max_records_per_job",
                "max_records_per_file", "max_job_bytes", "max_file_bytes", "max_concurrent_jobs", "job_timeout",
                "status_check_interval", "job_name_prefix", "on_demand_fallback", "write_concurrency",
-               "encryption_key_for_logs", "log_retention", "state_machine_options")
+               "encryption_key_for_logs", "log_retention", "state_machine_options", "alarm_actions")
 TABLE = {"queued": (QueuedInference, QUEUED_PROPS), "precompute": (ScheduledPrecompute, PRECOMPUTE_PROPS),
          "batch": (BatchPrecompute, BATCH_PROPS)}
 EVERY_TOKEN = [(construct, prop, kind) for construct, (_, props) in TABLE.items() for prop in props for kind in KINDS]
@@ -194,6 +194,7 @@ BY_TYPE: dict[tuple[str, str], str] = {
     ("precompute", "retry"): "pass BedrockRetry",
     ("precompute", "dead_letter_queue"): "pass an sqs.Queue",
     ("precompute", "state_machine_options"): "pass StateMachineOptions",
+    ("precompute", "alarm_actions"): "cloudwatch_actions.SnsAction",
     ("batch", "model"): "pass a BedrockModel",
     ("batch", "answer_store"): "pass an AnswerStore",
     ("batch", "input_bucket"): "pass an s3.Bucket",
@@ -205,6 +206,7 @@ BY_TYPE: dict[tuple[str, str], str] = {
     ("batch", "encryption_key_for_logs"): "pass a kms.Key",
     ("batch", "log_retention"): "pass a logs.RetentionDays",
     ("batch", "state_machine_options"): "pass StateMachineOptions",
+    ("batch", "alarm_actions"): "cloudwatch_actions.SnsAction",
 }
 
 #: Tokens of the right kind refused because the construct computes with the value at synth: the reason.
@@ -270,7 +272,7 @@ def test_the_table_covers_every_prop_of_every_signature():
     for construct, prop in BY_TYPE:
         assert prop in TABLE[construct][1], (construct, prop)
     assert not {(c, p) for c, p, _ in PASSES} & set(BY_TYPE)
-    assert len(EVERY_TOKEN) == (26 + 15 + 29) * 4 == 280
+    assert len(EVERY_TOKEN) == (26 + 16 + 30) * 4 == 288
 
 
 # ---- the defects this table found: each failed before ----------------------------------------------------

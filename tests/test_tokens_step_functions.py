@@ -196,7 +196,7 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Build, Synth, dict[t
     "BoundedMap": (
         BoundedMap,
         ("max_concurrency", "allow_unbounded", "model", "request", "item_processor", "retry", "task_options",
-         "items_path", "expected_items", "state_machine_options"),
+         "items_path", "expected_items", "state_machine_options", "alarm_actions"),
         lambda stack, **p: inline_map(stack, **p),
         _direct,
         {
@@ -208,7 +208,7 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Build, Synth, dict[t
         BoundedDistributedMap,
         ("max_concurrency", "items_bucket", "items_key", "allow_unbounded", "model", "request", "item_processor",
          "retry", "task_options", "items_format", "results_bucket", "results_prefix", "tolerated_failure_percentage",
-         "batch_max_items", "child_execution_type", "state_machine_options"),
+         "batch_max_items", "child_execution_type", "state_machine_options", "alarm_actions"),
         lambda stack, **p: distributed_map(stack, **p),
         _direct,
         {
@@ -222,7 +222,7 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Build, Synth, dict[t
     ),
     "ParallelPrompts": (
         ParallelPrompts,
-        ("prompts", "model", "synthesis", "synthesis_model", "retry", "state_machine_options"),
+        ("prompts", "model", "synthesis", "synthesis_model", "retry", "state_machine_options", "alarm_actions"),
         lambda stack, **p: parallel(stack, **p),
         _direct,
         {},
@@ -338,7 +338,7 @@ def test_the_table_covers_every_prop_of_every_signature():
     for name, (target, props, *_rest) in TABLE.items():
         signature = inspect.signature(target if hasattr(target, "__dataclass_fields__") else target.__init__)
         assert set(signature.parameters) - {"self", "scope", "id"} == set(props), name
-    assert len(CASES) == 68 * len(KINDS) == 340
+    assert len(CASES) == 71 * len(KINDS) == 355
     assert sum(len(passes) for *_rest, passes in TABLE.values()) == 25
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_stepfunctions as sfn
 
 from constructs import Construct
 
-__all__ = ["threshold_alarm"]
+__all__ = ["execution_alarms", "threshold_alarm"]
 
 
 def threshold_alarm(
@@ -39,3 +41,30 @@ def threshold_alarm(
     for action in actions:
         alarm.add_alarm_action(action)
     return alarm
+
+
+def execution_alarms(
+    scope: Construct, machine: sfn.StateMachine, actions: Sequence[cloudwatch.IAlarmAction], *, what: str,
+) -> dict[str, cloudwatch.Alarm]:
+    """What every construct with a state machine watches: any failed or timed-out execution in five
+    minutes (aws-cdk-lib's metric_failed / metric_timed_out, AWS/States ExecutionsFailed and
+    ExecutionsTimedOut by StateMachineArn). A run that fails is work lost (a key unanswered, a batch
+    not loaded), so the threshold is no failure at all; `what` says what such a run leaves undone."""
+    five_minutes = cdk.Duration.minutes(5)
+    return {
+        "FailedExecutions": threshold_alarm(
+            scope, "FailedExecutions", metric=machine.metric_failed(statistic="Sum", period=five_minutes), threshold=0,
+            actions=actions,
+            description=f"An execution of {what} failed: {_UNDONE}. Read the failed execution's history in the "
+                        "Step Functions console (its cause names the state and the error).",
+        ),
+        "TimedOutExecutions": threshold_alarm(
+            scope, "TimedOutExecutions", metric=machine.metric_timed_out(statistic="Sum", period=five_minutes),
+            threshold=0, actions=actions,
+            description=f"An execution of {what} ran past the state machine's timeout: {_UNDONE}. Raise the timeout "
+                        "(StateMachineOptions(timeout=...)) or lower the work per run.",
+        ),
+    }
+
+
+_UNDONE = "what it was to do is not done, and nothing retries it by itself"

@@ -359,6 +359,20 @@ class Checks:
             return self.fail(f"{name} has {len(value)} characters; at most {max_length} are allowed{tail}")
         return True
 
+    def alarm_actions(self, name: str, actions: Any) -> bool:
+        """A list of CloudWatch alarm actions. Each is added to the alarms at synth, so a deploy-time
+        list cannot be one; a deploy-time topic ARN can, inside an action."""
+        from aws_cdk import aws_cloudwatch as cloudwatch
+
+        kind = token_kind(actions)
+        if kind is not None:
+            return self.fail(
+                f"{name} is a deploy-time {kind}; pass a list of alarm actions, for a deploy-time topic "
+                "[cloudwatch_actions.SnsAction(sns.Topic.from_topic_arn(scope, 'Alarms', parameter.value_as_string))]"
+            )
+        return self.each(name, actions, lambda n, v: self.instance(
+            n, v, cloudwatch.IAlarmAction, "an alarm action such as cloudwatch_actions.SnsAction(topic)"))
+
     def each(self, name: str, values: Any, check: Callable[[str, Any], bool]) -> bool:
         """Apply `check(item_name, item)` to each item of a list or tuple."""
         if isinstance(values, str) or not isinstance(values, list | tuple):

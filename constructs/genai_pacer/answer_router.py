@@ -48,7 +48,7 @@ import json
 import re
 import string
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aws_cdk as cdk
@@ -60,7 +60,8 @@ from aws_cdk import aws_logs as logs
 
 from constructs import Construct
 
-from ._checks import Checks, in_unit, is_token, seconds_text
+from ._alarms import threshold_alarm
+from ._checks import Checks, in_unit, is_token, seconds_text, shown, token_of_kind
 from ._runtime_constants import metrics_constants
 from ._secure import handler_function
 from .answer_store import AnswerStore
@@ -115,10 +116,17 @@ class AnswerRouter(Construct):
     function_url: expose a function URL with AWS_IAM auth. Default: True.
     encryption_key / log_retention: for the function's new log group. Default: a new key with
         rotation; one month.
+    server_error_threshold: 5xx answers in 5 minutes the ServerErrors alarm tolerates (AnswerPending,
+        the coalescing's own 503, is not counted). Default: 0 (any: a 5xx answer is a caller who got
+        no answer).
+    alarm_actions: actions for the alarms (`alarms`): ServerErrors (5xx answers above
+        server_error_threshold in 5 minutes) and FunctionErrors (any invocation that failed outright in
+        5 minutes: a timeout, out of memory, a crash; the handler answers every error it can catch).
+        Default: none.
 
-    Attributes: `function`, `url` (None without function_url), `max_age`, `prompts`.
+    Attributes: `function`, `url` (None without function_url), `max_age`, `prompts`, `alarms`.
     Grants: `grant_invoke`, `grant_invoke_url`. Metrics: `metric_hits`, `metric_misses`,
-    `metric_stale`.
+    `metric_stale`, `metric_hit_rate`, `metric_server_errors`.
     """
 
     def __init__(
@@ -140,6 +148,8 @@ class AnswerRouter(Construct):
         function_url: bool = True,
         encryption_key: kms.IKey | None = None,
         log_retention: logs.RetentionDays | None = None,
+        server_error_threshold: int = 0,
+        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
         model = as_bedrock_model(model)  # an aws_bedrock_alpha IBedrockInvokable too
@@ -213,6 +223,12 @@ class AnswerRouter(Construct):
             check.instance("function_url", function_url, bool, "True or False")
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
+            # a deploy-time count is the alarm's Threshold as it is; any other token is refused
+            if not token_of_kind(check, "server_error_threshold", server_error_threshold, "number",
+                                 fix="pass a whole number of answers, or parameter.value_as_number"):
+                check.integer("server_error_threshold", server_error_threshold, minimum=0,
+                              fix="5xx answers in 5 minutes the ServerErrors alarm tolerates")
+            check.alarm_actions("alarm_actions", alarm_actions)
         self.max_age = max_age
         self.prompts: dict[str, str] = dict(prompt_table or {})
         environment = {
@@ -246,6 +262,22 @@ class AnswerRouter(Construct):
         self.url: lambda_.FunctionUrl | None = (
             self.function.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM) if function_url else None
         )
+        self.alarms = {
+            "ServerErrors": threshold_alarm(
+                self, "ServerErrors", metric=self.metric_server_errors(), threshold=server_error_threshold,
+                actions=alarm_actions,
+                description=f"AnswerRouter {id}: more than {shown(server_error_threshold)} answers in 5 minutes had a 5xx "
+                            "status (the caller got no answer): the log lines name each error (ModelUnavailable: "
+                            "the model throttled past the retries; StoreThrottled or StoreError: the table).",
+            ),
+            "FunctionErrors": threshold_alarm(
+                self, "FunctionErrors",
+                metric=self.function.metric_errors(statistic="Sum", period=cdk.Duration.minutes(5)), threshold=0,
+                actions=alarm_actions,
+                description=f"AnswerRouter {id}: an invocation failed outright (a timeout, out of memory or a crash; "
+                            "the handler answers every error it can catch). Its log group says which.",
+            ),
+        }
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let a caller invoke the function directly (lambda:InvokeFunction) on its unqualified ARN,
@@ -280,6 +312,10 @@ class AnswerRouter(Construct):
     def metric_stale(self, **props: Any) -> cloudwatch.Metric:
         """Requests whose stored answer was older than max_age (the model answered)."""
         return self._metric(metrics_constants().ANSWER_STALE, props)
+
+    def metric_server_errors(self, **props: Any) -> cloudwatch.Metric:
+        """Answers with a 5xx status but AnswerPending (the caller got no answer). Default: Sum over 5 minutes."""
+        return self._metric(metrics_constants().ANSWER_SERVER_ERRORS, props)
 
     def metric_hit_rate(self, **props: Any) -> cloudwatch.MathExpression:
         """Hits as a percentage of all requests."""

@@ -46,7 +46,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast
 
 import aws_cdk as cdk
@@ -63,6 +63,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct, IConstruct
 
+from ._alarms import execution_alarms, threshold_alarm
 from ._checks import Checks, Default, in_unit, is_token, resolved, token_kind
 from ._nag import (
     acknowledge_exact_resources,
@@ -242,10 +243,13 @@ class BatchPrecompute(Construct):
     log_retention: of the functions' log groups. Default: one month.
     state_machine_options: Default: STANDARD, encrypted logs, X-Ray, a 30-day timeout (a run with
         more jobs than max_concurrent_jobs runs them in waves). EXPRESS is refused (5 minutes).
+    alarm_actions: actions for the alarms (`alarms`): FailedExecutions and TimedOutExecutions (any in 5
+        minutes: the run's answers are not loaded) and JobEventsErrors (the job-events function failing for
+        15 minutes: runs wait until job_timeout). Default: none.
 
     Attributes: `state_machine`, `input_bucket`, `output_bucket`, `items_bucket`, `service_role`,
     `token_table`, `job_ended_rule`, `prepare_function`, `load_function`, `summary_function`,
-    `job_events_function`, `job_check_rule`, `answer_store`, `job_name_prefix`. Metrics:
+    `job_events_function`, `job_check_rule`, `answer_store`, `job_name_prefix`, `alarms`. Metrics:
     `metric_records_loaded`, `metric_records_failed` (this construct's loader), and Bedrock's own
     batch metrics for this construct's model: `metric_records_pending`,
     `metric_input_tokens_processed`, `metric_output_tokens_processed`, `metric_tokens_pending`
@@ -287,6 +291,7 @@ class BatchPrecompute(Construct):
         encryption_key_for_logs: kms.IKey | None = None,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         state_machine_options: StateMachineOptions | None = None,
+        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
         # Access logs delivered by bucket policy, not an ACL (new buckets have ACLs disabled).
@@ -404,6 +409,7 @@ class BatchPrecompute(Construct):
                     "state_machine_options.state_machine_type=EXPRESS runs at most 5 minutes, and a run waits hours "
                     "for its jobs: use STANDARD (the default)",
                 )
+            check.alarm_actions("alarm_actions", alarm_actions)
         assert max_tokens is not None or invocation_type == "InvokeModel"
         self.job_name_prefix = job_name_prefix or f"gp{hashlib.sha256(self.node.addr.encode()).hexdigest()[:10]}"
         self.answer_store = answer_store or AnswerStore(self, "Answers")
@@ -557,6 +563,19 @@ class BatchPrecompute(Construct):
         self.job_events_function.configure_async_invoke(retry_attempts=2, max_event_age=cdk.Duration.hours(6))
         self._acknowledge_prefix_wildcards()
         self._acknowledge_job_events_wildcards(job_arns)
+        self.alarms = {
+            **execution_alarms(self, self.state_machine, alarm_actions, what=f"BatchPrecompute {id}"),
+            # Each error is retried (the event twice, the check every status_check_interval); errors in three
+            # periods running mean the waits are not being completed, and runs would end only at job_timeout.
+            "JobEventsErrors": threshold_alarm(
+                self, "JobEventsErrors",
+                metric=self.job_events_function.metric_errors(statistic="Sum", period=cdk.Duration.minutes(5)),
+                threshold=0, periods=3, actions=alarm_actions,
+                description=f"BatchPrecompute {id}: the function that completes the runs' waits for their batch jobs has "
+                            "failed for 15 minutes: runs waiting on a job do not finish until job_timeout. Read its "
+                            "log group for the error.",
+            ),
+        }
 
     # ---- definition ----------------------------------------------------------------------------------
 

@@ -587,13 +587,7 @@ class EndpointScaling(Construct):
                 _plan_schedules(check, windows, int(lead_time.to_minutes()), minimum) if lead_ok else []
             )
             check.instance("scale_to_zero", scale_to_zero, bool, "True or False")
-            check.each(
-                "alarm_actions",
-                alarm_actions,
-                lambda n, v: check.instance(
-                    n, v, cloudwatch.IAlarmAction, "an alarm action, e.g. cloudwatch_actions.SnsAction(topic)"
-                ),
-            )
+            check.alarm_actions("alarm_actions", alarm_actions)
         assert target is not None and tracked is not None and minimum is not None
 
         self.resource_id, dimension, self._dimensions, is_component = target

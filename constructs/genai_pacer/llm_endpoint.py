@@ -606,14 +606,7 @@ class LlmEndpoint(Construct):
             elif isinstance(threshold, cdk.Duration) and threshold.is_unresolved():
                 seconds["latency_alarm_threshold"] = duration_in(
                     check, "latency_alarm_threshold", threshold, "seconds", why="the alarm compares the latency")
-            actions = props["alarm_actions"]
-            check.each(
-                "alarm_actions",
-                actions,
-                lambda n, v: check.instance(
-                    n, v, cloudwatch.IAlarmAction, "an alarm action, e.g. cloudwatch_actions.SnsAction(topic)"
-                ),
-            )
+            check.alarm_actions("alarm_actions", props["alarm_actions"])
             if (
                 ic_ok
                 and options is not None

@@ -36,7 +36,7 @@ from constructs import Construct
 
 from . import planning
 from ._alarms import threshold_alarm
-from ._checks import Checks, Default, is_token, kind_of, resolved, token_kind
+from ._checks import Checks, Default, is_token, resolved, token_kind
 from ._runtime_constants import metrics_constants
 from .models import BedrockModel, as_bedrock_model
 
@@ -101,7 +101,6 @@ RESERVATION_PERIOD = cdk.Duration.minutes(15)
 #: CloudWatch evaluates at most one day of periods (1,440 one-minute periods).
 MAX_EVALUATION_PERIODS = 1_440
 _DASHBOARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
-_ACTION_HINT = "an alarm action such as cloudwatch_actions.SnsAction(topic)"
 
 HOW_TO_READ = """\
 ## How to read this dashboard
@@ -404,9 +403,7 @@ class LatencyDashboard(Construct):
                 models = [as_bedrock_model(model, f"models[{i}]") for i, model in enumerate(models)]
                 for i, model in enumerate(models):
                     check.instance(f"models[{i}]", model, (BedrockModel, WatchedModel), "a BedrockModel or WatchedModel(...)")
-            if check.instance("alarm_actions", alarm_actions, (list, tuple), f"a list of {_ACTION_HINT}s"):
-                for i, action in enumerate(alarm_actions):
-                    check.rule(hasattr(action, "bind"), f"alarm_actions[{i}]={action!r} is {kind_of(action)}; pass {_ACTION_HINT}")
+            check.alarm_actions("alarm_actions", alarm_actions)
             if token_kind(default_interval) is not None:
                 check.fail("default_interval is a deploy-time value, but the dashboard's opening range is written at "
                            "synth: pass a Duration such as cdk.Duration.hours(3)")

@@ -11,7 +11,7 @@ has Map and DistributedMap, so no prop of one is silently ignored by the other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import aws_cdk as cdk
@@ -23,6 +23,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from . import planning
+from ._alarms import execution_alarms
 from ._checks import Checks, _show, fit_concurrency, is_token, token_kind
 from ._nag import (
     acknowledge_exact_resources,
@@ -185,8 +186,10 @@ class BoundedMap(_MapBase):
         the Map's output and warns at synth when that can exceed 256 KiB. Default: not estimated.
     state_machine_options: how the state machine is built. Default: encrypted logs, X-Ray,
         STANDARD type, 24-hour timeout.
+    alarm_actions: actions for the alarms (`alarms`: FailedExecutions and TimedOutExecutions, any
+        in 5 minutes: a failed run's items are lost unless it is run again). Default: none.
 
-    Attributes: `map_state`, `state_machine`. Metrics: `metric_failed_executions`,
+    Attributes: `map_state`, `state_machine`, `alarms`. Metrics: `metric_failed_executions`,
     `metric_throttled_executions`, `metric_timed_out_executions`, `metric_started_executions`,
     `metric_execution_time`.
     """
@@ -206,6 +209,7 @@ class BoundedMap(_MapBase):
         items_path: str = "$.items",
         expected_items: int | None = None,
         state_machine_options: StateMachineOptions | None = None,
+        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
         with Checks(f"BoundedMap {id}") as check:
@@ -221,6 +225,7 @@ class BoundedMap(_MapBase):
             ):
                 check.integer("expected_items", expected_items, minimum=1, optional=True)
             check.instance("state_machine_options", state_machine_options, StateMachineOptions, "StateMachineOptions(...)", optional=True)
+            check.alarm_actions("alarm_actions", alarm_actions)
             check.raise_if_any()
             retry = retry or BedrockRetry()
             processor, models = self._processor(
@@ -237,6 +242,7 @@ class BoundedMap(_MapBase):
             options=state_machine_options or StateMachineOptions(),
             default_timeout=cdk.Duration.hours(24),
         )
+        self.alarms = execution_alarms(self, self.state_machine, alarm_actions, what=f"BoundedMap {id}")
 
     def _warn_if_output_can_exceed_the_limit(
         self, items: int, request: ModelRequest, task_options: TaskOptions | None
@@ -285,12 +291,13 @@ class BoundedDistributedMap(_MapBase):
     child_execution_type: Default: STANDARD (Express children stop after 5 minutes, which a
         throttled call retrying with backoff can exceed).
     state_machine_options: Default: encrypted logs, X-Ray, STANDARD type, 24-hour timeout.
+    alarm_actions: actions for the alarms, as BoundedMap's. Default: none.
 
     The role may read every object of items_bucket and write every object of results_bucket:
     aws-cdk-lib's item reader and result writer grant `bucket/*`. Pass your own role in
     state_machine_options to narrow it.
 
-    Attributes: `map_state`, `state_machine`. Metrics: as BoundedMap's. With
+    Attributes: `map_state`, `state_machine`, `alarms`. Metrics: as BoundedMap's. With
     tolerated_failure_percentage above 0, failed items no longer fail the execution, so
     metric_failed_executions counts Map Runs that failed beyond the tolerance.
     """
@@ -316,6 +323,7 @@ class BoundedDistributedMap(_MapBase):
         batch_max_items: int | None = None,
         child_execution_type: sfn.StateMachineType = sfn.StateMachineType.STANDARD,
         state_machine_options: StateMachineOptions | None = None,
+        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
         # Without this flag aws-cdk-lib silently drops result_writer_v2 and nothing is written to S3.
@@ -360,6 +368,7 @@ class BoundedDistributedMap(_MapBase):
                     (sfn.StateMachineType.STANDARD, sfn.StateMachineType.EXPRESS),
                 )
             check.instance("state_machine_options", state_machine_options, StateMachineOptions, "StateMachineOptions(...)", optional=True)
+            check.alarm_actions("alarm_actions", alarm_actions)
             check.raise_if_any()
             retry = retry or BedrockRetry()
             processor, models = self._processor(
@@ -389,6 +398,7 @@ class BoundedDistributedMap(_MapBase):
             options=state_machine_options or StateMachineOptions(),
             default_timeout=cdk.Duration.hours(24),
         )
+        self.alarms = execution_alarms(self, self.state_machine, alarm_actions, what=f"BoundedDistributedMap {id}")
         if state_machine_options is not None and state_machine_options.state_machine_type == sfn.StateMachineType.EXPRESS:
             # Whether a Distributed Map may run inside an EXPRESS parent is not stated by any AWS page
             # found (Express workflows support only the Request Response integration pattern:
@@ -529,8 +539,10 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
     retry: Default: BedrockRetry().
     state_machine_options: Default: encrypted logs, X-Ray, STANDARD type, 15-minute timeout. For a
         caller that waits for the answer, use EXPRESS (at most 5 minutes) and StartSyncExecution.
+    alarm_actions: actions for the alarms, as BoundedMap's. Default: none.
 
-    Attributes: `parallel_state`, `synthesis_task` (or None), `state_machine`. Metrics: as BoundedMap's.
+    Attributes: `parallel_state`, `synthesis_task` (or None), `state_machine`, `alarms`. Metrics: as
+    BoundedMap's.
     """
 
     def __init__(
@@ -544,6 +556,7 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
         synthesis_model: BedrockModel | None = None,
         retry: BedrockRetry | None = None,
         state_machine_options: StateMachineOptions | None = None,
+        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
         model = as_bedrock_model(model)
@@ -558,6 +571,7 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
             check.instance("synthesis", synthesis, (ConverseRequest, NativeRequest), "ConverseRequest(...)", optional=True)
             check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
             check.instance("state_machine_options", state_machine_options, StateMachineOptions, "StateMachineOptions(...)", optional=True)
+            check.alarm_actions("alarm_actions", alarm_actions)
             if check.instance("prompts", prompts, Mapping, "a dict of branch name -> ConverseRequest"):
                 check.rule(bool(prompts), "prompts is empty; pass at least one branch name -> ConverseRequest")
                 for name, request in prompts.items():
@@ -599,6 +613,7 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
             options=state_machine_options or StateMachineOptions(),
             default_timeout=cdk.Duration.minutes(15),
         )
+        self.alarms = execution_alarms(self, self.state_machine, alarm_actions, what=f"ParallelPrompts {id}")
 
 
 def _check_state_name(check: Checks, name: Any) -> None:

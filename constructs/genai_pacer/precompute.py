@@ -57,6 +57,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct, IConstruct
 
 from . import planning
+from ._alarms import execution_alarms, threshold_alarm
 from ._assets import LAMBDA_DIR
 from ._checks import Checks, duration_in, in_unit, is_token, token_kind
 from ._nag import (
@@ -197,8 +198,13 @@ class ScheduledPrecompute(Construct):
     dead_letter_queue: where Scheduler puts a start it gave up on. Default: a new encrypted queue.
     state_machine_options: Default: encrypted logs, X-Ray, STANDARD type, 6-hour timeout (the run
         lock expires with the timeout).
+    alarm_actions: actions for the alarms (`alarms`): FailedExecutions and TimedOutExecutions (any
+        in 5 minutes: a failed run leaves keys unanswered, and nothing runs it again before the next
+        schedule), MissedStarts (a start in the dead-letter queue: that run never happened).
+        Default: none.
 
-    Attributes: `state_machine`, `schedule`, `dead_letter_queue`, `prepare_function`, `map_state`.
+    Attributes: `state_machine`, `schedule`, `dead_letter_queue`, `prepare_function`, `map_state`,
+    `alarms`.
     Metrics: `metric_failed_keys()`.
     """
 
@@ -222,6 +228,7 @@ class ScheduledPrecompute(Construct):
         schedule_max_event_age: cdk.Duration | None = None,
         dead_letter_queue: sqs.IQueue | None = None,
         state_machine_options: StateMachineOptions | None = None,
+        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
         store = answer_store
@@ -298,6 +305,7 @@ class ScheduledPrecompute(Construct):
                     why="EventBridge Scheduler's MaximumEventAgeInSeconds is")
             check.instance("dead_letter_queue", dead_letter_queue, sqs.IQueue, "an sqs.Queue", optional=True)
             check.instance("state_machine_options", options, StateMachineOptions, "StateMachineOptions(...)")
+            check.alarm_actions("alarm_actions", alarm_actions)
             if isinstance(options, StateMachineOptions):
                 check.rule(
                     options.state_machine_type != sfn.StateMachineType.EXPRESS,
@@ -524,6 +532,18 @@ class ScheduledPrecompute(Construct):
             cfn_schedule.add_property_override(
                 "Target.RetryPolicy.MaximumEventAgeInSeconds", schedule_max_event_age.to_seconds()
             )
+        self.alarms = {
+            **execution_alarms(self, self.state_machine, alarm_actions, what=f"ScheduledPrecompute {id}"),
+            "MissedStarts": threshold_alarm(
+                self, "MissedStarts",
+                metric=self.dead_letter_queue.metric_approximate_number_of_messages_visible(
+                    statistic="Maximum", period=cdk.Duration.minutes(5)),
+                threshold=0, actions=alarm_actions,
+                description=f"ScheduledPrecompute {id}: Scheduler gave up starting a run (its start is in the dead-letter "
+                            "queue): that run's answers were not generated. Start the state machine by hand with the "
+                            "message's input, then delete the message.",
+            ),
+        }
 
     # ---- the per-key chain -------------------------------------------------------------------
     def _item_processor(

@@ -468,8 +468,7 @@ class PromptExperiment(Construct):
                            f"{guard_evaluation_periods} is more than CloudWatch's {'1 day' if limit == 86_400 else '7 days'} "
                            "for an alarm's evaluation range (1 day when the period is under an hour): shorten either")
             check.instance("fallback_on_alarm", fallback_on_alarm, bool, "True or False")
-            check.each("alarm_actions", alarm_actions,
-                       lambda n, a: check.instance(n, a, cloudwatch.IAlarmAction, "an alarm action such as SnsAction(topic)"))
+            check.alarm_actions("alarm_actions", alarm_actions)
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
         assert control is not None

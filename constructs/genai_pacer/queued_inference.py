@@ -32,9 +32,7 @@ from ._checks import (
     fit_concurrency,
     in_unit,
     is_token,
-    kind_of,
     shown,
-    token_kind,
 )
 from ._runtime_constants import metrics_constants
 from ._secure import encrypted_log_group, log_key
@@ -356,18 +354,7 @@ class QueuedInference(Construct):
             optional=True, fix="SQS keeps a message at most 14 days",
         )
         in_unit(check, "max_message_age", props["max_message_age"], "seconds", why="the oldest-message alarm's threshold is")
-        actions = props["alarm_actions"]
-        if token_kind(actions) is not None:
-            check.fail(
-                f"alarm_actions is a deploy-time {token_kind(actions)}; pass a list of alarm actions, for a deploy-time "
-                "topic [cloudwatch_actions.SnsAction(sns.Topic.from_topic_arn(scope, 'Alarms', parameter.value_as_string))]"
-            )
-        elif isinstance(actions, list | tuple):
-            for i, action in enumerate(actions):
-                if not hasattr(action, "bind"):
-                    check.fail(f"alarm_actions[{i}] is {kind_of(action)}; pass an alarm action such as cloudwatch_actions.SnsAction(topic)")
-        else:
-            check.fail(f"alarm_actions is {kind_of(actions)}; pass a list of alarm actions")
+        check.alarm_actions("alarm_actions", props["alarm_actions"])
         for name in ("encryption_key", "queue_encryption_key", "dead_letter_queue_encryption_key"):
             check.instance(name, props[name], kms.IKey, "a kms.IKey", optional=True)
         check.instance("queue", props["queue"], sqs.IQueue, "an sqs.IQueue", optional=True)

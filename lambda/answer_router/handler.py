@@ -45,7 +45,8 @@ missing: a deployment problem), 500 InternalError. A function URL gets {"statusC
 "body": JSON}; a direct invocation gets the body with its "statusCode". Logs name the error's
 class, code and HTTP status (structured_log.describe_error), never its message or the key.
 
-Every request emits one EMF count (AnswerHits, AnswerMisses or AnswerStale). A write-back uses
+Every request that reaches the store emits one EMF count (AnswerHits, AnswerMisses or AnswerStale),
+and every 5xx answer but AnswerPending one AnswerServerErrors count. A write-back uses
 put_answer: sequence = now in milliseconds, or one more than the stored answer's if that is
 higher, so the write replaces what it read and never an answer written after it. A write-back
 that fails is logged; the answer is still returned.
@@ -195,6 +196,8 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
             body["retryAfterSeconds"] = retry_after
     except Exception as error:  # every path answers with a body, never a stack trace
         status, body = failure(error, request_id)
+    if status >= 500 and body.get("error") != metrics.ANSWER_PENDING:
+        metrics.emit({metrics.ANSWER_SERVER_ERRORS: 1}, DIMENSIONS)  # AnswerRouter's ServerErrors alarm reads it
     if url:
         headers = {"content-type": "application/json"}
         if retry_after is not None:
@@ -280,7 +283,7 @@ def coalesced(
             return generate_claimed(key, call, stored, reason, request_id, taken, started, max_age)
         if time.time() >= deadline:
             wait = RETRY_AFTER_SECONDS
-            raise Refusal(503, "AnswerPending", "another request is generating this key's answer; retry shortly", wait)
+            raise Refusal(503, metrics.ANSWER_PENDING, "another request is generating this key's answer; retry shortly", wait)
         time.sleep(min(pause * (0.5 + random.random()), max(0.0, deadline - time.time())))
         pause = min(pause * 2, 1.0)
         latest = read(key)

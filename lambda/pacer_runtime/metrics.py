@@ -99,6 +99,11 @@ THROTTLES = "Throttles"
 ANSWER_HITS = "AnswerHits"
 ANSWER_MISSES = "AnswerMisses"
 ANSWER_STALE = "AnswerStale"
+#: AnswerRouter: answers with a 5xx status, 1 per answer, except AnswerPending (a miss waiting for another
+#: request's call to the same key: the coalescing working as designed, answered 503 with Retry-After).
+ANSWER_SERVER_ERRORS = "AnswerServerErrors"
+#: The error code of an answer that is not a server error of the router's, though its status is 5xx.
+ANSWER_PENDING = "AnswerPending"
 #: Pre-computation: keys whose answer could not be generated in a run.
 PRECOMPUTE_FAILED_KEYS = "PrecomputeFailedKeys"
 #: Batch inference loading: records written to the answer store, records the job reported as errors.
@@ -134,6 +139,7 @@ UNITS: dict[str, str] = {
     ANSWER_HITS: "Count",
     ANSWER_MISSES: "Count",
     ANSWER_STALE: "Count",
+    ANSWER_SERVER_ERRORS: "Count",
     PRECOMPUTE_FAILED_KEYS: "Count",
     BATCH_RECORDS_LOADED: "Count",
     BATCH_RECORDS_FAILED: "Count",
