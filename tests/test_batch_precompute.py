@@ -1,10 +1,12 @@
 """BatchPrecompute: the state machine executed offline for every way a job ends, the template's
 grants and parameters, every prop's bad values, and cdk-nag.
 
-Offline, moto's interpreter runs the synthesized definition, the BatchJobSimulator plays Bedrock's
-job API (its output is shuffled, as Bedrock's is), and two stand-ins do what moto cannot:
-- `InProcessLambdas` runs the construct's four functions in this process (moto would need Docker),
-  with the environment the template gives each;
+Offline, moto's interpreter runs the synthesized definition, the runner calls the construct's
+functions that the state machine invokes (prepare, load, summary: genai-pacer handlers) in this
+process, the BatchJobSimulator plays Bedrock's job API (its output is shuffled, as Bedrock's is), and
+two stand-ins do what moto cannot:
+- `InProcessLambdas` loads the JobEvents function, which EventBridge and a schedule call rather than
+  the state machine, in this process with the environment the template gives it;
 - `BedrockEvents` plays Bedrock ending a job and EventBridge delivering `Batch Inference Job State
   Change`: when a wait has stored its task token, it ends that job in the simulator (which writes
   the .jsonl.out files and the manifest) and hands the event (checked against the rule's pattern)
@@ -38,19 +40,16 @@ from genai_pacer import batch_precompute as batch_module
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.batch_precompute import BatchPrecompute
 from genai_pacer.testing.sfn import BatchJobSimulator, BatchRecordError, StateMachineRunner
-from genai_pacer.testing.sfn import _definition as runner_definition
 from genai_pacer.testing.sfn._batch import ServiceError
 from helpers import all_states, definition, new_stack, only, policy_statements, resources, template_of
 from moto.events.models import EventPattern
-from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from pacer_runtime import answers, metrics
 
 NOVA = BedrockModel.foundation("amazon.nova-lite-v1:0")
 PROFILE = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
 SMALL_QUOTAS = {"min_records_per_job": 10, "max_records_per_job": 40, "max_records_per_file": 15}
 TERMINAL = ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired")
-HANDLERS = {"prepare_function": "prepare", "load_function": "load", "summary_function": "summary",
-            "job_events_function": "job_events"}
+HANDLERS = {"job_events_function": "job_events"}  # the state machine's own functions are the runner's
 NAN, INF = math.nan, math.inf
 
 
@@ -89,12 +88,11 @@ class _Context:
 
 
 class InProcessLambdas:
-    """Runs the construct's functions in this process, each with the environment its template gives it."""
+    """Loads the functions no state machine invokes in this process, each with the environment its
+    template gives it."""
 
     def __init__(self, runner: StateMachineRunner, batch: BatchPrecompute, monkeypatch) -> None:
         stack = cdk.Stack.of(batch)
-        self.handlers: dict[str, Any] = {}
-        self.calls: list[str] = []
         self.modules: dict[str, Any] = {}
         monkeypatch.setenv("AWS_DEFAULT_REGION", runner.template.env.region)
         for attribute, name in HANDLERS.items():
@@ -106,28 +104,6 @@ class InProcessLambdas:
             sys.modules.pop(f"batch_precompute.{name}", None)
             module = importlib.import_module(f"batch_precompute.{name}")  # clients created inside moto
             self.modules[name] = module
-            self.handlers[runner.physical_name(logical_id)] = (name, module.handler)
-        original_task = runner_definition._task
-
-        def task(name, state, plan, problems):  # the runner refuses Lambda tasks: this class runs them
-            if str(state.get("Resource", "")).endswith(":::lambda:invoke"):
-                return
-            original_task(name, state, plan, problems)
-
-        monkeypatch.setattr(runner_definition, "_task", task)
-        monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", self.invoke)
-
-    def invoke(self, parameters: dict, region: str, state_credentials: Any) -> dict:
-        function = str(parameters["FunctionName"]).rsplit(":", 1)[-1]
-        name, handler = self.handlers[function]
-        self.calls.append(name)
-        event = json.loads(parameters.get("Payload") or b"{}")
-        try:
-            result = handler(event, _Context(function))
-        except Exception as error:  # what Lambda returns for an unhandled error
-            return {"StatusCode": 200, "FunctionError": "Unhandled",
-                    "Payload": {"errorType": type(error).__name__, "errorMessage": str(error)}}
-        return {"StatusCode": 200, "Payload": json.loads(json.dumps(result))}
 
 
 class BedrockEvents(threading.Thread):

@@ -193,7 +193,8 @@ def test_prepare_normalizes_inline_keys_and_lists_the_bad_ones(monkeypatch):
 
 def offline(stack: cdk.Stack, items: list | None, monkeypatch, *, ttl: str = "2592000") -> dict:
     """The template with 'Prepare run' replaced by a Pass holding what the real handler returns for
-    these items: the runner does not run Lambda (moto would need Docker), so the handler is called here."""
+    these items, so a test knows the run's clock (its sequence) before the run. The runner runs the
+    prepare function itself (the tests "as built" below); these tests only fix its clock."""
     prepare = prepare_module(monkeypatch, ttl=ttl)
     template = Template.from_stack(stack).to_json()
     (spec,) = StateMachineRunner(template).state_machines
@@ -319,6 +320,86 @@ def test_keys_in_s3_run_through_the_distributed_map(monkeypatch):
         stored = answers.get_answer(runner.dynamodb, table, "ticker-morning#t5")
     assert run.output["written"] == 6 and run.output["invalidKeys"] == []
     assert stored is not None and stored.text
+
+
+# ---- runs as built: the prepare function called in process by the runner -----------------------------
+
+
+def claim_of(runner: StateMachineRunner, table: str) -> dict | None:
+    key = answers.CLAIM_PREFIX + RUN_LOCK_PREFIX + runner.state_machines[0].name
+    return runner.dynamodb.get_item(TableName=table, Key={"pk": {"S": key}}).get("Item")
+
+
+def test_a_run_as_built_calls_its_prepare_function_in_process_and_writes_every_answer():
+    """No Pass in place of the Lambda task: the runner recognizes genai-pacer's handler asset and calls
+    scheduled_precompute's handler with the function's environment from the template."""
+    stack, pre = build(max_concurrency=3, tolerated_failed_keys=1)
+    items = [{"key": " Ticker-Morning#AAPL ", "ticker": "AAPL"}, {"key": "ticker-morning#msft", "ticker": "MSFT"},
+             {"key": "TICKER-MORNING#aapl", "ticker": "again"}]
+    before = time.time()
+    with emulator(tpm_quota=1_000_000) as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({"items": items}, timeout=120).raise_for_status()
+        table = runner.physical_name(pre.answer_store.table)
+        stored = {key: answers.get_answer(runner.dynamodb, table, key) for key in ("ticker-morning#aapl", "ticker-morning#msft")}
+        lock = claim_of(runner, table)
+        count = runner.dynamodb.scan(TableName=table)["Count"]
+    prepare_id = stack.resolve(stack.get_logical_id(pre.prepare_function.node.default_child))
+    assert run.lambda_calls == [prepare_id]
+    assert (run.output["written"], run.output["failed"]) == (2, 1)  # the repeated key, once normalized
+    assert [(k["key"], k["error"]) for k in run.output["invalidKeys"]] == [("ticker-morning#aapl", "DuplicateKey")]
+    assert all(a is not None and a.text and a.model_id == NOVA for a in stored.values())  # under the normalized keys
+    assert {a.sequence for a in stored.values()} == {int(run.output["sequence"])} and int(run.output["sequence"]) >= before * 1000
+    ttl = 30 * 86_400  # AnswerStore's default, from the function's ANSWER_TTL_SECONDS in the template
+    assert all(before + ttl <= a.expires_at <= time.time() + ttl + 1 for a in stored.values())
+    assert lock is None and count == 2  # the run lock released: only the answers remain
+
+
+def test_a_run_as_built_reads_its_keys_from_s3_through_the_distributed_map():
+    """The JSONL item reader moto rejects ('JSONL' is not a valid InputTypeValue) is the runner's own."""
+    stack = new_stack()
+    bucket = s3.Bucket(stack, "Keys", enforce_ssl=True)
+    _, pre = build(stack, items_bucket=bucket, items_key="keys/morning.jsonl", max_concurrency=4)
+    items = tickers(5)
+    with emulator(tpm_quota=1_000_000) as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        runner.s3.put_object(Bucket=runner.physical_name(bucket), Key="keys/morning.jsonl",
+                             Body="\n".join(json.dumps({**i, "key": i["key"].lower()}) for i in items).encode())
+        run = runner.run({}, timeout=180).raise_for_status()
+        table = runner.physical_name(pre.answer_store.table)
+        stored = [answers.get_answer(runner.dynamodb, table, i["key"].lower()) for i in items]
+        lock = claim_of(runner, table)
+    assert len(run.lambda_calls) == 1 and run.output["written"] == 5 and run.output["invalidKeys"] == []
+    assert all(a is not None and a.sequence == int(run.output["sequence"]) for a in stored)
+    assert lock is None
+
+
+def test_the_prepare_function_gets_its_environment_resolved_and_its_failure_is_reported_short():
+    """A deploy-time answer TTL reaches the function as a Ref to a parameter: without a value the run is
+    refused naming it; with one the handler reads it; with a bad one the handler's ValueError fails
+    'Prepare run' as Step Functions names a raised exception, in a short message."""
+    from genai_pacer.testing.sfn import OfflineExecutionError
+
+    stack = new_stack()
+    seconds = cdk.CfnParameter(stack, "AnswerTtl", type="Number").value_as_number
+    _, pre = build(stack, answer_store=AnswerStore(stack, "Store", answer_ttl=cdk.Duration.seconds(seconds)))
+    items = tickers(2)
+    with emulator(tpm_quota=1_000_000) as bedrock:
+        with StateMachineRunner(stack, bedrock=bedrock) as runner, pytest.raises(OfflineExecutionError) as refused:
+            runner.run({"items": items})
+        with StateMachineRunner(stack, bedrock=bedrock, values={"AnswerTtl": "3600"}) as runner:
+            ran = runner.run({"items": items}, timeout=120).raise_for_status()
+            expires = answers.get_answer(runner.dynamodb, runner.physical_name(pre.answer_store.table), "ticker-morning#t0").expires_at
+        with StateMachineRunner(stack, bedrock=bedrock, values={"AnswerTtl": "a week"}) as runner:
+            failed = runner.run({"items": items}, timeout=60)
+            untouched = runner.dynamodb.scan(TableName=runner.physical_name(pre.answer_store.table))["Count"]
+    assert "the environment of function" in str(refused.value) and "pass values={'AnswerTtl': ...}" in str(refused.value)
+    assert 0 < expires - int(ran.output["sequence"]) / 1000 <= 3601
+    assert (failed.status, failed.error, failed.failed_state) == ("FAILED", "ValueError", "Prepare run")
+    assert json.loads(failed.cause)["errorMessage"] == "invalid literal for int() with base 10: 'a week'"
+    assert failed.model_calls == 0 and untouched == 0  # no lock taken, no answer written
+    message = failed.failure()
+    assert message.startswith(f"{failed.state_machine} ended FAILED in state 'Prepare run': ValueError")
+    assert "ValueError: invalid literal for int() with base 10: 'a week'" in message and "handler.py" in message
+    assert len(message) < 800 and len(message.splitlines()) <= 4, message
 
 
 # ---- bad props ----------------------------------------------------------------------------------

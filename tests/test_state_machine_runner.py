@@ -924,3 +924,146 @@ def test_a_fake_for_a_service_no_state_machine_calls_is_refused_listing_those_it
                                          r"aws-sdk:cloudwatch:\*, so the fake would never answer; the aws-sdk services "
                                          r"its state machines call are appconfig"):
         StateMachineRunner(CALLS_APPCONFIG, services={"appconfig": AppConfigAnswering(), "cloudwatch": FakeCloudWatch()})
+
+
+# ---- Lambda tasks: your functions through functions=, failures kept short ---------------------------------
+
+
+class OutOfStock(Exception):
+    """What the order function raises for a sold-out item: a Catch names it."""
+
+
+def orders_stack(*, catch: bool = True, payload_only: bool = False) -> cdk.Stack:
+    """A user's own function (not genai-pacer's code) invoked through lambda:invoke, its OutOfStock caught."""
+    from aws_cdk import aws_lambda as lambda_
+
+    stack = new_stack()
+    function = lambda_.Function(stack, "Enrich", runtime=lambda_.Runtime.PYTHON_3_12, handler="index.handler",
+                                code=lambda_.Code.from_inline("def handler(event, context):\n    return event\n"))
+    selector = None if payload_only else {"total.$": "$.Payload.total", "status.$": "$.StatusCode",
+                                          "version.$": "$.ExecutedVersion", "requestId.$": "$.SdkResponseMetadata.RequestId"}
+    invoke = tasks.LambdaInvoke(stack, "Enrich order", lambda_function=function, payload_response_only=payload_only,
+                                payload=sfn.TaskInput.from_object({"order.$": "$.order"}), result_selector=selector)
+    if catch:
+        invoke.add_catch(sfn.Pass(stack, "Sold out", parameters={"error.$": "$.Error", "cause.$": "States.StringToJson($.Cause)"}),
+                         errors=["OutOfStock"])
+    machine(stack, "Orders", invoke)
+    return stack
+
+
+def enrich(event, context):
+    if event["order"]["sku"] == "none-left":
+        raise OutOfStock("sku none-left is sold out")
+    return {"total": event["order"]["qty"] * 3, "remaining_ms": context.get_remaining_time_in_millis()}
+
+
+def test_your_own_function_runs_through_functions_and_returns_what_lambda_invoke_returns():
+    from genai_pacer.testing.sfn._lambda import INVOKE_RESULT_MEMBERS
+
+    with StateMachineRunner(orders_stack(), functions={"Enrich": enrich}) as runner:
+        run = runner.run({"order": {"sku": "a", "qty": 2}}).raise_for_status()
+    assert run.output["total"] == 6 and run.output["status"] == 200 and run.output["version"] == "$LATEST"
+    assert run.output["requestId"] and run.lambda_calls == [run.lambda_calls[0]] and run.lambda_calls[0].startswith("Enrich")
+    with StateMachineRunner(orders_stack(payload_only=True), functions={"Enrich": enrich}) as runner:
+        payload_only = runner.run({"order": {"sku": "a", "qty": 2}}).raise_for_status()
+    assert payload_only.output == {"total": 6, "remaining_ms": payload_only.output["remaining_ms"]}  # the value itself
+    assert 0 < payload_only.output["remaining_ms"] <= 3_000  # the function's timeout: CDK's default, Lambda's 3 s
+    whole = {"StartAt": "Invoke", "States": {"Invoke": task("arn:aws:states:::lambda:invoke", Parameters={
+        "FunctionName": "arn:aws:lambda:us-east-1:123456789012:function:pricing:live", "Payload": {"order": {"sku": "a", "qty": 1}}})}}
+    shaped = {"Resources": {"Machine": {"Type": "AWS::StepFunctions::StateMachine",
+                                        "Properties": {"DefinitionString": json.dumps(whole)}}}}
+    with StateMachineRunner(shaped, functions={"pricing": enrich}) as runner:  # an imported function, by name
+        result = runner.run().raise_for_status().output
+    assert tuple(sorted(result)) == INVOKE_RESULT_MEMBERS and result["Payload"]["total"] == 3
+    assert result["SdkHttpMetadata"]["HttpStatusCode"] == 200 == result["StatusCode"]
+
+
+def test_an_exception_of_your_function_fails_the_task_with_its_class_name_as_step_functions_does():
+    with StateMachineRunner(orders_stack(), functions={"Enrich": enrich}) as runner:
+        caught = runner.run({"order": {"sku": "none-left", "qty": 1}}).raise_for_status()
+    with StateMachineRunner(orders_stack(catch=False), functions={"Enrich": enrich}) as runner:
+        failed = runner.run({"order": {"sku": "none-left", "qty": 1}})
+    assert caught.output["error"] == "OutOfStock"  # the Catch on the exception's name matched
+    cause = caught.output["cause"]
+    assert (cause["errorType"], cause["errorMessage"]) == ("OutOfStock", "sku none-left is sold out")
+    assert sorted(cause) == ["errorMessage", "errorType", "requestId", "stackTrace"]
+    assert "in enrich" in cause["stackTrace"][-1] and not any("_lambda.py" in frame for frame in cause["stackTrace"])
+    assert (failed.status, failed.error, failed.failed_state) == ("FAILED", "OutOfStock", "Enrich order")
+    assert failed.task_errors() == {"OutOfStock": 1}  # the Lambda service Retry CDK adds does not match it
+
+
+def test_your_own_function_without_functions_is_refused_with_the_fix_that_runs_it():
+    import re
+
+    with StateMachineRunner(orders_stack()) as runner, pytest.raises(OfflineExecutionError) as raised:
+        runner.run({"order": {"sku": "a", "qty": 2}})
+    message = str(raised.value)
+    assert "Task 'Enrich order' invokes AWS Lambda function Enrich" in message
+    assert "whose code is not one of genai-pacer's handlers" in message
+    (key,) = re.findall(r"functions=\{'(\w+)': handler\}", message)
+    with StateMachineRunner(orders_stack(), functions={key: enrich}) as runner:  # the fix, as the message words it
+        assert runner.run({"order": {"sku": "a", "qty": 2}}).raise_for_status().output["total"] == 6
+
+
+def test_a_function_that_returns_what_lambda_cannot_return_is_reported_as_the_test_s_bug():
+    with StateMachineRunner(orders_stack(), functions={"Enrich": lambda event, context: {"skus": {"a", "b"}}}) as runner, \
+            pytest.raises(OfflineExecutionError, match=r"but a function misbehaved(.|\n)*the callable given in functions= "
+                                                       r"for Enrich\w+ \(.*\) returned dict, which is not JSON"):
+        runner.run({"order": {"sku": "a", "qty": 2}})
+
+
+@pytest.mark.parametrize(("functions", "expected"), [
+    ({"Nope": enrich}, r"functions\['Nope'\] matches 0 of the Lambda functions the state machines invoke; .*Enrich"),
+    ({"Enrich": "index.handler"}, r"functions\['Enrich'\] is a str; pass handler\(event, context\)"),
+    ({3: enrich}, r"functions key 3 is an int; key each handler by the function's logical id"),
+    ([("Enrich", enrich)], r"functions=.* is a list; pass a dict of function logical id"),
+])
+def test_bad_functions_are_refused_naming_the_key_and_the_fix(functions, expected):
+    with pytest.raises(ValueError, match=expected):
+        StateMachineRunner(orders_stack(), functions=functions)
+
+
+def test_a_failed_run_says_where_and_why_in_a_few_lines_and_keeps_moto_s_log_out_of_logging(caplog):
+    """moto logs each failing state with the repr of its whole subtree: tens of KB that pytest would print
+    with the failure. The runner keeps those records on the run and reports a few lines."""
+    def out_of_stock_every_time(event, context):
+        raise OutOfStock("sold out: " + "x" * 5_000)  # a long cause, as a stack trace can be
+
+    stack = new_stack()
+    from aws_cdk import aws_lambda as lambda_
+
+    function = lambda_.Function(stack, "Enrich", runtime=lambda_.Runtime.PYTHON_3_12, handler="index.handler",
+                                code=lambda_.Code.from_inline("def handler(event, context):\n    return event\n"))
+    each = sfn.Map(stack, "Orders", items_path="$.orders", max_concurrency=2)
+    each.item_processor(tasks.LambdaInvoke(stack, "Enrich order", lambda_function=function))
+    machine(stack, "Machine", each)
+    with caplog.at_level("WARNING"), StateMachineRunner(stack, functions={"Enrich": out_of_stock_every_time}) as runner:
+        run = runner.run({"orders": [{"n": n} for n in range(3)]})
+    assert (run.status, run.error) == ("FAILED", "OutOfStock")
+    message = run.failure()
+    assert "in state 'Orders > Enrich order'" in message and "OutOfStock: sold out: xxx" in message
+    assert len(message) < 1_200 and len(message.splitlines()) <= 5, message
+    with pytest.raises(AssertionError) as raised:
+        run.raise_for_status()
+    assert str(raised.value) == message
+    assert len(repr(run)) < 200  # what pytest prints for `assert run.succeeded`
+    assert sum(len(record) for record in run.moto_log) > 5_000  # kept, for who asks
+    assert not [r for r in caplog.records if r.name.startswith("moto.stepfunctions")]
+    with caplog.at_level("WARNING"), StateMachineRunner(stack, functions={"Enrich": out_of_stock_every_time},
+                                                        debug=True) as runner:
+        runner.run({"orders": [{"n": 0}]})
+    assert [r for r in caplog.records if r.name.startswith("moto.stepfunctions")]  # debug=True passes them on
+
+
+def test_the_lambda_facts_are_botocore_s():
+    from botocore.session import get_session
+    from genai_pacer.testing.sfn import _lambda
+
+    model = get_session().get_service_model("lambda")
+    invoke = model.operation_model("Invoke").output_shape.members
+    create = model.operation_model("CreateFunction").input_shape.members
+    assert f"For the <code>RequestResponse</code> invocation type, this status code is {_lambda.INVOKE_STATUS_CODE}." \
+        in invoke["StatusCode"].documentation
+    assert "FunctionError" in invoke and "ExecutedVersion" in invoke
+    assert f"The default is {_lambda.DEFAULT_TIMEOUT_SECONDS} seconds" in create["Timeout"].documentation
+    assert f"The default value is {_lambda.DEFAULT_MEMORY_MB} MB" in create["MemorySize"].documentation

@@ -21,3 +21,11 @@ def handler_code():
             f"genai-pacer handler code is missing from {LAMBDA_DIR}; reinstall genai-pacer"
         )
     return lambda_.Code.from_asset(str(LAMBDA_DIR), exclude=_EXCLUDE)
+
+
+def handler_fingerprint() -> str:
+    """The hash aws-cdk-lib gives handler_code()'s asset (its S3Key is <hash>.zip), from the same
+    directory and exclusions: what tells the offline runner a function runs genai-pacer's handlers."""
+    import aws_cdk as cdk
+
+    return cdk.FileSystem.fingerprint(str(LAMBDA_DIR), exclude=_EXCLUDE)

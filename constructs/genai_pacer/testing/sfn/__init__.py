@@ -10,6 +10,11 @@ Other aws-sdk services go to moto, or to your own fake: `StateMachineRunner(stac
 FakeAppConfig()})`, whose methods are botocore's snake_case operation names and which raises
 `ServiceError("ConflictException", "...")` to fail a task with `AppConfig.ConflictException`.
 
+Lambda tasks: genai-pacer's own functions (recognized by their handler asset) are called in this
+process with the template's environment; yours run through `functions={"<logical id or construct
+path>": handler}`, handler(event, context). A failed run's `raise_for_status()` says where and why in
+a few lines; moto's interpreter log is kept in `run.moto_log`, not in Python logging.
+
 Needs `moto[stepfunctions]` and boto3 (test dependencies, not runtime ones).
 """
 

@@ -49,6 +49,35 @@ class Integration:
         return cls(service=service, api=api, action=action, pattern=pattern or None)
 
 
+_LAMBDA_ARN = re.compile(r"^arn:[a-z-]+:lambda:[^:]*:[^:]*:function:.+$")
+
+
+@dataclass(frozen=True)
+class LambdaTask:
+    """A Task that invokes a Lambda function: by its ARN as Resource (the result is the function's return
+    value), or through the optimized `lambda:invoke` integration (the result is Invoke's response)."""
+
+    state: str
+    resource: str
+    function: str | None  # the FunctionName (or Resource ARN) as written; None when chosen at run time
+    pattern: str | None  # "waitForTaskToken" or None
+
+    @classmethod
+    def parse(cls, name: str, state: dict[str, Any]) -> LambdaTask | None:
+        resource = state.get("Resource")
+        if not isinstance(resource, str):
+            return None
+        if _LAMBDA_ARN.match(resource):
+            return cls(state=name, resource=resource, function=resource, pattern=None)
+        integration = Integration.parse(resource)
+        if integration is None or integration.service != "lambda" or integration.action != "invoke":
+            return None
+        parameters = state.get("Parameters") or state.get("Arguments") or {}
+        function = parameters.get("FunctionName") if isinstance(parameters, dict) else None
+        return cls(state=name, resource=resource, function=function if isinstance(function, str) else None,
+                   pattern=integration.pattern)
+
+
 @dataclass(frozen=True)
 class ItemBatcher:
     max_items: int | None
@@ -80,6 +109,7 @@ class ExecutablePlan:
     definition: dict[str, Any]
     maps: dict[str, MapSettings] = field(default_factory=dict)
     integrations: dict[str, Integration] = field(default_factory=dict)  # Task state name -> integration
+    lambdas: dict[str, LambdaTask] = field(default_factory=dict)  # Task state name -> the function it invokes
 
 
 def executable_copy(definition: dict[str, Any], *, where: str) -> ExecutablePlan:
@@ -121,14 +151,10 @@ def _task(name: str, state: dict[str, Any], plan: ExecutablePlan, problems: list
     resource = state.get("Resource")
     if not isinstance(resource, str):
         return
-    if ":lambda:" in resource and ":function:" in resource or resource.endswith(":::lambda:invoke") or (
-        ":::lambda:invoke." in resource
-    ):
-        problems.append(
-            f"Task {name!r} invokes AWS Lambda ({resource}): moto runs Lambda functions in Docker, which this "
-            "offline test bed does not use; test the handler on its own and replace the Task with a Pass state "
-            "holding its expected result in the state machine under test"
-        )
+    lambda_task = LambdaTask.parse(name, state)
+    if lambda_task is not None:
+        # Which function it calls, and whether the runner can run it, depends on the template: the runner checks.
+        plan.lambdas[name] = lambda_task
         return
     integration = Integration.parse(resource)
     if integration is None:

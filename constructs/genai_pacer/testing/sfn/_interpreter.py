@@ -17,6 +17,9 @@ What each patch does and why:
   the emulator's quota window.
 - JSONPath: moto returns a list for a definite path through an index ($.Output.Message.Content[0].Text);
   Step Functions returns the value.
+- Lambda: `lambda:invoke` and function-ARN tasks go to the runner's LambdaInvoker (genai-pacer's own
+  handlers called in this process, the user's `functions=` callables) instead of moto's Lambda, which
+  would need Docker. moto's own code still turns the response into the Task result or failure.
 - Distributed Map: JSONL item readers, ItemBatcher, the tolerated-failure threshold (moto parses it
   but lets every failed item pass) and ResultWriter files (moto writes an empty manifest).
 """
@@ -68,7 +71,10 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.item
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.result_writer.resource_eval.resource_eval_s3 import (
     ResourceEvalS3 as ResultWriterS3,
 )
-from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_factory
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
+    lambda_eval_utils,
+    state_task_factory,
+)
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk import (
     StateTaskServiceAwsSdk,
 )
@@ -121,6 +127,7 @@ class Runtime:
     time_scale: float = 1.0
     batch: BatchJobSimulator | None = None
     services: dict[str, Any] = field(default_factory=dict)  # aws-sdk service name -> the user's fake
+    lambdas: Any = None  # a LambdaInvoker: serves the Lambda tasks
     fake_errors: list[str] = field(default_factory=list)  # the fakes' own bugs, reported after the run
     maps: dict[str, MapSettings] = field(default_factory=dict)  # of the state machine being run
     map_runs: dict[str, dict[int, JobResult]] = field(default_factory=dict)
@@ -475,6 +482,22 @@ def _state_task_service_for(service_name: str):
     return _original(state_task_factory, "state_task_service_for")(service_name=service_name)
 
 
+# ---- Lambda ------------------------------------------------------------------------------------
+
+
+def _execute_lambda(env, parameters, region, state_credentials) -> None:
+    """moto's execute_lambda_function_integration with the runner's LambdaInvoker in place of the
+    Lambda service: an error payload raises what moto turns into the Task failure (Error = errorType)."""
+    runtime = active()
+    if runtime.lambdas is None:  # the runner always sets one; kept for a Runtime built elsewhere
+        raise RuntimeError("this runner serves no Lambda tasks")
+    response = runtime.lambdas.invoke(parameters)
+    if response.get("FunctionError"):
+        payload = json.dumps(response["Payload"], separators=(",", ":"))
+        raise lambda_eval_utils.LambdaFunctionErrorException(response["FunctionError"], payload)
+    env.stack.append(response)
+
+
 # ---- clock -------------------------------------------------------------------------------------
 
 
@@ -767,6 +790,7 @@ def install(runtime: Runtime) -> None:
         _ACTIVE = runtime
         _set(state_task_factory, "state_task_service_for", _state_task_service_for)
         _set(retrier_decl, "time", _ScaledTime())
+        _set(lambda_eval_utils, "execute_lambda_function_integration", _execute_lambda)
         _set(WaitFunction, "_wait_interval", _wait_interval)
         _set(InputType, "__init__", _input_type_init)
         _set(item_reader_decl, "resource_output_transformer_for", _transformer_for)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import logging
+import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,11 +17,25 @@ from ..._checks import Checks
 from ..._install import MOTO_HINT
 from ..emulator import BedrockEmulator, Invocation
 from ._batch import BatchJob, BatchJobSimulator
-from ._definition import ExecutablePlan, Integration, _states, executable_copy
+from ._definition import ExecutablePlan, Integration, LambdaTask, _states, executable_copy
 from ._errors import OfflineExecutionError
+from ._lambda import (
+    LambdaFunction,
+    LambdaInvoker,
+    find_function,
+    function_environment,
+    function_name_of,
+    template_functions,
+)
 from ._template import BUCKET_TYPES, TABLE_TYPES, Environment, StateMachineSpec, Template, load_template
 
 TERMINAL = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+#: moto's interpreter logs every failed state at ERROR with the repr of its whole subtree (tens of KB for
+#: one failed run); the runner keeps those records (run.moto_log) instead of passing them on.
+MOTO_LOGGER = "moto.stepfunctions.parser"
+#: How much of a run's failure a message shows: the cause's first characters, the last states entered.
+CAUSE_CHARS = 600
+STATES_SHOWN = 5
 
 
 @dataclass
@@ -41,6 +57,14 @@ class Execution:
     invocations: list[Invocation]
     batch_jobs: list[BatchJob] = field(default_factory=list)
     wall_seconds: float = 0.0
+    moto_log: list[str] = field(default_factory=list)
+    lambda_calls: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:  # the history and the records stay out of assertion messages
+        where = f" in {self.failed_state!r}" if self.failed_state else ""
+        error = f": {self.error}" if self.error else ""
+        return (f"<Execution {self.state_machine} {self.status}{where}{error}, {len(self.history)} events, "
+                f"{self.model_calls} model calls>")
 
     @property
     def succeeded(self) -> bool:
@@ -70,6 +94,29 @@ class Execution:
         entered = sum(1 for event in self.history if event.get("type") == "TaskStateEntered")
         return scheduled - entered
 
+    @property
+    def states_entered(self) -> list[str]:
+        """Names of the states entered, in order (inline Map iterations included)."""
+        return [event["stateEnteredEventDetails"]["name"] for event in self.history
+                if event.get("type", "").endswith("StateEntered") and "stateEnteredEventDetails" in event]
+
+    @property
+    def failed_state(self) -> str | None:
+        """The state the execution failed in: the last one entered and never left (a Fail state, a Task
+        without a matching Catch, a Map around a failed iteration, the innermost shown as `Map > Task`)."""
+        if self.status == "SUCCEEDED":
+            return None
+        open_states: list[str] = []
+        for event in self.history:
+            kind = event.get("type", "")
+            if kind.endswith("StateEntered") and "stateEnteredEventDetails" in event:
+                open_states.append(event["stateEnteredEventDetails"]["name"])
+            elif kind.endswith("StateExited") and "stateExitedEventDetails" in event:
+                name = event["stateExitedEventDetails"]["name"]
+                if name in open_states:
+                    del open_states[len(open_states) - 1 - open_states[::-1].index(name)]
+        return " > ".join(dict.fromkeys(open_states)) or None
+
     def task_errors(self) -> collections.Counter[str]:
         """Error names of the failed task attempts in the history (retried ones included)."""
         return collections.Counter(
@@ -79,13 +126,27 @@ class Execution:
         )
 
     def raise_for_status(self) -> Execution:
-        """Return self if the execution succeeded; else raise AssertionError with its error and cause."""
+        """Return self if the execution succeeded; else raise AssertionError naming the state it failed
+        in, the error and the cause (shortened), in a few lines; `failure()` is the same text."""
         if not self.succeeded:
-            raise AssertionError(
-                f"{self.state_machine} ended {self.status}: {self.error}: {self.cause} "
-                f"(model calls: {dict(self.outcomes)})"
-            )
+            raise AssertionError(self.failure())
         return self
+
+    def failure(self) -> str:
+        """A few lines on how the execution ended: state, error, cause (its first CAUSE_CHARS
+        characters), the last states entered and the model calls. The whole cause is `cause`, the
+        history `history`, moto's log of the run `moto_log`."""
+        where = f" in state {self.failed_state!r}" if self.failed_state else ""
+        lines = [f"{self.state_machine} ended {self.status}{where}: {self.error or 'no error name'}"]
+        if self.cause:
+            lines.append(f"cause: {_shorten_cause(self.cause)}")
+        entered = self.states_entered
+        if entered:
+            shown = " -> ".join(entered[-STATES_SHOWN:])
+            lines.append(f"states entered: {'... -> ' if len(entered) > STATES_SHOWN else ''}{shown}")
+        lines.append(f"model calls: {dict(self.outcomes)}; Lambda calls: {len(self.lambda_calls)}; "
+                     f"moto's log of the run: run.moto_log ({len(self.moto_log)} records)")
+        return "\n".join(lines)
 
 
 class StateMachineRunner:
@@ -116,6 +177,17 @@ class StateMachineRunner:
         where the runner's fake value does not suit. Default: none.
     region / account: the pseudo parameters. Default: the stack's own when concrete, else us-east-1 and
         moto's account 123456789012.
+    functions: callables that stand in for Lambda functions, keyed by the function's logical id,
+        construct path (or its end, "Orders/Enrich"), name or ARN: `handler(event, context)` returns what
+        the function returns, or raises (the Task then fails with the exception's class name as Error,
+        as Lambda reports a raised exception, so Retry and Catch match it). genai-pacer's own functions
+        need no entry: the runner recognizes their code (the handler asset this genai-pacer ships) and
+        calls their handlers in this process, with the function's environment from the template and
+        boto3 clients that reach this runner's moto. An entry replaces one of them too (to inject a
+        fault). Default: none; a Task invoking any other function is refused before the run.
+    debug: let moto's interpreter log reach Python logging as it does without the runner (tens of KB
+        per failed run, the repr of every failing state). Default: False; the records of each run are
+        in `Execution.moto_log` either way.
 
     The interpreter's own work (a few milliseconds per state, more on a loaded machine) runs in real
     time. Pick a time_scale at which a model call still lasts far longer than that (a 4-second call
@@ -138,6 +210,8 @@ class StateMachineRunner:
         values: Mapping[str, Any] | None = None,
         region: str | None = None,
         account: str | None = None,
+        functions: Mapping[Any, Callable[..., Any]] | None = None,
+        debug: bool = False,
     ) -> None:
         with Checks("StateMachineRunner") as check:
             check.instance("bedrock", bedrock, BedrockEmulator, "a running BedrockEmulator([ModelSpec(...)])", optional=True)
@@ -152,6 +226,9 @@ class StateMachineRunner:
             if check.text("account", account, optional=True):
                 check.rule(str(account).isdigit() and len(str(account)) == 12,
                            f"account={account!r} is not a 12-digit AWS account id; moto refuses ARNs with any other")
+            check.instance("functions", functions, Mapping,
+                           "a dict of function logical id (or construct path) -> handler(event, context)", optional=True)
+            check.instance("debug", debug, bool, "True or False")
         body, found, paths = load_template(source)
         scale = time_scale if time_scale is not None else (bedrock.time_scale if bedrock is not None else 1.0)
         env = Environment(
@@ -173,9 +250,13 @@ class StateMachineRunner:
                         f"services[{api!r}]: no state machine of this template calls aws-sdk:{api}:*, so the fake would "
                         f"never answer; the aws-sdk services its state machines call are "
                         f"{', '.join(sorted(called)) or 'none'}"))
+        self.debug = debug
+        self._functions = self._lambda_functions()
+        self._callables = self._map_functions(functions or {})
         self._plans: dict[str, ExecutablePlan] = {}
         self._arns: dict[str, str] = {}
         self._mock: Any = None
+        self._log: _MotoLog | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> StateMachineRunner:
@@ -228,6 +309,7 @@ class StateMachineRunner:
                     connect_timeout=10,
                     read_timeout=120,
                 )
+            self._lambdas = LambdaInvoker(functions=self._functions, callables=self._callables, environments={})
             self._runtime = _interpreter.Runtime(
                 bedrock=bedrock_client or _NoEmulator(),
                 s3=lambda: boto3.client("s3", region_name=region),
@@ -236,7 +318,9 @@ class StateMachineRunner:
                 time_scale=self.time_scale,
                 batch=self.batch_jobs,
                 services=self.services,
+                lambdas=self._lambdas,
             )
+            self._log = _MotoLog(propagate=self.debug)
             _interpreter.install(self._runtime)
             self._create_resources()
         except BaseException:
@@ -255,6 +339,9 @@ class StateMachineRunner:
                     self.sfn.stop_execution(executionArn=item["executionArn"])
         if _interpreter._ACTIVE is not None and _interpreter._ACTIVE is getattr(self, "_runtime", None):
             _interpreter.uninstall()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         self._mock.stop()
         self._mock = None
         self._arns.clear()
@@ -344,9 +431,12 @@ class StateMachineRunner:
                 "it: pass bedrock=BedrockEmulator([ModelSpec(<model id>)]) (started with `with`)"
             )
         self._check_fakes(spec, plan)
+        self._check_lambdas(spec, plan)
         arn = self._create(spec, plan)
         runtime = _interpreter.active()
         fake_errors_before = len(runtime.fake_errors)
+        lambda_problems_before, lambda_calls_before = len(self._lambdas.problems), len(self._lambdas.calls)
+        log_before = self._log.count if self._log is not None else 0
         runtime.maps = plan.maps
         runtime.map_runs.clear()
         runtime.map_run_settings.clear()
@@ -376,6 +466,12 @@ class StateMachineRunner:
                 f"{spec.describe()} ended {described['status']}, but a fake of `services` misbehaved, so the outcome "
                 "says nothing about the state machine:\n" + "\n".join(f"- {message}" for message in fake_errors)
             )
+        lambda_problems = self._lambdas.problems[lambda_problems_before:]
+        if lambda_problems:
+            raise OfflineExecutionError(
+                f"{spec.describe()} ended {described['status']}, but a function misbehaved, so the outcome says "
+                "nothing about the state machine:\n" + "\n".join(f"- {message}" for message in lambda_problems)
+            )
         output = described.get("output")
         return Execution(
             state_machine=spec.logical_id,
@@ -388,6 +484,8 @@ class StateMachineRunner:
             invocations=_new_records(calls_before, self.bedrock.invocations) if self.bedrock is not None else [],
             batch_jobs=self.batch_jobs.jobs[jobs_before:] if self.batch_jobs is not None else [],
             wall_seconds=wall,
+            moto_log=self._log.since(log_before) if self._log is not None else [],
+            lambda_calls=self._lambdas.calls[lambda_calls_before:],
         )
 
     # ---- internals -----------------------------------------------------------------------------
@@ -426,6 +524,91 @@ class StateMachineRunner:
         if problems:
             raise OfflineExecutionError(
                 f"{spec.describe()} cannot run against the given services:\n" + "\n".join(f"- {p}" for p in problems)
+            )
+
+    def _lambda_tasks(self) -> list[LambdaTask]:
+        tasks: list[LambdaTask] = []
+        for spec in self._specs:
+            for name, state in _states(spec.definition):
+                found = LambdaTask.parse(name, state) if state.get("Type") == "Task" else None
+                if found is not None:
+                    tasks.append(found)
+        return tasks
+
+    def _lambda_functions(self) -> list[LambdaFunction]:
+        """The template's functions, and one stand-in for each function a Task names that the template
+        does not hold (an imported one), which only `functions=` can serve."""
+        functions = template_functions(self.template) if self.template.of_type("AWS::Lambda::Function") else []
+        for task in self._lambda_tasks():
+            if task.function is not None and find_function(task.function, functions) is None:
+                name = function_name_of(task.function)
+                env = self.template.env
+                arn = task.function if task.function.startswith("arn:") else (
+                    f"arn:{env.partition}:lambda:{env.region}:{env.account}:function:{name}")
+                functions.append(LambdaFunction(logical_id=name, path=None, name=name, arn=arn, handler=None,
+                                                library=False))
+        return functions
+
+    def _map_functions(self, functions: Mapping[Any, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+        """functions= keyed by logical id; each key names exactly one function a state machine invokes."""
+        invoked = {found.logical_id for task in self._lambda_tasks() if task.function is not None
+                   for found in [find_function(task.function, self._functions)] if found is not None}
+        candidates = [function for function in self._functions if function.logical_id in invoked]
+        listing = ", ".join(function.describe() for function in candidates) or "none"
+        mapped: dict[str, Callable[..., Any]] = {}
+        with Checks("StateMachineRunner") as check:
+            for key, handler in functions.items():
+                try:
+                    wanted = key if isinstance(key, str) else _construct_path(key)
+                except TypeError:
+                    check.fail(f"functions key {key!r} is {check_kind(key)}; key each handler by the function's logical "
+                               "id, construct path, name or ARN")
+                    continue
+                if not callable(handler):
+                    check.fail(f"functions[{wanted!r}] is {check_kind(handler)}; pass handler(event, context), e.g. "
+                               "your function's handler itself")
+                    continue
+                matches = [function for function in candidates if function.matches(wanted)]
+                if len(matches) != 1:
+                    check.fail(f"functions[{wanted!r}] matches {len(matches)} of the Lambda functions the state machines "
+                               f"invoke; name one by logical id, construct path, name or ARN: {listing}")
+                    continue
+                mapped[matches[0].logical_id] = handler
+        return mapped
+
+    def _check_lambdas(self, spec: StateMachineSpec, plan: ExecutablePlan) -> None:
+        """Every Lambda task served (a genai-pacer handler or a `functions=` callable), the environment of
+        each genai-pacer function resolved, before the run: at run time a Catch on States.ALL would hide
+        what is missing."""
+        problems = []
+        for name, task in sorted(plan.lambdas.items()):
+            if task.function is None:
+                problems.append(f"Task {name!r} invokes AWS Lambda with a FunctionName chosen at run time (a path); "
+                                "the runner finds each function before the run: write the FunctionName in the definition")
+                continue
+            function = find_function(task.function, self._functions)
+            if function is None:  # every named function has a stand-in; kept for a template changed since
+                problems.append(f"Task {name!r} invokes AWS Lambda ({task.function}), which the runner cannot find")
+                continue
+            if function.logical_id in self._callables:
+                continue
+            if function.library:
+                self._lambdas.environments[function.logical_id] = function_environment(self.template, function)
+                continue
+            elsewhere = (
+                f" Its Handler {function.handler!r} is a genai-pacer handler, but its code is not the handler asset of "
+                "the genai-pacer installed here (synthesized with another version?): synthesize it with this one."
+                if function.library_handler_elsewhere else ""
+            )
+            problems.append(
+                f"Task {name!r} invokes AWS Lambda function {function.describe()}, whose code is not one of genai-pacer's "
+                f"handlers; moto would run it in Docker, which this offline test bed does not use.{elsewhere} Pass "
+                f"functions={{{function.logical_id!r}: handler}} to StateMachineRunner, handler(event, context) returning "
+                "what the function returns (your handler itself, or a stub)"
+            )
+        if problems:
+            raise OfflineExecutionError(
+                f"state machine {spec.describe()} cannot be executed offline:\n" + "\n".join(f"- {p}" for p in problems)
             )
 
     def _plan(self, spec: StateMachineSpec) -> ExecutablePlan:
@@ -490,6 +673,57 @@ class StateMachineRunner:
             if local:
                 table["LocalSecondaryIndexes"] = local
             self.dynamodb.create_table(**table)
+
+
+class _MotoLog(logging.Handler):
+    """Keeps the records of moto's interpreter (the last MAX of them, each cut to CHARS) while a runner
+    is started, and stops them reaching the root logger unless `propagate`."""
+
+    MAX, CHARS = 500, 4_000
+
+    def __init__(self, *, propagate: bool) -> None:
+        super().__init__(logging.WARNING)
+        self.records: collections.deque[tuple[int, str]] = collections.deque(maxlen=self.MAX)
+        self.count = 0
+        self._lock_records = threading.Lock()
+        self._logger = logging.getLogger(MOTO_LOGGER)
+        self._propagate = self._logger.propagate
+        self._logger.addHandler(self)
+        self._logger.propagate = propagate
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = f"{record.levelname} {record.name}: {record.getMessage()}"
+        except Exception:  # a record whose arguments do not format: keep the template
+            text = f"{record.levelname} {record.name}: {record.msg}"
+        if len(text) > self.CHARS:
+            text = text[: self.CHARS] + f"... [{len(text) - self.CHARS} more characters]"
+        with self._lock_records:
+            self.count += 1
+            self.records.append((self.count, text))
+
+    def since(self, count: int) -> list[str]:
+        with self._lock_records:
+            return [text for index, text in self.records if index > count]
+
+    def close(self) -> None:
+        self._logger.removeHandler(self)
+        self._logger.propagate = self._propagate
+        super().close()
+
+
+def _shorten_cause(cause: str) -> str:
+    """A cause in one line of at most CAUSE_CHARS characters; a Lambda error object as its type, message
+    and the last frame of its stack."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError, IndexError):
+        error = json.loads(cause)
+        if isinstance(error, dict) and "errorType" in error and "errorMessage" in error:
+            frames = error.get("stackTrace") or []
+            lines = str(frames[-1]).splitlines() if frames else []  # File ..., line N, in f / the code / ^^^^
+            last = " ".join(" ".join(line.split()) for line in lines if line.strip().strip("^~"))
+            cause = f"{error['errorType']}: {error['errorMessage']}" + (f" (at {last})" if last else "")
+    text = " ".join(cause.split())
+    return text if len(text) <= CAUSE_CHARS else f"{text[:CAUSE_CHARS]}... [{len(text) - CAUSE_CHARS} more characters in run.cause]"
 
 
 class _NoEmulator:
