@@ -610,6 +610,47 @@ def test_a_share_given_once_is_held_whatever_the_consumers_id():
     assert consumer_warnings(stack) == []
 
 
+# Every genai-pacer construct that takes a share where it takes a cap, built with `cap` (an int or a plan).
+CAP_TAKERS = {
+    "BoundedMap": lambda stack, id, cap: BoundedMap(stack, id, model=HAIKU, request=REQUEST, max_concurrency=cap),
+    "BoundedDistributedMap": lambda stack, id, cap: BoundedDistributedMap(
+        stack, id, model=HAIKU, request=REQUEST, items_bucket=s3.Bucket(stack, f"{id}Items"), items_key="k.jsonl",
+        max_concurrency=cap),
+    "QueuedInference": lambda stack, id, cap: QueuedInference(stack, id, model=HAIKU, max_concurrency=cap),
+    "ScheduledPrecompute": lambda stack, id, cap: notes(stack, id, max_concurrency=cap),
+}
+
+
+def plan_file(assembly: Path) -> dict:
+    (path,) = assembly.glob(f"{PLAN_FILE_PREFIX}*.json")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("kind", CAP_TAKERS)
+def test_a_share_is_held_by_the_construct_it_is_given_to_whatever_its_id(kind):
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    CAP_TAKERS[kind](stack, "SomethingElse", quota.share("Workers", PROFILE, fraction=0.3, call_seconds=6))
+    data = plan_file(synth(stack))
+    assert [(s["name"], s["holders"]) for s in data["shares"]] == [("Workers", ["Test/SomethingElse"])]
+    assert data["unshared_consumers"] == []
+    assert consumer_warnings(stack) == []
+
+
+@pytest.mark.parametrize("kind", CAP_TAKERS)
+def test_one_share_given_to_two_constructs_is_a_synth_error_naming_both(kind):
+    """Each holds it by the plan it was given, not by its name (neither is named after the share)."""
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    shared = quota.share("Workers", PROFILE, fraction=0.3, call_seconds=6)
+    CAP_TAKERS[kind](stack, "First", shared)
+    CAP_TAKERS[kind](stack, "Second", shared)
+    with pytest.raises(RuntimeError) as error:
+        synth(stack)
+    assert (f"share 'Workers' (120,000 TPM, 3 calls in flight) is held by 2 constructs: {kind} Test/First, "
+            f"{kind} Test/Second; together they draw 2 times the share") in str(error.value)
+
+
 def test_callers_of_other_quotas_are_not_counted():
     """A batch job's service role (the batch quotas), a stack in another Region, and a caller of the
     cross-Region profile (its grant on the foundation model is confined to the profile) draw nothing

@@ -437,9 +437,14 @@ def fit_concurrency(
     A plan above the construct's maximum is clamped, with a warning that the rest of the quota is
     unused. A plan below the minimum is refused: raising the cap would overdraw the quota the plan
     came from. An int outside the range is refused. Returns None when the value is invalid or a token.
+
+    A plan is also recorded on `scope` as `scope.concurrency_plan`: a construct holds the plan it was
+    given, and that is how ModelQuota tells which construct holds which share, whatever their names.
     """
     plan_cap = getattr(value, "max_concurrency", None)
     if plan_cap is not None and type(value).__name__ == "RatePlan":
+        if scope is not None:
+            scope.concurrency_plan = value
         if plan_cap > maximum:
             import aws_cdk as cdk
 

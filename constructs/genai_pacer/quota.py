@@ -19,11 +19,15 @@ MaxConcurrency and Parallel width apply per execution, so a share states how man
 its consumer may run at once (`executions`) and its plan caps each one at its slice.
 
 Every caller counts. At synth the quota finds each construct of the app that may call its model (by
-its IAM grant on the model, in the quota's account and Region) and matches it to the share it holds:
-the share passed to it (a consumer that exposes `concurrency_plan`) or the share named after its
-construct id or path. A share held by two consumers is an error naming both; a caller holding no
-share is reported with its worst case (its cap on calls in flight x each call's reservation, or
-unbounded without a cap): a warning, or an error with `require_shares=True`.
+its IAM grant on the model, in the quota's account and Region) and matches it to the share it holds.
+A construct holds the share it was given, whatever the names: every genai-pacer construct that fits a
+RatePlan to its cap records it as `concurrency_plan` (`_checks.fit_concurrency`, the one place that
+sets it), and a construct of your own that takes a share sets that attribute to the plan it was
+given. A construct given no share of this quota holds the share named after its construct id or
+path: that is how a consumer without a cap to take a plan holds one (ParallelPrompts, a function of
+yours, declared with `calls=`). A share held by two consumers is an error naming both; a caller
+holding no share is reported with its worst case (its cap on calls in flight x each call's
+reservation, or unbounded without a cap): a warning, or an error with `require_shares=True`.
 
 Days count too: Bedrock also has a per-model daily token quota (TPM x 1,440 by default) and a
 cross-model daily cap per account and Region (planning.QUOTAS_DOC). Each share says how many hours
@@ -476,8 +480,9 @@ class ModelQuota(Construct):
             width apply per execution). Default: 1, for a consumer that never overlaps itself.
         hours_per_day: how long a day the consumer runs at its cap (a nightly run: its window;
             daytime traffic: its hours), for the daily token quotas. Default: 24, the worst case.
-        name: the consumer's construct id (or path), unless the consumer exposes the plan it was
-            given (`concurrency_plan`): that is how synth tells which construct holds which share.
+        name: the share's label in the plan. A construct given the returned plan holds the share
+            whatever its name; a consumer that takes no plan (ParallelPrompts, a function of yours)
+            holds the share named after its construct id (or path).
         With an rpm_quota (legacy), a fraction or tpm share also takes that fraction of the RPM.
         """
         with Checks(f"ModelQuota {self.node.id}: share {name!r}") as check:
