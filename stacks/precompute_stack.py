@@ -31,8 +31,7 @@ class PrecomputeStack(cdk.Stack):
         # The run takes under an hour, before the peak: a small share of the quota, one hour a day.
         rate = quota.share("MorningNotes", profile, fraction=0.1, call_seconds=8, hours_per_day=1)
         # The router calls the model only on a miss; its function's reserved concurrency caps those calls.
-        router_calls = 2
-        quota.share("Router", profile, calls=router_calls, call_seconds=8)
+        router_share = quota.share("Router", profile, calls=2, call_seconds=8)
         # One store for every writer and reader: the scheduled run, the batch loader and the
         # router's write-back.
         self.answer_store = AnswerStore(self, "Answers", answer_ttl=cdk.Duration.days(7))
@@ -78,7 +77,7 @@ class PrecomputeStack(cdk.Stack):
             },
             max_age=cdk.Duration.hours(24),
             max_output_tokens=profile.max_tokens,
-            reserved_concurrency=router_calls,
+            reserved_concurrency=router_share,  # 2 misses in flight: the router holds the share it is given
         )
         cdk.CfnOutput(self, "RouterUrl", value=self.router.url.url if self.router.url else "")
         cdk.CfnOutput(self, "AnswerTable", value=self.answer_store.table.table_name)

@@ -10,7 +10,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Annotations, Match, Template
-from genai_pacer import AnswerStore, BedrockModel
+from genai_pacer import AnswerStore, BedrockModel, planning
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.answer_router import AnswerRouter
 from helpers import new_stack, only, policy_statements, resources
@@ -76,6 +76,15 @@ def test_props_reach_the_function():
     assert router.url is None
     with pytest.raises(ValueError, match="no function URL"):
         router.grant_invoke_url(router.function)
+
+
+def test_reserved_concurrency_takes_a_rate_plan_as_every_cap_does():
+    """2,000 + 500 tokens a call, 100,000 TPM: 40 calls a minute of 6 s, 4 in flight."""
+    profile = planning.TokenProfile(input_tokens=2_000, output_tokens=500, max_tokens=500)
+    plan = planning.sustainable_rate(profile, tpm_quota=100_000, call_seconds=6)
+    stack, router = build(reserved_concurrency=plan)
+    assert router_function(Template.from_stack(stack))["Properties"]["ReservedConcurrentExecutions"] == 4
+    assert router.concurrency_plan is plan  # what ModelQuota reads to know who holds a share
 
 
 def test_grants_for_callers():

@@ -532,7 +532,8 @@ def test_a_capped_caller_without_a_share_is_reported_with_its_worst_case_draw():
     assert "ScheduledPrecompute Test/Notes may call the model but holds no share, so its calls are not in the plan" in warning
     assert ("up to 4 calls in flight (per execution: its Map's MaxConcurrency of 4), each reserving its prompt + 400 "
             "max_tokens, at least 1,600 tokens held at once") in warning
-    assert "Fix: draw a share named 'Notes'" in warning
+    assert ("Fix: give it quota.share(...) where it takes a cap (max_concurrency, reserved_concurrency), or draw a "
+            "share named 'Notes' with calls= the cap it has") in warning
 
 
 def test_a_caller_with_no_cap_is_reported_as_unbounded_and_a_reserved_concurrency_is_its_cap():
@@ -618,6 +619,8 @@ CAP_TAKERS = {
         max_concurrency=cap),
     "QueuedInference": lambda stack, id, cap: QueuedInference(stack, id, model=HAIKU, max_concurrency=cap),
     "ScheduledPrecompute": lambda stack, id, cap: notes(stack, id, max_concurrency=cap),
+    "AnswerRouter": lambda stack, id, cap: AnswerRouter(stack, id, answer_store=AnswerStore(stack, f"{id}Store"),
+                                                        model=HAIKU, reserved_concurrency=cap),
 }
 
 

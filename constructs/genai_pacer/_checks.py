@@ -428,14 +428,15 @@ def fit_concurrency(
     value: Any,
     *,
     minimum: int,
-    maximum: int,
+    maximum: int | None,
     limit: str,
     fix: str = "size it with genai_pacer.planning.sustainable_rate(...)",
 ) -> int | None:
     """The concurrency cap a construct uses for `value`: an int as given, or a RatePlan fitted to [minimum, maximum].
 
-    A plan above the construct's maximum is clamped, with a warning that the rest of the quota is
-    unused. A plan below the minimum is refused: raising the cap would overdraw the quota the plan
+    A plan above the construct's maximum (None: the construct has none of its own, e.g. a function's
+    reserved concurrency, bounded only by the account) is clamped, with a warning that the rest of
+    the quota is unused. A plan below the minimum is refused: raising the cap would overdraw the quota the plan
     came from. An int outside the range is refused. Returns None when the value is invalid or a token.
 
     A plan is also recorded on `scope` as `scope.concurrency_plan`: a construct holds the plan it was
@@ -445,7 +446,7 @@ def fit_concurrency(
     if plan_cap is not None and type(value).__name__ == "RatePlan":
         if scope is not None:
             scope.concurrency_plan = value
-        if plan_cap > maximum:
+        if maximum is not None and plan_cap > maximum:
             import aws_cdk as cdk
 
             cdk.Annotations.of(scope).add_warning_v2(
@@ -461,6 +462,7 @@ def fit_concurrency(
             f"came from: give the plan more quota or use a construct that allows {plan_cap}",
         )
         return plan_cap if ok else None
-    if check.integer(name, value, minimum=minimum, maximum=maximum, fix=f"{limit} allows {minimum}..{maximum}; {fix}"):
+    allowed = f"at least {minimum}" if maximum is None else f"{minimum}..{maximum}"
+    if check.integer(name, value, minimum=minimum, maximum=maximum, fix=f"{limit} allows {allowed}; {fix}"):
         return int(value)
     return value if is_token(value) else None

@@ -60,8 +60,9 @@ from aws_cdk import aws_logs as logs
 
 from constructs import Construct
 
+from . import planning
 from ._alarms import threshold_alarm
-from ._checks import Checks, in_unit, is_token, seconds_text, shown, token_of_kind
+from ._checks import Checks, fit_concurrency, in_unit, is_token, seconds_text, shown, token_of_kind
 from ._runtime_constants import metrics_constants
 from ._secure import handler_function
 from .answer_store import AnswerStore
@@ -112,7 +113,8 @@ class AnswerRouter(Construct):
         answer; a hit takes milliseconds).
     memory_size: MB, 128..10,240. Default: 256.
     reserved_concurrency: caps misses in flight at the model (each environment serves one request
-        at a time). Default: none (account concurrency).
+        at a time): an int >= 1 or a `planning.RatePlan` such as a ModelQuota share (its
+        max_concurrency; the router then holds that share). Default: none (account concurrency).
     function_url: expose a function URL with AWS_IAM auth. Default: True.
     encryption_key / log_retention: for the function's new log group. Default: a new key with
         rotation; one month.
@@ -144,7 +146,7 @@ class AnswerRouter(Construct):
         max_output_tokens: int = 1024,
         timeout: cdk.Duration | None = None,
         memory_size: int = 256,
-        reserved_concurrency: int | None = None,
+        reserved_concurrency: int | planning.RatePlan | None = None,
         function_url: bool = True,
         encryption_key: kms.IKey | None = None,
         log_retention: logs.RetentionDays | None = None,
@@ -216,10 +218,12 @@ class AnswerRouter(Construct):
                 )
             check.integer("memory_size", memory_size, minimum=_MEMORY[0], maximum=_MEMORY[1],
                           fix="Lambda allows 128..10,240 MB")
-            check.integer(
-                "reserved_concurrency", reserved_concurrency, minimum=1, optional=True,
-                fix="the most misses the model may see at once (0 would stop the function); omit it for no cap",
-            )
+            if reserved_concurrency is not None:
+                reserved_concurrency = fit_concurrency(
+                    check, self, "reserved_concurrency", reserved_concurrency, minimum=1, maximum=None,
+                    limit="a function's reserved concurrency",
+                    fix="the most misses the model may see at once (0 would stop the function); omit it for no cap",
+                )
             check.instance("function_url", function_url, bool, "True or False")
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)

@@ -9,8 +9,8 @@ model (or inference profile) and Region; each consumer draws a share from it:
     profile = quota.profile(input_tokens=2_500, output_tokens=300, max_tokens=440)
     BoundedMap(self, "Nightly", max_concurrency=quota.share("Nightly", profile, fraction=0.3, call_seconds=6), ...)
 
-A share's plan is a `planning.RatePlan`, so every construct's max_concurrency takes it unchanged and
-fits it to its own range. At synth the quota checks that its shares fit (over-allocation is an
+A share's plan is a `planning.RatePlan`, so every construct takes it unchanged where it takes a cap
+(max_concurrency; AnswerRouter's reserved_concurrency) and fits it to its own range. At synth the quota checks that its shares fit (over-allocation is an
 error listing each consumer), warns when little headroom is left, and writes the plan into the
 cloud assembly (`genai-pacer-quota.<id>.json`, and the construct's metadata) for
 `genai-pacer quota-check` and dashboards to read.
@@ -768,9 +768,9 @@ class _PublishPlan:
 def _unshared_message(quota: ModelQuota, plan: QuotaPlan, consumer: Consumer) -> str:
     return (
         f"ModelQuota {quota.node.id} ({plan.model_id}): {consumer.kind} {consumer.path} may call the model but holds no "
-        f"share, so its calls are not in the plan ({plan.allocation:.1%} allocated): {consumer.worst_case()}. Fix: draw "
-        f"a share named {consumer.path.rsplit('/', 1)[-1]!r} (quota.share(...) as its max_concurrency, or calls= the "
-        "cap it has), or take the model away from it"
+        f"share, so its calls are not in the plan ({plan.allocation:.1%} allocated): {consumer.worst_case()}. Fix: give "
+        "it quota.share(...) where it takes a cap (max_concurrency, reserved_concurrency), or draw a share named "
+        f"{consumer.path.rsplit('/', 1)[-1]!r} with calls= the cap it has, or take the model away from it"
     )
 
 
