@@ -25,8 +25,12 @@ from genai_pacer import (
     BoundedDistributedMap,
     BoundedMap,
     ConverseRequest,
+    ExperimentVariant,
+    ParallelPrompts,
+    PromptExperiment,
     QueuedInference,
     ScheduledPrecompute,
+    TextPrompt,
     planning,
 )
 from genai_pacer._checks import InvalidPropsError
@@ -652,6 +656,99 @@ def test_one_share_given_to_two_constructs_is_a_synth_error_naming_both(kind):
         synth(stack)
     assert (f"share 'Workers' (120,000 TPM, 3 calls in flight) is held by 2 constructs: {kind} Test/First, "
             f"{kind} Test/Second; together they draw 2 times the share") in str(error.value)
+
+
+# --- a holder's own caps count --------------------------------------------------------------------
+
+
+def experiment_handler(stack: cdk.Stack, id: str, cap: int) -> lambda_.Function:
+    """A function of yours made a handler of a PromptExperiment (it calls the variants' model), its
+    reserved concurrency `cap`."""
+    experiment = PromptExperiment(stack, f"{id}Experiment", experiment_name="support", variants=[
+        ExperimentVariant("control", HAIKU, 50, TextPrompt("Answer: {{question}}"), max_tokens=400),
+        ExperimentVariant("brief", HAIKU, 50, TextPrompt("Answer briefly: {{question}}"), max_tokens=400),
+    ])
+    function = lambda_.Function(stack, id, runtime=lambda_.Runtime.PYTHON_3_14, handler="index.handler",
+                                code=lambda_.Code.from_inline("def handler(event, context): pass"),
+                                reserved_concurrent_executions=cap)
+    experiment.add_to_function(function)
+    return function
+
+
+# Every kind of consumer, built with its own cap of `cap` calls in flight (an int, not a share).
+OWN_CAPS = {
+    **CAP_TAKERS,
+    "ParallelPrompts": lambda stack, id, cap: ParallelPrompts(stack, id, model=HAIKU,
+                                                              prompts={f"Prompt{i}": REQUEST for i in range(cap)}),
+    "PromptExperiment handler": experiment_handler,
+}
+
+
+@pytest.mark.parametrize("kind", OWN_CAPS)
+def test_a_holder_whose_own_cap_is_above_its_share_draws_at_its_cap(kind):
+    """A share of 2 calls held by name (80,000 TPM) by a consumer whose own cap is 5: the plan counts
+    the 5 calls, 200,000 TPM, not the 2 the share planned."""
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    quota.share("Worker", PROFILE, calls=2, call_seconds=6)
+    OWN_CAPS[kind](stack, "Worker", 5)
+    data = plan_file(synth(stack))
+    (share,) = data["shares"]
+    assert (share["holders"], share["tpm"], share["in_flight"], share["tpm_at_cap"]) == (["Test/Worker"], 80_000, 5, 200_000)
+    assert (data["allocated_tpm"], data["in_flight"]) == (200_000, 5)
+    assert (share["planned_in_flight"], share["drawn_tpm"]) == (2, 200_000)
+    assert data["table"][2].split()[6:9] == ["5", "(plan", "2)"]
+
+
+def test_a_construct_given_a_share_draws_the_lower_of_the_share_and_its_own_caps():
+    """A queue's share of 3 calls with reserved_concurrency=10 has 3 in flight (its event source's
+    cap), not 10; a share of 50 calls given to an inline Map has the Map's 40."""
+    stack = new_stack()
+    quota = haiku_quota(stack, tpm_quota=4_000_000)
+    QueuedInference(stack, "Queue", model=HAIKU, reserved_concurrency=10,
+                    max_concurrency=quota.share("Interactive", PROFILE, fraction=0.03, call_seconds=6))
+    BoundedMap(stack, "Map", model=HAIKU, request=REQUEST,
+               max_concurrency=quota.share("Nightly", PROFILE, fraction=0.5, call_seconds=6))
+    (queue, _) = quota.plan(consumers=True).consumers
+    assert (queue.calls_in_flight, queue.cap) == (
+        3, "its event source's maximum concurrency of 3, below its function's reserved concurrency of 10")
+    data = plan_file(synth(stack))
+    shares = {s["name"]: (s["planned_in_flight"], s["in_flight"], s["tpm_at_cap"], s["drawn_tpm"]) for s in data["shares"]}
+    assert shares == {"Interactive": (3, 3, 120_000, 120_000), "Nightly": (50, 40, 1_600_000, 2_000_000)}
+    assert (data["allocated_tpm"], data["in_flight"]) == (2_120_000, 43)
+
+
+def test_real_caps_that_overdraw_the_quota_fail_synth_though_the_shares_fit():
+    """1,000,000 TPM, 10% kept free: 900,000 allocatable. A Map's share of 0.75 (750,000 TPM, 18 calls)
+    and a router's of 0.1 (100,000 TPM, 2 calls of 40,000) allocate 94.4%; the router built with
+    reserved_concurrency=5 draws 5 x 40,000 = 200,000, so the real caps draw 950,000 TPM."""
+    stack = new_stack()
+    quota = haiku_quota(stack, tpm_quota=1_000_000, keep_free=0.1)
+    BoundedMap(stack, "Nightly", model=HAIKU, request=REQUEST,
+               max_concurrency=quota.share("Nightly", PROFILE, fraction=0.75, call_seconds=6))
+    quota.share("Router", PROFILE, fraction=0.1, call_seconds=6)
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=HAIKU, reserved_concurrency=5)
+    assert f"{quota.plan().allocation:.1%}" == "94.4%"  # the shares as declared
+    with pytest.raises(RuntimeError) as error:
+        synth(stack)
+    text = str(error.value)
+    assert ("the shares draw 950,000 TPM, 105.6% of the 900,000 TPM allocatable (1,000,000 TPM quota, 10% kept "
+            "free); when the consumers run together, 23 calls are in flight and Bedrock throttles them") in text
+    assert ("- Router: 100,000 TPM (10.0%), 2 calls per execution x 1 execution(s) = 2 in flight; but its caps allow "
+            "5 in flight, drawing 200,000 TPM: AnswerRouter Test/Router (its function's reserved concurrency of 5)") in text
+    assert "- Nightly: 750,000 TPM (75.0%), 18 calls per execution x 1 execution(s) = 18 in flight\n" in text
+    assert "Fix: hold each consumer to its share (give it the share where it takes a cap" in text
+
+
+def test_the_same_router_given_its_share_as_its_cap_fits():
+    stack = new_stack()
+    quota = haiku_quota(stack, tpm_quota=1_000_000, keep_free=0.1)
+    BoundedMap(stack, "Nightly", model=HAIKU, request=REQUEST,
+               max_concurrency=quota.share("Nightly", PROFILE, fraction=0.75, call_seconds=6))
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=HAIKU,
+                 reserved_concurrency=quota.share("Router", PROFILE, fraction=0.1, call_seconds=6))
+    data = plan_file(synth(stack))
+    assert (data["allocated_tpm"], data["allocation"], data["in_flight"]) == (850_000, 0.9444, 20)
 
 
 def test_callers_of_other_quotas_are_not_counted():

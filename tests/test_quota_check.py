@@ -13,7 +13,7 @@ import aws_cdk as cdk
 import boto3
 import pytest
 from botocore.stub import Stubber
-from genai_pacer import BedrockModel, planning
+from genai_pacer import AnswerRouter, AnswerStore, BedrockModel, BoundedMap, ConverseRequest, planning
 from genai_pacer.quota import ModelQuota
 from genai_pacer.quota_check import (
     DeclaredQuota,
@@ -492,6 +492,27 @@ def test_what_synth_found_calling_the_model_without_a_share_is_reported(tmp_path
     assert out.splitlines()[0] == "the plan's table"
     assert ("WARNING " + f"{HAIKU_PROFILE} in us-east-1: AnswerRouter Stack/Router may call the model but holds no share "
             "(its function has no reserved concurrency)") in out
+
+
+def test_a_holder_drawing_beyond_its_share_counts_as_synth_found_it(tmp_path, capsys):
+    """The plan file of an app whose shares allocate 94.4% but whose router, holding a share of 2 calls
+    by name, is built with reserved_concurrency=5: quota-check reads what synth counted (950,000 TPM)."""
+    app = cdk.App(outdir=str(tmp_path))
+    stack = cdk.Stack(app, "Shared", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    model = BedrockModel.from_id(HAIKU_PROFILE)
+    quota = ModelQuota(stack, "Haiku", model=model, tpm_quota=1_000_000, burndown=5, keep_free=0.1)
+    profile = quota.profile(input_tokens=2_500, output_tokens=300, max_tokens=440)
+    BoundedMap(stack, "Nightly", model=model, request=ConverseRequest(prompt="x", max_tokens=440),
+               max_concurrency=quota.share("Nightly", profile, fraction=0.75, call_seconds=6))
+    quota.share("Router", profile, fraction=0.1, call_seconds=6)
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=model, reserved_concurrency=5)
+    with pytest.raises(RuntimeError, match="the shares draw 950,000 TPM"):
+        app.synth()  # the plan is written before validation fails
+    (plan,) = load_plans(tmp_path)
+    assert dict(plan.shares) == {"Nightly": 750_000, "Router": 200_000}
+    assert main(["--assembly", str(tmp_path), "--offline"]) == 1
+    assert ("2 share(s) allocate 950,000 TPM, 105.6% of the declared 1,000,000 TPM less 10% kept free; together they "
+            "overdraw it") in capsys.readouterr().out
 
 
 def test_the_plan_file_carries_the_day_quota_check_reads(assembly):

@@ -29,6 +29,15 @@ yours, declared with `calls=`). A share held by two consumers is an error naming
 holding no share is reported with its worst case (its cap on calls in flight x each call's
 reservation, or unbounded without a cap): a warning, or an error with `require_shares=True`.
 
+Real caps count. Synth reads each holder's own caps from its resources (a Map's MaxConcurrency, a
+Parallel's branches, the lower of a function's reserved concurrency and its event sources' maximum
+concurrency) and counts the share at the calls in flight they allow: for a construct given the
+share, the lower of the share and its own caps; for one holding it by name, its own caps, which may
+be above the share (a router named after a share of 2 calls but built with reserved_concurrency=5
+has 5 in flight). A holder nothing readable caps counts as its share. Each share draws the larger of
+its TPM and what its holders' caps draw (`Share.drawn_tpm`); over-allocation and the warning
+threshold are checked on those draws, and the error names each holder drawing beyond its share.
+
 Days count too: Bedrock also has a per-model daily token quota (TPM x 1,440 by default) and a
 cross-model daily cap per account and Region (planning.QUOTAS_DOC). Each share says how many hours
 a day its consumer runs (`hours_per_day`), and synth warns when the day's tokens would pass either.
@@ -105,9 +114,15 @@ class Share:
     """One consumer's draw on the quota.
 
     tpm (and rpm) is what the share allocates; per_execution is the plan one execution uses (its
-    max_concurrency is what the construct gets); in_flight = per_execution.max_concurrency x
-    executions is the most calls the consumer has in flight; tpm_at_cap is what it draws when
-    every execution runs at its cap (at most tpm, as the cap rounds down).
+    max_concurrency is what the construct gets); planned_in_flight = per_execution.max_concurrency x
+    executions is the most calls the plan lets the consumer have in flight.
+
+    held_in_flight: the calls in flight its holders' own caps allow, as synth read them from their
+    resources (`ModelQuota.plan(consumers=True)`): a construct given the share caps at the lower of
+    the share and its own caps; one holding it by name caps at its own caps, which may be more; a
+    holder nothing readable caps counts as the plan. None: no holder was looked for or found.
+    in_flight is that figure when known, else the plan's; tpm_at_cap is what in_flight calls draw
+    back to back; drawn_tpm, what the share takes from the quota, is the larger of tpm and tpm_at_cap.
     """
 
     name: str
@@ -116,13 +131,28 @@ class Share:
     rpm: float | None
     executions: int
     per_execution: planning.RatePlan
-    tpm_at_cap: float
     profile: planning.TokenProfile
     hours_per_day: float = 24.0
+    held_in_flight: int | None = None
+
+    @property
+    def planned_in_flight(self) -> int:
+        return self.per_execution.max_concurrency * self.executions
 
     @property
     def in_flight(self) -> int:
-        return self.per_execution.max_concurrency * self.executions
+        return self.planned_in_flight if self.held_in_flight is None else self.held_in_flight
+
+    @property
+    def tpm_at_cap(self) -> float:
+        """TPM drawn when every call it may have in flight runs back to back (at most tpm for the plan's
+        own cap, which rounds down; more when a holder's own cap is above the plan)."""
+        return _tpm_at(self.profile, self.in_flight, self.per_execution.call_seconds)
+
+    @property
+    def drawn_tpm(self) -> float:
+        """What the share takes from the quota: its TPM, or what its holders draw at their caps if more."""
+        return max(self.tpm, self.tpm_at_cap)
 
     @property
     def daily_load(self) -> planning.DailyLoad:
@@ -141,9 +171,9 @@ class Consumer:
     """A construct of the app that may call the quota's model, found by its IAM grant on the model.
 
     share: the share it holds (None: it draws none). calls_in_flight: the most calls it has in
-    flight (per execution for a state machine); None when nothing caps it. cap: where that number
-    comes from. max_tokens: the largest max_tokens its requests set, when the synthesized states
-    show it (each call reserves its prompt plus that).
+    flight, per execution when per_execution (a state machine's Map or Parallel caps each execution);
+    None when nothing caps it. cap: where that number comes from. max_tokens: the largest max_tokens
+    its requests set, when the synthesized states show it (each call reserves its prompt plus that).
     """
 
     path: str
@@ -152,6 +182,7 @@ class Consumer:
     calls_in_flight: int | None
     cap: str
     max_tokens: int | None = None
+    per_execution: bool = False
 
     def worst_case(self) -> str:
         """Its worst-case draw in words: calls in flight x each call's reservation, or unbounded."""
@@ -166,8 +197,9 @@ class Consumer:
 class QuotaPlan:
     """The quota and every share drawn from it, with the totals the checks and the table use.
 
-    allocation is the shares' TPM over the allocatable quota (tpm_quota minus what keep_free keeps
-    for interactive traffic): above 1 the consumers overdraw the quota when they run together.
+    allocation is the shares' draws (Share.drawn_tpm: each share's TPM, or what its holders' caps draw
+    when a plan with consumers found more) over the allocatable quota (tpm_quota minus what keep_free
+    keeps for interactive traffic): above 1 the consumers overdraw the quota when they run together.
     """
 
     model_id: str
@@ -195,7 +227,8 @@ class QuotaPlan:
 
     @property
     def allocated_tpm(self) -> float:
-        return sum(share.tpm for share in self.shares)
+        """What the shares take: each share's TPM, or what its holders' caps draw where that is more."""
+        return sum(share.drawn_tpm for share in self.shares)
 
     @property
     def headroom_tpm(self) -> float:
@@ -234,6 +267,10 @@ class QuotaPlan:
             daily_token_quota=self.daily_token_quota, cross_model_daily_tokens=self.cross_model_daily_tokens,
             other_models_daily_tokens=self.other_models_daily_tokens)
 
+    def holders(self, share: Share) -> tuple[Consumer, ...]:
+        """The constructs found holding `share` (needs a plan with consumers)."""
+        return tuple(c for c in self.consumers if c.share == share.name)
+
     @property
     def unshared(self) -> tuple[Consumer, ...]:
         """Constructs that may call the model and hold no share: their draw is not in the plan."""
@@ -257,7 +294,8 @@ class QuotaPlan:
                 "-" if share.rpm is None else f"{share.rpm:,.1f}",
                 str(share.per_execution.max_concurrency),
                 str(share.executions),
-                str(share.in_flight),
+                str(share.in_flight) if share.in_flight == share.planned_in_flight
+                else f"{share.in_flight} (plan {share.planned_in_flight})",
                 f"{share.tpm_at_cap:,.0f}",
                 f"{share.daily_load.daily_tokens:,.0f}",
             )
@@ -311,12 +349,14 @@ class QuotaPlan:
                     "executions": share.executions,
                     "calls_per_execution": share.per_execution.max_concurrency,
                     "in_flight": share.in_flight,
+                    "planned_in_flight": share.planned_in_flight,
                     "requests_per_minute": round(share.requests_per_minute, 2),
                     "call_seconds": share.per_execution.call_seconds,
                     "tpm_at_cap": round(share.tpm_at_cap, 1),
+                    "drawn_tpm": round(share.drawn_tpm, 1),
                     "hours_per_day": share.hours_per_day,
                     "daily_tokens": round(share.daily_load.daily_tokens, 1),
-                    "holders": [c.path for c in self.consumers if c.share == share.name],
+                    "holders": [c.path for c in self.holders(share)],
                     "profile": asdict(share.profile),
                 }
                 for share in self.shares
@@ -553,8 +593,7 @@ class ModelQuota(Construct):
         # sustainable_rate never caps below 1 call, but a slice that sustains less than one call in
         # flight would be overdrawn by that one call: say how much it needs instead.
         if per_execution is None or exact < 1:
-            one_call = planning.plan_tpm(profile, requests_per_minute=60 / call_seconds, headroom=0,
-                                         call_seconds=call_seconds).required_tpm * executions
+            one_call = _tpm_at(profile, 1, call_seconds) * executions
             check.fail(
                 f"{budget:,.0f} TPM over {executions} execution(s) sustains {exact:.2f} calls in flight per execution "
                 f"(each call settles {profile.settled:,.0f} and reserves {profile.reserved:,} tokens over {call_seconds:g} s): "
@@ -562,23 +601,16 @@ class ModelQuota(Construct):
                 f"{one_call:,.0f} TPM ({one_call / self.tpm_quota:.1%} of the quota), or fewer executions"
             )
             return None
-        return Share(name, kind, budget, rpm, executions, per_execution,
-                     self._tpm_at(profile, per_execution.max_concurrency * executions, call_seconds), profile)
+        return Share(name, kind, budget, rpm, executions, per_execution, profile)
 
     def _fixed_width(self, name: str, profile: planning.TokenProfile, calls: int, executions: int,
                      call_seconds: float) -> Share:
         """A share sized by its calls in flight: the TPM they draw at one call per call_seconds each."""
         per_minute = calls * 60 / call_seconds
         per_execution = planning.RatePlan(per_minute, "tpm", calls, call_seconds)
-        tpm = self._tpm_at(profile, calls * executions, call_seconds)
+        tpm = _tpm_at(profile, calls * executions, call_seconds)
         rpm = None if self.rpm_quota is None else per_minute * executions
-        return Share(name, "calls", tpm, rpm, executions, per_execution, tpm, profile)
-
-    @staticmethod
-    def _tpm_at(profile: planning.TokenProfile, in_flight: int, call_seconds: float) -> float:
-        """TPM drawn by `in_flight` calls back to back (Little's law), reservations included."""
-        rate = in_flight * 60 / call_seconds
-        return planning.plan_tpm(profile, requests_per_minute=rate, headroom=0, call_seconds=call_seconds).required_tpm
+        return Share(name, "calls", tpm, rpm, executions, per_execution, profile)
 
     # --- reading the plan ---------------------------------------------------------------------------
 
@@ -596,6 +628,9 @@ class ModelQuota(Construct):
         stack = cdk.Stack.of(self)
         others = [q for q in _QUOTAS.get(self.node.root, []) if q is not self and q._key()[1:] == self._key()[1:]
                   and q._key() != self._key()]
+        found = tuple(_census(self)) if consumers else ()
+        shares = tuple(dataclasses.replace(share, held_in_flight=_held_in_flight(share, found))
+                       for share in self._shares.values())
         return QuotaPlan(
             model_id=_shown(self.model.model_id, "the model's deploy-time ARN"),
             region=_shown(stack.region, "the stack's deploy-time Region"),
@@ -606,11 +641,11 @@ class ModelQuota(Construct):
             keep_free=self.keep_free,
             warn_at=self.warn_at,
             service_quota_code=self.service_quota_code,
-            shares=tuple(self._shares.values()),
+            shares=shares,
             daily_token_quota=self.daily_token_quota,
             cross_model_daily_tokens=self.cross_model_daily_tokens,
             other_models_daily_tokens=sum(s.daily_load.daily_tokens for q in others for s in q._shares.values()),
-            consumers=tuple(_census(self)) if consumers else (),
+            consumers=found,
         )
 
     def pacer_environment(self, name: str) -> dict[str, str]:
@@ -640,6 +675,22 @@ class ModelQuota(Construct):
         return [q for q in _QUOTAS.get(self.node.root, []) if q is not self and q._key() == self._key()]
 
 
+def _tpm_at(profile: planning.TokenProfile, in_flight: int, call_seconds: float) -> float:
+    """TPM drawn by `in_flight` calls back to back (Little's law), reservations included."""
+    rate = in_flight * 60 / call_seconds
+    return planning.plan_tpm(profile, requests_per_minute=rate, headroom=0, call_seconds=call_seconds).required_tpm
+
+
+def _held_in_flight(share: Share, consumers: tuple[Consumer, ...]) -> int | None:
+    """Calls in flight the share's holders' own caps allow (a state machine's per execution, times the
+    share's executions); a holder nothing readable caps counts as the share's plan. None: no holder."""
+    holders = [c for c in consumers if c.share == share.name]
+    if not holders:
+        return None
+    return sum(share.planned_in_flight if c.calls_in_flight is None
+               else c.calls_in_flight * (share.executions if c.per_execution else 1) for c in holders)
+
+
 def _plan_number(check: Checks, name: str, value: Any, *, whole: bool = False, optional: bool = False, **limits: Any) -> bool:
     """A number the plan needs at synth: a deploy-time token is refused, as the planner refuses it."""
     if is_token(value):
@@ -664,13 +715,14 @@ class _Enforced:
         quota, plan = self.quota, self.quota.plan(consumers=True)
         errors = [] if not plan.over_allocated() else [self._over_allocated(plan)]
         for share in plan.shares:
-            holders = [c for c in plan.consumers if c.share == share.name]
+            holders = plan.holders(share)
             if len(holders) > 1:
                 errors.append(
                     f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} ({share.tpm:,.0f} TPM, "
-                    f"{share.in_flight} calls in flight) is held by {len(holders)} constructs: "
+                    f"{share.planned_in_flight} calls in flight) is held by {len(holders)} constructs: "
                     f"{', '.join(f'{c.kind} {c.path}' for c in holders)}; together they draw {len(holders)} times the "
-                    "share, which the plan does not count. Fix: draw one share per consumer, each with its own name")
+                    "share, and its plan (its QuotaPacer environment, a dashboard's plan line) is one consumer's. Fix: "
+                    "draw one share per consumer, each with its own name")
         if quota.require_shares:
             errors.extend(_unshared_message(quota, plan, consumer) for consumer in plan.unshared)
         return errors
@@ -693,13 +745,16 @@ class _Enforced:
         consumers = "\n".join(
             f"  - {share.name}: {share.tpm:,.0f} TPM ({share.tpm / plan.tpm_quota:.1%}), "
             f"{share.per_execution.max_concurrency} calls per execution x {share.executions} execution(s) = "
-            f"{share.in_flight} in flight"
+            f"{share.planned_in_flight} in flight" + _beyond_share(plan, share)
             for share in plan.shares
         )
+        beyond = any(share.drawn_tpm > share.tpm for share in plan.shares)
         return (
             f"ModelQuota {self.quota.node.id} ({plan.model_id}): {overdrawn}; when the consumers run together, "
             f"{plan.in_flight} calls are in flight and {effect}. Consumers:\n{consumers}\n"
-            + ("Fix: lower a share's fraction, tpm, calls or executions, lower keep_free, or raise the quota in Service "
+            + ("Fix: " + ("hold each consumer to its share (give it the share where it takes a cap, or lower its own "
+                          "cap to the share's), " if beyond else "")
+               + "lower a share's fraction, tpm, calls or executions, lower keep_free, or raise the quota in Service "
                "Quotas and tpm_quota with it." if tpm_over else
                "Fix: lower a share's calls or executions, or pass rpm_quota=None (Bedrock does not enforce RPM on "
                "bedrock-runtime) or a higher figure if your own tooling tracks one.")
@@ -765,6 +820,14 @@ class _PublishPlan:
             )
 
 
+def _beyond_share(plan: QuotaPlan, share: Share) -> str:
+    """What a share's holders draw beyond it, in words ('' when they keep to it)."""
+    if share.drawn_tpm <= share.tpm:
+        return ""
+    holders = ", ".join(f"{c.kind} {c.path} ({c.cap})" for c in plan.holders(share))
+    return f"; but its caps allow {share.in_flight} in flight, drawing {share.tpm_at_cap:,.0f} TPM: {holders}"
+
+
 def _unshared_message(quota: ModelQuota, plan: QuotaPlan, consumer: Consumer) -> str:
     return (
         f"ModelQuota {quota.node.id} ({plan.model_id}): {consumer.kind} {consumer.path} may call the model but holds no "
@@ -798,12 +861,12 @@ def _census(quota: ModelQuota) -> list[Consumer]:
     plans = {id(plan): name for plan, name in quota._issued.values()}
     consumers = []
     for path, (owner, roles) in found.items():
-        calls, cap, max_tokens = _cap(owner, roles)
+        calls, cap, max_tokens, per_execution = _cap(owner, roles)
         given = getattr(owner, "concurrency_plan", None)
         share = plans.get(id(given)) if given is not None else None
         if share is None:
             share = next((name for name in quota._shares if name in (owner.node.id, path)), None)
-        consumers.append(Consumer(path, type(owner).__name__, share, calls, cap, max_tokens))
+        consumers.append(Consumer(path, type(owner).__name__, share, calls, cap, max_tokens, per_execution))
     return consumers
 
 
@@ -859,15 +922,17 @@ def _owner(node: IConstruct, role: iam.Role | None) -> IConstruct:
     return node.node.scope or node
 
 
-def _cap(owner: IConstruct, roles: list[iam.Role | None]) -> tuple[int | None, str, int | None]:
-    """(calls in flight, where that comes from, the largest max_tokens) of what uses the granted roles."""
+def _cap(owner: IConstruct, roles: list[iam.Role | None]) -> tuple[int | None, str, int | None, bool]:
+    """(calls in flight, where that comes from, the largest max_tokens, whether the calls are per
+    execution: only state machines use the roles) of what uses the granted roles."""
     stack = cdk.Stack.of(owner)
     granted = {role.node.path for role in roles if role is not None}
     nodes = owner.node.find_all()
     users = [n for n in nodes if isinstance(n, lambda_.Function | sfn.StateMachine)
              and (not granted or (n.role is not None and n.role.node.path in granted))]
     if not users:
-        return None, "no function or state machine using its role was found to read a cap from", None
+        return None, "no function or state machine using its role was found to read a cap from", None, False
+    per_execution = not any(isinstance(user, lambda_.Function) for user in users)
     states = [n for n in nodes if isinstance(n, sfn.State)]
     max_tokens = _max_tokens(stack, states)
     caps: list[tuple[int | None, str]] = []
@@ -877,8 +942,9 @@ def _cap(owner: IConstruct, roles: list[iam.Role | None]) -> tuple[int | None, s
         else:
             caps.append(_state_machine_cap(stack, states))
     if any(calls is None for calls, _ in caps):
-        return None, next(source for calls, source in caps if calls is None), max_tokens
-    return sum(calls for calls, _ in caps if calls is not None), "; ".join(source for _, source in caps), max_tokens
+        return None, next(source for calls, source in caps if calls is None), max_tokens, per_execution
+    total = sum(calls for calls, _ in caps if calls is not None)
+    return total, "; ".join(source for _, source in caps), max_tokens, per_execution
 
 
 def _whole(stack: cdk.Stack, value: Any) -> int | None:
@@ -887,16 +953,19 @@ def _whole(stack: cdk.Stack, value: Any) -> int | None:
 
 
 def _function_cap(stack: cdk.Stack, function: lambda_.Function) -> tuple[int | None, str]:
+    """The lower of the function's reserved concurrency and its event sources' maximum concurrency
+    (the sum of theirs, when every one has one): invocations beyond either do not start."""
     cfn = function.node.default_child
     reserved = _whole(stack, cfn.reserved_concurrent_executions) if isinstance(cfn, lambda_.CfnFunction) else None
+    maxima = [_whole(stack, (stack.resolve(m.scaling_config) or {}).get("maximumConcurrency"))
+              for m in function.node.find_all() if isinstance(m, lambda_.CfnEventSourceMapping)]
+    polled = sum(m for m in maxima if m is not None) if maxima and None not in maxima else None
+    if polled is not None and (reserved is None or polled < reserved):
+        return polled, f"its event source's maximum concurrency of {polled}, " + (
+            "with no reserved concurrency on its function" if reserved is None
+            else f"below its function's reserved concurrency of {reserved}")
     if reserved is not None:
         return reserved, f"its function's reserved concurrency of {reserved}"
-    for mapping in function.node.find_all():
-        if isinstance(mapping, lambda_.CfnEventSourceMapping):
-            scaling = stack.resolve(mapping.scaling_config) or {}
-            maximum = _whole(stack, scaling.get("maximumConcurrency"))
-            if maximum is not None:
-                return maximum, f"its event source's maximum concurrency of {maximum}, with no reserved concurrency on its function"
     return None, "its function has no reserved concurrency"
 
 

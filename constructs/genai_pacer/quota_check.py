@@ -103,7 +103,8 @@ class _Skipped(Exception):
 class DeclaredQuota:
     """One ModelQuota as the app declares it (read from the cloud assembly or the command line).
 
-    shares: (name, TPM) of each share; loads: (name, settled tokens per minute, hours a day) of each
+    shares: (name, TPM) of each share (what it draws: more than its TPM where synth found its
+    holders' own caps allow more calls in flight than its plan); loads: (name, settled tokens per minute, hours a day) of each
     share's day (empty: each share's TPM all day); unshared: what synth found calling the model
     without a share; table: the plan as ModelQuota printed it.
     """
@@ -208,7 +209,8 @@ def load_plans(assembly: str | Path) -> list[DeclaredQuota]:
                 tpm_quota=float(data["tpm_quota"]),
                 rpm_quota=None if data.get("rpm_quota") is None else float(data["rpm_quota"]),
                 keep_free=float(data.get("keep_free") or 0),
-                shares=tuple((str(s["name"]), float(s["tpm"])) for s in shares),
+                # A share's draw: its TPM, or more where its holders' own caps draw more (older plans: the TPM).
+                shares=tuple((str(s["name"]), float(s.get("drawn_tpm", s["tpm"]))) for s in shares),
                 service_quota_code=data.get("service_quota_code"),
                 source=str(path),
                 daily_token_quota=None if data.get("daily_token_quota") is None else float(data["daily_token_quota"]),
