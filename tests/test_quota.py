@@ -751,6 +751,45 @@ def test_the_same_router_given_its_share_as_its_cap_fits():
     assert (data["allocated_tpm"], data["allocation"], data["in_flight"]) == (850_000, 0.9444, 20)
 
 
+# --- shares nobody holds ---------------------------------------------------------------------------
+
+
+def unheld_app(**props) -> tuple[cdk.Stack, ModelQuota]:
+    """'Nightly' is held; 'Spare' is drawn for no one, and 'Elsewhere' is given to a Map that calls another model."""
+    stack = new_stack()
+    quota = haiku_quota(stack, **props)
+    BoundedMap(stack, "Nightly", model=HAIKU, request=REQUEST,
+               max_concurrency=quota.share("Nightly", PROFILE, fraction=0.3, call_seconds=6))
+    quota.share("Spare", PROFILE, fraction=0.2, call_seconds=6)
+    BoundedMap(stack, "Other", model=NOVA, request=REQUEST,
+               max_concurrency=quota.share("Elsewhere", PROFILE, fraction=0.1, call_seconds=6))
+    return stack, quota
+
+
+def test_a_share_no_construct_holds_is_reported_and_still_counts():
+    stack, _ = unheld_app()
+    data = plan_file(synth(stack))
+    unheld = sorted(m for m in warnings_of(stack) if "genai-pacer:quota-unheld-share" in m)
+    assert len(unheld) == 2
+    assert ("share 'Spare' (80,000 TPM, 2 calls in flight) is held by no construct that may call the model in the "
+            "quota's account and Region: none was given it and none is named after it. It still counts in the "
+            "allocation (60.0% allocated)") in unheld[1]
+    assert "share 'Elsewhere' (40,000 TPM, 1 calls in flight) is held by no construct" in unheld[0]
+    assert "Fix: give it to its consumer where it takes a cap (max_concurrency, reserved_concurrency)" in unheld[0]
+    assert (data["allocated_tpm"], data["allocation"]) == (240_000, 0.6)  # 0.3 + 0.2 + 0.1: both still counted
+    assert data["unheld_shares"] == ["Spare", "Elsewhere"]
+
+
+def test_require_shares_makes_an_unheld_share_a_synth_error():
+    stack, _ = unheld_app(require_shares=True)
+    with pytest.raises(RuntimeError) as error:
+        synth(stack)
+    text = str(error.value)
+    assert "share 'Spare' (80,000 TPM, 2 calls in flight) is held by no construct" in text
+    assert "share 'Elsewhere' (40,000 TPM, 1 calls in flight) is held by no construct" in text
+    assert "'Nightly'" not in text
+
+
 def test_callers_of_other_quotas_are_not_counted():
     """A batch job's service role (the batch quotas), a stack in another Region, and a caller of the
     cross-Region profile (its grant on the foundation model is confined to the profile) draw nothing

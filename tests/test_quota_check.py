@@ -515,6 +515,15 @@ def test_a_holder_drawing_beyond_its_share_counts_as_synth_found_it(tmp_path, ca
             "overdraw it") in capsys.readouterr().out
 
 
+def test_a_share_synth_found_no_construct_holding_is_reported(tmp_path, capsys):
+    plan = {"model_id": HAIKU_PROFILE, "region": "us-east-1", "tpm_quota": 400_000,
+            "shares": [{"name": "Spare", "tpm": 80_000}], "unheld_shares": ["Spare"], "table": ["the plan's table"]}
+    (tmp_path / "genai-pacer-quota.StackQuota1234.json").write_text(json.dumps(plan))
+    assert main(["--assembly", str(tmp_path), "--offline"]) == 0
+    assert (f"WARNING {HAIKU_PROFILE} in us-east-1: share 'Spare' is held by no construct synth found calling the "
+            "model; it still counts in the allocation") in capsys.readouterr().out
+
+
 def test_the_plan_file_carries_the_day_quota_check_reads(assembly):
     (plan,) = load_plans(assembly)
     assert plan.day().daily_quota == 400_000 * 1_440

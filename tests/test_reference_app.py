@@ -76,7 +76,7 @@ def test_every_consumer_of_the_model_draws_a_share_of_one_quota(reference_assemb
     share, the shares stay inside the quota, and each cap in the templates is its share's."""
     (plan_file,) = reference_assembly.glob("genai-pacer-quota.*.json")
     plan = json.loads(plan_file.read_text())
-    assert plan["unshared_consumers"] == []
+    assert plan["unshared_consumers"] == [] and plan["unheld_shares"] == []
     assert plan["allocation"] <= plan["warn_at"]
     shares = {s["name"]: s for s in plan["shares"]}
     assert {holder for s in plan["shares"] for holder in s["holders"]} == {

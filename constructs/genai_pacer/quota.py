@@ -27,7 +27,11 @@ given. A construct given no share of this quota holds the share named after its 
 path: that is how a consumer without a cap to take a plan holds one (ParallelPrompts, a function of
 yours, declared with `calls=`). A share held by two consumers is an error naming both; a caller
 holding no share is reported with its worst case (its cap on calls in flight x each call's
-reservation, or unbounded without a cap): a warning, or an error with `require_shares=True`.
+reservation, or unbounded without a cap), and a share no caller holds (drawn for no one, or given
+to a construct that calls another model or calls it in another account or Region) is reported by
+name: warnings, or errors with `require_shares=True`. A share no caller holds still counts in the
+allocation, since a consumer synth cannot see (a role imported by ARN, a process outside the app)
+may draw it; the plan file lists it (`unheld_shares`).
 
 Real caps count. Synth reads each holder's own caps from its resources (a Map's MaxConcurrency, a
 Parallel's branches, the lower of a function's reserved concurrency and its event sources' maximum
@@ -216,6 +220,7 @@ class QuotaPlan:
     cross_model_daily_tokens: float | None = None
     other_models_daily_tokens: float = 0.0
     consumers: tuple[Consumer, ...] = ()
+    with_consumers: bool = False  # whether the app's callers were looked for (plan(consumers=True))
 
     @property
     def kept_free_tpm(self) -> float:
@@ -275,6 +280,14 @@ class QuotaPlan:
     def unshared(self) -> tuple[Consumer, ...]:
         """Constructs that may call the model and hold no share: their draw is not in the plan."""
         return tuple(c for c in self.consumers if c.share is None)
+
+    @property
+    def unheld(self) -> tuple[Share, ...]:
+        """Shares no construct that may call the model holds (empty unless the callers were looked for).
+        They still count in the allocation: a consumer synth cannot see (a role imported by ARN, a
+        process outside the app, a stack not built yet) may draw them, and dropping one would let
+        the other shares take its TPM."""
+        return tuple(s for s in self.shares if not self.holders(s)) if self.with_consumers else ()
 
     def over_allocated(self) -> bool:
         # A hair of tolerance: fractions such as 0.1 + 0.2 do not add up exactly in floating point.
@@ -339,6 +352,7 @@ class QuotaPlan:
             "cross_model_daily_tokens": self.cross_model_daily_tokens,
             "other_models_daily_tokens": round(self.other_models_daily_tokens, 1),
             "unshared_consumers": [asdict(consumer) for consumer in self.unshared],
+            "unheld_shares": [share.name for share in self.unheld],
             "shares": [
                 {
                     "name": share.name,
@@ -397,15 +411,15 @@ class ModelQuota(Construct):
     cross_model_daily_tokens: the account's "Cross-Model Max Tokens Per Day" in the Region, shared
         by every model; the days of every ModelQuota of the app in this account and Region count
         against it. Default: None (not checked).
-    require_shares: make a construct that may call the model without holding a share a synth
-        error instead of a warning. Default: False (a warning, so an app adopting ModelQuota
-        one consumer at a time still synthesizes).
+    require_shares: make a construct that may call the model without holding a share, and a share
+        that no such construct holds, synth errors instead of warnings. Default: False (warnings,
+        so an app adopting ModelQuota one consumer at a time still synthesizes).
 
-    Draw shares with `share(...)`; read the plan with `plan()`. At synth: over-allocation and a
-    share held by two constructs are errors (validation) naming each; a caller without a share
-    (see the module docstring), an allocation at or above warn_at, a day past a daily quota, a
-    quota without shares, and a second quota for the same model, account and Region are warnings;
-    the plan is written to the cloud assembly.
+    Draw shares with `share(...)`; read the plan with `plan()`. At synth: over-allocation (at the
+    holders' real caps) and a share held by two constructs are errors (validation) naming each; a
+    caller without a share and a share without a holder (see the module docstring), an allocation
+    at or above warn_at, a day past a daily quota, a quota without shares, and a second quota for
+    the same model, account and Region are warnings; the plan is written to the cloud assembly.
     """
 
     def __init__(
@@ -646,6 +660,7 @@ class ModelQuota(Construct):
             cross_model_daily_tokens=self.cross_model_daily_tokens,
             other_models_daily_tokens=sum(s.daily_load.daily_tokens for q in others for s in q._shares.values()),
             consumers=found,
+            with_consumers=consumers,
         )
 
     def pacer_environment(self, name: str) -> dict[str, str]:
@@ -725,6 +740,7 @@ class _Enforced:
                     "draw one share per consumer, each with its own name")
         if quota.require_shares:
             errors.extend(_unshared_message(quota, plan, consumer) for consumer in plan.unshared)
+            errors.extend(_unheld_message(quota, plan, share) for share in plan.unheld)
         return errors
 
     def _over_allocated(self, plan: QuotaPlan) -> str:
@@ -809,6 +825,8 @@ class _PublishPlan:
         if not quota.require_shares:
             for consumer in plan.unshared:
                 annotations.add_warning_v2("genai-pacer:quota-unshared-consumer", _unshared_message(quota, plan, consumer))
+            for share in plan.unheld:
+                annotations.add_warning_v2("genai-pacer:quota-unheld-share", _unheld_message(quota, plan, share))
         twins = quota._twins()
         if twins:
             annotations.add_warning_v2(
@@ -834,6 +852,17 @@ def _unshared_message(quota: ModelQuota, plan: QuotaPlan, consumer: Consumer) ->
         f"share, so its calls are not in the plan ({plan.allocation:.1%} allocated): {consumer.worst_case()}. Fix: give "
         "it quota.share(...) where it takes a cap (max_concurrency, reserved_concurrency), or draw a share named "
         f"{consumer.path.rsplit('/', 1)[-1]!r} with calls= the cap it has, or take the model away from it"
+    )
+
+
+def _unheld_message(quota: ModelQuota, plan: QuotaPlan, share: Share) -> str:
+    return (
+        f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} ({share.tpm:,.0f} TPM, "
+        f"{share.planned_in_flight} calls in flight) is held by no construct that may call the model in the quota's "
+        "account and Region: none was given it and none is named after it. It still counts in the allocation "
+        f"({plan.allocation:.1%} allocated), in case a consumer synth cannot see draws it. Fix: give it to its consumer "
+        "where it takes a cap (max_concurrency, reserved_concurrency), name it after its consumer's construct id, or "
+        "drop it"
     )
 
 

@@ -11,8 +11,8 @@ the command line), print each, and check it:
         --share nightly=120000@6 --share chat=200000 --region us-east-1
 
 Offline (no AWS call, so no boto3 or credentials needed): the shares against the declared quota,
-the day against the daily token quotas, and the constructs synth found calling the model without
-a share. With boto3, credentials and a Region it also compares the plan with Service Quotas; when
+the day against the daily token quotas, the constructs synth found calling the model without a
+share, and the shares synth found no construct holding. With boto3, credentials and a Region it also compares the plan with Service Quotas; when
 any of those is missing (or with --offline) it says the comparison was skipped and why.
 
 The quota is found by its code (ModelQuota(service_quota_code=...) or --quota-code) or else by
@@ -106,7 +106,8 @@ class DeclaredQuota:
     shares: (name, TPM) of each share (what it draws: more than its TPM where synth found its
     holders' own caps allow more calls in flight than its plan); loads: (name, settled tokens per minute, hours a day) of each
     share's day (empty: each share's TPM all day); unshared: what synth found calling the model
-    without a share; table: the plan as ModelQuota printed it.
+    without a share; unheld: the shares synth found no construct holding (still in the allocation);
+    table: the plan as ModelQuota printed it.
     """
 
     model_id: str
@@ -122,6 +123,7 @@ class DeclaredQuota:
     other_models_daily_tokens: float = 0.0
     loads: tuple[tuple[str, float, float], ...] = ()
     unshared: tuple[str, ...] = ()
+    unheld: tuple[str, ...] = ()
     table: tuple[str, ...] = ()
 
     @property
@@ -221,6 +223,7 @@ def load_plans(assembly: str | Path) -> list[DeclaredQuota]:
                              float(s["hours_per_day"])) for s in shares if "daily_tokens" in s),
                 unshared=tuple(f"{c['kind']} {c['path']} may call the model but holds no share ({c['cap']})"
                                for c in data.get("unshared_consumers", [])),
+                unheld=tuple(str(name) for name in data.get("unheld_shares", [])),
                 table=tuple(str(line) for line in data.get("table", [])),
             ))
         except (ValueError, KeyError, TypeError, ZeroDivisionError) as error:
@@ -233,7 +236,8 @@ def load_plans(assembly: str | Path) -> list[DeclaredQuota]:
 
 def check_plan(declared: DeclaredQuota) -> list[Finding]:
     """Every check that needs no AWS call: the shares against the declared quota, the day against the
-    daily quotas, the callers holding no share, and the legacy RPM (information, never a failure)."""
+    daily quotas, the callers holding no share, the shares no caller holds, and the legacy RPM
+    (information, never a failure)."""
     where = f"{declared.model_id} in {declared.region or 'its Region'}"
     findings = []
     allocatable = declared.tpm_quota * (1 - declared.keep_free)
@@ -253,6 +257,8 @@ def check_plan(declared: DeclaredQuota) -> list[Finding]:
         findings.append(Finding("ok", f"{where}: the day's {day.daily_tokens:,.0f} tokens are {day.fraction:.1%} of the "
                                       f"{day.daily_quota:,.0f} daily token quota"))
     findings += [Finding("warning", f"{where}: {caller}") for caller in declared.unshared]
+    findings += [Finding("warning", f"{where}: share {name!r} is held by no construct synth found calling the model; "
+                                    "it still counts in the allocation") for name in declared.unheld]
     if declared.rpm_quota is not None:
         findings.append(Finding("info", f"{where}: the plan declares {declared.rpm_quota:,.0f} RPM, which caps its rates "
                                         f"but binds nothing at Bedrock; {RPM_LEGACY}"))
