@@ -10,10 +10,10 @@ model (or inference profile) and Region; each consumer draws a share from it:
     BoundedMap(self, "Nightly", max_concurrency=quota.share("Nightly", profile, fraction=0.3, call_seconds=6), ...)
 
 A share's plan is a `planning.RatePlan`, so every construct takes it unchanged where it takes a cap
-(max_concurrency; AnswerRouter's reserved_concurrency) and fits it to its own range. At synth the quota checks that its shares fit (over-allocation is an
-error listing each consumer), warns when little headroom is left, and writes the plan into the
-cloud assembly (`genai-pacer-quota.<id>.json`, and the construct's metadata) for
-`genai-pacer quota-check` and dashboards to read.
+(max_concurrency; AnswerRouter's reserved_concurrency) and fits it to its own range. At synth the
+quota checks that its shares fit (over-allocation is an error listing each consumer), warns when
+little headroom is left, and writes the plan into the cloud assembly (`genai-pacer-quota.<id>.json`,
+and the construct's metadata) for `genai-pacer quota-check` and dashboards to read.
 
 MaxConcurrency and Parallel width apply per execution, so a share states how many executions of
 its consumer may run at once (`executions`) and its plan caps each one at its slice.
@@ -736,8 +736,7 @@ class _Enforced:
                     f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} ({share.tpm:,.0f} TPM, "
                     f"{share.planned_in_flight} calls in flight) is held by {len(holders)} constructs: "
                     f"{', '.join(f'{c.kind} {c.path}' for c in holders)}; together they draw {len(holders)} times the "
-                    "share, and its plan (its QuotaPacer environment, a dashboard's plan line) is one consumer's. Fix: "
-                    "draw one share per consumer, each with its own name")
+                    "share, each sized as if it held it alone. Fix: draw one share per consumer, each with its own name")
         if quota.require_shares:
             errors.extend(_unshared_message(quota, plan, consumer) for consumer in plan.unshared)
             errors.extend(_unheld_message(quota, plan, share) for share in plan.unheld)
