@@ -919,6 +919,17 @@ def test_a_kms_encrypted_bucket_lets_the_role_decrypt_its_weights():
     assert decrypt["Resource"] == {"Fn::GetAtt": [key_id, "Arn"]}
 
 
+def test_a_weights_key_over_1024_utf8_bytes_is_refused_by_bytes_not_characters():
+    """S3 keys are at most 1,024 bytes of UTF-8: 509 'é' and '.tar.gz' are 516 characters but 1,025 bytes."""
+    with pytest.raises(InvalidPropsError) as refused:
+        llm(new_stack(), model_data_key="é" * 509 + ".tar.gz")
+    assert refused.value.problems == [
+        "model_data_key is 1,025 bytes of UTF-8; S3 keys are at most 1,024 bytes, prefix included, and "
+        "model_data_key is the weights' archive key or prefix: shorten it"
+    ]
+    llm(new_stack(), model_data_key="é" * 508 + "k.tar.gz")  # exactly 1,024 bytes
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

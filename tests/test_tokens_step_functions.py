@@ -448,6 +448,15 @@ def test_s3_keys_over_1024_utf8_bytes_are_refused_by_bytes_not_characters(prop):
     distributed_map(new_stack(), **{prop: "é" * 512})  # exactly 1,024 bytes
 
 
+@pytest.mark.parametrize("prop", ["items_key", "results_prefix"])
+def test_an_s3_key_with_a_lone_surrogate_is_refused_by_name(prop):
+    """UTF-8 cannot hold a lone surrogate (half an emoji): the prop is named, not a UnicodeEncodeError raised."""
+    with pytest.raises(InvalidPropsError) as refused:
+        distributed_map(new_stack(), **{prop: "items\ud800/"})
+    assert refused.value.problems == [
+        f"{prop} is not valid Unicode (a lone surrogate at character 5), so S3 can hold no such key: fix the string"]
+
+
 def test_a_deploy_time_tolerated_failure_percentage_is_a_number_in_the_definition_and_zero_stays_absent():
     stack = new_stack()
     distributed_map(stack, tolerated_failure_percentage=token(stack, "number"))

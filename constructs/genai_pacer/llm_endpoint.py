@@ -29,6 +29,7 @@ from constructs import Construct
 from ._alarms import threshold_alarm
 from ._checks import Checks, duration_in, is_token, shown, token_kind, token_of_kind
 from ._nag import acknowledge_exact_resources, acknowledge_exact_resources_at_validation, flattened
+from ._s3 import check_key_bytes
 from .capacity import MAX_CAPACITY
 
 __all__ = [
@@ -524,7 +525,11 @@ class LlmEndpoint(Construct):
                     )
             check.instance("model_data_bucket", props["model_data_bucket"], s3.IBucket, "an s3 bucket")
             key = props["model_data_key"]
-            if check.text("model_data_key", key, max_length=1024) and not is_token(key):
+            if (
+                check.text("model_data_key", key)
+                and check_key_bytes(check, "model_data_key", key, "the weights' archive key or prefix")
+                and not is_token(key)
+            ):
                 check.rule(
                     key.endswith((".tar.gz", "/")) and not key.startswith(("/", "s3://")),
                     f"model_data_key={key!r} must be an object key ending in '.tar.gz' (an archive) or a prefix "

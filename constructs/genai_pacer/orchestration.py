@@ -31,6 +31,7 @@ from ._nag import (
     flattened,
     principal_policy,
 )
+from ._s3 import S3_MAX_KEY_BYTES, check_key_bytes
 from ._secure import StateMachineOptions, model_state_machine
 from .model_tasks import (
     ANSWER_BYTES_OVERHEAD,
@@ -71,9 +72,6 @@ DISTRIBUTED_MAP_LIMIT = 10_000
 STATE_PAYLOAD_LIMIT_BYTES = 256 * 1024
 #: Bytes per output token when estimating an answer's size (English text averages about 4).
 BYTES_PER_TOKEN = 4
-#: The longest S3 object key, prefix included: "a maximum length of 1,024 bytes" of UTF-8
-#: (https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-keys.html).
-S3_MAX_KEY_BYTES = 1024
 
 _MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')"
 _PLAN_HINT = "size it with planning.sustainable_rate(...) and pass the plan"
@@ -335,7 +333,7 @@ class BoundedDistributedMap(_MapBase):
             check.instance("allow_unbounded", allow_unbounded, bool, "True or False")
             check.instance("items_bucket", items_bucket, s3.IBucket, "an s3 bucket (s3.Bucket or s3.Bucket.from_bucket_name)")
             if check.text("items_key", items_key, fix="the key of the JSONL or JSON object listing the items"):
-                _check_key_bytes(check, "items_key", items_key, "the key of the object that lists the items")
+                check_key_bytes(check, "items_key", items_key, "the key of the object that lists the items")
             if _known_at_synth(
                 check, "items_format", items_format,
                 "the format decides at synth which item reader (JSONL or JSON) the Map is built with; pass 'jsonl' or 'json'",
@@ -343,7 +341,7 @@ class BoundedDistributedMap(_MapBase):
                 check.one_of("items_format", items_format, ("jsonl", "json"))
             check.instance("results_bucket", results_bucket, s3.IBucket, "an s3 bucket", optional=True)
             if check.text("results_prefix", results_prefix):
-                _check_key_bytes(
+                check_key_bytes(
                     check, "results_prefix", results_prefix,
                     "the start of every result object's key (Step Functions adds the Map Run's own path after it)",
                 )
@@ -484,18 +482,6 @@ def _known_at_synth(check: Checks, name: str, value: Any, why: str) -> bool:
     if kind is None:
         return True
     return check.fail(f"{name} is a deploy-time {kind}, but {why}")
-
-
-def _check_key_bytes(check: Checks, name: str, value: str, what: str) -> None:
-    """An S3 key (or key prefix) within S3's 1,024 bytes; a deploy-time one is checked by S3."""
-    if is_token(value):
-        return
-    size = len(value.encode("utf-8"))
-    check.rule(
-        size <= S3_MAX_KEY_BYTES,
-        f"{name} is {size:,} bytes of UTF-8; S3 keys are at most {S3_MAX_KEY_BYTES:,} bytes, prefix included, "
-        f"and {name} is {what}: shorten it",
-    )
 
 
 class _DeployTimeTolerance(sfn.DistributedMap):

@@ -68,6 +68,7 @@ from ._nag import (
     principal_policy,
 )
 from ._runtime_constants import metrics_constants as metrics
+from ._s3 import check_key_bytes
 from ._secure import StateMachineOptions, handler_function, model_state_machine
 from .answer_store import AnswerStore
 from .model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
@@ -96,8 +97,6 @@ _DEFAULT_TIMEOUT = cdk.Duration.hours(6)
 #: (botocore stepfunctions model). Whether Scheduler's KB is 1,000 or 1,024 bytes is not stated, so the
 #: smaller reading is the limit: an input that fits it fits both.
 MAX_INLINE_INPUT_BYTES = 256_000
-#: An S3 object key is at most 1,024 bytes of UTF-8 (https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-keys.html).
-MAX_S3_KEY_BYTES = 1024
 
 #: The optimized DynamoDB integration (arn:aws:states:::dynamodb:putItem) names its errors `DynamoDB.<Name>`,
 #: uppercase DB; the AWS SDK integration's are `DynamoDb.<Name>`
@@ -267,7 +266,7 @@ class ScheduledPrecompute(Construct):
             check.instance("items_bucket", items_bucket, s3.IBucket, "an s3 bucket", optional=True)
             if distributed:
                 if check.text("items_key", items_key, fix="the key of the JSONL or JSON object that lists the items"):
-                    self._check_items_key(check, str(items_key))
+                    check_key_bytes(check, "items_key", items_key, "the key of the object that lists the items")
             else:
                 check.rule(items_key is None, "items_key is set without items_bucket; it would be ignored: pass both")
             if token_kind(items_format) is not None:
@@ -685,19 +684,6 @@ class ScheduledPrecompute(Construct):
                 f"Step Functions caps at 25,000, so a run stops near {25_000 // EVENTS_PER_KEY:,} keys; above "
                 f"{MAX_INLINE_KEYS:,}, put the items in S3 (items_bucket), where each key runs in a child execution",
             )
-
-    @staticmethod
-    def _check_items_key(check: Checks, items_key: str) -> None:
-        try:
-            size = len(items_key.encode())
-        except UnicodeEncodeError:
-            check.fail("items_key is not valid Unicode (it holds a lone surrogate), so S3 can hold no such key: fix the string")
-            return
-        check.rule(
-            size <= MAX_S3_KEY_BYTES,
-            f"items_key is {size:,} UTF-8 bytes; an S3 object key holds at most {MAX_S3_KEY_BYTES:,}, so the Map "
-            "could never read it: use a shorter key",
-        )
 
     def _warn_about_schedule(self, schedule: scheduler.ScheduleExpression) -> None:
         expression = schedule.expression_string
