@@ -129,3 +129,14 @@ def token_of(stack: cdk.Stack, kind: str, name: str = "Param") -> Any:
     if kind == "duration":
         return cdk.Duration.seconds(cdk.CfnParameter(stack, name, type="Number").value_as_number)
     return cdk.CfnParameter(stack, name, type="CommaDelimitedList").value_as_list
+
+
+def kms_statements(template: dict | Template) -> dict[str, list[dict]]:
+    """Every IAM policy statement that grants a kms: action, by the logical id of its AWS::IAM::Policy."""
+    found: dict[str, list[dict]] = {}
+    for logical_id, policy in resources(template, "AWS::IAM::Policy").items():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if any(action.startswith("kms:") for action in actions):
+                found.setdefault(logical_id, []).append(statement)
+    return found

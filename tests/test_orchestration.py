@@ -32,7 +32,16 @@ from genai_pacer import (
 )
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer._nag import flatten_reference
-from helpers import all_states, definition, new_stack, only, policy_statements, resources, template_of
+from helpers import (
+    all_states,
+    definition,
+    kms_statements,
+    new_stack,
+    only,
+    policy_statements,
+    resources,
+    template_of,
+)
 
 PROFILE = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
 NOVA = BedrockModel.foundation("amazon.nova-lite-v1:0")
@@ -555,6 +564,108 @@ def test_an_express_parent_of_a_distributed_map_warns():
         state_machine_options=StateMachineOptions(state_machine_type=sfn.StateMachineType.EXPRESS),
     )
     Annotations.from_stack(stack).has_warning("/Test/Map", Match.string_like_regexp("the state machine is EXPRESS"))
+
+
+KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def _dist(stack, **props):
+    return BoundedDistributedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST, items_key="items.jsonl", **props)
+
+
+def _role_policy(template) -> str:
+    """The logical id of the state machine role's default policy."""
+    (policy,) = [k for k in resources(template, "AWS::IAM::Policy") if k.startswith("MapStateMachineRoleDefaultPolicy")]
+    return policy
+
+
+def test_the_role_may_decrypt_the_items_and_encrypt_the_results_with_each_buckets_own_key():
+    """Buckets that know their key (same stack): kms:Decrypt on the items bucket's key (the item reader
+    reads with the role), kms:GenerateDataKey and kms:Decrypt (multipart uploads) on the results
+    bucket's, each on exactly that key's ARN and on the role that reads or writes, nowhere else."""
+    stack = new_stack()
+    items_key, results_key = kms.Key(stack, "ItemsKey"), kms.Key(stack, "ResultsKey")
+    _dist(stack, items_bucket=s3.Bucket(stack, "Items", encryption_key=items_key),
+          results_bucket=s3.Bucket(stack, "Results", encryption_key=results_key))
+    template = template_of(stack).to_json()
+    arn = {name: {"Fn::GetAtt": [next(k for k in resources(template, "AWS::KMS::Key") if k.startswith(name)), "Arn"]}
+           for name in ("ItemsKey", "ResultsKey")}
+    assert kms_statements(template) == {_role_policy(template): [
+        {"Action": "kms:Decrypt", "Effect": "Allow", "Resource": arn["ItemsKey"]},
+        {"Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Effect": "Allow", "Resource": arn["ResultsKey"]},
+    ]}
+
+
+def test_an_imported_bucket_gets_its_key_as_a_prop_and_the_results_in_it_too():
+    """s3.Bucket.from_bucket_name knows no key: items_bucket_key names it; results written to the same
+    bucket need that key for writing as well, in one statement."""
+    stack = new_stack()
+    _dist(stack, items_bucket=s3.Bucket.from_bucket_name(stack, "Items", "users-items"),
+          items_bucket_key=kms.Key.from_key_arn(stack, "ItemsKey", KEY_ARN))
+    template = template_of(stack).to_json()
+    assert kms_statements(template) == {_role_policy(template): [
+        {"Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Effect": "Allow", "Resource": KEY_ARN},
+    ]}
+
+
+def test_an_imported_results_bucket_gets_its_own_key_and_a_deploy_time_key_arn_flows():
+    stack = new_stack()
+    key_arn = cdk.CfnParameter(stack, "ResultsKeyArn").value_as_string
+    _dist(stack, items_bucket=s3.Bucket(stack, "Items"),  # SSE-S3: no key, no grant
+          results_bucket=s3.Bucket.from_bucket_name(stack, "Results", "users-results"),
+          results_bucket_key=kms.Key.from_key_arn(stack, "ResultsKey", key_arn))
+    template = template_of(stack).to_json()
+    assert kms_statements(template) == {_role_policy(template): [
+        {"Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Effect": "Allow", "Resource": {"Ref": "ResultsKeyArn"}},
+    ]}
+
+
+def test_buckets_without_a_customer_managed_key_get_no_kms_grant():
+    stack = new_stack()
+    _dist(stack, items_bucket=s3.Bucket.from_bucket_name(stack, "Items", "users-items"))
+    assert kms_statements(template_of(stack).to_json()) == {}
+
+
+@pytest.mark.parametrize(
+    ("props", "problem"),
+    [
+        (lambda stack: dict(items_bucket=s3.Bucket(stack, "Items", encryption_key=kms.Key(stack, "Own")),
+                            items_bucket_key=kms.Key.from_key_arn(stack, "Other", KEY_ARN)),
+         "items_bucket_key is Test/Other but items_bucket already knows its own key, Test/Own: the grants would name "
+         "a key that does not encrypt the bucket; drop items_bucket_key"),
+        (lambda stack: dict(items_bucket=s3.Bucket(stack, "Items"), results_bucket_key=kms.Key(stack, "K")),
+         "results_bucket_key is set without results_bucket: the results go to items_bucket, whose key is "
+         "items_bucket_key; drop results_bucket_key (or pass results_bucket)"),
+        (lambda stack: dict(items_bucket=s3.Bucket(stack, "Items"), items_bucket_key=KEY_ARN),
+         f"items_bucket_key='{KEY_ARN}' is a str; pass a kms.Key, e.g. kms.Key.from_key_arn(scope, id, key_arn)"),
+    ],
+    ids=["another-key", "results-key-without-bucket", "an-arn"],
+)
+def test_a_bucket_key_prop_that_cannot_be_the_buckets_key_is_refused(props, problem):
+    stack = new_stack()
+    with pytest.raises(InvalidPropsError) as refused:
+        _dist(stack, **props(stack))
+    assert refused.value.problems == [problem]
+
+
+def test_the_same_key_given_twice_is_accepted():
+    stack = new_stack()
+    key = kms.Key(stack, "Key")
+    _dist(stack, items_bucket=s3.Bucket(stack, "Items", encryption_key=key), items_bucket_key=key)
+    template = template_of(stack).to_json()
+    assert [s["Action"] for s in kms_statements(template)[_role_policy(template)]] == [["kms:Decrypt", "kms:GenerateDataKey"]]
+
+
+def test_kms_grants_on_encrypted_buckets_leave_nag_clean():
+    def build(stack):
+        key = kms.Key(stack, "ItemsKey", enable_key_rotation=True)
+        items = s3.Bucket(stack, "Items", encryption_key=key, enforce_ssl=True, server_access_logs_prefix="logs/")
+        BoundedDistributedMap(stack, "Dist", max_concurrency=4, model=NOVA, request=REQUEST, items_bucket=items,
+                              items_key="items.jsonl",
+                              results_bucket=s3.Bucket.from_bucket_name(stack, "Results", "users-results"),
+                              results_bucket_key=kms.Key.from_key_arn(stack, "ResultsKey", KEY_ARN))
+
+    assert nag_findings(build) == []
 
 
 # --- ParallelPrompts --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
@@ -31,7 +32,14 @@ from ._nag import (
     flattened,
     principal_policy,
 )
-from ._s3 import S3_MAX_KEY_BYTES, check_key_bytes
+from ._s3 import (
+    KMS_READ_ACTIONS,
+    KMS_WRITE_ACTIONS,
+    S3_MAX_KEY_BYTES,
+    bucket_key,
+    check_key_bytes,
+    grant_keys,
+)
 from ._secure import StateMachineOptions, model_state_machine
 from .model_tasks import (
     ANSWER_BYTES_OVERHEAD,
@@ -283,6 +291,14 @@ class BoundedDistributedMap(_MapBase):
     items_format: "jsonl" (one item per line) or "json" (an array). Default: "jsonl".
     results_bucket / results_prefix: where Step Functions writes the results. Default: items_bucket,
         prefix "genai-pacer-results/".
+    items_bucket_key / results_bucket_key: the KMS key of an SSE-KMS items_bucket / results_bucket
+        that does not know it (imported with s3.Bucket.from_bucket_name or from_bucket_arn). The role
+        gets kms:Decrypt on the items bucket's key and kms:GenerateDataKey and kms:Decrypt on the
+        results bucket's (a multipart upload needs both). Default: the bucket's own encryption_key
+        (an s3.Bucket built with a key, or from_bucket_attributes(encryption_key=...)); none for a
+        bucket imported by name, which is then taken as SSE-S3 (no key to grant). A key for a bucket
+        that knows another is refused; results_bucket_key requires results_bucket (without it the
+        results go to items_bucket, under items_bucket_key).
     tolerated_failure_percentage: failed items that still let the run succeed, 0..100. Default: 0
         (any failed item fails the run, so nothing is lost silently).
     batch_max_items: with item_processor only; items per child execution. Default: no batching.
@@ -317,6 +333,8 @@ class BoundedDistributedMap(_MapBase):
         items_format: Literal["jsonl", "json"] = "jsonl",
         results_bucket: s3.IBucket | None = None,
         results_prefix: str = "genai-pacer-results/",
+        items_bucket_key: kms.IKey | None = None,
+        results_bucket_key: kms.IKey | None = None,
         tolerated_failure_percentage: float = 0,
         batch_max_items: int | None = None,
         child_execution_type: sfn.StateMachineType = sfn.StateMachineType.STANDARD,
@@ -340,6 +358,15 @@ class BoundedDistributedMap(_MapBase):
             ):
                 check.one_of("items_format", items_format, ("jsonl", "json"))
             check.instance("results_bucket", results_bucket, s3.IBucket, "an s3 bucket", optional=True)
+            items_kms = bucket_key(
+                check, bucket_name="items_bucket", bucket=items_bucket, key_name="items_bucket_key", key=items_bucket_key
+            )
+            results_kms = bucket_key(
+                check, bucket_name="results_bucket", bucket=results_bucket, key_name="results_bucket_key",
+                key=results_bucket_key,
+                without="results_bucket_key is set without results_bucket: the results go to items_bucket, whose key "
+                "is items_bucket_key; drop results_bucket_key (or pass results_bucket)",
+            )
             if check.text("results_prefix", results_prefix):
                 check_key_bytes(
                     check, "results_prefix", results_prefix,
@@ -409,6 +436,12 @@ class BoundedDistributedMap(_MapBase):
                 "Map may run inside an EXPRESS workflow (if not, the deploy fails at CreateStateMachine); use "
                 "STANDARD (the default) unless you know both hold",
             )
+        # The item reader reads with the role, the result writer writes with it (both grant the S3 actions)
+        grant_keys(
+            self.state_machine,
+            (items_kms, KMS_READ_ACTIONS),
+            (results_kms if results_bucket is not None else items_kms, KMS_WRITE_ACTIONS),
+        )
         self._acknowledge_generated_names(items_bucket, results_bucket or items_bucket)
 
     def _acknowledge_generated_names(self, items_bucket: s3.IBucket, results_bucket: s3.IBucket) -> None:
