@@ -11,6 +11,7 @@ import time
 
 import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_sqs as sqs
@@ -28,7 +29,7 @@ from genai_pacer._checks import InvalidPropsError
 from genai_pacer.precompute import RUN_LOCK_PREFIX, ScheduledPrecompute, answer_schema
 from genai_pacer.testing import BedrockEmulator, ModelSpec
 from genai_pacer.testing.sfn import StateMachineRunner
-from helpers import all_states, definition, new_stack, only
+from helpers import all_states, definition, kms_statements, new_stack, only, resources
 from pacer_runtime import answers
 
 NOVA = "amazon.nova-lite-v1:0"
@@ -124,6 +125,51 @@ def test_items_in_s3_use_a_distributed_map_without_a_result_writer():
     assert keys["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
     assert keys["MaxConcurrency"] == 500 and keys["ItemReader"]["ReaderConfig"]["InputType"] == "JSONL"
     assert "ResultWriter" not in keys  # each key's tiny result comes back to the run, to be counted
+
+
+KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def _machine_role_policy(template: dict) -> str:
+    (policy,) = [k for k in resources(template, "AWS::IAM::Policy") if k.startswith("PreStateMachineRoleDefaultPolicy")]
+    return policy
+
+
+def test_the_run_may_decrypt_items_in_a_bucket_encrypted_with_its_own_key():
+    """The distributed Map reads the items object with the state machine role: kms:Decrypt on exactly
+    the bucket's key, on that role only (the store's AWS-managed encryption needs no grant)."""
+    stack = new_stack()
+    key = kms.Key(stack, "ItemsKey")
+    build(stack, items_bucket=s3.Bucket(stack, "Keys", encryption_key=key), items_key="keys.jsonl")
+    template = Template.from_stack(stack).to_json()
+    key_id = next(k for k in resources(template, "AWS::KMS::Key") if k.startswith("ItemsKey"))  # beside the logs key
+    assert kms_statements(template) == {_machine_role_policy(template): [
+        {"Action": "kms:Decrypt", "Effect": "Allow", "Resource": {"Fn::GetAtt": [key_id, "Arn"]}}]}
+
+
+def test_an_imported_items_bucket_takes_its_key_as_a_prop():
+    stack = new_stack()
+    build(stack, items_bucket=s3.Bucket.from_bucket_name(stack, "Keys", "users-keys"), items_key="keys.jsonl",
+          items_bucket_key=kms.Key.from_key_arn(stack, "ItemsKey", KEY_ARN))
+    template = Template.from_stack(stack).to_json()
+    assert kms_statements(template) == {_machine_role_policy(template): [
+        {"Action": "kms:Decrypt", "Effect": "Allow", "Resource": KEY_ARN}]}
+
+
+def test_an_items_bucket_key_that_cannot_be_the_buckets_key_is_refused():
+    stack = new_stack()
+    with pytest.raises(InvalidPropsError) as refused:
+        build(stack, items_bucket_key=kms.Key.from_key_arn(stack, "ItemsKey", KEY_ARN))
+    assert refused.value.problems == [
+        "items_bucket_key is set without items_bucket; inline items are in the schedule's input, not in S3: drop "
+        "items_bucket_key, or pass items_bucket and items_key"]
+    stack = new_stack()
+    with pytest.raises(InvalidPropsError) as refused:
+        build(stack, items_bucket=s3.Bucket(stack, "Keys", encryption_key=kms.Key(stack, "Own")), items_key="k.jsonl",
+              items_bucket_key=kms.Key.from_key_arn(stack, "Other", KEY_ARN))
+    assert refused.value.problems == [
+        "items_bucket_key is Test/Other but items_bucket already knows its own key, Test/Own: the grants would name a "
+        "key that does not encrypt the bucket; drop items_bucket_key"]
 
 
 def test_a_cron_without_a_time_zone_and_a_rate_are_warned():

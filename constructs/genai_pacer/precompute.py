@@ -47,6 +47,7 @@ from typing import Any, Literal, cast
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as scheduler_targets
@@ -68,7 +69,7 @@ from ._nag import (
     principal_policy,
 )
 from ._runtime_constants import metrics_constants as metrics
-from ._s3 import check_key_bytes
+from ._s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
 from ._secure import StateMachineOptions, handler_function, model_state_machine
 from .answer_store import AnswerStore
 from .model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
@@ -187,6 +188,12 @@ class ScheduledPrecompute(Construct):
         ("jsonl": one object per line, or "json": an array), read by a distributed Map. Its keys
         must already be normalized (answers.normalize_key / check_key when you write the object).
         Default format: "jsonl".
+    items_bucket_key: the KMS key of an SSE-KMS items_bucket that does not know it (imported with
+        s3.Bucket.from_bucket_name or from_bucket_arn); the state machine role gets kms:Decrypt on
+        it, since the Map reads the items with that role. Default: items_bucket's own encryption_key
+        (an s3.Bucket built with a key, or from_bucket_attributes(encryption_key=...)); none for a
+        bucket imported by name, which is then taken as SSE-S3. Refused without items_bucket or
+        beside a bucket that knows another key.
     tolerated_failed_keys: failed keys a run may have and still succeed. Default: 0 (any failed
         key fails the run, after every other key was written and the failed ones listed).
     retry: the Retry of each model call. Default: BedrockRetry().
@@ -221,6 +228,7 @@ class ScheduledPrecompute(Construct):
         items_bucket: s3.IBucket | None = None,
         items_key: str | None = None,
         items_format: Literal["jsonl", "json"] = "jsonl",
+        items_bucket_key: kms.IKey | None = None,
         tolerated_failed_keys: int = 0,
         retry: BedrockRetry | None = None,
         schedule_retry_attempts: int = 3,
@@ -264,6 +272,11 @@ class ScheduledPrecompute(Construct):
             elif items is not None:
                 self._check_items(check, items)
             check.instance("items_bucket", items_bucket, s3.IBucket, "an s3 bucket", optional=True)
+            items_kms = bucket_key(
+                check, bucket_name="items_bucket", bucket=items_bucket, key_name="items_bucket_key", key=items_bucket_key,
+                without="items_bucket_key is set without items_bucket; inline items are in the schedule's input, not "
+                "in S3: drop items_bucket_key, or pass items_bucket and items_key",
+            )
             if distributed:
                 if check.text("items_key", items_key, fix="the key of the JSONL or JSON object that lists the items"):
                     check_key_bytes(check, "items_key", items_key, "the key of the object that lists the items")
@@ -489,6 +502,7 @@ class ScheduledPrecompute(Construct):
             self, definition=definition, models=[model], options=options, default_timeout=_DEFAULT_TIMEOUT,
         )
         store.grant_write(self.state_machine)  # the lock and the answers; KMS too for a customer-managed key
+        grant_keys(self.state_machine, (items_kms, KMS_READ_ACTIONS))  # the distributed Map reads the items with the role
         self.state_machine.role.attach_inline_policy(metric_policy)
         cdk.Validations.of(metric_policy).acknowledge(
             cdk.Acknowledgment(
