@@ -41,7 +41,16 @@ from genai_pacer._checks import InvalidPropsError
 from genai_pacer.batch_precompute import BatchPrecompute
 from genai_pacer.testing.sfn import BatchJobSimulator, BatchRecordError, StateMachineRunner
 from genai_pacer.testing.sfn._batch import ServiceError
-from helpers import all_states, definition, new_stack, only, policy_statements, resources, template_of
+from helpers import (
+    all_states,
+    definition,
+    kms_statements,
+    new_stack,
+    only,
+    policy_statements,
+    resources,
+    template_of,
+)
 from moto.events.models import EventPattern
 from pacer_runtime import answers, metrics
 
@@ -641,13 +650,108 @@ def test_a_kms_key_encrypts_the_buckets_and_the_jobs_output_and_is_granted_to_th
     template = template_of(stack).to_json()
     output = states_of(template)["Submit job"]["Parameters"]["OutputDataConfig"]["S3OutputDataConfig"]
     assert output["S3EncryptionKeyId"] == "TOKEN"
-    kms_statements = [s for s in policy_statements(template) if "kms:GenerateDataKey" in s["Action"]]
+    generate = [s for s in policy_statements(template) if "kms:GenerateDataKey" in s["Action"]]
     role_policies = [p for p in resources(template, "AWS::IAM::Policy").values()
                      if {"Ref": stack.resolve(stack.get_logical_id(batch.service_role.node.default_child))} in p["Properties"]["Roles"]]
-    assert kms_statements and any("kms:GenerateDataKey" in json.dumps(p) for p in role_policies)
+    assert generate and any("kms:GenerateDataKey" in json.dumps(p) for p in role_policies)
     encrypted = [b for b in resources(template, "AWS::S3::Bucket").values()
                  if b["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"]
     assert len(encrypted) == 2
+
+
+KEY_ARNS = {name: f"arn:aws:kms:us-east-1:111122223333:key/{n}234abcd-12ab-34cd-56ef-1234567890ab"
+            for n, name in enumerate(("input", "output", "items"), start=1)}
+
+
+def _kms_by_role(stack: cdk.Stack, batch: BatchPrecompute, template: dict) -> dict[str, list[dict]]:
+    """The KMS statements of each role that touches the buckets, by role; and no KMS statement elsewhere."""
+    roles = {"service": batch.service_role, "prepare": batch.prepare_function.role, "load": batch.load_function.role}
+    ids = {name: stack.resolve(stack.get_logical_id(role.node.find_child("DefaultPolicy").node.default_child))
+           for name, role in roles.items()}
+    found = kms_statements(template)
+    assert set(found) <= set(ids.values()), found
+    return {name: found.get(logical_id, []) for name, logical_id in ids.items()}
+
+
+def _read(arn: Any) -> dict:
+    return {"Action": "kms:Decrypt", "Effect": "Allow", "Resource": arn}
+
+
+def _write(arn: Any) -> dict:
+    return {"Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Effect": "Allow", "Resource": arn}
+
+
+def test_your_imported_buckets_keys_given_as_props_go_to_each_role_that_reads_or_writes_and_encrypt_the_output():
+    """The Bedrock service role reads the input and writes the output, prepare reads the items and
+    writes the input, the loader reads the input and writes the output (its unanswered-records list):
+    kms:Decrypt to read, kms:GenerateDataKey and kms:Decrypt to write, on exactly each bucket's key."""
+    stack = new_stack()
+    props: dict[str, Any] = {}
+    for name in ("input", "output", "items"):
+        props[f"{name}_bucket"] = s3.Bucket.from_bucket_name(stack, name.title(), f"users-{name}")
+        props[f"{name}_bucket_key"] = kms.Key.from_key_arn(stack, f"{name.title()}Key", KEY_ARNS[name])
+    batch = BatchPrecompute(stack, "Batch", model=NOVA, max_tokens=400, **props)
+    template = template_of(stack).to_json()
+    assert _kms_by_role(stack, batch, template) == {
+        "service": [_read(KEY_ARNS["input"]), _write(KEY_ARNS["output"])],
+        "prepare": [_read(KEY_ARNS["items"]), _write(KEY_ARNS["input"])],
+        "load": [_read(KEY_ARNS["input"]), _write(KEY_ARNS["output"])],
+    }
+    output = states_of(template)["Submit job"]["Parameters"]["OutputDataConfig"]["S3OutputDataConfig"]
+    assert output["S3EncryptionKeyId"] == KEY_ARNS["output"]
+
+
+def test_your_buckets_with_their_own_keys_in_the_stack_are_granted_those_keys():
+    """Buckets that know their key (same stack); the items are read from the input bucket by default."""
+    stack = new_stack()
+    in_key, out_key = kms.Key(stack, "InKey"), kms.Key(stack, "OutKey")
+    batch = BatchPrecompute(stack, "Batch", model=NOVA, max_tokens=400,
+                            input_bucket=s3.Bucket(stack, "In", encryption_key=in_key),
+                            output_bucket=s3.Bucket(stack, "Out", encryption_key=out_key))
+    template = template_of(stack).to_json()
+    arn = {name: {"Fn::GetAtt": [stack.resolve(stack.get_logical_id(key.node.default_child)), "Arn"]}
+           for name, key in (("in", in_key), ("out", out_key))}
+    assert _kms_by_role(stack, batch, template) == {
+        "service": [_read(arn["in"]), _write(arn["out"])],
+        "prepare": [{"Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Effect": "Allow", "Resource": arn["in"]}],
+        "load": [_read(arn["in"]), _write(arn["out"])],
+    }
+
+
+def test_no_kms_grant_for_buckets_without_a_customer_managed_key():
+    stack = new_stack()
+    batch = BatchPrecompute(stack, "Batch", model=NOVA, max_tokens=400,
+                            input_bucket=s3.Bucket.from_bucket_name(stack, "In", "users-in"))
+    template = template_of(stack).to_json()
+    assert _kms_by_role(stack, batch, template) == {"service": [], "prepare": [], "load": []}
+    assert "S3EncryptionKeyId" not in json.dumps(states_of(template)["Submit job"])
+
+
+@pytest.mark.parametrize(
+    ("props", "problem"),
+    [
+        (lambda stack: dict(input_bucket_key=kms.Key.from_key_arn(stack, "K", KEY_ARNS["input"])),
+         "input_bucket_key is set without input_bucket; the input bucket this construct creates is encrypted with "
+         "encryption_key: pass input_bucket too, or use encryption_key"),
+        (lambda stack: dict(output_bucket_key=kms.Key.from_key_arn(stack, "K", KEY_ARNS["output"])),
+         "output_bucket_key is set without output_bucket; the output bucket this construct creates is encrypted with "
+         "encryption_key: pass output_bucket too, or use encryption_key"),
+        (lambda stack: dict(input_bucket=s3.Bucket.from_bucket_name(stack, "In", "users-in"),
+                            items_bucket_key=kms.Key.from_key_arn(stack, "K", KEY_ARNS["items"])),
+         "items_bucket_key is set without items_bucket; the items are then read from the input bucket, under its key: "
+         "drop items_bucket_key"),
+        (lambda stack: dict(output_bucket=s3.Bucket(stack, "Out", encryption_key=kms.Key(stack, "Own")),
+                            output_bucket_key=kms.Key.from_key_arn(stack, "Other", KEY_ARNS["output"])),
+         "output_bucket_key is Test/Other but output_bucket already knows its own key, Test/Own: the grants would "
+         "name a key that does not encrypt the bucket; drop output_bucket_key"),
+    ],
+    ids=["input-key-without-bucket", "output-key-without-bucket", "items-key-without-bucket", "another-key"],
+)
+def test_a_bucket_key_prop_that_cannot_be_the_buckets_key_is_refused(props, problem):
+    stack = new_stack()
+    with pytest.raises(InvalidPropsError) as refused:
+        BatchPrecompute(stack, "Batch", model=NOVA, max_tokens=400, **props(stack))
+    assert refused.value.problems == [problem]
 
 
 def test_your_own_buckets_are_used_and_no_bucket_is_created():

@@ -94,7 +94,7 @@ BATCH_PROPS = ("model", "answer_store", "max_tokens", "system_prompt", "temperat
                "access_logs_bucket", "object_expiration", "min_records_per_job", "max_records_per_job",
                "max_records_per_file", "max_job_bytes", "max_file_bytes", "max_concurrent_jobs", "job_timeout",
                "status_check_interval", "job_name_prefix", "on_demand_fallback", "write_concurrency",
-               "encryption_key_for_logs", "log_retention", "state_machine_options", "alarm_actions")
+               "encryption_key_for_logs", "log_retention", "state_machine_options", "alarm_actions", "input_bucket_key", "output_bucket_key", "items_bucket_key")
 TABLE = {"queued": (QueuedInference, QUEUED_PROPS), "precompute": (ScheduledPrecompute, PRECOMPUTE_PROPS),
          "batch": (BatchPrecompute, BATCH_PROPS)}
 EVERY_TOKEN = [(construct, prop, kind) for construct, (_, props) in TABLE.items() for prop in props for kind in KINDS]
@@ -188,6 +188,9 @@ BY_TYPE: dict[tuple[str, str], str] = {
     ("precompute", "answer_store"): "pass an AnswerStore",
     ("precompute", "model"): "pass a BedrockModel",
     ("precompute", "items_bucket_key"): "pass a kms.Key",
+    ("batch", "input_bucket_key"): "pass a kms.Key",
+    ("batch", "output_bucket_key"): "pass a kms.Key",
+    ("batch", "items_bucket_key"): "pass a kms.Key",
     ("precompute", "request"): "pass ConverseRequest",
     ("precompute", "schedule"): "pass scheduler.ScheduleExpression.cron",
     ("precompute", "items"): "pass a list of {'key': ...} objects",

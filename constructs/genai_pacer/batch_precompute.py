@@ -72,6 +72,7 @@ from ._nag import (
     principal_policy,
 )
 from ._runtime_constants import metrics_constants
+from ._s3 import KMS_READ_ACTIONS, KMS_WRITE_ACTIONS, bucket_key, grant_keys
 from ._secure import StateMachineOptions, handler_function, log_key, model_state_machine
 from .answer_store import AnswerStore
 from .models import BedrockModel, as_bedrock_model
@@ -213,6 +214,16 @@ class BatchPrecompute(Construct):
         Default: new buckets, encrypted (S3-managed, or `encryption_key`), TLS-only, public access
         blocked, access-logged, objects expiring after object_expiration.
     items_bucket: where `itemsKey` objects are read. Default: the input bucket.
+    input_bucket_key / output_bucket_key / items_bucket_key: the KMS key of an SSE-KMS bucket of yours
+        that does not know it (imported with s3.Bucket.from_bucket_name or from_bucket_arn). Whoever reads
+        a bucket gets kms:Decrypt on its key, whoever writes it kms:GenerateDataKey and kms:Decrypt: the
+        Bedrock service role (reads the input, writes the output), the prepare function (reads the
+        items, writes the input) and the loader (reads the input and the output, writes the output's
+        list of unanswered records). The jobs encrypt their output with the output bucket's key
+        (CreateModelInvocationJob's s3EncryptionKeyId). Default: the bucket's own encryption_key
+        (encryption_key for a bucket this construct creates); none for a bucket imported by name, which
+        is then taken as SSE-S3. Each requires its bucket (without items_bucket the items are read from
+        the input bucket, under its key); a key for a bucket that knows another is refused.
     items_prefix / input_prefix / output_prefix: the only prefixes read (items) and written (input,
         output); end with "/". Default: "items/", "batch-input/", "batch-output/".
     encryption_key: KMS key for the new buckets; the jobs then encrypt their output with it too.
@@ -271,6 +282,9 @@ class BatchPrecompute(Construct):
         input_bucket: s3.IBucket | None = None,
         output_bucket: s3.IBucket | None = None,
         items_bucket: s3.IBucket | None = None,
+        input_bucket_key: kms.IKey | None = None,
+        output_bucket_key: kms.IKey | None = None,
+        items_bucket_key: kms.IKey | None = None,
         items_prefix: str = "items/",
         input_prefix: str = "batch-input/",
         output_prefix: str = "batch-output/",
@@ -334,6 +348,23 @@ class BatchPrecompute(Construct):
             for name, bucket in (("input_bucket", input_bucket), ("output_bucket", output_bucket), ("items_bucket", items_bucket),
                                  ("access_logs_bucket", access_logs_bucket)):
                 check.instance(name, bucket, s3.IBucket, "an s3.Bucket (or s3.Bucket.from_bucket_name)", optional=True)
+            keys = {
+                name: bucket_key(
+                    check, bucket_name=f"{name}_bucket", bucket=bucket, key_name=f"{name}_bucket_key", key=key,
+                    without=without,
+                )
+                for name, bucket, key, without in (
+                    ("input", input_bucket, input_bucket_key,
+                     "input_bucket_key is set without input_bucket; the input bucket this construct creates is encrypted "
+                     "with encryption_key: pass input_bucket too, or use encryption_key"),
+                    ("output", output_bucket, output_bucket_key,
+                     "output_bucket_key is set without output_bucket; the output bucket this construct creates is "
+                     "encrypted with encryption_key: pass output_bucket too, or use encryption_key"),
+                    ("items", items_bucket, items_bucket_key,
+                     "items_bucket_key is set without items_bucket; the items are then read from the input bucket, under "
+                     "its key: drop items_bucket_key"),
+                )
+            }
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("encryption_key_for_logs", encryption_key_for_logs, kms.IKey, "a kms.Key", optional=True)
             if not creates_bucket:
@@ -435,6 +466,12 @@ class BatchPrecompute(Construct):
         self.output_bucket = output_bucket or self._bucket("OutputBucket", encryption_key, access_logs_bucket, expiration)
         self.items_bucket = items_bucket or self.input_bucket
         self._prefixes = {"items": items_prefix, "input": input_prefix, "output": output_prefix}
+        self._buckets = {"items": self.items_bucket, "input": self.input_bucket, "output": self.output_bucket}
+        # A bucket this construct creates knows its key (encryption_key); the items default to the input bucket.
+        keys["input"] = keys["input"] or self.input_bucket.encryption_key
+        keys["output"] = keys["output"] or self.output_bucket.encryption_key
+        keys["items"] = keys["items"] if items_bucket is not None else keys["input"]
+        self._keys: dict[str, kms.IKey | None] = keys
 
         # ---- the Bedrock service role ------------------------------------------------------------
         stack = cdk.Stack.of(self)
@@ -453,8 +490,10 @@ class BatchPrecompute(Construct):
                 },
             ),
         )
-        self._grant_objects(self.service_role, self.input_bucket, input_prefix, read=True, list_bucket=True)
-        self._grant_objects(self.service_role, self.output_bucket, output_prefix, read=True, write=True, list_bucket=True)
+        # The jobs read their input and write their output with this role: no Bedrock page found names the KMS actions
+        # it needs, but it is the caller of S3 (batch-iam-sr.html grants it s3:GetObject/PutObject on both buckets:
+        # https://docs.aws.amazon.com/bedrock/latest/userguide/batch-iam-sr.html), so S3's SSE-KMS rules apply.
+        self._grant_objects(self.service_role, {"input": "read", "output": "read-write"}, list_buckets=("input", "output"))
         model.grant_invoke(self.service_role)
 
         # ---- the task token store and the handlers -------------------------------------------------
@@ -491,8 +530,7 @@ class BatchPrecompute(Construct):
             },
             encryption_key=log_encryption, log_retention=log_retention,
         )
-        self._grant_objects(self.prepare_function, self.items_bucket, items_prefix, read=True)
-        self._grant_objects(self.prepare_function, self.input_bucket, input_prefix, write=True)
+        self._grant_objects(self.prepare_function, {"items": "read", "input": "write"})
         self.load_function = handler_function(
             self, "Load", handler="batch_precompute.load.handler", timeout=cdk.Duration.minutes(15), memory_size=1024,
             environment={
@@ -502,8 +540,7 @@ class BatchPrecompute(Construct):
             },
             encryption_key=log_encryption, log_retention=log_retention,
         )
-        self._grant_objects(self.load_function, self.input_bucket, input_prefix, read=True)
-        self._grant_objects(self.load_function, self.output_bucket, output_prefix, read=True, write=True, list_bucket=True)
+        self._grant_objects(self.load_function, {"input": "read", "output": "read-write"}, list_buckets=("output",))
         self.answer_store.grant_put(self.load_function)  # the loader writes answers and deletes nothing
         self.summary_function = handler_function(
             self, "Summary", handler="batch_precompute.summary.handler", timeout=cdk.Duration.seconds(30),
@@ -656,8 +693,10 @@ class BatchPrecompute(Construct):
     ) -> sfn.IChainable:
         """One job: submit, wait for its end (event or scheduled check; LAST_RESORT_CHECK), load or record."""
         output_config: dict[str, Any] = {"S3Uri": sfn.JsonPath.string_at("$.outputUri")}
-        output_key = getattr(self.output_bucket, "encryption_key", None)
+        output_key = self._keys["output"]
         if output_key is not None:
+            # "The unique identifier of the key that encrypts the S3 location of the output data" (botocore bedrock
+            # 2023-04-20, ModelInvocationJobS3OutputDataConfig.s3EncryptionKeyId; a key ARN matches its pattern)
             output_config["S3EncryptionKeyId"] = output_key.key_arn
         submit = tasks.CallAwsService(
             self, "Submit job",
@@ -816,28 +855,27 @@ class BatchPrecompute(Construct):
             ] if expiration is not None else [s3.LifecycleRule(abort_incomplete_multipart_upload_after=cdk.Duration.days(1))],
         )
 
-    @staticmethod
     def _grant_objects(
-        grantee: iam.IGrantable,
-        bucket: s3.IBucket,
-        prefix: str,
-        *,
-        read: bool = False,
-        write: bool = False,
-        list_bucket: bool = False,
+        self, grantee: iam.IGrantable, uses: Mapping[str, str], *, list_buckets: tuple[str, ...] = ()
     ) -> None:
-        """Exact S3 actions on one prefix (aws-cdk-lib's grant_read would grant s3:GetObject* and s3:List*)."""
-        actions = (["s3:GetObject"] if read else []) + (["s3:PutObject", "s3:AbortMultipartUpload"] if write else [])
+        """Exact S3 actions on the prefix of each bucket in `uses` ("items", "input" or "output" -> "read",
+        "write" or "read-write"; aws-cdk-lib's grant_read would grant s3:GetObject* and s3:List*), ListBucket
+        on `list_buckets`, and each bucket's KMS key: kms:Decrypt to read, kms:GenerateDataKey and
+        kms:Decrypt to write (a multipart upload needs both)."""
         principal = grantee.grant_principal
-        principal.add_to_principal_policy(
-            iam.PolicyStatement(actions=actions, resources=[bucket.arn_for_objects(f"{prefix}*")])
-        )
-        if list_bucket:
-            principal.add_to_principal_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn]))
-        key = getattr(bucket, "encryption_key", None)
-        if key is not None:
-            key_actions = (["kms:Decrypt"] if read else []) + (["kms:Encrypt", "kms:GenerateDataKey", "kms:Decrypt"] if write else [])
-            key.grant(grantee, *dict.fromkeys(key_actions))
+        for name, access in uses.items():
+            bucket = self._buckets[name]
+            actions = (["s3:GetObject"] if "read" in access else []) + (
+                ["s3:PutObject", "s3:AbortMultipartUpload"] if "write" in access else []
+            )
+            principal.add_to_principal_policy(
+                iam.PolicyStatement(actions=actions, resources=[bucket.arn_for_objects(f"{self._prefixes[name]}*")])
+            )
+            if name in list_buckets:
+                principal.add_to_principal_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn]))
+        grant_keys(grantee, *(
+            (self._keys[name], KMS_WRITE_ACTIONS if "write" in access else KMS_READ_ACTIONS) for name, access in uses.items()
+        ))
 
     def _check_overlaps(
         self,
@@ -921,12 +959,11 @@ class BatchPrecompute(Construct):
         names are generated per run and per job, so no grant can name them one by one. Exactly those
         ARNs, flattened at validation (a bucket of another stack is an Fn::ImportValue by then), so a
         user's own prefix wildcard on these roles is still reported."""
-        buckets = {"items": self.items_bucket, "input": self.input_bucket, "output": self.output_bucket}
         reason = (
             "S3 objects under one of this pipeline's prefixes (items, batch input, batch output), whose keys are "
             "generated per run and per job; the grant is limited to that prefix"
         )
-        objects = [buckets[name].arn_for_objects(f"{prefix}*") for name, prefix in self._prefixes.items()]
+        objects = [self._buckets[name].arn_for_objects(f"{prefix}*") for name, prefix in self._prefixes.items()]
         for role in (self.service_role, self.prepare_function.role, self.load_function.role):
             assert role is not None
             policy = role.node.try_find_child("DefaultPolicy")
