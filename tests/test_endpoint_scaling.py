@@ -29,7 +29,7 @@ from genai_pacer import capacity
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.endpoint_scaling import EndpointScaling, PeakWindow
 from genai_pacer.llm_endpoint import InferenceComponentOptions, LlmEndpoint, has_local_storage, is_accelerated
-from helpers import new_stack, only, policy_statements, resources, template_of
+from helpers import kms_statements, new_stack, only, policy_statements, resources, template_of
 
 NAN, INF = math.nan, math.inf
 TGI = "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-tgi-inference:2.7.0-tgi3.3.6-gpu-py311-cu124-ubuntu22.04"
@@ -908,15 +908,44 @@ def test_a_deploy_time_image_needs_its_repository_and_is_pulled_from_it_only():
         llm(new_stack(), image_uri=repository.repository_uri_for_tag("v1"))
 
 
-def test_a_kms_encrypted_bucket_lets_the_role_decrypt_its_weights():
+WEIGHTS_KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def _execution_role_policy(stack: cdk.Stack, endpoint: LlmEndpoint) -> str:
+    return stack.resolve(stack.get_logical_id(endpoint.role.node.find_child("DefaultPolicy").node.default_child))
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["bucket-of-the-stack", "from-bucket-attributes"])
+def test_a_kms_encrypted_bucket_lets_the_role_decrypt_its_weights(own):
+    """SageMaker downloads the weights with the execution role: kms:Decrypt on exactly the bucket's key,
+    there and nowhere else (the volume key of a g5 is none: local NVMe)."""
     stack = new_stack()
     key = kms.Key(stack, "WeightsKey", enable_key_rotation=True)
-    bucket = s3.Bucket.from_bucket_attributes(stack, "Encrypted", bucket_name="enc-models", encryption_key=key)
-    llm(stack, model_data_bucket=bucket)
+    bucket = (s3.Bucket(stack, "Encrypted", encryption_key=key) if own else
+              s3.Bucket.from_bucket_attributes(stack, "Encrypted", bucket_name="enc-models", encryption_key=key))
+    endpoint = llm(stack, model_data_bucket=bucket)
     template = template_of(stack).to_json()
     (key_id,) = resources(template, "AWS::KMS::Key")
-    decrypt = next(s for s in policy_statements(template) if s["Action"] == "kms:Decrypt")
-    assert decrypt["Resource"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    assert kms_statements(template) == {_execution_role_policy(stack, endpoint): [
+        {"Action": "kms:Decrypt", "Effect": "Allow", "Resource": {"Fn::GetAtt": [key_id, "Arn"]}}]}
+
+
+def test_a_bucket_imported_by_name_takes_its_key_as_a_prop():
+    stack = new_stack()
+    endpoint = llm(stack, model_data_bucket_key=kms.Key.from_key_arn(stack, "WeightsKey", WEIGHTS_KEY_ARN))
+    template = template_of(stack).to_json()
+    assert kms_statements(template) == {_execution_role_policy(stack, endpoint): [
+        {"Action": "kms:Decrypt", "Effect": "Allow", "Resource": WEIGHTS_KEY_ARN}]}
+
+
+def test_a_weights_key_for_a_bucket_that_knows_another_is_refused():
+    stack = new_stack()
+    bucket = s3.Bucket.from_bucket_attributes(stack, "Encrypted", bucket_name="enc-models", encryption_key=kms.Key(stack, "Own"))
+    with pytest.raises(InvalidPropsError) as refused:
+        llm(stack, model_data_bucket=bucket, model_data_bucket_key=kms.Key.from_key_arn(stack, "Other", WEIGHTS_KEY_ARN))
+    assert refused.value.problems == [
+        "model_data_bucket_key is Test/Other but model_data_bucket already knows its own key, Test/Own: the grants "
+        "would name a key that does not encrypt the bucket; drop model_data_bucket_key"]
 
 
 def test_a_weights_key_over_1024_utf8_bytes_is_refused_by_bytes_not_characters():
@@ -942,6 +971,7 @@ def test_a_weights_key_over_1024_utf8_bytes_is_refused_by_bytes_not_characters()
         (dict(image_repository="repo"), "image_repository='repo' is a str; pass an ecr repository"),
         (dict(model_data_bucket="my-models"), "model_data_bucket='my-models' is a str; pass an s3 bucket"),
         (dict(model_data_bucket=None), "model_data_bucket is required"),
+        (dict(model_data_bucket_key="alias/weights"), "model_data_bucket_key='alias/weights' is a str; pass a kms.Key"),
         (dict(model_data_key="llama"), "model_data_key='llama' must be an object key ending in '.tar.gz'"),
         (dict(model_data_key="s3://my-models/llama/"), "without 's3://'"),
         (dict(model_data_key=""), "model_data_key='' is empty"),

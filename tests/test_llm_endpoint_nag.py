@@ -55,3 +55,22 @@ def test_a_users_own_prefix_wildcard_on_that_bucket_still_fails_nag():
     [finding] = findings_in_nag_stack(build)
     assert finding.startswith("AwsSolutions-IAM5[Resource::Owner:ExportsOutputFnGetAttWeights")
     assert finding.endswith("/org/*] at Nag/Llm/ExecutionRole/DefaultPolicy/Resource")
+
+
+def test_the_weights_keys_decrypt_grant_passes_nag():
+    """A bucket of another stack with its own key, and an imported bucket with its key as a prop."""
+    from aws_cdk import aws_kms as kms
+
+    def build(stack, _):
+        owner = cdk.Stack.of(_)
+        key = kms.Key(owner, "WeightsKey", enable_key_rotation=True)
+        encrypted = s3.Bucket(owner, "Encrypted", encryption_key=key, enforce_ssl=True, server_access_logs_prefix="logs/")
+        LlmEndpoint(stack, "Llm", instance_type="ml.g5.2xlarge", image_uri=IMAGE, model_data_bucket=encrypted,
+                    model_data_key="org/mistral-7b/")
+        LlmEndpoint(stack, "Imported", instance_type="ml.g5.2xlarge", image_uri=IMAGE,
+                    model_data_bucket=s3.Bucket.from_bucket_name(stack, "Weights", "users-weights"),
+                    model_data_bucket_key=kms.Key.from_key_arn(
+                        stack, "ImportedKey", "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"),
+                    model_data_key="model.tar.gz")
+
+    assert findings_in_nag_stack(build) == []

@@ -29,7 +29,7 @@ from constructs import Construct
 from ._alarms import threshold_alarm
 from ._checks import Checks, duration_in, is_token, shown, token_kind, token_of_kind
 from ._nag import acknowledge_exact_resources, acknowledge_exact_resources_at_validation, flattened
-from ._s3 import check_key_bytes
+from ._s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
 from .capacity import MAX_CAPACITY
 
 __all__ = [
@@ -222,6 +222,11 @@ class LlmEndpoint(Construct):
         unpacking, which is faster for large models). The role may read only that object or prefix.
         A deploy-time key (a token) is taken as an archive key: the prefix form needs the literal
         "/" at synth, since it decides the container definition and the grant.
+    model_data_bucket_key: the KMS key of an SSE-KMS model_data_bucket that does not know it (imported
+        with s3.Bucket.from_bucket_name or from_bucket_arn); the execution role, with which SageMaker
+        downloads the weights, gets kms:Decrypt on it. Default: the bucket's own encryption_key (an
+        s3.Bucket built with a key, or from_bucket_attributes(encryption_key=...)); none for a bucket
+        imported by name, which is then taken as SSE-S3. A key for a bucket that knows another is refused.
     environment: the container's environment, e.g. {"SM_NUM_GPUS": "1", "MAX_INPUT_TOKENS": "4096"}.
         Default: none. At most 100 entries.
     initial_instance_count: instances at creation. Default: 1.
@@ -273,6 +278,7 @@ class LlmEndpoint(Construct):
         image_uri: str,
         model_data_bucket: s3.IBucket,
         model_data_key: str,
+        model_data_bucket_key: kms.IKey | None = None,
         image_repository: ecr.IRepository | None = None,
         environment: Mapping[str, str] | None = None,
         initial_instance_count: int = 1,
@@ -291,12 +297,13 @@ class LlmEndpoint(Construct):
         startup_health_check_timeout = startup_health_check_timeout or cdk.Duration.minutes(15)
         model_data_download_timeout = model_data_download_timeout or cdk.Duration.minutes(15)
         latency_alarm_threshold = latency_alarm_threshold or cdk.Duration.seconds(60)
-        repository_arn, seconds = self._validate(
+        repository_arn, seconds, weights_key = self._validate(
             instance_type=instance_type,
             image_uri=image_uri,
             image_repository=image_repository,
             model_data_bucket=model_data_bucket,
             model_data_key=model_data_key,
+            model_data_bucket_key=model_data_bucket_key,
             environment=environment,
             initial_instance_count=initial_instance_count,
             startup_health_check_timeout=startup_health_check_timeout,
@@ -341,7 +348,7 @@ class LlmEndpoint(Construct):
             ),
             description=f"genai-pacer: pulls the image and weights of {self.node.path}",
         )
-        service_policy = self._grant(model_data_bucket, model_data_key, repository_arn, image_repository)
+        service_policy = self._grant(model_data_bucket, model_data_key, weights_key, repository_arn, image_repository)
 
         self.volume_key = self._volume_key(instance_type, volume_encryption_key)
 
@@ -481,9 +488,9 @@ class LlmEndpoint(Construct):
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _validate(self, **props: Any) -> tuple[str | None, dict[str, Any]]:
-        """Every prop at once; returns the ECR repository ARN parsed from a literal image_uri and each
-        Duration prop in seconds (a deploy-time one as the parameter itself)."""
+    def _validate(self, **props: Any) -> tuple[str | None, dict[str, Any], kms.IKey | None]:
+        """Every prop at once; returns the ECR repository ARN parsed from a literal image_uri, each
+        Duration prop in seconds (a deploy-time one as the parameter itself) and the weights' KMS key."""
         repository_arn = None
         seconds: dict[str, Any] = {}
         with Checks(f"LlmEndpoint {self.node.id}") as check:
@@ -524,6 +531,10 @@ class LlmEndpoint(Construct):
                         resource_name=match["repository"],
                     )
             check.instance("model_data_bucket", props["model_data_bucket"], s3.IBucket, "an s3 bucket")
+            weights_key = bucket_key(
+                check, bucket_name="model_data_bucket", bucket=props["model_data_bucket"],
+                key_name="model_data_bucket_key", key=props["model_data_bucket_key"],
+            )
             key = props["model_data_key"]
             if (
                 check.text("model_data_key", key)
@@ -628,12 +639,13 @@ class LlmEndpoint(Construct):
                     options.accelerators is not None or options.cpu_cores is not None,
                     "inference_component has neither accelerators nor cpu_cores: a copy must reserve one of them",
                 )
-        return repository_arn, seconds
+        return repository_arn, seconds, weights_key
 
     def _grant(
         self,
         bucket: s3.IBucket,
         key: str,
+        weights_key: kms.IKey | None,
         repository_arn: str | None,
         repository: ecr.IRepository | None,
     ) -> iam.Policy:
@@ -650,10 +662,9 @@ class LlmEndpoint(Construct):
                     conditions={"StringLike": {"s3:prefix": [f"{key}*"]}},
                 )
             )
-        if bucket.encryption_key is not None:
-            role.add_to_principal_policy(
-                iam.PolicyStatement(actions=["kms:Decrypt"], resources=[bucket.encryption_key.key_arn])
-            )
+        # SageMaker downloads the weights with this role ("the IAM role that SageMaker can assume to access model
+        # artifacts", CreateModel ExecutionRoleArn in botocore's sagemaker model): S3's download rule applies.
+        grant_keys(role, (weights_key, KMS_READ_ACTIONS))
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=[
