@@ -21,7 +21,7 @@ from aws_cdk.assertions import Annotations, Match
 from botocore.validate import validate_parameters
 from genai_pacer._checks import InvalidPropsError
 from genai_pacer.invocation_logging import ModelInvocationLogging
-from helpers import new_stack, only, resources, template_of
+from helpers import kms_statements, new_stack, only, resources, template_of
 
 ENV = cdk.Environment(account="111122223333", region="us-east-1")
 SOURCE = {
@@ -195,6 +195,64 @@ def test_an_imported_bucket_or_key_gets_a_warning_saying_what_to_grant():
     key = kms.Key.from_key_arn(stack, "Key", "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab")
     ModelInvocationLogging(stack, "Logging", s3_delivery=True, encryption_key=key)
     assert any("kms:GenerateDataKey" in str(w.entry.data) for w in Annotations.from_stack(stack).find_warning("*", Match.any_value()))
+
+
+LOGS_KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def test_your_bucket_with_its_own_key_lets_bedrock_encrypt_the_logs_with_it():
+    """Bedrock writes the logs as bedrock.amazonaws.com, so the grant is in the key policy of the bucket's
+    key (not in any role): kms:GenerateDataKey, this account and Region only. It went to the
+    construct's own key only, which encrypts nothing of your bucket."""
+    stack = new_stack()
+    key = kms.Key(stack, "Mine", enable_key_rotation=True)
+    mine = s3.Bucket(stack, "Logs", encryption_key=key, enforce_ssl=True)
+    ModelInvocationLogging(stack, "Logging", s3_delivery=True, bucket=mine, cloudwatch_logs=False)
+    template = template_of(stack).to_json()
+    policy = resources(template, "AWS::KMS::Key")[stack.resolve(stack.get_logical_id(key.node.default_child))]
+    granted = [s for s in policy["Properties"]["KeyPolicy"]["Statement"] if s.get("Sid") == "AmazonBedrockLogsEncrypt"]
+    assert granted == [{"Action": "kms:GenerateDataKey", "Condition": SOURCE, "Effect": "Allow",
+                        "Principal": {"Service": "bedrock.amazonaws.com"}, "Resource": "*", "Sid": "AmazonBedrockLogsEncrypt"}]
+    assert kms_statements(template) == {}  # no role uses the key: Bedrock writes as its service principal
+
+
+def test_an_imported_bucket_takes_its_key_as_a_prop_and_a_key_of_the_app_gets_the_statement():
+    stack = new_stack()
+    key = kms.Key(stack, "Mine", enable_key_rotation=True)
+    ModelInvocationLogging(stack, "Logging", s3_delivery=True, cloudwatch_logs=False,
+                           bucket=s3.Bucket.from_bucket_name(stack, "Logs", "users-logs"), bucket_key=key)
+    statements = stack.resolve(key.node.default_child.key_policy)["Statement"]
+    assert [s["Action"] for s in statements if s.get("Sid") == "AmazonBedrockLogsEncrypt"] == ["kms:GenerateDataKey"]
+
+
+def test_an_imported_bucket_key_gets_a_warning_naming_the_prop():
+    stack = new_stack()
+    ModelInvocationLogging(stack, "Logging", s3_delivery=True, cloudwatch_logs=False,
+                           bucket=s3.Bucket.from_bucket_name(stack, "Logs", "users-logs"),
+                           bucket_key=kms.Key.from_key_arn(stack, "LogsKey", LOGS_KEY_ARN))
+    warnings = [str(w.entry.data) for w in Annotations.from_stack(stack).find_warning("*", Match.any_value())]
+    assert any(w.startswith("bucket_key Test/LogsKey is imported, so its policy cannot be changed here: allow "
+                            "bedrock.amazonaws.com kms:GenerateDataKey") for w in warnings), warnings
+
+
+@pytest.mark.parametrize(
+    ("props", "problem"),
+    [
+        (lambda stack: dict(s3_delivery=True, bucket_key=kms.Key.from_key_arn(stack, "K", LOGS_KEY_ARN)),
+         "bucket_key is set without bucket; a bucket this construct creates is encrypted with encryption_key: pass "
+         "bucket too, or use encryption_key"),
+        (lambda stack: dict(s3_delivery=True, bucket=s3.Bucket(stack, "Logs", encryption_key=kms.Key(stack, "Own")),
+                            bucket_key=kms.Key.from_key_arn(stack, "Other", LOGS_KEY_ARN)),
+         "bucket_key is Test/Other but bucket already knows its own key, Test/Own: the grants would name a key that "
+         "does not encrypt the bucket; drop bucket_key"),
+    ],
+    ids=["without-bucket", "another-key"],
+)
+def test_a_bucket_key_that_cannot_be_the_buckets_key_is_refused(props, problem):
+    stack = new_stack()
+    with pytest.raises(InvalidPropsError) as refused:
+        ModelInvocationLogging(stack, "Logging", **props(stack))
+    assert refused.value.problems == [problem]
 
 
 def test_keep_logging_on_delete_calls_nothing_on_delete_and_keeps_what_logging_uses():

@@ -50,6 +50,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct, IConstruct
 
 from ._checks import Checks, is_token
+from ._s3 import bucket_key as bucket_key_of
 from ._secure import encrypted_log_group, log_key
 
 __all__ = ["DEFAULT_BUCKET_RETENTION_DAYS", "DELIVERY_PATH", "LOG_STREAM", "NONCURRENT_DAYS", "ModelInvocationLogging"]
@@ -86,6 +87,14 @@ class ModelInvocationLogging(Construct):
         Its policy must let bedrock.amazonaws.com put objects (added here to a bucket of this app;
         an imported bucket gets a warning). Default: a new bucket when s3_delivery is on: SSE-KMS
         with encryption_key, TLS only, versioned, server access logs, retained on delete.
+    bucket_key: the KMS key of an SSE-KMS `bucket` that does not know it (imported with
+        s3.Bucket.from_bucket_name or from_bucket_arn): Bedrock writes the logs as
+        bedrock.amazonaws.com, so the key's policy gets kms:GenerateDataKey for it (this account and
+        Region only); a key whose policy this app cannot change (imported) gets a warning saying what to
+        add. Default: the bucket's own encryption_key (an s3.Bucket built with a key, or
+        from_bucket_attributes(encryption_key=...)); none for a bucket imported by name, which is then
+        taken as SSE-S3. Refused without bucket (a new bucket uses encryption_key) or beside a bucket
+        that knows another key. (A KMS key, not S3 Bucket Keys.)
     key_prefix: the S3 prefix of delivered logs (with s3_delivery). Default: "invocation-logs".
     large_data_prefix: the S3 prefix of bodies too large for CloudWatch Logs (with cloudwatch_logs
         and a bucket). Default: "large-data".
@@ -115,6 +124,7 @@ class ModelInvocationLogging(Construct):
         log_group: logs.ILogGroup | None = None,
         s3_delivery: bool = False,
         bucket: s3.IBucket | None = None,
+        bucket_key: kms.IKey | None = None,
         key_prefix: str | None = None,
         large_data_prefix: str | None = None,
         text_data: bool = True,
@@ -138,6 +148,11 @@ class ModelInvocationLogging(Construct):
                 check.instance(name, value, bool, "True or False")
             check.instance("log_group", log_group, logs.ILogGroup, "a logs.LogGroup", optional=True)
             check.instance("bucket", bucket, s3.IBucket, "an s3.Bucket", optional=True)
+            users_bucket_key = bucket_key_of(
+                check, bucket_name="bucket", bucket=bucket, key_name="bucket_key", key=bucket_key,
+                without="bucket_key is set without bucket; a bucket this construct creates is encrypted with "
+                "encryption_key: pass bucket too, or use encryption_key",
+            )
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
             check.instance("server_access_logs_bucket", server_access_logs_bucket, s3.IBucket, "an s3.Bucket", optional=True)
@@ -185,7 +200,8 @@ class ModelInvocationLogging(Construct):
         if s3_delivery or bucket is not None:
             self.bucket = bucket or self._new_bucket(server_access_logs_bucket, retention_days)
             prefixes = ([key_prefix] if s3_delivery else []) + ([large_data_prefix] if cloudwatch_logs else [])
-            dependencies.extend(self._allow_bedrock_to_write(stack, self.bucket, prefixes))
+            key, key_prop = (users_bucket_key, "bucket_key") if bucket is not None else (self.encryption_key, "encryption_key")
+            dependencies.extend(self._allow_bedrock_to_write(stack, self.bucket, prefixes, key, key_prop))
 
         config: dict[str, Any] = {
             "textDataDeliveryEnabled": text_data,
@@ -326,8 +342,11 @@ class ModelInvocationLogging(Construct):
                                                           arn_format=cdk.ArnFormat.NO_RESOURCE_NAME)},
         }
 
-    def _allow_bedrock_to_write(self, stack: cdk.Stack, bucket: s3.IBucket, prefixes: list[str]) -> list[IConstruct]:
-        """Bedrock may put objects under the delivery paths of our prefixes, and use the key for them."""
+    def _allow_bedrock_to_write(
+        self, stack: cdk.Stack, bucket: s3.IBucket, prefixes: list[str], key: kms.IKey | None, key_prop: str
+    ) -> list[IConstruct]:
+        """Bedrock may put objects under the delivery paths of our prefixes, and use the bucket's key for them
+        (`key`, from the prop `key_prop`; None for an SSE-S3 bucket)."""
         path = DELIVERY_PATH.format(account=stack.account)
         result = bucket.add_to_resource_policy(iam.PolicyStatement(
             sid="AmazonBedrockLogsWrite",
@@ -343,6 +362,10 @@ class ModelInvocationLogging(Construct):
                 f"s3:PutObject on {', '.join(f'{p}/{path}' for p in dict.fromkeys(prefixes))} (conditions aws:SourceAccount "
                 "and aws:SourceArn), or Bedrock cannot write the logs",
             )
+        # Bedrock writes as its service principal, so the grant is in the key policy: the user guide's S3
+        # destination setup adds this statement to the key of an SSE-KMS bucket
+        # (https://docs.aws.amazon.com/bedrock/latest/userguide/model-invocation-logging.html). In a key policy,
+        # Resource "*" is the key itself (https://docs.aws.amazon.com/kms/latest/developerguide/key-policy-overview.html).
         key_statement = iam.PolicyStatement(
             sid="AmazonBedrockLogsEncrypt",
             principals=[iam.ServicePrincipal("bedrock.amazonaws.com")],
@@ -350,14 +373,12 @@ class ModelInvocationLogging(Construct):
             resources=["*"],
             conditions=self._source_conditions(stack),
         )
-        if bucket is self.node.try_find_child("Bucket") and not self.encryption_key.add_to_resource_policy(
-            key_statement
-        ).statement_added:
+        if key is not None and not key.add_to_resource_policy(key_statement).statement_added:
             cdk.Annotations.of(self).add_warning_v2(
                 "genai-pacer:invocation-logging-key-policy",
-                f"encryption_key {self.encryption_key.node.path} is imported, so its policy cannot be changed here: "
-                "allow bedrock.amazonaws.com kms:GenerateDataKey (conditions aws:SourceAccount and aws:SourceArn), "
-                "or Bedrock cannot write to the encrypted bucket",
+                f"{key_prop} {key.node.path} is imported, so its policy cannot be changed here: allow "
+                "bedrock.amazonaws.com kms:GenerateDataKey (conditions aws:SourceAccount and aws:SourceArn), or "
+                "Bedrock cannot write to the encrypted bucket",
             )
         dependencies: list[IConstruct] = []
         if isinstance(bucket, s3.Bucket) and bucket.policy is not None:
