@@ -168,17 +168,24 @@ class Resources:
         return kms.Key(self._scope(where), self._id("Key"), enable_key_rotation=True)
 
     def bucket(self, where: str) -> s3.IBucket | None:
+        """"kms": SSE-KMS with a key of its own in the stack; "imported-kms": imported by name, so its key is
+        given as the construct's <bucket>_key prop (bucket_key)."""
         if where in ("none", "default"):
             return None
-        if where == "imported":
+        if where in ("imported", "imported-kms"):
             id = self._id("Bucket")
             return s3.Bucket.from_bucket_name(self.stack, id, id.lower())
         if where == "imported-arn":
             id = self._id("Bucket")
             return s3.Bucket.from_bucket_arn(self.stack, id, f"arn:aws:s3:::{id.lower()}")
-        bucket = s3.Bucket(self._scope(where), self._id("Bucket"), enforce_ssl=True)
+        key = self.key("new") if where == "kms" else None
+        bucket = s3.Bucket(self._scope(where), self._id("Bucket"), enforce_ssl=True, encryption_key=key)
         acknowledge(bucket, "AwsSolutions-S1", "the user's bucket: access logs are the user's choice")
         return bucket
+
+    def bucket_key(self, where: str) -> kms.IKey | None:
+        """The key of an "imported-kms" bucket, which the bucket itself does not know."""
+        return self.key("imported") if where == "imported-kms" else None
 
     def queue(self, where: str, *, with_dlq: bool = True) -> sqs.IQueue | None:
         if where in ("none", "default"):
@@ -412,7 +419,8 @@ def _scheduled_precompute(stack: cdk.Stack, o: dict[str, str], r: Resources) -> 
     if o["items"] == "inline":
         items = {"items": [{"key": f"ticker#{t}", "ticker": t} for t in ("AAPL", "AMZN")]}
     else:
-        items = {"items_bucket": r.bucket(o["items"].split(":", 1)[1]), "items_key": "tickers/items.jsonl"}
+        where = o["items"].split(":", 1)[1]
+        items = {"items_bucket": r.bucket(where), "items_key": "tickers/items.jsonl", "items_bucket_key": r.bucket_key(where)}
     return ScheduledPrecompute(
         stack,
         "Precompute",
@@ -445,6 +453,9 @@ def _batch_precompute(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
         input_bucket=r.bucket(where if which in ("input", "both") else "default"),
         output_bucket=r.bucket(where if which in ("output", "both") else "default"),
         items_bucket=r.bucket(o["items_bucket"]),
+        input_bucket_key=r.bucket_key(where if which in ("input", "both") else "default"),
+        output_bucket_key=r.bucket_key(where if which in ("output", "both") else "default"),
+        items_bucket_key=r.bucket_key(o["items_bucket"]),
         encryption_key=r.key(o["encryption_key"]),
         access_logs_bucket=r.bucket(o["access_logs_bucket"]),
         encryption_key_for_logs=r.key(o["encryption_key_for_logs"]),
@@ -502,6 +513,8 @@ def _bounded_distributed_map(stack: cdk.Stack, o: dict[str, str], r: Resources) 
         items_key=o["items_key"],
         items_format="json" if o["items_key"].endswith(".json") else "jsonl",
         results_bucket=r.bucket(o["results_bucket"]),
+        items_bucket_key=r.bucket_key(o["items_bucket"]),
+        results_bucket_key=r.bucket_key(o["results_bucket"]),
         child_execution_type=getattr(sfn.StateMachineType, o["child_execution_type"]),
         state_machine_options=state_machine_options(o["state_machine_options"], r),
     )
@@ -574,6 +587,7 @@ def _llm_endpoint(stack: cdk.Stack, o: dict[str, str], r: Resources, scope: Any 
         "Llm",
         instance_type=o.get("instance_type", "ml.g5.2xlarge"),
         model_data_bucket=r.bucket(o["model_data_bucket"]),  # type: ignore[arg-type]
+        model_data_bucket_key=r.bucket_key(o["model_data_bucket"]),
         model_data_key=o["model_data_key"],
         volume_encryption_key=r.key(o.get("volume_encryption_key", "none")),
         inference_component=component,
@@ -629,6 +643,7 @@ def _invocation_logging(stack: cdk.Stack, o: dict[str, str], r: Resources) -> An
         log_group=r.log_group(o["log_group"]),
         s3_delivery=o["s3_delivery"] == "on",
         bucket=r.bucket(o["bucket"]),
+        bucket_key=r.bucket_key(o["bucket"]),
         encryption_key=r.key(o["encryption_key"]),
         server_access_logs_bucket=r.bucket(o["server_access_logs_bucket"]),
     )
@@ -860,7 +875,7 @@ MATRICES: tuple[Matrix, ...] = (
     Matrix(
         "ScheduledPrecompute",
         {
-            "items": ("inline", "bucket:new", "bucket:imported", "bucket:other-stack"),
+            "items": ("inline", "bucket:new", "bucket:imported", "bucket:other-stack", "bucket:kms", "bucket:imported-kms"),
             "dead_letter_queue": ("none", "new", "imported", "other-stack"),
             "state_machine_options": SM_OPTIONS,
             "answer_store": STORES3,
@@ -871,8 +886,8 @@ MATRICES: tuple[Matrix, ...] = (
     Matrix(
         "BatchPrecompute",
         {
-            "buckets": ("default", "input:new", "output:imported-arn", "both:imported", "both:other-stack"),
-            "items_bucket": ("default", "new", "imported"),
+            "buckets": ("default", "input:new", "output:imported-arn", "both:imported", "both:other-stack", "both:imported-kms"),
+            "items_bucket": ("default", "new", "imported", "imported-kms"),
             "access_logs_bucket": ("default", "new", "imported"),
             "encryption_key": KEYS3,
             "encryption_key_for_logs": KEYS3,
@@ -902,9 +917,9 @@ MATRICES: tuple[Matrix, ...] = (
     Matrix(
         "BoundedDistributedMap",
         {
-            "items_bucket": ("new", "imported", "imported-arn", "other-stack"),
+            "items_bucket": ("new", "imported", "imported-arn", "other-stack", "kms", "imported-kms"),
             "items_key": ("items.jsonl", "catalog/2026/items.json"),
-            "results_bucket": ("default", "new", "imported"),
+            "results_bucket": ("default", "new", "imported", "imported-kms"),
             "child_execution_type": ("STANDARD", "EXPRESS"),
             "model": MODELS3,
             "state_machine_options": SM_OPTIONS,
@@ -935,7 +950,7 @@ MATRICES: tuple[Matrix, ...] = (
     Matrix(
         "LlmEndpoint",
         {
-            "model_data_bucket": ("new", "imported", "imported-arn", "other-stack"),
+            "model_data_bucket": ("new", "imported", "imported-arn", "other-stack", "imported-kms"),
             "model_data_key": ("mistral-7b/", "model.tar.gz", "weights/v1/model.tar.gz", "org/mistral-7b/"),
             "image_repository": ("default", "new", "imported"),
             "volume_encryption_key": KEYS,
@@ -959,7 +974,7 @@ MATRICES: tuple[Matrix, ...] = (
             "cloudwatch_logs": ("on", "off"),
             "log_group": ("default", "new", "imported"),
             "s3_delivery": ("off", "on"),
-            "bucket": ("default", "new", "imported-arn", "other-stack"),
+            "bucket": ("default", "new", "imported-arn", "other-stack", "kms", "imported-kms"),
             "encryption_key": KEYS,
             "server_access_logs_bucket": ("default", "new"),
         },
