@@ -2,8 +2,10 @@
 the botocore service models the dev tools install (no network): the SyncExecutionUrl handler's
 throttle codes and input limit (stepfunctions StartSyncExecution), ScheduledPrecompute's DynamoDB
 error names (dynamodb PutItem / DeleteItem), EventBridge Scheduler's Target.Input size and
-RetryPolicy ranges (scheduler), and LlmEndpoint's note on CreateEndpointConfig's KmsKeyId
-(sagemaker, against aws-cdk-lib's conflicting CfnEndpointConfig documentation).
+RetryPolicy ranges (scheduler), LlmEndpoint's note on CreateEndpointConfig's KmsKeyId
+(sagemaker, against aws-cdk-lib's conflicting CfnEndpointConfig documentation), and the KMS actions
+granted on an SSE-KMS bucket's key (s3 CreateMultipartUpload) with BatchPrecompute's
+s3EncryptionKeyId (bedrock).
 
 The models come from the one botocore session integ/_sdk_check.py already uses. Each check is a
 small function applied both to the constant and to a wrong value (a misspelt name, another
@@ -27,7 +29,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk.assertions import Template
 from botocore.retries.standard import ThrottledRetryableChecker
-from genai_pacer import AnswerStore, BedrockModel, ConverseRequest, llm_endpoint, precompute
+from genai_pacer import AnswerStore, BedrockModel, ConverseRequest, _s3, llm_endpoint, precompute
 from helpers import all_states, definition, new_stack, only
 
 from integ import _sdk_check
@@ -251,3 +253,35 @@ def test_aws_cdk_lib_still_documents_the_conflicting_claim_the_warning_cites():
     assert "If you specify a value for KmsKeyId when using any nitro-based instances with local storage, the call " \
            "to CreateEndpointConfig fails" in cdk_kms_key_id_doc().replace("``", "")
     assert llm_endpoint.KMS_KEY_LOCAL_STORAGE_NOTE not in cdk_kms_key_id_doc()
+
+
+# --- 5. The KMS actions of an SSE-KMS bucket's readers and writers (constructs/genai_pacer/_s3.py) ----
+
+
+def multipart_kms_actions() -> set[str]:
+    """The kms: actions S3's general-purpose bucket permissions for CreateMultipartUpload name."""
+    doc = service("s3").operation_model("CreateMultipartUpload").documentation
+    part = doc[doc.index("General purpose bucket permissions"):doc.index("Directory bucket permissions")]
+    return set(re.findall(r"<code>(kms:[A-Za-z*]+)</code>", part))
+
+
+@pytest.mark.parametrize(("actions", "documented"), [
+    (_s3.KMS_WRITE_ACTIONS, True),
+    (_s3.KMS_READ_ACTIONS, True),
+    (("kms:GenerateDataKey*", "kms:Decrypt"), False),  # the wildcard family is not what S3 names
+    (("kms:Encrypt", "kms:GenerateDataKey"), False),
+])
+def test_the_bucket_key_actions_are_those_s3_names_for_a_multipart_upload(actions, documented):
+    """A writer gets exactly what a multipart upload needs (which covers a single PutObject); a reader
+    its Decrypt. Checked against botocore's s3 model, the text of the S3 API reference."""
+    assert (set(actions) <= multipart_kms_actions()) is documented
+    assert multipart_kms_actions() == set(_s3.KMS_WRITE_ACTIONS)
+
+
+def test_a_key_arn_is_what_a_batch_jobs_s3_encryption_key_id_takes():
+    """BatchPrecompute sends the output bucket's key ARN as s3EncryptionKeyId."""
+    member = service("bedrock").shape_for("ModelInvocationJobS3OutputDataConfig").members["s3EncryptionKeyId"]
+    assert "key that encrypts the S3 location of the output data" in _flat(member.documentation)
+    pattern = re.compile(rf"^(?:{member.metadata['pattern']})$")
+    assert pattern.match("arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab")
+    assert not pattern.match("arn:aws:s3:::not-a-key")
