@@ -29,7 +29,7 @@ KMS_READ_ACTIONS = ("kms:Decrypt",)
 #: on the key" (S3 API reference, CreateMultipartUpload, general purpose bucket permissions:
 #: https://docs.aws.amazon.com/AmazonS3/latest/API/API_CreateMultipartUpload.html; the same text is in
 #: botocore's s3 model). Exactly GenerateDataKey, the action the sources name: the GenerateDataKey* family
-#: would also allow GenerateDataKeyPair and ...WithoutPlaintext, which S3 never calls.
+#: would also allow GenerateDataKeyPair and ...WithoutPlaintext, which no S3 source asks for.
 KMS_WRITE_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
 
 #: The longest S3 object key, prefix included: "a maximum length of 1,024 bytes" of UTF-8
