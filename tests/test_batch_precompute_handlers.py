@@ -400,6 +400,19 @@ def test_a_load_request_without_its_fields_fails_clearly(aws, monkeypatch):
         load.handler({"jobArn": JOB_ARN, "outputUri": "not-a-uri", "keysUri": "s3://a/b", "sequence": 1})
 
 
+@pytest.mark.parametrize("sequence", [-1, 10**40, "1764568800250", 1.5, True, None])
+def test_a_load_request_with_a_sequence_no_write_accepts_is_refused_before_any_record(aws, monkeypatch, sequence):
+    """An internal input, checked anyway: such a sequence made every record "not storable" while the job
+    was reported reconciled. Refused whole, naming `sequence` and its range; nothing is written or listed."""
+    s3, ddb = aws
+    load = module("load", monkeypatch, **LOAD_ENV)
+    request = {**job_output(s3, [f"k#{n}" for n in range(3)]), "sequence": sequence}
+    with pytest.raises(load.OutputError, match=r"sequence=.* must be a whole number from 0 to now plus 60 s in epoch milliseconds"):
+        load.load_job(s3, ddb, request, table=TABLE, model_id="m", ttl_seconds=None, concurrency=2, now=SEQUENCE / 1000)
+    assert ddb.scan(TableName=TABLE)["Count"] == 0
+    assert "Contents" not in s3.list_objects_v2(Bucket=OUT, Prefix="batch-output/run/reviews-0000/errored")
+
+
 # ---- summary ------------------------------------------------------------------------------------------
 
 

@@ -25,6 +25,10 @@ newer run is never replaced), and then:
   seen rather than silently loaded as complete. A manifest that cannot be read, or whose counts are
   not whole numbers, is a disagreement too.
 
+The request itself is checked before any record is read: a missing or malformed field, or a
+`sequence` no write would accept (`answers.check_sequence`: 0 to now plus the store's clock skew, in
+epoch milliseconds), fails the invocation with OutputError naming it.
+
 One bad line, mapping entry or answer fails alone: a line that is not JSON (or nested too deeply
 to parse) is counted and its record reported missing; a key mapping line that cannot be read is
 listed and its record's output reported as unknown; the rest load.
@@ -140,8 +144,8 @@ def load_job(
     now: float | None = None,
 ) -> dict[str, Any]:
     """Load one job's output; returns the counts the state machine reports (see the module docstring)."""
-    job = _Job.of(event)
     now = time.time() if now is None else now
+    job = _Job.of(event, now=now)  # refused whole, before any record is read
     tally = _Tally()
     keys, unreadable_mapping = _read_keys(s3, job.keys_uri, tally)
     bucket, prefix = split_uri(job.output_uri)
@@ -344,7 +348,9 @@ class _Job:
     sent_at: str | None
 
     @classmethod
-    def of(cls, event: Any) -> _Job:
+    def of(cls, event: Any, *, now: float) -> _Job:
+        """The job of a load request; OutputError naming the field that is missing or malformed (a
+        sequence every write would refuse fails the request, not each of its records)."""
         if not isinstance(event, dict):
             raise OutputError(f"the load request is incomplete or malformed: it is {type(event).__name__}, not an object")
         try:
@@ -362,7 +368,7 @@ class _Job:
                 status=str(event.get("status", "")),
                 output_uri=output_uri,
                 keys_uri=str(event["keysUri"]),
-                sequence=int(event["sequence"]),
+                sequence=answers.check_sequence(event["sequence"], now=now),
                 sent_at=event.get("sentAt") if isinstance(event.get("sentAt"), str) else None,
             )
         except (KeyError, TypeError, ValueError) as error:

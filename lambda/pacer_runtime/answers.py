@@ -99,6 +99,7 @@ __all__ = [
     "check_item",
     "check_key",
     "check_request_id",
+    "check_sequence",
     "claim",
     "store_client",
     "get_answer",
@@ -484,6 +485,19 @@ def get_answer(client: Any, table: str, key: str, *, now: float | None = None) -
         return None
 
 
+def check_sequence(sequence: Any, *, now: float) -> int:
+    """`sequence` when a writer may store it: a whole number of epoch milliseconds from 0 to now plus
+    CLOCK_SKEW_SECONDS; else ValueError naming it and the range (readers would treat a later one as
+    invalid, and it could hold the key against every later writer)."""
+    max_sequence = int(now * 1000) + SEQUENCE_SKEW_MS
+    if isinstance(sequence, bool) or not isinstance(sequence, int) or not 0 <= sequence <= max_sequence:
+        raise ValueError(
+            f"sequence={sequence!r} must be a whole number from 0 to now plus {CLOCK_SKEW_SECONDS} s "
+            f"in epoch milliseconds (0..{max_sequence:,} now)"
+        )
+    return sequence
+
+
 #: How many times put_answer judges the stored item again when it changes under a repair (another
 #: writer wrote in between): each round is one conditional write and at most one repair.
 _REPAIR_ROUNDS = 3
@@ -502,12 +516,8 @@ def put_answer(client: Any, table: str, answer: Answer, *, now: float | None = N
     treat such an answer as invalid (and it could hold the key against every later writer).
     """
     now = time.time() if now is None else now
+    check_sequence(answer.sequence, now=now)
     max_sequence = int(now * 1000) + SEQUENCE_SKEW_MS
-    if isinstance(answer.sequence, bool) or not isinstance(answer.sequence, int) or not 0 <= answer.sequence <= max_sequence:
-        raise ValueError(
-            f"sequence={answer.sequence!r} must be a whole number from 0 to now plus {CLOCK_SKEW_SECONDS} s "
-            "in epoch milliseconds"
-        )
     item = answer.to_item()
     for _ in range(_REPAIR_ROUNDS):
         stored = _conditional_put(
