@@ -101,6 +101,16 @@ def test_an_impossible_split_says_why():
         plan_split([100] * 12, tight)
 
 
+@pytest.mark.parametrize("name", ["min_records_per_job", "max_records_per_job", "max_records_per_file",
+                                  "max_job_bytes", "max_file_bytes"])
+@pytest.mark.parametrize("value", [0, -5, 2.5, "10", True])
+def test_a_split_refuses_a_limit_that_is_not_a_positive_whole_number_naming_it(name, value):
+    """Zero max_records_per_job or max_job_bytes divided by zero; zero max_records_per_file planned
+    one-record files; zero max_file_bytes refused every record as too large."""
+    with pytest.raises(ValueError, match=rf"^Quotas {name}={value!r} must be a whole number >= 1$"):
+        plan_split([100] * 20, Quotas(**{**QUOTAS.__dict__, name: value}))
+
+
 @pytest.mark.parametrize(
     ("output", "text", "stop", "tokens"),
     [

@@ -23,7 +23,7 @@ import hashlib
 import math
 import string
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 __all__ = [
@@ -79,13 +79,21 @@ class SplitError(ValueError):
 
 @dataclass(frozen=True)
 class Quotas:
-    """The per-model batch inference quotas a run is split by (see BatchPrecompute for the defaults)."""
+    """The per-model batch inference quotas a run is split by (see BatchPrecompute for the defaults).
+    Each is a whole number >= 1, else ValueError naming it: a zero maximum would divide by zero or plan
+    one-record files, a zero minimum empty jobs."""
 
     min_records_per_job: int
     max_records_per_job: int
     max_records_per_file: int
     max_job_bytes: int
     max_file_bytes: int
+
+    def __post_init__(self) -> None:
+        for limit in fields(self):
+            value = getattr(self, limit.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Quotas {limit.name}={value!r} must be a whole number >= 1")
 
 
 def plan_split(sizes: Sequence[int], quotas: Quotas) -> list[list[tuple[int, int]]]:
