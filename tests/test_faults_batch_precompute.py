@@ -280,12 +280,23 @@ def test_a_load_request_that_is_not_an_object_fails_clearly(aws, monkeypatch):
 # ---- summary -----------------------------------------------------------------------------------------------
 
 
-def test_the_summary_refuses_a_null_input_and_ignores_counts_that_are_not_numbers(monkeypatch):
+def test_the_summary_refuses_a_null_input_and_a_loaded_count_that_is_not_a_whole_number(monkeypatch):
+    """A count summed as 0 hid answers from the totals; only a bug sends one, so it is refused by name."""
     summary = module("summary", monkeypatch)
     with pytest.raises(summary.InvalidSummaryInputError, match="not NoneType"):
         summary.handler(None)
-    result = summary.handler({"plan": None, "jobs": [{"status": "Completed", "loaded": "12", "failedRecords": 2}, "x"]})
-    assert (result["outcome"], result["loaded"], result["failedRecords"]) == ("Loaded", 0, 2)
+    counts = {"loaded": 10, "superseded": 0, "failedRecords": 2}
+    result = summary.handler({"plan": None, "jobs": [{"status": "Completed", **counts}, "x"]})
+    assert (result["outcome"], result["loaded"], result["failedRecords"]) == ("Loaded", 10, 2)
+    for name in counts:
+        for bad in ("12", 1.5, -1, None, True):
+            job = {"jobName": "reviews-0001", "status": "PartiallyCompleted", **counts, name: bad}
+            with pytest.raises(summary.InvalidSummaryInputError,
+                               match=rf"loaded job 1 \('reviews-0001'\) has {name}={bad!r}; .* whole number >= 0"):
+                summary.handler({"plan": {}, "jobs": [{"status": "Completed", **counts}, job]})
+    # A job that was not loaded carries no counts.
+    result = summary.handler({"plan": {}, "jobs": [{"status": "Failed", "jobName": "j", "loaded": "n/a"}]})
+    assert (result["outcome"], result["loaded"]) == ("JobFailed", 0)
 
 
 # ---- job events ----------------------------------------------------------------------------------------------

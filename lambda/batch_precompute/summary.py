@@ -10,6 +10,9 @@ The outcome is "Loaded" when every job was loaded (PartiallyCompleted jobs inclu
 succeeded is in the store and the rest is listed), else the first of SubmitFailed, LoadFailed,
 JobFailed, JobExpired, JobStopped that occurred; `cause` then says which jobs, with Bedrock's
 failureMessage, and what the other jobs loaded.
+
+A loaded job whose loaded, superseded or failedRecords is not a whole number >= 0 fails the step
+(InvalidSummaryInputError naming the job and the field): the totals would otherwise be wrong.
 """
 
 from __future__ import annotations
@@ -47,8 +50,8 @@ def summarize(event: Any) -> dict[str, Any]:
     loaded_jobs = [job for job in jobs if job.get("status") in LOADED]
     not_loaded = [job for job in jobs if job.get("status") not in LOADED]
 
-    def total(name: str) -> int:  # a count that is not a whole number is no count
-        return sum(_count(job.get(name)) for job in loaded_jobs)
+    def total(name: str) -> int:
+        return sum(_count(job, index, name) for index, job in enumerate(loaded_jobs))
 
     summary: dict[str, Any] = {
         "runId": plan.get("runId"),
@@ -87,5 +90,14 @@ def summarize(event: Any) -> dict[str, Any]:
     return {**summary, "outcome": outcome, "cause": cause}
 
 
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+def _count(job: dict[str, Any], index: int, name: str) -> int:
+    """A loaded job's count; InvalidSummaryInputError naming the job and field when it is not a whole
+    number >= 0 (only a bug in the loader or the state machine sends one: summed as 0 it would hide
+    answers from the run's totals)."""
+    value = job.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidSummaryInputError(
+            f"loaded job {index} ({job.get('jobName')!r}) has {name}={value!r}; a loaded job's {name} must be a whole "
+            "number >= 0, as the loader returns it"
+        )
+    return value
