@@ -217,6 +217,28 @@ def test_bad_properties_and_unreachable_endpoints_fail_with_a_reason(cluster):
     assert cluster.responses[-1]["Status"] == "FAILED" and "could not connect" in cluster.responses[-1]["Reason"]
 
 
+@pytest.mark.parametrize("request_type", ["Create", "Update", "Delete"])
+@pytest.mark.parametrize("name", ["my pipeline", "hybrid\nx", "a,b", "hyb*", "_none", "..", "", "a" * 129, None, 7])
+def test_a_pipeline_name_opensearch_would_misread_fails_naming_the_property_before_any_request(cluster, name, request_type):
+    """A space or a control character used to fail as http.client's InvalidURL; ',' and '*' are lists and
+    wildcards to GET and DELETE (a DELETE of 'hyb*' deletes every pipeline starting with 'hyb')."""
+    cluster.pipelines["hybrid"] = PIPELINE
+    props = {**pipeline_props(), "PipelineName": name} if name is not None else {
+        k: v for k, v in pipeline_props().items() if k != "PipelineName"}
+    h.handler(event(cluster, request_type, props, old=pipeline_props() if request_type == "Update" else None,
+                    physical="host/_search/pipeline/hybrid"), session=SESSION)
+    failed = cluster.responses[-1]
+    assert failed["Status"] == "FAILED" and failed["Reason"].startswith("PipelineName=")
+    assert "letters, digits, '.', '_' or '-'" in failed["Reason"] and "InvalidURL" not in failed["Reason"]
+    assert cluster.requests == [] and cluster.pipelines == {"hybrid": PIPELINE}
+
+
+def test_the_construct_checks_the_pipeline_name_the_handler_accepts():
+    from genai_pacer import retrieval
+
+    assert retrieval._PIPELINE_NAME.pattern == h.PIPELINE_NAME.pattern
+
+
 BUILD = {"field": "embedding", "dimension": 4, "engine": "nmslib", "space_type": "l2", "m": 16, "ef_construction": 128}
 
 

@@ -70,6 +70,8 @@ ENGINES = ("faiss", "lucene", "nmslib")
 SPACE_TYPES = ("l2", "cosinesimil", "innerproduct")
 #: AWS::OpenSearchServerless::Index IndexName pattern (cfn-lint resource schema; OpenSearch's own rule too).
 _INDEX_NAME = re.compile(r"^(?![_-])[a-z][a-z0-9_-]*$")
+#: The search handler's PIPELINE_NAME (lambda/search_pipeline/handler.py, where its OpenSearch sources are
+#: cited); tests/test_search_pipeline_handler.py keeps the two equal.
 _PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 #: AWS::OpenSearchServerless::Index Mappings.Properties: names matching this pattern only
 #: (patternProperties with additionalProperties false; cfn-lint resource schema).

@@ -11,7 +11,8 @@ ResourceProperties (CloudFormation passes every value as a string, so documents 
     Endpoint    the domain or collection endpoint, with or without https://
     Service     "es" (managed domain) or "aoss" (Serverless collection): the SigV4 service name
     Region      the endpoint's Region
-    Pipeline:   PipelineName, Body (JSON of the pipeline definition)
+    Pipeline:   PipelineName (PIPELINE_NAME; anything else fails the resource naming it, before any
+                request), Body (JSON of the pipeline definition)
     Index:      IndexName, Body (JSON {"settings", "mappings"} to create it with), BuildTime (JSON of
                 the settings HNSW builds the graph with: engine, space_type, m, ef_construction,
                 dimension, field, and for faiss ef_search), EfSearch (the dynamic index setting
@@ -61,6 +62,7 @@ import hashlib
 import http.client
 import json
 import random
+import re
 import time
 import traceback
 import urllib.error
@@ -99,6 +101,17 @@ RESPONSE_ATTEMPTS = 3
 REQUEST_TYPES = ("Create", "Update", "Delete")
 #: What a response must echo for CloudFormation to accept it (crpg-ref-responses).
 RESPONSE_FIELDS = ("ResponseURL", "StackId", "RequestId", "LogicalResourceId")
+#: The pipeline names this handler creates, reads back and deletes as exactly one pipeline. OpenSearch
+#: itself accepts any id on PUT (PutSearchPipelineRequest.validate() returns null), but GET splits the
+#: id at commas (RestGetSearchPipelineAction: Strings.splitStringByCommaToArray) and matches wildcards,
+#: and DELETE deletes every pipeline the id matches as a wildcard pattern (SearchPipelineService.innerDelete:
+#: Regex.simpleMatch), and "_none" names no pipeline (SearchPipelineService.NOOP_PIPELINE_ID)
+#: (opensearch-project/OpenSearch, server/src/main/java/org/opensearch/{action,rest/action}/search/ and
+#: search/pipeline/SearchPipelineService.java). So: RFC 3986 unreserved characters without "~" (sent
+#: unencoded in the path, so the SigV4 canonical URI is the path itself), no "," or "*", a letter or digit
+#: first (never "_none", "." or ".."); at most 128 characters, this library's bound (HybridSearchPipeline
+#: checks the same pattern at synth).
+PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 #: time.monotonic() by which the handler must stop calling OpenSearch (set per invocation).
 _deadline: float | None = None
 #: One session for every signed request of every invocation: it resolves the role's credentials once
@@ -273,9 +286,13 @@ def _json_prop(props: dict[str, Any], name: str) -> Any:
 
 
 def _pipeline_path(props: dict[str, Any]) -> str:
-    name = str(props.get("PipelineName", ""))
-    if not name or "/" in name:
-        raise ResourceError(f"PipelineName={name!r} must be a non-empty name without '/'")
+    name = props.get("PipelineName")
+    if not isinstance(name, str) or not PIPELINE_NAME.match(name):
+        shown = name[:200] if isinstance(name, str) else name
+        raise ResourceError(
+            f"PipelineName={shown!r} must be 1 to 128 letters, digits, '.', '_' or '-', starting with a letter "
+            "or digit: it is sent as /_search/pipeline/<name>, where OpenSearch reads ',' and '*' as lists and wildcards"
+        )
     return f"/_search/pipeline/{name}"
 
 
