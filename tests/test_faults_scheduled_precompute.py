@@ -37,6 +37,24 @@ def prepare(monkeypatch):
     return importlib.import_module("scheduled_precompute.handler")
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("LOCK_SECONDS", "six hours"), ("LOCK_SECONDS", None), ("LOCK_SECONDS", "0"), ("LOCK_SECONDS", "-60"),
+    ("LOCK_SECONDS", "1.5"), ("LOCK_SECONDS", ""), ("ANSWER_TTL_SECONDS", "a week"), ("ANSWER_TTL_SECONDS", "-1"),
+])
+def test_a_bad_environment_fails_the_invocation_naming_the_variable_not_the_import(monkeypatch, name, value):
+    """An import-time failure is Lambda's Runtime.ImportModuleError on every invocation, with Python's
+    'invalid literal for int()' as its message; read per invocation, the run fails naming the variable."""
+    prepare(monkeypatch)  # the environment the construct sets, then one variable broken
+    if value is None:
+        monkeypatch.delenv(name)
+    else:
+        monkeypatch.setenv(name, value)
+    sys.modules.pop("scheduled_precompute.handler", None)
+    handler = importlib.import_module("scheduled_precompute.handler")  # imports whatever the environment holds
+    with pytest.raises(handler.ConfigurationError, match=rf"^{name}=.* must be a whole number of seconds >= 1"):
+        handler.handler({"items": [{"key": "k#1"}]}, now=1.0)
+
+
 def build(stack: cdk.Stack | None = None, **props) -> tuple[cdk.Stack, ScheduledPrecompute]:
     stack = stack or new_stack()
     defaults = {"answer_store": AnswerStore(stack, "Store"), "model": BedrockModel.from_id(NOVA), "request": REQUEST,

@@ -18,6 +18,12 @@ both are needed before any answer is written:
 Event: {"items": [{"key": "...", ...}, ...]} (items optional: absent for the S3 path).
 Result: {"sequence", "maxSequence", "maxGeneratedAt", "now", "lockExpiresAt", "expiresAt" (only with a TTL), "items", "invalid",
 "keys"}: numbers as decimal strings, except "keys" (the item count).
+
+Environment (set by ScheduledPrecompute): LOCK_SECONDS, ANSWER_TTL_SECONDS ("" for none). Both are
+read at each invocation, not at import: a value that is not whole seconds fails the invocation with
+ConfigurationError naming the variable, which the run reports as its error and cause. Failing at
+import would turn every invocation into Lambda's Runtime.ImportModuleError, whose message is
+Python's ("invalid literal for int()") and names no variable.
 """
 
 from __future__ import annotations
@@ -29,28 +35,45 @@ from typing import Any
 
 from pacer_runtime import answers
 
-#: How long an answer lives ("" = until replaced): set by AnswerStore.environment().
-ANSWER_TTL_SECONDS = int(os.environ.get("ANSWER_TTL_SECONDS") or 0) or None
-#: How long the run's lock holds at most: the state machine's timeout, so a run that times out
-#: never blocks the next one for longer than it could have run.
-LOCK_SECONDS = int(os.environ["LOCK_SECONDS"])
+
+
+class ConfigurationError(RuntimeError):
+    """The function's environment is not what ScheduledPrecompute sets (the run fails with this name)."""
+
+
+def _seconds(name: str, *, meaning: str, optional: bool = False) -> int:
+    """Whole seconds >= 1 from the environment variable `name`; optional: "" or "0" is 0 (none)."""
+    raw = os.environ.get(name, "")
+    if optional and raw in ("", "0"):
+        return 0
+    if raw.isascii() and raw.isdigit() and int(raw) >= 1:
+        return int(raw)
+    raise ConfigurationError(
+        f"{name}={raw[:40]!r} must be a whole number of seconds >= 1{' (or empty)' if optional else ''}: {meaning}, "
+        "which ScheduledPrecompute sets; redeploy the construct rather than editing the function's environment"
+    )
 
 
 def handler(event: Any, context: Any = None, *, now: float | None = None) -> dict[str, Any]:
+    # How long the run's lock holds at most: the state machine's timeout, so a run that times out
+    # never blocks the next one for longer than it could have run.
+    lock_seconds = _seconds("LOCK_SECONDS", meaning="how long the run lock holds, the state machine's timeout")
+    # How long an answer lives (0 = until replaced): set by AnswerStore.environment().
+    ttl_seconds = _seconds("ANSWER_TTL_SECONDS", meaning="how long an answer lives", optional=True)
     now = time.time() if now is None else now
     # The write condition's bound on a valid stored answer (answers._NEWER_THAN_STORED): the latest
     # instant any write of this run can happen (the lock lasts the state machine's timeout), plus the
     # clock skew. Later than the run start, so a run never replaces an answer valid when it writes.
-    max_sequence = int(now * 1000) + LOCK_SECONDS * 1000 + answers.SEQUENCE_SKEW_MS
+    max_sequence = int(now * 1000) + lock_seconds * 1000 + answers.SEQUENCE_SKEW_MS
     result: dict[str, Any] = {
         "sequence": str(int(now * 1000)),
         "maxSequence": str(max_sequence),
         "maxGeneratedAt": answers.iso_utc(max_sequence / 1000),
         "now": str(math.floor(now)),
-        "lockExpiresAt": str(math.ceil(now + LOCK_SECONDS)),
+        "lockExpiresAt": str(math.ceil(now + lock_seconds)),
     }
-    if ANSWER_TTL_SECONDS is not None:
-        result["expiresAt"] = str(math.ceil(now + ANSWER_TTL_SECONDS))
+    if ttl_seconds:
+        result["expiresAt"] = str(math.ceil(now + ttl_seconds))
     items = event.get("items") if isinstance(event, dict) else None
     kept, invalid = normalized_items(items) if items is not None else ([], [])
     result.update(items=kept, invalid=invalid, keys=len(kept) + len(invalid))
