@@ -196,6 +196,24 @@ def test_write_back_replaces_what_it_read_even_when_the_stored_sequence_is_ahead
     assert (saved.text, saved.sequence) == ("replacement", ahead + 1)
 
 
+def test_write_back_replaces_what_it_read_when_the_stored_sequence_is_the_same_millisecond(router, monkeypatch):
+    """A stale answer stored in the very millisecond the router's answer is generated, by a writer whose
+    request id sorts after the router's: at an equal sequence the request id would decide and keep it,
+    so the write-back takes the stored sequence plus one, as when the stored one is ahead."""
+    now = float(int(time.time()))  # the case's clock, pinned for the router below
+    sequence = int(now * 1000)
+    answers.put_answer(router.DDB, TABLE, answers.Answer(
+        key="k#same-ms", text="stale", model_id=MODEL, request_id="router#ffffffff", sequence=sequence,
+        generated_at=answers.iso_utc(now - MAX_AGE - 1)), now=now)
+    monkeypatch.setattr(router, "time", type("Clock", (), {"time": staticmethod(lambda: now), "sleep": time.sleep}))
+    router.stub.add_response("converse", converse_response("replacement"))
+    context = type("Context", (), {"aws_request_id": "00000000", "get_remaining_time_in_millis": lambda self: 30_000})()
+    assert "router#00000000" < "router#ffffffff"  # alone, the request ids would keep the stored answer
+    assert router.handler({"key": "k#same-ms"}, context)["writtenBack"] is True
+    saved = answers.get_answer(router.DDB, TABLE, "k#same-ms", now=now)
+    assert (saved.text, saved.sequence, saved.request_id) == ("replacement", sequence + 1, "router#00000000")
+
+
 def test_a_function_url_request_gets_an_http_response(router):
     store(router, "k#url", "via url")
     body = base64.b64encode(json.dumps({"key": "k#url"}).encode()).decode()

@@ -57,6 +57,16 @@ def test_oversized_max_tokens_reserves_19000_and_sizing_to_p99_saves_the_waste()
     assert resized.reserved == 3_990
 
 
+@pytest.mark.parametrize(("p99", "margin", "expected"), [
+    (901, 0.1, 992),  # 991.1 -> 992: a floor would cut the answers between 991 and 991.1 tokens
+    (1, 0.5, 2),  # 1.5 -> 2
+    (999, 0.001, 1000),  # 999.999 -> 1000
+    (900, 0.1, 990),  # 990.0000000000001 in floating point: exact products are not rounded up
+])
+def test_max_tokens_is_p99_times_the_margin_rounded_up(p99, margin, expected):
+    assert planning.size_max_tokens(p99, margin=margin).max_tokens == expected
+
+
 def test_tpm_plan_300_rpm_on_a_5x_model_needs_1_65_million():
     profile = TokenProfile(input_tokens=3_000, output_tokens=500, max_tokens=550, burndown=5)
     plan = planning.plan_tpm(profile, requests_per_minute=300, headroom=0)

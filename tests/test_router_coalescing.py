@@ -231,6 +231,27 @@ def test_an_unreadable_or_far_future_claim_never_blocks_a_key(environment, bad):
     assert key_claims.claim(module.DDB, TABLE, KEY, seconds=60) is not None
 
 
+def test_a_claim_lasting_longer_than_any_routers_is_treated_as_expired(environment):
+    """A router claims a key for at most its function's remaining time: Lambda's 900-second maximum timeout
+    (queued_inference.MAX_LAMBDA_TIMEOUT_SECONDS, from the AWS::Lambda::Function schema) plus a minute of
+    clock skew. A claim saying it lasts longer was written by no router and never blocks the key."""
+    from genai_pacer.queued_inference import MAX_LAMBDA_TIMEOUT_SECONDS
+
+    (module,) = environment(CountingModel(), count=1)
+    now = 1_800_000_000.0  # the case's own clock: claim() is given it, so no wall-clock time is read
+    longest = MAX_LAMBDA_TIMEOUT_SECONDS + 60
+
+    def held(expires_in: int) -> bool:
+        module.DDB.put_item(TableName=TABLE, Item={"pk": {"S": key_claims.claim_pk(KEY)}, "owner": {"S": "other"},
+                                                   "expires_at": {"N": str(int(now) + expires_in)}})
+        return key_claims.claim(module.DDB, TABLE, KEY, seconds=60, now=now) is None
+
+    assert held(MAX_LAMBDA_TIMEOUT_SECONDS) and held(longest)  # what a router may claim blocks the key
+    assert not held(longest + 1) and not held(2 * 3600)  # beyond any router's claim: free
+    with pytest.raises(ValueError, match=rf"within \(0, {longest}\]"):
+        key_claims.claim(module.DDB, TABLE, KEY, seconds=longest + 1, now=now)
+
+
 def test_a_key_too_long_for_the_prefix_is_claimed_under_its_digest():
     key = "k" * answers.MAX_KEY_BYTES
     pk = key_claims.claim_pk(key)

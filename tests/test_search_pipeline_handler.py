@@ -304,6 +304,19 @@ def test_delete_on_removal_deletes_the_index_and_tolerates_it_being_gone(cluster
         assert cluster.responses[-1]["Status"] == "SUCCESS" and cluster.indexes == {}
 
 
+@pytest.mark.parametrize("delete", [None, "", "false", "True", "TRUE", "yes", "1", " true"])
+def test_an_index_is_deleted_on_removal_only_when_delete_on_removal_is_exactly_true(cluster, delete):
+    """Keeping the data is the default: a missing or any other DeleteOnRemoval keeps the index."""
+    h.handler(event(cluster, "Create", index_props(delete="true")), session=SESSION)
+    physical = cluster.responses[-1]["PhysicalResourceId"]
+    assert not physical.endswith(h.ADOPTED_SUFFIX)  # the stack created it: only DeleteOnRemoval keeps it
+    props = index_props(delete=delete) if delete is not None else {
+        k: v for k, v in index_props().items() if k != "DeleteOnRemoval"}
+    h.handler(event(cluster, "Delete", props, physical=physical), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "SUCCESS" and "docs" in cluster.indexes
+    assert "DELETE" not in [m for m, _, _ in cluster.requests]
+
+
 def existing_index(cluster, build: dict | None = None) -> None:
     """An index someone made before the stack (same build-time settings), holding their data."""
     cluster.indexes["docs"] = {**json.loads(index_props(build)["Body"]), "documents": ["theirs"]}
@@ -424,6 +437,18 @@ def test_a_403_that_outlasts_the_wait_fails_with_the_policy_hint(cluster, monkey
     h.handler(event(cluster, "Create", pipeline_props()), session=SESSION)
     assert cluster.responses[-1]["Status"] == "FAILED" and "data access policy must name" in cluster.responses[-1]["Reason"]
     assert sum(pauses) <= h.AOSS_PERMISSION_WAIT_SECONDS and len(pauses) >= 3
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_managed_domain_fails_a_401_or_403_at_once_without_waiting_for_a_policy(cluster, monkeypatch, status):
+    """Only Serverless applies a new data access policy after a delay; a domain's 401/403 is a missing
+    role mapping, which no wait fixes: one request, no pause, the domain's hint."""
+    pauses: list[float] = []
+    monkeypatch.setattr(h.time, "sleep", pauses.append)
+    cluster.failures[("PUT", "/_search/pipeline/hybrid")] = (status, {"message": "no permissions"})
+    h.handler(event(cluster, "Create", pipeline_props()), session=SESSION)
+    assert cluster.responses[-1]["Status"] == "FAILED" and "fine-grained access control" in cluster.responses[-1]["Reason"]
+    assert pauses == [] and [(m, p) for m, p, _ in cluster.requests] == [("PUT", "/_search/pipeline/hybrid")]
 
 
 class Context:
