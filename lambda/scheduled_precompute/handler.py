@@ -36,7 +36,6 @@ from typing import Any
 from pacer_runtime import answers
 
 
-
 class ConfigurationError(RuntimeError):
     """The function's environment is not what ScheduledPrecompute sets (the run fails with this name)."""
 
