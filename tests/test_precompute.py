@@ -420,7 +420,7 @@ def test_a_run_as_built_reads_its_keys_from_s3_through_the_distributed_map():
 
 def test_the_prepare_function_gets_its_environment_resolved_and_its_failure_is_reported_short():
     """A deploy-time answer TTL reaches the function as a Ref to a parameter: without a value the run is
-    refused naming it; with one the handler reads it; with a bad one the handler's ValueError fails
+    refused naming it; with one the handler reads it; with a bad one the handler's ConfigurationError fails
     'Prepare run' as Step Functions names a raised exception, in a short message."""
     from genai_pacer.testing.sfn import OfflineExecutionError
 
@@ -439,12 +439,12 @@ def test_the_prepare_function_gets_its_environment_resolved_and_its_failure_is_r
             untouched = runner.dynamodb.scan(TableName=runner.physical_name(pre.answer_store.table))["Count"]
     assert "the environment of function" in str(refused.value) and "pass values={'AnswerTtl': ...}" in str(refused.value)
     assert 0 < expires - int(ran.output["sequence"]) / 1000 <= 3601
-    assert (failed.status, failed.error, failed.failed_state) == ("FAILED", "ValueError", "Prepare run")
-    assert json.loads(failed.cause)["errorMessage"] == "invalid literal for int() with base 10: 'a week'"
+    assert (failed.status, failed.error, failed.failed_state) == ("FAILED", "ConfigurationError", "Prepare run")
+    assert json.loads(failed.cause)["errorMessage"].startswith("ANSWER_TTL_SECONDS='a week' must be a whole number")
     assert failed.model_calls == 0 and untouched == 0  # no lock taken, no answer written
     message = failed.failure()
-    assert message.startswith(f"{failed.state_machine} ended FAILED in state 'Prepare run': ValueError")
-    assert "ValueError: invalid literal for int() with base 10: 'a week'" in message and "handler.py" in message
+    assert message.startswith(f"{failed.state_machine} ended FAILED in state 'Prepare run': ConfigurationError")
+    assert "ANSWER_TTL_SECONDS='a week'" in message and "handler.py" in message
     assert len(message) < 800 and len(message.splitlines()) <= 4, message
 
 

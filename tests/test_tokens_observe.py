@@ -75,7 +75,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "alarms": latency_alarms, "watched": watched}
 LOGGING_PROPS = ("cloudwatch_logs", "log_group", "s3_delivery", "bucket", "key_prefix", "large_data_prefix", "text_data",
                  "image_data", "embedding_data", "video_data", "encryption_key", "log_retention", "bucket_retention",
-                 "server_access_logs_bucket", "keep_logging_on_delete")
+                 "server_access_logs_bucket", "keep_logging_on_delete", "bucket_key")
 DASHBOARD_PROPS = ("models", "dashboard_name", "alarm_actions", "default_interval")
 QUOTA_PROPS = ("tpm_quota", "alarm_fraction", "planned_tpm", "planned_reservation_tpm", "burndown")
 ALARMS_PROPS = ("ttft_p90", "throttle_periods", "reservation_ratio", "latency_fallbacks", "evaluation_periods")
@@ -86,7 +86,7 @@ EXPERIMENT_PROPS = ("variants", "control", "experiment_name", "salt", "applicati
 ENDPOINT_PROPS = ("instance_type", "image_uri", "model_data_bucket", "model_data_key", "image_repository", "environment",
                   "initial_instance_count", "startup_health_check_timeout", "model_data_download_timeout",
                   "inference_component", "volume_encryption_key", "endpoint_name", "variant_name", "routing_strategy",
-                  "network_isolation", "latency_alarm_threshold", "alarm_actions")
+                  "network_isolation", "latency_alarm_threshold", "alarm_actions", "model_data_bucket_key")
 #: (construct, prop, kind) -> the resource type whose properties hold the reference. Every other case is
 #: refused, naming the prop.
 PASSES = {
