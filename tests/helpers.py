@@ -47,6 +47,32 @@ def definition(state_machine: dict) -> dict:
     return json.loads(_flatten_tokens(state_machine["Properties"]["DefinitionString"]))
 
 
+def definition_with_refs(template: dict) -> dict:
+    """The only state machine's definition, each Ref in it shown as "<<number Name>>" (outside a JSON
+    string: a number at deploy) or "<<text Name>>" (inside one); other intrinsics likewise by their JSON.
+    (definition() shows every token as TOKEN, which breaks JSON where a token stands for a number.)"""
+    value = only(template, "AWS::StepFunctions::StateMachine")["Properties"]["DefinitionString"]
+    if isinstance(value, str):
+        return json.loads(value)
+    delimiter, parts = value["Fn::Join"]
+    text, in_string = "", False
+    for part in parts:
+        if isinstance(part, str):
+            escaped = False
+            for char in part:
+                if escaped:
+                    escaped = False
+                elif char == "\\":
+                    escaped = True
+                elif char == '"':
+                    in_string = not in_string
+            text += part + delimiter
+            continue
+        name = part["Ref"] if set(part) == {"Ref"} else json.dumps(part, sort_keys=True).replace('"', "'")
+        text += (f"<<text {name}>>" if in_string else f'"<<number {name}>>"') + delimiter
+    return json.loads(text[: len(text) - len(delimiter)] if delimiter else text)
+
+
 def all_states(asl: dict) -> dict[str, dict]:
     """Every state, nested ones (Parallel branches, Map processors) included, by name."""
     found: dict[str, dict] = {}

@@ -299,9 +299,16 @@ def test_two_environment_agnostic_stacks_are_refused_and_a_mix_is_warned():
 
 
 def test_different_regions_each_get_their_own():
+    """Issue 35.11: this test built both stacks and asserted nothing. Logging is one setting per account and
+    Region, so two Regions of one account are two settings, each in its own stack, and neither is refused."""
     app = cdk.App()
-    ModelInvocationLogging(cdk.Stack(app, "East", env=ENV), "Logging")
-    ModelInvocationLogging(cdk.Stack(app, "West", env=cdk.Environment(account="111122223333", region="us-west-2")), "Logging")
+    east = cdk.Stack(app, "East", env=ENV)
+    west = cdk.Stack(app, "West", env=cdk.Environment(account="111122223333", region="us-west-2"))
+    ModelInvocationLogging(east, "Logging")
+    ModelInvocationLogging(west, "Logging")
+    for stack in (east, west):
+        (setting,) = resources(template_of(stack).to_json(), "Custom::BedrockModelInvocationLogging").values()
+        assert "PutModelInvocationLoggingConfiguration" in json.dumps(setting["Properties"]["Create"])
 
 
 def test_an_existing_aws_custom_resource_function_is_reused_not_reconfigured():

@@ -35,6 +35,7 @@ from genai_pacer._nag import flatten_reference
 from helpers import (
     all_states,
     definition,
+    definition_with_refs,
     kms_statements,
     new_stack,
     only,
@@ -120,8 +121,18 @@ def test_retry_is_overridable_and_one_error_name_is_one_name():
     }
 
 
-def test_retry_accepts_deploy_time_tokens():
-    BedrockRetry(max_retries=a_token(), backoff_rate=a_token())
+def test_deploy_time_retries_and_backoff_reach_the_model_tasks_retrier():
+    """Issue 35.11: this test used to build a BedrockRetry and assert nothing."""
+    stack = new_stack()
+    retries = cdk.CfnParameter(stack, "Retries", type="Number").value_as_number
+    backoff = cdk.CfnParameter(stack, "Backoff", type="Number").value_as_number
+    BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST,
+               retry=BedrockRetry(max_retries=retries, backoff_rate=backoff))
+    template = template_of(stack).to_json()
+    retriers = all_states(definition_with_refs(template))["InvokeModel"]["Retry"]
+    (retrier,) = [r for r in retriers if "States.ALL" not in r["ErrorEquals"]]
+    assert (retrier["MaxAttempts"], retrier["BackoffRate"]) == ("<<number Retries>>", "<<number Backoff>>"), retrier
+    assert "e+2" not in json.dumps(template["Resources"])
 
 
 @pytest.mark.parametrize(
@@ -335,10 +346,12 @@ def test_unbounded_only_when_allowed():
     assert machine_definition(template_of(stack).to_json())["States"]["Map"].get("MaxConcurrency", 0) == 0
 
 
-def test_a_token_cap_is_passed_through():
+def test_a_token_cap_is_the_maps_max_concurrency():
+    """Issue 35.11: this test used to synthesize and assert nothing."""
     stack = new_stack()
     BoundedMap(stack, "Map", max_concurrency=a_token(), model=NOVA, request=REQUEST)
-    template_of(stack)  # synthesizes
+    states = all_states(definition_with_refs(template_of(stack).to_json()))
+    assert states["Map"]["MaxConcurrency"] == "<<number SomeParameter>>"
 
 
 def test_output_that_can_exceed_the_state_limit_warns_with_the_numbers():

@@ -289,10 +289,17 @@ def test_variant_names_that_differ_only_in_punctuation_get_their_own_alarms():
     assert len(guard_alarms(Template.from_stack(stack).to_json())) == 4
 
 
-def test_tokens_are_accepted_where_deploy_time_values_are_valid():
+def test_a_deploy_time_error_rate_limit_is_every_error_guards_threshold():
+    """Issue 35.11: this test used to build the experiment and assert nothing."""
     stack = new_stack()
     param = cdk.CfnParameter(stack, "Limit", type="Number")
-    build(stack, max_error_rate_percent=param.value_as_number, experiment_name="support")
+    _, experiment = build(stack, max_error_rate_percent=param.value_as_number, experiment_name="support")
+    template = Template.from_stack(stack).to_json()
+    guards = [name for name in experiment.alarms if name.endswith("-errors")]
+    assert guards and len(guards) == len(experiment.variants)
+    thresholds = [r["Properties"]["Threshold"] for k, r in template["Resources"].items()
+                  if r["Type"] == "AWS::CloudWatch::Alarm" and "ErrorRate" in k]
+    assert thresholds == [{"Ref": "Limit"}] * len(guards)
 
 
 # ---- bad values ---------------------------------------------------------------------------------
@@ -582,10 +589,19 @@ def test_add_to_function_refuses_what_it_cannot_wire():
         elsewhere.add_to_function(handler(nowhere))
 
 
-def test_the_longest_guard_windows_cloudwatch_accepts_are_accepted():
-    build(guard_period=cdk.Duration.minutes(59), guard_evaluation_periods=24, bake_time=cdk.Duration.days(1))
-    build(guard_period=cdk.Duration.hours(1), guard_evaluation_periods=100, bake_time=cdk.Duration.days(1))
-    build(variants=[variant(name=f"v{i}", share=5) for i in range(20)])
+@pytest.mark.parametrize(("period", "periods"), [(cdk.Duration.minutes(59), 24), (cdk.Duration.hours(1), 100)])
+def test_the_longest_guard_windows_cloudwatch_accepts_are_accepted(period, periods):
+    """The limits' edges (1 day under an hour's period, 7 days from an hour) reach the guards unchanged."""
+    stack, _ = build(guard_period=period, guard_evaluation_periods=periods, bake_time=cdk.Duration.days(1))
+    guards = [r["Properties"] for k, r in Template.from_stack(stack).to_json()["Resources"].items()
+              if r["Type"] == "AWS::CloudWatch::Alarm" and ("ErrorRate" in k or "P90Latency" in k)]
+    assert guards and all(g["EvaluationPeriods"] == periods for g in guards)
+    assert {q["MetricStat"]["Period"] for g in guards for q in g["Metrics"] if "MetricStat" in q} == {period.to_seconds()}
+
+
+def test_twenty_variants_of_five_percent_each_get_their_guards():
+    _, experiment = build(variants=[variant(name=f"v{i}", share=5) for i in range(20)])
+    assert len([name for name in experiment.alarms if name.endswith(("-errors", "-p90"))]) == 40
 
 
 # ---- cdk-nag: the fallback's one wildcard is acknowledged, nothing broader ---------------------------

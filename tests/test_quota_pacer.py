@@ -182,7 +182,9 @@ def test_an_empty_window_admits_a_reservation_above_a_lowered_limit():
     clock = FakeClock()
     ledger = pacer(clock)
     ledger.admit(100).throttled()  # limit 7,000
-    ledger.admit(9_000, max_wait_seconds=0)  # the window is empty: it would wait forever otherwise
+    assert ledger.stats().limit_tpm == 7_000
+    ledger.admit(9_000, max_wait_seconds=0)  # the window is empty: it would wait forever otherwise (AdmissionRejected)
+    assert ledger.stats().held_tokens == 9_000
 
 
 def test_calls_are_admitted_in_arrival_order():

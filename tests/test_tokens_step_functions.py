@@ -41,7 +41,7 @@ from genai_pacer import (
     TaskOptions,
 )
 from genai_pacer._checks import InvalidPropsError
-from helpers import all_states, new_stack, only, resources, token_of
+from helpers import all_states, definition_with_refs, new_stack, only, resources, token_of
 
 KINDS = ("number", "string", "duration", "minutes", "list")
 ENCODED_NUMBER = re.compile(r"e\+2\d\d|-1\.88815")  # how aws-cdk-lib encodes a number token
@@ -68,31 +68,6 @@ def holds_ref(value: Any) -> bool:
     return False
 
 
-def asl(template: dict) -> dict:
-    """The state machine's definition with each Ref in it shown as NUM (outside a JSON string: a number
-    at deploy) or STR (inside one); other intrinsics as <<number ...>> / <<text ...>> of their JSON."""
-    value = only(template, "AWS::StepFunctions::StateMachine")["Properties"]["DefinitionString"]
-    if isinstance(value, str):
-        return json.loads(value)
-    delimiter, parts = value["Fn::Join"]
-    text, in_string = "", False
-    for part in parts:
-        if isinstance(part, str):
-            escaped = False
-            for char in part:
-                if escaped:
-                    escaped = False
-                elif char == "\\":
-                    escaped = True
-                elif char == '"':
-                    in_string = not in_string
-            text += part + delimiter
-            continue
-        name = part["Ref"] if set(part) == {"Ref"} else json.dumps(part, sort_keys=True).replace('"', "'")
-        text += (f"<<text {name}>>" if in_string else f'"<<number {name}>>"') + delimiter
-    return json.loads(text[: len(text) - len(delimiter)] if delimiter else text)
-
-
 def flows(value: Any, kind: str) -> bool:
     """The parameter reached this value: as a number for a number or Duration, within text for a string."""
     if kind == "string":
@@ -101,7 +76,7 @@ def flows(value: Any, kind: str) -> bool:
 
 
 def states(template: dict) -> dict[str, dict]:
-    return all_states(asl(template))
+    return all_states(definition_with_refs(template))
 
 
 def model_task(template: dict) -> dict:
@@ -305,7 +280,7 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Build, Synth, dict[t
         {
             ("state_machine_name", "string"): lambda t: [
                 only(t, "AWS::StepFunctions::StateMachine")["Properties"]["StateMachineName"]],
-            ("timeout", "duration"): lambda t: [asl(t)["TimeoutSeconds"]],
+            ("timeout", "duration"): lambda t: [definition_with_refs(t)["TimeoutSeconds"]],
         },
     ),
 }
@@ -414,9 +389,9 @@ def test_prompt_names_like_the_constructs_own_children_are_safe_and_move_no_logi
     construct = parallel(named, prompts={name: REQUEST for name in OWN_CHILD_IDS}, synthesis=REQUEST)
     template = Template.from_stack(named).to_json()
     assert sorted(template["Resources"]) == sorted(Template.from_stack(plain).to_json()["Resources"])
-    branches = [branch["StartAt"] for branch in asl(template)["States"]["Prompts"]["Branches"]]
+    branches = [branch["StartAt"] for branch in definition_with_refs(template)["States"]["Prompts"]["Branches"]]
     assert branches == list(OWN_CHILD_IDS)
-    assert set(asl(template)["States"]["Prompts"]["ResultSelector"]["answers"]) == {f"{n}.$" for n in OWN_CHILD_IDS}
+    assert set(definition_with_refs(template)["States"]["Prompts"]["ResultSelector"]["answers"]) == {f"{n}.$" for n in OWN_CHILD_IDS}
     assert construct.state_machine.node.id == "StateMachine"
 
 
@@ -425,7 +400,7 @@ def test_native_prompts_whose_names_differ_by_a_model_suffix_do_not_collide():
     stack = new_stack()
     body = NativeRequest(body={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 50})
     parallel(stack, prompts={"a": body, "aModel": body})
-    branches = asl(Template.from_stack(stack).to_json())["States"]["Prompts"]["Branches"]
+    branches = definition_with_refs(Template.from_stack(stack).to_json())["States"]["Prompts"]["Branches"]
     assert [b["StartAt"] for b in branches] == ["a", "aModel"]
 
 
