@@ -19,7 +19,12 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Template
 from genai_pacer import AnswerStore, BedrockModel, BoundedMap, ConverseRequest, StateMachineOptions
 from genai_pacer._checks import InvalidPropsError
-from genai_pacer.precompute import CONDITIONAL_CHECK_FAILED, DYNAMODB_RETRY_ERRORS, ScheduledPrecompute
+from genai_pacer.precompute import (
+    CONDITIONAL_CHECK_FAILED,
+    DYNAMODB_RETRY_ERRORS,
+    LAMBDA_THROTTLED,
+    ScheduledPrecompute,
+)
 from genai_pacer.testing.sfn import StateMachineRunner
 from helpers import all_states, definition, new_stack, only, resources
 
@@ -53,6 +58,26 @@ def test_a_bad_environment_fails_the_invocation_naming_the_variable_not_the_impo
     handler = importlib.import_module("scheduled_precompute.handler")  # imports whatever the environment holds
     with pytest.raises(handler.ConfigurationError, match=rf"^{name}=.* must be a whole number of seconds >= 1"):
         handler.handler({"items": [{"key": "k#1"}]}, now=1.0)
+
+
+def test_the_second_look_fails_a_key_whose_own_answer_is_invalid_and_needs_its_table(monkeypatch):
+    """Only a bug could send an invalid answer item or leave ANSWER_TABLE empty: the key fails with the
+    error's name (its Catch), and nothing is written."""
+    from pacer_runtime import answers
+
+    handler = prepare(monkeypatch)
+    item = {"pk": {"S": "k#1"}, "answer": {"S": "a"}, "model_id": {"S": NOVA}, "request_id": {"S": "precompute#r"},
+            "sequence": {"N": "1000"}, "generated_at": {"S": "1970-01-01T00:00:01Z"}}
+    monkeypatch.delenv("ANSWER_TABLE", raising=False)
+    with pytest.raises(handler.ConfigurationError, match="^ANSWER_TABLE is empty"):
+        handler.handler({"answer": item}, now=2.0)
+    monkeypatch.setenv("ANSWER_TABLE", "answers")
+    monkeypatch.setattr(handler, "_store", lambda: pytest.fail("no write for an invalid answer"))
+    for broken in ({"answer": {"S": ""}}, {"output_tokens": {"N": "1.5"}}, {"generated_at": {"S": "soon"}}):
+        with pytest.raises(answers.InvalidItemError):
+            handler.handler({"answer": {**item, **broken}}, now=2.0)
+    with pytest.raises(answers.InvalidItemError, match="not a map"):
+        handler.handler({"answer": None}, now=2.0)
 
 
 def build(stack: cdk.Stack | None = None, **props) -> tuple[cdk.Stack, ScheduledPrecompute]:
@@ -124,6 +149,21 @@ def test_every_dynamodb_task_retries_throttles_under_both_spellings_and_catches_
     assert not any(error.startswith("DynamoDb.") for error in DYNAMODB_RETRY_ERRORS)
     catches = [catch["ErrorEquals"] for state in dynamodb_tasks.values() for catch in state.get("Catch", [])]
     assert [CONDITIONAL_CHECK_FAILED] in catches and CONDITIONAL_CHECK_FAILED == "DynamoDB.ConditionalCheckFailedException"
+
+
+def test_the_second_look_retries_lambdas_throttle_and_fails_only_its_key():
+    """A failed condition goes to the construct's function (put_answer's second look); Lambda's throttle,
+    which aws-cdk-lib's default Retry omits, is retried with full jitter, and anything else fails the key."""
+    stack, pre = build()
+    states = all_states(definition(only(Template.from_stack(stack).to_json(), "AWS::StepFunctions::StateMachine")))
+    (to_second_look,) = [c["Next"] for c in states["Write answer"]["Catch"] if c["ErrorEquals"] == [CONDITIONAL_CHECK_FAILED]]
+    look = states[to_second_look]
+    assert look["Resource"].endswith(":::lambda:invoke") and look["OutputPath"] == "$.Payload"
+    assert set(look["Parameters"]["Payload"]["answer"]) == set(states["Write answer"]["Parameters"]["Item"])
+    assert {"ErrorEquals": [LAMBDA_THROTTLED], "IntervalSeconds": 1, "MaxAttempts": 6, "BackoffRate": 2,
+            "JitterStrategy": "FULL"} in look["Retry"]
+    assert LAMBDA_THROTTLED == "Lambda.TooManyRequestsException"
+    assert look["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Key failed"}]
 
 
 # ---- props that could never work --------------------------------------------------------------------
@@ -278,32 +318,46 @@ def test_the_control_a_valid_newer_item_is_kept_by_the_run(monkeypatch):
     assert kept is not None and kept.text == "newer"
 
 
-def test_what_no_condition_can_judge_is_reported_superseded_and_the_next_put_answer_repairs_it(monkeypatch):
-    """A fractional count is invalid to readers, but DynamoDB conditions have no arithmetic: the run's
-    DynamoDB task cannot tell 2.5 from 2 and reports the key superseded; the next writer that goes
-    through put_answer (router, worker, batch loader) replaces the item."""
-    import time
-
+@pytest.mark.parametrize("corrupt", [
+    {"output_tokens": {"N": "2.5"}},  # fractional: DynamoDB conditions have no arithmetic
+    {"sequence": {"N": "{newer}.5"}},  # fractional, and newer than the run
+    {"generated_at": {"S": "2020-02-30T00:00:00Z"}},  # of a stamp's size and range, but no such day
+    {"generated_at": {"S": "2020-01-01 00:00:00+00:00"}},  # a time, but not the form writers store
+], ids=["fractional-output-tokens", "fractional-sequence", "30-february", "not-the-writers-time-form"])
+def test_what_no_condition_can_judge_is_repaired_by_the_run_itself(monkeypatch, corrupt):
+    """The run's DynamoDB task cannot tell 2.5 from 2 or a 30 February from a day, so its condition keeps
+    the item; the failed condition's second look (put_answer in the construct's prepare function, judging
+    with answers.check_item as readers do) replaces exactly that item, though its sequence is newer, and
+    keeps the valid newer item beside it. No other writer has to touch the key. The runner calls the
+    prepare function itself (genai-pacer's handler asset), with the environment the template gives it."""
     from pacer_runtime import answers
     from test_precompute import build as build_reference
     from test_precompute import emulator, offline, tickers
 
     stack, pre = build_reference()
-    items = tickers(1)
+    items = tickers(2)
+    newer = _newer_than_the_run()
+    corrupt = {name: {kind: text.format(newer=newer)} for name, value in corrupt.items() for kind, text in value.items()}
     with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
         table = runner.physical_name(pre.answer_store.table)
-        runner.dynamodb.put_item(TableName=table, Item={
-            "pk": {"S": "ticker-morning#t0"}, "answer": {"S": "stale"}, "model_id": {"S": NOVA},
-            "request_id": {"S": "router#1"}, "sequence": {"N": _newer_than_the_run()},
-            "generated_at": {"S": "2020-01-01T00:00:00Z"}, "output_tokens": {"N": "2.5"}})
+        valid = {"answer": {"S": "newer"}, "model_id": {"S": NOVA}, "request_id": {"S": "router#1"},
+                 "sequence": {"N": newer}, "generated_at": {"S": "2020-01-01T00:00:00Z"}}
+        runner.dynamodb.put_item(TableName=table, Item={"pk": {"S": "ticker-morning#t0"}, **valid, **corrupt})
+        runner.dynamodb.put_item(TableName=table, Item={"pk": {"S": "ticker-morning#t1"}, **valid})  # the control
+        stored = {key: runner.dynamodb.get_item(TableName=table, Key={"pk": {"S": key}})["Item"]
+                  for key in ("ticker-morning#t0", "ticker-morning#t1")}
         run = runner.run({"items": items}, timeout=120).raise_for_status()
-        after_run = answers.get_answer(runner.dynamodb, table, "ticker-morning#t0")
-        repair = answers.Answer(key="ticker-morning#t0", text="router's", model_id=NOVA, request_id="router#2",
-                                sequence=int(time.time() * 1000))
-        written = answers.put_answer(runner.dynamodb, table, repair)
         repaired = answers.get_answer(runner.dynamodb, table, "ticker-morning#t0")
-    assert (run.output["written"], run.output["superseded"]) == (0, 1) and after_run is None
-    assert written is True and repaired is not None and repaired.text == "router's"
+        kept = answers.get_answer(runner.dynamodb, table, "ticker-morning#t1")
+    prepare_id = stack.resolve(stack.get_logical_id(pre.prepare_function.node.default_child))
+    assert answers.check_item(stored["ticker-morning#t0"]) is not None  # invalid to readers
+    assert answers.check_item(stored["ticker-morning#t1"]) is None
+    assert int(newer) > int(run.output["sequence"])  # the order alone would keep both stored items
+    assert (run.output["written"], run.output["superseded"], run.output["failed"]) == (1, 1, 0)
+    assert repaired is not None and repaired.text != "newer" and repaired.sequence == int(run.output["sequence"])
+    assert repaired.request_id.startswith("precompute#") and repaired.output_tokens == 100
+    assert kept is not None and kept.text == "newer" and kept.sequence == int(newer)
+    assert run.lambda_calls == [prepare_id, prepare_id]  # both writes failed the condition: one second look each
 
 
 # ---- 27.3: what a run writes under its own names -----------------------------------------------------

@@ -94,7 +94,8 @@ CONDITION, PUT_ANSWER = "condition", "put_answer"
 #: case -> (attributes overridden in valid_item (None removes one), the reason readers log, and who
 #: replaces it: the write condition itself (so ScheduledPrecompute's DynamoDB task does too), or only
 #: put_answer, which judges the item a failed write returns (DynamoDB has no arithmetic or pattern
-#: in a condition: it cannot tell 2.5 from 2, nor a time from a string of the same size and range).
+#: in a condition: it cannot tell 2.5 from 2, nor a time from a string of the same size and range);
+#: ScheduledPrecompute sends such a failed write to put_answer in its "Check stored answer" step.
 CORRUPTIONS = {
     "string sequence": ({"sequence": {"S": "99999999999999"}}, "sequence is of type S, not N", CONDITION),
     "sequence 10**38-1": ({"sequence": {"N": str(10**38 - 1)}}, "sequence is beyond now plus 60 s", CONDITION),
@@ -129,7 +130,8 @@ CORRUPTIONS = {
     "generated_at too short": ({"generated_at": {"S": "2026"}}, "generated_at is not an ISO-8601 time", CONDITION),
     "generated_at empty": ({"generated_at": {"S": ""}}, "generated_at is not an ISO-8601 time", CONDITION),
     "generated_at before 1970": ({"generated_at": {"S": "1969-12-31T23:59:59.000Z"}}, "generated_at is before 1970", CONDITION),
-    # What only put_answer can judge (the Step Functions writer reports such a key superseded).
+    # What only put_answer can judge (the Step Functions writer's condition keeps such an item, and its
+    # "Check stored answer" step hands the write to put_answer: tests/test_faults_scheduled_precompute.py).
     "fractional output_tokens": ({"output_tokens": {"N": "2.5"}}, "output_tokens is not a whole number >= 0", PUT_ANSWER),
     "fractional cache_read_tokens": ({"cache_read_tokens": {"N": "0.5"}}, "cache_read_tokens is not a whole number >= 0",
                                      PUT_ANSWER),

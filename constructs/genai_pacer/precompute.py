@@ -11,7 +11,7 @@ The run, state by state:
    can neither read the time as a number nor change a string's case, and both matter: answers are
    ordered by `sequence` (epoch milliseconds, as the queue worker and the router write them), and
    stored keys must be `answers.normalize_key(key)` or the router, which normalizes every lookup,
-   never finds them. This is the only Lambda; the writes are DynamoDB tasks.
+   never finds them. The writes are DynamoDB tasks; the same function takes the second look below.
 2. Take the run lock: a conditional PutItem of a claim (`claim#precompute-run#<state machine
    name>`, the answer schema's claim item) that succeeds only when no unexpired claim exists.
    Runs never overlap: a run that starts while another holds the lock ends at once, successfully,
@@ -22,8 +22,14 @@ The run, state by state:
    an S3 JSON/JSONL object read by a distributed Map (up to 10,000 at once). Per key: a Converse
    call with BedrockRetry (full jitter), then a PutItem that writes exactly the attributes
    `Answer.to_item` writes, under put_answer's condition (an older answer never replaces a newer
-   one). Each key catches its own failure, so a failed key never loses the others.
-4. Summarize: counts of written, superseded (a newer answer was already stored) and failed keys,
+   one). That condition cannot see a fractional number or a malformed time in the stored item, so
+   when it fails, "Check stored answer" hands the same item to the prepare function, where
+   put_answer judges the stored item with `answers.check_item` (the readers' rule) and replaces
+   exactly an invalid one, never a valid newer answer: a corrupt item is repaired by the run
+   itself, not left for another writer. (Step Functions cannot apply that rule: no arithmetic or
+   date parsing in JSONPath or in DynamoDB conditions, hence a Lambda step, and only on this path.)
+   Each key catches its own failure, so a failed key never loses the others.
+4. Summarize: counts of written, superseded (a valid newer answer was already stored) and failed keys,
    the failed keys themselves, the PrecomputeFailedKeys metric (CloudWatch, namespace GenaiPacer),
    the lock released; then the run fails if more keys failed than `tolerated_failed_keys`.
 
@@ -80,6 +86,7 @@ __all__ = [
     "CONDITIONAL_CHECK_FAILED",
     "DYNAMODB_RETRY_ERRORS",
     "FAILED_KEYS_DIMENSION",
+    "LAMBDA_THROTTLED",
     "RUN_LOCK_PREFIX",
     "ScheduledPrecompute",
 ]
@@ -124,8 +131,14 @@ def _step_functions_names(error: str) -> tuple[str, ...]:
 
 #: The Retry of every DynamoDB task of the run (answers, the run lock).
 DYNAMODB_RETRY_ERRORS = tuple(name for error in DYNAMODB_TRANSIENT_ERRORS for name in _step_functions_names(error))
+#: Lambda's throttle as Step Functions names it: "When Lambda hits the maximum number of invocations, the
+#: error is Lambda.TooManyRequestsException" (https://docs.aws.amazon.com/step-functions/latest/dg/
+#: bp-lambda-serviceexception.html). aws-cdk-lib's LambdaInvoke retries the page's other four only.
+LAMBDA_THROTTLED = "Lambda.TooManyRequestsException"
 #: History events one inline key adds (task, retries, choice, write, their entered/exited events),
-#: measured offline; Step Functions stops a run at 25,000.
+#: measured offline; Step Functions stops a run at 25,000. A key whose write fails its condition adds 5
+#: more ("Check stored answer": a Lambda task's entered, scheduled, started, succeeded, exited), so even
+#: MAX_INLINE_KEYS such keys stay under the cap.
 EVENTS_PER_KEY = 18
 MAX_INLINE_KEYS = 1_000
 _MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')"
@@ -339,7 +352,7 @@ class ScheduledPrecompute(Construct):
             "PrepareRun",
             handler="scheduled_precompute.handler.handler",
             environment={
-                "ANSWER_TTL_SECONDS": store.environment()["ANSWER_TTL_SECONDS"],
+                **store.environment(),  # ANSWER_TABLE for the second look at a superseded key (below)
                 # a deploy-time timeout in seconds reaches the function as the text it resolves to
                 "LOCK_SECONDS": cdk.Token.as_string(lock_seconds) if is_token(lock_seconds) else str(int(lock_seconds)),
             },
@@ -347,6 +360,7 @@ class ScheduledPrecompute(Construct):
             encryption_key=options.encryption_key,
             log_retention=options.log_retention,
         )
+        store.grant_put(self.prepare_function)  # put_answer's conditional writes, for the second look
         prepare = tasks.LambdaInvoke(
             self, "Prepare run",
             lambda_function=self.prepare_function,
@@ -562,8 +576,9 @@ class ScheduledPrecompute(Construct):
     def _item_processor(
         self, store: AnswerStore, model: BedrockModel, request: ConverseRequest, retry: BedrockRetry
     ) -> sfn.IChainable:
-        """Has key? -> Converse (Retry) -> has text? -> PutItem (put_answer's condition); every
-        failure ends the key as {"key", "error"}, a newer stored answer as {"superseded": 1}."""
+        """Has key? -> Converse (Retry) -> has text? -> PutItem (put_answer's condition) -> on a failed
+        condition, put_answer's second look; every failure ends the key as {"key", "error"}, a valid newer
+        stored answer as {"superseded": 1}."""
         schema = answer_schema()
         key_failed = sfn.Pass(
             self, "Key failed",
@@ -634,8 +649,21 @@ class ScheduledPrecompute(Construct):
             result_selector={"written": 1},
         )
         _retry_store(write)
-        superseded = sfn.Pass(self, "Newer answer stored", parameters={"superseded": 1})
-        write.add_catch(superseded, errors=[CONDITIONAL_CHECK_FAILED], result_path=_ERROR)
+        # The condition cannot see a fractional number or a malformed time in the stored item, so a failed
+        # condition is judged again by put_answer (answers.check_item, the readers' rule) in the prepare
+        # function: it replaces exactly an invalid item and reports a valid newer one superseded.
+        second_look = tasks.LambdaInvoke(
+            self, "Check stored answer",
+            lambda_function=self.prepare_function,
+            payload=sfn.TaskInput.from_object({"answer": {name: value.to_object() for name, value in attributes.items()}}),
+            output_path="$.Payload",  # {"written": 1} or {"superseded": 1}
+        )
+        second_look.add_retry(  # a distributed Map's keys may reach the account's concurrency at once
+            errors=[LAMBDA_THROTTLED], interval=cdk.Duration.seconds(1), max_attempts=6, backoff_rate=2,
+            jitter_strategy=sfn.JitterType.FULL,
+        )
+        second_look.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
+        write.add_catch(second_look, errors=[CONDITIONAL_CHECK_FAILED], result_path=_ERROR)
         write.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
         has_text = (
             sfn.Choice(self, "Has text?")

@@ -28,8 +28,8 @@ Validity (the store is input, not truth)
     INVALID_ITEMS), and put_answer replaces it, whatever its order: its condition tests every rule a
     DynamoDB condition can (types, presence, signs, bounds, sizes), and put_answer judges the item a
     failed write returns for the rest (a fractional number, a stamp that is not a time). The
-    pre-computation's DynamoDB task shares the condition but not that second look: it reports such
-    a key superseded, and the next put_answer repairs it.
+    scheduled pre-computation's DynamoDB task shares the condition, and sends a failed condition to
+    put_answer (its function's second look), so it repairs such a key too.
 
 Order
     `put_answer` writes only when no valid stored answer supersedes the new one: a stored answer
@@ -152,8 +152,8 @@ MIN_STAMP = "1970-01-01T00:00:00"
 # guarded by its type test: DynamoDB never compares a string with a number (moto raises). What no
 # condition can test (DynamoDB has no arithmetic or pattern in conditions: a fractional number, a
 # stamp of the right size and range that is not a time) put_answer finds in the item the failed
-# write returns, and replaces that exact item (see put_answer); the Step Functions writer reports
-# such a key superseded until another writer repairs it.
+# write returns, and replaces that exact item (see put_answer); the Step Functions writer sends a
+# failed condition to put_answer (ScheduledPrecompute's "Check stored answer").
 # Limits: an expression string holds at most 4 KB, and at most 300 operators or functions
 # (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html, "Expression
 # parameters"); tests/test_store_integrity.py counts both.

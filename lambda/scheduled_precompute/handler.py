@@ -1,4 +1,5 @@
-"""ScheduledPrecompute's first step: the run's clock, and the inline keys normalized.
+"""ScheduledPrecompute's function: the run's clock and the inline keys normalized (its first step),
+and the second look at a key whose answer write failed its condition (a stored answer it may not replace).
 
 Step Functions (JSONPath) can neither read the clock as a number nor change a string's case, and
 both are needed before any answer is written:
@@ -19,11 +20,21 @@ Event: {"items": [{"key": "...", ...}, ...]} (items optional: absent for the S3 
 Result: {"sequence", "maxSequence", "maxGeneratedAt", "now", "lockExpiresAt", "expiresAt" (only with a TTL), "items", "invalid",
 "keys"}: numbers as decimal strings, except "keys" (the item count).
 
-Environment (set by ScheduledPrecompute): LOCK_SECONDS, ANSWER_TTL_SECONDS ("" for none). Both are
-read at each invocation, not at import: a value that is not whole seconds fails the invocation with
-ConfigurationError naming the variable, which the run reports as its error and cause. Failing at
-import would turn every invocation into Lambda's Runtime.ImportModuleError, whose message is
-Python's ("invalid literal for int()") and names no variable.
+Second look (event {"answer": <the item the "Write answer" task tried to write, low-level form>}):
+that task's condition is put_answer's, which cannot see a fractional number or a malformed time in
+the stored item, so alone it would report such a key superseded on every run, and a key no other
+writer touches would never be repaired. The task's condition failure comes here, and put_answer
+writes the same item again: it judges the stored item with `answers.check_item` (the rule readers
+apply) and replaces exactly an invalid one (conditioned on it being unchanged), never a valid
+newer answer. Result: {"written": 1} or {"superseded": 1}. An answer that is itself invalid
+(InvalidItemError) or a sequence put_answer refuses (ValueError) fails the key with that name.
+
+Environment (set by ScheduledPrecompute): LOCK_SECONDS, ANSWER_TTL_SECONDS ("" for none),
+ANSWER_TABLE. They are read at each invocation, not at import: a value that is not what the
+construct sets fails the invocation with ConfigurationError naming the variable, which the run
+reports as its error and cause. Failing at import would turn every invocation into Lambda's
+Runtime.ImportModuleError, whose message is Python's ("invalid literal for int()") and names no
+variable.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from functools import cache
 from typing import Any
 
 from pacer_runtime import answers
@@ -54,6 +66,8 @@ def _seconds(name: str, *, meaning: str, optional: bool = False) -> int:
 
 
 def handler(event: Any, context: Any = None, *, now: float | None = None) -> dict[str, Any]:
+    if isinstance(event, dict) and "answer" in event:
+        return second_look(event["answer"], now=now)
     # How long the run's lock holds at most: the state machine's timeout, so a run that times out
     # never blocks the next one for longer than it could have run.
     lock_seconds = _seconds("LOCK_SECONDS", meaning="how long the run lock holds, the state machine's timeout")
@@ -77,6 +91,22 @@ def handler(event: Any, context: Any = None, *, now: float | None = None) -> dic
     kept, invalid = normalized_items(items) if items is not None else ([], [])
     result.update(items=kept, invalid=invalid, keys=len(kept) + len(invalid))
     return result
+
+
+@cache
+def _store() -> Any:
+    """The DynamoDB client, made on the first second look (the prepare step never needs it)."""
+    return answers.store_client(max_attempts=5)
+
+
+def second_look(item: Any, *, now: float | None = None) -> dict[str, int]:
+    """Write the answer item a failed condition kept out, if the stored answer is invalid (see the docstring)."""
+    table = os.environ.get("ANSWER_TABLE", "")
+    if not table:
+        raise ConfigurationError("ANSWER_TABLE is empty: the answer store's table name, which ScheduledPrecompute sets")
+    now = time.time() if now is None else now
+    answer = answers.Answer.from_item(item, now=now)  # the same rule for the run's own answer
+    return {"written": 1} if answers.put_answer(_store(), table, answer, now=now) else {"superseded": 1}
 
 
 def normalized_items(items: Any) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
