@@ -1,7 +1,8 @@
 """AWS facts the code relies on that no other test checked by machine (issue 21 §4), read back from
 the botocore service models the dev tools install (no network): the SyncExecutionUrl handler's
 throttle codes and input limit (stepfunctions StartSyncExecution), ScheduledPrecompute's DynamoDB
-error names (dynamodb PutItem / DeleteItem), EventBridge Scheduler's Target.Input size and
+error names (dynamodb PutItem / DeleteItem) and the Lambda throttle its "Check stored answer" step
+retries (lambda Invoke), EventBridge Scheduler's Target.Input size and
 RetryPolicy ranges (scheduler), LlmEndpoint's note on CreateEndpointConfig's KmsKeyId
 (sagemaker, against aws-cdk-lib's conflicting CfnEndpointConfig documentation), and the KMS actions
 granted on an SSE-KMS bucket's key (s3 CreateMultipartUpload) with BatchPrecompute's
@@ -184,6 +185,26 @@ def test_every_dynamodb_task_of_a_synthesized_run_names_its_operations_errors():
         assert [p for p in (dynamodb_error_problem(n, operation) for n in names) if p] == [], state_name
         checked[state_name] = operation
     assert set(checked.values()) == {"PutItem", "DeleteItem"}, checked  # the lock, each answer, the release
+
+
+def lambda_error_problem(name: str) -> str | None:
+    """None when `name` is how Step Functions names a modelled error of Lambda's Invoke: the `Lambda.`
+    prefix (the Step Functions guide's bp-lambda-serviceexception page, cited at
+    precompute.LAMBDA_THROTTLED) and the model's name."""
+    if not name.startswith("Lambda."):
+        return f"{name}: not Step Functions' Lambda. prefix"
+    base = name.removeprefix("Lambda.")
+    modelled = error_names("lambda", "Invoke")
+    return None if base in modelled else f"{name}: Invoke has no error {base!r}"
+
+
+def test_the_lambda_throttle_the_second_look_retries_is_an_invoke_error():
+    assert lambda_error_problem(precompute.LAMBDA_THROTTLED) is None
+    # the model's own words for it: a throttle, which a retry after a wait can clear
+    assert "throughput limit was exceeded" in _flat(service("lambda").shape_for("TooManyRequestsException").documentation)
+    for wrong in ("Lambda.TooManyRequestException", "Lambda.ThrottlingException", "TooManyRequestsException",
+                  "Lambda.Throttled"):
+        assert lambda_error_problem(wrong) is not None, wrong
 
 
 # --- 3. EventBridge Scheduler: the target Input size and RetryPolicy (precompute.py) ----------------
