@@ -93,9 +93,11 @@ def test_metrics():
 def test_percentiles_mean_what_the_load_replay_benchmark_means():
     """One definition of p50/p99 across the library's reports: linear interpolation between closest
     ranks (the benchmark's), not nearest-rank, which gave 2 and 99 below."""
+    from genai_pacer import experiment_verdict, stats
     from genai_pacer.testing import bench
 
-    assert t.percentile is bench.percentile
+    assert t.percentile is bench.percentile is stats.percentile
+    assert experiment_verdict._percentile([1.0, 2.0, 3.0, 4.0], 50) == stats.percentile([4.0, 3.0, 2.0, 1.0], 50)
     assert t.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert t.percentile(list(range(1, 101)), 99) == pytest.approx(99.01)
     for values, q, message in (([1.0], 150, "q=150 must be within 0..100"), ([1.0], math.nan, "q=nan must be within"),
@@ -322,3 +324,22 @@ def test_ef_search_tuning_refuses_inputs_that_would_crash_or_mislead(args, kwarg
     with pytest.raises(InvalidPropsError, match=message) as raised:
         t.tune_ef_search(engine, *args[1:], **kwargs)
     assert not any("start=512 is below k" in p for p in raised.value.problems)  # no follow-on noise from a bad k
+
+
+def test_no_production_module_imports_the_test_bed():
+    """Issue 36: production code never imports genai_pacer.testing (retrieval_tuning took the benchmark's
+    percentile from it); shared statistics live in genai_pacer.stats."""
+    import ast
+    from pathlib import Path
+
+    import genai_pacer
+
+    package = Path(genai_pacer.__file__).parent
+    offenders = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("testing",) and node.level:
+                offenders.append(f"{path.name}: from {'.' * node.level}{node.module}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("genai_pacer.testing"):
+                offenders.append(f"{path.name}: from {node.module}")
+    assert offenders == []

@@ -36,6 +36,7 @@ from typing import Any
 from ._checks import Checks
 from ._install import MATPLOTLIB_HINT, missing
 from ._runtime_constants import metrics_constants
+from .stats import percentile_of_sorted
 
 __all__ = [
     "Comparison",
@@ -265,13 +266,8 @@ def wilson(successes: int, trials: int, *, level: float = 0.05) -> Rate:
 
 
 def _percentile(ordered: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not ordered:
-        return math.nan
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    """stats.percentile_of_sorted, NaN for no values (a variant with no calls has no latency)."""
+    return percentile_of_sorted(ordered, q) if ordered else math.nan
 
 
 def _bootstrap(values: Sequence[float], resamples: int, rng: random.Random) -> list[tuple[float, ...]]:

@@ -41,11 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._checks import Checks, _show, kind_of
-from .testing.bench import percentile
-
-# percentile is the load-replay benchmark's (linear interpolation between closest ranks), so "p99" in
-# the ef_search table means what it means in every other report. bench.py imports only the standard
-# library and genai_pacer.planning (no boto3, no CDK).
+from .stats import percentile  # the benchmark's and the verdict's too: "p99" means one thing everywhere
 
 __all__ = [
     "COMBINATIONS",

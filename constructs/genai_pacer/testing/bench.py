@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import random
 import sys
 import threading
@@ -24,6 +23,7 @@ from typing import Any
 
 from .. import planning
 from .._install import MATPLOTLIB_HINT
+from ..stats import percentile
 from .emulator import ANSWER_TOKENS_KEY
 
 __all__ = [
@@ -75,18 +75,6 @@ def load_prompts(path: str | Path) -> list[Prompt]:
     if not prompts:
         raise ValueError(f"{path}: no prompts")
     return prompts
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation between closest ranks."""
-    if not values:
-        raise ValueError("percentile of no values")
-    if not 0 <= q <= 100:
-        raise ValueError(f"q={q!r} must be within 0..100")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low, high = math.floor(rank), math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 @dataclass(frozen=True)
