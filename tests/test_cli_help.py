@@ -78,3 +78,31 @@ def test_help_shows_every_exported_constructs_defaults_as_code():
 
     default = inspect.signature(BatchPrecompute.__init__).parameters["object_expiration"].default
     assert repr(default) == "cdk.Duration.days(30)" and default.build().to_days() == 30
+
+
+def test_help_of_every_exported_construct_shows_its_own_constructor_doc():
+    """help(AnswerStore) showed aws-cdk's "Creates a new construct node" for every constructor (issue 34.15)."""
+    import inspect
+    import pydoc
+
+    import genai_pacer
+
+    from constructs import Construct
+
+    constructs = [getattr(genai_pacer, name) for name in genai_pacer.__all__
+                  if inspect.isclass(getattr(genai_pacer, name)) and issubclass(getattr(genai_pacer, name), Construct)]
+    assert len(constructs) >= 18  # the walk found the constructs, not an empty list
+    generic, undescribed = {}, []
+    for construct in constructs:
+        shown = pydoc.render_doc(construct, renderer=pydoc.plaintext)
+        constructor = pydoc.render_doc(construct.__init__, renderer=pydoc.plaintext)
+        if ("Creates a new construct node" in shown + constructor
+                or f"Its props are the keyword arguments, each described in the {construct.__name__} class "
+                   "docstring" not in constructor):
+            generic[construct.__name__] = constructor
+        # what the constructor's docstring points to is there: every prop is named in the class docstring
+        undescribed += [f"{construct.__name__}({parameter.name})"
+                        for parameter in inspect.signature(construct.__init__).parameters.values()
+                        if parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.name not in construct.__doc__]
+    assert generic == {}
+    assert undescribed == []

@@ -63,6 +63,7 @@ from constructs import Construct
 from . import planning
 from ._alarms import threshold_alarm
 from ._checks import Checks, fit_concurrency, in_unit, is_token, seconds_text, shown, token_of_kind
+from ._docs import constructor_doc
 from ._runtime_constants import metrics_constants
 from ._secure import handler_function
 from .answer_store import AnswerStore
@@ -86,6 +87,7 @@ _CLAIM_PREFIX = "claim#"
 _VARIABLE = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 
 
+@constructor_doc
 class AnswerRouter(Construct):
     """Serve a stored answer when its key is present and fresh, else call the model.
 

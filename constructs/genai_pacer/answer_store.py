@@ -53,6 +53,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from ._checks import Checks, Default, in_unit, resolved, seconds_text
+from ._docs import constructor_doc
 
 __all__ = ["AnswerStore", "DEFAULT_ANSWER_TTL", "PARTITION_KEY", "TTL_ATTRIBUTE"]
 
@@ -88,6 +89,7 @@ KMS_VIA_SERVICE = "kms:ViaService"
 _TYPE_NAMES = {"S": "a string", "N": "a number", "B": "binary"}
 
 
+@constructor_doc
 class AnswerStore(Construct):
     """The DynamoDB table of generated answers (see `pacer_runtime.answers` for the item schema).
 

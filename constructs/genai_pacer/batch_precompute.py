@@ -65,6 +65,7 @@ from constructs import Construct, IConstruct
 
 from ._alarms import execution_alarms, threshold_alarm
 from ._checks import Checks, Default, in_unit, is_token, resolved, token_kind
+from ._docs import constructor_doc
 from ._nag import (
     acknowledge_exact_resources,
     acknowledge_exact_resources_at_validation,
@@ -196,6 +197,7 @@ _JOB_NAME_PREFIX = re.compile(r"^[A-Za-z0-9]+(-[A-Za-z0-9]+)*$")
 _MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.anthropic.claude-3-5-haiku-20241022-v1:0')"
 
 
+@constructor_doc
 class BatchPrecompute(Construct):
     """Bedrock batch inference jobs whose answers are loaded into an AnswerStore (see the module docstring).
 

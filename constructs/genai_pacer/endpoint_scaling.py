@@ -37,6 +37,7 @@ from constructs import Construct
 
 from ._alarms import threshold_alarm
 from ._checks import Checks, _show, duration_in, is_token, kind_of, shown, token_kind
+from ._docs import constructor_doc
 from .capacity import (
     MAX_CAPACITY,
     MAX_LOAD_SECONDS,
@@ -425,6 +426,7 @@ def _at(moment: datetime) -> str:
     return moment.strftime(AT_FORMAT)
 
 
+@constructor_doc
 class EndpointScaling(Construct):
     """Target tracking on concurrent requests plus scheduled capacity ahead of known peaks, for a
     SageMaker real-time endpoint's variant (instances) or inference component (copies).

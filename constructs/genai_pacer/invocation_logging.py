@@ -50,6 +50,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct, IConstruct
 
 from ._checks import Checks, is_token
+from ._docs import constructor_doc
 from ._s3 import bucket_key as bucket_key_of
 from ._secure import encrypted_log_group, log_key
 
@@ -76,6 +77,7 @@ _ACTIONS_REASON = (
 )
 
 
+@constructor_doc
 class ModelInvocationLogging(Construct):
     """Turns on Bedrock model invocation logging for the stack's account and Region.
 

@@ -28,6 +28,7 @@ from constructs import Construct
 
 from ._alarms import threshold_alarm
 from ._checks import Checks, duration_in, is_token, shown, token_kind, token_of_kind
+from ._docs import constructor_doc
 from ._nag import acknowledge_exact_resources, acknowledge_exact_resources_at_validation, flattened
 from ._s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
 from .capacity import MAX_CAPACITY
@@ -207,6 +208,7 @@ def _check_name(check: Checks, prop: str, value: Any, *, optional: bool = False)
     )
 
 
+@constructor_doc
 class LlmEndpoint(Construct):
     """A SageMaker real-time endpoint serving an LLM from S3 weights and an ECR container image.
 

@@ -37,6 +37,7 @@ from constructs import Construct
 from . import planning
 from ._alarms import threshold_alarm
 from ._checks import Checks, Default, is_token, resolved, token_kind
+from ._docs import constructor_doc
 from ._runtime_constants import metrics_constants
 from .models import BedrockModel, as_bedrock_model
 
@@ -360,6 +361,7 @@ class WatchedModel:
         return "model" if is_token(self.model.model_id) else self.model.model_id
 
 
+@constructor_doc
 class LatencyDashboard(Construct):
     """A CloudWatch dashboard (and alarms) of TTFT, latency, OTPS, tokens and quota per Bedrock model.
 

@@ -26,6 +26,7 @@ from constructs import Construct
 from . import planning
 from ._alarms import execution_alarms
 from ._checks import Checks, _show, fit_concurrency, is_token, token_kind
+from ._docs import constructor_doc
 from ._nag import (
     acknowledge_exact_resources,
     acknowledge_exact_resources_at_validation,
@@ -169,6 +170,7 @@ class _MapBase(_ExecutionMetrics, Construct):
         return chain, [model]
 
 
+@constructor_doc
 class BoundedMap(_MapBase):
     """An inline Map state whose MaxConcurrency the quota sustains, in a state machine of its own.
 
@@ -280,6 +282,7 @@ class BoundedMap(_MapBase):
             )
 
 
+@constructor_doc
 class BoundedDistributedMap(_MapBase):
     """A distributed Map over items in S3, bounded by the quota, with results written to S3.
 
@@ -541,6 +544,7 @@ _PARALLEL_STATES = ("Prompts", "Synthesis", "Synthesis answer", "Synthesis no te
 _STATE_NAME_FORBIDDEN = '<>{}[]?*"#%\\^|~`$&,;:/'
 
 
+@constructor_doc
 class ParallelPrompts(_ExecutionMetrics, Construct):
     """Independent prompts as branches of one Parallel state, then an optional synthesis call.
 

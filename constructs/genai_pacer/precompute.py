@@ -67,6 +67,7 @@ from . import planning
 from ._alarms import execution_alarms, threshold_alarm
 from ._assets import LAMBDA_DIR
 from ._checks import Checks, duration_in, in_unit, is_token, token_kind
+from ._docs import constructor_doc
 from ._nag import (
     acknowledge_exact_resources,
     acknowledge_exact_resources_at_validation,
@@ -180,6 +181,7 @@ def answer_schema() -> _AnswerSchema:
     return _AnswerSchema(**{field: values[name] for field, name in {**wanted, **tables}.items()})
 
 
+@constructor_doc
 class ScheduledPrecompute(Construct):
     """Generate answers for a known list of keys on a schedule and store them in an AnswerStore.
 

@@ -78,6 +78,7 @@ from constructs import Construct
 from . import _nag
 from ._alarms import threshold_alarm
 from ._checks import Checks, InvalidPropsError, duration_in, is_token, shown, token_kind, token_of_kind
+from ._docs import constructor_doc
 from ._runtime_constants import metrics_constants
 from ._secure import StateMachineOptions, encrypted_log_group, log_key, model_state_machine
 from .models import BedrockModel, as_bedrock_model
@@ -313,6 +314,7 @@ class ExperimentVariant:
         return entry
 
 
+@constructor_doc
 class PromptExperiment(Construct):
     """A live A/B test of prompts and models: the split in AppConfig, guard alarms, a fallback to control.
 

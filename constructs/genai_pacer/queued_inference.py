@@ -34,6 +34,7 @@ from ._checks import (
     is_token,
     shown,
 )
+from ._docs import constructor_doc
 from ._runtime_constants import metrics_constants
 from ._secure import encrypted_log_group, log_key
 from .answer_store import AnswerStore
@@ -120,6 +121,7 @@ def worst_case_call_seconds(
     )
 
 
+@constructor_doc
 class QueuedInference(Construct):
     """SQS queue + dead-letter queue -> Python worker that calls Bedrock Converse -> DynamoDB answers.
 

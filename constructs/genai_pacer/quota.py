@@ -70,6 +70,7 @@ from constructs import Construct, IConstruct, IValidation
 
 from . import planning
 from ._checks import Checks, is_token
+from ._docs import constructor_doc
 from .models import BedrockModel, as_bedrock_model
 from .quota_check import PLAN_FILE_PREFIX
 
@@ -383,6 +384,7 @@ class QuotaPlan:
 _QUOTAS: weakref.WeakKeyDictionary[Any, list[ModelQuota]] = weakref.WeakKeyDictionary()
 
 
+@constructor_doc
 class ModelQuota(Construct):
     """One model's (or inference profile's) quota in one account and Region, shared by named consumers.
 

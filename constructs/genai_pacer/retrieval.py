@@ -48,6 +48,7 @@ from aws_cdk import aws_opensearchservice as opensearch
 from constructs import Construct
 
 from ._checks import Checks, _show, is_token, kind_of, token_kind
+from ._docs import constructor_doc
 from ._secure import handler_function
 from .retrieval_tuning import (
     COMBINATIONS,
@@ -316,6 +317,7 @@ def _data_access_policy(
     return policy
 
 
+@constructor_doc
 class HybridSearchPipeline(Construct):
     """A search pipeline with a normalization-processor, on a managed domain or a Serverless collection.
 
@@ -490,6 +492,7 @@ class HybridSearchPipeline(Construct):
             )
 
 
+@constructor_doc
 class VectorIndexSettings(Construct):
     """A k-NN index: its vector field's engine, space and HNSW build settings, and ef_search.
 

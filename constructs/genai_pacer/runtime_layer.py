@@ -22,6 +22,7 @@ from constructs import Construct
 
 from ._assets import LAMBDA_DIR
 from ._checks import Checks, token_kind
+from ._docs import constructor_doc
 
 #: The Python runtimes pacer_runtime is tested on (it uses 3.11 syntax and the standard library).
 COMPATIBLE_RUNTIMES = (lambda_.Runtime.PYTHON_3_12, lambda_.Runtime.PYTHON_3_13, lambda_.Runtime.PYTHON_3_14)
@@ -51,6 +52,7 @@ def _staged_runtime() -> Path:
     return staged
 
 
+@constructor_doc
 class RuntimeLayer(lambda_.LayerVersion):
     """`pacer_runtime` as a Lambda layer: `fn.add_layers(RuntimeLayer(self, "PacerRuntime"))`.
 

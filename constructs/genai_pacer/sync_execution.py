@@ -21,6 +21,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from ._checks import Checks
+from ._docs import constructor_doc
 from ._secure import EXPRESS_LIMIT, configured_timeout, handler_function
 
 __all__ = ["SyncExecutionUrl", "EXPRESS_LIMIT", "READ_MARGIN", "START_RETRY_BUDGET", "URL_INVOKE_ACTIONS"]
@@ -37,6 +38,7 @@ START_RETRY_BUDGET = cdk.Duration.seconds(10)
 URL_INVOKE_ACTIONS = ("lambda:InvokeFunctionUrl", "lambda:InvokeFunction")
 
 
+@constructor_doc
 class SyncExecutionUrl(Construct):
     """A Lambda function URL (AWS_IAM auth) that runs an EXPRESS state machine with StartSyncExecution.
 
