@@ -249,7 +249,7 @@ def test_the_command_exits_0_for_an_rpm_above_the_accounts_and_prints_it_as_lega
                           "L-00000002", "--region", "us-east-1"], quotas)
     assert status == 0
     lines = out.splitlines()
-    assert lines[0] == f"{HAIKU_PROFILE} in us-east-1: 400,000 TPM, 5,000 RPM (legacy)"
+    assert lines[1] == f"{HAIKU_PROFILE} in us-east-1: 400,000 TPM, 5,000 RPM (legacy)"  # after the heading
     info = [line for line in lines if line.startswith("INFO    ")]
     assert len(info) == 2 and all("RPM is legacy" in line for line in info)
     assert not [line for line in lines if line.startswith(("ERROR", "WARNING"))]
@@ -304,7 +304,8 @@ def test_the_command_checks_each_synthesized_plan_in_its_region(assembly):
     status, out, err = run(["--assembly", str(assembly)], quotas)
     assert status == 1
     lines = out.splitlines()
-    assert lines[0].startswith("us.anthropic.claude-3-5-haiku-20241022-v1:0 in eu-west-1: 400,000 TPM")  # the plan first
+    assert lines[0].endswith(": account 111122223333, Region eu-west-1, no stage (a stack of the app itself)")
+    assert lines[1].startswith("us.anthropic.claude-3-5-haiku-20241022-v1:0 in eu-west-1: 400,000 TPM")  # then the plan
     errors = [line for line in lines if line.startswith("ERROR   ")]
     assert errors == [line for line in lines if "the plan declares 400,000 TPM but the account's quota L-00000002" in line]
     assert any(line.startswith("OK      ") and "240,000 TPM, 80.0% of the account's 300,000" in line for line in lines)
@@ -387,6 +388,48 @@ def test_a_plan_from_an_environment_agnostic_stack_needs_a_region(tmp_path):
            "environment-agnostic stack; pass --region to compare it with Service Quotas" in out
 
 
+@pytest.fixture(scope="module")
+def staged_assembly(tmp_path_factory) -> Path:
+    """One quota in a stack of the stage Prod with an account and Region, one in an environment-agnostic stack."""
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    app = cdk.App(outdir=str(outdir))
+    prod = cdk.Stage(app, "Prod", env=cdk.Environment(account="444455556666", region="eu-central-1"))
+    for stack in (cdk.Stack(prod, "Orchestration"), cdk.Stack(app, "Agnostic")):
+        ModelQuota(stack, "Haiku", model=BedrockModel.from_id(HAIKU_PROFILE), tpm_quota=400_000)
+    app.synth()
+    return outdir
+
+
+def test_each_plans_report_starts_with_the_account_region_and_stage_it_checks(staged_assembly):
+    status, out, _ = run(["--assembly", str(staged_assembly), "--offline"], ServiceQuotas())
+    assert status == 0
+    headings = [line for line in out.splitlines() if "genai-pacer-quota." in line]
+    assert out.splitlines()[0] == headings[0]  # the first line of the output
+    assert [heading.split(": ", 1)[1] for heading in headings] == [
+        "account 444455556666, Region eu-central-1, stage Prod",
+        "environment-agnostic stack (account and Region set only at deploy time), no stage (a stack of the app "
+        "itself)",
+    ]
+    assert headings[0].startswith(str(staged_assembly / "assembly-Prod" / "genai-pacer-quota."))
+    # --region checks an environment-agnostic plan in that Region, and says where the Region came from
+    _, out, _ = run(["--assembly", str(staged_assembly), "--offline", "--region", "us-east-1"], ServiceQuotas())
+    assert "environment-agnostic stack (account and Region set only at deploy time), Region us-east-1 (--region), " \
+           "no stage" in out
+
+
+def test_json_names_the_account_region_and_stage_of_each_plan(staged_assembly):
+    status, out, _ = run(["--assembly", str(staged_assembly), "--offline", "--json"], ServiceQuotas())
+    prod, agnostic = (result["environment"] for result in json.loads(out)["results"])
+    assert {k: prod[k] for k in ("account", "region", "stage", "environment_agnostic")} == {
+        "account": "444455556666", "region": "eu-central-1", "stage": "Prod", "environment_agnostic": False}
+    assert {k: agnostic[k] for k in ("account", "region", "stage", "environment_agnostic")} == {
+        "account": None, "region": None, "stage": "", "environment_agnostic": True}
+    assert prod["plan"].endswith(".json") and status == 0
+    # a quota given on the command line: the Region given, the account is the credentials'
+    _, out, _ = run(["--model-id", HAIKU_PROFILE, "--tpm", "1000", "--region", "us-west-2", "--offline"], ServiceQuotas())
+    assert out.splitlines()[0] == "quota given on the command line: Region us-west-2, the account of the credentials used"
+
+
 def test_a_file_that_is_not_a_plan_is_named(tmp_path):
     (tmp_path / "genai-pacer-quota.Broken.json").write_text('{"model_id": "x"}')
     with pytest.raises(QuotaCheckError, match=r"genai-pacer-quota.Broken.json: not a genai-pacer quota plan"):
@@ -421,7 +464,8 @@ def no_credentials(monkeypatch, tmp_path):
 def test_without_credentials_the_plan_is_printed_checked_and_flagged_110_percent(no_credentials, capsys):
     assert main(OVERDRAWN) == 1
     out = capsys.readouterr().out
-    assert out.splitlines()[:3] == [
+    assert out.splitlines()[:4] == [
+        "quota given on the command line: Region us-east-1, the account of the credentials used",
         f"{HAIKU_PROFILE} in us-east-1: 1,000,000 TPM",
         "  a: 300,000 TPM (30.0%), 24 h a day",
         "  b: 800,000 TPM (80.0%), 24 h a day",
@@ -489,7 +533,7 @@ def test_what_synth_found_calling_the_model_without_a_share_is_reported(tmp_path
     (tmp_path / "genai-pacer-quota.StackQuota1234.json").write_text(json.dumps(plan))
     assert main(["--assembly", str(tmp_path), "--offline"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "the plan's table"
+    assert out.splitlines()[1] == "the plan's table"
     assert ("WARNING " + f"{HAIKU_PROFILE} in us-east-1: AnswerRouter Stack/Router may call the model but holds no share "
             "(its function has no reserved concurrency)") in out
 

@@ -222,6 +222,7 @@ class QuotaPlan:
     other_models_daily_tokens: float = 0.0
     consumers: tuple[Consumer, ...] = ()
     with_consumers: bool = False  # whether the app's callers were looked for (plan(consumers=True))
+    stage: str = ""  # the name of the Stage holding the quota's stack ("": the app itself)
 
     @property
     def kept_free_tpm(self) -> float:
@@ -336,6 +337,7 @@ class QuotaPlan:
             "model_id": self.model_id,
             "region": self.region,
             "account": self.account,
+            "stage": self.stage,
             "tpm_quota": self.tpm_quota,
             "rpm_quota": self.rpm_quota,
             "burndown": self.burndown,
@@ -663,6 +665,7 @@ class ModelQuota(Construct):
             other_models_daily_tokens=sum(s.daily_load.daily_tokens for q in others for s in q._shares.values()),
             consumers=found,
             with_consumers=consumers,
+            stage=cdk.Stage.of(self).stage_name,  # type: ignore[union-attr]
         )
 
     def pacer_environment(self, name: str) -> dict[str, str]:

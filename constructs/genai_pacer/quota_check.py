@@ -13,7 +13,9 @@ the command line), print each, and check it:
 Offline (no AWS call, so no boto3 or credentials needed): the shares against the declared quota,
 the day against the daily token quotas, the constructs synth found calling the model without a
 share, and the shares synth found no construct holding. With boto3, credentials and a Region it also compares the plan with Service Quotas; when
-any of those is missing (or with --offline) it says the comparison was skipped and why.
+any of those is missing (or with --offline) it says the comparison was skipped and why. Each plan's
+report starts with what it checks: the plan file, the account, the Region (the stack's, or --region)
+and the stage, or that the stack is environment-agnostic.
 
 The quota is found by its code (ModelQuota(service_quota_code=...) or --quota-code) or else by
 name (NAME_PREFIXES); a model id is matched to the name's <model> by its words, and an ambiguous
@@ -107,7 +109,9 @@ class DeclaredQuota:
     holders' own caps allow more calls in flight than its plan); loads: (name, settled tokens per minute, hours a day) of each
     share's day (empty: each share's TPM all day); unshared: what synth found calling the model
     without a share; unheld: the shares synth found no construct holding (still in the allocation);
-    table: the plan as ModelQuota printed it.
+    table: the plan as ModelQuota printed it; account and region: the stack's (None: environment-agnostic,
+    or not given on the command line); stage: the name of the Stage holding the stack ("": the app itself;
+    None: not known).
     """
 
     model_id: str
@@ -125,6 +129,8 @@ class DeclaredQuota:
     unshared: tuple[str, ...] = ()
     unheld: tuple[str, ...] = ()
     table: tuple[str, ...] = ()
+    account: str | None = None
+    stage: str | None = None
 
     @property
     def allocated_tpm(self) -> float:
@@ -174,6 +180,34 @@ class QuotaCheck:
     rpm_account: AccountQuota | None = None
     findings: list[Finding] = field(default_factory=list)
     skipped: str | None = None  # why the Service Quotas comparison did not run
+    region: str | None = None  # the Region checked: --region, else the plan's
+
+    def environment(self) -> dict[str, Any]:
+        """What the plan was checked for: its plan file, account, Region and stage."""
+        declared = self.declared
+        return {
+            "plan": declared.source,
+            "account": declared.account,
+            "region": self.region or declared.region,
+            "stage": declared.stage,
+            "environment_agnostic": declared.source != "command line" and None in (declared.account, declared.region),
+        }
+
+    def heading(self) -> str:
+        """environment() as one line, the first of the plan's report."""
+        env, declared = self.environment(), self.declared
+        if declared.source == "command line":
+            return (f"quota given on the command line: Region {env['region'] or '(not given)'}, "
+                    "the account of the credentials used")
+        unset = " and ".join(name for name, value in (("account", declared.account), ("Region", declared.region))
+                             if value is None)
+        parts = [f"environment-agnostic stack ({unset} set only at deploy time)"] if unset else []
+        parts += [f"account {declared.account}"] if declared.account else []
+        if env["region"]:
+            parts.append(f"Region {env['region']}" + (" (--region)" if env["region"] != declared.region else ""))
+        parts.append("stage (not recorded: synthesize again)" if declared.stage is None
+                     else f"stage {declared.stage}" if declared.stage else "no stage (a stack of the app itself)")
+        return f"{declared.source}: {', '.join(parts)}"
 
     @property
     def failed(self) -> bool:
@@ -181,6 +215,7 @@ class QuotaCheck:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "environment": self.environment(),
             "declared": asdict(self.declared),
             "plan": self.declared.lines(),
             "account": self.account and asdict(self.account),
@@ -207,7 +242,7 @@ def load_plans(assembly: str | Path) -> list[DeclaredQuota]:
             shares = data.get("shares", [])
             plans.append(DeclaredQuota(
                 model_id=str(data["model_id"]),
-                region=None if str(data["region"]).startswith("(") else str(data["region"]),
+                region=_known(data["region"]),
                 tpm_quota=float(data["tpm_quota"]),
                 rpm_quota=None if data.get("rpm_quota") is None else float(data["rpm_quota"]),
                 keep_free=float(data.get("keep_free") or 0),
@@ -225,6 +260,8 @@ def load_plans(assembly: str | Path) -> list[DeclaredQuota]:
                                for c in data.get("unshared_consumers", [])),
                 unheld=tuple(str(name) for name in data.get("unheld_shares", [])),
                 table=tuple(str(line) for line in data.get("table", [])),
+                account=_known(data.get("account")),
+                stage=None if data.get("stage") is None else str(data["stage"]),
             ))
         except (ValueError, KeyError, TypeError, ZeroDivisionError) as error:
             raise QuotaCheckError(f"{path}: not a genai-pacer quota plan ({error!r}); synthesize again") from None
@@ -232,6 +269,11 @@ def load_plans(assembly: str | Path) -> list[DeclaredQuota]:
         raise QuotaCheckError(f"{root} holds no quota plan ({PLAN_FILE_PREFIX}*.json): declare a ModelQuota in the app "
                               "and synthesize, or give the quota on the command line (--model-id, --tpm)")
     return plans
+
+
+def _known(value: Any) -> str | None:
+    """A plan's account or Region, None where the stack leaves it to deploy time ("(the stack's ...)")."""
+    return None if value is None or str(value).startswith("(") else str(value)
 
 
 def check_plan(declared: DeclaredQuota) -> list[Finding]:
@@ -514,8 +556,8 @@ def run(args: argparse.Namespace, *, client_factory: Callable[[str | None], Any]
         plans = []
         fail(str(error))
     for plan in plans:
-        result = QuotaCheck(plan, findings=check_plan(plan))
         region = args.region or plan.region
+        result = QuotaCheck(plan, findings=check_plan(plan), region=region)
         if args.offline:
             result.skipped = "--offline"
         elif region is None:
@@ -535,6 +577,7 @@ def run(args: argparse.Namespace, *, client_factory: Callable[[str | None], Any]
                 result.findings += compared.findings
         results.append(result)
         if not args.json:
+            print(result.heading(), file=out)
             for line in plan.lines():
                 print(line, file=out)
             for finding in result.findings:
