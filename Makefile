@@ -50,13 +50,13 @@ dist: $(VENV)/.dev-installed
 BENCH_MODEL := us.anthropic.claude-3-5-haiku-20241022-v1:0
 BENCH_OUT := bench/results
 bench: $(VENV)/.dev-installed
-	$(VENV)/bin/genai-pacer bench --emulator --prompts bench/prompts.jsonl --model-id $(BENCH_MODEL) \
+	$(VENV)/bin/genai-pacer bench --emulator --model-id $(BENCH_MODEL) \
 		--burndown 5 --tpm 300000 --max-tokens 400 --concurrency 8 --requests 200 --warmup 8 \
 		--time-scale 5 --ttft-target 1.0 --otps-target 40 --out $(BENCH_OUT) --name stream > /dev/null
-	$(VENV)/bin/genai-pacer bench --emulator --prompts bench/prompts.jsonl --model-id $(BENCH_MODEL) \
+	$(VENV)/bin/genai-pacer bench --emulator --model-id $(BENCH_MODEL) \
 		--burndown 5 --tpm 300000 --max-tokens 400 --rate 90 --requests 200 --warmup 8 --no-stream \
 		--time-scale 5 --e2e-target 8 --out $(BENCH_OUT) --name converse-open-loop > /dev/null
-	$(VENV)/bin/genai-pacer experiments --prompts bench/prompts.jsonl --out $(BENCH_OUT) > /dev/null
+	$(VENV)/bin/genai-pacer experiments --out $(BENCH_OUT) > /dev/null
 	$(VENV)/bin/python bench/router_bench.py --out $(BENCH_OUT) > /dev/null
 	$(VENV)/bin/python bench/batch_loader_bench.py --out $(BENCH_OUT)/batch_loader_bench.json > /dev/null
 	$(VENV)/bin/python bench/quota_pacer_experiment.py --quota-models sliding \

@@ -1,14 +1,17 @@
-"""Writes bench/prompts.jsonl: a synthetic stand-in for recorded production prompts.
+"""Writes the sample workload genai-pacer ships (genai_pacer/testing/data/prompts.jsonl, which
+`genai-pacer bench` and `experiments` replay without --prompts): a synthetic stand-in for recorded
+production prompts.
 
 Four request types with the input and output lengths such workloads have (short tagging answers,
-longer summaries, chat replies), so prefill and decode both show in the benchmark. Replace the file
-with your own recorded prompts (same fields) to benchmark your workload.
-Run: python bench/make_prompts.py
+longer summaries, chat replies), so prefill and decode both show in the benchmark. Pass your own
+recorded prompts (same fields) with --prompts to benchmark your workload.
+Run: .venv/bin/python bench/make_prompts.py
 """
 
 import json
 import random
-from pathlib import Path
+
+from genai_pacer.testing.bench import SAMPLE_PROMPTS
 
 SENTENCES = [
     "The battery lasts two full days with moderate use and charges quickly.",
@@ -41,7 +44,7 @@ def main() -> None:
             "prompt": f"{instruction}\n\n{body}",
             "expected_output_tokens": rng.randint(out_low, out_high),
         }))
-    Path(__file__).with_name("prompts.jsonl").write_text("\n".join(lines) + "\n")
+    SAMPLE_PROMPTS.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -57,7 +57,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "constructs"), str(ROOT / "lambda")]
 
-from genai_pacer.testing.bench import Prompt, converse_request, error_code, load_prompts, percentiles  # noqa: E402
+from genai_pacer.testing.bench import (  # noqa: E402
+    SAMPLE_PROMPTS,
+    Prompt,
+    converse_request,
+    error_code,
+    load_prompts,
+    percentiles,
+)
 from genai_pacer.testing.emulator import BedrockEmulator, ModelSpec  # noqa: E402
 from genai_pacer.testing.experiments import EXPERIMENT_MODEL, quota_plan  # noqa: E402
 from genai_pacer.testing.quota import QUOTA_WINDOWS, QuotaModel  # noqa: E402
@@ -336,7 +343,7 @@ def claims(results: dict[str, Any], deadline: float) -> list[dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--prompts", default=str(ROOT / "bench" / "prompts.jsonl"))
+    parser.add_argument("--prompts", default=str(SAMPLE_PROMPTS))
     parser.add_argument("--seeds", type=int, default=5, help="trials per scenario, seeds 0..N-1 (default 5)")
     parser.add_argument("--time-scale", type=float, default=20.0)
     parser.add_argument("--arrival-minutes", type=float, default=1.0, help="model minutes of arrivals at 0.5x and 1x")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+from pathlib import Path
 
+import genai_pacer
 import pytest
 from genai_pacer.testing import BedrockEmulator, ModelSpec
 from genai_pacer.testing.bench import (
@@ -167,6 +169,22 @@ def test_cli_bench_writes_reports_and_rejects_bad_input(tmp_path, capsys):
     prompts.write_text('{"prompt": ""}\n')
     assert main(["bench", "--emulator", "--prompts", str(prompts), "--model-id", MODEL]) == 2
     assert "needs a non-empty string 'prompt'" in capsys.readouterr().err
+
+
+def test_cli_bench_without_prompts_replays_the_sample_shipped_in_the_package(tmp_path, capsys):
+    """The README's bench command named bench/prompts.jsonl, which a pip install does not have (issue 34.15)."""
+    from genai_pacer.testing.bench import SAMPLE_PROMPTS
+    from genai_pacer.testing.cli import parser
+
+    assert SAMPLE_PROMPTS.is_relative_to(Path(genai_pacer.__file__).parent)  # inside the package the wheel ships
+    assert len(load_prompts(SAMPLE_PROMPTS)) == 48
+    code = main(["bench", "--emulator", "--model-id", MODEL, "--requests", "2", "--warmup", "0", "--concurrency", "2",
+                 "--time-scale", "200", "--out", str(tmp_path / "r")])
+    captured = capsys.readouterr()
+    assert code == 0 and json.loads(captured.out)["succeeded"] == 2
+    assert f"benchmark: 48 prompts (the sample shipped with genai-pacer, {SAMPLE_PROMPTS}; pass --prompts to replay " \
+           "yours)" in captured.err
+    assert parser().parse_args(["experiments"]).prompts is None  # experiments defaults to the same sample
 
 
 def test_quota_plan_sizes_max_tokens_and_the_cap_with_the_planner():

@@ -1,6 +1,7 @@
 """A user's view: build the wheel with `make dist`, pip install it into a fresh environment outside the
 repository as the README's "Use it in your app" says, run that section's example there (cdk-nag on),
-find the handler asset, type-check against the installed package, and run the emulator without boto3."""
+find the handler asset, type-check against the installed package, run the emulator without boto3, and
+the benchmark on the prompts the wheel ships."""
 
 from __future__ import annotations
 
@@ -75,9 +76,9 @@ def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedP
     return result
 
 
-def pinned(requirement: str) -> str:
-    """The version requirements.txt pins, so the consumer gets what the reference app is tested with."""
-    (line,) = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if line.startswith(f"{requirement}==")]
+def pinned(requirement: str, requirements: str = "requirements.txt") -> str:
+    """The version the repository pins, so the consumer gets what the reference app is tested with."""
+    (line,) = [line for line in (ROOT / requirements).read_text().splitlines() if line.startswith(f"{requirement}==")]
     return line
 
 
@@ -90,7 +91,7 @@ def test_installed_wheel_runs_the_readme_app_with_the_worker_asset_and_types(tmp
     names = zipfile.ZipFile(wheel).namelist()
     assert "genai_pacer/_lambda/queued_worker/handler.py" in names
     assert "genai_pacer/_lambda/pacer_runtime/bedrock.py" in names
-    assert {"genai_pacer/py.typed", "genai_pacer/runtime.pyi"} <= set(names)
+    assert {"genai_pacer/py.typed", "genai_pacer/runtime.pyi", "genai_pacer/testing/data/prompts.jsonl"} <= set(names)
     assert any(re.fullmatch(r"genai_pacer-[^/]+\.dist-info/licenses/LICENSE", name) for name in names)
     assert not any("__pycache__" in name or name.startswith(("tests/", "stacks/", "genai_pacer/_wheel/"))
                    for name in names)
@@ -185,3 +186,14 @@ def test_installed_wheel_runs_the_readme_app_with_the_worker_asset_and_types(tmp
     missing = subprocess.run([str(python), "-c", "import genai_pacer.runtime"], cwd=consumer, env=env,
                              capture_output=True, text=True)
     assert missing.returncode == 1 and "pip install boto3" in missing.stderr, missing.stderr
+
+    # With boto3 (the bench extra's client), the README's emulator bench runs with no prompts file of
+    # one's own: it replays the sample installed with the wheel (a tiny run: 3 requests, time scale 200).
+    run(str(python), "-m", "pip", "install", "--quiet", "--no-compile", "--disable-pip-version-check",
+        pinned("boto3", "requirements-dev.txt"), cwd=consumer, env=env)
+    bench = run(str(consumer / ".venv" / "bin" / "genai-pacer"), "bench", "--emulator", "--model-id", "m",
+                "--requests", "3", "--warmup", "0", "--concurrency", "3", "--time-scale", "200", "--out", "results",
+                cwd=consumer, env=env)
+    assert json.loads(bench.stdout)["succeeded"] == 3, bench.stdout
+    assert re.search(r"48 prompts \(the sample shipped with genai-pacer, \S+/\.venv/lib/python[\d.]+/site-packages/"
+                     r"genai_pacer/testing/data/prompts\.jsonl;", bench.stderr), bench.stderr

@@ -31,6 +31,7 @@ __all__ = [
     "BenchReport",
     "Percentiles",
     "Prompt",
+    "SAMPLE_PROMPTS",
     "Sample",
     "converse_request",
     "error_code",
@@ -43,6 +44,9 @@ __all__ = [
 ]
 
 TAIL_MINIMUM = {"p50": 1, "p90": 10, "p99": 100}  # samples below which a percentile is not a measured tail
+#: The workload shipped with genai-pacer, what `genai-pacer bench` and `experiments` replay without
+#: --prompts: 48 synthetic prompts of four request types (written by bench/make_prompts.py).
+SAMPLE_PROMPTS = Path(__file__).with_name("data") / "prompts.jsonl"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """`genai-pacer` command: run the emulator, the benchmark and the experiments from a shell.
 
     genai-pacer emulator --port 8765 --model-id us.amazon.nova-lite-v1:0 --tpm 400000
-    genai-pacer bench --prompts prompts.jsonl --model-id MODEL --emulator --concurrency 8 --out results/
+    genai-pacer bench --model-id MODEL --emulator --concurrency 8 --out results/   (the shipped sample prompts)
     genai-pacer bench --prompts prompts.jsonl --model-id MODEL --region us-east-1 ...   (real Bedrock)
     genai-pacer experiments --prompts prompts.jsonl --out results/
 """
@@ -61,6 +61,8 @@ def _number(kind: Callable[[str], Any], *, minimum: float | None = None, above: 
     return parse
 
 
+PROMPTS_HELP = ('JSONL, one request a line: {"prompt": ..., "expected_output_tokens": N, "id"?, "system"?} '
+                '(default: the 48 synthetic prompts shipped with genai-pacer, genai_pacer/testing/data/prompts.jsonl)')
 COUNT = _number(int, minimum=1)
 POSITIVE = _number(float, above=0)
 
@@ -168,7 +170,14 @@ def _emulator(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench import BenchConfig, load_prompts, progress_printer, run_benchmark, write_report
+    from .bench import (
+        SAMPLE_PROMPTS,
+        BenchConfig,
+        load_prompts,
+        progress_printer,
+        run_benchmark,
+        write_report,
+    )
 
     if not args.emulator:
         given = [f"--{name.replace('_', '-')}" for name in EMULATOR_ONLY if getattr(args, name) is not None]
@@ -179,7 +188,7 @@ def _bench(args: argparse.Namespace) -> int:
             raise InputError("--time-scale converts an emulator's time; real Bedrock runs in real time (leave it out)")
     elif args.region:
         raise InputError("--region is for real Bedrock; --emulator runs locally (leave one out)")
-    prompts = load_prompts(args.prompts)
+    prompts = load_prompts(args.prompts or SAMPLE_PROMPTS)
     config = BenchConfig(
         model_id=args.model_id,
         requests=args.requests,
@@ -212,7 +221,8 @@ def _bench(args: argparse.Namespace) -> int:
             client = bedrock_client(max_pool_connections=pool, max_attempts=args.max_attempts,
                                     endpoint_url=args.endpoint_url, session=session)
             target = args.endpoint_url or f"Bedrock in {client.meta.region_name}"
-        print(f"benchmark: {len(prompts)} prompts against {target}", file=sys.stderr)
+        source = args.prompts or f"the sample shipped with genai-pacer, {SAMPLE_PROMPTS}; pass --prompts to replay yours"
+        print(f"benchmark: {len(prompts)} prompts ({source}) against {target}", file=sys.stderr)
         report = run_benchmark(client, prompts, config, progress=progress_printer())
     paths = write_report(report, args.out, args.name)
     print(json.dumps(report.summary, indent=2))
@@ -225,7 +235,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _experiments(args: argparse.Namespace) -> int:
-    from .bench import load_prompts
+    from .bench import SAMPLE_PROMPTS, load_prompts
     from .experiments import pool_experiment, quota_experiment, side_by_side_experiment, write_summary
 
     def log(line: str) -> None:
@@ -235,7 +245,7 @@ def _experiments(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
     if args.which in ("quota", "all"):
-        results["quota"] = quota_experiment(load_prompts(args.prompts), time_scale=args.time_scale,
+        results["quota"] = quota_experiment(load_prompts(args.prompts or SAMPLE_PROMPTS), time_scale=args.time_scale,
                                             arrival_minutes=args.arrival_minutes, seed=args.seed,
                                             trials=args.trials, e2e_target_seconds=args.e2e_target, log=log)
         (out / "quota_experiment.json").write_text(json.dumps(results["quota"], indent=2) + "\n")
@@ -263,7 +273,7 @@ def parser() -> argparse.ArgumentParser:
     emulator.set_defaults(run=_emulator)
 
     bench = commands.add_parser("bench", help="replay a JSONL workload and report latency percentiles")
-    bench.add_argument("--prompts", required=True, help='JSONL: {"prompt": ..., "expected_output_tokens": N} (required)')
+    bench.add_argument("--prompts", help=PROMPTS_HELP)
     bench.add_argument("--model-id", required=True, help="model or inference profile id to call (required)")
     target = bench.add_mutually_exclusive_group()
     target.add_argument("--emulator", action="store_true", help="start an emulator in-process and use it (default: off)")
@@ -297,7 +307,7 @@ def parser() -> argparse.ArgumentParser:
     bench.set_defaults(run=_bench)
 
     experiments = commands.add_parser("experiments", help="quota and connection-pool experiments on the emulator")
-    experiments.add_argument("--prompts", required=True, help='JSONL: {"prompt": ..., "expected_output_tokens": N} (required)')
+    experiments.add_argument("--prompts", help=PROMPTS_HELP)
     experiments.add_argument("--which", choices=["quota", "side-by-side", "pool", "all"], default="all",
                              help="which experiment to run (default all)")
     experiments.add_argument("--time-scale", type=POSITIVE, default=4.0,
