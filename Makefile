@@ -3,6 +3,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
+BUILD_VENV := .venv-build
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 # jsii prints an end-of-life banner unless this names the major version of the Node.js it runs on
 # ("1" silences nothing). Expanded per command, so after `npm ci` it names the pinned Node 22.
@@ -38,9 +39,11 @@ typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/mypy
 
 # A wheel and an sdist in $(DIST)/, to install the library into your own app (README: "Use it in your app").
-dist: $(VENV)/.dev-installed
+# Built in a venv of its own holding only the build frontend and backend (requirements-build.txt):
+# the dev toolchain in $(VENV) takes about a minute to install and building needs none of it.
+dist: $(BUILD_VENV)/.installed
 	rm -rf $(DIST)
-	$(VENV)/bin/python -m build --quiet --no-isolation --outdir $(DIST) .
+	$(BUILD_VENV)/bin/python -m build --quiet --no-isolation --outdir $(DIST) .
 	@echo "built: $$(ls $(DIST)/* | tr '\n' ' ')"
 
 # Benchmarks and experiments against the in-process emulator; reports land in bench/results/.
@@ -91,8 +94,13 @@ $(VENV)/.runtime-installed: requirements.txt pyproject.toml | prereqs
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
 	@touch $@
 
-$(VENV)/.dev-installed: $(VENV)/.runtime-installed requirements-dev.txt
+$(VENV)/.dev-installed: $(VENV)/.runtime-installed requirements-dev.txt requirements-build.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+$(BUILD_VENV)/.installed: requirements-build.txt
+	test -x $(BUILD_VENV)/bin/python || $(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-build.txt
 	@touch $@
 
 node_modules/.installed: package.json package-lock.json | prereqs
@@ -100,4 +108,4 @@ node_modules/.installed: package.json package-lock.json | prereqs
 	@touch $@
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out $(DIST) .mypy_cache
+	rm -rf $(VENV) $(BUILD_VENV) node_modules cdk.out $(DIST) .mypy_cache
