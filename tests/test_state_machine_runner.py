@@ -114,26 +114,27 @@ def calls_to(run, model_id: str) -> list:
 # ---- aws-cdk-lib state machines ------------------------------------------------------------------
 
 
-def test_a_map_of_50_items_under_a_quota_that_throttles_answers_every_item_and_retries_each_throttle():
+def test_a_map_of_50_items_answers_every_item_and_retries_each_throttle():
+    """Three throttles are injected, not provoked: how many calls a quota throttles depends on how many
+    iterations the interpreter starts at once, which depends on the machine's load (a loaded CI machine
+    once saw one item throttled past its 6 retries). The quota itself is the emulator's, tested there."""
     stack = new_stack()
-    # 20 calls at once each reserve 4,096 + input tokens: more than a 50,000 TPM quota holds.
     fan_out = sfn.Map(stack, "Fan out", max_concurrency=20, items_path="$.items")
     fan_out.item_processor(converse(stack, "Ask", max_tokens=4096, retries=6))
     machine(stack, "Machine", fan_out)
 
-    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
-        run = runner.run({"items": items(50)}).raise_for_status()
+    with emulator(ModelSpec(NOVA, tpm_quota=100_000_000, answer_tokens=200, output_tokens_per_second=25)) as bedrock:
+        bedrock.fail_next("ThrottlingException", model_id=NOVA, count=3)
+        with StateMachineRunner(stack, bedrock=bedrock) as runner:
+            run = runner.run({"items": items(50)}).raise_for_status()
 
     assert len(run.output) == 50
     assert all(answer["text"] and answer["outputTokens"] == 200 for answer in run.output)
-    assert run.throttled > 0, "the quota should have throttled the first burst"
-    assert set(run.outcomes) == {"ok", "throttled"}
+    assert (run.throttled, run.outcomes) == (3, Counter({"ok": 50, "throttled": 3}))
     # Every throttled call came back as another attempt: 50 answers plus one call per throttle.
-    assert run.outcomes["ok"] == 50
-    assert run.model_calls == 50 + run.throttled
-    assert run.task_errors() == Counter({"BedrockRuntime.ThrottlingException": run.throttled})
-    assert run.retries == run.throttled
-    assert 1 < peak_in_flight(run.invocations) <= 20  # the interpreter held MaxConcurrency
+    assert run.model_calls == 53 and run.retries == 3
+    assert run.task_errors() == Counter({"BedrockRuntime.ThrottlingException": 3})
+    assert peak_in_flight(run.invocations) <= 20  # the interpreter held MaxConcurrency
 
 
 def test_an_item_that_always_throttles_fails_the_map_after_the_configured_attempts():
