@@ -166,3 +166,21 @@ def kms_statements(template: dict | Template) -> dict[str, list[dict]]:
             if any(action.startswith("kms:") for action in actions):
                 found.setdefault(logical_id, []).append(statement)
     return found
+
+
+#: How aws-cdk-lib encodes a number token (about -1.888e+289), as text shows it.
+ENCODED_NUMBER = re.compile(r"e\+2\d\d|-1\.88815")
+
+
+def holds_ref(value: Any, name: str = "Param") -> bool:
+    """The CfnParameter `name` is in `value`: a Ref to it, at any depth (in an Fn::Join, a list...)."""
+    if isinstance(value, dict):
+        return value == {"Ref": name} or any(holds_ref(v, name) for v in value.values())
+    if isinstance(value, list):
+        return any(holds_ref(v, name) for v in value)
+    return False
+
+
+def names_prop(prop: str, problems: list[str]) -> list[str]:
+    """The problems of an InvalidPropsError that name `prop` (as "prop ...", "prop=...", "prop[...", "prop:")."""
+    return [p for p in problems if p.startswith((f"{prop} ", f"{prop}=", f"{prop}[", f"{prop}:"))]

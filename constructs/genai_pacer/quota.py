@@ -69,7 +69,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IConstruct, IValidation
 
 from . import planning
-from ._checks import Checks, is_token
+from ._checks import Checks, _show, is_token
 from ._docs import constructor_doc
 from .models import BedrockModel, as_bedrock_model
 from .quota_check import PLAN_FILE_PREFIX
@@ -543,7 +543,7 @@ class ModelQuota(Construct):
             holds the share named after its construct id (or path).
         With an rpm_quota (legacy), a fraction or tpm share also takes that fraction of the RPM.
         """
-        with Checks(f"ModelQuota {self.node.id}: share {name!r}") as check:
+        with Checks(f"ModelQuota {self.node.id}: share {_show(name)}") as check:  # a token by its kind, never its encoding
             if is_token(name):
                 check.fail("name is an unresolved CDK token; a share's name is a label in the plan: pass text")
             elif check.text("name", name, max_length=80, fix="the consumer's name, e.g. its construct id"):

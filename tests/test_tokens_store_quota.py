@@ -1,0 +1,178 @@
+"""Every prop of AnswerStore, AnswerRouter and ModelQuota, and every argument of ModelQuota.share(...)
+and ModelQuota.profile(...), given an unresolved token of each kind a user passes from a CfnParameter
+(value_as_number, value_as_string, cdk.Duration.seconds(value_as_number), value_as_list) (issue 35.10).
+
+A token reaches the template as a Ref where the value goes to CloudFormation unchanged (the router's
+environment, its function's settings, an alarm's threshold and description), with the construct's logic
+intact. Synth refuses it, naming the prop, where the value is needed at synth: the quota plan is
+arithmetic at synth (every number of ModelQuota, share and profile is refused), the router's prompt
+templates are checked against their patterns, and objects (a store, a model, a key) and switches are
+refused by type. Never a token's number encoding (about -1.9e289) in the template or a message, never an
+AttributeError, TypeError or jsii error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Template
+from genai_pacer import AnswerRouter, AnswerStore, BedrockModel, ModelQuota
+from genai_pacer._checks import InvalidPropsError
+from helpers import ENCODED_NUMBER, holds_ref, names_prop, new_stack, only, resources, token_of
+
+KINDS = ("number", "string", "duration", "list")
+NOVA = BedrockModel.from_id("us.amazon.nova-lite-v1:0")
+PROMPTS = {"note#{ticker}": "Write a note on {ticker}."}
+
+
+# ---- the constructs, each with the least it needs -------------------------------------------------------
+
+
+def store_and_router(stack: cdk.Stack, **props: Any) -> AnswerRouter:
+    """An AnswerStore with `props`, read by a router: the handlers are where its settings land."""
+    return AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store", **props), model=NOVA, prompts=PROMPTS)
+
+
+def router(stack: cdk.Stack, **props: Any) -> AnswerRouter:
+    return AnswerRouter(stack, "Router", **{"answer_store": AnswerStore(stack, "Store"), "model": NOVA,
+                                            "prompts": PROMPTS, **props})
+
+
+def quota(stack: cdk.Stack, **props: Any) -> ModelQuota:
+    return ModelQuota(stack, "Quota", **{"model": NOVA, "tpm_quota": 400_000, **props})
+
+
+def share(stack: cdk.Stack, **props: Any) -> Any:
+    """A share for a router, which holds it (so synth checks it)."""
+    drawn = quota(stack)
+    amount = {} if set(props) & {"fraction", "tpm", "calls"} else {"fraction": 0.3}
+    plan = drawn.share(**{"name": "Router", "profile": drawn.profile(input_tokens=2_000, output_tokens=300, max_tokens=440),
+                          "call_seconds": 6, **amount, **props})
+    return router(stack, reserved_concurrency=plan)
+
+
+def profile(stack: cdk.Stack, **props: Any) -> Any:
+    drawn = quota(stack)
+    return drawn.profile(**{"input_tokens": 2_000, "output_tokens": 300, "max_tokens": 440, **props})
+
+
+# ---- where a passing token lands ------------------------------------------------------------------------
+
+
+def function(template: dict) -> dict:
+    (found,) = [r["Properties"] for r in resources(template, "AWS::Lambda::Function").values()
+                if r["Properties"].get("Handler") == "answer_router.handler.handler"]
+    return found
+
+
+def env(name: str) -> Callable[[dict], list[Any]]:
+    return lambda t: [function(t)["Environment"]["Variables"][name]]
+
+
+def server_errors_alarm(template: dict) -> list[Any]:
+    (alarm,) = [r["Properties"] for k, r in resources(template, "AWS::CloudWatch::Alarm").items() if "ServerErrors" in k]
+    return [alarm["Threshold"], alarm["AlarmDescription"]]
+
+
+Where = Callable[[dict], list[Any]]
+#: name -> (the class or method, its props, how to build it with one prop given, (prop, kind) -> the template
+#: values that must each hold the parameter). Every other (prop, kind) is refused, naming the prop.
+TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Callable[..., Any], dict[tuple[str, str], Where]]] = {
+    "AnswerStore": (
+        AnswerStore,
+        ("table", "encryption_key", "answer_ttl"),
+        store_and_router,
+        {("answer_ttl", "duration"): env("ANSWER_TTL_SECONDS")},
+    ),
+    "AnswerRouter": (
+        AnswerRouter,
+        ("answer_store", "model", "prompts", "system_prompt", "max_age", "write_back", "coalesce_wait",
+         "max_output_tokens", "timeout", "memory_size", "reserved_concurrency", "function_url", "encryption_key",
+         "log_retention", "server_error_threshold", "alarm_actions"),
+        router,
+        {
+            ("system_prompt", "string"): env("SYSTEM_PROMPT"),
+            ("max_age", "duration"): env("MAX_AGE_SECONDS"),
+            ("coalesce_wait", "duration"): env("COALESCE_WAIT_SECONDS"),
+            ("max_output_tokens", "number"): env("MAX_OUTPUT_TOKENS"),
+            ("timeout", "duration"): lambda t: [function(t)["Timeout"]],
+            ("memory_size", "number"): lambda t: [function(t)["MemorySize"]],
+            ("reserved_concurrency", "number"): lambda t: [function(t)["ReservedConcurrentExecutions"]],
+            ("server_error_threshold", "number"): server_errors_alarm,
+        },
+    ),
+    # The plan is computed at synth (shares, allocation, the plan file): no number of it can wait for deploy.
+    "ModelQuota": (
+        ModelQuota,
+        ("model", "tpm_quota", "rpm_quota", "burndown", "keep_free", "warn_at", "service_quota_code",
+         "daily_token_quota", "cross_model_daily_tokens", "require_shares"),
+        quota,
+        {},
+    ),
+    "ModelQuota.share": (
+        ModelQuota.share,
+        ("name", "profile", "call_seconds", "fraction", "tpm", "calls", "executions", "hours_per_day"),
+        share,
+        {},
+    ),
+    "ModelQuota.profile": (
+        ModelQuota.profile,
+        ("input_tokens", "output_tokens", "max_tokens", "cache_write_tokens", "cache_read_tokens"),
+        profile,
+        {},
+    ),
+}
+CASES = [(name, prop, kind) for name, (_, props, *_rest) in TABLE.items() for prop in props for kind in KINDS]
+
+
+@pytest.mark.parametrize(("name", "prop", "kind"), CASES, ids=["-".join(case) for case in CASES])
+def test_every_prop_given_every_kind_of_token_reaches_the_template_or_is_refused_by_name(name, prop, kind):
+    _, _, build, passes = TABLE[name]
+    stack = new_stack()
+    where = passes.get((prop, kind))
+    if where is None:
+        with pytest.raises(InvalidPropsError) as refused:
+            build(stack, **{prop: token_of(stack, kind)})
+            Template.from_stack(stack)
+        assert names_prop(prop, refused.value.problems), refused.value.problems
+        assert not ENCODED_NUMBER.search(str(refused.value)), str(refused.value)
+        return
+    build(stack, **{prop: token_of(stack, kind)})
+    template = Template.from_stack(stack).to_json()
+    values = where(template)
+    assert values and all(holds_ref(v) for v in values), json.dumps(values)[:2000]
+    text = json.dumps(template["Resources"])
+    assert not ENCODED_NUMBER.search(text), text[max(0, ENCODED_NUMBER.search(text).start() - 300):][:400]
+
+
+def test_the_table_counts():
+    assert len(CASES) == 4 * (3 + 16 + 10 + 8 + 5)
+    assert sum(len(passes) for *_rest, passes in TABLE.values()) == 9
+
+
+# ---- the logic each passing token keeps ----------------------------------------------------------------
+
+
+def test_a_deploy_time_server_error_threshold_is_named_in_the_alarm_description():
+    stack = new_stack()
+    router(stack, server_error_threshold=token_of(stack, "number"))
+    _, description = server_errors_alarm(Template.from_stack(stack).to_json())
+    parts = description["Fn::Join"][1]
+    assert parts[0].endswith("more than ") and parts[1] == {"Ref": "Param"} and parts[2].startswith(" answers in 5 minutes")
+
+
+def test_a_deploy_time_ttl_reaches_every_router_as_the_parameter():
+    stack = new_stack()
+    store = AnswerStore(stack, "Store", answer_ttl=token_of(stack, "duration"))
+    AnswerRouter(stack, "Router", answer_store=store, model=NOVA, prompts=PROMPTS)
+    AnswerRouter(stack, "ReadOnly", answer_store=store, model=NOVA, write_back=False)
+    template = Template.from_stack(stack).to_json()
+    ttls = [r["Properties"]["Environment"]["Variables"]["ANSWER_TTL_SECONDS"]
+            for r in resources(template, "AWS::Lambda::Function").values()
+            if "ANSWER_TTL_SECONDS" in r["Properties"].get("Environment", {}).get("Variables", {})]
+    assert ttls == [{"Ref": "Param"}] * 2
+    assert only(template, "AWS::DynamoDB::Table")["Properties"]["TimeToLiveSpecification"]["AttributeName"] == "expires_at"
