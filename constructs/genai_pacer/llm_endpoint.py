@@ -176,25 +176,25 @@ class InferenceComponentOptions:
                 maximum=MAX_CAPACITY,
                 fix="copies at creation; EndpointScaling scales them afterwards",
             )
-            if check.integer(
+            min_ok = check.integer(
                 "min_instances",
                 self.min_instances,
                 minimum=0,
                 maximum=MAX_CAPACITY,
                 fix="0 lets the endpoint release every instance (scale to zero)",
-            ) and check.integer(
+            )
+            max_ok = check.integer(  # checked once: a bad max_instances was reported twice with a valid minimum
                 "max_instances",
                 self.max_instances,
                 minimum=1,
                 maximum=MAX_CAPACITY,
                 fix="the most instances managed instance scaling may run",
-            ):
+            )
+            if min_ok and max_ok:
                 check.rule(
                     self.min_instances <= self.max_instances,
                     f"min_instances={self.min_instances} exceeds max_instances={self.max_instances}; raise max_instances",
                 )
-            else:
-                check.integer("max_instances", self.max_instances, minimum=1, maximum=MAX_CAPACITY)
             _check_name(check, "name", self.name, optional=True)
 
 

@@ -48,7 +48,7 @@ from aws_cdk import aws_iam as iam
 
 from constructs import Construct
 
-from ._checks import Checks, InvalidPropsError, is_token, kind_of
+from ._checks import Checks, InvalidPropsError, _show, is_token, kind_of, token_kind
 
 __all__ = [
     "APPLICATION_PROFILE_BYPASS",
@@ -251,6 +251,10 @@ class BedrockModel:
                 object.__setattr__(self, "kind", kind)
                 if kind == "geographic-profile" and regions is None:
                     object.__setattr__(self, "profile_regions", _profile_regions(self.model_id, None))
+            if is_token(self.kind):  # one_of lets a token pass, but the kind decides the grant at synth
+                check.fail(f"kind is a deploy-time {token_kind(self.kind)}, but a model's kind decides its grant at synth: "
+                           "build the model with a BedrockModel class method")
+                return
             if not check.one_of("kind", self.kind, KINDS, fix="build the model with a BedrockModel class method"):
                 return
             _validate(check, self)
@@ -636,7 +640,7 @@ def _profile_kind(check: Checks, name: str, profile_id: str, regions: Any) -> Mo
     if first == GLOBAL_PREFIX:
         if regions is not None:
             check.fail(
-                f"regions={regions!r} cannot be given for the global profile {profile_id!r}: a global profile "
+                f"regions={_show(regions)} cannot be given for the global profile {profile_id!r}: a global profile "
                 "routes to any supported commercial Region and is authorized against the Region-less ARN "
                 f"arn:aws:bedrock:::foundation-model/{rest}; drop regions="
             )
@@ -678,7 +682,7 @@ def _classify(check: Checks, model_id: str, *, regions: Any, copies: Any) -> Mod
         return _profile_kind(check, "model_id", model_id, regions)
     if copies is not None:
         check.fail(
-            f"copies={copies!r} applies only to an application inference profile ARN, and model_id={model_id!r} "
+            f"copies={_show(copies)} applies only to an application inference profile ARN, and model_id={model_id!r} "
             "is not one: drop copies, or pass the profile's ARN"
         )
         return None
@@ -775,14 +779,20 @@ def _validate_regions(check: Checks, model: BedrockModel) -> None:
     if model.kind != "geographic-profile":
         check.rule(
             not regions,
-            f"regions={regions!r} applies only to a geographic cross-Region profile, and {model.model_id!r} is "
+            f"regions={_show(regions)} applies only to a geographic cross-Region profile, and {model.model_id!r} is "
             f"{_KIND_NAMES[cast(str, model.kind)]}: drop regions",
         )
         return
     if not isinstance(regions, tuple):  # a str or a token list: refused before it is iterated
         check.fail(
-            f"regions={regions!r} is {kind_of(regions)}; pass a list of Region names such as "
+            f"regions={_show(regions)} is {kind_of(regions)}; pass a list of Region names such as "
             "['us-east-1', 'us-west-2']"
+        )
+        return
+    if any(token_kind(region) == "list" for region in regions):  # value_as_list: one encoded item
+        check.fail(
+            "regions is a deploy-time list, but each Region is an ARN of the grant at synth: pass the Region names "
+            "as a list of text, e.g. ['us-east-1', 'us-west-2']"
         )
         return
     if not regions:
@@ -804,7 +814,7 @@ def _validate_copies(check: Checks, model: BedrockModel) -> None:
     if model.kind != "application-profile":
         check.rule(
             copies is None,
-            f"copies={copies!r} applies only to an application inference profile; drop it",
+            f"copies={_show(copies)} applies only to an application inference profile; drop it",
         )
         return
     if copies is None:
@@ -816,7 +826,7 @@ def _validate_copies(check: Checks, model: BedrockModel) -> None:
         return
     if not isinstance(copies, BedrockModel):
         check.fail(
-            f"copies={copies!r} is {kind_of(copies)}; pass a BedrockModel or a model or profile id such as "
+            f"copies={_show(copies)} is {kind_of(copies)}; pass a BedrockModel or a model or profile id such as "
             "'us.anthropic.claude-3-5-haiku-20241022-v1:0'"
         )
         return

@@ -77,7 +77,7 @@ from constructs import Construct
 
 from . import _nag
 from ._alarms import threshold_alarm
-from ._checks import Checks, InvalidPropsError, duration_in, is_token, shown, token_kind, token_of_kind
+from ._checks import Checks, InvalidPropsError, _show, duration_in, is_token, shown, token_kind, token_of_kind
 from ._docs import constructor_doc
 from ._runtime_constants import metrics_constants
 from ._secure import StateMachineOptions, encrypted_log_group, log_key, model_state_machine
@@ -263,22 +263,35 @@ class ExperimentVariant:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", as_bedrock_model(self.model))  # an aws_bedrock_alpha IBedrockInvokable too
-        with Checks(f"ExperimentVariant {self.name!r}") as check:
-            if check.text("name", self.name, max_length=64):
+        with Checks(f"ExperimentVariant {_show(self.name)}") as check:
+            if is_token(self.name):
+                check.fail(f"name is a deploy-time {token_kind(self.name)}, but a variant's name is checked at synth "
+                           "(the control, the guard alarms, the Variant dimension): pass text")
+            elif check.text("name", self.name, max_length=64):
                 check.rule(bool(_NAME.match(self.name)),
                            f"name={self.name!r} may hold letters, digits, '.', '_' and '-' only, starting with a letter "
                            "or digit (it becomes a CloudWatch dimension value)")
             check.instance("model", self.model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
-            check.rule(not is_token(self.share), "share is a deploy-time token; the split is written into the experiment "
-                       "document at synth: pass a number (change it later with an AppConfig deployment, not a stack update)")
-            check.number("share", self.share, minimum=0, maximum=100, fix="percent of users; all shares sum to 100")
+            # The document is JSON written at synth: a number token would be its encoding there (-1.9e289)
+            at_synth = [n for n in ("share", "max_tokens", "temperature", "top_p") if is_token(getattr(self, n))]
+            for name in at_synth:
+                check.fail(f"{name} is a deploy-time token; the {'split' if name == 'share' else 'variant'} is written "
+                           "into the experiment document at synth: pass a number (change it later with an AppConfig "
+                           "deployment, not a stack update)")
+            if "share" not in at_synth:
+                check.number("share", self.share, minimum=0, maximum=100, fix="percent of users; all shares sum to 100")
             check.instance("prompt", self.prompt, (TextPrompt, ManagedPrompt), "a TextPrompt(...) or ManagedPrompt(...)")
-            check.integer("max_tokens", self.max_tokens, minimum=1, maximum=1_000_000, optional=True,
-                          fix="size it from the p99 answer (planning.size_max_tokens)")
-            check.number("temperature", self.temperature, minimum=0, maximum=1, optional=True)
-            check.number("top_p", self.top_p, minimum=0, maximum=1, optional=True)
-            if self.stop_sequences is not None and check.each("stop_sequences", self.stop_sequences,
-                                                              lambda n, s: check.text(n, s)):
+            if "max_tokens" not in at_synth:
+                check.integer("max_tokens", self.max_tokens, minimum=1, maximum=1_000_000, optional=True,
+                              fix="size it from the p99 answer (planning.size_max_tokens)")
+            for name in ("temperature", "top_p"):
+                if name not in at_synth:
+                    check.number(name, getattr(self, name), minimum=0, maximum=1, optional=True)
+            if isinstance(self.stop_sequences, list | tuple) and any(token_kind(s) == "list" for s in self.stop_sequences):
+                check.fail("stop_sequences is a deploy-time list, which the experiment document (JSON written at synth) "
+                           "cannot hold: pass a list of strings (each may be a deploy-time string)")
+            elif self.stop_sequences is not None and check.each("stop_sequences", self.stop_sequences,
+                                                                lambda n, s: check.text(n, s)):
                 check.rule(len(self.stop_sequences) <= 2500, f"stop_sequences has {len(self.stop_sequences)} items; "
                            "Converse accepts at most 2,500")
             if check.instance("additional_fields", self.additional_fields, Mapping, "a dict such as {'top_k': 40}",
