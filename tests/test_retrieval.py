@@ -22,7 +22,7 @@ from genai_pacer.retrieval import (
     HybridSearchPipeline,
     VectorIndexSettings,
 )
-from helpers import new_stack, only, resources, token_of
+from helpers import ENCODED_NUMBER, new_stack, only, resources, token_of
 
 ENDPOINT = "https://search-docs-abc.us-east-1.es.amazonaws.com"
 
@@ -637,6 +637,8 @@ PIPELINE_PROPS = ("pipeline_name", "domain", "collection", "weights", "normaliza
 INDEX_PROPS = ("index_name", "dimension", "domain", "collection", "vector_field", "engine", "space_type", "m", "ef_construction",
                "ef_search", "text_field", "metadata_fields", "removal_policy", "index_managers", "engine_version",
                "encryption_key", "log_retention")
+#: Both constructs with every one of their props (tests/test_tokens_coverage.py checks it is all).
+TABLE = {"pipeline": (HybridSearchPipeline, PIPELINE_PROPS), "index": (VectorIndexSettings, INDEX_PROPS)}
 #: Where a token that passes lands in the template (None: only consulted at synth, nothing written).
 #: Every other (prop, target, kind) is refused, naming the prop.
 PASSES = {
@@ -675,9 +677,11 @@ def test_every_prop_given_every_kind_of_token_reaches_the_template_or_is_refused
         with pytest.raises(InvalidPropsError) as refused:
             build(kind, prop, target=target)
         assert any(problem.startswith((prop, f"{prop}=")) for problem in refused.value.problems), refused.value.problems
+        assert not ENCODED_NUMBER.search(str(refused.value)), str(refused.value)
         return
     stack, _ = build(kind, prop, target=target)
     template = Template.from_stack(stack).to_json()
+    assert not ENCODED_NUMBER.search(json.dumps(template["Resources"]))
     where = PASSES[key]
     if where is None:
         assert not holds_ref(template["Resources"])
