@@ -224,3 +224,21 @@ def test_a_deploy_time_managed_prompt_version_is_granted_as_the_version_arn():
     managed_prompt(stack, version=token_of(stack, "string"))
     (resource,) = prompt_grants(Template.from_stack(stack).to_json())
     assert resource["Fn::Join"][1] == [PROMPT_ARN + ":", {"Ref": "Param"}]
+
+
+# ---- the defects this table found, through the class methods users call ---------------------------------
+
+
+@pytest.mark.parametrize("build", [
+    lambda regions: BedrockModel.from_id("us.amazon.nova-lite-v1:0", regions=regions),
+    lambda regions: BedrockModel.inference_profile("us.amazon.nova-lite-v1:0", regions=regions),
+])
+def test_a_deploy_time_region_list_is_refused_by_name_not_by_aws_cdk_lib(build):
+    """Before: accepted, then aws-cdk-lib's CannotAddElementsListToken when the grant was synthesized."""
+    stack = new_stack()
+    with pytest.raises(InvalidPropsError, match="regions is a deploy-time list, but each Region is an ARN of the grant"):
+        build(token_of(stack, "list", "Regions"))
+    # a deploy-time string among literal Regions is one ARN's Region, so it passes
+    model = build(["us-east-1", token_of(stack, "string")])
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=model)
+    assert any(holds_ref(resource) for resource in model_grants(Template.from_stack(stack).to_json()))

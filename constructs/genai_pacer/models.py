@@ -783,7 +783,7 @@ def _validate_regions(check: Checks, model: BedrockModel) -> None:
             f"{_KIND_NAMES[cast(str, model.kind)]}: drop regions",
         )
         return
-    if not isinstance(regions, tuple):  # a str or a token list: refused before it is iterated
+    if not isinstance(regions, tuple):  # a str, a number or a Duration: refused before it is iterated
         check.fail(
             f"regions={_show(regions)} is {kind_of(regions)}; pass a list of Region names such as "
             "['us-east-1', 'us-west-2']"
