@@ -118,8 +118,9 @@ class AnswerRouter(Construct):
         at a time): an int >= 1 or a `planning.RatePlan` such as a ModelQuota share (its
         max_concurrency; the router then holds that share). Default: none (account concurrency).
     function_url: expose a function URL with AWS_IAM auth. Default: True.
-    encryption_key / log_retention: for the function's new log group. Default: a new key with
-        rotation; one month.
+    encryption_key / log_retention: for the function's new log group. Default: the construct's one
+        KMS key, with rotation, retained on delete ($1 a month while it exists, AWS KMS pricing page;
+        README, Security, "KMS keys"); one month.
     server_error_threshold: 5xx answers in 5 minutes the ServerErrors alarm tolerates (AnswerPending,
         the coalescing's own 503, is not counted). Default: 0 (any: a 5xx answer is a caller who got
         no answer).

@@ -251,8 +251,10 @@ class BatchPrecompute(Construct):
         started with this run's input when the run is below min_records_per_job. Default: none (the
         run fails "Too few records").
     write_concurrency: threads the loader writes answers with (1..64). Default: 16.
-    encryption_key_for_logs: KMS key of the functions' and state machine's log groups. Default: one
-        new key with rotation.
+    encryption_key_for_logs: KMS key of the functions' and state machine's log groups. Default: the
+        construct's one KMS key, with rotation, retained on delete ($1 a month while it exists, AWS KMS
+        pricing page; README, Security, "KMS keys"). encryption_key (the buckets') does not replace
+        it: pass both for no key of the construct's own.
     log_retention: of the functions' log groups. Default: one month.
     state_machine_options: Default: STANDARD, encrypted logs, X-Ray, a 30-day timeout (a run with
         more jobs than max_concurrent_jobs runs them in waves). EXPRESS is refused (5 minutes).

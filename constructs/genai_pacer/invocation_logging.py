@@ -104,7 +104,8 @@ class ModelInvocationLogging(Construct):
         Default: text only (False everywhere logs metadata only: ids, model, token counts, latency).
         Prompts and answers may hold personal data: choose destinations and retention with that in mind.
     encryption_key: KMS key of the new log group and bucket (and of the custom resource's own
-        log group). Default: a new key with rotation, retained on delete.
+        log group). Default: the construct's one KMS key, with rotation, retained on delete ($1 a month
+        while it exists, AWS KMS pricing page; README, Security, "KMS keys").
     log_retention: of the new log groups. Default: one month.
     bucket_retention: how long a new bucket keeps each log object (whole days, at least one); its
         noncurrent versions go NONCURRENT_DAYS later. Default: 30 days, like the log group.

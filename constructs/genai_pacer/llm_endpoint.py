@@ -31,6 +31,7 @@ from ._checks import Checks, duration_in, is_token, shown, token_kind, token_of_
 from ._docs import constructor_doc
 from ._nag import acknowledge_exact_resources, acknowledge_exact_resources_at_validation, flattened
 from ._s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
+from ._secure import construct_key
 from .capacity import MAX_CAPACITY
 
 __all__ = [
@@ -239,12 +240,13 @@ class LlmEndpoint(Construct):
         Default: 15 minutes.
     inference_component: host the model as an inference component (InferenceComponentOptions).
         Default: none (the model is the variant's; instances scale).
-    volume_encryption_key: KMS key for the instances' EBS volume. Default: a new key with rotation
-        for instance types with an EBS volume (and for a deploy-time instance type); none for types
-        with local NVMe storage (g4dn, g5, g6, p4d, p5, trn1 and newer), which the instance encrypts
-        in hardware. A key given for such a type is passed on with a warning: SageMaker's API model
-        says it does not encrypt local storage (aws-cdk-lib 2.275's docs say the call fails; if it
-        does, drop the key).
+    volume_encryption_key: KMS key for the instances' EBS volume. Default: the construct's one KMS
+        key, with rotation, retained on delete ($1 a month while it exists, AWS KMS pricing page; README,
+        Security, "KMS keys"), for instance types with an EBS volume (and for a deploy-time instance
+        type); none for types with local NVMe storage (g4dn, g5, g6, p4d, p5, trn1 and newer), which
+        the instance encrypts in hardware. A key given for such a type is passed on with a warning:
+        SageMaker's API model says it does not encrypt local storage (aws-cdk-lib 2.275's docs say the
+        call fails; if it does, drop the key).
     endpoint_name: Default: generated from the construct path (fixed, so the role's log grant can
         name the endpoint's log group before the endpoint exists).
     variant_name: Default: "AllTraffic".
@@ -741,12 +743,8 @@ class LlmEndpoint(Construct):
             )
         if given is None and local:
             return None
-        key = given or kms.Key(
-            self,
-            "VolumeKey",
-            enable_key_rotation=True,
-            description=f"genai-pacer: encrypts the instance volumes of {self.node.path}",
-            removal_policy=cdk.RemovalPolicy.RETAIN,
+        key = given or construct_key(
+            self, "VolumeKey", description=f"genai-pacer: encrypts the instance volumes of {self.node.path}"
         )
         self.role.add_to_principal_policy(
             iam.PolicyStatement(

@@ -77,7 +77,7 @@ from ._nag import (
 )
 from ._runtime_constants import metrics_constants as metrics
 from ._s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
-from ._secure import StateMachineOptions, handler_function, model_state_machine
+from ._secure import StateMachineOptions, handler_function, log_key, model_state_machine
 from .answer_store import AnswerStore
 from .model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
 from .models import BedrockModel, as_bedrock_model
@@ -349,6 +349,8 @@ class ScheduledPrecompute(Construct):
         self.answer_store = store
         self.tolerated_failed_keys = tolerated_failed_keys
 
+        # The construct's one key, for both log groups, under the id its state machine's key always had.
+        log_key(self, "LogsKey", options.encryption_key)
         self.prepare_function = handler_function(
             self,
             "PrepareRun",

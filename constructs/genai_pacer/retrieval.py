@@ -340,8 +340,9 @@ class HybridSearchPipeline(Construct):
         created in this app (its CfnDomain); unknown for an imported domain (rules then warn).
     encryption_key / log_retention: for the log group of the stack's shared search handler (see
         the module docstring), set by whichever search construct creates it; another construct may
-        repeat the same values or leave them out, and different ones are refused. Default: a new key
-        with rotation; one month.
+        repeat the same values or leave them out, and different ones are refused. Default: the
+        handler's one KMS key, with rotation, retained on delete ($1 a month while it exists, AWS KMS
+        pricing page; README, Security, "KMS keys"); one month.
 
     Access, least privilege: this construct grants the shared handler's role es:ESHttpPut/Get/Delete
     on <domain ARN>/_search/pipeline/<name> only, in its own iam.Policy (`handler_policy`). With fine-grained access control that IAM grant is

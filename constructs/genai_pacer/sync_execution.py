@@ -63,8 +63,9 @@ class SyncExecutionUrl(Construct):
     max_concurrent_executions: how many executions may run at once (the function's reserved
         concurrency, 1..1000); a request beyond it gets HTTP 429. Set it to the executions a quota
         share was planned for (ModelQuota.share(..., executions=N)). Default: unbounded.
-    encryption_key / log_retention: for the function's new log group. Default: a new key with
-        rotation; one month.
+    encryption_key / log_retention: for the function's new log group. Default: the construct's one
+        KMS key, with rotation, retained on delete ($1 a month while it exists, AWS KMS pricing page;
+        README, Security, "KMS keys"); one month.
 
     Attributes: `function`, `url` (its `url` attribute is the endpoint). Metrics: `metric_errors`,
     `metric_throttles`, `metric_duration` (what a caller waits). An execution that fails or times out
