@@ -259,6 +259,18 @@ def test_the_first_call_creates_the_key_and_every_later_one_returns_it():
     assert key["DeletionPolicy"] == "Retain"
 
 
+def test_only_the_helper_creates_keys():
+    """A key made anywhere else would escape the one-per-construct rule and the retention decision."""
+    from conftest import ROOT
+
+    package = ROOT / "constructs" / "genai_pacer"
+    creators = sorted(
+        str(path.relative_to(package)) for path in package.rglob("*.py")
+        if path.name != "_secure.py" and ("kms.Key(" in path.read_text() or "CfnKey(" in path.read_text())
+    )
+    assert creators == [], f"create keys with _secure.construct_key / log_key instead: {creators}"
+
+
 #: Where a construct's key prop is documented, when not in its own docstring.
 DOCUMENTED_IN = {name: "StateMachineOptions" for name in ("BoundedMap", "BoundedDistributedMap", "ParallelPrompts",
                                                           "ScheduledPrecompute")} | {"VectorIndexSettings": "HybridSearchPipeline"}
