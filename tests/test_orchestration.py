@@ -26,6 +26,7 @@ from genai_pacer import (
     ConverseRequest,
     NativeRequest,
     ParallelPrompts,
+    QueuedInference,
     StateMachineOptions,
     TaskOptions,
     planning,
@@ -336,6 +337,26 @@ def test_one_at_a_time_synthesizes_with_a_warning():
     stack = new_stack()
     BoundedMap(stack, "Map", max_concurrency=1, model=NOVA, request=REQUEST)
     Annotations.from_stack(stack).has_warning("/Test/Map", Match.string_like_regexp("runs every call in sequence"))
+
+
+def test_a_plan_below_one_call_is_refused_like_the_queue_and_the_quota_refuse_it():
+    """Issue 35.7: a plan of 0.5 calls at a time (6 requests a minute of 5 s) rounds to a cap of 1, which
+    overdraws its quota; BoundedMap used to take it and warn that calls "finish sooner side by side"."""
+    plan = planning.RatePlan(6, "tpm", 1, 5)
+    with pytest.raises(InvalidPropsError) as error:
+        BoundedMap(new_stack(), "Map", max_concurrency=plan, model=NOVA, request=REQUEST)
+    assert "the plan sustains 0.5 calls at once (6.0 requests per minute), below an inline Map's minimum of 1" in str(error.value)
+    assert "no construct runs less than one call at a time" in str(error.value)
+    with pytest.raises(InvalidPropsError, match="the plan sustains 0.5 calls at once"):
+        QueuedInference(new_stack(), "Q", model=NOVA, max_concurrency=plan)
+
+
+def test_a_plan_of_one_call_at_a_time_takes_no_side_by_side_advice():
+    """The quota allows one call at a time: "finish sooner side by side" would tell the user to overdraw it."""
+    stack = new_stack()
+    BoundedMap(stack, "Map", max_concurrency=planning.RatePlan(12, "tpm", 1, 5), model=NOVA, request=REQUEST)
+    assert machine_definition(template_of(stack).to_json())["States"]["Map"]["MaxConcurrency"] == 1
+    assert not Annotations.from_stack(stack).find_warning("/Test/Map", Match.string_like_regexp("side by side"))
 
 
 def test_unbounded_only_when_allowed():

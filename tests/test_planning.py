@@ -153,6 +153,33 @@ def test_reservations_in_flight_lower_the_sustainable_rate():
     assert fast.requests_per_minute > 1.5 * slow.requests_per_minute
 
 
+def test_a_quota_smaller_than_one_calls_reservation_gets_no_plan():
+    """Issue 35.7: 2,000 TPM against a 2,900-token reservation used to plan max_concurrency 1, a call
+    QuotaPacer refuses because Bedrock throttles it every time. The refusal names both numbers."""
+    profile = TokenProfile(input_tokens=2_000, output_tokens=300, max_tokens=900)  # reserves 2,900, settles 2,300
+    with pytest.raises(InvalidPropsError) as error:
+        planning.sustainable_rate(profile, tpm_quota=2_000, call_seconds=6)
+    text = str(error.value)
+    assert "tpm_quota (2,000 TPM) cannot sustain one call at a time: each call reserves 2,900 tokens" in text
+    assert "Bedrock would throttle every call" in text
+    assert "give it at least 23,600 TPM, or lower max_tokens or the prompt" in text  # 10 calls a minute x 2,360
+
+
+def test_a_quota_below_one_call_at_a_time_gets_no_plan_either():
+    """5,000 TPM holds the 2,900-token reservation, but one 6-second call after another draws 23,600
+    TPM: the plan's cap of 1 (none is lower) would overdraw it. Refused; at one_call_tpm it plans 1."""
+    profile = TokenProfile(input_tokens=2_000, output_tokens=300, max_tokens=900)
+    assert planning.one_call_tpm(profile, 6) == 23_600  # 60 / 6 x (2,300 + 6/60 x 600)
+    with pytest.raises(InvalidPropsError, match=r"tpm_quota \(5,000 TPM\) cannot sustain one call at a time: each "
+                       r"call reserves 2,900 tokens and settles 2,300, so one call after another over 6 s each draws "
+                       r"23,600 TPM; even one call at a time overdraws it"):
+        planning.sustainable_rate(profile, tpm_quota=5_000, call_seconds=6)
+    plan = planning.sustainable_rate(profile, tpm_quota=23_600, call_seconds=6)
+    assert plan.max_concurrency == 1 and plan.requests_per_minute / 60 * 6 == pytest.approx(1)
+    # A call longer than the window holds its reservation all minute: the reservation alone binds.
+    assert planning.one_call_tpm(profile, 120) == 2_900
+
+
 def test_max_concurrency_never_below_one():
     assert planning.max_concurrency(1, 1) == 1
 
@@ -378,7 +405,12 @@ def test_the_largest_accepted_inputs_give_finite_results():
     reservation_only = TokenProfile(input_tokens=0, output_tokens=0, max_tokens=1)  # settles to 0 tokens
     for profile in (biggest, reservation_only):
         for seconds in (planning.MIN_CALL_SECONDS, planning.MAX_CALL_SECONDS):
+            assert math.isfinite(planning.one_call_tpm(profile, seconds))
             for tpm in (1, planning.MAX_TPM_QUOTA):
+                if tpm < planning.one_call_tpm(profile, seconds):  # refused, never planned
+                    with pytest.raises(InvalidPropsError, match="cannot sustain one call at a time"):
+                        planning.sustainable_rate(profile, tpm_quota=tpm, call_seconds=seconds)
+                    continue
                 rate = planning.sustainable_rate(profile, tpm_quota=tpm, call_seconds=seconds)
                 assert 0 < rate.requests_per_minute <= planning.MAX_RATE
                 assert_finite(rate)
@@ -476,9 +508,11 @@ PARAMETERS: list[tuple[str, str, dict[str, Any], set[str]]] = [
     ("size_max_tokens", "margin", NUMBERS, {"0", "1.5"}),
     ("size_max_tokens", "current_max_tokens", NUMBERS, {"None"}),
     ("sustainable_rate", "profile", OBJECTS, set()),
-    ("sustainable_rate", "tpm_quota", NUMBERS, {"1.5"}),
+    ("sustainable_rate", "tpm_quota", NUMBERS, set()),  # 1.5 TPM cannot hold one call (holds_one_call)
     ("sustainable_rate", "call_seconds", NUMBERS, {"1.5"}),
     ("sustainable_rate", "rpm_quota", NUMBERS, {"None", "1.5"}),
+    ("one_call_tpm", "profile", OBJECTS, set()),
+    ("one_call_tpm", "call_seconds", NUMBERS, {"1.5"}),
     ("max_concurrency", "requests_per_minute", NUMBERS, {"1.5"}),
     ("max_concurrency", "call_seconds", NUMBERS, {"1.5"}),
     ("as_max_concurrency", "value", NUMBERS, {"0", "-1", "CDK token"}),
@@ -523,6 +557,7 @@ def valid_arguments(module: Any, target: str) -> dict[str, Any]:
         "plan_tpm": dict(profile=profile, requests_per_minute=300),
         "size_max_tokens": dict(p99_output_tokens=900, current_max_tokens=16_000),
         "sustainable_rate": dict(profile=profile, tpm_quota=1_000_000, call_seconds=6),
+        "one_call_tpm": dict(profile=profile, call_seconds=6),
         "max_concurrency": dict(requests_per_minute=400, call_seconds=6),
         "as_max_concurrency": dict(value=8),
         "choose_execution": dict(deadline=timedelta(hours=30), record_count=500),
@@ -661,7 +696,9 @@ def test_plan_covers_settled_consumption_with_headroom(profile, rpm, headroom):
 
 @given(profiles(), st.floats(min_value=10_000, max_value=10_000_000), st.floats(min_value=0.1, max_value=120))
 def test_sustainable_rate_spends_exactly_the_quota(profile, tpm, seconds):
-    if profile.settled == 0 and profile.reserved == 0:
+    if tpm < planning.one_call_tpm(profile, seconds):  # refused: below one call at a time
+        with pytest.raises(InvalidPropsError, match="cannot sustain one call at a time"):
+            planning.sustainable_rate(profile, tpm_quota=tpm, call_seconds=seconds)
         return
     rate = planning.sustainable_rate(profile, tpm_quota=tpm, call_seconds=seconds)
     window = planning.plan_tpm(

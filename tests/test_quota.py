@@ -116,9 +116,27 @@ def test_a_slice_below_one_call_is_refused_with_the_tpm_it_needs():
     with pytest.raises(InvalidPropsError) as error:
         quota.share("Reports", PROFILE, fraction=0.3, call_seconds=6, executions=4)  # 30,000 each: 0.75 calls
     text = str(error.value)
-    assert "sustains 0.75 calls in flight per execution" in text
-    assert "at least 160,000 TPM (40.0% of the quota), or fewer executions" in text  # 4 x 40,000
+    # The planner's one rule and message (planning.holds_one_call): 0.75 calls at a time is not one.
+    assert "each of the share's 4 executions (30,000 TPM) cannot sustain one call at a time: each call " \
+           "reserves 2,940 tokens and settles 4,000, so one call after another over 6 s each draws 40,000 TPM" in text
+    assert "give each execution at least 40,000 TPM (the share 160,000), run fewer executions" in text  # 4 x 40,000
     assert "Reports" not in quota.shares
+
+
+def test_a_share_below_one_calls_reservation_is_refused_naming_both():
+    """Issue 35.7: the planner's one rule. 2,000 TPM cannot hold a 2,940-token reservation at all."""
+    quota = haiku_quota(tpm_quota=2_000)
+    with pytest.raises(InvalidPropsError) as error:
+        quota.share("Tiny", PROFILE, fraction=1, call_seconds=6)
+    assert "the share (2,000 TPM) cannot sustain one call at a time: each call reserves 2,940 tokens" in str(error.value)
+    assert "Bedrock would throttle every call" in str(error.value)
+
+
+def test_a_legacy_rpm_slice_below_one_call_is_refused():
+    quota = haiku_quota(rpm_quota=10)
+    with pytest.raises(InvalidPropsError, match=r"legacy rpm_quota slice of 3 requests per minute per execution "
+                       r"sustains 0.30 calls in flight of 6 s, less than one"):
+        quota.share("Slow", PROFILE, fraction=0.3, call_seconds=6)
 
 
 def test_a_fixed_width_share_draws_the_tpm_its_calls_need():
@@ -160,7 +178,7 @@ def test_property_a_cap_never_overdraws_its_share_and_one_more_call_would(fracti
     try:
         plan = quota.share("S", profile, fraction=fraction, call_seconds=call_seconds, executions=executions)
     except InvalidPropsError as error:
-        assert "not one whole call" in str(error)
+        assert "cannot sustain one call at a time" in str(error)
         return
     share = quota.shares["S"]
 

@@ -178,6 +178,26 @@ def test_a_reservation_larger_than_the_share_is_refused_before_it_waits():
             ledger.admit(bad)  # type: ignore[arg-type]
 
 
+def test_the_planner_and_the_pacer_refuse_a_quota_below_one_reservation_alike():
+    """Issue 35.7: one rule at synth and at run time. For a call that holds its reservation a whole
+    minute (60 s), one call at a time needs exactly its reservation; below it the planner plans
+    nothing and the pacer admits nothing, each naming the quota and the reservation."""
+    profile = planning.TokenProfile(input_tokens=2_000, output_tokens=300, max_tokens=900)
+    for tpm in (profile.reserved - 1, profile.reserved):
+        ledger = QuotaPacer(tpm, hold_output_burndown=False, clock=FakeClock())
+        reservation = ledger.reservation(profile.input_tokens, profile.max_tokens)
+        assert reservation == profile.reserved == 2_900
+        if tpm < reservation:
+            with pytest.raises(ValueError, match=r"a reservation of 2,900 tokens exceeds the share's 2,899 TPM"):
+                ledger.admit(reservation)
+            with pytest.raises(ValueError, match=r"tpm_quota \(2,899 TPM\) cannot sustain one call at a time: each "
+                               r"call reserves 2,900 tokens; Bedrock would throttle every call"):
+                planning.sustainable_rate(profile, tpm_quota=tpm, call_seconds=60)
+        else:
+            ledger.admit(reservation).settle(input_tokens=profile.input_tokens, output_tokens=profile.output_tokens)
+            assert planning.sustainable_rate(profile, tpm_quota=tpm, call_seconds=60).max_concurrency == 1
+
+
 def test_an_empty_window_admits_a_reservation_above_a_lowered_limit():
     clock = FakeClock()
     ledger = pacer(clock)

@@ -437,7 +437,9 @@ def fit_concurrency(
     A plan above the construct's maximum (None: the construct has none of its own, e.g. a function's
     reserved concurrency, bounded only by the account) is clamped, with a warning that the rest of
     the quota is unused. A plan below the minimum is refused: raising the cap would overdraw the quota the plan
-    came from. An int outside the range is refused. Returns None when the value is invalid or a token.
+    came from. "Below" reads the calls in flight the plan sustains (its rate x call duration), not
+    its max_concurrency, which never rounds below 1: a plan of 0.5 calls is below an inline Map's 1.
+    An int outside the range is refused. Returns None when the value is invalid or a token.
 
     A plan is also recorded on `scope` as `scope.concurrency_plan`: a construct holds the plan it was
     given, and that is how ModelQuota tells which construct holds which share, whatever their names.
@@ -455,11 +457,18 @@ def fit_concurrency(
                 f"{maximum} is used and the rest of the quota stays unused",
             )
             return maximum
+        # The calls in flight the rate sustains; rounded, so a plan of exactly n calls is not 0.999... below n.
+        sustained = min(plan_cap, round(value.requests_per_minute / 60 * value.call_seconds, 9))
+        if sustained < 1:
+            fix = ("no construct runs less than one call at a time: give the plan at least "
+                   "planning.one_call_tpm(profile, call_seconds) TPM")
+        else:
+            fix = f"give the plan more quota or use a construct that allows {plan_cap}"
         ok = check.rule(
-            plan_cap >= minimum,
-            f"{name}: the plan sustains {plan_cap} calls at once ({value.requests_per_minute:.1f} requests per "
+            sustained >= minimum,
+            f"{name}: the plan sustains {sustained:g} calls at once ({value.requests_per_minute:.1f} requests per "
             f"minute), below {limit}'s minimum of {minimum}; raising the cap would overdraw the quota the plan "
-            f"came from: give the plan more quota or use a construct that allows {plan_cap}",
+            f"came from: {fix}",
         )
         return plan_cap if ok else None
     allowed = f"at least {minimum}" if maximum is None else f"{minimum}..{maximum}"

@@ -179,8 +179,8 @@ class BoundedMap(_MapBase):
     stop reason and token usage, so the Map's output stays under Step Functions' 256 KiB limit.
 
     max_concurrency: required; an int 1..40 or a `planning.RatePlan` (fitted: above 40 it uses 40
-        and warns; a plan below 1 cannot exist). 1 runs every call in sequence (warning). 0 is
-        unbounded and refused unless allow_unbounded=True.
+        and warns; a plan sustaining less than one call at a time is refused). An int 1 runs every call
+        in sequence (warning). 0 is unbounded and refused unless allow_unbounded=True.
     allow_unbounded: accept max_concurrency=0. Default: False.
     model / request: the per-item model call: `ConverseRequest(...)` (default form, any model) or
         `NativeRequest(body)`.
@@ -493,7 +493,8 @@ class BoundedDistributedMap(_MapBase):
 def _cap(
     scope: Construct, check: Checks, value: Any, allow_unbounded: bool, maximum: int, limit: str
 ) -> int | None:
-    """The Map's MaxConcurrency: 0 only when explicitly unbounded, 1 with a warning."""
+    """The Map's MaxConcurrency: 0 only when explicitly unbounded, a literal 1 with a warning (a plan of
+    one call at a time is what its quota sustains, and one below one call is refused)."""
     if value == 0 and not isinstance(value, bool) and type(value) is int:
         check.rule(
             allow_unbounded is True,
@@ -502,7 +503,7 @@ def _cap(
         )
         return 0
     cap = fit_concurrency(check, scope, "max_concurrency", value, minimum=1, maximum=maximum, limit=limit, fix=_PLAN_HINT)
-    if cap == 1:
+    if cap == 1 and type(value) is int:
         cdk.Annotations.of(scope).add_warning_v2(
             "genai-pacer:map-sequential",
             "max_concurrency=1 runs every call in sequence; independent calls finish sooner side by side "

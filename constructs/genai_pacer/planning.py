@@ -72,6 +72,7 @@ __all__ = [
     "plan_tpm",
     "size_max_tokens",
     "sustainable_rate",
+    "one_call_tpm",
     "max_concurrency",
     "as_max_concurrency",
     "choose_execution",
@@ -495,12 +496,14 @@ def sustainable_rate(
     requests still hold (reserved - settled) extra tokens, so
     r = tpm / (settled + min(call_seconds/60, 1) x max(reserved - settled, 0)). When settlement
     exceeds the reservation (output x burndown > max_tokens) the settled charge is the binding one.
+    A quota below one_call_tpm(profile, call_seconds) is refused (holds_one_call): it cannot hold one
+    call's reservation, or even one call at a time overdraws it, and no cap is lower than one call.
     rpm_quota: legacy (RPM_RULE): Bedrock no longer enforces requests per minute on bedrock-runtime;
     pass one only where an account or tooling still tracks an RPM figure, and it caps the rate.
     """
     with Checks("sustainable_rate") as check:
-        _profile(check, profile)
-        _number(
+        profile_ok = _profile(check, profile)
+        quota_ok = _number(
             check,
             "tpm_quota",
             tpm_quota,
@@ -508,7 +511,7 @@ def sustainable_rate(
             maximum=MAX_TPM_QUOTA,
             fix=f"the model's tokens-per-minute quota (Service Quotas), 1..{MAX_TPM_QUOTA:.0e}",
         )
-        _call_seconds(check, "call_seconds", call_seconds)
+        seconds_ok = _call_seconds(check, "call_seconds", call_seconds)
         _number(
             check,
             "rpm_quota",
@@ -518,14 +521,69 @@ def sustainable_rate(
             optional=True,
             fix="a legacy requests-per-minute figure, or None (bedrock-runtime no longer enforces RPM)",
         )
+        if profile_ok and quota_ok and seconds_ok:
+            holds_one_call(check, profile, tpm=tpm_quota, call_seconds=call_seconds, quota="tpm_quota")
     # Bounded: settled >= 0 and, when it is 0, reserved >= max_tokens >= 1 held for >= 1 ms, so the
     # rate is at most MAX_TPM_QUOTA / (MIN_CALL_SECONDS / 60) = 6e16 < MAX_RATE, never inf.
-    held = max(profile.reserved - profile.settled, 0)
-    per_request = profile.settled + min(call_seconds / 60, 1) * held
-    rate, limited_by = tpm_quota / per_request, "tpm"
+    rate, limited_by = tpm_quota / _per_request(profile, call_seconds), "tpm"
     if rpm_quota is not None and rpm_quota < rate:
         rate, limited_by = rpm_quota, "rpm"
     return RatePlan(rate, limited_by, _cap(rate, call_seconds), call_seconds)
+
+
+def _per_request(profile: TokenProfile, call_seconds: float) -> float:
+    """Quota tokens one request charges a one-minute window: its settlement, plus its reservation's
+    excess over it for the part of the minute the request is in flight."""
+    held = max(profile.reserved - profile.settled, 0)
+    return profile.settled + min(call_seconds / 60, 1) * held
+
+
+def one_call_tpm(profile: TokenProfile, call_seconds: float) -> float:
+    """The smallest tokens-per-minute quota that sustains one call at a time.
+
+    The larger of the call's reservation (Bedrock throttles a call whose reservation exceeds the
+    quota, however idle the quota is) and what one call after another draws: 60 / call_seconds calls
+    a minute, each charging what sustainable_rate charges it. No concurrency cap (a Map's, a queue's,
+    a function's) is lower than one call, so no construct can hold calls to a smaller quota.
+    """
+    with Checks("one_call_tpm") as check:
+        _profile(check, profile)
+        _call_seconds(check, "call_seconds", call_seconds)
+    return max(float(profile.reserved), 60 / call_seconds * _per_request(profile, call_seconds))
+
+
+def holds_one_call(
+    check: Checks, profile: TokenProfile, *, tpm: float, call_seconds: float, quota: str, executions: int = 1
+) -> bool:
+    """The one rule every plan keeps, with its one message: `tpm` sustains one call at a time.
+
+    sustainable_rate and ModelQuota.share check it before they plan, so no RatePlan they return sustains
+    less than one call; the constructs refuse a plan below their own minimum (_checks.fit_concurrency).
+    QuotaPacer refuses a call whose reservation exceeds its share at run time: the first case here.
+    The message names the quota, the reservation and the TPM one call at a time needs. `quota` says
+    what `tpm` is ("tpm_quota"); with `executions` > 1, `tpm` is one execution's slice of a share.
+    """
+    needed = one_call_tpm(profile, call_seconds)
+    if tpm >= needed:
+        return True
+    reserved = profile.reserved
+    draws = "" if needed <= reserved else (
+        f" and settles {profile.settled:,.0f}, so one call after another over {call_seconds:g} s each draws "
+        f"{needed:,.0f} TPM")
+    if reserved > tpm:
+        consequence = ("Bedrock would throttle every call (it refuses a call whose reservation exceeds the tokens "
+                       "per minute left)")
+    else:
+        consequence = "even one call at a time overdraws it, and no concurrency cap is lower than one call"
+    if executions > 1:
+        fix = (f"give each execution at least {needed:,.0f} TPM (the share {needed * executions:,.0f}), run fewer "
+               "executions, or lower max_tokens or the prompt")
+    else:
+        fix = f"give it at least {needed:,.0f} TPM, or lower max_tokens or the prompt"
+    return check.fail(
+        f"{quota} ({tpm:,.0f} TPM) cannot sustain one call at a time: each call reserves {reserved:,} tokens{draws}; "
+        f"{consequence}: {fix}"
+    )
 
 
 def as_max_concurrency(value: int | RatePlan) -> int:

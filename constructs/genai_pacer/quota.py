@@ -599,25 +599,28 @@ class ModelQuota(Construct):
     ) -> Share | None:
         """A share sized by its TPM: each execution gets the rate its slice sustains."""
         rpm = None if self.rpm_quota is None else self.rpm_quota * budget / self.tpm_quota
-        per_execution, exact = None, 0.0
-        if budget / executions >= 1:  # sustainable_rate's smallest quota
-            per_execution = planning.sustainable_rate(
-                profile,
-                tpm_quota=budget / executions,
-                call_seconds=call_seconds,
-                rpm_quota=None if rpm is None else rpm / executions,
-            )
-            exact = per_execution.requests_per_minute / 60 * call_seconds
-        # sustainable_rate never caps below 1 call, but a slice that sustains less than one call in
-        # flight would be overdrawn by that one call: say how much it needs instead.
-        if per_execution is None or exact < 1:
-            one_call = _tpm_at(profile, 1, call_seconds) * executions
-            check.fail(
-                f"{budget:,.0f} TPM over {executions} execution(s) sustains {exact:.2f} calls in flight per execution "
-                f"(each call settles {profile.settled:,.0f} and reserves {profile.reserved:,} tokens over {call_seconds:g} s): "
-                f"not one whole call, so the construct's cap of 1 would overdraw the share; give it at least "
-                f"{one_call:,.0f} TPM ({one_call / self.tpm_quota:.1%} of the quota), or fewer executions"
-            )
+        slice_tpm = budget / executions
+        # The planner's one rule (and message): a slice that cannot sustain one call at a time would be
+        # overdrawn by the construct's smallest cap, or cannot hold one call's reservation at all.
+        quota = "the share" if executions == 1 else f"each of the share's {executions} executions"
+        if not planning.holds_one_call(check, profile, tpm=slice_tpm, call_seconds=call_seconds, quota=quota,
+                                       executions=executions):
+            return None
+        per_execution = planning.sustainable_rate(
+            profile,
+            tpm_quota=slice_tpm,
+            call_seconds=call_seconds,
+            rpm_quota=None if rpm is None else rpm / executions,
+        )
+        # Only the legacy RPM figure can hold the rate below one call in flight now.
+        in_flight = per_execution.requests_per_minute / 60 * call_seconds
+        if not check.rule(
+            in_flight >= 1,
+            f"the share's legacy rpm_quota slice of {per_execution.requests_per_minute:,.6g} requests per minute per "
+            f"execution sustains {in_flight:.2f} calls in flight of {call_seconds:g} s, less than one, so the "
+            f"construct's cap of 1 would overdraw it; give the share more, run fewer executions or drop rpm_quota "
+            f"({planning.RPM_RULE})",
+        ):
             return None
         return Share(name, kind, budget, rpm, executions, per_execution, profile)
 
