@@ -93,6 +93,15 @@ def test_the_default_retry_covers_both_integration_spellings():
     assert service("bedrock-runtime")["metadata"]["serviceId"].replace(" ", "") == "BedrockRuntime"
 
 
+def test_a_converse_task_raises_the_errors_the_retry_check_names():
+    """model_tasks refuses a Retry no Converse error can match (issue 35.6): the names it counts on are
+    Converse's errors, under the prefix Step Functions derives from the service id."""
+    assert set(model_tasks.CONVERSE_ERRORS) == operation_errors("bedrock-runtime", "Converse")
+    service_id = service("bedrock-runtime")["metadata"]["serviceId"]
+    assert service_id.replace(" ", "") + "." == model_tasks.CONVERSE_ERROR_PREFIX
+    assert set(model_tasks.RETRIED_BEDROCK_ERRORS) <= set(model_tasks.CONVERSE_ERRORS)
+
+
 # --- IAM: the actions a call needs --------------------------------------------------------------------
 
 

@@ -136,6 +136,47 @@ def test_deploy_time_retries_and_backoff_reach_the_model_tasks_retrier():
     assert "e+2" not in json.dumps(template["Resources"])
 
 
+def test_a_retry_no_converse_error_can_match_is_refused_naming_the_real_names():
+    """Issue 35.6: the Converse SDK integration names its errors BedrockRuntime.*, so a Retry on
+    Bedrock.ThrottlingException alone retried nothing, silently, and every throttle failed the item."""
+    retry = BedrockRetry(errors=["Bedrock.ThrottlingException"])
+    for build in (
+        lambda stack: BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST, retry=retry),
+        lambda stack: ParallelPrompts(stack, "P", model=NOVA, prompts={"A": REQUEST}, retry=retry),
+    ):
+        with pytest.raises(InvalidPropsError) as error:
+            build(new_stack())
+        text = str(error.value)
+        assert "retry.errors=['Bedrock.ThrottlingException'] can never match" in text
+        assert "raises BedrockRuntime.AccessDeniedException" in text and "BedrockRuntime.ValidationException" in text
+        assert "list BedrockRuntime.ThrottlingException, or keep DEFAULT_RETRY_ERRORS" in text
+
+
+def test_a_retry_name_a_converse_task_never_raises_is_warned_when_others_match():
+    """A list shared with an optimized InvokeModel task (whose prefix is unconfirmed) may carry Bedrock.
+    names: warned, not refused, and only when their BedrockRuntime. twin is missing."""
+    stack = new_stack()
+    retry = BedrockRetry(errors=["Bedrock.ThrottlingException", "BedrockRuntime.ServiceUnavailableException"])
+    BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=REQUEST, retry=retry)
+    Annotations.from_stack(stack).has_warning("/Test/Map", Match.string_like_regexp(
+        "retry.errors names Bedrock.ThrottlingException, which a Converse task never raises.*"
+        "add BedrockRuntime.ThrottlingException"))
+    quiet = new_stack()
+    for errors in (list(DEFAULT_RETRY_ERRORS), ["Bedrock.ThrottlingException", "States.TaskFailed"], ["States.Timeout"]):
+        BoundedMap(quiet, f"Map{len(errors)}", max_concurrency=4, model=NOVA, request=REQUEST,
+                   retry=BedrockRetry(errors=errors))
+    assert not Annotations.from_stack(quiet).find_warning("*", Match.string_like_regexp("never raises"))
+
+
+def test_a_native_request_keeps_the_unconfirmed_prefix():
+    """The optimized bedrock:invokeModel integration's prefix is unconfirmed: Bedrock. names are its guess."""
+    stack = new_stack()
+    native = NativeRequest(body={"messages": [], "max_tokens": 5})
+    BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=native,
+               retry=BedrockRetry(errors=["Bedrock.ThrottlingException"]))
+    assert not Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("never"))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

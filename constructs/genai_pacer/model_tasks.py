@@ -25,6 +25,7 @@ from .models import INVOKE_ACTIONS, BedrockModel, as_bedrock_model
 
 __all__ = [
     "DEFAULT_RETRY_ERRORS",
+    "CONVERSE_ERRORS",
     "BedrockRetry",
     "ConverseRequest",
     "NativeRequest",
@@ -52,6 +53,18 @@ ERROR_PREFIXES = ("Bedrock", "BedrockRuntime")
 DEFAULT_RETRY_ERRORS: tuple[str, ...] = tuple(
     f"{service}.{name}" for name in RETRIED_BEDROCK_ERRORS for service in ERROR_PREFIXES
 )
+
+#: What a Converse task (the SDK integration) can raise: BedrockRuntime.<Error> for each error of
+#: Converse in botocore's bedrock-runtime model (its serviceId without spaces is the prefix; both checked
+#: by tests/test_aws_facts_bedrock.py), and Step Functions' own States.* names (States.ALL,
+#: States.TaskFailed and States.Timeout match any task), which ErrorEquals compares case-sensitively.
+CONVERSE_ERROR_PREFIX = "BedrockRuntime."
+STATES_ERROR_PREFIX = "States."
+CONVERSE_ERRORS = ("AccessDeniedException", "InternalServerException", "ModelErrorException", "ModelNotReadyException",
+                   "ModelTimeoutException", "ResourceNotFoundException", "ServiceUnavailableException",
+                   "ThrottlingException", "ValidationException")
+#: States.* names that match every error a task raises (States.TaskFailed: all but States.Timeout).
+_MATCH_ANY = ("States.ALL", "States.TaskFailed")
 
 #: Upper bounds of a Retrier's MaxAttempts and MaxDelaySeconds. No AWS page found states them (the
 #: ASL schema cfn-lint ships gives only minimums); they are far above any useful value, and a value
@@ -371,6 +384,8 @@ def model_call(
         )
         check.instance("retry", retry, BedrockRetry, "a BedrockRetry", optional=True)
         check.instance("options", options, TaskOptions, "TaskOptions(...)")
+        if isinstance(request, ConverseRequest) and isinstance(retry, BedrockRetry):
+            _check_converse_retry(check, scope, retry)
     extra = dict(result_extra or {})
     path = options.result_path or "$"
     common: dict[str, Any] = {
@@ -424,6 +439,38 @@ def model_call(
         .afterwards()
     )
     return task, task.next(pick)
+
+
+def _check_converse_retry(check: Checks, scope: Construct, retry: BedrockRetry) -> None:
+    """A Retry whose error names a Converse task can never raise retries nothing, silently.
+
+    Refused when no name can match: the Retry would be a no-op and every throttle would fail the call,
+    which nobody means. Warned when some names cannot match and their BedrockRuntime. twin is not listed
+    either: the list may be shared with an optimized bedrock:invokeModel task, whose prefix no AWS page
+    confirms (so a Bedrock. name is never refused there, nor blamed here when its twin is listed, as in
+    DEFAULT_RETRY_ERRORS). Deploy-time names are skipped: their value is unknown at synth.
+    """
+    names = [n for n in retry.errors if isinstance(n, str) and not is_token(n)]
+    if len(names) < len(retry.errors) or any(n in _MATCH_ANY for n in names):
+        return
+    never = [n for n in names if not n.startswith((CONVERSE_ERROR_PREFIX, STATES_ERROR_PREFIX))]
+    twins = {n: CONVERSE_ERROR_PREFIX + n.split(".", 1)[-1] for n in never}
+    suggested = sorted({t for t in twins.values() if t.removeprefix(CONVERSE_ERROR_PREFIX) in CONVERSE_ERRORS})
+    raised = ", ".join(CONVERSE_ERROR_PREFIX + e for e in CONVERSE_ERRORS)
+    why = (f"a Converse task (the SDK integration aws-sdk:bedrockruntime:converse) raises {raised}, and Step "
+           "Functions' own States.ALL, States.TaskFailed and States.Timeout")
+    fix = f"list {', '.join(suggested)}" if suggested else f"list names it raises, e.g. {CONVERSE_ERROR_PREFIX}ThrottlingException"
+    if len(never) == len(names):
+        check.fail(f"retry.errors={names} can never match: {why}; this Retry would retry nothing and every throttle "
+                   f"would fail the call: {fix}, or keep DEFAULT_RETRY_ERRORS")
+        return
+    unmatched = [n for n in never if twins[n] not in names]
+    if unmatched:
+        cdk.Annotations.of(scope).add_warning_v2(
+            "genai-pacer:retry-never-matches",
+            f"retry.errors names {', '.join(unmatched)}, which a Converse task never raises: {why}; "
+            f"{fix.replace('list ', 'add ', 1)} (the other names still apply)",
+        )
 
 
 def _join(path: str, field_name: str) -> str:
