@@ -78,6 +78,15 @@ def test_props_reach_the_function():
         router.grant_invoke_url(router.function)
 
 
+def test_reserved_concurrency_above_what_a_default_account_can_reserve_is_warned():
+    """Issue 35.5: Lambda's account concurrency is 1,000 by default (adjustable) and 100 stay unreserved."""
+    stack, _ = build(reserved_concurrency=1_000)
+    Annotations.from_stack(stack).has_warning("/Test/Router", Match.string_like_regexp(
+        "reserved_concurrency=1,000 is above the 900 a default account can reserve.*at least 1,100.*Service Quotas"))
+    quiet, _ = build(reserved_concurrency=900)
+    assert not Annotations.from_stack(quiet).find_warning("*", Match.string_like_regexp("can reserve"))
+
+
 def test_reserved_concurrency_takes_a_rate_plan_as_every_cap_does():
     """2,000 + 500 tokens a call, 100,000 TPM: 40 calls a minute of 6 s, 4 in flight."""
     profile = planning.TokenProfile(input_tokens=2_000, output_tokens=500, max_tokens=500)

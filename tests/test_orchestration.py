@@ -177,6 +177,22 @@ def test_a_native_request_keeps_the_unconfirmed_prefix():
     assert not Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("never"))
 
 
+def test_a_max_tokens_above_every_documented_model_limit_is_warned():
+    """Issue 35.5: max_tokens=10**9 passed silently; every call would be refused by the model. The limit
+    is per model and grows, so it is a warning, not a refusal; at the largest documented limit, none."""
+    stack = new_stack()
+    BoundedMap(stack, "Map", max_concurrency=4, model=NOVA, request=ConverseRequest(prompt="p", max_tokens=10**9))
+    Annotations.from_stack(stack).has_warning("/Test/Map", Match.string_like_regexp(
+        "max_tokens=1,000,000,000 is above 128,000, the largest output limit any Bedrock model documents"))
+    quiet = new_stack()
+    BoundedMap(quiet, "Map", max_concurrency=4, model=NOVA, request=ConverseRequest(prompt="p", max_tokens=128_000))
+    assert not Annotations.from_stack(quiet).find_warning("*", Match.string_like_regexp("largest output limit"))
+
+
+def test_an_inline_map_takes_as_many_expected_items_as_its_state_can_hold():
+    BoundedMap(new_stack(), "Map", max_concurrency=4, model=NOVA, request=REQUEST, expected_items=131_072)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -495,6 +511,10 @@ def test_a_users_processor_keeps_its_own_retry_and_others_get_ours():
         (dict(items_path="items"), "items_path='items' is not a JsonPath"),
         (dict(items_path=""), "items_path='' is empty"),
         (dict(expected_items=0), "expected_items=0 is below the minimum of 1"),
+        # Issue 35.5: an inline Map's items arrive in a 256 KiB state, 2 bytes each at the least.
+        (dict(expected_items=131_073), "expected_items=131073 exceeds the maximum of 131,072; how many items a run "
+         "usually gets, 1..131,072: an inline Map's items arrive in its state input, which Step Functions limits to "
+         "256 KiB"),
         (dict(allow_unbounded="yes"), "allow_unbounded='yes' is a str"),
         (dict(state_machine_options={"timeout": 5}), "state_machine_options=.* is a dict"),
     ],

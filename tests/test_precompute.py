@@ -481,6 +481,9 @@ def test_the_prepare_function_gets_its_environment_resolved_and_its_failure_is_r
         ({"tolerated_failed_keys": 0.5}, "not a whole number"),
         ({"tolerated_failed_keys": math.inf}, "not a finite number"),
         ({"tolerated_failed_keys": None}, "tolerated_failed_keys is required"),
+        # Issue 35.5: no more keys can fail than a run has (3 inline keys here).
+        ({"tolerated_failed_keys": 4}, r"tolerated_failed_keys=4 exceeds the maximum of 3; .*at most 3 \(the run's 3 "
+         r"inline keys\)"),
         ({"retry": 3}, "BedrockRetry"),
         ({"schedule_retry_attempts": 186}, "0..185"),
         ({"schedule_retry_attempts": -1}, "0..185"),
@@ -496,6 +499,21 @@ def test_the_prepare_function_gets_its_environment_resolved_and_its_failure_is_r
 def test_bad_props_are_refused_with_the_rule(props, message):
     with pytest.raises(InvalidPropsError, match=message):
         build(**props)
+
+
+def test_tolerated_failed_keys_is_bounded_by_what_a_run_can_list():
+    """Issue 35.5: items in S3 are counted only at run time, but a run lists its failed keys in a state of
+    at most 256 KiB, 24 bytes a key at the least: a tolerance above 10,922 could never apply."""
+    build(tolerated_failed_keys=3)  # every inline key may fail
+
+    def in_s3(tolerated: int) -> None:
+        stack = new_stack()
+        build(stack, items_bucket=s3.Bucket(stack, "Items"), items_key="keys.jsonl", tolerated_failed_keys=tolerated)
+
+    in_s3(10_922)
+    with pytest.raises(InvalidPropsError, match=r"tolerated_failed_keys=10923 exceeds the maximum of 10,922; .*a run "
+                       r"lists its failed keys in its state, which Step Functions limits to 256 KiB, 24 bytes a key"):
+        in_s3(10_923)
 
 
 def test_distributed_bad_props():

@@ -433,6 +433,19 @@ def test_a_plan_below_the_event_source_minimum_is_refused_with_the_numbers():
     assert "raising the cap would overdraw the quota" in str(caught.value)
 
 
+def test_reserved_concurrency_above_what_a_default_account_can_reserve_is_warned():
+    """Issue 35.5: reserved_concurrency=10**6 passed silently; the deployment fails unless the account's
+    adjustable concurrency quota is raised, so it is a warning that says how, not a refusal."""
+    stack = new_stack()
+    QueuedInference(stack, "Q", model=NOVA, max_concurrency=4, reserved_concurrency=10**6)
+    Annotations.from_stack(stack).has_warning("/Test/Q", Match.string_like_regexp(
+        "reserved_concurrency=1,000,000 is above the 900 a default account can reserve: Lambda's concurrent "
+        "executions quota is 1,000 per Region by default.*at least 1,000,100.*'Concurrent executions' quota"))
+    quiet = new_stack()
+    QueuedInference(quiet, "Q", model=NOVA, max_concurrency=4, reserved_concurrency=900)
+    assert not Annotations.from_stack(quiet).find_warning("*", Match.string_like_regexp("can reserve"))
+
+
 # -- bring your own queue and table ------------------------------------------------------------------
 
 

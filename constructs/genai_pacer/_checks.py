@@ -28,7 +28,20 @@ _T = TypeVar("_T")
 __all__ = [
     "Checks", "Default", "InvalidPropsError", "deploy_time_duration", "duration_in", "fit_concurrency", "in_unit",
     "is_token", "kind_of", "resolved", "seconds_text", "shown", "token_kind", "token_of_kind",
+    "warn_above_reservable_concurrency",
 ]
+
+#: Lambda's concurrent executions per account and Region: 1,000 by default (new accounts get less), an
+#: adjustable quota that "can be increased up to tens of thousands":
+#: https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html
+LAMBDA_DEFAULT_ACCOUNT_CONCURRENCY = 1_000
+#: Lambda keeps 100 of it unreserved: "You can reserve up to the Unreserved account concurrency value
+#: that is shown, minus 100": https://docs.aws.amazon.com/lambda/latest/dg/configuration-concurrency.html
+LAMBDA_UNRESERVED_MINIMUM = 100
+#: The most a function's reserved concurrency can be in a default account. Neither the API
+#: (PutFunctionConcurrency) nor AWS::Lambda::Function's schema has a maximum (tests/test_aws_facts_bounds.py):
+#: the bound is the account's adjustable quota, so a value above it is warned, never refused.
+LAMBDA_DEFAULT_RESERVABLE_CONCURRENCY = LAMBDA_DEFAULT_ACCOUNT_CONCURRENCY - LAMBDA_UNRESERVED_MINIMUM
 
 
 class InvalidPropsError(ValueError, TypeError):
@@ -475,3 +488,24 @@ def fit_concurrency(
     if check.integer(name, value, minimum=minimum, maximum=maximum, fix=f"{limit} allows {allowed}; {fix}"):
         return int(value)
     return value if is_token(value) else None
+
+
+def warn_above_reservable_concurrency(scope: Any, name: str, value: Any) -> None:
+    """Warn when a function's reserved concurrency is above what a default account can reserve (900).
+
+    Above it the deployment fails unless the account's concurrency quota was raised; since it can be
+    raised, the value is not refused. Deploy-time values are skipped (they reach CloudFormation as they are).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value <= LAMBDA_DEFAULT_RESERVABLE_CONCURRENCY:
+        return
+    import aws_cdk as cdk
+
+    cdk.Annotations.of(scope).add_warning_v2(
+        "genai-pacer:reserved-concurrency-quota",
+        f"{name}={value:,} is above the {LAMBDA_DEFAULT_RESERVABLE_CONCURRENCY:,} a default account can reserve: "
+        f"Lambda's concurrent executions quota is {LAMBDA_DEFAULT_ACCOUNT_CONCURRENCY:,} per Region by default (less "
+        f"for new accounts) and {LAMBDA_UNRESERVED_MINIMUM} of it stay unreserved, so the deployment fails unless "
+        f"the account's quota is at least {value + LAMBDA_UNRESERVED_MINIMUM:,}; check AccountLimit in `aws lambda "
+        "get-account-settings` and request a higher 'Concurrent executions' quota for AWS Lambda in Service Quotas "
+        "(https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html)",
+    )

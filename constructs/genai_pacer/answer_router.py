@@ -62,7 +62,16 @@ from constructs import Construct
 
 from . import planning
 from ._alarms import threshold_alarm
-from ._checks import Checks, fit_concurrency, in_unit, is_token, seconds_text, shown, token_of_kind
+from ._checks import (
+    Checks,
+    fit_concurrency,
+    in_unit,
+    is_token,
+    seconds_text,
+    shown,
+    token_of_kind,
+    warn_above_reservable_concurrency,
+)
 from ._docs import constructor_doc
 from ._runtime_constants import metrics_constants
 from ._secure import handler_function
@@ -117,6 +126,7 @@ class AnswerRouter(Construct):
     reserved_concurrency: caps misses in flight at the model (each environment serves one request
         at a time): an int >= 1 or a `planning.RatePlan` such as a ModelQuota share (its
         max_concurrency; the router then holds that share). Default: none (account concurrency).
+        Above 900 (what a default account can reserve, an adjustable quota) a warning says how to raise it.
     function_url: expose a function URL with AWS_IAM auth. Default: True.
     encryption_key / log_retention: for the function's new log group. Default: the construct's one
         KMS key, with rotation, retained on delete ($1 a month while it exists, AWS KMS pricing page;
@@ -227,6 +237,7 @@ class AnswerRouter(Construct):
                     limit="a function's reserved concurrency",
                     fix="the most misses the model may see at once (0 would stop the function); omit it for no cap",
                 )
+                warn_above_reservable_concurrency(self, "reserved_concurrency", reserved_concurrency)
             check.instance("function_url", function_url, bool, "True or False")
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)

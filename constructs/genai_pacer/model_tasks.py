@@ -26,6 +26,7 @@ from .models import INVOKE_ACTIONS, BedrockModel, as_bedrock_model
 __all__ = [
     "DEFAULT_RETRY_ERRORS",
     "CONVERSE_ERRORS",
+    "LARGEST_DOCUMENTED_MAX_OUTPUT_TOKENS",
     "BedrockRetry",
     "ConverseRequest",
     "NativeRequest",
@@ -78,6 +79,13 @@ _MAX_DELAY_SECONDS = 31_622_400
 TEMPERATURE_RANGE = (0.0, 1.0)
 TOP_P_RANGE = (0.0, 1.0)
 MIN_MAX_TOKENS = 1
+#: The largest output limit any model on Bedrock documents that could be sourced: 128K tokens
+#: ("Max output", Claude Opus and Sonnet from 4.6 on; 128,000 in the API's own refusal):
+#: https://platform.claude.com/docs/en/about-claude/models/overview. There is no Bedrock-wide maximum:
+#: botocore's maxTokens has only a minimum, and each model refuses more than its own limit with a
+#: ValidationException on every call. Limits grow with new models, so a larger max_tokens is warned
+#: at synth, not refused (a refusal would block the next model until a release).
+LARGEST_DOCUMENTED_MAX_OUTPUT_TOKENS = 128_000
 LATENCY_MODES = ("standard", "optimized")
 
 #: Bytes a narrowed answer carries besides its text: field names, stop reason, usage.
@@ -198,7 +206,8 @@ class ConverseRequest:
         ({"Role": "user", "Content": [{"Text": ...}]}).
     system: a system prompt. Default: none.
     max_tokens: required; size it from the p99 answer (planning.size_max_tokens): Bedrock reserves
-        it against the quota at the start of every call.
+        it against the quota at the start of every call. The limit is the model's own; above
+        LARGEST_DOCUMENTED_MAX_OUTPUT_TOKENS (128,000) the task that sends it warns at synth.
     temperature / top_p / stop_sequences: Default: the model's.
     additional_fields: model-specific fields (e.g. Anthropic's top_k), sent as
         AdditionalModelRequestFields. Default: none.
@@ -386,6 +395,8 @@ def model_call(
         check.instance("options", options, TaskOptions, "TaskOptions(...)")
         if isinstance(request, ConverseRequest) and isinstance(retry, BedrockRetry):
             _check_converse_retry(check, scope, retry)
+        if isinstance(request, ConverseRequest):
+            _warn_above_documented_output(scope, request.max_tokens)
     extra = dict(result_extra or {})
     path = options.result_path or "$"
     common: dict[str, Any] = {
@@ -439,6 +450,21 @@ def model_call(
         .afterwards()
     )
     return task, task.next(pick)
+
+
+def _warn_above_documented_output(scope: Construct, max_tokens: Any) -> None:
+    """A max_tokens above every documented model output limit fails every call (or, were a model to
+    allow it, reserves that much quota per call); deploy-time values are skipped."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        return
+    if max_tokens > LARGEST_DOCUMENTED_MAX_OUTPUT_TOKENS:
+        cdk.Annotations.of(scope).add_warning_v2(
+            "genai-pacer:max-tokens-above-model-limits",
+            f"max_tokens={max_tokens:,} is above {LARGEST_DOCUMENTED_MAX_OUTPUT_TOKENS:,}, the largest output limit any "
+            "Bedrock model documents (each model has its own, see its model card): a model refuses a larger maxTokens "
+            "with a ValidationException on every call, and Bedrock reserves max_tokens against the quota on each "
+            "one; size it from the p99 answer with planning.size_max_tokens",
+        )
 
 
 def _check_converse_retry(check: Checks, scope: Construct, retry: BedrockRetry) -> None:

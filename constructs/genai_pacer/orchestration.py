@@ -68,6 +68,7 @@ __all__ = [
     "INLINE_MAP_LIMIT",
     "DISTRIBUTED_MAP_LIMIT",
     "STATE_PAYLOAD_LIMIT_BYTES",
+    "MAX_INLINE_MAP_ITEMS",
     "S3_MAX_KEY_BYTES",
 ]
 
@@ -79,6 +80,9 @@ DISTRIBUTED_MAP_LIMIT = 10_000
 #: and StartSyncExecution's input in botocore's stepfunctions model (checked by
 #: tests/test_aws_facts_stepfunctions.py).
 STATE_PAYLOAD_LIMIT_BYTES = 256 * 1024
+#: The most items an inline Map can get: they arrive in a state of at most STATE_PAYLOAD_LIMIT_BYTES,
+#: and the smallest item of a JSON array takes 2 bytes (a digit and its comma). A hard limit.
+MAX_INLINE_MAP_ITEMS = STATE_PAYLOAD_LIMIT_BYTES // 2
 #: Bytes per output token when estimating an answer's size (English text averages about 4).
 BYTES_PER_TOKEN = 4
 
@@ -191,7 +195,8 @@ class BoundedMap(_MapBase):
         TaskOptions() (text, stop reason and usage replace the item).
     items_path: where the items are in the input. Default: "$.items".
     expected_items: how many items a run usually gets; with the request's max_tokens it estimates
-        the Map's output and warns at synth when that can exceed 256 KiB. Default: not estimated.
+        the Map's output and warns at synth when that can exceed 256 KiB. At most 131,072 (the items
+        arrive in a 256 KiB state, 2 bytes each at the least). Default: not estimated.
     state_machine_options: how the state machine is built. Default: encrypted logs, X-Ray,
         STANDARD type, 24-hour timeout.
     alarm_actions: actions for the alarms (`alarms`: FailedExecutions and TimedOutExecutions, any
@@ -231,7 +236,12 @@ class BoundedMap(_MapBase):
                 "it is read only at synth, to estimate whether the Map's output can exceed 256 KiB; pass an int "
                 "or leave it out",
             ):
-                check.integer("expected_items", expected_items, minimum=1, optional=True)
+                check.integer(
+                    "expected_items", expected_items, minimum=1, maximum=MAX_INLINE_MAP_ITEMS, optional=True,
+                    fix=f"how many items a run usually gets, 1..{MAX_INLINE_MAP_ITEMS:,}: an inline Map's items arrive "
+                    "in its state input, which Step Functions limits to 256 KiB (2 bytes an item at the least); put "
+                    "more in S3 and use BoundedDistributedMap",
+                )
             check.instance("state_machine_options", state_machine_options, StateMachineOptions, "StateMachineOptions(...)", optional=True)
             check.alarm_actions("alarm_actions", alarm_actions)
             check.raise_if_any()

@@ -81,7 +81,7 @@ from ._secure import StateMachineOptions, handler_function, log_key, model_state
 from .answer_store import AnswerStore
 from .model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
 from .models import BedrockModel, as_bedrock_model
-from .orchestration import DISTRIBUTED_MAP_LIMIT, INLINE_MAP_LIMIT, _cap
+from .orchestration import DISTRIBUTED_MAP_LIMIT, INLINE_MAP_LIMIT, STATE_PAYLOAD_LIMIT_BYTES, _cap
 
 __all__ = [
     "CONDITIONAL_CHECK_FAILED",
@@ -142,6 +142,11 @@ LAMBDA_THROTTLED = "Lambda.TooManyRequestsException"
 #: MAX_INLINE_KEYS such keys stay under the cap.
 EVENTS_PER_KEY = 18
 MAX_INLINE_KEYS = 1_000
+#: A run's summary lists each failed key as {"key", "error"} (at least 24 bytes of JSON) in a state of at
+#: most STATE_PAYLOAD_LIMIT_BYTES, so a run fails with States.DataLimitExceeded before more keys fail than
+#: fit: tolerated_failed_keys above that never applies (a hard limit). Inline, the run's own keys bound it.
+MIN_FAILED_KEY_BYTES = len('{"key":"k","error":"E"},')
+MAX_TOLERATED_FAILED_KEYS = STATE_PAYLOAD_LIMIT_BYTES // MIN_FAILED_KEY_BYTES
 _MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')"
 _ERROR = "$.error"
 
@@ -209,8 +214,9 @@ class ScheduledPrecompute(Construct):
         (an s3.Bucket built with a key, or from_bucket_attributes(encryption_key=...)); none for a
         bucket imported by name, which is then taken as SSE-S3. Refused without items_bucket or
         beside a bucket that knows another key.
-    tolerated_failed_keys: failed keys a run may have and still succeed. Default: 0 (any failed
-        key fails the run, after every other key was written and the failed ones listed).
+    tolerated_failed_keys: failed keys a run may have and still succeed, at most the inline keys (or
+        10,922, the failed keys a run's 256 KiB state can list). Default: 0 (any failed key fails the
+        run, after every other key was written and the failed ones listed).
     retry: the Retry of each model call. Default: BedrockRetry().
     schedule_retry_attempts: how often Scheduler retries a start that failed (StartExecution
         throttled, say), 0..185. Default: 3.
@@ -313,9 +319,14 @@ class ScheduledPrecompute(Construct):
                 DISTRIBUTED_MAP_LIMIT if distributed else INLINE_MAP_LIMIT,
                 "a distributed Map" if distributed else "an inline Map",
             )
+            # A run cannot fail on more keys than it has, nor list more failed keys than its state holds.
+            inline_keys = len(items) if isinstance(items, list | tuple) and items else None
+            most = MAX_TOLERATED_FAILED_KEYS if inline_keys is None else min(inline_keys, MAX_TOLERATED_FAILED_KEYS)
+            why = (f"the run's {most:,} inline keys" if most == inline_keys else "a run lists its failed keys in its "
+                   f"state, which Step Functions limits to 256 KiB, {MIN_FAILED_KEY_BYTES} bytes a key at the least")
             check.integer(
-                "tolerated_failed_keys", tolerated_failed_keys, minimum=0,
-                fix="0 fails the run on any failed key; raise it to accept a few",
+                "tolerated_failed_keys", tolerated_failed_keys, minimum=0, maximum=most,
+                fix=f"0 fails the run on any failed key; raise it to accept a few, at most {most:,} ({why})",
             )
             check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
             check.integer(

@@ -33,6 +33,7 @@ from ._checks import (
     in_unit,
     is_token,
     shown,
+    warn_above_reservable_concurrency,
 )
 from ._docs import constructor_doc
 from ._runtime_constants import metrics_constants
@@ -141,6 +142,8 @@ class QueuedInference(Construct):
         + 2 s of DynamoDB work) + 3 s; a combination that cannot fit 15 minutes is refused.
     visibility_timeout: of a new queue (up to 12 h). Default: 6 x timeout; a smaller value is refused.
     reserved_concurrency: optional reserved concurrency of the worker; at least max_concurrency.
+        Above 900 (a default account's 1,000 concurrent executions less the 100 Lambda keeps
+        unreserved, an adjustable quota) a warning says how to check and raise the quota.
     memory_size: 128..10240 MB. Default: 256 MB (the worker waits on the network, not the CPU).
     answer_store: where answers and claims are written (an `AnswerStore`, which also accepts your
         own table); share one store with the router and pre-computation that serve the same keys.
@@ -244,6 +247,8 @@ class QueuedInference(Construct):
                 check.integer(name, value, minimum=0, maximum=MAX_ALARM_COUNT,
                               fix="a count the alarm tolerates; 0 alarms on the first one")
             reserved_ok = check.integer("reserved_concurrency", reserved_concurrency, minimum=1, optional=True)
+            if reserved_ok:
+                warn_above_reservable_concurrency(self, "reserved_concurrency", reserved_concurrency)
             if reserved_ok and reserved_concurrency is not None and isinstance(cap, int):
                 check.rule(
                     reserved_concurrency >= cap,
