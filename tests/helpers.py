@@ -114,15 +114,17 @@ class Block:
     language: str
     code: str
     not_run: str | None  # the reason, when the block is marked not-run
+    page: str = "README.md"  # the file, relative to the repository
 
     @property
     def id(self) -> str:
-        return f"{self.heading} #{self.index}"
+        return f"{self.heading} #{self.index}" if self.page == "README.md" else f"{self.page}: {self.heading} #{self.index}"
 
 
 def readme_blocks(readme: Path) -> list[Block]:
     """Every fenced block of a Markdown file, with the heading it sits under and its not-run reason."""
     text = readme.read_text()
+    page = readme.name if readme.parent.name != "docs" else f"docs/{readme.name}"
     blocks: list[Block] = []
     heading, counts = "(top)", {}
     lines = text.splitlines()
@@ -134,12 +136,12 @@ def readme_blocks(readme: Path) -> list[Block]:
         elif line.startswith("```"):
             start, language = number, line[3:].strip()
             end = next((n for n in range(start + 1, len(lines)) if lines[n].startswith("```")), None)
-            assert end is not None, f"README.md:{start + 1}: a ``` fence is never closed"
+            assert end is not None, f"{page}:{start + 1}: a ``` fence is never closed"
             before = next((lines[n].strip() for n in range(start - 1, -1, -1) if lines[n].strip()), "")
             marker = NOT_RUN.match(before)
             counts[heading] = counts.get(heading, 0) + 1
             blocks.append(Block(heading, counts[heading], start + 1, language, "\n".join(lines[start + 1:end]) + "\n",
-                                marker.group("reason").strip() if marker else None))
+                                marker.group("reason").strip() if marker else None, page))
             number = end
         number += 1
     return blocks

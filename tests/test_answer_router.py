@@ -10,8 +10,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Annotations, Match, Template
-from genai_pacer import AnswerStore, BedrockModel, planning
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import AnswerStore, BedrockModel, InvalidPropsError, planning
 from genai_pacer.answer_router import AnswerRouter
 from helpers import new_stack, only, policy_statements, resources
 

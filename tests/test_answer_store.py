@@ -10,8 +10,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk.assertions import Annotations, Match
-from genai_pacer import AnswerStore
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import AnswerStore, InvalidPropsError
 from genai_pacer.answer_store import PARTITION_KEY, TTL_ATTRIBUTE
 from helpers import new_stack, only, policy_statements, template_of
 

@@ -14,8 +14,7 @@ import pytest
 from aws_cdk import aws_opensearchserverless as aoss
 from aws_cdk import aws_opensearchservice as opensearch
 from aws_cdk.assertions import Template
-from genai_pacer import retrieval
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import InvalidPropsError, retrieval
 from genai_pacer.retrieval import VectorIndexSettings
 from helpers import new_stack, only
 

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from genai_pacer import capacity
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import InvalidPropsError, capacity
 from genai_pacer.capacity import ConcurrencyTarget, LeadTime, PeakCapacity
 from hypothesis import given
 from hypothesis import strategies as st

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 import pytest
-from genai_pacer._checks import Checks, InvalidPropsError, token_kind
+from genai_pacer._internal.checks import Checks, InvalidPropsError, token_kind
 
 
 def _tokens() -> dict[str, object]:

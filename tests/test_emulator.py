@@ -16,8 +16,7 @@ import botocore.session
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, EventStreamError
-from genai_pacer import planning
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import InvalidPropsError, planning
 from genai_pacer.testing import (
     ANSWER_TOKENS_KEY,
     EMULATED_OPERATIONS,

@@ -25,8 +25,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match
-from genai_pacer import capacity
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import InvalidPropsError, capacity
 from genai_pacer.endpoint_scaling import EndpointScaling, PeakWindow
 from genai_pacer.llm_endpoint import InferenceComponentOptions, LlmEndpoint, has_local_storage, is_accelerated
 from helpers import kms_statements, new_stack, only, policy_statements, resources, template_of

@@ -8,8 +8,7 @@ from datetime import date, datetime, timedelta
 
 import aws_cdk as cdk
 import pytest
-from genai_pacer import endpoint_scaling
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import InvalidPropsError, endpoint_scaling
 from genai_pacer.endpoint_scaling import EndpointScaling, PeakWindow
 from helpers import new_stack, only
 

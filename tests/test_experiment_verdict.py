@@ -12,7 +12,7 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import InvalidPropsError
 from genai_pacer.experiment_verdict import (
     VariantData,
     chi_square_sf,

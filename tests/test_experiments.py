@@ -7,7 +7,7 @@ import math
 import statistics
 
 import pytest
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import InvalidPropsError
 from genai_pacer.testing import experiments
 from genai_pacer.testing.bench import Prompt
 from genai_pacer.testing.emulator import ModelSpec

@@ -17,8 +17,14 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Template
-from genai_pacer import AnswerStore, BedrockModel, BoundedMap, ConverseRequest, StateMachineOptions
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import (
+    AnswerStore,
+    BedrockModel,
+    BoundedMap,
+    ConverseRequest,
+    InvalidPropsError,
+    StateMachineOptions,
+)
 from genai_pacer.precompute import (
     CONDITIONAL_CHECK_FAILED,
     DYNAMODB_RETRY_ERRORS,

@@ -19,7 +19,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import custom_resources as cr
 from aws_cdk.assertions import Annotations, Match
 from botocore.validate import validate_parameters
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import InvalidPropsError
 from genai_pacer.invocation_logging import ModelInvocationLogging
 from helpers import kms_statements, new_stack, only, resources, template_of
 

@@ -20,11 +20,11 @@ from genai_pacer import (
     BoundedDistributedMap,
     BoundedMap,
     ConverseRequest,
+    InvalidPropsError,
     ParallelPrompts,
     QueuedInference,
     ScheduledPrecompute,
 )
-from genai_pacer._checks import InvalidPropsError
 from genai_pacer.answer_router import AnswerRouter
 from genai_pacer.observability import LatencyDashboard
 from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt

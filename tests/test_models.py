@@ -14,8 +14,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_bedrock as bedrock
 from aws_cdk import aws_iam as iam
-from genai_pacer import BedrockModel
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import BedrockModel, InvalidPropsError
 from genai_pacer.models import KNOWN_PROVIDERS, PROFILE_REGIONS
 from helpers import policy_statements, template_of
 

@@ -19,12 +19,12 @@ from aws_cdk import aws_stepfunctions as sfn
 from genai_pacer import (
     BedrockModel,
     ConverseRequest,
+    InvalidPropsError,
     ParallelPrompts,
     QueuedInference,
     StateMachineOptions,
     planning,
 )
-from genai_pacer._checks import InvalidPropsError
 from genai_pacer.observability import HOW_TO_READ, LatencyAlarms, LatencyDashboard, TpmQuota, WatchedModel
 from genai_pacer.sync_execution import SyncExecutionUrl
 from helpers import new_stack, only, resources, template_of
@@ -650,7 +650,7 @@ def test_every_handler_metric_the_constructs_read_is_one_the_handlers_write(watc
 def test_the_constructs_read_the_metric_names_without_boto3():
     root = Path(__file__).resolve().parents[1]
     code = ("import sys; sys.modules['boto3'] = None; sys.modules['botocore'] = None\n"
-            "from genai_pacer._runtime_constants import metrics_constants\n"
+            "from genai_pacer._internal.runtime_constants import metrics_constants\n"
             "m = metrics_constants(); print(m.NAMESPACE, m.RESERVED_TOKENS, metrics_constants() is m)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(root / "constructs"), "PATH": ""})

@@ -24,6 +24,7 @@ from genai_pacer import (
     BoundedDistributedMap,
     BoundedMap,
     ConverseRequest,
+    InvalidPropsError,
     NativeRequest,
     ParallelPrompts,
     QueuedInference,
@@ -31,8 +32,7 @@ from genai_pacer import (
     TaskOptions,
     planning,
 )
-from genai_pacer._checks import InvalidPropsError
-from genai_pacer._nag import flatten_reference
+from genai_pacer._internal.nag import flatten_reference
 from helpers import (
     all_states,
     definition,

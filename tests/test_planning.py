@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from genai_pacer import planning
-from genai_pacer._checks import Checks, InvalidPropsError, fit_concurrency
+from genai_pacer._internal.checks import Checks, InvalidPropsError, fit_concurrency
 from genai_pacer.planning import LatencyProfile, TokenProfile
 from hypothesis import given
 from hypothesis import strategies as st

@@ -22,10 +22,10 @@ from genai_pacer import (
     BedrockModel,
     BedrockRetry,
     ConverseRequest,
+    InvalidPropsError,
     StateMachineOptions,
     planning,
 )
-from genai_pacer._checks import InvalidPropsError
 from genai_pacer.precompute import RUN_LOCK_PREFIX, ScheduledPrecompute, answer_schema
 from genai_pacer.testing import BedrockEmulator, ModelSpec
 from genai_pacer.testing.sfn import StateMachineRunner

@@ -21,8 +21,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
 from conftest import nag_violations
-from genai_pacer import BedrockModel
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import BedrockModel, InvalidPropsError
 from genai_pacer.prompt_experiment import (
     DOCUMENT_SCHEMA,
     ExperimentVariant,

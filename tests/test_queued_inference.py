@@ -580,7 +580,7 @@ def test_key_props_for_resources_the_construct_does_not_create_are_refused():
 
 
 def test_missing_handler_code_is_reported(monkeypatch, tmp_path):
-    from genai_pacer import _assets
+    from genai_pacer._internal import assets as _assets
 
     monkeypatch.setattr(_assets, "LAMBDA_DIR", tmp_path)
     with pytest.raises(FileNotFoundError, match="handler code is missing"):

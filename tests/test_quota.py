@@ -26,6 +26,7 @@ from genai_pacer import (
     BoundedMap,
     ConverseRequest,
     ExperimentVariant,
+    InvalidPropsError,
     ParallelPrompts,
     PromptExperiment,
     QueuedInference,
@@ -33,7 +34,6 @@ from genai_pacer import (
     TextPrompt,
     planning,
 )
-from genai_pacer._checks import InvalidPropsError
 from genai_pacer.quota import (
     PACER_ENVIRONMENT,
     PLAN_FILE_PREFIX,

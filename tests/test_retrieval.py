@@ -13,7 +13,7 @@ from aws_cdk import aws_opensearchserverless as aoss
 from aws_cdk import aws_opensearchservice as opensearch
 from aws_cdk.assertions import Annotations, Match, Template
 from conftest import nag_violations
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import InvalidPropsError
 from genai_pacer.retrieval import (
     DOMAIN_FIELD_TYPES,
     ENGINES,

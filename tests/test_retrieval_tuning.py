@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 import pytest
+from genai_pacer import InvalidPropsError
 from genai_pacer import retrieval_tuning as t
-from genai_pacer._checks import InvalidPropsError
 
 LEXICAL = {"a": 4.0, "b": 2.0, "c": 1.0}
 VECTOR = {"a": 0.8, "d": 0.6, "b": 0.5}

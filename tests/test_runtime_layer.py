@@ -12,8 +12,7 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_lambda as lambda_
-from genai_pacer import RuntimeLayer
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import InvalidPropsError, RuntimeLayer
 from helpers import new_stack, only, template_of
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,8 +13,7 @@ import pytest
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Annotations, Match
 from botocore.stub import Stubber
-from genai_pacer import ParallelPrompts, StateMachineOptions, SyncExecutionUrl
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import InvalidPropsError, ParallelPrompts, StateMachineOptions, SyncExecutionUrl
 from genai_pacer.model_tasks import ConverseRequest
 from genai_pacer.models import BedrockModel
 from genai_pacer.sync_execution import URL_INVOKE_ACTIONS

@@ -31,6 +31,7 @@ TABLE_MODULES = (
 #: Exported classes that take no props from a user, and why.
 NOT_PROPS = {
     "Share": "what ModelQuota.shares returns, never built by a user; share(...)'s arguments are in a table",
+    "InvalidPropsError": "the error every refusal raises, exported so a user can catch it; never given props",
 }
 #: Exported modules, which hold no construct, and why their classes have no token table.
 MODULES = {

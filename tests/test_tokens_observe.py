@@ -15,8 +15,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Annotations, Match, Template
-from genai_pacer import BedrockModel, LlmEndpoint
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import BedrockModel, InvalidPropsError, LlmEndpoint
 from genai_pacer.invocation_logging import ModelInvocationLogging
 from genai_pacer.observability import LatencyAlarms, LatencyDashboard, TpmQuota, WatchedModel
 from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt

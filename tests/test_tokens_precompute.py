@@ -25,8 +25,14 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Template
-from genai_pacer import AnswerStore, BedrockModel, ConverseRequest, QueuedInference, StateMachineOptions
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import (
+    AnswerStore,
+    BedrockModel,
+    ConverseRequest,
+    InvalidPropsError,
+    QueuedInference,
+    StateMachineOptions,
+)
 from genai_pacer.batch_precompute import BatchPrecompute
 from genai_pacer.precompute import ScheduledPrecompute
 from helpers import new_stack, only, resources, token_of

@@ -33,6 +33,7 @@ from genai_pacer import (
     BoundedDistributedMap,
     BoundedMap,
     ConverseRequest,
+    InvalidPropsError,
     NativeRequest,
     ParallelPrompts,
     RuntimeLayer,
@@ -40,7 +41,6 @@ from genai_pacer import (
     SyncExecutionUrl,
     TaskOptions,
 )
-from genai_pacer._checks import InvalidPropsError
 from helpers import all_states, definition_with_refs, new_stack, only, resources, token_of
 
 KINDS = ("number", "string", "duration", "minutes", "list")

@@ -20,8 +20,7 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
-from genai_pacer import AnswerRouter, AnswerStore, BedrockModel, ModelQuota
-from genai_pacer._checks import InvalidPropsError
+from genai_pacer import AnswerRouter, AnswerStore, BedrockModel, InvalidPropsError, ModelQuota
 from helpers import ENCODED_NUMBER, holds_ref, names_prop, new_stack, only, resources, token_of
 
 KINDS = ("number", "string", "duration", "list")

@@ -29,12 +29,12 @@ from genai_pacer import (
     BedrockModel,
     ExperimentVariant,
     InferenceComponentOptions,
+    InvalidPropsError,
     LlmEndpoint,
     ManagedPrompt,
     PromptExperiment,
     TextPrompt,
 )
-from genai_pacer._checks import InvalidPropsError
 from helpers import ENCODED_NUMBER, holds_ref, names_prop, new_stack, only, resources, token_of
 
 KINDS = ("number", "string", "duration", "list")

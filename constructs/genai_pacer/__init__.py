@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from . import planning as planning
     from . import retrieval_tuning as retrieval_tuning
     from . import runtime as runtime
+    from ._internal.checks import InvalidPropsError as InvalidPropsError
     from ._secure import StateMachineOptions as StateMachineOptions
     from .answer_router import AnswerRouter as AnswerRouter
     from .answer_store import AnswerStore as AnswerStore
@@ -66,6 +67,7 @@ _EXPORTS = {
     "ParallelPrompts": ".orchestration",
     "SyncExecutionUrl": ".sync_execution",
     "StateMachineOptions": "._secure",
+    "InvalidPropsError": "._internal.checks",
     "QueuedInference": ".queued_inference",
     "AnswerStore": ".answer_store",
     "EndpointScaling": ".endpoint_scaling",

@@ -20,8 +20,8 @@ from aws_cdk import aws_stepfunctions as sfn
 
 from constructs import Construct
 
-from ._assets import handler_code
-from ._checks import Checks, in_unit, token_kind
+from ._internal.assets import handler_code
+from ._internal.checks import Checks, in_unit, token_kind
 from .models import BedrockModel
 
 # The actions aws-cdk-lib grants for tracing and logging; AWS offers no narrower resource for them.

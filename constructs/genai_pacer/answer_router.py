@@ -61,8 +61,8 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from . import planning
-from ._alarms import threshold_alarm
-from ._checks import (
+from ._internal.alarms import threshold_alarm
+from ._internal.checks import (
     Checks,
     fit_concurrency,
     in_unit,
@@ -72,8 +72,8 @@ from ._checks import (
     token_of_kind,
     warn_above_reservable_concurrency,
 )
-from ._docs import constructor_doc
-from ._runtime_constants import metrics_constants
+from ._internal.docs import constructor_doc
+from ._internal.runtime_constants import metrics_constants
 from ._secure import handler_function
 from .answer_store import AnswerStore
 from .models import BedrockModel, as_bedrock_model

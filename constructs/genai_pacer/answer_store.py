@@ -52,8 +52,8 @@ from aws_cdk import aws_kms as kms
 
 from constructs import Construct
 
-from ._checks import Checks, Default, in_unit, resolved, seconds_text
-from ._docs import constructor_doc
+from ._internal.checks import Checks, Default, in_unit, resolved, seconds_text
+from ._internal.docs import constructor_doc
 
 __all__ = ["AnswerStore", "DEFAULT_ANSWER_TTL", "PARTITION_KEY", "TTL_ATTRIBUTE"]
 

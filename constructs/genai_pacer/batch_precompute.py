@@ -63,17 +63,17 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct, IConstruct
 
-from ._alarms import execution_alarms, threshold_alarm
-from ._checks import Checks, Default, in_unit, is_token, resolved, token_kind
-from ._docs import constructor_doc
-from ._nag import (
+from ._internal.alarms import execution_alarms, threshold_alarm
+from ._internal.checks import Checks, Default, in_unit, is_token, resolved, token_kind
+from ._internal.docs import constructor_doc
+from ._internal.nag import (
     acknowledge_exact_resources,
     acknowledge_exact_resources_at_validation,
     flattened,
     principal_policy,
 )
-from ._runtime_constants import metrics_constants
-from ._s3 import KMS_READ_ACTIONS, KMS_WRITE_ACTIONS, bucket_key, grant_keys
+from ._internal.runtime_constants import metrics_constants
+from ._internal.s3 import KMS_READ_ACTIONS, KMS_WRITE_ACTIONS, bucket_key, grant_keys
 from ._secure import StateMachineOptions, handler_function, log_key, model_state_machine
 from .answer_store import AnswerStore
 from .models import BedrockModel, as_bedrock_model

@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ._checks import Checks, is_token, kind_of
+from ._internal.checks import Checks, is_token, kind_of
 
 __all__ = [
     "ConcurrencyTarget",

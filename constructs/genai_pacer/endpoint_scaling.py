@@ -35,9 +35,9 @@ from aws_cdk import aws_sagemaker as sagemaker
 
 from constructs import Construct
 
-from ._alarms import threshold_alarm
-from ._checks import Checks, _show, duration_in, is_token, kind_of, shown, token_kind
-from ._docs import constructor_doc
+from ._internal.alarms import threshold_alarm
+from ._internal.checks import Checks, _show, duration_in, is_token, kind_of, shown, token_kind
+from ._internal.docs import constructor_doc
 from .capacity import (
     MAX_CAPACITY,
     MAX_LOAD_SECONDS,

@@ -33,9 +33,9 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-from ._checks import Checks
-from ._install import MATPLOTLIB_HINT, missing
-from ._runtime_constants import metrics_constants
+from ._internal.checks import Checks
+from ._internal.install import MATPLOTLIB_HINT, missing
+from ._internal.runtime_constants import metrics_constants
 from .stats import percentile_of_sorted
 
 __all__ = [

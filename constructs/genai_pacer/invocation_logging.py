@@ -49,9 +49,9 @@ from aws_cdk import custom_resources as cr
 
 from constructs import Construct, IConstruct
 
-from ._checks import Checks, is_token
-from ._docs import constructor_doc
-from ._s3 import bucket_key as bucket_key_of
+from ._internal.checks import Checks, is_token
+from ._internal.docs import constructor_doc
+from ._internal.s3 import bucket_key as bucket_key_of
 from ._secure import encrypted_log_group, log_key
 
 __all__ = ["DEFAULT_BUCKET_RETENTION_DAYS", "DELIVERY_PATH", "LOG_STREAM", "NONCURRENT_DAYS", "ModelInvocationLogging"]

@@ -26,11 +26,11 @@ from aws_cdk import aws_sagemaker as sagemaker
 
 from constructs import Construct
 
-from ._alarms import threshold_alarm
-from ._checks import Checks, duration_in, is_token, shown, token_kind, token_of_kind
-from ._docs import constructor_doc
-from ._nag import acknowledge_exact_resources, acknowledge_exact_resources_at_validation, flattened
-from ._s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
+from ._internal.alarms import threshold_alarm
+from ._internal.checks import Checks, duration_in, is_token, shown, token_kind, token_of_kind
+from ._internal.docs import constructor_doc
+from ._internal.nag import acknowledge_exact_resources, acknowledge_exact_resources_at_validation, flattened
+from ._internal.s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
 from ._secure import construct_key
 from .capacity import MAX_CAPACITY
 

@@ -20,7 +20,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct
 
-from ._checks import Checks, Default, in_unit, is_token, resolved, token_kind
+from ._internal.checks import Checks, Default, in_unit, is_token, resolved, token_kind
 from .models import INVOKE_ACTIONS, BedrockModel, as_bedrock_model
 
 __all__ = [

@@ -48,7 +48,7 @@ from aws_cdk import aws_iam as iam
 
 from constructs import Construct
 
-from ._checks import Checks, InvalidPropsError, _show, is_token, kind_of, token_kind
+from ._internal.checks import Checks, InvalidPropsError, _show, is_token, kind_of, token_kind
 
 __all__ = [
     "APPLICATION_PROFILE_BYPASS",

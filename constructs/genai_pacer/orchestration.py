@@ -24,16 +24,16 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from . import planning
-from ._alarms import execution_alarms
-from ._checks import Checks, _show, fit_concurrency, is_token, token_kind
-from ._docs import constructor_doc
-from ._nag import (
+from ._internal.alarms import execution_alarms
+from ._internal.checks import Checks, _show, fit_concurrency, is_token, token_kind
+from ._internal.docs import constructor_doc
+from ._internal.nag import (
     acknowledge_exact_resources,
     acknowledge_exact_resources_at_validation,
     flattened,
     principal_policy,
 )
-from ._s3 import (
+from ._internal.s3 import (
     KMS_READ_ACTIONS,
     KMS_WRITE_ACTIONS,
     S3_MAX_KEY_BYTES,

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from ._checks import Checks, is_token
+from ._internal.checks import Checks, is_token
 
 # Capacity arithmetic for self-hosted endpoints lives in its own module; planning is the one place
 # users look for the numbers, so it re-exports it.

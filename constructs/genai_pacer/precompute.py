@@ -64,19 +64,19 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct, IConstruct
 
 from . import planning
-from ._alarms import execution_alarms, threshold_alarm
-from ._assets import LAMBDA_DIR
-from ._checks import Checks, duration_in, in_unit, is_token, token_kind
-from ._docs import constructor_doc
-from ._nag import (
+from ._internal.alarms import execution_alarms, threshold_alarm
+from ._internal.assets import LAMBDA_DIR
+from ._internal.checks import Checks, duration_in, in_unit, is_token, token_kind
+from ._internal.docs import constructor_doc
+from ._internal.nag import (
     acknowledge_exact_resources,
     acknowledge_exact_resources_at_validation,
     acknowledge_wildcard_resources,
     flattened,
     principal_policy,
 )
-from ._runtime_constants import metrics_constants as metrics
-from ._s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
+from ._internal.runtime_constants import metrics_constants as metrics
+from ._internal.s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
 from ._secure import StateMachineOptions, handler_function, log_key, model_state_machine
 from .answer_store import AnswerStore
 from .model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call

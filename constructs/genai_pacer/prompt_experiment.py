@@ -75,11 +75,20 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct
 
-from . import _nag
-from ._alarms import threshold_alarm
-from ._checks import Checks, InvalidPropsError, _show, duration_in, is_token, shown, token_kind, token_of_kind
-from ._docs import constructor_doc
-from ._runtime_constants import metrics_constants
+from ._internal import nag as _nag
+from ._internal.alarms import threshold_alarm
+from ._internal.checks import (
+    Checks,
+    InvalidPropsError,
+    _show,
+    duration_in,
+    is_token,
+    shown,
+    token_kind,
+    token_of_kind,
+)
+from ._internal.docs import constructor_doc
+from ._internal.runtime_constants import metrics_constants
 from ._secure import StateMachineOptions, encrypted_log_group, log_key, model_state_machine
 from .models import BedrockModel, as_bedrock_model
 

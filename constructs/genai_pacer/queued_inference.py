@@ -23,9 +23,9 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from . import planning
-from ._alarms import threshold_alarm
-from ._assets import handler_code
-from ._checks import (
+from ._internal.alarms import threshold_alarm
+from ._internal.assets import handler_code
+from ._internal.checks import (
     Checks,
     deploy_time_duration,
     duration_in,
@@ -35,8 +35,8 @@ from ._checks import (
     shown,
     warn_above_reservable_concurrency,
 )
-from ._docs import constructor_doc
-from ._runtime_constants import metrics_constants
+from ._internal.docs import constructor_doc
+from ._internal.runtime_constants import metrics_constants
 from ._secure import encrypted_log_group, log_key
 from .answer_store import AnswerStore
 from .models import BedrockModel, as_bedrock_model

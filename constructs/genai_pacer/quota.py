@@ -69,8 +69,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IConstruct, IValidation
 
 from . import planning
-from ._checks import Checks, _show, is_token
-from ._docs import constructor_doc
+from ._internal.checks import Checks, _show, is_token
+from ._internal.docs import constructor_doc
 from .models import BedrockModel, as_bedrock_model
 from .quota_check import PLAN_FILE_PREFIX
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from . import planning
-from ._install import BOTO3_HINT
+from ._internal.install import BOTO3_HINT
 
 __all__ = [
     "AccountQuota",

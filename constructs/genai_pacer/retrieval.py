@@ -47,8 +47,8 @@ from aws_cdk import aws_opensearchservice as opensearch
 
 from constructs import Construct
 
-from ._checks import Checks, _show, is_token, kind_of, token_kind
-from ._docs import constructor_doc
+from ._internal.checks import Checks, _show, is_token, kind_of, token_kind
+from ._internal.docs import constructor_doc
 from ._secure import handler_function
 from .retrieval_tuning import (
     COMBINATIONS,

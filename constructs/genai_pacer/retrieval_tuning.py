@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ._checks import Checks, _show, kind_of
+from ._internal.checks import Checks, _show, kind_of
 from .stats import percentile  # the benchmark's and the verdict's too: "p99" means one thing everywhere
 
 __all__ = [

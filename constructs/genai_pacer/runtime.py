@@ -13,8 +13,8 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from ._assets import LAMBDA_DIR
-from ._install import BOTO3_HINT as _BOTO3_HINT
+from ._internal.assets import LAMBDA_DIR
+from ._internal.install import BOTO3_HINT as _BOTO3_HINT
 
 if TYPE_CHECKING:
     # What type checkers and editors see: pacer_runtime's own names and signatures. In a checkout

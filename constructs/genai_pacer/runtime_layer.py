@@ -20,9 +20,9 @@ from aws_cdk import aws_lambda as lambda_
 
 from constructs import Construct
 
-from ._assets import LAMBDA_DIR
-from ._checks import Checks, token_kind
-from ._docs import constructor_doc
+from ._internal.assets import LAMBDA_DIR
+from ._internal.checks import Checks, token_kind
+from ._internal.docs import constructor_doc
 
 #: The Python runtimes pacer_runtime is tested on (it uses 3.11 syntax and the standard library).
 COMPATIBLE_RUNTIMES = (lambda_.Runtime.PYTHON_3_12, lambda_.Runtime.PYTHON_3_13, lambda_.Runtime.PYTHON_3_14)

@@ -20,8 +20,8 @@ from aws_cdk import aws_stepfunctions as sfn
 
 from constructs import Construct
 
-from ._checks import Checks
-from ._docs import constructor_doc
+from ._internal.checks import Checks
+from ._internal.docs import constructor_doc
 from ._secure import EXPRESS_LIMIT, configured_timeout, handler_function
 
 __all__ = ["SyncExecutionUrl", "EXPRESS_LIMIT", "READ_MARGIN", "START_RETRY_BUDGET", "URL_INVOKE_ACTIONS"]

@@ -6,7 +6,7 @@ and `fail_next` need boto3 / botocore (see `INSTALL_HINT`); `StateMachineRunner`
 Step Functions extra (loaded only when a runner starts).
 """
 
-from .._install import BOTO3_HINT as INSTALL_HINT
+from .._internal.install import BOTO3_HINT as INSTALL_HINT
 from .emulator import (
     ANSWER_TOKENS_KEY,
     EMULATED_OPERATIONS,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import planning
-from .._install import MATPLOTLIB_HINT
+from .._internal.install import MATPLOTLIB_HINT
 from ..stats import percentile
 from .emulator import ANSWER_TOKENS_KEY
 

@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from .._checks import Checks
-from .._install import missing
+from .._internal.checks import Checks
+from .._internal.install import missing
 from . import _servicemodel, eventstream, native, responses
 from . import validation as v
 from ._http import Response, Server

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import planning
-from .._checks import Checks
+from .._internal.checks import Checks
 from .bench import Prompt, converse_request, error_code, percentiles
 from .emulator import BedrockEmulator, ModelSpec, approx_tokens
 

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from .._checks import Checks
+from .._internal.checks import Checks
 
 __all__ = ["QUOTA_WINDOWS", "QuotaModel"]
 

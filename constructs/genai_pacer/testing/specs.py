@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._checks import Checks
+from .._internal.checks import Checks
 
 __all__ = [
     "ANSWER_TOKENS_KEY",

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._checks import Checks
+from ..._internal.checks import Checks
 
 
 class ServiceError(Exception):

@@ -112,7 +112,7 @@ class LambdaFunction:
 @functools.cache
 def library_fingerprint() -> str:
     """The asset hash aws-cdk-lib gives genai-pacer's handler directory (what its S3Key is named after)."""
-    from ..._assets import handler_fingerprint
+    from ..._internal.assets import handler_fingerprint
 
     return handler_fingerprint()
 
@@ -120,7 +120,7 @@ def library_fingerprint() -> str:
 @functools.cache
 def _library_modules() -> frozenset[str]:
     """Top-level modules of the handler directory (pacer_runtime, scheduled_precompute, ...)."""
-    from ..._assets import LAMBDA_DIR
+    from ..._internal.assets import LAMBDA_DIR
 
     return frozenset(
         entry.stem if entry.suffix == ".py" else entry.name
@@ -274,7 +274,7 @@ def _fresh_package(package: str) -> Iterator[None]:
     """The handler's package imported anew (a cold start: module-level settings read this function's
     environment), the modules of that name the process had put back afterwards. pacer_runtime, which
     reads no setting at import, is shared."""
-    from ..._assets import LAMBDA_DIR
+    from ..._internal.assets import LAMBDA_DIR
 
     def ours(name: str) -> bool:
         return name == package or name.startswith(package + ".")

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._checks import Checks
-from ..._install import MOTO_HINT
+from ..._internal.checks import Checks
+from ..._internal.install import MOTO_HINT
 from ..emulator import BedrockEmulator, Invocation
 from ._batch import BatchJob, BatchJobSimulator
 from ._definition import ExecutablePlan, Integration, LambdaTask, _states, executable_copy
@@ -785,7 +785,7 @@ def _check_services(check: Checks, services: Mapping[str, Any]) -> None:
 
 
 def check_kind(value: Any) -> str:
-    from ..._checks import kind_of
+    from ..._internal.checks import kind_of
 
     return "None" if value is None else kind_of(value)
 

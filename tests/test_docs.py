@@ -1,4 +1,5 @@
-"""Every ```python block of README.md runs as written, on its own, as a reader would paste it.
+"""Every ```python block of README.md and of every page under docs/ runs as written, on its own, as a
+reader would paste it.
 
 No string rewriting: each block is compiled and executed unchanged in a fresh namespace. CDK blocks
 build their own App and Stack and synthesize (cdk-nag included where the block turns it on); runtime
@@ -17,13 +18,15 @@ from conftest import ROOT
 from helpers import readme_blocks
 
 README = ROOT / "README.md"
+#: The front door and one page per capability (docs/<capability>.md, matching the package's folders).
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 # Construct sections whose examples still lean on names from other sections (self, rate, model, ...).
 # They are rewritten with the issue-8 API; when one runs, strict xfail fails: delete it from here.
 PENDING_REWRITE: set[str] = set()
 
 
-BLOCKS = readme_blocks(README)
+BLOCKS = [block for page in PAGES for block in readme_blocks(page)]
 PYTHON = [block for block in BLOCKS if block.language == "python"]
 
 
@@ -32,11 +35,12 @@ def test_every_fenced_block_names_its_language():
     assert len(PYTHON) >= 6
 
 
-def test_every_not_run_marker_gives_a_reason_and_sits_on_a_python_block():
-    lines = README.read_text().splitlines()
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_not_run_marker_gives_a_reason_and_sits_on_a_python_block(page):
+    lines = page.read_text().splitlines()
     markers = [n + 1 for n, line in enumerate(lines) if "not-run" in line and line.strip().startswith("<!--")]
-    marked = [b for b in BLOCKS if b.not_run is not None]
-    assert len(markers) == len(marked), f"README.md lines {markers}: a not-run marker must directly precede a block"
+    marked = [b for b in readme_blocks(page) if b.not_run is not None]
+    assert len(markers) == len(marked), f"{page.name} lines {markers}: a not-run marker must directly precede a block"
     for block in marked:
         assert block.language == "python", f"{block.id}: only python blocks run, so only they take a not-run marker"
         assert len(block.not_run) >= 10, f"{block.id}: say why the block cannot run, e.g. 'needs AWS credentials'"
@@ -75,10 +79,10 @@ NETWORK_CALLS = {"bedrock_client", "client", "converse", "converse_stream", "str
      if b.heading in PENDING_REWRITE else b for b in PYTHON],
     ids=[b.id for b in PYTHON],
 )
-def test_readme_python_block_runs_as_written(block, offline):
+def test_python_block_runs_as_written(block, offline):
     if block.not_run is not None:
-        pytest.skip(f"README.md:{block.line} not-run: {block.not_run}")
-    tree = ast.parse(block.code, filename=f"README.md:{block.line}")
+        pytest.skip(f"{block.page}:{block.line} not-run: {block.not_run}")
+    tree = ast.parse(block.code, filename=f"{block.page}:{block.line}")
     imports = _imports(tree)
     calls = {node.func.attr for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
     if "aws_cdk" in imports:  # self-contained: its own App, synthesized (by app.synth() or the offline runner)
@@ -90,7 +94,7 @@ def test_readme_python_block_runs_as_written(block, offline):
     talks_to_aws = "boto3" in imports or bool(called & NETWORK_CALLS)
     if "genai_pacer.runtime" in imports and talks_to_aws:  # offline: the runtime talks to the emulator the block starts
         assert "genai_pacer.testing" in imports, f"{block.id}: run the runtime example against BedrockEmulator"
-    exec(compile(tree, f"README.md:{block.line}", "exec"), {"__name__": "__main__"})
+    exec(compile(tree, f"{block.page}:{block.line}", "exec"), {"__name__": "__main__"})
 
 
 def _pip_installs(text: str) -> list[str]:
@@ -99,7 +103,7 @@ def _pip_installs(text: str) -> list[str]:
 
 
 def test_every_pip_install_hint_in_the_code_is_a_command_the_readme_shows():
-    readme = set(_pip_installs(README.read_text()))
+    readme = set(_pip_installs(README.read_text()))  # the front door: where a user installs from
     hints: dict[str, list[str]] = {}
     for path in [*(ROOT / "constructs").rglob("*.py"), *(ROOT / "lambda").rglob("*.py")]:
         for command in _pip_installs(path.read_text()):

@@ -1,0 +1,3 @@
+"""What genai-pacer's capabilities share and a user never imports: validation (checks), alarms,
+handler assets, install hints, cdk-nag acknowledgments, the handlers' metric names, S3 key and KMS
+rules, and the aliases of moved modules. Not public API: names here may change in any release."""

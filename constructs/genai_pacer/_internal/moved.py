@@ -1,0 +1,34 @@
+"""Old module paths of moved modules, kept working as aliases for one minor release.
+
+The package is being regrouped into one folder per capability (issue 36). Each old path is a small
+module that calls alias(__name__): that makes the old path the new module itself (sys.modules), so
+every name, private ones included, and identity (`is`) carry over, and nothing is copied. The
+CHANGELOG lists each move; tests/test_layout.py imports every old path both ways.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+__all__ = ["MOVED", "REMOVED_IN", "alias"]
+
+#: The release in which the aliases below are removed.
+REMOVED_IN = "0.3.0"
+
+#: Old module path -> where it lives now.
+MOVED: dict[str, str] = {
+    "genai_pacer._alarms": "genai_pacer._internal.alarms",
+    "genai_pacer._assets": "genai_pacer._internal.assets",
+    "genai_pacer._checks": "genai_pacer._internal.checks",
+    "genai_pacer._docs": "genai_pacer._internal.docs",
+    "genai_pacer._install": "genai_pacer._internal.install",
+    "genai_pacer._nag": "genai_pacer._internal.nag",
+    "genai_pacer._runtime_constants": "genai_pacer._internal.runtime_constants",
+    "genai_pacer._s3": "genai_pacer._internal.s3",
+}
+
+
+def alias(name: str) -> None:
+    """Make module `name` (an old path in MOVED) the module it moved to."""
+    sys.modules[name] = importlib.import_module(MOVED[name])

@@ -1,0 +1,49 @@
+"""The package's layout as users import it (issue 36): while modules move into one folder per
+capability, every old module path keeps working as an alias of the new module (for one minor
+release, genai_pacer._internal.moved.REMOVED_IN), and every exported name imports both ways."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import genai_pacer
+import pytest
+from genai_pacer._internal.moved import MOVED
+
+PACKAGE = Path(genai_pacer.__file__).parent
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()))
+def test_an_old_module_path_is_the_moved_module_itself(old, new):
+    moved = importlib.import_module(new)
+    assert importlib.import_module(old) is moved
+    parent, _, leaf = old.rpartition(".")
+    assert getattr(importlib.import_module(parent), leaf) is moved  # `from genai_pacer import _checks`
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_an_alias_module_is_only_the_alias(old):
+    """The old file holds no code of its own: a docstring naming the new path, and the alias call."""
+    path = PACKAGE.joinpath(*old.split(".")[1:]).with_suffix(".py")
+    tree = ast.parse(path.read_text())
+    docstring = ast.get_docstring(tree) or ""
+    assert MOVED[old] in docstring and "removed in" in docstring, docstring
+    assert [type(node).__name__ for node in tree.body] == ["Expr", "ImportFrom", "Expr"]
+
+
+@pytest.mark.parametrize("name", sorted(genai_pacer.__all__))
+def test_every_exported_name_imports_from_the_package_and_from_its_module(name):
+    exported = getattr(genai_pacer, name)
+    module = importlib.import_module(genai_pacer._EXPORTS[name], "genai_pacer")
+    assert getattr(module, name, module) is exported
+
+
+def test_a_user_can_catch_a_refusal_from_the_package():
+    import aws_cdk as cdk
+    from genai_pacer import BoundedMap, InvalidPropsError
+
+    with pytest.raises(InvalidPropsError) as refused:
+        BoundedMap(cdk.Stack(cdk.App(), "S"), "Map", max_concurrency=0)
+    assert any(problem.startswith("max_concurrency=0") for problem in refused.value.problems)
