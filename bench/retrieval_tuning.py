@@ -5,7 +5,7 @@ What runs (per seed):
 - ef_search: a generated corpus (a mixture of Gaussian clusters, so neighbours are structured as
   embeddings are, not uniform noise) indexed with faiss HNSW (m=16, ef_construction=100, the
   OpenSearch defaults), a fixed query set with brute-force ground truth, and
-  genai_pacer.retrieval_tuning.tune_ef_search from 512 halving while recall@10 >= 0.95. Latency is
+  genai_pacer.retrieval.tuning.tune_ef_search from 512 halving while recall@10 >= 0.95. Latency is
   one query at a time on one thread, on this shared 2-core machine: compare steps within a run,
   not with a cluster's figures.
 - filtering: the same index, a filter matching 1% of the documents, k=10: post-filtering (global
@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "constructs"), str(ROOT / "lambda")]
 
-from genai_pacer import retrieval_tuning as t  # noqa: E402
+from genai_pacer.retrieval import tuning as t  # noqa: E402
 
 
 def corpus(rng: np.random.Generator, documents: int, dim: int, clusters: int = 50) -> np.ndarray:

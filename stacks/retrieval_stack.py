@@ -7,7 +7,7 @@ policies name. The index uses faiss HNSW (efficient filtering). A collection's f
 ef_search (the AWS::OpenSearchServerless::Index method parameters hold only M and EfConstruction):
 queries set it themselves (pacer_runtime.retrieval.knn_query(..., ef_search=N)). The pipeline weights
 the vector side 70% (lexical first, vector second), a starting point to replace with the weights
-retrieval_tuning.grid_search_weights finds on your relevance test set.
+genai_pacer.retrieval.tuning.grid_search_weights finds on your relevance test set.
 """
 
 from __future__ import annotations

@@ -37,7 +37,9 @@ def test_an_alias_module_is_only_the_alias(old):
 def test_every_exported_name_imports_from_the_package_and_from_its_module(name):
     exported = getattr(genai_pacer, name)
     module = importlib.import_module(genai_pacer._EXPORTS[name], "genai_pacer")
-    assert getattr(module, name, module) is exported
+    assert (module if name in genai_pacer._MODULES else getattr(module, name)) is exported
+    if name in genai_pacer._MODULES:
+        assert importlib.import_module(f"genai_pacer.{name}") is exported  # `import genai_pacer.planning` too
 
 
 def test_a_user_can_catch_a_refusal_from_the_package():
@@ -47,3 +49,21 @@ def test_a_user_can_catch_a_refusal_from_the_package():
     with pytest.raises(InvalidPropsError) as refused:
         BoundedMap(cdk.Stack(cdk.App(), "S"), "Map", max_concurrency=0)
     assert any(problem.startswith("max_concurrency=0") for problem in refused.value.problems)
+
+
+def test_no_production_module_imports_the_test_bed():
+    """Production code never imports genai_pacer.testing (retrieval tuning once took the benchmark's
+    percentile from it; shared statistics live in genai_pacer.stats)."""
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "testing" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            module = node.module or ""
+            relative_testing = node.level and (module.split(".")[0] == "testing"
+                                               or (not module and any(a.name == "testing" for a in node.names)))
+            if relative_testing or module.startswith("genai_pacer.testing"):
+                offenders.append(f"{path.relative_to(PACKAGE)}: from {'.' * node.level}{module}")
+    assert offenders == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 from pathlib import Path
 
 import genai_pacer
@@ -19,8 +20,12 @@ def _type_checking_imports(source: str) -> dict[str, str]:
             for statement in node.body:
                 assert isinstance(statement, ast.ImportFrom), ast.unparse(statement)
                 for alias in statement.names:
-                    assert alias.asname == alias.name, f"{ast.unparse(statement)}: re-export as itself (X as X)"
                     module = "." * statement.level + (statement.module or "")
+                    if alias.asname != alias.name:  # only a module kept at its old name: `from .retrieval import tuning as retrieval_tuning`
+                        assert alias.asname and module.rstrip(".") and importlib.util.find_spec(
+                            f"genai_pacer{module}.{alias.name}") is not None, f"{ast.unparse(statement)}: re-export as itself (X as X)"
+                        found[alias.asname] = f"{module}.{alias.name}"
+                        continue
                     found[alias.name] = f".{alias.name}" if module == "." else module
     return found
 

@@ -12,7 +12,6 @@ if TYPE_CHECKING:
     from . import capacity as capacity
     from . import experiment_verdict as experiment_verdict
     from . import planning as planning
-    from . import retrieval_tuning as retrieval_tuning
     from . import runtime as runtime
     from ._internal.checks import InvalidPropsError as InvalidPropsError
     from ._secure import StateMachineOptions as StateMachineOptions
@@ -48,6 +47,7 @@ if TYPE_CHECKING:
     from .quota import Share as Share
     from .retrieval import HybridSearchPipeline as HybridSearchPipeline
     from .retrieval import VectorIndexSettings as VectorIndexSettings
+    from .retrieval import tuning as retrieval_tuning  # noqa: F401  (its name before it moved)
     from .runtime_layer import RuntimeLayer as RuntimeLayer
     from .sync_execution import SyncExecutionUrl as SyncExecutionUrl
 
@@ -86,7 +86,7 @@ _EXPORTS = {
     "Share": ".quota",
     "HybridSearchPipeline": ".retrieval",
     "VectorIndexSettings": ".retrieval",
-    "retrieval_tuning": ".retrieval_tuning",
+    "retrieval_tuning": ".retrieval.tuning",
     "PromptExperiment": ".prompt_experiment",
     "ExperimentVariant": ".prompt_experiment",
     "TextPrompt": ".prompt_experiment",
@@ -99,6 +99,8 @@ _EXPORTS = {
 #: `from genai_pacer import *`, which must work with the library's own dependencies alone; they load
 #: by name (`genai_pacer.runtime`, `from genai_pacer import runtime`).
 _NEEDS_EXTRAS = frozenset({"runtime"})
+#: Exported names that are modules (the others are attributes of their module).
+_MODULES = frozenset({"planning", "capacity", "runtime", "retrieval_tuning", "experiment_verdict"})
 __all__ = [name for name in _EXPORTS if name not in _NEEDS_EXTRAS]
 
 
@@ -108,7 +110,7 @@ if not TYPE_CHECKING:  # hidden from type checkers, so a misspelt name is an err
         if name not in _EXPORTS:
             raise AttributeError(f"module 'genai_pacer' has no attribute {name!r}")
         module = import_module(_EXPORTS[name], __name__)
-        value = module if _EXPORTS[name].lstrip(".") == name else getattr(module, name)
+        value = module if name in _MODULES else getattr(module, name)
         globals()[name] = value
         return value
 

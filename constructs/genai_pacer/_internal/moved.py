@@ -26,6 +26,7 @@ MOVED: dict[str, str] = {
     "genai_pacer._nag": "genai_pacer._internal.nag",
     "genai_pacer._runtime_constants": "genai_pacer._internal.runtime_constants",
     "genai_pacer._s3": "genai_pacer._internal.s3",
+    "genai_pacer.retrieval_tuning": "genai_pacer.retrieval.tuning",
 }
 
 

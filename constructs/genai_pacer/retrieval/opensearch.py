@@ -7,7 +7,7 @@ HNSW build settings and ef_search, written where that engine reads it (see its d
 
 Sub-query order: weights are positional. The runtime's `hybrid_query` puts the lexical sub-query
 first and the vector sub-query second (pacer_runtime.retrieval.HYBRID_SUBQUERY_ORDER), so
-weights=(0.3, 0.7) give the vector side 70%. Tune them with genai_pacer.retrieval_tuning.
+weights=(0.3, 0.7) give the vector side 70%. Tune them with genai_pacer.retrieval.tuning.
 
 Engine version: what OpenSearch accepts depends on the domain's version (z_score from 3.0, Lucene
 reading the ef_search index setting from 3.5). The constructs take it from `engine_version` or from
@@ -35,7 +35,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -47,10 +47,10 @@ from aws_cdk import aws_opensearchservice as opensearch
 
 from constructs import Construct
 
-from ._internal.checks import Checks, _show, is_token, kind_of, token_kind
-from ._internal.docs import constructor_doc
-from ._secure import handler_function
-from .retrieval_tuning import (
+from .._internal.checks import Checks, _show, is_token, kind_of, token_kind
+from .._internal.docs import constructor_doc
+from .._secure import handler_function
+from .tuning import (
     COMBINATIONS,
     MAX_SUBQUERIES,
     NORMALIZATIONS,
@@ -72,7 +72,7 @@ SPACE_TYPES = ("l2", "cosinesimil", "innerproduct")
 #: AWS::OpenSearchServerless::Index IndexName pattern (cfn-lint resource schema; OpenSearch's own rule too).
 _INDEX_NAME = re.compile(r"^(?![_-])[a-z][a-z0-9_-]*$")
 #: The search handler's PIPELINE_NAME (lambda/search_pipeline/handler.py, where its OpenSearch sources are
-#: cited); tests/test_search_pipeline_handler.py keeps the two equal.
+#: cited); tests/retrieval/test_search_pipeline_handler.py keeps the two equal.
 _PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 #: AWS::OpenSearchServerless::Index Mappings.Properties: names matching this pattern only
 #: (patternProperties with additionalProperties false; cfn-lint resource schema).
@@ -252,12 +252,13 @@ class _SearchHandler(Construct):
 
 def _existing_handler(scope: Construct) -> _SearchHandler | None:
     found = cdk.Stack.of(scope).node.try_find_child(SEARCH_HANDLER_ID)
-    if found is not None and not isinstance(found, _SearchHandler):
-        raise ValueError(
+    with Checks(f"{type(scope).__name__} {scope.node.id}") as check:
+        check.rule(
+            found is None or isinstance(found, _SearchHandler),
             f"{cdk.Stack.of(scope).node.path}/{SEARCH_HANDLER_ID} is a {type(found).__name__}, not genai-pacer's search "
-            "handler: that id is reserved for the handler HybridSearchPipeline and VectorIndexSettings share; rename your construct"
+            "handler: that id is reserved for the handler HybridSearchPipeline and VectorIndexSettings share; rename your construct",
         )
-    return found
+    return cast(_SearchHandler | None, found)
 
 
 def _check_shared_log_settings(check: Checks, scope: Construct, encryption_key: Any, log_retention: Any) -> None:
@@ -293,8 +294,7 @@ def _search_handler(scope: Construct, encryption_key: kms.IKey | None, log_reten
 def _handler_policy(scope: Construct, function: lambda_.Function, statements: list[iam.PolicyStatement]) -> iam.Policy:
     """This construct's grants to the shared handler's role, in a policy of its own: removing the
     construct removes exactly its grants, and its custom resource waits for them."""
-    assert function.role is not None
-    return iam.Policy(scope, "HandlerPolicy", statements=statements, roles=[function.role])
+    return iam.Policy(scope, "HandlerPolicy", statements=statements, roles=[cast(iam.IRole, function.role)])  # a Function has one
 
 
 def _policy_name(scope: Construct, prefix: str) -> str:
@@ -328,7 +328,7 @@ class HybridSearchPipeline(Construct):
     weights: one per hybrid sub-query, in sub-query order, each 0..1, summing to 1.0 (within 0.01,
         the tolerance OpenSearch applies).
         Default: (0.5, 0.5): lexical and vector equally, until a relevance test set says otherwise
-        (genai_pacer.retrieval_tuning.grid_search_weights).
+        (genai_pacer.retrieval.tuning.grid_search_weights).
     normalization: "min_max" (default: bounded 0..1, robust to one query's scale), "l2" or
         "z_score" (only with arithmetic_mean; OpenSearch 3.0+ on a domain, refused for a domain known
         to be older and a warning where its version is unknown; not on Serverless, which offers
@@ -430,7 +430,7 @@ class HybridSearchPipeline(Construct):
                 resources=[f"{domain.domain_arn}/_search/pipeline/{pipeline_name}"],
             )
         else:
-            assert collection is not None
+            collection = cast(aoss.CfnCollection, collection)  # one of domain and collection, checked above
             endpoint, service = collection.attr_collection_endpoint, "aoss"
             grant = iam.PolicyStatement(actions=["aoss:APIAccessAll"], resources=[collection.attr_arn])
             self.access_policy = _data_access_policy(
@@ -672,7 +672,7 @@ class VectorIndexSettings(Construct):
             index.node.add_dependency(self.access_policy)
             self.resource: cdk.CfnResource | cdk.CustomResource = index
             return
-        assert domain is not None
+        domain = cast(opensearch.IDomain, domain)  # one of domain and collection, checked above
         self.function = _search_handler(self, encryption_key, log_retention)
         # Each method only on the path the handler sends it to; DELETE only when the index goes with the stack.
         index_arn = f"{domain.domain_arn}/{index_name}"
@@ -805,12 +805,13 @@ class VectorIndexSettings(Construct):
 
     @staticmethod
     def _bootstrap_role(stack: cdk.Stack) -> list[str]:
-        arn = getattr(stack.synthesizer, "cloud_formation_execution_role_arn", None)
-        if not arn:
-            raise ValueError(
-                f"VectorIndexSettings: the stack's synthesizer ({type(stack.synthesizer).__name__}) names no "
-                "CloudFormation execution role, so the index's data access policy has no principal: pass "
-                "index_managers=[<the ARN of the role that deploys this stack>]"
+        arn: str = getattr(stack.synthesizer, "cloud_formation_execution_role_arn", None) or ""
+        with Checks("VectorIndexSettings") as check:
+            check.rule(
+                bool(arn),
+                f"the stack's synthesizer ({type(stack.synthesizer).__name__}) names no CloudFormation execution role, "
+                "so the index's data access policy has no principal: pass index_managers=[<the ARN of the role that "
+                "deploys this stack>]",
             )
         # The synthesizer's ARN holds CloudFormation placeholders meant for Fn::Sub; a policy document
         # needs the values.

@@ -14,8 +14,9 @@ import pytest
 from aws_cdk import aws_opensearchserverless as aoss
 from aws_cdk import aws_opensearchservice as opensearch
 from aws_cdk.assertions import Template
-from genai_pacer import InvalidPropsError, retrieval
+from genai_pacer import InvalidPropsError
 from genai_pacer.retrieval import VectorIndexSettings
+from genai_pacer.retrieval import opensearch as retrieval
 from helpers import new_stack, only
 
 SCHEMAS = Path(cfnlint.__file__).parent / "data" / "schemas"

@@ -14,7 +14,7 @@ from aws_cdk import aws_opensearchservice as opensearch
 from aws_cdk.assertions import Annotations, Match, Template
 from conftest import nag_violations
 from genai_pacer import InvalidPropsError
-from genai_pacer.retrieval import (
+from genai_pacer.retrieval.opensearch import (
     DOMAIN_FIELD_TYPES,
     ENGINES,
     PIPELINE_DATA_PERMISSIONS,
@@ -467,13 +467,13 @@ def test_the_sub_query_limit_is_defined_once_in_retrieval_tuning():
     """MAX_SUBQUERIES used to be defined again here; a change to one copy would not reach the other."""
     import ast
 
-    import genai_pacer.retrieval as module
-    from genai_pacer import retrieval_tuning
+    import genai_pacer.retrieval.opensearch as module
+    from genai_pacer.retrieval import tuning as retrieval_tuning
 
     tree = ast.parse(Path(module.__file__).read_text())
     assigned = [n for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)
                 and any(getattr(t, "id", None) == "MAX_SUBQUERIES" for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
-    imported = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "retrieval_tuning"
+    imported = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "tuning"
                 and any(a.name == "MAX_SUBQUERIES" for a in n.names)]
     assert assigned == [] and len(imported) == 1
     assert module.MAX_SUBQUERIES == retrieval_tuning.MAX_SUBQUERIES

