@@ -9,7 +9,9 @@ from functools import cache
 
 import botocore.loaders
 import pytest
-from genai_pacer import model_tasks, models, quota, quota_check
+from genai_pacer import model_tasks, models
+from genai_pacer.quota import check as quota_check
+from genai_pacer.quota import model_quota as quota
 
 
 @cache

@@ -122,11 +122,11 @@ def test_non_numeric_context_is_rejected_with_the_key(tmp_path):
         build_app(context={"tpm_quota": "lots"}, outdir=str(tmp_path))
 
 
-def test_readme_planning_example_runs_and_its_comments_are_true():
+def test_the_planning_example_runs_and_its_comments_are_true():
     import re
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = re.search(r"## Planning\n\n```python\n(.*?)```", readme, re.S).group(1)
+    page = (Path(__file__).resolve().parents[1] / "docs" / "quota.md").read_text()
+    block = re.search(r"## Planning\n\n```python\n(.*?)```", page, re.S).group(1)
     scope: dict = {}
     exec(block, scope)
     assert (scope["p"].reserved, scope["p"].settled, scope["p"].billed) == (8500, 4000, 2800)

@@ -12,13 +12,15 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import genai_pacer
 import pytest
 
-#: The modules whose TABLE maps a name to (the class or method, its props, ...).
+#: The test modules whose TABLE maps a name to (the class or method, its props, ...), by path under tests/.
 TABLE_MODULES = (
     "test_tokens_step_functions",
     "test_tokens_precompute",
@@ -26,8 +28,18 @@ TABLE_MODULES = (
     "test_tokens_scaling",
     "test_tokens_store_quota",
     "test_tokens_value_objects",
-    "test_retrieval",
+    "retrieval/test_retrieval",
 )
+TESTS = Path(__file__).parent
+
+
+def table_module(path: str) -> types.ModuleType:
+    """A test module by its path under tests/, imported as pytest imports it (by its file name, its folder
+    on sys.path), whichever worker and order: tests in a capability's folder are not on sys.path otherwise."""
+    folder, _, name = path.rpartition("/")
+    if folder and str(TESTS / folder) not in sys.path:
+        sys.path.insert(0, str(TESTS / folder))
+    return importlib.import_module(name)
 #: Exported classes that take no props from a user, and why.
 NOT_PROPS = {
     "Share": "what ModelQuota.shares returns, never built by a user; share(...)'s arguments are in a table",
@@ -48,7 +60,7 @@ def tables() -> dict[str, tuple[Any, tuple[str, ...]]]:
     """Every table entry of every module, as "module:name" -> (target, props)."""
     found = {}
     for module_name in TABLE_MODULES:
-        for name, (target, props, *_rest) in importlib.import_module(module_name).TABLE.items():
+        for name, (target, props, *_rest) in table_module(module_name).TABLE.items():
             found[f"{module_name}:{name}"] = (target, tuple(props))
     return found
 

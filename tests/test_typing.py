@@ -12,6 +12,12 @@ import genai_pacer
 PACKAGE = Path(genai_pacer.__file__).parent
 
 
+def _is_submodule(module: str, name: str) -> bool:
+    """Whether genai_pacer<module>.<name> is a module (of a package), not a name defined in a module."""
+    package = importlib.util.find_spec(f"genai_pacer{module}")
+    return bool(package and package.submodule_search_locations) and importlib.util.find_spec(f"genai_pacer{module}.{name}") is not None
+
+
 def _type_checking_imports(source: str) -> dict[str, str]:
     """name -> relative module of every `from .x import Name as Name` under `if TYPE_CHECKING:`."""
     found: dict[str, str] = {}
@@ -22,11 +28,11 @@ def _type_checking_imports(source: str) -> dict[str, str]:
                 for alias in statement.names:
                     module = "." * statement.level + (statement.module or "")
                     if alias.asname != alias.name:  # only a module kept at its old name: `from .retrieval import tuning as retrieval_tuning`
-                        assert alias.asname and module.rstrip(".") and importlib.util.find_spec(
-                            f"genai_pacer{module}.{alias.name}") is not None, f"{ast.unparse(statement)}: re-export as itself (X as X)"
+                        assert alias.asname and _is_submodule(module, alias.name), f"{ast.unparse(statement)}: re-export as itself (X as X)"
                         found[alias.asname] = f"{module}.{alias.name}"
                         continue
-                    found[alias.name] = f".{alias.name}" if module == "." else module
+                    submodule = module != "." and _is_submodule(module, alias.name)
+                    found[alias.name] = f".{alias.name}" if module == "." else (f"{module}.{alias.name}" if submodule else module)
     return found
 
 

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from . import capacity as capacity
     from . import experiment_verdict as experiment_verdict
-    from . import planning as planning
     from . import runtime as runtime
     from ._internal.checks import InvalidPropsError as InvalidPropsError
     from ._secure import StateMachineOptions as StateMachineOptions
@@ -45,6 +44,7 @@ if TYPE_CHECKING:
     from .queued_inference import QueuedInference as QueuedInference
     from .quota import ModelQuota as ModelQuota
     from .quota import Share as Share
+    from .quota import planning as planning
     from .retrieval import HybridSearchPipeline as HybridSearchPipeline
     from .retrieval import VectorIndexSettings as VectorIndexSettings
     from .retrieval import tuning as retrieval_tuning  # noqa: F401  (its name before it moved)
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from .sync_execution import SyncExecutionUrl as SyncExecutionUrl
 
 _EXPORTS = {
-    "planning": ".planning",
+    "planning": ".quota.planning",
     "capacity": ".capacity",
     "runtime": ".runtime",
     "BedrockModel": ".models",

@@ -60,7 +60,6 @@ from aws_cdk import aws_logs as logs
 
 from constructs import Construct
 
-from . import planning
 from ._internal.alarms import threshold_alarm
 from ._internal.checks import (
     Checks,
@@ -77,6 +76,7 @@ from ._internal.runtime_constants import metrics_constants
 from ._secure import handler_function
 from .answer_store import AnswerStore
 from .models import BedrockModel, as_bedrock_model
+from .quota import planning
 
 __all__ = ["AnswerRouter", "DEFAULT_MAX_AGE"]
 

@@ -34,12 +34,12 @@ from aws_cdk import aws_stepfunctions as sfn
 
 from constructs import Construct
 
-from . import planning
 from ._internal.alarms import threshold_alarm
 from ._internal.checks import Checks, Default, is_token, resolved, token_kind
 from ._internal.docs import constructor_doc
 from ._internal.runtime_constants import metrics_constants
 from .models import BedrockModel, as_bedrock_model
+from .quota import planning
 
 __all__ = [
     "BEDROCK_NAMESPACE",

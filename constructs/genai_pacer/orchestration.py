@@ -23,7 +23,6 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct
 
-from . import planning
 from ._internal.alarms import execution_alarms
 from ._internal.checks import Checks, _show, fit_concurrency, is_token, token_kind
 from ._internal.docs import constructor_doc
@@ -54,6 +53,7 @@ from .model_tasks import (
     model_call,
 )
 from .models import BedrockModel, as_bedrock_model
+from .quota import planning
 
 __all__ = [
     "BoundedMap",

@@ -63,7 +63,6 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct, IConstruct
 
-from . import planning
 from ._internal.alarms import execution_alarms, threshold_alarm
 from ._internal.assets import LAMBDA_DIR
 from ._internal.checks import Checks, duration_in, in_unit, is_token, token_kind
@@ -82,6 +81,7 @@ from .answer_store import AnswerStore
 from .model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
 from .models import BedrockModel, as_bedrock_model
 from .orchestration import DISTRIBUTED_MAP_LIMIT, INLINE_MAP_LIMIT, STATE_PAYLOAD_LIMIT_BYTES, _cap
+from .quota import planning
 
 __all__ = [
     "CONDITIONAL_CHECK_FAILED",

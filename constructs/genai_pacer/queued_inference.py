@@ -22,7 +22,6 @@ from aws_cdk import aws_sqs as sqs
 
 from constructs import Construct
 
-from . import planning
 from ._internal.alarms import threshold_alarm
 from ._internal.assets import handler_code
 from ._internal.checks import (
@@ -40,6 +39,7 @@ from ._internal.runtime_constants import metrics_constants
 from ._secure import encrypted_log_group, log_key
 from .answer_store import AnswerStore
 from .models import BedrockModel, as_bedrock_model
+from .quota import planning
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",

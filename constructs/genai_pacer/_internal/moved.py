@@ -27,6 +27,8 @@ MOVED: dict[str, str] = {
     "genai_pacer._runtime_constants": "genai_pacer._internal.runtime_constants",
     "genai_pacer._s3": "genai_pacer._internal.s3",
     "genai_pacer.retrieval_tuning": "genai_pacer.retrieval.tuning",
+    "genai_pacer.planning": "genai_pacer.quota.planning",
+    "genai_pacer.quota_check": "genai_pacer.quota.check",
 }
 
 

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import planning
 from .._internal.install import MATPLOTLIB_HINT
+from ..quota import planning
 from ..stats import percentile
 from .emulator import ANSWER_TOKENS_KEY
 

@@ -322,7 +322,7 @@ def parser() -> argparse.ArgumentParser:
     experiments.add_argument("--out", default="bench-results", help="directory of the reports (default bench-results)")
     experiments.set_defaults(run=_experiments)
 
-    from .. import quota_check  # the check of declared ModelQuota plans against Service Quotas
+    from ..quota import check as quota_check  # the check of declared ModelQuota plans against Service Quotas
 
     check = commands.add_parser("quota-check", help="compare declared ModelQuota plans with the account's quotas")
     quota_check.add_arguments(check)

@@ -48,8 +48,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .. import planning
 from .._internal.checks import Checks
+from ..quota import planning
 from .bench import Prompt, converse_request, error_code, percentiles
 from .emulator import BedrockEmulator, ModelSpec, approx_tokens
 

@@ -68,11 +68,11 @@ from aws_cdk import aws_stepfunctions as sfn
 
 from constructs import Construct, IConstruct, IValidation
 
+from .._internal.checks import Checks, _show, is_token
+from .._internal.docs import constructor_doc
+from ..models import BedrockModel, as_bedrock_model
 from . import planning
-from ._internal.checks import Checks, _show, is_token
-from ._internal.docs import constructor_doc
-from .models import BedrockModel, as_bedrock_model
-from .quota_check import PLAN_FILE_PREFIX
+from .check import PLAN_FILE_PREFIX
 
 __all__ = [
     "DEFAULT_WARN_AT",

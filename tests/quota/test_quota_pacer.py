@@ -23,7 +23,7 @@ from botocore.exceptions import (
 )
 from botocore.stub import Stubber
 from genai_pacer import planning
-from genai_pacer.quota import PACER_ENVIRONMENT
+from genai_pacer.quota.model_quota import PACER_ENVIRONMENT
 from hypothesis import given
 from hypothesis import strategies as st
 from pacer_runtime.quota_pacer import ENVIRONMENT, AdmissionRejected, QuotaPacer, estimate_input_tokens

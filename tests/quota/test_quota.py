@@ -34,7 +34,7 @@ from genai_pacer import (
     TextPrompt,
     planning,
 )
-from genai_pacer.quota import (
+from genai_pacer.quota.model_quota import (
     PACER_ENVIRONMENT,
     PLAN_FILE_PREFIX,
     PLAN_METADATA_TYPE,

@@ -1,0 +1,29 @@
+"""One model quota, many consumers: the planner (`planning`: reserve-then-settle arithmetic, rate plans,
+max_tokens sizing; pure Python, no CDK), `ModelQuota` (every consumer of a model draws a checked share
+of one plan at synth) and `quota-check` (`check`: the plan against the account's Service Quotas).
+QuotaPacer, the run-time side, is `genai_pacer.runtime.QuotaPacer`. Documentation: docs/quota.md.
+
+The constructs load on first use, so `from genai_pacer.quota import planning` starts no CDK.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .model_quota import ModelQuota as ModelQuota
+    from .model_quota import Share as Share
+
+_LAZY = {"ModelQuota": ".model_quota", "Share": ".model_quota"}
+__all__ = ["ModelQuota", "Share", "check", "planning"]
+
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        if name in ("check", "planning", "model_quota"):
+            return import_module(f".{name}", __name__)
+        if name not in _LAZY:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
