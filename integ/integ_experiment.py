@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aws_cdk as cdk  # noqa: E402
 from aws_cdk.integ_tests_alpha import ExpectedResult, IntegTest, Match  # noqa: E402
-from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt  # noqa: E402
+from genai_pacer.experiments.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt  # noqa: E402
 
 from integ._support import alarm_exists, destroy_on_delete, model, new_app  # noqa: E402
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from genai_pacer import ModelQuota, planning
-from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
+from genai_pacer.experiments.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
 
 from constructs import Construct
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import botocore
 import cfnlint
 from aws_cdk.assertions import Template
-from genai_pacer import invocation_logging, observability, prompt_experiment
+from genai_pacer import invocation_logging, observability
+from genai_pacer.experiments import prompt_experiment
 from helpers import new_stack, resources
 
 BOTOCORE = Path(botocore.__file__).parent / "data"

@@ -34,7 +34,7 @@ from genai_pacer import (
     StateMachineOptions,
     SyncExecutionUrl,
 )
-from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
+from genai_pacer.experiments.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
 
 REGION = "us-east-1"
 NOVA = BedrockModel.from_id("amazon.nova-lite-v1:0")

@@ -26,8 +26,8 @@ from genai_pacer import (
     ScheduledPrecompute,
 )
 from genai_pacer.answer_router import AnswerRouter
+from genai_pacer.experiments.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
 from genai_pacer.observability import LatencyDashboard
-from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
 from helpers import normalized
 from test_models import HAIKU, FakeCrossRegionProfile, FakeFoundationModel, FakePromptRouter
 

@@ -804,7 +804,7 @@ def test_add_state_machine_takes_a_scheduled_and_a_batch_precompute_with_their_o
 
 
 def test_add_prompt_experiment_shows_what_each_variants_guards_read_and_their_states():
-    from genai_pacer.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
+    from genai_pacer.experiments.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
 
     stack = new_stack()
     experiment = PromptExperiment(stack, "Exp", experiment_name="support", variants=[

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from . import capacity as capacity
-    from . import experiment_verdict as experiment_verdict
     from . import runtime as runtime
     from ._internal.checks import InvalidPropsError as InvalidPropsError
     from ._secure import StateMachineOptions as StateMachineOptions
@@ -19,6 +18,11 @@ if TYPE_CHECKING:
     from .batch_precompute import BatchPrecompute as BatchPrecompute
     from .endpoint_scaling import EndpointScaling as EndpointScaling
     from .endpoint_scaling import PeakWindow as PeakWindow
+    from .experiments import ExperimentVariant as ExperimentVariant
+    from .experiments import ManagedPrompt as ManagedPrompt
+    from .experiments import PromptExperiment as PromptExperiment
+    from .experiments import TextPrompt as TextPrompt
+    from .experiments import verdict as experiment_verdict  # noqa: F401  (its name before it moved)
     from .invocation_logging import ModelInvocationLogging as ModelInvocationLogging
     from .llm_endpoint import InferenceComponentOptions as InferenceComponentOptions
     from .llm_endpoint import LlmEndpoint as LlmEndpoint
@@ -37,10 +41,6 @@ if TYPE_CHECKING:
     from .orchestration import BoundedMap as BoundedMap
     from .orchestration import ParallelPrompts as ParallelPrompts
     from .precompute import ScheduledPrecompute as ScheduledPrecompute
-    from .prompt_experiment import ExperimentVariant as ExperimentVariant
-    from .prompt_experiment import ManagedPrompt as ManagedPrompt
-    from .prompt_experiment import PromptExperiment as PromptExperiment
-    from .prompt_experiment import TextPrompt as TextPrompt
     from .queued_inference import QueuedInference as QueuedInference
     from .quota import ModelQuota as ModelQuota
     from .quota import Share as Share
@@ -87,11 +87,11 @@ _EXPORTS = {
     "HybridSearchPipeline": ".retrieval",
     "VectorIndexSettings": ".retrieval",
     "retrieval_tuning": ".retrieval.tuning",
-    "PromptExperiment": ".prompt_experiment",
-    "ExperimentVariant": ".prompt_experiment",
-    "TextPrompt": ".prompt_experiment",
-    "ManagedPrompt": ".prompt_experiment",
-    "experiment_verdict": ".experiment_verdict",
+    "PromptExperiment": ".experiments",
+    "ExperimentVariant": ".experiments",
+    "TextPrompt": ".experiments",
+    "ManagedPrompt": ".experiments",
+    "experiment_verdict": ".experiments.verdict",
     "RuntimeLayer": ".runtime_layer",
 }
 

@@ -786,7 +786,7 @@ class LatencyDashboard(Construct):
     def add_prompt_experiment(self, experiment: Any, *, title: str | None = None) -> None:
         """A PromptExperiment: each variant's p90 latency and failed calls (what its guards read) and the
         guard alarms' states."""
-        from .prompt_experiment import PromptExperiment
+        from .experiments.prompt_experiment import PromptExperiment
 
         with Checks(f"LatencyDashboard {self.node.id}: add_prompt_experiment") as check:
             check.instance("experiment", experiment, PromptExperiment, "a PromptExperiment")

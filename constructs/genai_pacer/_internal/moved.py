@@ -29,6 +29,8 @@ MOVED: dict[str, str] = {
     "genai_pacer.retrieval_tuning": "genai_pacer.retrieval.tuning",
     "genai_pacer.planning": "genai_pacer.quota.planning",
     "genai_pacer.quota_check": "genai_pacer.quota.check",
+    "genai_pacer.prompt_experiment": "genai_pacer.experiments.prompt_experiment",
+    "genai_pacer.experiment_verdict": "genai_pacer.experiments.verdict",
 }
 
 

@@ -30,7 +30,7 @@ from pacer_runtime.experiment import (
     unit_key,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 USERS = [f"user-{i}" for i in range(100_000)]
 NOVA, HAIKU = "us.amazon.nova-lite-v1:0", "us.anthropic.claude-3-5-haiku-20241022-v1:0"
 PROMPT_ARN = "arn:aws:bedrock:us-east-1:111122223333:prompt/PROMPT12AB:3"

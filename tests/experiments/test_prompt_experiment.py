@@ -22,7 +22,7 @@ from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
 from conftest import nag_violations
 from genai_pacer import BedrockModel, InvalidPropsError
-from genai_pacer.prompt_experiment import (
+from genai_pacer.experiments.prompt_experiment import (
     DOCUMENT_SCHEMA,
     ExperimentVariant,
     ManagedPrompt,

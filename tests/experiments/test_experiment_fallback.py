@@ -19,7 +19,7 @@ from typing import Any
 import aws_cdk as cdk
 import boto3
 from genai_pacer import BedrockModel
-from genai_pacer.prompt_experiment import (
+from genai_pacer.experiments.prompt_experiment import (
     APPCONFIG_ROLLBACK_STATES,
     CREATED_ALARM_STATE,
     FALLBACK_MAX_POLLS,

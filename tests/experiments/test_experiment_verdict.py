@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from genai_pacer import InvalidPropsError
-from genai_pacer.experiment_verdict import (
+from genai_pacer.experiments.verdict import (
     VariantData,
     chi_square_sf,
     read_log,
@@ -307,7 +307,7 @@ def test_read_log_takes_the_logs_text_and_parsed_records_too():
 def test_rate_differences_use_newcombes_interval_which_keeps_a_width_at_zero():
     """Newcombe (1998), method 10, the worked example: 56/70 against 48/80, difference 0.2, 95% CI
     0.0524 to 0.3339. And at 0 errors in both arms the old Wald interval was the point [0, 0]."""
-    from genai_pacer.experiment_verdict import _two_proportions
+    from genai_pacer.experiments.verdict import _two_proportions
 
     diff, low, high, _ = _two_proportions(wilson(48, 80), wilson(56, 70), 0.05)
     assert (diff, low, high) == pytest.approx((0.2, 0.0524, 0.3339), abs=5e-5)
@@ -330,7 +330,7 @@ def test_the_verdict_reads_the_runtimes_names_not_copies_of_them():
     or a new outcome would have been silently skipped by read_log."""
     import inspect
 
-    from genai_pacer import experiment_verdict
+    from genai_pacer.experiments import verdict as experiment_verdict
     from pacer_runtime import metrics
 
     assert tuple(metrics.OUTCOMES) == experiment_verdict.OUTCOMES
