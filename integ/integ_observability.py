@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import aws_cdk as cdk  # noqa: E402
 from aws_cdk.integ_tests_alpha import ExpectedResult, IntegTest  # noqa: E402
 from genai_pacer import QueuedInference, planning  # noqa: E402
-from genai_pacer.observability import LatencyDashboard, TpmQuota, WatchedModel  # noqa: E402
+from genai_pacer.observe.dashboard import LatencyDashboard, TpmQuota, WatchedModel  # noqa: E402
 
 from integ._sdk_check import render  # noqa: E402
 from integ._support import alarm_exists, destroy_on_delete, model, new_app  # noqa: E402

@@ -8,7 +8,7 @@ from typing import Any
 
 import aws_cdk as cdk
 from genai_pacer import planning
-from genai_pacer.observability import LatencyDashboard, TpmQuota, WatchedModel
+from genai_pacer.observe.dashboard import LatencyDashboard, TpmQuota, WatchedModel
 
 from constructs import Construct
 

@@ -27,7 +27,7 @@ from genai_pacer import (
 )
 from genai_pacer.answer_router import AnswerRouter
 from genai_pacer.experiments.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
-from genai_pacer.observability import LatencyDashboard
+from genai_pacer.observe.dashboard import LatencyDashboard
 from helpers import normalized
 from test_models import HAIKU, FakeCrossRegionProfile, FakeFoundationModel, FakePromptRouter
 

@@ -24,7 +24,7 @@ import pytest
 TABLE_MODULES = (
     "test_tokens_step_functions",
     "test_tokens_precompute",
-    "test_tokens_observe",
+    "observe/test_tokens_observe",
     "test_tokens_scaling",
     "test_tokens_store_quota",
     "test_tokens_value_objects",

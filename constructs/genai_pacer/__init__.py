@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from .experiments import PromptExperiment as PromptExperiment
     from .experiments import TextPrompt as TextPrompt
     from .experiments import verdict as experiment_verdict  # noqa: F401  (its name before it moved)
-    from .invocation_logging import ModelInvocationLogging as ModelInvocationLogging
     from .llm_endpoint import InferenceComponentOptions as InferenceComponentOptions
     from .llm_endpoint import LlmEndpoint as LlmEndpoint
     from .model_tasks import DEFAULT_RETRY_ERRORS as DEFAULT_RETRY_ERRORS
@@ -33,10 +32,11 @@ if TYPE_CHECKING:
     from .model_tasks import TaskOptions as TaskOptions
     from .models import PROFILE_REGIONS as PROFILE_REGIONS
     from .models import BedrockModel as BedrockModel
-    from .observability import LatencyAlarms as LatencyAlarms
-    from .observability import LatencyDashboard as LatencyDashboard
-    from .observability import TpmQuota as TpmQuota
-    from .observability import WatchedModel as WatchedModel
+    from .observe import LatencyAlarms as LatencyAlarms
+    from .observe import LatencyDashboard as LatencyDashboard
+    from .observe import ModelInvocationLogging as ModelInvocationLogging
+    from .observe import TpmQuota as TpmQuota
+    from .observe import WatchedModel as WatchedModel
     from .orchestration import BoundedDistributedMap as BoundedDistributedMap
     from .orchestration import BoundedMap as BoundedMap
     from .orchestration import ParallelPrompts as ParallelPrompts
@@ -76,11 +76,11 @@ _EXPORTS = {
     "InferenceComponentOptions": ".llm_endpoint",
     "AnswerRouter": ".answer_router",
     "BatchPrecompute": ".batch_precompute",
-    "ModelInvocationLogging": ".invocation_logging",
-    "LatencyAlarms": ".observability",
-    "LatencyDashboard": ".observability",
-    "TpmQuota": ".observability",
-    "WatchedModel": ".observability",
+    "ModelInvocationLogging": ".observe",
+    "LatencyAlarms": ".observe",
+    "LatencyDashboard": ".observe",
+    "TpmQuota": ".observe",
+    "WatchedModel": ".observe",
     "ScheduledPrecompute": ".precompute",
     "ModelQuota": ".quota",
     "Share": ".quota",

@@ -31,6 +31,8 @@ MOVED: dict[str, str] = {
     "genai_pacer.quota_check": "genai_pacer.quota.check",
     "genai_pacer.prompt_experiment": "genai_pacer.experiments.prompt_experiment",
     "genai_pacer.experiment_verdict": "genai_pacer.experiments.verdict",
+    "genai_pacer.observability": "genai_pacer.observe.dashboard",
+    "genai_pacer.invocation_logging": "genai_pacer.observe.invocation_logging",
 }
 
 

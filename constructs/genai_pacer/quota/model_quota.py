@@ -264,7 +264,7 @@ class QuotaPlan:
     @property
     def tpm_at_caps(self) -> float:
         """TPM the consumers draw when all run at their caps together (at most allocated_tpm): the
-        plan line a quota graph draws (observability.TpmQuota(planned_tpm=...))."""
+        plan line a quota graph draws (observe.TpmQuota(planned_tpm=...))."""
         return sum(share.tpm_at_cap for share in self.shares)
 
     def daily(self) -> planning.DailyPlan:

@@ -17,8 +17,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Annotations, Match, Template
 from genai_pacer import BedrockModel, InvalidPropsError, LlmEndpoint
 from genai_pacer.experiments.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
-from genai_pacer.invocation_logging import ModelInvocationLogging
-from genai_pacer.observability import LatencyAlarms, LatencyDashboard, TpmQuota, WatchedModel
+from genai_pacer.observe.dashboard import LatencyAlarms, LatencyDashboard, TpmQuota, WatchedModel
+from genai_pacer.observe.invocation_logging import ModelInvocationLogging
 from helpers import new_stack, resources, token_of
 
 NOVA = BedrockModel.from_id("us.amazon.nova-lite-v1:0")

@@ -20,7 +20,7 @@ from aws_cdk import custom_resources as cr
 from aws_cdk.assertions import Annotations, Match
 from botocore.validate import validate_parameters
 from genai_pacer import InvalidPropsError
-from genai_pacer.invocation_logging import ModelInvocationLogging
+from genai_pacer.observe.invocation_logging import ModelInvocationLogging
 from helpers import kms_statements, new_stack, only, resources, template_of
 
 ENV = cdk.Environment(account="111122223333", region="us-east-1")

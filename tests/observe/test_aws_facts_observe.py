@@ -14,8 +14,9 @@ from pathlib import Path
 import botocore
 import cfnlint
 from aws_cdk.assertions import Template
-from genai_pacer import invocation_logging, observability
 from genai_pacer.experiments import prompt_experiment
+from genai_pacer.observe import dashboard as observability
+from genai_pacer.observe import invocation_logging
 from helpers import new_stack, resources
 
 BOTOCORE = Path(botocore.__file__).parent / "data"

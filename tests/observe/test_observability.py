@@ -25,7 +25,7 @@ from genai_pacer import (
     StateMachineOptions,
     planning,
 )
-from genai_pacer.observability import HOW_TO_READ, LatencyAlarms, LatencyDashboard, TpmQuota, WatchedModel
+from genai_pacer.observe.dashboard import HOW_TO_READ, LatencyAlarms, LatencyDashboard, TpmQuota, WatchedModel
 from genai_pacer.sync_execution import SyncExecutionUrl
 from helpers import new_stack, only, resources, template_of
 from pacer_runtime import ConverseResult
@@ -263,7 +263,7 @@ def test_an_application_profiles_rows_and_alarms_read_its_arn_and_the_model_it_c
 
 
 def test_every_graph_and_alarm_stays_within_cloudwatchs_limits(watched):
-    from genai_pacer.observability import MAX_ALARM_EXPRESSIONS, MAX_ALARM_METRICS, MAX_GRAPH_METRICS
+    from genai_pacer.observe.dashboard import MAX_ALARM_EXPRESSIONS, MAX_ALARM_METRICS, MAX_GRAPH_METRICS
 
     _, template = watched
     for w in body(template)["widgets"]:
@@ -648,7 +648,7 @@ def test_every_handler_metric_the_constructs_read_is_one_the_handlers_write(watc
 
 
 def test_the_constructs_read_the_metric_names_without_boto3():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     code = ("import sys; sys.modules['boto3'] = None; sys.modules['botocore'] = None\n"
             "from genai_pacer._internal.runtime_constants import metrics_constants\n"
             "m = metrics_constants(); print(m.NAMESPACE, m.RESERVED_TOKENS, metrics_constants() is m)")
