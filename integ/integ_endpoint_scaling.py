@@ -20,8 +20,8 @@ import aws_cdk as cdk  # noqa: E402
 from aws_cdk import aws_ecr as ecr  # noqa: E402
 from aws_cdk import aws_s3_deployment as s3deploy  # noqa: E402
 from aws_cdk.integ_tests_alpha import ExpectedResult, IntegTest, Match  # noqa: E402
-from genai_pacer.endpoint_scaling import EndpointScaling, PeakWindow  # noqa: E402
-from genai_pacer.llm_endpoint import LlmEndpoint  # noqa: E402
+from genai_pacer.endpoints.llm_endpoint import LlmEndpoint  # noqa: E402
+from genai_pacer.endpoints.scaling import EndpointScaling, PeakWindow  # noqa: E402
 
 from integ._support import (  # noqa: E402
     HF_CPU_ACCOUNT,

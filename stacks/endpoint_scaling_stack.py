@@ -1,5 +1,5 @@
 """A self-hosted LLM on a SageMaker GPU endpoint, scaled ahead of a weekday-morning peak and on
-concurrency in between; every figure from genai_pacer.capacity and CDK context.
+concurrency in between; every figure from genai_pacer.endpoints.capacity and CDK context.
 
 Context (`cdk synth -c key=value`), with the defaults in ENDPOINT_CONTEXT_DEFAULTS:
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_s3 as s3
-from genai_pacer import capacity
-from genai_pacer.endpoint_scaling import EndpointScaling, PeakWindow
-from genai_pacer.llm_endpoint import LlmEndpoint
+from genai_pacer.endpoints import capacity
+from genai_pacer.endpoints.llm_endpoint import LlmEndpoint
+from genai_pacer.endpoints.scaling import EndpointScaling, PeakWindow
 
 from constructs import Construct
 

@@ -30,7 +30,8 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk.assertions import Template
 from botocore.retries.standard import ThrottledRetryableChecker
-from genai_pacer import AnswerStore, BedrockModel, ConverseRequest, _s3, llm_endpoint, precompute
+from genai_pacer import AnswerStore, BedrockModel, ConverseRequest, _s3, precompute
+from genai_pacer.endpoints import llm_endpoint
 from helpers import all_states, definition, new_stack, only
 
 from integ import _sdk_check
@@ -243,7 +244,7 @@ def test_the_schedule_retry_ranges_are_the_models():
     assert (age["min"], age["max"]) == (precompute.MIN_SCHEDULE_EVENT_AGE_SECONDS, precompute.MAX_SCHEDULE_EVENT_AGE_SECONDS)
 
 
-# --- 4. LlmEndpoint's KMS local-storage note (constructs/genai_pacer/llm_endpoint.py) ---------------
+# --- 4. LlmEndpoint's KMS local-storage note (constructs/genai_pacer/endpoints/llm_endpoint.py) -----
 
 
 def kms_key_id_doc() -> str:

@@ -25,7 +25,7 @@ TABLE_MODULES = (
     "test_tokens_step_functions",
     "test_tokens_precompute",
     "observe/test_tokens_observe",
-    "test_tokens_scaling",
+    "endpoints/test_tokens_scaling",
     "test_tokens_store_quota",
     "test_tokens_value_objects",
     "retrieval/test_retrieval",

@@ -9,22 +9,22 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from . import capacity as capacity
     from . import runtime as runtime
     from ._internal.checks import InvalidPropsError as InvalidPropsError
     from ._secure import StateMachineOptions as StateMachineOptions
     from .answer_router import AnswerRouter as AnswerRouter
     from .answer_store import AnswerStore as AnswerStore
     from .batch_precompute import BatchPrecompute as BatchPrecompute
-    from .endpoint_scaling import EndpointScaling as EndpointScaling
-    from .endpoint_scaling import PeakWindow as PeakWindow
+    from .endpoints import EndpointScaling as EndpointScaling
+    from .endpoints import InferenceComponentOptions as InferenceComponentOptions
+    from .endpoints import LlmEndpoint as LlmEndpoint
+    from .endpoints import PeakWindow as PeakWindow
+    from .endpoints import capacity as capacity
     from .experiments import ExperimentVariant as ExperimentVariant
     from .experiments import ManagedPrompt as ManagedPrompt
     from .experiments import PromptExperiment as PromptExperiment
     from .experiments import TextPrompt as TextPrompt
     from .experiments import verdict as experiment_verdict  # noqa: F401  (its name before it moved)
-    from .llm_endpoint import InferenceComponentOptions as InferenceComponentOptions
-    from .llm_endpoint import LlmEndpoint as LlmEndpoint
     from .model_tasks import DEFAULT_RETRY_ERRORS as DEFAULT_RETRY_ERRORS
     from .model_tasks import BedrockRetry as BedrockRetry
     from .model_tasks import ConverseRequest as ConverseRequest
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "planning": ".quota.planning",
-    "capacity": ".capacity",
+    "capacity": ".endpoints.capacity",
     "runtime": ".runtime",
     "BedrockModel": ".models",
     "PROFILE_REGIONS": ".models",
@@ -70,10 +70,10 @@ _EXPORTS = {
     "InvalidPropsError": "._internal.checks",
     "QueuedInference": ".queued_inference",
     "AnswerStore": ".answer_store",
-    "EndpointScaling": ".endpoint_scaling",
-    "PeakWindow": ".endpoint_scaling",
-    "LlmEndpoint": ".llm_endpoint",
-    "InferenceComponentOptions": ".llm_endpoint",
+    "EndpointScaling": ".endpoints",
+    "PeakWindow": ".endpoints",
+    "LlmEndpoint": ".endpoints",
+    "InferenceComponentOptions": ".endpoints",
     "AnswerRouter": ".answer_router",
     "BatchPrecompute": ".batch_precompute",
     "ModelInvocationLogging": ".observe",

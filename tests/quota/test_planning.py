@@ -614,7 +614,7 @@ def test_the_table_covers_every_public_parameter():
         if name in {"TpmPlan", "MaxTokensSizing", "ExecutionChoice", "LatencyDiagnosis", "DailyPlan"}:
             continue  # results the planner builds, never inputs
         if name in capacity.__all__:
-            continue  # re-exported from capacity, whose own table is in tests/test_capacity.py
+            continue  # re-exported from capacity, whose own table is in tests/endpoints/test_capacity.py
         for param in inspect.signature(obj).parameters:
             assert (name, param) in covered, f"{name}({param}) has no bad-input rows"
 

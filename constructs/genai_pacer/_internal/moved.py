@@ -33,6 +33,9 @@ MOVED: dict[str, str] = {
     "genai_pacer.experiment_verdict": "genai_pacer.experiments.verdict",
     "genai_pacer.observability": "genai_pacer.observe.dashboard",
     "genai_pacer.invocation_logging": "genai_pacer.observe.invocation_logging",
+    "genai_pacer.llm_endpoint": "genai_pacer.endpoints.llm_endpoint",
+    "genai_pacer.endpoint_scaling": "genai_pacer.endpoints.scaling",
+    "genai_pacer.capacity": "genai_pacer.endpoints.capacity",
 }
 
 

@@ -44,7 +44,7 @@ from .._internal.checks import Checks, is_token
 
 # Capacity arithmetic for self-hosted endpoints lives in its own module; planning is the one place
 # users look for the numbers, so it re-exports it.
-from ..capacity import (
+from ..endpoints.capacity import (
     ConcurrencyTarget,
     LeadTime,
     PeakCapacity,

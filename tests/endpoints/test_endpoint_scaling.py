@@ -26,8 +26,13 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match
 from genai_pacer import InvalidPropsError, capacity
-from genai_pacer.endpoint_scaling import EndpointScaling, PeakWindow
-from genai_pacer.llm_endpoint import InferenceComponentOptions, LlmEndpoint, has_local_storage, is_accelerated
+from genai_pacer.endpoints.llm_endpoint import (
+    InferenceComponentOptions,
+    LlmEndpoint,
+    has_local_storage,
+    is_accelerated,
+)
+from genai_pacer.endpoints.scaling import EndpointScaling, PeakWindow
 from helpers import kms_statements, new_stack, only, policy_statements, resources, template_of
 
 NAN, INF = math.nan, math.inf

@@ -8,8 +8,9 @@ from datetime import date, datetime, timedelta
 
 import aws_cdk as cdk
 import pytest
-from genai_pacer import InvalidPropsError, endpoint_scaling
-from genai_pacer.endpoint_scaling import EndpointScaling, PeakWindow
+from genai_pacer import InvalidPropsError
+from genai_pacer.endpoints import scaling as endpoint_scaling
+from genai_pacer.endpoints.scaling import EndpointScaling, PeakWindow
 from helpers import new_stack, only
 
 LONDON = PeakWindow(capacity=6, start="07:00", end="08:00", days="MON-FRI", time_zone="Europe/London", name="london")

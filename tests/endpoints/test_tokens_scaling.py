@@ -17,7 +17,7 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 from genai_pacer import InvalidPropsError, capacity
-from genai_pacer.endpoint_scaling import EndpointScaling, PeakWindow
+from genai_pacer.endpoints.scaling import EndpointScaling, PeakWindow
 from helpers import new_stack, only, token_of
 
 KINDS = ("number", "string", "duration", "list")

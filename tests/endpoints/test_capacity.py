@@ -1,4 +1,4 @@
-"""genai_pacer.capacity: endpoint capacity arithmetic, worked figures exact, every bad input refused."""
+"""genai_pacer.endpoints.capacity: endpoint capacity arithmetic, worked figures exact, every bad input refused."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from genai_pacer import InvalidPropsError, capacity
-from genai_pacer.capacity import ConcurrencyTarget, LeadTime, PeakCapacity
+from genai_pacer.endpoints.capacity import ConcurrencyTarget, LeadTime, PeakCapacity
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -228,7 +228,8 @@ def test_a_hand_built_peak_capacity_is_checked(kwargs, message):
 
 def test_capacity_imports_no_cdk():
     """The planner runs where the CDK is not installed (a notebook, a load-test script)."""
-    src = Path(__file__).resolve().parents[1] / "constructs"
-    code = "import sys; import genai_pacer.capacity; assert 'aws_cdk' not in sys.modules and 'jsii' not in sys.modules"
+    src = Path(__file__).resolve().parents[2] / "constructs"
+    code = ("import sys; import genai_pacer.endpoints.capacity, genai_pacer.capacity; "
+            "assert 'aws_cdk' not in sys.modules and 'jsii' not in sys.modules")
     result = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(src)}, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -17,8 +17,9 @@ import botocore.loaders
 import cfnlint
 import pytest
 from aws_cdk.assertions import Template
-from genai_pacer import capacity, endpoint_scaling
-from genai_pacer.endpoint_scaling import EndpointScaling, PeakWindow
+from genai_pacer.endpoints import capacity
+from genai_pacer.endpoints import scaling as endpoint_scaling
+from genai_pacer.endpoints.scaling import EndpointScaling, PeakWindow
 from helpers import new_stack, only
 
 SCHEMAS = Path(cfnlint.__file__).parent / "data" / "schemas"
