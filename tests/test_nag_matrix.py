@@ -147,13 +147,15 @@ def _named_cases(app: cdk.App) -> None:
     )
 
 
-def synthesize(cases: list[m.Case], outdir: Path, *, named: bool = True) -> Outcome:
+def synthesize(
+    cases: list[m.Case], outdir: Path, *, named: bool = True, context: dict[str, object] | None = None
+) -> Outcome:
     from cdk_nag import AwsSolutionsChecks
     from conftest import nag_violations
 
     started = time.perf_counter()
     outcome = Outcome()
-    app = cdk.App(outdir=str(outdir))
+    app = cdk.App(outdir=str(outdir), context=context)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     for number, case in enumerate(cases):
         try:
@@ -185,6 +187,25 @@ def synthesize(cases: list[m.Case], outdir: Path, *, named: bool = True) -> Outc
 #: xdist mostly sends them to one worker. (Pinning parts to workers with xdist_group and --dist loadgroup
 #: does nothing under pytest 9: xdist 3.8 renames item._nodeid, which pytest 9 no longer reads.)
 NAMED_PART = "named"
+#: The cases given an imported role (iam.Role.from_role_arn), synthesized once more in an app with cdk.json's
+#: feature flags, the ones `cdk init` writes: under @aws-cdk/aws-iam:importedRoleStackSafeDefaultPolicyName the
+#: imported role's policy is not named `Policy`, and the library must still find it to acknowledge its own
+#: grants there (trial finding F1).
+FLAGGED_PART = "flagged"
+
+
+def imported_role(case: m.Case) -> bool:
+    options = dict(case.options)
+    return options.get("state_machine_options") == "role:imported" or options.get("role") == "imported"
+
+
+FLAGGED = [case for case in CASES if imported_role(case)]
+
+
+def feature_flags() -> dict[str, object]:
+    import json
+
+    return json.loads((Path(__file__).resolve().parents[1] / "cdk.json").read_text())["context"]
 
 
 @pytest.fixture(scope="session")
@@ -193,9 +214,11 @@ def outcomes(tmp_path_factory) -> Callable[[str], Outcome]:
 
     def part(construct: str) -> Outcome:
         if construct not in synthesized:
-            cases = [case for case in CASES if case.construct == construct]
+            flagged = construct == FLAGGED_PART
+            cases = FLAGGED if flagged else [case for case in CASES if case.construct == construct]
             synthesized[construct] = synthesize(
-                cases, tmp_path_factory.mktemp(f"nag-matrix-{construct}"), named=construct == NAMED_PART
+                cases, tmp_path_factory.mktemp(f"nag-matrix-{construct}"), named=construct == NAMED_PART,
+                context=feature_flags() if flagged else None,
             )
         return synthesized[construct]
 
@@ -225,6 +248,26 @@ def test_the_library_creates_no_finding(outcomes, case):
     assert outcome.synth_error is None, outcome.synth_error
     assert case.stack_name not in outcome.errors, outcome.errors.get(case.stack_name)
     assert outcome.findings.get(case.stack_name, []) == []
+
+
+@SLOW
+@pytest.mark.parametrize("case", [_param(c) for c in FLAGGED])
+def test_an_imported_role_creates_no_finding_under_cdk_inits_feature_flags(outcomes, case):
+    assert FLAGGED_PART not in {c.construct for c in CASES}
+    outcome = outcomes(FLAGGED_PART)
+    assert outcome.synth_error is None, outcome.synth_error
+    assert case.stack_name not in outcome.errors, outcome.errors.get(case.stack_name)
+    # @aws-cdk/core:annotationsInValidationReport (also in cdk.json) copies every warning into the report as an
+    # "Annotation::<id>" entry; the warnings a case is meant to have are asserted where they are made.
+    findings = [f for f in outcome.findings.get(case.stack_name, []) if not f.startswith("Annotation::")]
+    assert findings == []
+
+
+def test_the_feature_flag_that_renames_an_imported_roles_policy_is_in_cdk_json():
+    from genai_pacer._internal.nag import IMPORTED_ROLE_STACK_SAFE_POLICY_NAME_FLAG
+
+    assert feature_flags()[IMPORTED_ROLE_STACK_SAFE_POLICY_NAME_FLAG] is True
+    assert len(FLAGGED) >= 20  # every construct taking StateMachineOptions, with an imported role
 
 
 @SLOW

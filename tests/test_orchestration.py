@@ -936,7 +936,7 @@ def test_options_for_a_new_log_group_with_an_existing_one_are_refused_not_ignore
 # --- cdk-nag: the library never hides the user's own findings ----------------------------------------
 
 
-def nag_findings(build) -> list[str]:
+def nag_findings(build, context: dict[str, object] | None = None) -> list[str]:
     """Synthesize a one-stack app with AwsSolutions registered; return the unacknowledged findings."""
     import tempfile
     from pathlib import Path
@@ -945,7 +945,7 @@ def nag_findings(build) -> list[str]:
     from conftest import nag_violations
 
     outdir = tempfile.mkdtemp()
-    app = cdk.App(outdir=outdir)
+    app = cdk.App(outdir=outdir, context=context)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     stack = cdk.Stack(app, "Nag", env=cdk.Environment(account="111122223333", region="us-east-1"))
     build(stack)
@@ -965,18 +965,31 @@ def test_a_users_own_wildcard_on_the_map_role_still_fails_nag():
     assert findings == ["AwsSolutions-IAM5[Resource::*] at Nag/Map/StateMachine/Role/DefaultPolicy/Resource"]
 
 
-@pytest.mark.parametrize("imported", [False, True], ids=["new-role", "imported-role"])
-def test_on_the_users_own_role_only_the_users_own_wildcards_fail_nag(imported):
+@pytest.mark.parametrize(
+    ("role_kind", "at"),
+    [
+        ("new", "DefaultPolicy"),
+        ("imported", "Policy"),
+        # cdk init's feature flag names an imported role's policy Policy<Stack><Role><hash> (trial finding F1)
+        ("imported-stack-safe-name", "PolicyNagUserRole[0-9A-F]{8}"),
+        ("imported-default-policy-name", "UsersOwnName"),
+    ],
+)
+def test_on_the_users_own_role_only_the_users_own_wildcards_fail_nag(role_kind, at):
     """BoundedDistributedMap with StateMachineOptions(role=...): the item reader's and result writer's
-    <bucket>/* and the child executions' grants are acknowledged by their exact ARNs; the user's own
-    object wildcard on that role (the same shape, another bucket) is still reported."""
-    at = "Nag/UserRole/Policy/Resource" if imported else "Nag/UserRole/DefaultPolicy/Resource"
+    <bucket>/* and the child executions' grants are acknowledged by their exact ARNs, on the role's policy
+    whatever aws-cdk-lib names it; the user's own object wildcard on that role (the same shape, another
+    bucket) is still reported."""
+    from genai_pacer._internal.nag import IMPORTED_ROLE_STACK_SAFE_POLICY_NAME_FLAG
 
     def build(stack):
-        if imported:
-            role = iam.Role.from_role_arn(stack, "UserRole", f"arn:aws:iam::{stack.account}:role/users-machine-role")
-        else:
+        arn = f"arn:aws:iam::{stack.account}:role/users-machine-role"
+        if role_kind == "new":
             role = iam.Role(stack, "UserRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com"))
+        elif role_kind == "imported-default-policy-name":
+            role = iam.Role.from_role_arn(stack, "UserRole", arn, default_policy_name="UsersOwnName")
+        else:
+            role = iam.Role.from_role_arn(stack, "UserRole", arn)
         role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=["arn:aws:s3:::users-archive/*"]))
         BoundedDistributedMap(
             stack, "Dist", max_concurrency=4, model=NOVA, request=REQUEST,
@@ -985,7 +998,11 @@ def test_on_the_users_own_role_only_the_users_own_wildcards_fail_nag(imported):
             state_machine_options=StateMachineOptions(role=role),
         )
 
-    assert nag_findings(build) == [f"AwsSolutions-IAM5[Resource::arn:aws:s3:::users-archive/*] at {at}"]
+    flagged = {IMPORTED_ROLE_STACK_SAFE_POLICY_NAME_FLAG: role_kind == "imported-stack-safe-name"}
+    [finding] = nag_findings(build, context=flagged)
+    assert re.fullmatch(
+        re.escape("AwsSolutions-IAM5[Resource::arn:aws:s3:::users-archive/*] at Nag/UserRole/") + at + "/Resource", finding
+    ), finding
 
 
 def test_an_items_bucket_of_another_stack_passes_nag_and_a_users_own_bucket_wildcard_there_still_fails():

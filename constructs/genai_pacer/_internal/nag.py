@@ -14,6 +14,7 @@ from typing import Any
 
 import aws_cdk as cdk
 import jsii
+from aws_cdk import aws_iam as iam
 
 from constructs import IConstruct, IValidation
 
@@ -94,7 +95,36 @@ class _AcknowledgeAtValidation:
         return []
 
 
+#: The child aws-cdk-lib's Role.addToPrincipalPolicy creates on a role of the app (aws-iam/lib/role.ts).
+ROLE_DEFAULT_POLICY_ID = "DefaultPolicy"
+#: The id prefix of the policy aws-cdk-lib's ImportedRole.addToPrincipalPolicy creates on an imported role
+#: (aws-iam/lib/private/imported-role.ts, aws-cdk-lib 2.275): "Policy" alone, or, under the feature flag
+#: IMPORTED_ROLE_STACK_SAFE_POLICY_NAME_FLAG (which `cdk init` writes into cdk.json), "Policy" followed by
+#: the role's unique id (Names.uniqueId, e.g. PolicySRunner748FE86C); Role.fromRoleArn(..., {defaultPolicyName})
+#: names it anything. Hence the policy is found by what it is, not by its id.
+IMPORTED_ROLE_POLICY_PREFIX = "Policy"
+#: cx-api's IAM_IMPORTED_ROLE_STACK_SAFE_DEFAULT_POLICY_NAME (aws-cdk-lib 2.275 recommended-feature-flags.json).
+IMPORTED_ROLE_STACK_SAFE_POLICY_NAME_FLAG = "@aws-cdk/aws-iam:importedRoleStackSafeDefaultPolicyName"
+
+
 def principal_policy(role: IConstruct) -> IConstruct | None:
-    """Where aws-cdk-lib puts a role's added statements: `DefaultPolicy` on a role of the app,
-    `Policy` on an imported one (iam.Role.from_role_arn)."""
-    return role.node.try_find_child("DefaultPolicy") or role.node.try_find_child("Policy")
+    """Where aws-cdk-lib puts a role's added statements: `DefaultPolicy` on a role of the app; on an
+    imported one (iam.Role.from_role_arn), the iam.Policy child attached to that role, whatever its id
+    (`Policy`, `Policy<Stack><Role><hash>` under IMPORTED_ROLE_STACK_SAFE_POLICY_NAME_FLAG, or the role's
+    default_policy_name). Of several such children (a user's own policy created in the role's scope),
+    one with aws-cdk-lib's id prefix wins, then the first created. None: nothing was added to the role."""
+    default = role.node.try_find_child(ROLE_DEFAULT_POLICY_ID)
+    if default is not None:
+        return default
+    stack = cdk.Stack.of(role)
+    role_name = json.dumps(stack.resolve(getattr(role, "role_name", None)), sort_keys=True)
+    attached: list[iam.Policy] = []
+    for child in role.node.children:
+        if not isinstance(child, iam.Policy):
+            continue
+        cfn = child.node.default_child
+        roles = stack.resolve(cfn.roles) if isinstance(cfn, iam.CfnPolicy) else None
+        if any(json.dumps(name, sort_keys=True) == role_name for name in roles or []):
+            attached.append(child)
+    named = [p for p in attached if p.node.id.startswith(IMPORTED_ROLE_POLICY_PREFIX)]
+    return next(iter(named or attached), None)
