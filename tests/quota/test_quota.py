@@ -676,6 +676,56 @@ def test_one_share_given_to_two_constructs_is_a_synth_error_naming_both(kind):
             f"{kind} Test/Second; together they draw 2 times the share") in str(error.value)
 
 
+# Every construct that takes a share and builds a state machine, given the user's own role (trial finding F2).
+STATE_MACHINE_CAP_TAKERS = {
+    "BoundedMap": lambda stack, id, cap, options: BoundedMap(
+        stack, id, model=HAIKU, request=REQUEST, max_concurrency=cap, state_machine_options=options),
+    "BoundedDistributedMap": lambda stack, id, cap, options: BoundedDistributedMap(
+        stack, id, model=HAIKU, request=REQUEST, items_bucket=s3.Bucket(stack, f"{id}Items"), items_key="k.jsonl",
+        max_concurrency=cap, state_machine_options=options),
+    "ScheduledPrecompute": lambda stack, id, cap, options: notes(
+        stack, id, max_concurrency=cap, state_machine_options=options),
+}
+USERS_ROLES = {
+    "imported": lambda stack: iam.Role.from_role_arn(stack, "Runner", "arn:aws:iam::111122223333:role/runner"),
+    "own": lambda stack: iam.Role(stack, "Runner", assumed_by=iam.ServicePrincipal("states.amazonaws.com")),
+}
+
+
+@pytest.mark.parametrize("role", USERS_ROLES)
+@pytest.mark.parametrize("kind", STATE_MACHINE_CAP_TAKERS)
+def test_a_share_is_held_by_the_construct_given_it_when_its_state_machine_runs_with_the_users_role(kind, role):
+    """The model grant lands on the user's role, outside the construct (an imported role's policy is a child
+    of the import): the construct given the share still holds it, capped by its Map's MaxConcurrency, and
+    the role is no unshared caller, so require_shares=True synthesizes."""
+    from genai_pacer import StateMachineOptions
+
+    stack = new_stack()
+    quota = haiku_quota(stack, require_shares=True)
+    STATE_MACHINE_CAP_TAKERS[kind](stack, "SomethingElse", quota.share("Workers", PROFILE, fraction=0.3, call_seconds=6),
+                                   StateMachineOptions(role=USERS_ROLES[role](stack)))
+    data = plan_file(synth(stack))
+    assert [(s["name"], s["holders"], s["in_flight"]) for s in data["shares"]] == [("Workers", ["Test/SomethingElse"], 3)]
+    assert (data["unshared_consumers"], data["unheld_shares"]) == ([], [])
+    (consumer,) = quota.plan(consumers=True).consumers
+    assert (consumer.kind, consumer.calls_in_flight, consumer.cap) == (kind, 3, "per execution: its Map's MaxConcurrency of 3")
+    assert [m for m in warnings_of(stack) if "quota-unshared-consumer" in m or "quota-unheld-share" in m] == []
+
+
+def test_a_role_shared_by_two_constructs_counts_each_at_its_own_cap():
+    from genai_pacer import StateMachineOptions
+
+    stack = new_stack()
+    quota = haiku_quota(stack, require_shares=True)
+    role = USERS_ROLES["imported"](stack)
+    for name, fraction in (("First", 0.3), ("Second", 0.2)):
+        BoundedMap(stack, name, model=HAIKU, request=REQUEST, state_machine_options=StateMachineOptions(role=role),
+                   max_concurrency=quota.share(name + "Share", PROFILE, fraction=fraction, call_seconds=6))
+    data = plan_file(synth(stack))
+    assert [(s["name"], s["holders"], s["in_flight"]) for s in data["shares"]] == [
+        ("FirstShare", ["Test/First"], 3), ("SecondShare", ["Test/Second"], 2)]
+
+
 # --- a holder's own caps count --------------------------------------------------------------------
 
 

@@ -23,7 +23,9 @@ its IAM grant on the model, in the quota's account and Region) and matches it to
 A construct holds the share it was given, whatever the names: every genai-pacer construct that fits a
 RatePlan to its cap records it as `concurrency_plan` (`_checks.fit_concurrency`, the one place that
 sets it), and a construct of your own that takes a share sets that attribute to the plan it was
-given. A construct given no share of this quota holds the share named after its construct id or
+given. A grant on a role outside every genai-pacer construct (the user's own or an imported one, given
+as StateMachineOptions(role=...)) belongs to the construct whose state machine runs with that role. A
+construct given no share of this quota holds the share named after its construct id or
 path: that is how a consumer without a cap to take a plan holds one (ParallelPrompts, a function of
 yours, declared with `calls=`). A share held by two consumers is an error naming both; a caller
 holding no share is reported with its worst case (its cap on calls in flight x each call's
@@ -58,7 +60,7 @@ import re
 import weakref
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import aws_cdk as cdk
 import jsii
@@ -879,21 +881,23 @@ def _unheld_message(quota: ModelQuota, plan: QuotaPlan, share: Share) -> str:
 def _census(quota: ModelQuota) -> list[Consumer]:
     """Every construct of the app that may call the quota's model in its account and Region, once."""
     key = quota._key()[1:]
-    found: dict[str, tuple[IConstruct, list[iam.Role | None]]] = {}
-    for node in quota.node.root.node.find_all():
+    root = quota.node.root
+    users = _role_users(root)
+    found: dict[str, tuple[IConstruct, list[iam.IRole | None]]] = {}
+    for node in root.node.find_all():
         documents = _policy_documents(node)
         if not documents:
             continue
         stack = cdk.Stack.of(node)
         if (str(stack.account), str(stack.region)) != key:
             continue
-        role = _role_of(node)
+        role = _role_of(node, users)
         if role is not None and _assumed_by_bedrock(role):
             continue  # a batch inference job's service role: the batch quotas, not this one
         target = json.dumps(stack.resolve(quota.model._invoke_arn(stack, warn=False)), sort_keys=True)
         if any(_allows_invoke(statement, target) for document in documents for statement in _statements(stack, document)):
-            owner = _owner(node, role)
-            found.setdefault(owner.node.path, (owner, []))[1].append(role)
+            for owner in _owners(node, role, users):
+                found.setdefault(owner.node.path, (owner, []))[1].append(role)
     plans = {id(plan): name for plan, name in quota._issued.values()}
     consumers = []
     for path, (owner, roles) in found.items():
@@ -904,6 +908,16 @@ def _census(quota: ModelQuota) -> list[Consumer]:
             share = next((name for name in quota._shares if name in (owner.node.id, path)), None)
         consumers.append(Consumer(path, type(owner).__name__, share, calls, cap, max_tokens, per_execution))
     return consumers
+
+
+def _role_users(root: IConstruct) -> dict[str, list[IConstruct]]:
+    """The app's functions and state machines by the construct path of the role they run with. By path,
+    not identity: an imported role (iam.Role.from_role_arn) reaches Python as a new proxy object each time."""
+    users: dict[str, list[IConstruct]] = {}
+    for node in root.node.find_all():
+        if isinstance(node, lambda_.Function | sfn.StateMachine) and node.role is not None:
+            users.setdefault(node.role.node.path, []).append(node)
+    return users
 
 
 def _policy_documents(node: IConstruct) -> list[Any]:
@@ -937,28 +951,52 @@ def _allows_invoke(statement: dict[str, Any], target: str) -> bool:
     return any(r == "*" or json.dumps(r, sort_keys=True) == target for r in _listed(statement.get("Resource")))
 
 
-def _role_of(node: IConstruct) -> iam.Role | None:
-    return next((s for s in reversed(node.node.scopes[:-1]) if isinstance(s, iam.Role)), None)
+def _role_of(node: IConstruct, users: Mapping[str, list[IConstruct]]) -> iam.IRole | None:
+    """The role a policy node belongs to: a Role of the app, or one a function or state machine runs with
+    (an imported role is no iam.Role in Python, only a proxy of iam.IRole)."""
+    return next((cast(iam.IRole, s) for s in reversed(node.node.scopes[:-1])
+                 if isinstance(s, iam.Role) or s.node.path in users), None)
 
 
-def _assumed_by_bedrock(role: iam.Role) -> bool:
-    trust = cdk.Stack.of(role).resolve(role.assume_role_policy) if role.assume_role_policy else None
+def _assumed_by_bedrock(role: iam.IRole) -> bool:
+    document = getattr(role, "assume_role_policy", None)  # None on an imported role: its trust is not in the app
+    trust = cdk.Stack.of(role).resolve(document) if document else None
     return BEDROCK_SERVICE_PRINCIPAL in json.dumps(trust)
 
 
-def _owner(node: IConstruct, role: iam.Role | None) -> IConstruct:
-    """The construct a grant belongs to: the innermost genai-pacer construct around it, else what its role serves."""
+def _genai_pacer_scope(node: IConstruct) -> IConstruct | None:
+    """The innermost public genai-pacer construct around `node` (a ModelQuota aside)."""
     for scope in reversed(node.node.scopes[:-1]):
         cls = type(scope)
         if cls.__module__.startswith("genai_pacer.") and not cls.__name__.startswith("_") and not isinstance(scope, ModelQuota):
             return scope
+    return None
+
+
+def _owners(node: IConstruct, role: iam.IRole | None, users: Mapping[str, list[IConstruct]]) -> list[IConstruct]:
+    """The constructs a grant belongs to: the innermost genai-pacer construct around it; for a role outside
+    any (the user's own, or one imported by ARN, given as StateMachineOptions(role=...)), the genai-pacer
+    construct around each function or state machine that runs with it, the construct given the share; else
+    what its role serves."""
+    around = _genai_pacer_scope(node)
+    if around is not None:
+        return [around]
+    owners: list[IConstruct] = []
     if role is not None:
-        parent = role.node.scope
-        return role if parent is None or isinstance(parent, cdk.Stack) else parent
-    return node.node.scope or node
+        for user in users.get(role.node.path, []):
+            owner = _genai_pacer_scope(user)
+            if owner is None:  # a function or state machine of the user's: as before, what the role serves
+                parent = role.node.scope
+                owner = role if parent is None or isinstance(parent, cdk.Stack) else parent
+            if all(o.node.path != owner.node.path for o in owners):
+                owners.append(owner)
+        if not owners:
+            parent = role.node.scope
+            owners.append(role if parent is None or isinstance(parent, cdk.Stack) else parent)
+    return owners or [node.node.scope or node]
 
 
-def _cap(owner: IConstruct, roles: list[iam.Role | None]) -> tuple[int | None, str, int | None, bool]:
+def _cap(owner: IConstruct, roles: list[iam.IRole | None]) -> tuple[int | None, str, int | None, bool]:
     """(calls in flight, where that comes from, the largest max_tokens, whether the calls are per
     execution: only state machines use the roles) of what uses the granted roles."""
     stack = cdk.Stack.of(owner)
