@@ -23,6 +23,7 @@ from genai_pacer.testing import (
     INSTALL_HINT,
     BedrockEmulator,
     LatencyOptimized,
+    ManualClock,
     ModelSpec,
     QuotaModel,
     TierLatency,
@@ -744,24 +745,210 @@ def test_service_tier_field_names_and_values_match_botocores_model():
     assert tuple(SERVICE.shape_for("ServiceTierType").enum) == specs.SERVICE_TIERS
     assert tuple(SERVICE.shape_for("PerformanceConfigLatency").enum) == specs.LATENCY_MODES
     for op in ("Converse", "ConverseStream"):
-        assert SERVICE.operation_model(op).input_shape.members["serviceTier"].name == "ServiceTier"
-    assert "serviceTier" in SERVICE.operation_model("Converse").output_shape.members
-    assert "serviceTier" in SERVICE.shape_for("ConverseStreamMetadataEvent").members
+        assert SERVICE.operation_model(op).input_shape.members[specs.SERVICE_TIER_MEMBER].name == "ServiceTier"
+    assert specs.SERVICE_TIER_MEMBER in SERVICE.operation_model("Converse").output_shape.members
+    assert specs.SERVICE_TIER_MEMBER in SERVICE.shape_for("ConverseStreamMetadataEvent").members
     for op in ("InvokeModel", "InvokeModelWithResponseStream"):
         for shape in (SERVICE.operation_model(op).input_shape, SERVICE.operation_model(op).output_shape):
-            assert shape.members["serviceTier"].serialization == {"location": "header", "name": "X-Amzn-Bedrock-Service-Tier"}
+            assert shape.members[specs.SERVICE_TIER_MEMBER].serialization == {
+                "location": "header", "name": specs.SERVICE_TIER_HEADER}
+    # The refusals are ValidationException: a 400 that botocore's model lists for every emulated operation.
+    assert SERVICE.shape_for("ValidationException").metadata["error"]["httpStatusCode"] == 400
+    assert all("ValidationException" in [e.name for e in SERVICE.operation_model(op).error_shapes]
+               for op in EMULATED_OPERATIONS)
 
 
-def test_service_tier_is_accepted_and_echoed(client):
-    reply = client.converse(**ask(answer=5), serviceTier={"type": "priority"})
-    assert reply["serviceTier"] == {"type": "priority"}
-    events = list(client.converse_stream(**ask(answer=5), serviceTier={"type": "flex"})["stream"])
-    assert events[-1]["metadata"]["serviceTier"] == {"type": "flex"}
-    response, _ = invoke(client, NOVA, NOVA_BODY, serviceTier="reserved")
-    assert response["serviceTier"] == "reserved"
-    response = client.invoke_model_with_response_stream(modelId=NOVA, body=json.dumps(NOVA_BODY), serviceTier="default")
-    list(response["body"])
-    assert response["serviceTier"] == "default"
+TIERED = ("Converse", "ConverseStream", "InvokeModel", "InvokeModelWithResponseStream")
+
+
+def tiered(client, operation, tier, *, model=NOVA, prompt="hi", max_tokens=100, answer=20):
+    """One call of `operation` naming `tier` (None: none), consumed whole; returns the tier it echoed."""
+    if operation.startswith("Converse"):
+        request = ask(prompt, model=model, max_tokens=max_tokens, answer=answer)
+        request |= {"serviceTier": {"type": tier}} if tier else {}
+        if operation == "Converse":
+            return client.converse(**request).get("serviceTier", {}).get("type")
+        events = list(client.converse_stream(**request)["stream"])
+        return events[-1]["metadata"].get("serviceTier", {}).get("type")
+    body = {"messages": [{"role": "user", "content": [{"text": prompt}]}], "inferenceConfig": {"max_new_tokens": max_tokens}}
+    extra = {"requestMetadata": json.dumps({ANSWER_TOKENS_KEY: str(answer)})} | ({"serviceTier": tier} if tier else {})
+    if operation == "InvokeModel":
+        response = client.invoke_model(modelId=model, body=json.dumps(body), **extra)
+        response["body"].read()
+    else:
+        response = client.invoke_model_with_response_stream(modelId=model, body=json.dumps(body), **extra)
+        list(response["body"])
+    return response.get("serviceTier")
+
+
+def until(condition, what):
+    """Wait for a state of the emulator (not for a duration); the wall-time bound only stops a hang."""
+    import time
+
+    deadline = time.monotonic() + 20
+    while not condition():
+        assert time.monotonic() < deadline, f"the emulator never reached: {what}"
+        time.sleep(0.002)
+
+
+def drive(clock, emulator, model=NOVA, step=1.0):
+    """Advance model time `step` at a time, each time only once every call in flight is asleep on the
+    clock or waiting for a serving slot, until none is in flight: the same steps on every machine."""
+    for _ in range(2_000):
+        if emulator.totals.in_flight == 0:
+            return
+        until(lambda: clock.sleepers + emulator.queued(model) >= emulator.totals.in_flight, "every call blocked")
+        clock.advance(step)
+    raise AssertionError("calls still in flight after 2,000 steps")
+
+
+def in_thread(call):
+    import threading
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_priority_default_and_flex_share_one_on_demand_pool():
+    spec = ModelSpec(NOVA, tpm_quota=3_000, max_output_tokens=4_000, jitter=0)
+    with BedrockEmulator([spec], clock=ManualClock(instant=True)) as emulator:
+        client = emulator.client(retries={"total_max_attempts": 1})
+        # Each reserves 1 + 500 and settles at 1 + 100, in the same window, through three APIs.
+        for operation, tier in (("Converse", "priority"), ("InvokeModel", "default"), ("ConverseStream", "flex")):
+            assert tiered(client, operation, tier, max_tokens=500, answer=100) == tier
+        assert emulator.quota_used(NOVA) == 3 * 101 == sum(i.settled for i in emulator.invocations)
+        # 303 held + 1 + 2,800 > 3,000: refused at every tier, Priority included (no tier has a pool of its own),
+        # though 2,801 alone would fit the pool.
+        for tier in ("priority", "default", "flex"):
+            with pytest.raises(ClientError) as excinfo:
+                tiered(client, "Converse", tier, max_tokens=2_800)
+            assert error_of(excinfo) == ("ThrottlingException", 429)
+        assert emulator.quota_used(NOVA) == 303
+
+
+def test_reserved_tier_has_its_own_input_and_output_budgets_and_overflows_to_default():
+    spec = ModelSpec(NOVA, tpm_quota=100_000, reserved_input_tpm=1_000, reserved_output_tpm=300, jitter=0)
+    clock = ManualClock(instant=True)
+    with BedrockEmulator([spec], clock=clock) as emulator:
+        client = emulator.client(retries={"total_max_attempts": 1})
+        prompt = "x" * 400  # 100 tokens
+
+        def used():
+            return tuple(emulator.quota_used(NOVA, pool) for pool in ("standard", "reserved-input", "reserved-output"))
+
+        assert tiered(client, "Converse", "reserved", prompt=prompt, max_tokens=200, answer=150) == "reserved"
+        assert used() == (0, 100, 150)  # input on the input budget, output (settled, no burndown) on the output one
+        # Output: 150 held + max_tokens 200 > 300: overflows to the on-demand pool, served and echoed as default.
+        assert tiered(client, "InvokeModel", "reserved", prompt=prompt, max_tokens=200, answer=150) == "default"
+        assert used() == (emulator.invocations[-1].settled, 100, 150)
+        # Input: 100 held + 1,000 > 1,000 (the output budget would hold it, and is left as it was).
+        assert tiered(client, "ConverseStream", "reserved", prompt="x" * 4_000, max_tokens=100, answer=50) == "default"
+        assert used()[1:] == (100, 150)
+        clock.advance(60)  # the first call's charges leave the one-minute window
+        assert tiered(client, "InvokeModelWithResponseStream", "reserved", prompt=prompt, max_tokens=200) == "reserved"
+    assert [(i.service_tier, i.served_tier) for i in emulator.invocations] == [
+        ("reserved", "reserved"), ("reserved", "default"), ("reserved", "default"), ("reserved", "reserved")]
+
+
+@pytest.mark.parametrize("operation", TIERED)
+def test_the_tier_that_served_a_call_is_echoed_where_botocore_reads_it(operation):
+    spec = ModelSpec(NOVA, reserved_input_tpm=10_000, reserved_output_tpm=150)
+    with BedrockEmulator([spec], clock=ManualClock(instant=True)) as emulator:
+        client = emulator.client(retries={"total_max_attempts": 1})
+        echoed = [tiered(client, operation, tier, max_tokens=max_tokens)
+                  for tier, max_tokens in ((None, 100), ("priority", 100), ("default", 100), ("flex", 100),
+                                           ("reserved", 100), ("reserved", 200))]  # 20 held + 200 > 150: overflow
+    assert echoed == [None, "priority", "default", "flex", "reserved", "default"]
+    assert [i.served_tier for i in emulator.invocations] == echoed
+
+
+@pytest.mark.parametrize("operation", TIERED)
+@pytest.mark.parametrize(
+    ("tiers", "tier", "message"),
+    [
+        (("default", "priority"), "flex", f"The model {NOVA} does not support the flex service tier."),
+        (specs.SERVICE_TIERS, "reserved", f"This account has no Reserved tier capacity for {NOVA}."),
+    ],
+)
+def test_a_tier_the_model_does_not_serve_is_a_validation_exception(operation, tiers, tier, message):
+    with BedrockEmulator([ModelSpec(NOVA, service_tiers=tiers)], clock=ManualClock(instant=True)) as emulator:
+        client = emulator.client(retries={"total_max_attempts": 1})
+        with pytest.raises(ClientError) as excinfo:
+            tiered(client, operation, tier)
+        assert tiered(client, operation, "priority") == "priority"  # the tiers it lists are served
+    assert error_of(excinfo) == ("ValidationException", 400)
+    assert excinfo.value.response["Error"]["Message"].startswith(message)
+    refused = emulator.invocations[0]
+    assert (refused.outcome, refused.reserved, refused.settled) == ("ValidationException", 0, 0)
+
+
+def test_calls_waiting_for_a_serving_slot_are_served_priority_first_and_flex_last():
+    clock = ManualClock()
+    with BedrockEmulator([ModelSpec(NOVA, serving_slots=1, jitter=0)], clock=clock) as emulator:
+        def call(tier):
+            return in_thread(lambda: tiered(emulator.client(retries={"total_max_attempts": 1}), "Converse", tier))
+
+        threads = [call("default")]
+        until(lambda: clock.sleepers == 1, "the first call holds the only slot")
+        for waiting, tier in enumerate(("flex", "default", "priority"), start=1):  # worst tier first
+            threads.append(call(tier))
+            until(lambda n=waiting: emulator.queued(NOVA) == n, f"{waiting} calls waiting")
+        drive(clock, emulator)
+        for thread in threads:
+            thread.join()
+    first, *waiting = emulator.invocations
+    assert [i.outcome for i in emulator.invocations] == ["ok"] * 4
+    assert first.queued_ms == 0
+    served = sorted(waiting, key=lambda i: i.queued_ms)
+    assert [i.service_tier for i in served] == ["priority", "default", "flex"]  # arrival order was the reverse
+    # Model time moved a second at a time, and each call needs less than one (0.5 s + 20 tokens at 60/s):
+    # the three were let in one after another, the same on every machine.
+    assert [i.queued_ms for i in served] == [1_000, 2_000, 3_000]
+    assert all(i.latency_ms > i.queued_ms for i in waiting)  # the reported latency includes the wait
+
+
+def test_a_call_that_waits_too_long_for_a_slot_is_throttled_and_charged_nothing():
+    clock = ManualClock()
+    spec = ModelSpec(NOVA, serving_slots=1, max_queue_seconds=10, jitter=0, output_tokens_per_second=50)
+    with BedrockEmulator([spec], clock=clock) as emulator:
+        client = emulator.client(retries={"total_max_attempts": 1})
+        long_call = in_thread(lambda: tiered(emulator.client(), "Converse", "priority", max_tokens=1_000, answer=1_000))
+        until(lambda: clock.sleepers == 1, "the long call holds the only slot")  # for 0.5 + 20 model seconds
+        errors = []
+
+        def wait_in_line():
+            with pytest.raises(ClientError) as excinfo:
+                tiered(client, "Converse", "flex")
+            errors.append(error_of(excinfo))
+
+        waiter = in_thread(wait_in_line)
+        until(lambda: emulator.queued(NOVA) == 1, "the flex call waits")
+        clock.advance(11)
+        waiter.join()
+        assert errors == [("ThrottlingException", 429)]
+        assert emulator.quota_used(NOVA) == 1 + 1_000  # the long call's reservation only
+        drive(clock, emulator)
+        long_call.join()
+    throttled = emulator.invocations[1]
+    assert (throttled.outcome, throttled.settled, throttled.queued_ms) == ("throttled", 0, 11_000)
+
+
+def test_a_call_served_from_the_reservation_does_not_wait_for_an_on_demand_slot():
+    clock = ManualClock()
+    spec = ModelSpec(NOVA, serving_slots=1, reserved_input_tpm=1_000, reserved_output_tpm=1_000, jitter=0)
+    with BedrockEmulator([spec], clock=clock) as emulator:
+        blocker = in_thread(lambda: tiered(emulator.client(), "Converse", "priority", max_tokens=1_000, answer=1_000))
+        until(lambda: clock.sleepers == 1, "an on-demand call holds the only slot")  # for about 17 model seconds
+        reserved = in_thread(lambda: tiered(emulator.client(), "Converse", "reserved"))
+        until(lambda: clock.sleepers == 2, "the reserved call is being served")
+        assert emulator.queued(NOVA) == 0
+        drive(clock, emulator)
+        blocker.join()
+        reserved.join()
+    on_demand, from_reservation = emulator.invocations
+    assert (from_reservation.served_tier, from_reservation.queued_ms) == ("reserved", None)
+    assert from_reservation.started + from_reservation.latency_ms / 1000 < on_demand.started + on_demand.latency_ms / 1000
 
 
 def test_each_tier_can_have_its_own_latency():
@@ -769,7 +956,7 @@ def test_each_tier_can_have_its_own_latency():
         "priority": TierLatency(ttft_seconds=0.2, output_tokens_per_second=100),
         "flex": TierLatency(ttft_seconds=3.0, prefill_tokens_per_second=1_000, output_tokens_per_second=20),
     })
-    with BedrockEmulator([spec], time_scale=100) as emulator:
+    with BedrockEmulator([spec], clock=ManualClock(instant=True)) as emulator:
         client = emulator.client()
         latency = {tier: client.converse(**ask("x" * 400, model=NOVA, answer=100),
                                          **({"serviceTier": {"type": tier}} if tier else {}))["metrics"]["latencyMs"]
@@ -780,6 +967,15 @@ def test_each_tier_can_have_its_own_latency():
                        "priority": round((0.2 + 100 / 8_000 + 100 / 100) * 1000),
                        "flex": round((3.0 + 100 / 1_000 + 100 / 20) * 1000)}
     assert [i.service_tier for i in emulator.invocations] == [None, "default", "priority", "flex"]
+
+
+def test_a_manual_clock_moves_only_when_told():
+    clock = ManualClock(start=5)
+    assert clock.now() == 5 and clock.advance(2.5) == 7.5
+    instant = ManualClock(instant=True)
+    instant.sleep(3)
+    instant.sleep(-1)  # never backward
+    assert instant.now() == 3 and instant.sleepers == 0
 
 
 # ---- HTTP limits (raw sockets: botocore would not send these) ------------------------------------
@@ -924,6 +1120,17 @@ NAN, INF = math.nan, math.inf
         ({"tier_latency": {"turbo": TierLatency()}}, "tier_latency key='turbo' must be one of"),
         ({"tier_latency": {"flex": 2.0}}, "tier_latency['flex']=2.0 is a float"),
         ({"latency_optimized": 3_000}, "latency_optimized=3000 is an int"),
+        ({"service_tiers": ["default"]}, "service_tiers=['default'] is a list"),
+        ({"service_tiers": ("default", "turbo")}, "service_tiers item='turbo' must be one of"),
+        ({"service_tiers": ("priority", "flex")}, "lacks 'default': the Standard tier (default) serves every model"),
+        ({"service_tiers": ("default",), "tier_latency": {"flex": TierLatency()}},
+         "tier_latency has ['flex'] but service_tiers does not"),
+        ({"reserved_input_tpm": 1_000}, "reserved_input_tpm and reserved_output_tpm go together"),
+        ({"reserved_input_tpm": 0, "reserved_output_tpm": 10}, "reserved_input_tpm=0 is below the minimum of 1"),
+        ({"reserved_input_tpm": 10, "reserved_output_tpm": 10, "service_tiers": ("default",)},
+         "reserved_input_tpm is set but service_tiers lacks 'reserved'"),
+        ({"serving_slots": 0}, "serving_slots=0 is below the minimum of 1"),
+        ({"max_queue_seconds": 0}, "max_queue_seconds=0 must be greater than 0"),
     ],
 )
 def test_model_spec_rejects_bad_values(kwargs, message):
@@ -956,6 +1163,13 @@ def test_model_spec_reports_every_problem_at_once():
         (lambda: BedrockEmulator(quota="sliding"), "quota='sliding' is a str"),
         (lambda: BedrockEmulator([ModelSpec(NOVA), ModelSpec(NOVA)]), f"duplicate model ids ['{NOVA}']"),
         (lambda: BedrockEmulator(["nova"]), "models[0]='nova' is a str"),
+        (lambda: BedrockEmulator(time_scale=60, clock=ManualClock()), "time_scale=60 and clock= were both given"),
+        (lambda: BedrockEmulator(clock=60), "clock=60 is not a clock"),
+        (lambda: ManualClock(start=-1), "start=-1 is below the minimum of 0"),
+        (lambda: ManualClock().advance(-1), "seconds=-1 is below the minimum of 0"),
+        (lambda: BedrockEmulator().quota_used("us.amazon.nova-lite-v1:0", "reserved-input"),
+         "has no 'reserved-input' quota"),
+        (lambda: BedrockEmulator().quota_used("us.amazon.nova-lite-v1:0", "flex"), "pool='flex' must be one of"),
     ],
 )
 def test_other_settings_reject_bad_values(build, message):

@@ -15,9 +15,11 @@ from .emulator import (
     Invocation,
     InvocationTotals,
     LatencyOptimized,
+    ManualClock,
     ModelSpec,
     QuotaModel,
     TierLatency,
+    WallClock,
     approx_tokens,
 )
 from .sfn import (
@@ -39,9 +41,11 @@ __all__ = [
     "Invocation",
     "InvocationTotals",
     "LatencyOptimized",
+    "ManualClock",
     "ModelSpec",
     "QuotaModel",
     "TierLatency",
+    "WallClock",
     "approx_tokens",
     "BatchJob",
     "BatchJobSimulator",

@@ -31,10 +31,18 @@ Approximations (documented, so results can be read for what they are):
 - Latency-optimized mode has its own TPM quota; when it is full, the request is served (and charged)
   at standard latency and the response says "standard", without an error. A model without an
   optimized mode serves such requests at standard too.
-- serviceTier is echoed as requested (Converse: the response's and the stream metadata's
-  `serviceTier`; InvokeModel: the X-Amzn-Bedrock-Service-Tier header) and absent when not requested.
+- Service tiers (ModelSpec documents each rule and which are assumptions): priority, default and
+  flex share the model's on-demand quota; `reserved` is charged to the model's own input and output
+  tokens-per-minute reservation and overflows to the on-demand quota, served as `default`, when that
+  is full. The tier that served a call is echoed where botocore's model puts it (Converse: the
+  response's and the stream metadata's `serviceTier`; InvokeModel*: the X-Amzn-Bedrock-Service-Tier
+  header), absent when the call named none. Assumed: a tier the ModelSpec does not list, and
+  `reserved` without a reservation, are ValidationExceptions; with ModelSpec.serving_slots, calls
+  wait for a slot Priority first and Flex last.
 - time_scale divides every duration the emulator controls (the quota window, TTFT, decode), so
-  time_scale=60 runs a one-minute window in one second. Reported metrics stay in model time.
+  time_scale=60 runs a one-minute window in one second. Reported metrics stay in model time. A
+  ManualClock (clock=) replaces wall time altogether: model time then moves only when a test
+  advances it, so figures and orderings are exact.
 - Deterministic for a seed: each request's jitter derives from the seed, the request body and how
   many times that body was seen, not from arrival order.
 """
@@ -58,10 +66,13 @@ from .._internal.install import missing
 from . import _servicemodel, eventstream, native, responses
 from . import validation as v
 from ._http import Response, Server
+from .clock import Clock, ManualClock, WallClock
 from .quota import Charge, Ledger, QuotaModel
 from .records import Invocation, InvocationTotals, Tally
+from .slots import ServingSlots
 from .specs import (
     ANSWER_TOKENS_KEY,
+    DEFAULT_TIER,
     EmulatorError,
     LatencyOptimized,
     ModelSpec,
@@ -72,14 +83,18 @@ from .specs import (
 __all__ = [
     "ANSWER_TOKENS_KEY",
     "EMULATED_OPERATIONS",
+    "QUOTA_POOLS",
     "BedrockEmulator",
+    "Clock",
     "EmulatorError",
     "Invocation",
     "InvocationTotals",
     "LatencyOptimized",
+    "ManualClock",
     "ModelSpec",
     "QuotaModel",
     "TierLatency",
+    "WallClock",
     "approx_tokens",
 ]
 
@@ -89,6 +104,9 @@ INVOKE_BODY_LIMIT = 25_000_000
 _WORDS = ("the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was",
           "one", "our", "out", "day", "get", "has", "him", "his", "how", "man", "new", "now", "old",
           "see", "two", "way", "who", "boy", "did", "its", "let", "put", "say", "she", "too", "use")
+#: A model's quotas: the on-demand pool (priority, default, flex), the latency-optimized mode's own,
+#: and the Reserved tier reservation's input and output budgets.
+QUOTA_POOLS = ("standard", "optimized", "reserved-input", "reserved-output")
 _PATH = re.compile(r"/model/(?P<model>.+)/(?P<op>converse|converse-stream|invoke|invoke-with-response-stream|count-tokens)")
 
 
@@ -109,6 +127,22 @@ class _Fault:
 DEFAULT_MODEL = ModelSpec("us.amazon.nova-lite-v1:0", context_window=300_000)
 
 
+@dataclass
+class _Hold:
+    """What an admitted request holds until it settles: the tier and latency that serve it, and its
+    charges, each with what it settles to ("quota": input + cache writes + output x burndown, "input":
+    input + cache writes, "output": output)."""
+
+    tier: str | None
+    latency: str
+    charges: list[tuple[Ledger, Charge, str]]
+    reserved: int  # tokens reserved at the start, over all charges
+
+    @property
+    def from_reservation(self) -> bool:
+        return self.tier == "reserved"
+
+
 class BedrockEmulator:
     """Start with `with BedrockEmulator([ModelSpec(...)]) as bedrock:` and point clients at
     `bedrock.endpoint_url` (or use `bedrock.client()`). Without models it serves DEFAULT_MODEL.
@@ -122,6 +156,9 @@ class BedrockEmulator:
     max_body_bytes: larger request bodies get a 413 without being read. Default: 32 MiB.
     max_invocations: how many records `invocations` keeps (the oldest are dropped); `totals` counts
         every request regardless. Default: 100,000.
+    clock: the model time the emulator runs on (quota windows, latencies, queue waits): a
+        ManualClock for exact, machine-independent figures in tests. Default: a WallClock at
+        time_scale (time_scale applies to the wall clock only, so give one or the other).
     """
 
     def __init__(
@@ -137,6 +174,7 @@ class BedrockEmulator:
         connection_timeout_seconds: float = 60.0,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_invocations: int = 100_000,
+        clock: Clock | None = None,
     ):
         specs = list(models) or [DEFAULT_MODEL]
         with Checks("BedrockEmulator") as check:
@@ -149,6 +187,11 @@ class BedrockEmulator:
                     check.number(name, value, minimum=1)
             check.instance("quota", quota, QuotaModel, "QuotaModel(window=..., reserve_output_with_burndown=...)",
                            optional=True)
+            if clock is not None:
+                check.rule(all(callable(getattr(clock, m, None)) for m in ("now", "sleep", "wall_seconds")),
+                           f"clock={clock!r} is not a clock: pass ManualClock(...) or WallClock(time_scale)")
+                check.rule(time_scale == 1.0, f"time_scale={time_scale!r} and clock= were both given: time_scale "
+                           "sets the default wall clock, so give one or the other")
             for i, spec in enumerate(specs):
                 check.instance(f"models[{i}]", spec, ModelSpec, "ModelSpec(model_id, ...)")
             ids = [str(getattr(spec, "model_id", "")) for spec in specs]
@@ -160,13 +203,20 @@ class BedrockEmulator:
         self.connection_timeout_seconds = connection_timeout_seconds
         self.max_body_bytes = max_body_bytes
         self.quota = quota or QuotaModel()
+        self.clock: Clock = clock or WallClock(time_scale)
         self._lock = threading.Lock()
-        self._started_at = time.monotonic()
         self._ledgers: dict[tuple[str, str], Ledger] = {}
+        self._slots: dict[str, ServingSlots] = {}
         for spec in self.models.values():
             self._ledgers[(spec.model_id, "standard")] = self.quota.ledger(spec.tpm_quota, spec.rpm_quota)
             if spec.latency_optimized:
                 self._ledgers[(spec.model_id, "optimized")] = self.quota.ledger(spec.latency_optimized.tpm_quota, None)
+            if spec.has_reservation:
+                assert spec.reserved_input_tpm is not None and spec.reserved_output_tpm is not None
+                self._ledgers[(spec.model_id, "reserved-input")] = self.quota.ledger(spec.reserved_input_tpm, None)
+                self._ledgers[(spec.model_id, "reserved-output")] = self.quota.ledger(spec.reserved_output_tpm, None)
+            if spec.serving_slots is not None:
+                self._slots[spec.model_id] = ServingSlots(spec.serving_slots, self.clock)
         self._cache: dict[tuple[str, str], float] = {}
         self._seen: dict[str, int] = {}
         self._faults: deque[_Fault] = deque()
@@ -300,14 +350,31 @@ class BedrockEmulator:
         """TCP connections accepted so far: a client whose pool is too small opens many."""
         return self._connections
 
-    def quota_used(self, model_id: str, latency: str = "standard") -> float:
-        """Tokens the quota holds right now (reservations of requests in flight included)."""
+    def quota_used(self, model_id: str, pool: str = "standard") -> float:
+        """Tokens a quota of the model holds right now (reservations of requests in flight included).
+
+        pool (QUOTA_POOLS): "standard", the on-demand pool priority, default and flex share;
+        "optimized", the latency-optimized mode's; "reserved-input" and "reserved-output", the
+        Reserved tier reservation's budgets.
+        """
+        key = (model_id, pool)
+        if key not in self._ledgers:
+            with Checks("quota_used") as check:
+                check.one_of("pool", pool, QUOTA_POOLS)
+                check.rule(model_id in self.models, f"model_id={model_id!r} is not a model this emulator serves "
+                           f"({', '.join(self.models)})")
+                check.fail(f"{model_id} has no {pool!r} quota (no latency-optimized mode or reservation in its ModelSpec)")
         with self._lock:
-            return self._ledgers[(model_id, latency)].used(self.model_seconds())
+            return self._ledgers[key].used(self.model_seconds())
+
+    def queued(self, model_id: str) -> int:
+        """Calls waiting for one of the model's serving slots right now (0 without ModelSpec.serving_slots)."""
+        slots = self._slots.get(model_id)
+        return slots.waiting if slots else 0
 
     def model_seconds(self) -> float:
-        """Model time since start: wall time x time_scale."""
-        return (time.monotonic() - self._started_at) * self.time_scale
+        """Model time since start: wall time x time_scale, or the ManualClock's time."""
+        return self.clock.now()
 
     # ---- internals ---------------------------------------------------------------------------
     def _resolve(self, identifier: str) -> ModelSpec | None:
@@ -316,7 +383,7 @@ class BedrockEmulator:
 
     def _sleep(self, model_seconds: float) -> None:
         if model_seconds > 0:
-            time.sleep(model_seconds / self.time_scale)
+            self.clock.sleep(model_seconds)
 
     def _on_connection(self) -> None:
         with self._lock:
@@ -348,21 +415,46 @@ class BedrockEmulator:
         tokens = approx_tokens(prefix)
         return (tokens, 0) if hit else (0, tokens)
 
-    def _admit(self, req: v.Request, reserved: int) -> tuple[str, Ledger, Charge]:
-        """Reserve on the optimized quota if asked and available, else on the standard quota."""
-        model_id = req.spec.model_id
+    def _admit(self, req: v.Request, prompt_tokens: int, charged_input: int) -> _Hold:
+        """Charge the quota the call's tier uses, or throttle it.
+
+        `reserved` first tries the reservation (charged_input on the input budget, max_tokens on the
+        output budget) and overflows to the on-demand pool as `default`; then, as for every tier,
+        the optimized quota if asked and available, else the on-demand pool (prompt + max_tokens).
+        """
+        spec = req.spec
+        model_id = spec.model_id
         with self._lock:
             now = self.model_seconds()
+            if req.service_tier == "reserved":
+                held = self._reserve_all(now, [((model_id, "reserved-input"), charged_input, "input"),
+                                               ((model_id, "reserved-output"), req.max_tokens, "output")])
+                if held is not None:
+                    return _Hold("reserved", "standard", held, charged_input + req.max_tokens)
+            tier = DEFAULT_TIER if req.service_tier == "reserved" else req.service_tier  # the overflow is served at default
+            tokens = self.quota.reservation(prompt_tokens, req.max_tokens, spec.burndown)
             if req.latency == "optimized" and (model_id, "optimized") in self._ledgers:
-                ledger = self._ledgers[(model_id, "optimized")]
-                charge = ledger.reserve(reserved, now)
-                if not isinstance(charge, str):
-                    return "optimized", ledger, charge
+                held = self._reserve_all(now, [((model_id, "optimized"), tokens, "quota")])
+                if held is not None:
+                    return _Hold(tier, "optimized", held, tokens)
             ledger = self._ledgers[(model_id, "standard")]
-            charge = ledger.reserve(reserved, now)
+            charge = ledger.reserve(tokens, now)
         if isinstance(charge, str):
             raise EmulatorError("ThrottlingException", f"Too many {charge}, please wait before trying again.")
-        return "standard", ledger, charge
+        return _Hold(tier, "standard", [(ledger, charge, "quota")], tokens)
+
+    def _reserve_all(self, now: float, asks: list[tuple[tuple[str, str], int, str]]) -> list[tuple[Ledger, Charge, str]] | None:
+        """Reserve on every ledger or on none (a partial hold is released); call with the lock held."""
+        held: list[tuple[Ledger, Charge, str]] = []
+        for key, tokens, kind in asks:
+            ledger = self._ledgers[key]
+            charge = ledger.reserve(tokens, now)
+            if isinstance(charge, str):
+                for taken, taken_charge, _ in held:
+                    taken.settle(taken_charge, 0, now)
+                return None
+            held.append((ledger, charge, kind))
+        return held
 
     def _record(self, record: Invocation) -> None:
         with self._lock:
@@ -443,42 +535,62 @@ class BedrockEmulator:
         spec = req.spec
         cache_read, cache_write = self._cache_tokens(spec.model_id, req.cached_prefix, spec.cache_ttl_seconds)
         input_tokens = max(approx_tokens(req.prompt) - cache_read - cache_write, 0)
-        reserved = self.quota.reservation(input_tokens + cache_write + cache_read, req.max_tokens, spec.burndown)
         record.input_tokens, record.cache_read_tokens, record.cache_write_tokens = input_tokens, cache_read, cache_write
-        record.reserved = reserved
-        served, ledger, charge = self._admit(req, reserved)
-        record.served_latency = served
+        prompt_tokens = input_tokens + cache_write + cache_read
+        record.reserved = self.quota.reservation(prompt_tokens, req.max_tokens, spec.burndown)  # what a throttle refused
+        hold = self._admit(req, prompt_tokens, input_tokens + cache_write)
+        record.reserved, record.served_latency, record.served_tier = hold.reserved, hold.latency, hold.tier
         wanted = req.answer_hint or (
             spec.answer_tokens(req.prompt) if callable(spec.answer_tokens) else spec.answer_tokens
         )
         output_tokens = min(max(int(wanted), 1), req.max_tokens)
         cut = wanted > req.max_tokens
         rng = self._rng(_PATH_SEGMENT[req.operation], spec.model_id, raw)
-        ttft_base, prefill, decode = spec.speed(req.service_tier)
-        fast = spec.latency_optimized if served == "optimized" else None
+        ttft_base, prefill, decode = spec.speed(hold.tier)
+        fast = spec.latency_optimized if hold.latency == "optimized" else None
         ttft = ((fast.ttft_seconds if fast else ttft_base)
                 + (input_tokens + cache_write) / prefill) * _jitter(rng, spec.jitter)
         otps = (fast.output_tokens_per_second if fast else decode) * _jitter(rng, spec.jitter)
         words = [rng.choice(_WORDS) + " " for _ in range(output_tokens)]
         settled = False
+        slots = None if hold.from_reservation else self._slots.get(spec.model_id)
+        holding: ServingSlots | None = None  # the slots a serving slot was taken from
 
-        def settle() -> None:
-            """Charge what was generated, once: before the last byte goes out, or on a disconnect."""
+        def settle(nothing: bool = False) -> None:
+            """Free the serving slot and charge what was generated, once: before the last byte goes
+            out, on a disconnect, or nothing when the call never reached a serving slot."""
             nonlocal settled
             if not settled:
                 settled = True
-                record.settled = input_tokens + cache_write + record.output_tokens * spec.burndown
+                if holding is not None:
+                    holding.release()  # before the record completes, so a completed call holds no slot
+                owed = {"quota": input_tokens + cache_write + record.output_tokens * spec.burndown,
+                        "input": input_tokens + cache_write, "output": record.output_tokens}
+                amounts = [(ledger, charge, 0 if nothing else owed[kind]) for ledger, charge, kind in hold.charges]
+                record.settled = sum(amount for _, _, amount in amounts)
                 with self._lock:
-                    ledger.settle(charge, record.settled, self.model_seconds())
+                    for ledger, charge, amount in amounts:
+                        ledger.settle(charge, amount, self.model_seconds())
                 self._complete(record, "client-disconnected")  # the outcome is already set unless the client left
 
+        waited = 0.0
+        if slots is not None:
+            arrived = self.model_seconds()
+            if not slots.acquire(hold.tier, spec.max_queue_seconds):
+                refusal = EmulatorError("ThrottlingException", "Too many requests, please wait before trying again.")
+                record.queued_ms = round((self.model_seconds() - arrived) * 1000)
+                record.outcome, record.message = "throttled", refusal.message
+                settle(nothing=True)  # it was never served: its charges are released
+                raise refusal
+            holding, waited = slots, self.model_seconds() - arrived
+            record.queued_ms = round(waited * 1000)
         try:
             if req.streaming:
-                self._stream(req, out, words, ttft, otps, cut, record, fault, settle)
+                self._stream(req, out, words, ttft, otps, cut, record, fault, settle, waited)
             else:
                 self._sleep(ttft + output_tokens / otps)
                 record.output_tokens, record.outcome = output_tokens, "ok"
-                record.latency_ms = round((ttft + output_tokens / otps) * 1000)
+                record.latency_ms = round((waited + ttft + output_tokens / otps) * 1000)
                 settle()
                 out.json(200, responses.body(req, "".join(words), record, cut), responses.headers(req, record))
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
@@ -491,17 +603,18 @@ class BedrockEmulator:
             settle()
 
     def _stream(self, req: v.Request, out: Response, words: list[str], ttft: float, otps: float, cut: bool,
-                record: Invocation, fault: _Fault | None, settle: Callable[[], None]) -> None:
+                record: Invocation, fault: _Fault | None, settle: Callable[[], None], waited: float) -> None:
         """Send the answer as event-stream frames paced at the decode rate (record.output_tokens
-        counts what was sent)."""
+        counts what was sent; the reported times include `waited`, the wait for a serving slot)."""
         dialect = responses.stream_for(req)
         out.start_stream(responses.headers(req, record))
         begin = self.model_seconds()
         self._sleep(ttft)
-        record.ttft_ms = round((self.model_seconds() - begin) * 1000)
+        record.ttft_ms = round((self.model_seconds() - begin + waited) * 1000)
         out.chunk(dialect.start(record))
         sent = 0
         limit = len(words) if not fault else min(fault.after_tokens or 0, len(words))
+        pace = 0.05 * self.time_scale  # look at the clock at least every 50 ms of wall time
         while sent < limit:
             due = min(limit, 1 + int((self.model_seconds() - begin - ttft) * otps))
             if due > sent:
@@ -509,13 +622,13 @@ class BedrockEmulator:
                 out.chunk(dialect.delta("".join(words[sent:due]), record))
                 sent = due
             if sent < limit:
-                time.sleep(min(max((sent + 1) / otps + ttft - (self.model_seconds() - begin), 0) / self.time_scale, 0.05))
+                self._sleep(min(max((sent + 1) / otps + ttft - (self.model_seconds() - begin), 0), pace))
         if fault:
             record.outcome, record.message = fault.error_type, fault.message
             settle()
             out.chunk(eventstream.exception(fault.stream_member or fault.error().stream_type, fault.message))
         else:
-            record.latency_ms, record.outcome = round((self.model_seconds() - begin) * 1000), "ok"
+            record.latency_ms, record.outcome = round((self.model_seconds() - begin + waited) * 1000), "ok"
             settle()
             out.chunk(dialect.stop(record, cut))
         out.end_stream()

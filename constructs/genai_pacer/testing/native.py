@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from . import validation as v
-from .specs import FAMILIES, EmulatorError, ModelSpec
+from .specs import FAMILIES, SERVICE_TIER_HEADER, SERVICE_TIER_MEMBER, EmulatorError, ModelSpec
 
 
 class Usage(Protocol):
@@ -313,9 +313,7 @@ def read(operation: str, spec: ModelSpec, body: Mapping[str, Any], headers: Mapp
     v.check_context(spec, prompt, converse=False)
     latency = v.one_of(headers.get("x-amzn-bedrock-performanceconfig-latency", "standard"),
                        "performanceConfigLatency", v.LATENCY_MODES)
-    tier = headers.get("x-amzn-bedrock-service-tier")
-    if tier is not None:
-        v.one_of(tier, "serviceTier", v.SERVICE_TIERS)
+    tier = v.service_tier(spec, headers.get(SERVICE_TIER_HEADER.lower()), SERVICE_TIER_MEMBER)
     metadata: Any = None
     if headers.get("x-amzn-bedrock-request-metadata"):
         try:

@@ -16,8 +16,11 @@ class Invocation:
     It is listed from the moment the request arrives and complete (outcome, settlement) before the
     client receives the last byte of its response. operation is botocore's name (Converse,
     InvokeModel, ...); started is in model seconds since the emulator started. reserved is what the
-    request asked the quota for; settled is what it finally consumed (0 when throttled). message is
-    the error message when the request failed.
+    request asked the quota for; settled is what it finally consumed (0 when throttled). service_tier
+    is the tier the request named (None: none), served_tier the tier that served it and that the
+    response echoed (`default` when a reserved call overflowed). queued_ms is how long it waited for a
+    serving slot (ModelSpec.serving_slots; None when it did not wait for one); ttft_ms and latency_ms
+    include that wait. message is the error message when the request failed.
     """
 
     model_id: str
@@ -27,6 +30,7 @@ class Invocation:
     requested_latency: str = "standard"
     served_latency: str = "standard"
     service_tier: str | None = None
+    served_tier: str | None = None
     input_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
@@ -36,6 +40,7 @@ class Invocation:
     settled: float = 0.0
     ttft_ms: float | None = None
     latency_ms: float | None = None
+    queued_ms: float | None = None
     message: str = ""
     counted: bool = field(default=False, init=False, repr=False, compare=False)  # added to the totals yet
 

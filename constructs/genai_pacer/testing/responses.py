@@ -9,6 +9,7 @@ from typing import Any
 from . import eventstream, native
 from . import validation as v
 from .records import Invocation
+from .specs import SERVICE_TIER_HEADER, SERVICE_TIER_MEMBER
 
 
 def body(req: v.Request, text: str, record: Invocation, cut: bool) -> dict[str, Any]:
@@ -22,15 +23,21 @@ def body(req: v.Request, text: str, record: Invocation, cut: bool) -> dict[str, 
         "metrics": {"latencyMs": record.latency_ms},
         "performanceConfig": {"latency": record.served_latency},
     }
-    return answer | ({"serviceTier": {"type": req.service_tier}} if req.service_tier else {})
+    return answer | served_tier(record)
+
+
+def served_tier(record: Invocation) -> dict[str, Any]:
+    """Converse's and the stream metadata's echo of the tier that served the call (none when none was asked)."""
+    return {SERVICE_TIER_MEMBER: {"type": record.served_tier}} if record.served_tier else {}
+
 
 def headers(req: v.Request, record: Invocation) -> dict[str, str]:
     """InvokeModel*'s response headers (Converse carries everything in its body)."""
     if not req.family:
         return {}
     sent = {"X-Amzn-Bedrock-PerformanceConfig-Latency": record.served_latency}
-    if req.service_tier:
-        sent["X-Amzn-Bedrock-Service-Tier"] = req.service_tier
+    if record.served_tier:
+        sent[SERVICE_TIER_HEADER] = record.served_tier
     if req.operation == "InvokeModel":
         sent |= {
             "X-Amzn-Bedrock-Input-Token-Count": str(record.input_tokens),
@@ -57,7 +64,7 @@ class ConverseStream:
     """ConverseStream's events: messageStart, contentBlockDelta..., contentBlockStop, messageStop, metadata."""
 
     def __init__(self, req: v.Request):
-        self.tier = req.service_tier
+        self.req = req  # the served tier is the record's, known once the call is admitted
 
     def start(self, record: Invocation) -> bytes:
         return eventstream.event("messageStart", {"role": "assistant"})
@@ -71,8 +78,7 @@ class ConverseStream:
             "metrics": {"latencyMs": record.latency_ms},
             "performanceConfig": {"latency": record.served_latency},
         }
-        if self.tier:
-            metadata["serviceTier"] = {"type": self.tier}
+        metadata |= served_tier(record)
         return b"".join([
             eventstream.event("contentBlockStop", {"contentBlockIndex": 0}),
             eventstream.event("messageStop", {"stopReason": "max_tokens" if cut else "end_turn"}),

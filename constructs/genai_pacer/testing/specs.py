@@ -18,6 +18,8 @@ __all__ = [
     "FAMILIES",
     "LATENCY_MODES",
     "SERVICE_TIERS",
+    "SERVICE_TIER_HEADER",
+    "SERVICE_TIER_MEMBER",
     "EmulatorError",
     "LatencyOptimized",
     "ModelSpec",
@@ -31,6 +33,23 @@ TOKEN_CHARS = 4
 #: with the installed botocore, so a new value shows up as a failing test, not as a silent refusal).
 LATENCY_MODES = ("standard", "optimized")
 SERVICE_TIERS = ("priority", "default", "flex", "reserved")
+#: Where a request names its tier and a response names the tier that served it, per botocore 1.44.8's
+#: bedrock-runtime model (botocore/data/bedrock-runtime/2023-09-30/service-2.json.gz): Converse and
+#: ConverseStream requests, the Converse response and ConverseStreamMetadataEvent have the member
+#: `serviceTier` (shape ServiceTier: {"type": ServiceTierType}); InvokeModel and
+#: InvokeModelWithResponseStream requests and responses carry ServiceTierType in this header. The
+#: emulator test compares both with the installed botocore.
+SERVICE_TIER_MEMBER = "serviceTier"
+SERVICE_TIER_HEADER = "X-Amzn-Bedrock-Service-Tier"
+#: Standard is spelled `default`; a request without a tier is served at it (botocore's
+#: ServiceTierType; https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html).
+DEFAULT_TIER = "default"
+#: The smallest Reserved tier reservation Bedrock sells, per model, in input and output tokens per
+#: minute (https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html, read in
+#: AWS's translated copies of the page). ModelSpec does not enforce them, so a test can fill a small
+#: reservation with a few calls.
+RESERVED_MIN_INPUT_TPM = 100_000
+RESERVED_MIN_OUTPUT_TPM = 10_000
 #: Native InvokeModel body families the emulator reads and writes.
 FAMILIES = ("anthropic", "nova", "llama")
 #: Geographic prefixes of cross-Region inference profile ids (us.anthropic... is anthropic...).
@@ -106,7 +125,7 @@ class LatencyOptimized:
 class TierLatency:
     """How fast one service tier (priority, default, flex, reserved) serves; None keeps the model's figure.
 
-    Tiers share the model's quota in the emulator (Bedrock does not publish per-tier quota rules).
+    Speed only: which quota a tier charges and when it waits are ModelSpec's service tier rules.
     """
 
     ttft_seconds: float | None = None
@@ -135,6 +154,38 @@ class ModelSpec:
     emulator refuse calls beyond it as a legacy requests-per-minute quota would; Bedrock's
     bedrock-runtime quotas are token-based (genai_pacer.planning.RPM_RULE), so leave it unset to
     emulate today's Bedrock.
+
+    Service tiers (botocore's ServiceTierType: priority, default, flex, reserved), as the Bedrock
+    user guide's service tiers page describes them
+    (https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html):
+
+    - priority, default and flex share one on-demand pool, tpm_quota; none has a quota of its own
+      (latency-optimized calls keep their own quota, LatencyOptimized.tpm_quota, whatever the tier).
+    - reserved_input_tpm and reserved_output_tpm are the model's Reserved tier reservation: its own
+      input and output tokens per minute, outside tpm_quota. A `reserved` call is admitted to it when
+      both budgets hold it (input: input + cache writes, the page's sizing rule; output: max_tokens,
+      settled to the tokens generated, without burndown, an assumption) and otherwise overflows to
+      the on-demand pool and is served, and echoed, as `default`. A call served from the
+      reservation runs at standard latency (whether Reserved combines with latency-optimized
+      inference is not documented). Bedrock sells at least RESERVED_MIN_INPUT_TPM and
+      RESERVED_MIN_OUTPUT_TPM; smaller budgets are accepted here so a test can fill one quickly.
+    - The served tier is echoed where botocore's model puts it (SERVICE_TIER_MEMBER,
+      SERVICE_TIER_HEADER); a call that names no tier gets none back (what Bedrock sends then is not
+      documented).
+
+    Documented ASSUMPTIONS, not found on an AWS page (a wrong guess costs one clear error):
+    - service_tiers lists the tiers the model takes (default: all four; `default` always, since the
+      Standard tier is available for every model); any other tier is refused with
+      ValidationException (400), the error botocore's model gives every emulated operation for a bad
+      input. Which model supports which tier changes by model and Region: set it per test, never
+      from a table.
+    - `reserved` on a model without a reservation is refused with ValidationException (400): the
+      reported refusal is a 400, and ValidationException is the only 400 botocore 1.44.8 models for
+      all four operations (ServiceQuotaExceededException is a 400 of InvokeModel* only).
+    - serving_slots (default None: unlimited, as before) is how many on-demand calls the model
+      serves at once; more wait for a slot, Priority first and Flex last (slots.ASSUMED_TIER_ORDER),
+      up to max_queue_seconds of model time, then get ThrottlingException. A call served from the
+      reservation does not wait for on-demand slots.
     """
 
     model_id: str
@@ -153,6 +204,11 @@ class ModelSpec:
     family: str | None = None
     application_profiles: tuple[str, ...] = ()
     tier_latency: Mapping[str, TierLatency] = field(default_factory=dict)
+    service_tiers: tuple[str, ...] = SERVICE_TIERS
+    reserved_input_tpm: int | None = None
+    reserved_output_tpm: int | None = None
+    serving_slots: int | None = None
+    max_queue_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         with Checks(f"ModelSpec {self.model_id!r}") as check:
@@ -181,6 +237,36 @@ class ModelSpec:
                 for tier, speed in self.tier_latency.items():
                     check.one_of("tier_latency key", tier, SERVICE_TIERS)
                     check.instance(f"tier_latency[{tier!r}]", speed, TierLatency, "TierLatency(...)")
+            self._check_tiers(check)
+
+    def _check_tiers(self, check: Checks) -> None:
+        tiers = self.service_tiers
+        if check.instance("service_tiers", tiers, tuple, "a tuple of tier names, e.g. ('default', 'priority')"):
+            for tier in tiers:
+                check.one_of("service_tiers item", tier, SERVICE_TIERS)
+            check.rule(DEFAULT_TIER in tiers, f"service_tiers={tiers!r} lacks {DEFAULT_TIER!r}: the Standard tier "
+                       "(default) serves every model and every call that names no tier; add it")
+            if isinstance(self.tier_latency, Mapping):
+                extra = sorted(t for t in self.tier_latency if t in SERVICE_TIERS and t not in tiers)
+                check.rule(not extra, f"tier_latency has {extra} but service_tiers does not: add them to "
+                           "service_tiers or drop their speeds")
+        budgets = (self.reserved_input_tpm, self.reserved_output_tpm)
+        for name, value in zip(("reserved_input_tpm", "reserved_output_tpm"), budgets, strict=True):
+            _count(check, name, value, optional=True, fix="or None (no reservation)")
+        check.rule((budgets[0] is None) == (budgets[1] is None),
+                   "reserved_input_tpm and reserved_output_tpm go together: a Reserved tier reservation has an "
+                   "input and an output tokens-per-minute budget; give both or neither")
+        if budgets[0] is not None and isinstance(tiers, tuple):
+            check.rule("reserved" in tiers, "reserved_input_tpm is set but service_tiers lacks 'reserved': add it, "
+                       "or drop the reservation")
+        _count(check, "serving_slots", self.serving_slots, optional=True,
+               fix="or None (every admitted call is served at once)")
+        _seconds(check, "max_queue_seconds", self.max_queue_seconds)
+
+    @property
+    def has_reservation(self) -> bool:
+        """Whether the model has a Reserved tier reservation (reserved_input_tpm and reserved_output_tpm)."""
+        return self.reserved_input_tpm is not None and self.reserved_output_tpm is not None
 
     @property
     def foundation_model_id(self) -> str:

@@ -14,7 +14,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .specs import ANSWER_TOKENS_KEY, LATENCY_MODES, SERVICE_TIERS, EmulatorError, ModelSpec, approx_tokens
+from .specs import (
+    ANSWER_TOKENS_KEY,
+    LATENCY_MODES,
+    SERVICE_TIER_MEMBER,
+    SERVICE_TIERS,
+    EmulatorError,
+    ModelSpec,
+    approx_tokens,
+)
 
 #: Operations the emulator serves (botocore's names), by the last segment of their request path.
 OPERATIONS = {
@@ -91,6 +99,21 @@ def one_of(value: Any, path: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise _constraint(path, value, f"satisfy enum value set: [{', '.join(choices)}]")
     return value
+
+
+def service_tier(spec: ModelSpec, tier: Any, path: str) -> str | None:
+    """The tier a request asks for, refused as ModelSpec documents: an unknown value, a tier the model
+    does not take, or `reserved` without a reservation (the last two are documented assumptions)."""
+    if tier is None:
+        return None
+    one_of(tier, path, SERVICE_TIERS)
+    if tier not in spec.service_tiers:
+        raise invalid(f"The model {spec.model_id} does not support the {tier} service tier. Send one of "
+                      f"{', '.join(spec.service_tiers)}, or no service tier for default.")
+    if tier == "reserved" and not spec.has_reservation:
+        raise invalid(f"This account has no Reserved tier capacity for {spec.model_id}. Send the default, priority "
+                      "or flex service tier, or none.")
+    return str(tier)
 
 
 def checked_max_tokens(spec: ModelSpec, value: Any, path: str) -> int:
@@ -222,8 +245,8 @@ def converse(operation: str, spec: ModelSpec, body: Mapping[str, Any]) -> Reques
     performance = optional_object(body, "performanceConfig")
     latency = one_of(performance.get("latency", "standard"), "performanceConfig.latency", LATENCY_MODES)
     tier = None
-    if body.get("serviceTier") is not None:
-        tier = one_of(optional_object(body, "serviceTier").get("type"), "serviceTier.type", SERVICE_TIERS)
+    if body.get(SERVICE_TIER_MEMBER) is not None:
+        tier = service_tier(spec, optional_object(body, SERVICE_TIER_MEMBER).get("type"), f"{SERVICE_TIER_MEMBER}.type")
     prompt = "".join(texts(blocks))
     check_context(spec, prompt, converse=True)
     return Request(
