@@ -574,7 +574,9 @@ def test_an_item_corrupted_mid_run_is_repaired_by_the_next_write_of_concurrent_w
     def route() -> None:
         while not stop.is_set():
             result = router.handler({"key": SHARED_KEY}, LambdaContext())
-            if result.get("statusCode") != 200:
+            # 503 AnswerPending is the coalescing's documented answer when another writer's paid call
+            # outlasts the wait, which only the machine's load decides; a failure is anything else.
+            if result.get("statusCode") != 200 and result.get("error") != "AnswerPending":
                 problems.append(f"router answered {result.get('statusCode')}: {result.get('error')}")
             time.sleep(0.005)
 
@@ -598,7 +600,7 @@ def test_an_item_corrupted_mid_run_is_repaired_by_the_next_write_of_concurrent_w
         for thread in threads:
             thread.join(timeout=30)
     assert not any(thread.is_alive() for thread in threads)
-    assert problems == []  # no handler failed or answered 500 while the item was corrupt
+    assert problems == []  # no handler failed or answered an error while the item was corrupt
     assert [case for case, _ in repaired_by] == MID_RUN
     assert {writer for _, writer in repaired_by} <= {"queue", "router"}
 
