@@ -66,6 +66,25 @@ def nag_violations(outdir: Path) -> list[str]:
     return lines
 
 
+def nag_findings(build, context: dict[str, object] | None = None) -> list[str]:
+    """Synthesize a one-stack app with AwsSolutions registered, composed by build(stack); return the
+    unacknowledged findings."""
+    import contextlib
+    import tempfile
+
+    import aws_cdk as cdk
+    from cdk_nag import AwsSolutionsChecks
+
+    outdir = tempfile.mkdtemp()
+    app = cdk.App(outdir=outdir, context=context)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    stack = cdk.Stack(app, "Nag", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    build(stack)
+    with contextlib.suppress(RuntimeError):  # ValidationFailed: the findings are in the report
+        app.synth()
+    return nag_violations(Path(outdir))
+
+
 def synth_reference_app(outdir: Path, context: dict[str, Any] | None = None) -> Path:
     """The reference app synthesized into outdir, nag included; fails with the findings if nag objects."""
     from app import build_app

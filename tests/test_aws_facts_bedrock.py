@@ -9,9 +9,10 @@ from functools import cache
 
 import botocore.loaders
 import pytest
-from genai_pacer import model_tasks, models
+from genai_pacer import models
 from genai_pacer.quota import check as quota_check
 from genai_pacer.quota import model_quota as quota
+from genai_pacer.step_functions import model_tasks
 
 
 @cache

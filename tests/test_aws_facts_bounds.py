@@ -20,10 +20,9 @@ from genai_pacer import (
     ConverseRequest,
     ScheduledPrecompute,
     _checks,
-    model_tasks,
-    orchestration,
     precompute,
 )
+from genai_pacer.step_functions import model_tasks, orchestration
 from helpers import all_states, definition, new_stack, only
 
 SCHEMAS = Path(cfnlint.__file__).parent / "data" / "schemas"

@@ -67,3 +67,21 @@ def test_no_production_module_imports_the_test_bed():
             if relative_testing or module.startswith("genai_pacer.testing"):
                 offenders.append(f"{path.relative_to(PACKAGE)}: from {'.' * node.level}{module}")
     assert offenders == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["EXPRESS_LIMIT", "LOG_DELIVERY_ACTIONS", "LOG_LEVELS", "STANDARD_LIMIT", "StateMachineOptions",
+     "WILDCARD_REASON", "XRAY_ACTIONS", "configured_timeout", "model_state_machine"],
+)
+def test_what_left_secure_for_the_state_machine_module_still_imports_from_the_old_path(name):
+    """genai_pacer._secure was split (issue 36): its key and log-group helpers are
+    genai_pacer._internal.secure (the alias's target), its state-machine half is
+    genai_pacer.step_functions.state_machine; the old path serves both until the aliases go."""
+    from genai_pacer.step_functions import state_machine
+
+    old = importlib.import_module("genai_pacer._secure")
+    assert getattr(old, name) is getattr(state_machine, name)
+    namespace: dict[str, object] = {}
+    exec(f"from genai_pacer._secure import {name}", namespace)
+    assert namespace[name] is getattr(state_machine, name)

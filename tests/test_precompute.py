@@ -187,7 +187,7 @@ def test_metric_failed_keys_reads_the_handlers_name():
 
 
 def test_the_distributed_variant_passes_nag():
-    from test_orchestration import nag_findings
+    from conftest import nag_findings
 
     def compose(stack):
         bucket = s3.Bucket(stack, "Keys", enforce_ssl=True, server_access_logs_prefix="logs/")

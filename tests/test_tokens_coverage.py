@@ -22,7 +22,7 @@ import pytest
 
 #: The test modules whose TABLE maps a name to (the class or method, its props, ...), by path under tests/.
 TABLE_MODULES = (
-    "test_tokens_step_functions",
+    "step_functions/test_tokens_step_functions",
     "test_tokens_precompute",
     "observe/test_tokens_observe",
     "endpoints/test_tokens_scaling",

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from . import runtime as runtime
     from ._internal.checks import InvalidPropsError as InvalidPropsError
-    from ._secure import StateMachineOptions as StateMachineOptions
     from .answer_router import AnswerRouter as AnswerRouter
     from .answer_store import AnswerStore as AnswerStore
     from .batch_precompute import BatchPrecompute as BatchPrecompute
@@ -25,11 +24,6 @@ if TYPE_CHECKING:
     from .experiments import PromptExperiment as PromptExperiment
     from .experiments import TextPrompt as TextPrompt
     from .experiments import verdict as experiment_verdict  # noqa: F401  (its name before it moved)
-    from .model_tasks import DEFAULT_RETRY_ERRORS as DEFAULT_RETRY_ERRORS
-    from .model_tasks import BedrockRetry as BedrockRetry
-    from .model_tasks import ConverseRequest as ConverseRequest
-    from .model_tasks import NativeRequest as NativeRequest
-    from .model_tasks import TaskOptions as TaskOptions
     from .models import PROFILE_REGIONS as PROFILE_REGIONS
     from .models import BedrockModel as BedrockModel
     from .observe import LatencyAlarms as LatencyAlarms
@@ -37,9 +31,6 @@ if TYPE_CHECKING:
     from .observe import ModelInvocationLogging as ModelInvocationLogging
     from .observe import TpmQuota as TpmQuota
     from .observe import WatchedModel as WatchedModel
-    from .orchestration import BoundedDistributedMap as BoundedDistributedMap
-    from .orchestration import BoundedMap as BoundedMap
-    from .orchestration import ParallelPrompts as ParallelPrompts
     from .precompute import ScheduledPrecompute as ScheduledPrecompute
     from .queued_inference import QueuedInference as QueuedInference
     from .quota import ModelQuota as ModelQuota
@@ -49,7 +40,16 @@ if TYPE_CHECKING:
     from .retrieval import VectorIndexSettings as VectorIndexSettings
     from .retrieval import tuning as retrieval_tuning  # noqa: F401  (its name before it moved)
     from .runtime_layer import RuntimeLayer as RuntimeLayer
-    from .sync_execution import SyncExecutionUrl as SyncExecutionUrl
+    from .step_functions import DEFAULT_RETRY_ERRORS as DEFAULT_RETRY_ERRORS
+    from .step_functions import BedrockRetry as BedrockRetry
+    from .step_functions import BoundedDistributedMap as BoundedDistributedMap
+    from .step_functions import BoundedMap as BoundedMap
+    from .step_functions import ConverseRequest as ConverseRequest
+    from .step_functions import NativeRequest as NativeRequest
+    from .step_functions import ParallelPrompts as ParallelPrompts
+    from .step_functions import StateMachineOptions as StateMachineOptions
+    from .step_functions import SyncExecutionUrl as SyncExecutionUrl
+    from .step_functions import TaskOptions as TaskOptions
 
 _EXPORTS = {
     "planning": ".quota.planning",
@@ -57,16 +57,16 @@ _EXPORTS = {
     "runtime": ".runtime",
     "BedrockModel": ".models",
     "PROFILE_REGIONS": ".models",
-    "BedrockRetry": ".model_tasks",
-    "DEFAULT_RETRY_ERRORS": ".model_tasks",
-    "ConverseRequest": ".model_tasks",
-    "NativeRequest": ".model_tasks",
-    "TaskOptions": ".model_tasks",
-    "BoundedMap": ".orchestration",
-    "BoundedDistributedMap": ".orchestration",
-    "ParallelPrompts": ".orchestration",
-    "SyncExecutionUrl": ".sync_execution",
-    "StateMachineOptions": "._secure",
+    "BedrockRetry": ".step_functions",
+    "DEFAULT_RETRY_ERRORS": ".step_functions",
+    "ConverseRequest": ".step_functions",
+    "NativeRequest": ".step_functions",
+    "TaskOptions": ".step_functions",
+    "BoundedMap": ".step_functions",
+    "BoundedDistributedMap": ".step_functions",
+    "ParallelPrompts": ".step_functions",
+    "SyncExecutionUrl": ".step_functions",
+    "StateMachineOptions": ".step_functions",
     "InvalidPropsError": "._internal.checks",
     "QueuedInference": ".queued_inference",
     "AnswerStore": ".answer_store",

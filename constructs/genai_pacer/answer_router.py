@@ -73,7 +73,7 @@ from ._internal.checks import (
 )
 from ._internal.docs import constructor_doc
 from ._internal.runtime_constants import metrics_constants
-from ._secure import handler_function
+from ._internal.secure import handler_function
 from .answer_store import AnswerStore
 from .models import BedrockModel, as_bedrock_model
 from .quota import planning

@@ -74,9 +74,10 @@ from ._internal.nag import (
 )
 from ._internal.runtime_constants import metrics_constants
 from ._internal.s3 import KMS_READ_ACTIONS, KMS_WRITE_ACTIONS, bucket_key, grant_keys
-from ._secure import StateMachineOptions, handler_function, log_key, model_state_machine
+from ._internal.secure import handler_function, log_key
 from .answer_store import AnswerStore
 from .models import BedrockModel, as_bedrock_model
+from .step_functions.state_machine import StateMachineOptions, model_state_machine
 
 __all__ = [
     "BatchPrecompute",

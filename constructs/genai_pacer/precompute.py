@@ -76,12 +76,18 @@ from ._internal.nag import (
 )
 from ._internal.runtime_constants import metrics_constants as metrics
 from ._internal.s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
-from ._secure import StateMachineOptions, handler_function, log_key, model_state_machine
+from ._internal.secure import handler_function, log_key
 from .answer_store import AnswerStore
-from .model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
 from .models import BedrockModel, as_bedrock_model
-from .orchestration import DISTRIBUTED_MAP_LIMIT, INLINE_MAP_LIMIT, STATE_PAYLOAD_LIMIT_BYTES, _cap
 from .quota import planning
+from .step_functions.model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
+from .step_functions.orchestration import (
+    DISTRIBUTED_MAP_LIMIT,
+    INLINE_MAP_LIMIT,
+    STATE_PAYLOAD_LIMIT_BYTES,
+    _cap,
+)
+from .step_functions.state_machine import StateMachineOptions, model_state_machine
 
 __all__ = [
     "CONDITIONAL_CHECK_FAILED",

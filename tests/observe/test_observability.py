@@ -26,7 +26,7 @@ from genai_pacer import (
     planning,
 )
 from genai_pacer.observe.dashboard import HOW_TO_READ, LatencyAlarms, LatencyDashboard, TpmQuota, WatchedModel
-from genai_pacer.sync_execution import SyncExecutionUrl
+from genai_pacer.step_functions.sync_execution import SyncExecutionUrl
 from helpers import new_stack, only, resources, template_of
 from pacer_runtime import ConverseResult
 from pacer_runtime import metrics as written

@@ -36,6 +36,10 @@ MOVED: dict[str, str] = {
     "genai_pacer.llm_endpoint": "genai_pacer.endpoints.llm_endpoint",
     "genai_pacer.endpoint_scaling": "genai_pacer.endpoints.scaling",
     "genai_pacer.capacity": "genai_pacer.endpoints.capacity",
+    "genai_pacer._secure": "genai_pacer._internal.secure",
+    "genai_pacer.orchestration": "genai_pacer.step_functions.orchestration",
+    "genai_pacer.model_tasks": "genai_pacer.step_functions.model_tasks",
+    "genai_pacer.sync_execution": "genai_pacer.step_functions.sync_execution",
 }
 
 

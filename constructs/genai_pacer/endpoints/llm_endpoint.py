@@ -31,7 +31,7 @@ from .._internal.checks import Checks, duration_in, is_token, shown, token_kind,
 from .._internal.docs import constructor_doc
 from .._internal.nag import acknowledge_exact_resources, acknowledge_exact_resources_at_validation, flattened
 from .._internal.s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
-from .._secure import construct_key
+from .._internal.secure import construct_key
 from .capacity import MAX_CAPACITY
 
 __all__ = [

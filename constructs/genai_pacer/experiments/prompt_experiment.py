@@ -88,8 +88,9 @@ from .._internal.checks import (
 )
 from .._internal.docs import constructor_doc
 from .._internal.runtime_constants import metrics_constants
-from .._secure import StateMachineOptions, encrypted_log_group, log_key, model_state_machine
+from .._internal.secure import encrypted_log_group, log_key
 from ..models import BedrockModel, as_bedrock_model
+from ..step_functions.state_machine import StateMachineOptions, model_state_machine
 
 __all__ = [
     "DOCUMENT_SCHEMA",

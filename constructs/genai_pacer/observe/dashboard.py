@@ -809,7 +809,7 @@ class LatencyDashboard(Construct):
 
     def add_sync_execution_url(self, url: Any, *, title: str | None = None) -> None:
         """A SyncExecutionUrl: what callers wait (p50/p90) and the function's errors and throttles."""
-        from ..sync_execution import SyncExecutionUrl
+        from ..step_functions.sync_execution import SyncExecutionUrl
 
         with Checks(f"LatencyDashboard {self.node.id}: add_sync_execution_url") as check:
             check.instance("url", url, SyncExecutionUrl, "a SyncExecutionUrl")

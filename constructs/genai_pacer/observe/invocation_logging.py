@@ -52,7 +52,7 @@ from constructs import Construct, IConstruct
 from .._internal.checks import Checks, is_token
 from .._internal.docs import constructor_doc
 from .._internal.s3 import bucket_key as bucket_key_of
-from .._secure import encrypted_log_group, log_key
+from .._internal.secure import encrypted_log_group, log_key
 
 __all__ = ["DEFAULT_BUCKET_RETENTION_DAYS", "DELIVERY_PATH", "LOG_STREAM", "NONCURRENT_DAYS", "ModelInvocationLogging"]
 

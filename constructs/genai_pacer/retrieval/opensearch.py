@@ -49,7 +49,7 @@ from constructs import Construct
 
 from .._internal.checks import Checks, _show, is_token, kind_of, token_kind
 from .._internal.docs import constructor_doc
-from .._secure import handler_function
+from .._internal.secure import handler_function
 from .tuning import (
     COMBINATIONS,
     MAX_SUBQUERIES,

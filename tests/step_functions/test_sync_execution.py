@@ -14,9 +14,9 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Annotations, Match
 from botocore.stub import Stubber
 from genai_pacer import InvalidPropsError, ParallelPrompts, StateMachineOptions, SyncExecutionUrl
-from genai_pacer.model_tasks import ConverseRequest
 from genai_pacer.models import BedrockModel
-from genai_pacer.sync_execution import URL_INVOKE_ACTIONS
+from genai_pacer.step_functions.model_tasks import ConverseRequest
+from genai_pacer.step_functions.sync_execution import URL_INVOKE_ACTIONS
 from helpers import new_stack, only, policy_statements, resources, template_of
 
 NOVA = BedrockModel.foundation("amazon.nova-lite-v1:0")

@@ -17,6 +17,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from aws_cdk.assertions import Annotations, Match
+from conftest import nag_findings
 from genai_pacer import (
     DEFAULT_RETRY_ERRORS,
     BedrockModel,
@@ -934,24 +935,6 @@ def test_options_for_a_new_log_group_with_an_existing_one_are_refused_not_ignore
 
 
 # --- cdk-nag: the library never hides the user's own findings ----------------------------------------
-
-
-def nag_findings(build, context: dict[str, object] | None = None) -> list[str]:
-    """Synthesize a one-stack app with AwsSolutions registered; return the unacknowledged findings."""
-    import tempfile
-    from pathlib import Path
-
-    from cdk_nag import AwsSolutionsChecks
-    from conftest import nag_violations
-
-    outdir = tempfile.mkdtemp()
-    app = cdk.App(outdir=outdir, context=context)
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    stack = cdk.Stack(app, "Nag", env=cdk.Environment(account="111122223333", region="us-east-1"))
-    build(stack)
-    with contextlib.suppress(RuntimeError):  # ValidationFailed: the findings are in the report
-        app.synth()
-    return nag_violations(Path(outdir))
 
 
 def test_a_users_own_wildcard_on_the_map_role_still_fails_nag():

@@ -12,7 +12,8 @@ import botocore.loaders
 import cfnlint
 import pytest
 from aws_cdk import aws_stepfunctions as sfn
-from genai_pacer import BedrockModel, BoundedMap, ConverseRequest, model_tasks, orchestration
+from genai_pacer import BedrockModel, BoundedMap, ConverseRequest
+from genai_pacer.step_functions import model_tasks, orchestration
 from helpers import definition, new_stack, only, template_of
 
 ASL_SCHEMA = Path(cfnlint.__file__).parent / "data" / "schemas" / "other" / "step_functions" / "statemachine.json"
