@@ -46,7 +46,10 @@ settings.register_profile("dev", print_blob=True, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI", "").lower() in ("1", "true", "yes") else "dev"))
 
 
-pytest_plugins = ["genai_pacer.testing.pytest_plugin"]  # the emulator fixtures users get, used here too
+pytest_plugins = [
+    "genai_pacer.testing.pytest_plugin",  # the emulator fixtures users get, used here too
+    "queued_worker_harness",  # the queue worker as Lambda runs it (`worker`), for the queue's and the store's tests
+]
 
 
 class NagFailure(AssertionError):

@@ -233,9 +233,9 @@ def test_an_unreadable_or_far_future_claim_never_blocks_a_key(environment, bad):
 
 def test_a_claim_lasting_longer_than_any_routers_is_treated_as_expired(environment):
     """A router claims a key for at most its function's remaining time: Lambda's 900-second maximum timeout
-    (queued_inference.MAX_LAMBDA_TIMEOUT_SECONDS, from the AWS::Lambda::Function schema) plus a minute of
+    (queue.inference.MAX_LAMBDA_TIMEOUT_SECONDS, from the AWS::Lambda::Function schema) plus a minute of
     clock skew. A claim saying it lasts longer was written by no router and never blocks the key."""
-    from genai_pacer.queued_inference import MAX_LAMBDA_TIMEOUT_SECONDS
+    from genai_pacer.queue.inference import MAX_LAMBDA_TIMEOUT_SECONDS
 
     (module,) = environment(CountingModel(), count=1)
     now = 1_800_000_000.0  # the case's own clock: claim() is given it, so no wall-clock time is read

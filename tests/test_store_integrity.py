@@ -337,10 +337,10 @@ def test_the_write_condition_fits_dynamodbs_expression_limits():
 
 # --- 27.2: a producer can't pin a key -----------------------------------------------------------
 
-from test_queued_worker import T0, answer, expect_call, item, log_lines, record, worker  # noqa: E402, F401
+from queued_worker_harness import T0, expect_call, item, log_lines, record  # noqa: E402
 
 
-def test_a_producer_sequence_beyond_send_time_plus_the_skew_is_refused_and_later_writes_win(worker, capsys):  # noqa: F811
+def test_a_producer_sequence_beyond_send_time_plus_the_skew_is_refused_and_later_writes_win(worker, capsys):
     pinned = record("m-pin", {"key": "k", "prompt": "p", "sequence": 10**38 - 1}, sent=T0)
     just_over = record("m-over", {"key": "k", "prompt": "p", "sequence": T0 + 60_001}, sent=T0)
     assert worker.handler({"Records": [pinned, just_over]}) == {
@@ -363,7 +363,7 @@ def test_a_producer_sequence_beyond_send_time_plus_the_skew_is_refused_and_later
     assert (item(worker, "k")["answer"], item(worker, "k")["request_id"]) == ("later", "queue#m-later")
 
 
-def test_no_producer_request_id_outranks_another_writer_at_an_equal_sequence(worker):  # noqa: F811
+def test_no_producer_request_id_outranks_another_writer_at_an_equal_sequence(worker):
     """Without namespacing, requestId "\\uffff" would beat the router's id at the same millisecond."""
     router = answers.Answer(key="k", text="router's", model_id="m", request_id="router#abc", sequence=T0)
     assert answers.put_answer(worker.DDB, "answers", router) is True
@@ -405,7 +405,7 @@ def test_supersedes_agrees_with_the_write_condition(ddb, stored_id, new_id, stor
     """The worker skips a message when supersedes() says so; if it disagreed with put_answer's condition
     at equal sequences, a message would be dropped unanswered (or a model call paid for nothing).
     (One deliberate difference: the same request id at a newer sequence is a producer's retry, a
-    duplicate for supersedes; tests/test_queued_worker.py covers it.)"""
+    duplicate for supersedes; tests/queue/test_queued_worker.py covers it.)"""
     stored = answers.Answer(key="k", text="stored", model_id="m", request_id=stored_id, sequence=stored_seq)
     assert answers.put_answer(ddb, TABLE, stored) is True
     read = answers.get_answer(ddb, TABLE, "k")
@@ -417,7 +417,7 @@ def test_supersedes_agrees_with_the_write_condition(ddb, stored_id, new_id, stor
     assert skipped == ((stored_seq, stored_id) >= (new_seq, new_id))
 
 
-def test_the_worker_answers_a_message_that_outranks_the_stored_answer_at_an_equal_sequence(worker):  # noqa: F811
+def test_the_worker_answers_a_message_that_outranks_the_stored_answer_at_an_equal_sequence(worker):
     older = answers.Answer(key="k", text="a's", model_id="m", request_id="queue#a", sequence=T0)
     assert answers.put_answer(worker.DDB, "answers", older) is True
     expect_call(worker, "b's")
@@ -450,7 +450,7 @@ def test_no_answer_key_lands_on_a_claim_whatever_its_case(key):
         answers.check_key(key)
 
 
-def test_the_worker_writes_only_queue_ids_and_request_claims(worker):  # noqa: F811
+def test_the_worker_writes_only_queue_ids_and_request_claims(worker):
     expect_call(worker, "a")
     assert worker.handler({"Records": [record("m-1", {"key": "k", "prompt": "p", "requestId": "router#x"})]}) == {
         "batchItemFailures": []}

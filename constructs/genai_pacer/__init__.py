@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .observe import TpmQuota as TpmQuota
     from .observe import WatchedModel as WatchedModel
     from .precompute import ScheduledPrecompute as ScheduledPrecompute
-    from .queued_inference import QueuedInference as QueuedInference
+    from .queue import QueuedInference as QueuedInference
     from .quota import ModelQuota as ModelQuota
     from .quota import Share as Share
     from .quota import planning as planning
@@ -68,7 +68,7 @@ _EXPORTS = {
     "SyncExecutionUrl": ".step_functions",
     "StateMachineOptions": ".step_functions",
     "InvalidPropsError": "._internal.checks",
-    "QueuedInference": ".queued_inference",
+    "QueuedInference": ".queue",
     "AnswerStore": ".answer_store",
     "EndpointScaling": ".endpoints",
     "PeakWindow": ".endpoints",

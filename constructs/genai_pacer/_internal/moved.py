@@ -40,6 +40,7 @@ MOVED: dict[str, str] = {
     "genai_pacer.orchestration": "genai_pacer.step_functions.orchestration",
     "genai_pacer.model_tasks": "genai_pacer.step_functions.model_tasks",
     "genai_pacer.sync_execution": "genai_pacer.step_functions.sync_execution",
+    "genai_pacer.queued_inference": "genai_pacer.queue.inference",
 }
 
 

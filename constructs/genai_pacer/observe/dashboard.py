@@ -651,7 +651,7 @@ class LatencyDashboard(Construct):
     def add_queued_inference(self, queued: Any, *, title: str | None = None) -> None:
         """A QueuedInference: queue age and DLQ depth, worker errors and throttles, its calls' tokens,
         reservation, latency and served mode, and its alarms."""
-        from ..queued_inference import QueuedInference
+        from ..queue.inference import QueuedInference
 
         with Checks(f"LatencyDashboard {self.node.id}: add_queued_inference") as check:
             check.instance("queued", queued, QueuedInference, "a QueuedInference")

@@ -17,7 +17,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Annotations, Match
 from genai_pacer import AnswerStore, BedrockModel, QueuedInference, planning
-from genai_pacer.queued_inference import (
+from genai_pacer.queue.inference import (
     MAX_BEDROCK_ATTEMPTS,
     STORE_SECONDS,
     sdk_backoff_seconds,

@@ -5,10 +5,10 @@ stored answer afterwards, the batch item failures, and how many model calls were
 from __future__ import annotations
 
 from pacer_runtime import answers
-from test_queued_worker import T0, TABLE, answer, expect_call, item, log_lines, record, worker  # noqa: F401
+from queued_worker_harness import T0, TABLE, answer, expect_call, item, log_lines, record
 
 
-def corrupt(worker, **attributes) -> None:  # noqa: F811
+def corrupt(worker, **attributes) -> None:
     """Store a bad item under "k" with a sequence newer than any message below (within the skew)."""
     stored = {"pk": {"S": "k"}, "answer": {"S": "old"}, "model_id": {"S": "m"}, "request_id": {"S": "queue#z"},
               "sequence": {"N": str(T0 + 10_000)}, "generated_at": {"S": answers.iso_utc(T0 / 1000)}}
@@ -16,7 +16,7 @@ def corrupt(worker, **attributes) -> None:  # noqa: F811
     worker.DDB.put_item(TableName=TABLE, Item=stored)
 
 
-def test_a_corrupted_item_is_repaired_by_one_call_and_never_fails_the_message(worker, capsys):  # noqa: F811
+def test_a_corrupted_item_is_repaired_by_one_call_and_never_fails_the_message(worker, capsys):
     for bad in ({"sequence": {"S": "x"}}, {"sequence": {"N": str(10**38 - 1)}}, {"answer": {"N": "123"}},
                 {"generated_at": {"S": "9999-01-01T00:00:00+00:00"}},
                 # every other attribute readers check, and what only put_answer can judge (issue 22 audit)
@@ -49,7 +49,7 @@ def model_error(code: str, status: int, message: str = f"Malformed input: {PROMP
     return ClientError({"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}, "Converse")
 
 
-def calls_through(worker, monkeypatch, outcomes: list) -> list:  # noqa: F811
+def calls_through(worker, monkeypatch, outcomes: list) -> list:
     """Replace the model call: each call takes the next outcome (an exception is raised, text is answered)."""
     made: list = []
     real = worker.__dict__.setdefault("_real_converse", worker.converse)
@@ -78,7 +78,7 @@ def calls_through(worker, monkeypatch, outcomes: list) -> list:  # noqa: F811
     ids=["429", "503", "400", "timeout"],
 )
 def test_a_model_fault_fails_its_message_alone_logs_no_prompt_and_frees_the_claim(
-    worker, monkeypatch, capsys, fault, reason, code, status  # noqa: F811
+    worker, monkeypatch, capsys, fault, reason, code, status
 ):
     made = calls_through(worker, monkeypatch, ["before", fault, "after"])
     records = [record(f"m-{i}", {"key": f"k{i}", "prompt": PROMPT}) for i in range(3)]
@@ -99,7 +99,7 @@ def test_a_model_fault_fails_its_message_alone_logs_no_prompt_and_frees_the_clai
     assert item(worker, "k1")["answer"] == "retried" and len(made) == made_before
 
 
-def test_a_store_throttle_is_named_as_the_stores_and_the_answer_comes_on_redelivery(worker, monkeypatch, capsys):  # noqa: F811
+def test_a_store_throttle_is_named_as_the_stores_and_the_answer_comes_on_redelivery(worker, monkeypatch, capsys):
     real_put = worker.DDB.put_item
     throttled = []
 
@@ -124,7 +124,7 @@ def test_a_store_throttle_is_named_as_the_stores_and_the_answer_comes_on_redeliv
     assert item(worker, "k")["answer"] == "stored"
 
 
-def test_parameter_validation_and_unexpected_errors_log_no_prompt(worker, monkeypatch, capsys):  # noqa: F811
+def test_parameter_validation_and_unexpected_errors_log_no_prompt(worker, monkeypatch, capsys):
     def explode(client, request):
         raise RuntimeError(f"bug while handling {request['messages'][0]['content'][0]['text']}")
 
@@ -161,7 +161,7 @@ MALFORMED = [
 ]
 
 
-def test_malformed_bodies_and_lone_surrogates_fail_alone_with_their_reason(worker, capsys):  # noqa: F811
+def test_malformed_bodies_and_lone_surrogates_fail_alone_with_their_reason(worker, capsys):
     expect_call(worker, "good")
     records = [record(f"bad-{i}", body) for i, (body, _) in enumerate(MALFORMED)]
     records.insert(3, record("good", {"key": "g", "prompt": "p"}))
@@ -173,7 +173,7 @@ def test_malformed_bodies_and_lone_surrogates_fail_alone_with_their_reason(worke
         assert lines[f"bad-{i}"]["reason"] == "invalid-message" and detail in lines[f"bad-{i}"]["detail"], (i, lines[f"bad-{i}"])
 
 
-def test_records_that_are_not_sqs_records_fail_alone(worker, capsys):  # noqa: F811
+def test_records_that_are_not_sqs_records_fail_alone(worker, capsys):
     expect_call(worker, "good")
     records = [{"messageId": "no-body"}, {"messageId": "bytes", "body": 5}, record("good", {"key": "g", "prompt": "p"})]
     assert worker.handler({"Records": records}) == {

@@ -11,13 +11,13 @@ import json
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from test_queued_worker import TABLE, answer, item, worker  # noqa: F401
+from queued_worker_harness import TABLE, answer, item
 
 MAX_RECEIVE_COUNT = 2
 
 
 @pytest.fixture
-def queues(worker):  # noqa: F811 (worker's mock_aws is active)
+def queues(worker):  # worker: its mock_aws is active
     sqs = boto3.client("sqs")
     dlq_url = sqs.create_queue(QueueName="worker-dlq")["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -35,7 +35,7 @@ def lambda_records(sqs, url: str) -> list[dict]:
              "attributes": m["Attributes"], "messageAttributes": {}, "eventSource": "aws:sqs"} for m in received]
 
 
-def drain(worker, sqs, url: str, *, rounds: int = 20) -> list[list[str]]:  # noqa: F811
+def drain(worker, sqs, url: str, *, rounds: int = 20) -> list[list[str]]:
     """Deliver until the queue is empty; returns each round's failed message ids."""
     failures = []
     for _ in range(rounds):
@@ -51,7 +51,7 @@ def drain(worker, sqs, url: str, *, rounds: int = 20) -> list[list[str]]:  # noq
     raise AssertionError(f"the queue still held messages after {rounds} deliveries")
 
 
-def model(worker, monkeypatch, outcomes: dict[str, list]) -> list[str]:  # noqa: F811
+def model(worker, monkeypatch, outcomes: dict[str, list]) -> list[str]:
     """Replace the model call: a prompt's calls take its outcomes in turn (an exception is raised, text is
     answered through the real client and its Stubber). Returns the prompts of every call made."""
     made: list[str] = []
@@ -75,7 +75,7 @@ def throttle() -> ClientError:
                         "ResponseMetadata": {"HTTPStatusCode": 429}}, "Converse")
 
 
-def test_only_the_message_that_fails_on_every_delivery_reaches_the_dlq(worker, queues, monkeypatch, capsys):  # noqa: F811
+def test_only_the_message_that_fails_on_every_delivery_reaches_the_dlq(worker, queues, monkeypatch, capsys):
     sqs, url, dlq_url = queues
     made = model(worker, monkeypatch, {
         "good 1": ["answer 1"], "good 2": ["answer 2"],
@@ -111,7 +111,7 @@ def test_only_the_message_that_fails_on_every_delivery_reaches_the_dlq(worker, q
     assert reasons == {"invalid-message", "throttled"}
 
 
-def test_a_duplicate_delivery_is_answered_once_and_never_dead_lettered(worker, queues, monkeypatch):  # noqa: F811
+def test_a_duplicate_delivery_is_answered_once_and_never_dead_lettered(worker, queues, monkeypatch):
     sqs, url, dlq_url = queues
     made = model(worker, monkeypatch, {"same": ["once"]})
     for _ in range(2):  # a producer's retry: the same requestId sent twice
