@@ -26,9 +26,9 @@ from aws_cdk import aws_scheduler as scheduler  # noqa: E402
 from aws_cdk import aws_stepfunctions as sfn  # noqa: E402
 from aws_cdk.integ_tests_alpha import ExpectedResult, IntegTest, Match  # noqa: E402
 from genai_pacer import AnswerStore, ConverseRequest  # noqa: E402
-from genai_pacer.answer_router import AnswerRouter  # noqa: E402
-from genai_pacer.batch_precompute import BatchPrecompute  # noqa: E402
-from genai_pacer.precompute import ScheduledPrecompute  # noqa: E402
+from genai_pacer.precompute.batch import BatchPrecompute  # noqa: E402
+from genai_pacer.precompute.router import AnswerRouter  # noqa: E402
+from genai_pacer.precompute.scheduled import ScheduledPrecompute  # noqa: E402
 
 from integ._support import destroy_on_delete, grant_assertions_keys, model, new_app, scratch_bucket  # noqa: E402
 

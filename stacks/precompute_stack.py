@@ -8,9 +8,9 @@ import aws_cdk as cdk
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_stepfunctions as sfn
 from genai_pacer import AnswerStore, ConverseRequest, ModelQuota, planning
-from genai_pacer.answer_router import AnswerRouter
-from genai_pacer.batch_precompute import BatchPrecompute
-from genai_pacer.precompute import ScheduledPrecompute
+from genai_pacer.precompute.batch import BatchPrecompute
+from genai_pacer.precompute.router import AnswerRouter
+from genai_pacer.precompute.scheduled import ScheduledPrecompute
 
 from constructs import Construct
 

@@ -118,7 +118,7 @@ def test_the_input_limit_is_start_sync_executions(sync_handler):
     assert start_sync_input_max() != 256_000  # a decimal reading of "256 KB" would be wrong here
 
 
-# --- 2. ScheduledPrecompute's DynamoDB error names (constructs/genai_pacer/precompute.py) ------------
+# --- 2. ScheduledPrecompute's DynamoDB error names (constructs/genai_pacer/precompute/scheduled.py) ---
 
 #: The optimized integration's task resources and the API operations they call.
 OPTIMIZED_DYNAMODB = {"putItem": "PutItem", "deleteItem": "DeleteItem", "updateItem": "UpdateItem", "getItem": "GetItem"}
@@ -208,7 +208,7 @@ def test_the_lambda_throttle_the_second_look_retries_is_an_invoke_error():
         assert lambda_error_problem(wrong) is not None, wrong
 
 
-# --- 3. EventBridge Scheduler: the target Input size and RetryPolicy (precompute.py) ----------------
+# --- 3. EventBridge Scheduler: the target Input size and RetryPolicy (precompute/scheduled.py) ---------
 
 
 def scheduler_input_kb() -> int:

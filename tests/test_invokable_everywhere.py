@@ -25,9 +25,9 @@ from genai_pacer import (
     QueuedInference,
     ScheduledPrecompute,
 )
-from genai_pacer.answer_router import AnswerRouter
 from genai_pacer.experiments.prompt_experiment import ExperimentVariant, PromptExperiment, TextPrompt
 from genai_pacer.observe.dashboard import LatencyDashboard
+from genai_pacer.precompute.router import AnswerRouter
 from helpers import normalized
 from test_models import HAIKU, FakeCrossRegionProfile, FakeFoundationModel, FakePromptRouter
 

@@ -85,3 +85,20 @@ def test_what_left_secure_for_the_state_machine_module_still_imports_from_the_ol
     namespace: dict[str, object] = {}
     exec(f"from genai_pacer._secure import {name}", namespace)
     assert namespace[name] is getattr(state_machine, name)
+
+
+def test_every_name_of_the_former_precompute_module_still_imports_from_it():
+    """genai_pacer.precompute was ScheduledPrecompute's module; it is now the capability's package, and the
+    module is genai_pacer.precompute.scheduled. Every name the module had, private ones included, still
+    resolves from the old path to the same object until the aliases go."""
+    import genai_pacer.precompute as package
+    from genai_pacer.precompute import scheduled
+
+    names = [name for name in vars(scheduled) if not name.startswith("__")]
+    assert {"RUN_LOCK_PREFIX", "ScheduledPrecompute", "answer_schema", "_AnswerSchema"} <= set(names)
+    assert [name for name in names if getattr(package, name) is not getattr(scheduled, name)] == []
+    namespace: dict[str, object] = {}
+    exec("from genai_pacer.precompute import RUN_LOCK_PREFIX, ScheduledPrecompute, answer_schema", namespace)
+    assert namespace["answer_schema"] is scheduled.answer_schema
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchName'"):
+        package.NoSuchName  # noqa: B018

@@ -23,7 +23,7 @@ import pytest
 #: The test modules whose TABLE maps a name to (the class or method, its props, ...), by path under tests/.
 TABLE_MODULES = (
     "step_functions/test_tokens_step_functions",
-    "test_tokens_precompute",
+    "precompute/test_tokens_precompute",
     "observe/test_tokens_observe",
     "endpoints/test_tokens_scaling",
     "test_tokens_store_quota",

@@ -11,9 +11,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from . import runtime as runtime
     from ._internal.checks import InvalidPropsError as InvalidPropsError
-    from .answer_router import AnswerRouter as AnswerRouter
-    from .answer_store import AnswerStore as AnswerStore
-    from .batch_precompute import BatchPrecompute as BatchPrecompute
     from .endpoints import EndpointScaling as EndpointScaling
     from .endpoints import InferenceComponentOptions as InferenceComponentOptions
     from .endpoints import LlmEndpoint as LlmEndpoint
@@ -31,6 +28,9 @@ if TYPE_CHECKING:
     from .observe import ModelInvocationLogging as ModelInvocationLogging
     from .observe import TpmQuota as TpmQuota
     from .observe import WatchedModel as WatchedModel
+    from .precompute import AnswerRouter as AnswerRouter
+    from .precompute import AnswerStore as AnswerStore
+    from .precompute import BatchPrecompute as BatchPrecompute
     from .precompute import ScheduledPrecompute as ScheduledPrecompute
     from .queue import QueuedInference as QueuedInference
     from .quota import ModelQuota as ModelQuota
@@ -69,13 +69,13 @@ _EXPORTS = {
     "StateMachineOptions": ".step_functions",
     "InvalidPropsError": "._internal.checks",
     "QueuedInference": ".queue",
-    "AnswerStore": ".answer_store",
+    "AnswerStore": ".precompute",
     "EndpointScaling": ".endpoints",
     "PeakWindow": ".endpoints",
     "LlmEndpoint": ".endpoints",
     "InferenceComponentOptions": ".endpoints",
-    "AnswerRouter": ".answer_router",
-    "BatchPrecompute": ".batch_precompute",
+    "AnswerRouter": ".precompute",
+    "BatchPrecompute": ".precompute",
     "ModelInvocationLogging": ".observe",
     "LatencyAlarms": ".observe",
     "LatencyDashboard": ".observe",

@@ -41,6 +41,9 @@ MOVED: dict[str, str] = {
     "genai_pacer.model_tasks": "genai_pacer.step_functions.model_tasks",
     "genai_pacer.sync_execution": "genai_pacer.step_functions.sync_execution",
     "genai_pacer.queued_inference": "genai_pacer.queue.inference",
+    "genai_pacer.answer_store": "genai_pacer.precompute.store",
+    "genai_pacer.answer_router": "genai_pacer.precompute.router",
+    "genai_pacer.batch_precompute": "genai_pacer.precompute.batch",
 }
 
 

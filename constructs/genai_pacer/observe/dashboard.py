@@ -760,7 +760,7 @@ class LatencyDashboard(Construct):
     def add_answer_router(self, router: Any, *, title: str | None = None) -> None:
         """An AnswerRouter: the share of requests served from the store (hits), without a stored answer
         (misses) and with one older than the caller accepts (stale), with the counts behind them."""
-        from ..answer_router import AnswerRouter
+        from ..precompute.router import AnswerRouter
 
         with Checks(f"LatencyDashboard {self.node.id}: add_answer_router") as check:
             check.instance("router", router, AnswerRouter, "an AnswerRouter")

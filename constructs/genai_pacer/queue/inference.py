@@ -37,8 +37,8 @@ from .._internal.checks import (
 from .._internal.docs import constructor_doc
 from .._internal.runtime_constants import metrics_constants
 from .._internal.secure import encrypted_log_group, log_key
-from ..answer_store import AnswerStore
 from ..models import BedrockModel, as_bedrock_model
+from ..precompute.store import AnswerStore
 from ..quota import planning
 
 __all__ = [

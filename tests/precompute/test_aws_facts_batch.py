@@ -15,7 +15,7 @@ import aws_cdk as cdk
 import botocore.session
 import pytest
 from genai_pacer import BedrockModel
-from genai_pacer import batch_precompute as batch
+from genai_pacer.precompute import batch
 from helpers import all_states, definition, new_stack, only, template_of
 
 SESSION = botocore.session.get_session()

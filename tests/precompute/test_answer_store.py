@@ -11,7 +11,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk.assertions import Annotations, Match
 from genai_pacer import AnswerStore, InvalidPropsError
-from genai_pacer.answer_store import PARTITION_KEY, TTL_ATTRIBUTE
+from genai_pacer.precompute.store import PARTITION_KEY, TTL_ATTRIBUTE
 from helpers import new_stack, only, policy_statements, template_of
 
 
@@ -213,8 +213,8 @@ def test_a_deploy_time_ttl_reaches_every_writer_as_a_reference_never_as_digits()
     from aws_cdk import aws_scheduler as scheduler
     from aws_cdk import aws_stepfunctions as sfn
     from genai_pacer import AnswerRouter, BedrockModel, ConverseRequest, QueuedInference
-    from genai_pacer.batch_precompute import BatchPrecompute
-    from genai_pacer.precompute import ScheduledPrecompute
+    from genai_pacer.precompute.batch import BatchPrecompute
+    from genai_pacer.precompute.scheduled import ScheduledPrecompute
 
     stack = new_stack()
     ttl = cdk.CfnParameter(stack, "TtlSeconds", type="Number")

@@ -131,7 +131,7 @@ CORRUPTIONS = {
     "generated_at empty": ({"generated_at": {"S": ""}}, "generated_at is not an ISO-8601 time", CONDITION),
     "generated_at before 1970": ({"generated_at": {"S": "1969-12-31T23:59:59.000Z"}}, "generated_at is before 1970", CONDITION),
     # What only put_answer can judge (the Step Functions writer's condition keeps such an item, and its
-    # "Check stored answer" step hands the write to put_answer: tests/test_faults_scheduled_precompute.py).
+    # "Check stored answer" step hands the write to put_answer: tests/precompute/test_faults_scheduled_precompute.py).
     "fractional output_tokens": ({"output_tokens": {"N": "2.5"}}, "output_tokens is not a whole number >= 0", PUT_ANSWER),
     "fractional cache_read_tokens": ({"cache_read_tokens": {"N": "0.5"}}, "cache_read_tokens is not a whole number >= 0",
                                      PUT_ANSWER),
@@ -524,7 +524,7 @@ def handlers(monkeypatch):
                 return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(DynamoHandler, operation, atomic)
-    root = Path(__file__).resolve().parents[1] / "lambda"
+    root = Path(__file__).resolve().parents[2] / "lambda"
     with mock_aws():
         boto3.client("dynamodb").create_table(
             TableName=TABLE, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],

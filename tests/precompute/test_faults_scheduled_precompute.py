@@ -25,7 +25,7 @@ from genai_pacer import (
     InvalidPropsError,
     StateMachineOptions,
 )
-from genai_pacer.precompute import (
+from genai_pacer.precompute.scheduled import (
     CONDITIONAL_CHECK_FAILED,
     DYNAMODB_RETRY_ERRORS,
     LAMBDA_THROTTLED,

@@ -33,8 +33,8 @@ from genai_pacer import (
     QueuedInference,
     StateMachineOptions,
 )
-from genai_pacer.batch_precompute import BatchPrecompute
-from genai_pacer.precompute import ScheduledPrecompute
+from genai_pacer.precompute.batch import BatchPrecompute
+from genai_pacer.precompute.scheduled import ScheduledPrecompute
 from helpers import new_stack, only, resources, token_of
 
 KINDS = ("number", "string", "duration", "list")

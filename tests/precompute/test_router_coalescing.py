@@ -23,7 +23,7 @@ from moto import mock_aws
 from moto.dynamodb.responses import DynamoHandler
 from pacer_runtime import answers, key_claims
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HANDLER = ROOT / "lambda" / "answer_router" / "handler.py"
 MODEL = "amazon.nova-lite-v1:0"
 TABLE = "answers"

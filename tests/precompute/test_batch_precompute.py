@@ -36,8 +36,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Template
 from botocore.exceptions import ClientError
 from genai_pacer import AnswerStore, BedrockModel, InvalidPropsError, StateMachineOptions
-from genai_pacer import batch_precompute as batch_module
-from genai_pacer.batch_precompute import BatchPrecompute
+from genai_pacer.precompute import batch as batch_module
+from genai_pacer.precompute.batch import BatchPrecompute
 from genai_pacer.testing.sfn import BatchJobSimulator, BatchRecordError, StateMachineRunner
 from genai_pacer.testing.sfn._batch import ServiceError
 from helpers import (

@@ -63,31 +63,31 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct, IConstruct
 
-from ._internal.alarms import execution_alarms, threshold_alarm
-from ._internal.assets import LAMBDA_DIR
-from ._internal.checks import Checks, duration_in, in_unit, is_token, token_kind
-from ._internal.docs import constructor_doc
-from ._internal.nag import (
+from .._internal.alarms import execution_alarms, threshold_alarm
+from .._internal.assets import LAMBDA_DIR
+from .._internal.checks import Checks, duration_in, in_unit, is_token, token_kind
+from .._internal.docs import constructor_doc
+from .._internal.nag import (
     acknowledge_exact_resources,
     acknowledge_exact_resources_at_validation,
     acknowledge_wildcard_resources,
     flattened,
     principal_policy,
 )
-from ._internal.runtime_constants import metrics_constants as metrics
-from ._internal.s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
-from ._internal.secure import handler_function, log_key
-from .answer_store import AnswerStore
-from .models import BedrockModel, as_bedrock_model
-from .quota import planning
-from .step_functions.model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
-from .step_functions.orchestration import (
+from .._internal.runtime_constants import metrics_constants as metrics
+from .._internal.s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
+from .._internal.secure import handler_function, log_key
+from ..models import BedrockModel, as_bedrock_model
+from ..quota import planning
+from ..step_functions.model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
+from ..step_functions.orchestration import (
     DISTRIBUTED_MAP_LIMIT,
     INLINE_MAP_LIMIT,
     STATE_PAYLOAD_LIMIT_BYTES,
     _cap,
 )
-from .step_functions.state_machine import StateMachineOptions, model_state_machine
+from ..step_functions.state_machine import StateMachineOptions, model_state_machine
+from .store import AnswerStore
 
 __all__ = [
     "CONDITIONAL_CHECK_FAILED",

@@ -1,7 +1,7 @@
 """The answer store's AWS facts, checked against machine-readable sources shipped in the venv:
 botocore's service models (dynamodb 2012-08-10, sqs 2012-11-05) and cfn-lint's IAM policy data
 (cfnlint/data/AdditionalSpecs/Policies.json). Facts only documents state (kms:ViaService and its
-DynamoDB value, which KMS actions DynamoDB calls) are sourced beside their constants in answer_store.py."""
+DynamoDB value, which KMS actions DynamoDB calls) are sourced beside their constants in precompute/store.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import botocore
 import cfnlint
 import pytest
-from genai_pacer import answer_store
+from genai_pacer.precompute import store as answer_store
 from pacer_runtime import answers
 
 BOTOCORE_DATA = Path(botocore.__file__).parent / "data"

@@ -26,7 +26,7 @@ from genai_pacer import (
     StateMachineOptions,
     planning,
 )
-from genai_pacer.precompute import RUN_LOCK_PREFIX, ScheduledPrecompute, answer_schema
+from genai_pacer.precompute.scheduled import RUN_LOCK_PREFIX, ScheduledPrecompute, answer_schema
 from genai_pacer.testing import BedrockEmulator, ModelSpec
 from genai_pacer.testing.sfn import StateMachineRunner
 from helpers import all_states, definition, kms_statements, new_stack, only, resources

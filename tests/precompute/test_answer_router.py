@@ -11,7 +11,7 @@ import pytest
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Annotations, Match, Template
 from genai_pacer import AnswerStore, BedrockModel, InvalidPropsError, planning
-from genai_pacer.answer_router import AnswerRouter
+from genai_pacer.precompute.router import AnswerRouter
 from helpers import new_stack, only, policy_statements, resources
 
 MODEL = BedrockModel.from_id("amazon.nova-lite-v1:0")

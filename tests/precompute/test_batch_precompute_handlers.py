@@ -536,7 +536,7 @@ def test_the_loader_benchmark_loads_every_successful_record_of_its_generated_out
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "batch_loader_bench.py"
+    path = Path(__file__).resolve().parents[2] / "bench" / "batch_loader_bench.py"
     spec = importlib.util.spec_from_file_location("batch_loader_bench", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
