@@ -736,6 +736,18 @@ def _model_quota(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
     return quota
 
 
+def _quota_ledger(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
+    from genai_pacer import ModelQuota, QuotaLedger
+
+    quota = ModelQuota(stack, "Quota", model=r.model(o["model"]), tpm_quota=400_000, burndown=5)
+    quota.share("Worker", quota.profile(input_tokens=2_500, output_tokens=300, max_tokens=440), fraction=0.5,
+                call_seconds=6)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota, table=r.table(o["table"]), encryption_key=r.key(o["encryption_key"]))
+    if o["grant"] != "none":
+        getattr(ledger, f"grant_{o['grant']}")(iam.Role(stack, "UserWorker", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
+    return ledger
+
+
 def _prompt_experiment(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
     from genai_pacer import ExperimentVariant, ManagedPrompt, PromptExperiment, TextPrompt
 
@@ -1001,6 +1013,12 @@ MATRICES: tuple[Matrix, ...] = (
         },
         _model_quota,
         valid=lambda o: not (o.get("require_shares") == "on" and o.get("consumer") == "none"),
+    ),
+    Matrix(
+        "QuotaLedger",
+        {"table": WHERE + ("imported-arn",), "encryption_key": KEYS, "model": MODELS3, "grant": ("none", "use", "read")},
+        _quota_ledger,
+        valid=lambda o: o.get("table", "default") == "default" or o.get("encryption_key", "none") == "none",
     ),
     Matrix(
         "PromptExperiment",

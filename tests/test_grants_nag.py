@@ -20,6 +20,7 @@ import aws_cdk as cdk
 import genai_pacer
 import pytest
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from conftest import nag_violations
@@ -29,8 +30,10 @@ from genai_pacer import (
     BedrockModel,
     ConverseRequest,
     LlmEndpoint,
+    ModelQuota,
     ParallelPrompts,
     QueuedInference,
+    QuotaLedger,
     StateMachineOptions,
     SyncExecutionUrl,
 )
@@ -60,6 +63,8 @@ def _constructs(stack: cdk.Stack) -> dict[str, Any]:
                                 model_data_bucket=s3.Bucket.from_bucket_name(stack, "Models", "my-models")),
         "model": NOVA,
         "profile": PROFILE,
+        "ledger": QuotaLedger(stack, "Ledger", quota=ModelQuota(stack, "Quota", model=NOVA, tpm_quota=400_000),
+                              encryption_key=kms.Key(stack, "LedgerKey", enable_key_rotation=True)),
     }
 
 
@@ -78,10 +83,12 @@ GRANTS: list[tuple[str, str, dict[str, Any]]] = [
     ("model", "grant_invoke", {}),
     ("model", "grant_invoke", {"streaming": True}),
     ("profile", "grant_invoke", {}),
+    ("ledger", "grant_use", {}),
+    ("ledger", "grant_read", {}),
 ]
 #: The classes each table key stands for (the coverage test walks their grant_* methods).
 CLASSES = {"store": AnswerStore, "router": AnswerRouter, "queue": QueuedInference, "url": SyncExecutionUrl,
-           "experiment": PromptExperiment, "endpoint": LlmEndpoint, "model": BedrockModel}
+           "experiment": PromptExperiment, "endpoint": LlmEndpoint, "model": BedrockModel, "ledger": QuotaLedger}
 
 
 def _role_id(index: int, construct: str, method: str) -> str:

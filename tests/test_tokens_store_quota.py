@@ -20,7 +20,7 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
-from genai_pacer import AnswerRouter, AnswerStore, BedrockModel, InvalidPropsError, ModelQuota
+from genai_pacer import AnswerRouter, AnswerStore, BedrockModel, InvalidPropsError, ModelQuota, QuotaLedger
 from helpers import ENCODED_NUMBER, holds_ref, names_prop, new_stack, only, resources, token_of
 
 KINDS = ("number", "string", "duration", "list")
@@ -52,6 +52,16 @@ def share(stack: cdk.Stack, **props: Any) -> Any:
     plan = drawn.share(**{"name": "Router", "profile": drawn.profile(input_tokens=2_000, output_tokens=300, max_tokens=440),
                           "call_seconds": 6, **amount, **props})
     return router(stack, reserved_concurrency=plan)
+
+
+def ledger(stack: cdk.Stack, **props: Any) -> QuotaLedger:
+    drawn = quota(stack)
+    drawn.share("Worker", drawn.profile(input_tokens=2_000, output_tokens=300, max_tokens=440), fraction=0.3, call_seconds=6)
+    return QuotaLedger(stack, "Ledger", **{"quota": drawn, **props})
+
+
+def ledger_environment(stack: cdk.Stack, **props: Any) -> dict[str, str]:
+    return ledger(stack).environment(**{"share": "Worker", **props})
 
 
 def profile(stack: cdk.Stack, **props: Any) -> Any:
@@ -118,6 +128,19 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Callable[..., Any], 
         share,
         {},
     ),
+    # The ledger's settings reach each consumer's environment and grant at synth, checked against the plan.
+    "QuotaLedger": (
+        QuotaLedger,
+        ("quota", "table", "encryption_key", "ledger_id", "clock_skew"),
+        ledger,
+        {},
+    ),
+    "QuotaLedger.environment": (
+        QuotaLedger.environment,
+        ("share", "burst_tpm"),
+        ledger_environment,
+        {},
+    ),
     "ModelQuota.profile": (
         ModelQuota.profile,
         ("input_tokens", "output_tokens", "max_tokens", "cache_write_tokens", "cache_read_tokens"),
@@ -149,7 +172,7 @@ def test_every_prop_given_every_kind_of_token_reaches_the_template_or_is_refused
 
 
 def test_the_table_counts():
-    assert len(CASES) == 4 * (3 + 16 + 10 + 8 + 5)
+    assert len(CASES) == 4 * (3 + 16 + 10 + 8 + 7 + 5)
     assert sum(len(passes) for *_rest, passes in TABLE.values()) == 9
 
 

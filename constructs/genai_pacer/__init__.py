@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .precompute import ScheduledPrecompute as ScheduledPrecompute
     from .queue import QueuedInference as QueuedInference
     from .quota import ModelQuota as ModelQuota
+    from .quota import QuotaLedger as QuotaLedger
     from .quota import Share as Share
     from .quota import planning as planning
     from .retrieval import HybridSearchPipeline as HybridSearchPipeline
@@ -83,6 +84,7 @@ _EXPORTS = {
     "WatchedModel": ".observe",
     "ScheduledPrecompute": ".precompute",
     "ModelQuota": ".quota",
+    "QuotaLedger": ".quota",
     "Share": ".quota",
     "HybridSearchPipeline": ".retrieval",
     "VectorIndexSettings": ".retrieval",

@@ -1,6 +1,7 @@
 """One model quota, many consumers: the planner (`planning`: reserve-then-settle arithmetic, rate plans,
 max_tokens sizing; pure Python, no CDK), `ModelQuota` (every consumer of a model draws a checked share
-of one plan at synth) and `quota-check` (`check`: the plan against the account's Service Quotas).
+of one plan at synth), `QuotaLedger` (the shared DynamoDB ledger that turns the shares into floors at
+run time) and `quota-check` (`check`: the plan against the account's Service Quotas).
 QuotaPacer, the run-time side, is `genai_pacer.runtime.QuotaPacer`. Documentation: docs/quota.md.
 
 The constructs load on first use, so `from genai_pacer.quota import planning` starts no CDK.
@@ -10,17 +11,18 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .ledger import QuotaLedger as QuotaLedger
     from .model_quota import ModelQuota as ModelQuota
     from .model_quota import Share as Share
 
-_LAZY = {"ModelQuota": ".model_quota", "Share": ".model_quota"}
-__all__ = ["ModelQuota", "Share", "check", "planning"]
+_LAZY = {"ModelQuota": ".model_quota", "Share": ".model_quota", "QuotaLedger": ".ledger"}
+__all__ = ["ModelQuota", "QuotaLedger", "Share", "check", "planning"]
 
 
 if not TYPE_CHECKING:
 
     def __getattr__(name: str) -> Any:
-        if name in ("check", "planning", "model_quota"):
+        if name in ("check", "planning", "model_quota", "ledger"):
             return import_module(f".{name}", __name__)
         if name not in _LAZY:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,262 @@
+"""The shared quota ledger: one DynamoDB item per model quota that every consumer's QuotaPacer writes.
+
+`ModelQuota` plans a quota at synth: each consumer draws a share, and without a ledger a share is a
+wall (its consumer's deploy-time cap). Static shares waste the quota as soon as load is uneven
+(issue 25: 4 processes on quarter shares used 35% of it). `QuotaLedger` keeps Bedrock's
+reserve-then-settle ledger where every consumer sees it, so the shares become floors and what one
+consumer leaves unused the others borrow:
+
+    quota = ModelQuota(self, "HaikuQuota", model=model, tpm_quota=400_000, burndown=5)
+    profile = quota.profile(input_tokens=2_500, output_tokens=300, max_tokens=440)
+    quota.share("Interactive", profile, fraction=0.5, call_seconds=6)
+    ledger = QuotaLedger(self, "HaikuLedger", quota=quota)
+    ledger.grant_use(worker)                                   # UpdateItem and GetItem on its item only
+    worker.add_environment(...)  # for each (k, v) of ledger.environment("Interactive")
+    # in the worker: pacer = QuotaPacer.from_environment(); pacer.converse(client, request)
+
+The item layout and the protocol (reserve, settle, release, expiry, floors and borrowing,
+contention, failures, clock skew, and how a Step Functions DynamoDB task takes part) are the
+runtime's: `pacer_runtime.ledger` (genai_pacer.runtime.ledger), whose docstring is the design.
+The table holds one item per quota, keyed "quota#<ledger_id>" under the string partition key
+"pk", so one table may serve several quotas, each consumer granted only its own quota's item.
+
+Why a construct of its own and not a ModelQuota option: ModelQuota creates no resources (it is a
+plan checked at synth, and apps use it without a ledger); the ledger is a table with grants and
+consumers' environments, and one table may keep several quotas. It reads the floors from the
+quota's shares, so the plan stays the one source of truth.
+
+Shares as floors, precisely (the runtime enforces it): Q = tpm_quota x (1 - keep_free); a consumer
+holding less than its share's TPM is admitted while the window holds Q; above its share it
+borrows up to its burst cap while no other consumer waits within its own share. A share is
+guaranteed up to what was borrowed while its owner was idle: borrowed holds come back as they
+settle and leave Bedrock's one-minute window, and nobody borrows while an owner waits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+
+from constructs import Construct
+
+from .._internal.checks import Checks, Default, _show, is_token, resolved
+from .._internal.docs import constructor_doc
+from ..answer_store import KMS_VIA_SERVICE, _is_table, _table_keys
+from .model_quota import ModelQuota
+
+__all__ = ["LEDGER_ENVIRONMENT", "LEDGER_KEY_PREFIX", "LEDGER_PARTITION_KEY", "LEDGER_TTL_ATTRIBUTE", "QuotaLedger"]
+
+#: Kept equal to pacer_runtime.ledger (PARTITION_KEY, KEY_PREFIX, TTL_ATTRIBUTE, ENVIRONMENT), which
+#: the constructs cannot import (it needs boto3); a test holds them together.
+LEDGER_PARTITION_KEY = "pk"
+LEDGER_KEY_PREFIX = "quota#"
+LEDGER_TTL_ATTRIBUTE = "expires_at"
+LEDGER_ENVIRONMENT = (
+    "GENAI_PACER_LEDGER_TABLE",
+    "GENAI_PACER_LEDGER_ID",
+    "GENAI_PACER_LEDGER_CONSUMER",
+    "GENAI_PACER_LEDGER_QUOTA_TPM",
+    "GENAI_PACER_LEDGER_FLOOR_TPM",
+    "GENAI_PACER_LEDGER_BURST_TPM",
+    "GENAI_PACER_LEDGER_SKEW_SECONDS",
+)
+#: Every call of the protocol is an UpdateItem (reserve, settle, release, a floor owner's want, a
+#: repair); GetItem reads the item before a refusal and for stats.
+_USE_ACTIONS = ("dynamodb:UpdateItem", "dynamodb:GetItem")
+_READ_ACTIONS = ("dynamodb:GetItem",)
+#: The KMS actions a caller needs on a customer-managed table key: the same reasoning and sources as
+#: answer_store's _KEY_READ_ACTIONS and _KEY_WRITE_ACTIONS.
+_KEY_USE_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey")
+_KEY_READ_ACTIONS = ("kms:Decrypt", "kms:DescribeKey")
+#: The IAM condition key that limits item-level actions to items with the listed partition key
+#: values (exact values with ForAllValues:StringEquals: DynamoDB developer guide, "Using IAM policy
+#: conditions for fine-grained access control", specifying-conditions.html).
+LEADING_KEYS = "dynamodb:LeadingKeys"
+_DEFAULT_SKEW = Default("cdk.Duration.seconds(1)", lambda: cdk.Duration.seconds(1))
+#: A share name is part of the ledger's attribute names (pacer_runtime.ledger.CONSUMER_NAME_LIMIT).
+_CONSUMER_LIMIT = 80
+_LEDGER_ID_LIMIT = 200  # a label, well inside the item key (a design choice, not a service limit)
+
+
+@constructor_doc
+class QuotaLedger(Construct):
+    """The shared reservation ledger of one ModelQuota: a DynamoDB table every consumer's QuotaPacer uses.
+
+    quota: required; the ModelQuota whose shares become floors. Its allocatable TPM (tpm_quota x
+        (1 - keep_free)) is what the consumers share at run time.
+    table: an existing table: string partition key "pk", no sort key (refused otherwise where its
+        schema is known; an imported table gets a warning saying what to check), TTL on
+        "expires_at" (advised). Several quotas may share one table. Default: a new on-demand table,
+        encrypted, point-in-time recovery on, TTL on "expires_at", destroyed with the stack (it
+        holds a minute of window state, nothing worth keeping).
+    encryption_key: customer-managed KMS key for a new table. Default: AWS-managed encryption.
+    ledger_id: the quota's key in the table ("quota#<ledger_id>"). Default: the quota's model id,
+        or, for a deploy-time model id, the quota construct's unique id. Two quotas in one table
+        need different ids.
+    clock_skew: the clock difference between consumers the ledger tolerates: each slot is kept this
+        much longer than Bedrock's window, so a clock that far ahead never frees a charge early.
+        Lambda functions are synchronized by AWS; more than a few seconds means a broken clock.
+        Between 0 and 30 seconds. Default: 1 second.
+
+    Attributes: `table`, `quota`, `ledger_id`, `clock_skew`. Grants: `grant_use` (UpdateItem,
+    GetItem), `grant_read` (GetItem), each limited to this quota's item. Consumers receive
+    `environment(share)`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        quota: ModelQuota,
+        table: dynamodb.ITable | None = None,
+        encryption_key: kms.IKey | None = None,
+        ledger_id: str | None = None,
+        clock_skew: cdk.Duration | Default = _DEFAULT_SKEW,
+    ) -> None:
+        super().__init__(scope, id)
+        skew: cdk.Duration = resolved(clock_skew)
+        with Checks(f"QuotaLedger {id}") as check:
+            check.instance("quota", quota, ModelQuota, "the ModelQuota whose shares become floors")
+            check.instance("table", table, dynamodb.ITable, "a dynamodb.Table or dynamodb.Table.from_table_name(...)",
+                           optional=True)
+            check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
+            check.rule(table is None or encryption_key is None,
+                       "encryption_key configures a new table, but table is an existing one: encrypt your table yourself")
+            if is_token(ledger_id):
+                check.fail("ledger_id is an unresolved CDK token (a deploy-time value); it is written into each "
+                           "consumer's environment and grant at synth: pass text, e.g. the model id")
+            elif ledger_id is not None:
+                check.text("ledger_id", ledger_id, max_length=_LEDGER_ID_LIMIT, fix="a label for the quota, e.g. its model id")
+            if isinstance(skew, cdk.Duration) and skew.is_unresolved():
+                check.fail("clock_skew is a deploy-time Duration; the ledger's consumers are configured at synth: pass "
+                           "cdk.Duration.seconds(1)")
+            else:
+                check.duration("clock_skew", skew, minimum=cdk.Duration.seconds(0), maximum=cdk.Duration.seconds(30),
+                               fix="the clock difference between consumers to tolerate, e.g. cdk.Duration.seconds(1)")
+            if table is not None and _is_table(table):
+                self._check_existing(check, table)
+        self.quota = quota
+        self.clock_skew = skew
+        model_id = quota.model.model_id
+        self.ledger_id: str = ledger_id or (model_id if not cdk.Token.is_unresolved(model_id) else cdk.Names.unique_id(quota))
+        self.table: dynamodb.ITable = table or dynamodb.Table(
+            self,
+            "Table",
+            partition_key=dynamodb.Attribute(name=LEDGER_PARTITION_KEY, type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            time_to_live_attribute=LEDGER_TTL_ATTRIBUTE,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+            **(
+                dict(encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED, encryption_key=encryption_key)
+                if encryption_key is not None
+                else dict(encryption=dynamodb.TableEncryption.AWS_MANAGED)
+            ),
+        )
+
+    @property
+    def quota_tpm(self) -> float:
+        """What the consumers share: the quota's allocatable TPM (tpm_quota x (1 - keep_free))."""
+        return self.quota.tpm_quota * (1 - self.quota.keep_free)
+
+    def environment(self, share: str, *, burst_tpm: float | None = None) -> dict[str, str]:
+        """The variables a consumer's processes need: the quota's pacer_environment(share) (its static
+        per-process share, the pacer's fallback) and the ledger's (GENAI_PACER_LEDGER_*), read by
+        `QuotaPacer.from_environment()`.
+
+        burst_tpm: the most this consumer may hold at once, borrowing included, from its share's
+            TPM up to the quota's allocatable TPM. Default: the allocatable TPM.
+        """
+        shares = self.quota.shares
+        with Checks(f"QuotaLedger {self.node.id}: environment({_show(share)})") as check:
+            if not isinstance(share, str) or share not in shares:
+                check.fail(f"share={_show(share)} is not a share of ModelQuota {self.quota.node.id}; drawn: "
+                           f"{', '.join(shares) or 'none'}")
+            elif "#" in share or len(share) > _CONSUMER_LIMIT:
+                check.fail(f"share={share!r} names the consumer in the ledger's attribute names: at most "
+                           f"{_CONSUMER_LIMIT} characters and no '#'; draw the share under such a name")
+            floor = shares[share].tpm if isinstance(share, str) and share in shares else 0.0
+            if burst_tpm is not None:
+                if is_token(burst_tpm):
+                    check.fail("burst_tpm is an unresolved CDK token; it is checked against the share at synth: pass "
+                               "a number")
+                else:
+                    check.number("burst_tpm", burst_tpm, minimum=floor, maximum=self.quota_tpm,
+                                 fix=f"between the share's {floor:,.0f} TPM and the quota's allocatable "
+                                 f"{self.quota_tpm:,.0f} TPM")
+        names = dict(zip(LEDGER_ENVIRONMENT, (
+            self.table.table_name, self.ledger_id, share, f"{self.quota_tpm:.0f}", f"{floor:.0f}",
+            f"{self.quota_tpm if burst_tpm is None else burst_tpm:.0f}",
+            f"{self.clock_skew.to_seconds(integral=False):g}",
+        ), strict=True))
+        return {**self.quota.pacer_environment(share), **names}
+
+    def grant_use(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Reserve, settle and release in this quota's ledger (UpdateItem, GetItem on its item only)."""
+        return self._grant(grantee, _USE_ACTIONS, _KEY_USE_ACTIONS)
+
+    def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Read this quota's ledger item (GetItem): for dashboards and tools."""
+        return self._grant(grantee, _READ_ACTIONS, _KEY_READ_ACTIONS)
+
+    def _grant(self, grantee: iam.IGrantable, actions: tuple[str, ...], key_actions: tuple[str, ...]) -> iam.Grant:
+        grant = iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=list(actions),
+            resource_arns=[self.table.table_arn],
+            # Only this quota's item: a consumer of one quota cannot write another's in a shared table.
+            conditions={"ForAllValues:StringEquals": {LEADING_KEYS: [LEDGER_KEY_PREFIX + self.ledger_id]}},
+        )
+        key = getattr(self.table, "encryption_key", None)
+        if key is not None:  # a customer-managed key: through DynamoDB in the table's Region only
+            iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=list(key_actions),
+                resource_arns=[key.key_arn],
+                conditions={"StringEquals": {KMS_VIA_SERVICE: f"dynamodb.{cdk.Stack.of(self.table).region}.amazonaws.com"}},
+            )
+        return grant
+
+    def _check_existing(self, check: Checks, table: Any) -> None:
+        keys = _table_keys(table)
+        if keys is None:
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:table-unverified",
+                f"table {table.node.path} is imported, so its key schema cannot be read: check that its partition key "
+                f"is a string named '{LEDGER_PARTITION_KEY}', that it has no sort key, and that its TTL attribute is "
+                f"'{LEDGER_TTL_ATTRIBUTE}'",
+            )
+            return
+        partition, sort = keys
+        ttl = _ttl_attribute(table)
+        if ttl != LEDGER_TTL_ATTRIBUTE:
+            # Advised, not required: readers enforce every hold's expiry themselves; TTL only drops the
+            # item of a quota nobody used for a day.
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:ledger-ttl",
+                f"table {table.node.path} has " + (f"its TTL on {ttl!r}" if ttl else "no TTL") + f": set "
+                f"time_to_live_attribute='{LEDGER_TTL_ATTRIBUTE}' so DynamoDB drops the items of quotas nobody uses",
+            )
+        check.rule(
+            partition == (LEDGER_PARTITION_KEY, "S") and not sort,
+            f"table {table.node.path} has partition key {partition[0]!r}" + (f" and sort key {sort[0][0]!r}" if sort else "")
+            + f"; the ledger keys each quota's item by a string partition key named '{LEDGER_PARTITION_KEY}' and no sort "
+            "key. Use such a table or omit table to get one",
+        )
+
+
+def _ttl_attribute(table: dynamodb.Table) -> str | None:
+    """The TTL attribute of a table defined in this app (its CloudFormation TimeToLiveSpecification)."""
+    spec = table.node.default_child.time_to_live_specification  # type: ignore[union-attr]
+    if spec is None or cdk.Token.is_unresolved(spec):
+        return None
+    name = getattr(spec, "attribute_name", None)
+    enabled = getattr(spec, "enabled", None)
+    return name if isinstance(name, str) and enabled is not False else None
