@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from . import answers, metrics, quota_pacer, sampling, streaming
+from . import answers, ledger, metrics, quota_pacer, sampling, streaming
 from .bedrock import (
     ConverseResult,
     RequestError,
@@ -15,6 +15,7 @@ from .bedrock import (
     converse_stream,
     is_throttle,
 )
+from .ledger import LedgerError, SharedLedger
 from .quota_pacer import AdmissionRejected, QuotaPacer
 from .sampling import EXTRACTION, VARIED, Sampling
 from .side_by_side import Backoff, BoundedCalls, Outcome, call_with_backoff, run_side_by_side
@@ -24,6 +25,7 @@ from .structured_log import log
 __all__ = [
     "answers",
     "experiment",
+    "ledger",
     "metrics",
     "quota_pacer",
     "retrieval",
@@ -34,10 +36,12 @@ __all__ = [
     "BoundedCalls",
     "ConverseResult",
     "EXTRACTION",
+    "LedgerError",
     "Outcome",
     "QuotaPacer",
     "RequestError",
     "Sampling",
+    "SharedLedger",
     "SentenceSplitter",
     "SentenceStream",
     "VARIED",

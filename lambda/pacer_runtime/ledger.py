@@ -1,0 +1,750 @@
+"""One model quota shared by every process: Bedrock's reserve-then-settle ledger, kept in DynamoDB.
+
+A QuotaPacer keeps Bedrock's ledger for one process; a quota is one pool per account and Region.
+SharedLedger keeps that ledger in one DynamoDB item every consumer writes with conditional,
+add-and-subtract-only updates, so concurrent processes (Lambda workers, containers, scripts and,
+with the item layout below, Step Functions DynamoDB tasks) never hold more than the quota between
+them. QuotaPacer(ledger=...) admits a call only once the ledger holds its reservation.
+
+The item (table key "pk" = "quota#<ledger id>", one item per model quota, account and Region)
+----------------------------------------------------------------------------------------------
+    held                      N  tokens the window holds now, every consumer together
+    h#<consumer>              N  the same, one consumer's (its floor and burst cap are checked on it)
+    s#<start second>#<consumer> N tokens charged by that consumer's calls that started in that UTC
+                                 second, "YYYY-MM-DDTHH:MM:SS" (ISO 8601, so names sort as times)
+    w#<consumer>              S  when that consumer last had a call waiting within its floor
+                                 ("YYYY-MM-DDTHH:MM:SS.mmmZ"): borrowing stops while it is recent
+    wanted, wanted_by         S  the latest w# of any consumer and whose it is: a borrower's
+                                 condition names it, so a want set after the borrower's last view
+                                 of the item stops the borrow too
+    expires_at                N  epoch seconds: DynamoDB's TTL attribute (see "Expiry")
+
+Invariant: held = sum of every s# attribute, and h#c = sum of c's. Every write keeps it, because
+every write adds the same delta to a slot, to its consumer's h# and to held (an update expression
+can ADD and subtract, never multiply: UpdateExpression in botocore's dynamodb model, SET "add or
+subtract", ADD "mathematically added"), and removes a slot only while subtracting exactly the value
+its condition pins.
+
+Why one item with per-second slots, and not per-hold items or per-minute counters: admission must
+compare one number with the quota atomically, and a ConditionExpression compares an operand with
+an operand, no arithmetic (Expressions.OperatorsAndFunctions.html), so the total must be one
+attribute of one item. Charges are kept per start second because Bedrock's window keys a charge by
+its request's start (genai-performance notes; testing.quota "sliding"): a slot leaves the window
+as one unit, one subtraction for all of its calls, where per-hold items would need a write per
+hold to expire it and a transaction to reserve (two items). Per-minute counters need no expiry but
+let two full minutes' charges overlap in one sliding minute (twice the quota). One second is also
+the finest slot a Step Functions JSONPath state can name (below).
+
+Reserve (before a call: the pacer's reservation, input + max_tokens, x burndown under its safe default)
+    UpdateItem ADD held :r, h#c :r, s#<now>#c :r
+      IF held <= Q - r AND h#c <= floor_c - r                      (within the consumer's floor)
+      or IF held <= Q - r AND h#c <= burst_c - r AND every other w#d < now - want
+            AND (wanted < now - want OR wanted_by = c)                  (borrowing)
+    The client multiplies (max_tokens x burndown) and subtracts (Q - r) before it writes: the
+    ceilings are values, the condition only compares. A missing attribute counts as 0
+    (attribute_not_exists(x) OR x <= :ceiling; ADD on a missing attribute starts from 0, botocore's
+    UpdateExpression documentation). Slots the writer sees expired ride along in the same write:
+    REMOVE s#..., ADD -value to held and h#, each pinned by a clause s#... = :seen, and each ceiling
+    is raised by what it removes (the condition reads the item before the update).
+Settle (input + cache writes + output x burndown, after it; cache reads are free)
+    UpdateItem ADD held :d, h#c :d, s#<start>#c :d with d = settled - held, IF attribute_exists(slot):
+    a slot that already left the window takes nothing, as Bedrock ignores a late settlement.
+Release (a call Bedrock never saw, or throttled: Bedrock charged nothing)
+    The same write with d = -held: the hold comes back at once.
+Expiry (a holder that dies)
+    Nothing to do: its slot leaves the window like every other, slot start + 1 s + window +
+    skew_seconds after it began, and the next writer removes it. Readers enforce expiry themselves:
+    DynamoDB's TTL "typically deletes expired items within two days of expiration" and "items that
+    have expired and not been deleted will still show up in reads" (UpdateTimeToLive, botocore's
+    dynamodb model; developer guide howitworks-ttl.html). expires_at (last write + TTL_GRACE_SECONDS)
+    only lets TTL drop the item of a quota nobody has used for a day, whose slots all expired.
+
+Shares are floors; unused capacity is borrowed (precisely)
+    Q is the allocatable quota (ModelQuota: tpm_quota x (1 - keep_free)); consumer c has a floor
+    f_c (its share's TPM; the shares sum to at most Q, ModelQuota checks it at synth) and a burst
+    cap b_c >= f_c (default Q). A call of c reserving r is admitted
+      - within its floor, when h#c + r <= f_c and held + r <= Q: nothing else is asked;
+      - borrowing, when h#c + r <= b_c, held + r <= Q and no other consumer wanted within its floor
+        in the last want_seconds.
+    A call within its floor that finds the window full (others borrowed the room) writes w#c = now
+    (at most once per want_seconds / 2 per process). From then on nobody borrows, so c gets its
+    floor back as the borrowed holds settle (seconds) and leave the window (at most window + 1 s +
+    skew later): a floor is guaranteed up to the borrowing done while its owner was idle, never
+    pre-empted (a Bedrock charge cannot be taken back). A want the borrower has not seen yet stops
+    it too: the condition names "wanted", which every want write sets (a borrower that wrote the
+    latest want itself saw every earlier one in the item its write returned).
+
+Contention and cost
+    A call costs 2 conditional writes at steady state (reserve, settle; a release instead of a
+    settle), plus 1 for each retry on a stale view. A view that says the quota is full is checked
+    with one strongly consistent GetItem (read units are cheaper than write units and a partition
+    serves three times as many) before the call is refused; a waiting call costs one read per try.
+    Writes never read first: each write returns the item (ReturnValues ALL_NEW on success,
+    ReturnValuesOnConditionCheckFailure ALL_OLD on a failed condition: "no additional cost ... No
+    read capacity units are consumed", botocore's UpdateItem documentation), so the next write
+    starts from a fresh view. A failed condition on a view that says the call fits is a conflict
+    (another writer changed a pinned slot): retried at once, with fresh data, up to
+    conflict_retries times. A view that says the quota is full is a refusal: the caller waits and
+    tries again after a jittered backoff (poll_seconds doubling to max_poll_seconds), or at the
+    earliest slot expiry that makes room if sooner. Under 64 concurrent callers of one quota the
+    writes serialize on one item: DynamoDB serves at most 1,000 write units per second per
+    partition (HOT_PARTITION_WRITE_UNITS), and an UpdateItem costs one unit per KB of the larger
+    of the item before and after; an item of 4 consumers x 62 live slots is about 7 KB, so the
+    item sustains about 140 writes a second, 70 calls a second (4,200 a minute) on this protocol.
+    Past that, shard the item or lease token blocks (layer 2).
+
+Failures
+    Throttling and server errors (THROTTLING_CODES) are retried with full-jitter backoff
+    (dynamodb_retries); what can never succeed (a missing table, a denied action, a malformed
+    request) raises LedgerError at once. An item whose data does not add up (a value that is not a
+    number, held != the sum of its slots) is repaired from its valid slots by one conditional write
+    and logged, never trusted; another quota's item in the same table is not touched.
+
+Clock skew
+    The slot names and expiries come from each writer's clock. A writer never names a slot older
+    than the newest slot it sees when its clock is behind that slot by at most ADOPTED_SKEW_FACTOR x
+    skew_seconds (its holds then only last longer), and a slot is removed skew_seconds after its
+    window ends, so a clock up to skew_seconds ahead of Bedrock's never lets a charge leave early.
+    Any skew keeps the invariant (held = the sum of the slots). Limits: a clock further behind than
+    ADOPTED_SKEW_FACTOR x skew_seconds names its own (old) second, and the others remove its slots
+    early, so that process is counted too briefly; a slot more than FUTURE_SLOT_FACTOR windows ahead
+    of a writer's clock is repaired away (it would hold the quota for as long as it is ahead). Lambda
+    and EC2 keep their clocks within a millisecond of UTC (Amazon Time Sync Service); a process more
+    than seconds off has a broken clock.
+
+Step Functions (layer 2 of issue 25, not built yet)
+    The item was laid out so that a JSONPath DynamoDB task can take part without a Lambda: a slot
+    name from the context object's EnteredTime (ISO 8601, whole seconds via States.StringSplit),
+    reserve and settle as UpdateItem ADD with values computed at synth (burndown x output as a
+    States.MathAdd chain for an integer burndown). A state machine cannot remove expired slots (no
+    date arithmetic), so a consumer made only of state machines needs a sweeper.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as NotConnected
+
+from .structured_log import log
+
+__all__ = [
+    "ENVIRONMENT",
+    "HOT_PARTITION_WRITE_UNITS",
+    "LedgerError",
+    "LedgerHold",
+    "LedgerRefusal",
+    "LedgerView",
+    "SharedLedger",
+]
+
+#: The environment variables genai_pacer.quota.QuotaLedger.environment(...) sets (the construct's
+#: LEDGER_ENVIRONMENT; a test keeps the two equal).
+ENVIRONMENT = (
+    "GENAI_PACER_LEDGER_TABLE",
+    "GENAI_PACER_LEDGER_ID",
+    "GENAI_PACER_LEDGER_CONSUMER",
+    "GENAI_PACER_LEDGER_QUOTA_TPM",
+    "GENAI_PACER_LEDGER_FLOOR_TPM",
+    "GENAI_PACER_LEDGER_BURST_TPM",
+    "GENAI_PACER_LEDGER_SKEW_SECONDS",
+)
+PARTITION_KEY = "pk"
+TTL_ATTRIBUTE = "expires_at"
+KEY_PREFIX = "quota#"
+HELD = "held"
+CONSUMER_PREFIX = "h#"
+SLOT_PREFIX = "s#"
+WANT_PREFIX = "w#"
+WANTED, WANTED_BY = "wanted", "wanted_by"
+#: Slots are whole UTC seconds: the finest start time a JSONPath state can name (see the docstring).
+SLOT_SECONDS = 1.0
+SLOT_FORMAT = "%Y-%m-%dT%H:%M:%S"
+WINDOW_SECONDS = 60.0
+#: How long after its last write the quota item may be dropped by DynamoDB's TTL (a day: every
+#: slot in it expired long before).
+TTL_GRACE_SECONDS = 86_400
+#: "each individual partition is limited to 1,000 write units per second and 3,000 read units per
+#: second" (DynamoDB developer guide, warm-throughput-scenarios.html); one item is one partition.
+HOT_PARTITION_WRITE_UNITS = 1_000
+#: Error codes retried with backoff: the throttling and transient errors botocore's dynamodb model
+#: lists for UpdateItem (ProvisionedThroughputExceededException, RequestLimitExceeded,
+#: ThrottlingException, InternalServerError, TransactionConflictException,
+#: ReplicatedWriteConflictException). Any other code (ResourceNotFoundException,
+#: AccessDeniedException, ValidationException...) can never succeed as sent: raised at once.
+THROTTLING_CODES = frozenset({
+    "ProvisionedThroughputExceededException", "RequestLimitExceeded", "ThrottlingException",
+    "InternalServerError", "TransactionConflictException", "ReplicatedWriteConflictException",
+})
+CONDITION_FAILED = "ConditionalCheckFailedException"
+#: DynamoDB's limits on one expression (developer guide, "Constraints in Amazon DynamoDB",
+#: Constraints.html#limits-expression-parameters): "The maximum length of any expression string is
+#: 4 KB" and "The maximum number of operators or functions allowed in any expression is 300".
+MAX_EXPRESSION_BYTES = 4_096
+MAX_EXPRESSION_OPERATORS = 300
+#: At most this many expired slots are removed per write (each pins its value: "#e = :e" and an AND,
+#: 2 operators), the rest by the next write; and at most MAX_WANT_CLAUSES other consumers' wants are
+#: named in a borrowing condition (4 operators each, the latest first: the "wanted" clause covers any
+#: want newer than the writer's view). With the 15 operators of the fixed clauses, the worst case is
+#: 15 + 2 x 40 + 4 x 50 = 295 operators; the longest condition (80-character consumer names do not
+#: appear in it: names are placeholders) stays near 2 KB.
+MAX_CLEANUP = 40
+MAX_WANT_CLAUSES = 50
+CONSUMER_NAME_LIMIT = 80
+#: A writer adopts the item's newest slot when its own clock is behind it by at most this many
+#: skew_seconds: a lagging clock's holds then start with the others'; a slot further ahead (a clock
+#: far in the future) is not followed, so one bad clock cannot make every hold last longer.
+ADOPTED_SKEW_FACTOR = 10
+#: A slot starting more than this many windows ahead of a writer's clock is not trusted (repaired
+#: away): no clock the ledger tolerates is that far ahead, and such a slot would never leave the window.
+FUTURE_SLOT_FACTOR = 2
+
+
+class LedgerError(RuntimeError):
+    """The ledger cannot be used: DynamoDB refused in a way no retry fixes, or kept throttling."""
+
+    def __init__(self, message: str, *, code: str | None = None, retryable: bool = False):
+        super().__init__(message)
+        self.code, self.retryable = code, retryable
+
+
+@dataclass(frozen=True)
+class LedgerHold:
+    """A reservation the ledger holds: end it with settle() or release()."""
+
+    tokens: int
+    slot: str  # the slot attribute holding it
+    started: float  # the ledger clock's time when it was reserved
+    borrowed: bool
+
+
+@dataclass(frozen=True)
+class LedgerRefusal:
+    """The ledger cannot hold the reservation now. retry_in: seconds until it is worth trying again
+    (a jittered backoff, or sooner when a slot leaving the window makes room); ready_in: seconds
+    until the window could hold it if nothing settles lower (None: unknown, e.g. while a floor owner
+    waits); reason: why, in words; within_floor: the call was within its consumer's floor."""
+
+    retry_in: float
+    ready_in: float | None
+    reason: str
+    within_floor: bool
+
+
+@dataclass
+class LedgerView:
+    """The quota item as the last write saw it, parsed. problems: what does not add up (repaired)."""
+
+    held: float = 0.0
+    consumers: dict[str, float] = field(default_factory=dict)
+    slots: dict[str, tuple[float, str, float]] = field(default_factory=dict)  # name -> (start, consumer, tokens)
+    wants: dict[str, str] = field(default_factory=dict)  # consumer -> ISO time
+    raw: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, item: Mapping[str, Any] | None) -> LedgerView:
+        view = cls(raw=dict(item or {}))
+        for name, value in (item or {}).items():
+            if name in (PARTITION_KEY, TTL_ATTRIBUTE):
+                continue
+            if name in (WANTED, WANTED_BY):
+                if not (isinstance(value, Mapping) and isinstance(value.get("S"), str)):
+                    view.problems.append(f"{name} is not a string: {_shown(value)}")
+                continue
+            if name.startswith(WANT_PREFIX):
+                text = value.get("S") if isinstance(value, Mapping) else None
+                if isinstance(text, str):
+                    view.wants[name[len(WANT_PREFIX):]] = text
+                else:
+                    view.problems.append(f"{name} is not a string: {_shown(value)}")
+                continue
+            number = _number(value)
+            if name == HELD:
+                if number is None:
+                    view.problems.append(f"held is not a finite number: {_shown(value)}")
+                else:
+                    view.held = number
+            elif name.startswith(CONSUMER_PREFIX):
+                if number is None:
+                    view.problems.append(f"{name} is not a finite number: {_shown(value)}")
+                else:
+                    view.consumers[name[len(CONSUMER_PREFIX):]] = number
+            elif name.startswith(SLOT_PREFIX):
+                start, consumer = _parse_slot(name)
+                if number is None or start is None or consumer is None or number < 0:
+                    view.problems.append(f"{name} is not a slot of a finite number of tokens >= 0: {_shown(value)}")
+                else:
+                    view.slots[name] = (start, consumer, number)
+            else:
+                view.problems.append(f"{name} is not an attribute of the ledger")
+        total = sum(tokens for _, _, tokens in view.slots.values())
+        if not view.problems and abs(view.held - total) > 0.5:
+            view.problems.append(f"held={view.held:g} differs from its slots' sum {total:g}")
+        for consumer in set(view.consumers) | {c for _, c, _ in view.slots.values()}:
+            own = sum(t for _, c, t in view.slots.values() if c == consumer)
+            if not view.problems and abs(view.consumers.get(consumer, 0.0) - own) > 0.5:
+                view.problems.append(f"h#{consumer}={view.consumers.get(consumer, 0.0):g} differs from its slots' sum {own:g}")
+        return view
+
+    def newest_start(self) -> float:
+        return max((start for start, _, _ in self.slots.values()), default=-math.inf)
+
+
+class SharedLedger:
+    """The shared ledger of one model quota, used by one consumer (every process of a share).
+
+    table_name: the DynamoDB table (genai_pacer.quota.QuotaLedger creates it). ledger_id: the quota
+        item's id (the table may hold several quotas). consumer: this consumer's name (its share's).
+    quota_tpm: Q, the allocatable quota every consumer shares. floor_tpm: the consumer's guaranteed
+        floor (its share). Default: 0 (it only borrows). burst_tpm: the most the consumer may hold
+        at once, borrowing included. Default: quota_tpm.
+    skew_seconds: the clock skew between consumers it tolerates (slots are kept that much longer
+        than the window). Default: 1.0. want_seconds: how long a floor owner's waiting call stops
+        others from borrowing. Default: 5.0. window_seconds: the quota window. Default: 60.
+    client: a boto3 DynamoDB client, built with retries={"total_max_attempts": 1} (the ledger retries
+        itself, and never repeats a settlement whose answer was lost). Default: such a client for the
+        environment's Region. clock: epoch seconds shared
+        by every consumer. Default: time.time. sleep and rng: injected for tests.
+    conflict_retries: immediate retries of a write that lost to another on a pinned slot. Default: 4.
+    dynamodb_retries: retries of a throttled or failing DynamoDB call, with full-jitter backoff
+        from backoff_seconds up to max_backoff_seconds, before LedgerError. Default: 5, 0.05 s, 2 s.
+    poll_seconds, max_poll_seconds: the wait before trying again after a refusal, doubling on each
+        refusal in a row up to the maximum, jittered. Default: 0.25, 2.0.
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        ledger_id: str,
+        consumer: str,
+        quota_tpm: float,
+        floor_tpm: float = 0.0,
+        burst_tpm: float | None = None,
+        skew_seconds: float = 1.0,
+        want_seconds: float = 5.0,
+        window_seconds: float = WINDOW_SECONDS,
+        client: Any = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        conflict_retries: int = 4,
+        dynamodb_retries: int = 5,
+        backoff_seconds: float = 0.05,
+        max_backoff_seconds: float = 2.0,
+        poll_seconds: float = 0.25,
+        max_poll_seconds: float = 2.0,
+    ):
+        burst = quota_tpm if burst_tpm is None else burst_tpm
+        problems = []
+        for label, text in (("table_name", table_name), ("ledger_id", ledger_id), ("consumer", consumer)):
+            if not isinstance(text, str) or not text.strip():
+                problems.append(f"{label}={text!r} must be a non-empty string")
+        if isinstance(consumer, str) and ("#" in consumer or len(consumer) > CONSUMER_NAME_LIMIT):
+            problems.append(f"consumer={consumer!r} must have at most {CONSUMER_NAME_LIMIT} characters and no '#' "
+                            "(it is part of the ledger's attribute names)")
+        for name, value, low in (("quota_tpm", quota_tpm, 1), ("floor_tpm", floor_tpm, 0), ("burst_tpm", burst, 1),
+                                 ("skew_seconds", skew_seconds, 0), ("want_seconds", want_seconds, 0),
+                                 ("window_seconds", window_seconds, 1e-3), ("backoff_seconds", backoff_seconds, 0),
+                                 ("max_backoff_seconds", max_backoff_seconds, 0), ("poll_seconds", poll_seconds, 1e-3),
+                                 ("max_poll_seconds", max_poll_seconds, 1e-3)):
+            if not _finite(value) or value < low:
+                problems.append(f"{name}={value!r} must be a finite number >= {low:g}")
+        for label, count in (("conflict_retries", conflict_retries), ("dynamodb_retries", dynamodb_retries)):
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                problems.append(f"{label}={count!r} must be a whole number >= 0")
+        if not problems:
+            if floor_tpm > quota_tpm:
+                problems.append(f"floor_tpm={floor_tpm:g} exceeds quota_tpm={quota_tpm:g}: a floor is a share of the quota")
+            if burst < floor_tpm or burst > quota_tpm:
+                problems.append(f"burst_tpm={burst:g} must be between floor_tpm={floor_tpm:g} and quota_tpm={quota_tpm:g}")
+        if not callable(clock) or not callable(sleep):
+            problems.append("clock and sleep must be functions")
+        if problems:
+            raise ValueError("SharedLedger: " + "; ".join(problems))
+        self.table_name, self.ledger_id, self.consumer = table_name, ledger_id, consumer
+        self.quota_tpm, self.floor_tpm, self.burst_tpm = float(quota_tpm), float(floor_tpm), float(burst)
+        self.skew_seconds, self.want_seconds, self.window_seconds = float(skew_seconds), float(want_seconds), float(window_seconds)
+        self.clock, self.sleep, self.rng = clock, sleep, rng or random.Random()
+        self.conflict_retries, self.dynamodb_retries = conflict_retries, dynamodb_retries
+        self.backoff_seconds, self.max_backoff_seconds = float(backoff_seconds), float(max_backoff_seconds)
+        self.poll_seconds, self.max_poll_seconds = float(poll_seconds), float(max_poll_seconds)
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            # The SDK's own retries would repeat a write whose answer was lost (see _call): off.
+            client = boto3.client("dynamodb", config=Config(retries={"total_max_attempts": 1}))
+        self.client = client
+        self.key = {PARTITION_KEY: {"S": KEY_PREFIX + ledger_id}}
+        self._lock = threading.Lock()
+        self._view = LedgerView()
+        self._seen = False  # whether this process has read or written the item yet
+        self._refusals = 0  # refusals in a row: the poll backoff's exponent
+        self._want_written = -math.inf
+        self.counts = {"reads": 0, "writes": 0, "conflicts": 0, "refusals": 0, "throttled": 0, "repairs": 0, "reserved": 0,
+                       "borrowed": 0, "settled": 0, "released": 0, "late": 0, "wants": 0}
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> SharedLedger:
+        """A ledger configured by the variables QuotaLedger.environment(share) sets (ENVIRONMENT)."""
+        env = os.environ if environ is None else environ
+        table, ledger_id, consumer, quota, floor, burst, skew = ENVIRONMENT
+        missing = [name for name in (table, ledger_id, consumer, quota) if not env.get(name)]
+        if missing:
+            raise ValueError(f"SharedLedger.from_environment: {', '.join(missing)} not set; QuotaLedger.environment(share) "
+                             "gives every variable")
+        numbers: dict[str, float] = {}
+        for key, name in ((quota, "quota_tpm"), (floor, "floor_tpm"), (burst, "burst_tpm"), (skew, "skew_seconds")):
+            text = env.get(key)
+            if text:
+                try:
+                    numbers[name] = float(text)
+                except ValueError:
+                    raise ValueError(f"SharedLedger.from_environment: {key}={text!r} is not a number") from None
+        return cls(env[table], ledger_id=env[ledger_id], consumer=env[consumer], **{**numbers, **options})
+
+    # --- the protocol ----------------------------------------------------------------------------
+
+    def try_reserve(self, tokens: int) -> LedgerHold | LedgerRefusal:
+        """Hold `tokens` in the shared window now, or say why not and when to try again (never waits
+        for room; retries only a write that lost a race, and DynamoDB's throttles)."""
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
+            raise ValueError(f"SharedLedger.try_reserve: tokens={tokens!r} must be a whole number >= 1")
+        if tokens > self.burst_tpm:
+            raise ValueError(f"SharedLedger: a reservation of {tokens:,} tokens exceeds the consumer's burst cap of "
+                             f"{self.burst_tpm:,.0f} TPM, so it can never be held: lower maxTokens or raise the cap")
+        refreshed = False
+        if not self._seen:  # a process's first use reads the item once: its slots tell a lagging clock
+            self.view(refresh=True)
+            refreshed = True
+        for _ in range(self.conflict_retries + 2):
+            now = self.clock()
+            with self._lock:
+                view = self._view
+            view = self._without_future_slots(view, now)
+            if view.problems:
+                self._repair(view)
+                continue
+            decision = self._decide(view, tokens, now)
+            if isinstance(decision, LedgerRefusal):
+                if not refreshed:  # a refusal is decided on a fresh read (cheaper than a failing write)
+                    self.view(refresh=True)
+                    refreshed = True
+                    continue
+                self._refused(decision, view, now)
+                return decision
+            borrowed, names, values, condition, update, slot = decision
+            outcome = self._write(update, condition, names, values)
+            if outcome is None:  # the condition failed: the view was stale; the error carried the fresh item
+                self.counts["conflicts"] += 1
+                continue
+            self.counts["reserved"] += 1
+            self.counts["borrowed"] += borrowed
+            with self._lock:
+                self._refusals = 0
+            return LedgerHold(tokens, slot, now, borrowed)
+        refusal = LedgerRefusal(self._poll_delay(), None, "the item kept changing under this write "
+                                f"({self.conflict_retries + 1} tries); trying again", within_floor=False)
+        self.counts["refusals"] += 1
+        return refusal
+
+    def settle(self, hold: LedgerHold, charge: float) -> None:
+        """Turn a hold into its real charge (input + cache writes + output x burndown); a hold whose
+        slot already left the window is not charged again (Bedrock ignores a late settlement)."""
+        if not _finite(charge) or charge < 0:
+            raise ValueError(f"SharedLedger.settle: charge={charge!r} must be a finite number >= 0")
+        self._adjust(hold, math.ceil(charge) - hold.tokens, "settled")
+
+    def release(self, hold: LedgerHold) -> None:
+        """Return a hold at once: the call never reached Bedrock, or Bedrock throttled it."""
+        self._adjust(hold, -hold.tokens, "released")
+
+    def view(self, *, refresh: bool = False) -> LedgerView:
+        """The item as last seen (refresh: read it now, a strongly consistent GetItem)."""
+        if refresh:
+            self.counts["reads"] += 1
+            item = self._call("get_item", TableName=self.table_name, Key=self.key, ConsistentRead=True).get("Item")
+            with self._lock:
+                self._view, self._seen = LedgerView.parse(item), True
+        with self._lock:
+            return self._view
+
+    def live_tokens(self, view: LedgerView, now: float, consumer: str | None = None) -> float:
+        """Tokens of the slots still in the window at `now` (of one consumer, or all)."""
+        return sum(t for name, (start, c, t) in view.slots.items()
+                   if (consumer is None or c == consumer) and not self._expired(start, now))
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _expired(self, start: float, now: float) -> bool:
+        return start + SLOT_SECONDS + self.window_seconds + self.skew_seconds <= now
+
+    def _decide(self, view: LedgerView, tokens: int, now: float) -> Any:
+        expired = sorted((name for name, (start, _, _) in view.slots.items() if self._expired(start, now)),
+                         key=lambda n: view.slots[n][0])[:MAX_CLEANUP]
+        freed_all = sum(view.slots[n][2] for n in expired)
+        freed: dict[str, float] = {}
+        for n in expired:
+            freed[view.slots[n][1]] = freed.get(view.slots[n][1], 0.0) + view.slots[n][2]
+        held = view.held - freed_all
+        mine = view.consumers.get(self.consumer, 0.0) - freed.get(self.consumer, 0.0)
+        within_floor = mine + tokens <= self.floor_tpm
+        since = _iso_ms(now - self.want_seconds)
+        wanting = sorted(c for c, when in view.wants.items() if c != self.consumer and when >= since)
+        if held + tokens > self.quota_tpm:
+            return self._refusal(view, tokens, now, "the quota's window is full", within_floor, held)
+        if not within_floor:
+            if mine + tokens > self.burst_tpm:
+                return self._refusal(view, tokens, now, f"the consumer holds {mine:,.0f} of its {self.burst_tpm:,.0f} "
+                                     "burst cap", False, None)
+            if wanting:
+                return LedgerRefusal(self._poll_delay(), None, f"{', '.join(wanting)} wait within their floors: "
+                                     "no borrowing until they are served", False)
+        # The slot: this writer's second, never older than the newest slot in the item (a clock
+        # behind the others' then only keeps its holds longer).
+        own = math.floor(now / SLOT_SECONDS) * SLOT_SECONDS
+        newest = view.newest_start()
+        start = newest if own < newest <= own + ADOPTED_SKEW_FACTOR * max(self.skew_seconds, SLOT_SECONDS) else own
+        slot = f"{SLOT_PREFIX}{_slot_name(start)}#{self.consumer}"
+        names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": slot, "#ttl": TTL_ATTRIBUTE}
+        values: dict[str, Any] = {":r": _n(tokens), ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)}
+        deltas = {"#held": tokens - freed_all, "#mine": tokens - freed.get(self.consumer, 0.0)}
+        clauses = []
+        for i, consumer in enumerate(sorted(c for c in freed if c != self.consumer)):
+            names[f"#h{i}"] = CONSUMER_PREFIX + consumer
+            deltas[f"#h{i}"] = -freed[consumer]
+        removes = []
+        for i, name in enumerate(expired):
+            names[f"#e{i}"], values[f":e{i}"] = name, view.raw[name]
+            clauses.append(f"#e{i} = :e{i}")
+            removes.append(f"#e{i}")
+        values[":total"] = _n(self.quota_tpm - tokens + freed_all)
+        # attribute_type first: a value that is not a number fails the condition (and is repaired),
+        # never compares as something else
+        values[":number"] = {"S": "N"}
+        clauses.append("(attribute_not_exists(#held) OR (attribute_type(#held, :number) AND #held <= :total))")
+        ceiling = (self.floor_tpm if within_floor else self.burst_tpm) - tokens + freed.get(self.consumer, 0.0)
+        values[":mine"] = _n(ceiling)
+        clauses.append("(attribute_not_exists(#mine) OR (attribute_type(#mine, :number) AND #mine <= :mine))")
+        if not within_floor:  # no want, seen or not, may be recent when the write lands
+            values[":since"], values[":me"] = {"S": since}, {"S": self.consumer}
+            names["#wanted"], names["#wanted_by"] = WANTED, WANTED_BY
+            clauses.append("(attribute_not_exists(#wanted) OR #wanted < :since OR #wanted_by = :me)")
+            latest = sorted((c for c in view.wants if c != self.consumer), key=lambda c: view.wants[c], reverse=True)
+            for i, consumer in enumerate(sorted(latest[:MAX_WANT_CLAUSES])):
+                names[f"#w{i}"] = WANT_PREFIX + consumer
+                clauses.append(f"(attribute_not_exists(#w{i}) OR #w{i} < :since)")
+        adds = ["#slot :r"]
+        for placeholder, delta in deltas.items():
+            values[f":d{placeholder[1:]}"] = _n(delta)
+            adds.append(f"{placeholder} :d{placeholder[1:]}")
+        update = "ADD " + ", ".join(adds) + " SET #ttl = :ttl" + (" REMOVE " + ", ".join(removes) if removes else "")
+        return (not within_floor, names, values, " AND ".join(clauses), update, slot)
+
+    def _refusal(self, view: LedgerView, tokens: int, now: float, reason: str, within_floor: bool,
+                 held: float | None) -> LedgerRefusal:
+        """When to try again: the next poll, or sooner when slots leaving the window make room."""
+        if held is not None:  # the quota's window is full: any consumer's slot leaving makes room
+            excess, whose = held + tokens - self.quota_tpm, None
+        else:  # the consumer's burst cap: only its own slots leaving make room
+            excess, whose = self.live_tokens(view, now, self.consumer) + tokens - self.burst_tpm, self.consumer
+        ready: float | None = None
+        freed = 0.0
+        for start, owner, t in sorted(s for s in view.slots.values() if not self._expired(s[0], now)):
+            if whose is None or owner == whose:
+                freed += t
+                if freed >= excess:
+                    ready = max(0.0, start + SLOT_SECONDS + self.window_seconds + self.skew_seconds - now)
+                    break
+        retry = self._poll_delay()
+        return LedgerRefusal(retry if ready is None else min(retry, ready), ready, reason, within_floor)
+
+    def _poll_delay(self) -> float:
+        with self._lock:
+            exponent = self._refusals
+        ceiling = min(self.max_poll_seconds, self.poll_seconds * 2 ** min(exponent, 16))
+        return self.poll_seconds / 2 + self.rng.random() * (ceiling - self.poll_seconds / 2)
+
+    def _refused(self, refusal: LedgerRefusal, view: LedgerView, now: float) -> None:
+        self.counts["refusals"] += 1
+        with self._lock:
+            self._refusals += 1
+            write_want = refusal.within_floor and now - self._want_written >= self.want_seconds / 2
+            if write_want:
+                self._want_written = now
+        if write_want:  # borrowers stop until this floor is served (an unconditional SET: one write)
+            self.counts["wants"] += 1
+            self._write("SET #w = :now, #wanted = :now, #wanted_by = :me, #ttl = :ttl", None,
+                        {"#w": WANT_PREFIX + self.consumer, "#wanted": WANTED, "#wanted_by": WANTED_BY,
+                         "#ttl": TTL_ATTRIBUTE},
+                        {":now": {"S": _iso_ms(now)}, ":me": {"S": self.consumer},
+                         ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)})
+
+    def _adjust(self, hold: LedgerHold, delta: int, kind: str) -> None:
+        if delta == 0:
+            self.counts[kind] += 1
+            return
+        names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": hold.slot}
+        values = {":d": _n(delta)}
+        outcome = self._write("ADD #held :d, #mine :d, #slot :d", "attribute_exists(#slot)", names, values,
+                              repeatable=False)
+        self.counts[kind if outcome is not None else "late"] += 1
+
+    def _without_future_slots(self, view: LedgerView, now: float) -> LedgerView:
+        """The view, with every slot that starts further ahead of `now` than any clock the ledger
+        follows (FUTURE_SLOT_FACTOR x the window) marked as a problem and left out: such a slot would
+        hold its tokens for as long as it is ahead (a broken clock, or a hostile write), so it is
+        repaired away rather than trusted."""
+        limit = now + FUTURE_SLOT_FACTOR * self.window_seconds
+        future = [name for name, (start, _, _) in view.slots.items() if start > limit]
+        if not future:
+            return view
+        kept = {name: slot for name, slot in view.slots.items() if name not in future}
+        return LedgerView(held=view.held, consumers=dict(view.consumers), slots=kept, wants=dict(view.wants),
+                          raw=view.raw, problems=[*view.problems, *(f"{name} starts more than "
+                          f"{FUTURE_SLOT_FACTOR * self.window_seconds:g} s ahead of this clock" for name in future)])
+
+    def _repair(self, view: LedgerView) -> None:
+        """Rebuild held and each h# from the valid slots, dropping what is malformed; pinned to the
+        exact values read (a concurrent writer makes it fail, and the next view is repaired again)."""
+        self.counts["repairs"] += 1
+        log("WARNING", "SharedLedger: the quota item does not add up; repaired from its valid slots",
+            ledger_id=self.ledger_id, problems=view.problems[:10])
+        consumers = set(view.consumers) | {c for _, c, _ in view.slots.values()}
+        targets = {HELD: sum(t for _, _, t in view.slots.values())}
+        for consumer in consumers:
+            targets[CONSUMER_PREFIX + consumer] = sum(t for _, c, t in view.slots.values() if c == consumer)
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        clauses, removes = [], []
+        for i, (name, raw) in enumerate(sorted(view.raw.items())):
+            if name in (PARTITION_KEY, TTL_ATTRIBUTE):
+                continue
+            names[f"#a{i}"], values[f":a{i}"] = name, raw
+            clauses.append(f"#a{i} = :a{i}")
+            valid = (name in view.slots or name in targets or (name.startswith(WANT_PREFIX) and name[2:] in view.wants)
+                     or (name in (WANTED, WANTED_BY) and isinstance(raw, Mapping) and isinstance(raw.get("S"), str)))
+            if not valid:
+                removes.append(f"#a{i}")
+        sets = []
+        for i, (name, total) in enumerate(sorted(targets.items())):
+            names[f"#t{i}"], values[f":t{i}"] = name, _n(total)
+            sets.append(f"#t{i} = :t{i}")
+        update = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        self._write(update, " AND ".join(clauses) or None, names, values)
+
+    def _write(self, update: str, condition: str | None, names: dict[str, str], values: dict[str, Any], *,
+               repeatable: bool = True) -> dict | None:
+        """One UpdateItem; the returned item becomes the view. None when the condition failed."""
+        request: dict[str, Any] = {"TableName": self.table_name, "Key": self.key, "UpdateExpression": update,
+                                   "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+                                   "ReturnValues": "ALL_NEW"}
+        if condition:
+            request["ConditionExpression"] = condition
+            request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        self.counts["writes"] += 1
+        try:
+            item = self._call("update_item", repeatable=repeatable, **request).get("Attributes")
+        except _ConditionFailed as failed:
+            with self._lock:
+                self._view, self._seen = LedgerView.parse(failed.item), True
+            return None
+        with self._lock:
+            self._view, self._seen = LedgerView.parse(item), True
+        return item
+
+    def _call(self, operation: str, *, repeatable: bool = True, **request: Any) -> dict:
+        """A DynamoDB call, retried with full-jitter backoff on throttling and transient errors.
+
+        A request that never left the client (NotConnected: no connection could be made) is always
+        retried. One whose answer was lost (a read timeout, a dropped connection: HTTPClientError) may
+        have been applied: it is retried only when `repeatable` (a reservation applied twice holds
+        more than it needs until its window passes, which is safe); a settlement or release is not
+        (applied twice it would return tokens Bedrock still counts), and raises instead.
+        """
+        for attempt in range(self.dynamodb_retries + 1):
+            try:
+                return getattr(self.client, operation)(**request)
+            except ClientError as error:
+                code = error.response.get("Error", {}).get("Code", "")
+                if code == CONDITION_FAILED:
+                    raise _ConditionFailed(error.response.get("Item")) from None
+                if code not in THROTTLING_CODES:
+                    raise LedgerError(f"SharedLedger: DynamoDB {operation} on {self.table_name} failed with {code}: "
+                                      f"{error.response.get('Error', {}).get('Message', '')} (not retried: it cannot "
+                                      "succeed as sent; check the table, the grant and the ledger id)", code=code) from error
+                last: Exception = error
+            except NotConnected as error:
+                code, last = type(error).__name__, error
+            except HTTPClientError as error:
+                code, last = type(error).__name__, error
+                if not repeatable:
+                    raise LedgerError(f"SharedLedger: DynamoDB {operation} on {self.table_name}: {code}; it may have been "
+                                      "applied, so it is not repeated (the hold stays until its window passes)",
+                                      code=code, retryable=True) from error
+            self.counts["throttled"] += 1
+            if attempt < self.dynamodb_retries:
+                ceiling = min(self.max_backoff_seconds, self.backoff_seconds * 2 ** attempt)
+                self.sleep(self.rng.random() * ceiling)
+        raise LedgerError(f"SharedLedger: DynamoDB {operation} on {self.table_name} kept failing ({code}) after "
+                          f"{self.dynamodb_retries + 1} attempts", code=code, retryable=True) from last
+
+
+class _ConditionFailed(Exception):
+    def __init__(self, item: Mapping[str, Any] | None):
+        super().__init__("condition failed")
+        self.item = item
+
+
+def _n(value: float) -> dict[str, str]:
+    number = int(value) if float(value).is_integer() else value
+    return {"N": str(number)}
+
+
+def _number(value: Any) -> float | None:
+    text = value.get("N") if isinstance(value, Mapping) else None
+    try:
+        number = float(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _slot_name(start: float) -> str:
+    return datetime.fromtimestamp(start, UTC).strftime(SLOT_FORMAT)
+
+
+def _parse_slot(name: str) -> tuple[float | None, str | None]:
+    body = name[len(SLOT_PREFIX):]
+    stamp, sep, consumer = body.partition("#")
+    if not sep or not consumer:
+        return None, None
+    try:
+        return datetime.strptime(stamp, SLOT_FORMAT).replace(tzinfo=UTC).timestamp(), consumer
+    except ValueError:
+        return None, None
+
+
+def _iso_ms(epoch: float) -> str:
+    moment = datetime.fromtimestamp(epoch, UTC)
+    return moment.strftime(SLOT_FORMAT) + f".{moment.microsecond // 1000:03d}Z"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
