@@ -52,6 +52,8 @@ __all__ = [
     "BATCH_RECORDS_FAILED",
     "CALL_ERRORS",
     "INVALID_STORED_ITEMS",
+    "LEDGER_FALLBACKS",
+    "LEDGER_DIMENSION",
     "EXPERIMENT_DIMENSION",
     "VARIANT_DIMENSION",
     "OUTCOMES",
@@ -115,6 +117,10 @@ CALL_ERRORS = "CallErrors"
 #: Answer-store items readers found invalid (pacer_runtime.answers.check_item) or put_answer replaced as
 #: invalid, 1 per item met; the rule broken is the log line's InvalidItemRule field, never a dimension.
 INVALID_STORED_ITEMS = "InvalidStoredItems"
+#: QuotaPacer: times a process switched to its static share because the quota's shared ledger could not
+#: be used (DynamoDB kept throttling or refused), 1 per switch, by the ledger's id (LEDGER_DIMENSION).
+LEDGER_FALLBACKS = "LedgerFallbacks"
+LEDGER_DIMENSION = "LedgerId"
 #: Outcome events of a live experiment, by the name record_outcome takes -> metric name (Sum counts events).
 OUTCOMES: dict[str, str] = {
     "thumbs_up": "ThumbsUp",
@@ -145,6 +151,7 @@ UNITS: dict[str, str] = {
     BATCH_RECORDS_FAILED: "Count",
     CALL_ERRORS: "Count",
     INVALID_STORED_ITEMS: "Count",
+    LEDGER_FALLBACKS: "Count",
     **{name: "Count" for name in OUTCOMES.values()},
 }
 

@@ -30,6 +30,16 @@ fits the share:
 - Arguments are checked (token counts, maxTokens, deadlines, the clock's readings) and refused with
   the argument's name; a clock that steps back is taken as no time passing, never as a longer wait.
 
+- Across processes: QuotaPacer(..., ledger=SharedLedger(...)) (pacer_runtime.ledger) admits a call
+  only once the quota's shared DynamoDB ledger also holds its reservation, settles it there with
+  the real usage and returns it there at once for a call Bedrock never saw or throttled. Waiting,
+  deadlines and AdmissionRejected work as above, the ledger's own prediction included. When the
+  ledger cannot be used (DynamoDB keeps throttling or refuses: LedgerError), the pacer falls back
+  to fallback_tpm locally (the share's static per-process TPM, never unbounded) for
+  ledger_retry_seconds, counts it (stats().ledger_fallbacks), logs it and publishes the
+  LedgerFallbacks metric (EMF, by LedgerId).
+  QuotaPacer.from_environment() builds both from the variables QuotaLedger.environment(share) sets.
+
 Use one pacer per model quota per process, shared by every thread. With bedrock_client, set
 max_attempts=1: each SDK retry would be a new reservation the pacer never admitted; retry through
 call_with_backoff / BoundedCalls / run_side_by_side instead, which call the pacer again for each
@@ -52,7 +62,10 @@ from typing import Any
 
 from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ProxyConnectionError
 
+from . import metrics
 from .bedrock import ConverseResult, converse, converse_stream, is_throttle
+from .ledger import ENVIRONMENT as LEDGER_ENVIRONMENT
+from .ledger import LedgerError, LedgerHold, LedgerRefusal, SharedLedger
 from .structured_log import log
 
 __all__ = ["NEVER_SENT", "AdmissionRejected", "PacerStats", "QuotaPacer", "Ticket", "estimate_input_tokens"]
@@ -96,6 +109,9 @@ class PacerStats:
     released: int  # calls that never reached Bedrock (or a caller's release()): their holds were freed
     unaccounted: int  # answers whose usage could not be read: each kept its hold as its charge
     clock_steps_back: int  # times the clock read earlier than before (taken as no time passing)
+    ledger_refusals: int  # tries the shared ledger refused (the call waited, or was rejected)
+    ledger_fallbacks: int  # calls admitted on fallback_tpm while the shared ledger could not be used
+    ledger_errors: int  # ledger settlements or releases that failed (the hold expires with its window)
     settled_tokens: float
     limit_tpm: float
     held_tokens: float
@@ -113,10 +129,11 @@ class _Charge:
 
 
 class _Waiter:
-    __slots__ = ("tokens",)
+    __slots__ = ("asked", "tokens")
 
     def __init__(self, tokens: int):
         self.tokens = tokens
+        self.asked = False  # whether this call asked the shared ledger itself yet
 
 
 class Ticket:
@@ -126,10 +143,11 @@ class Ticket:
     its hold until the window forgets it (the safe assumption: Bedrock may have charged it).
     """
 
-    __slots__ = ("_charge", "_pacer", "done", "reserved", "text_estimate")
+    __slots__ = ("_charge", "_pacer", "done", "hold", "reserved", "text_estimate")
 
-    def __init__(self, pacer: QuotaPacer, charge: _Charge, reserved: int):
+    def __init__(self, pacer: QuotaPacer, charge: _Charge, reserved: int, hold: LedgerHold | None = None):
         self._pacer, self._charge, self.reserved = pacer, charge, reserved
+        self.hold = hold  # the shared ledger's hold, when the pacer has a ledger and it was used
         self.done = False
         self.text_estimate: float | None = None  # prompt tokens by characters alone, when the pacer estimated them
 
@@ -175,6 +193,13 @@ class QuotaPacer:
         time the request takes to reach Bedrock (which starts its clock later). Default: 0.5.
     chars_per_token: for estimating input tokens from text before the call; corrected by the
         settled usage as calls return. Default: 4.
+    ledger: a pacer_runtime.ledger.SharedLedger: admit only what the quota's shared ledger also
+        holds (see the module docstring). tpm is then this process's local cap (the consumer's
+        burst cap, or the whole quota). Default: None (this process alone).
+    fallback_tpm: with a ledger, what this process may use on its own while the ledger cannot be
+        used: its static share. Default: tpm x 0.1 (min_fraction's default), never unbounded.
+    ledger_retry_seconds: how long the pacer stays on fallback_tpm after a LedgerError before it
+        tries the ledger again. Default: 5.
     clock: a monotonic clock in seconds. Default: time.monotonic. A reading earlier than the last
         is taken as no time passing (charges keep their age instead of waiting out the step); a
         reading that is not a finite number raises RuntimeError. poll_seconds: the longest a
@@ -198,6 +223,9 @@ class QuotaPacer:
         chars_per_token: float = 4.0,
         clock: Callable[[], float] = time.monotonic,
         poll_seconds: float = 0.25,
+        ledger: SharedLedger | None = None,
+        fallback_tpm: float | None = None,
+        ledger_retry_seconds: float = 5.0,
     ):
         problems = [
             *_positive("tpm", tpm, "the share's tokens per minute, e.g. 300000"),
@@ -212,7 +240,11 @@ class QuotaPacer:
             *_bounded("expiry_margin_seconds", expiry_margin_seconds, 0, math.inf, "seconds, e.g. 0.5"),
             *_positive("chars_per_token", chars_per_token, "characters per token, e.g. 4"),
             *_positive("poll_seconds", poll_seconds, "seconds, e.g. 0.25"),
+            *_positive("fallback_tpm", fallback_tpm, "the share's static per-process TPM", optional=True),
+            *_bounded("ledger_retry_seconds", ledger_retry_seconds, 0, 3600, "seconds, e.g. 5"),
         ]
+        if ledger is not None and not isinstance(ledger, SharedLedger):
+            problems.append(f"ledger={ledger!r} must be a pacer_runtime.ledger.SharedLedger or None")
         if model_max_tokens is not None and (not _is_int(model_max_tokens) or model_max_tokens < 1):
             problems.append(f"model_max_tokens={model_max_tokens!r} must be a positive integer (the model's maximum output) or None")
         if not isinstance(hold_output_burndown, bool):
@@ -240,14 +272,32 @@ class QuotaPacer:
         self._settled_tokens = 0.0
         self._clock_offset = 0.0  # added to every reading, so the pacer's time never steps back
         self._last_now = -math.inf
+        self.ledger = ledger
+        self.fallback_tpm = min(float(fallback_tpm), self.tpm) if fallback_tpm is not None else self.tpm * 0.1
+        self.ledger_retry_seconds = float(ledger_retry_seconds)
+        self._ledger_down_until = -math.inf  # pacer time until which the fallback applies
+        self._ledger_retry_at = -math.inf  # pacer time before which the ledger is not asked again
+        self._ledger_ready_at: float | None = None  # the ledger's last prediction (pacer time)
+        self._ledger_reason = ""
+        self._ledger_busy = False  # a waiter is asking the ledger (with the lock released)
+        self._counts.update(ledger_refusals=0, ledger_fallbacks=0, ledger_errors=0)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> QuotaPacer:
-        """A pacer sized by the variables ModelQuota.pacer_environment sets (GENAI_PACER_TPM, _RPM, _BURNDOWN)."""
+        """A pacer sized by the variables ModelQuota.pacer_environment sets (GENAI_PACER_TPM, _RPM, _BURNDOWN).
+
+        With the variables QuotaLedger.environment(share) adds (GENAI_PACER_LEDGER_*), the pacer
+        also uses the quota's shared ledger: its local cap is then the consumer's burst cap and
+        GENAI_PACER_TPM (the static per-process share) becomes fallback_tpm.
+        """
         env = os.environ if environ is None else environ
         tpm_name, rpm_name, burndown_name = ENVIRONMENT
+        ledger = options.pop("ledger", None)
+        if ledger is None and env.get(LEDGER_ENVIRONMENT[0]):
+            ledger = SharedLedger.from_environment(env)
         values: dict[str, float | None] = {}
-        for key, name, required in ((tpm_name, "tpm", True), (rpm_name, "rpm", False), (burndown_name, "burndown", False)):
+        for key, name, required in ((tpm_name, "tpm", ledger is None), (rpm_name, "rpm", False),
+                                    (burndown_name, "burndown", False)):
             text = env.get(key)
             if text is None:
                 if required:
@@ -258,6 +308,12 @@ class QuotaPacer:
                 values[name] = float(text)
             except ValueError:
                 raise ValueError(f"QuotaPacer.from_environment: {key}={text!r} is not a number") from None
+        if ledger is not None:
+            share = values.pop("tpm", None)
+            values["tpm"] = ledger.burst_tpm
+            if share is not None:
+                values["fallback_tpm"] = share
+            return cls(**{**values, "ledger": ledger, **options})
         return cls(**{**values, **options})
 
     # --- the arithmetic (mirrors genai_pacer.planning.TokenProfile) ------------------------------
@@ -322,14 +378,42 @@ class QuotaPacer:
                 while True:
                     now = self._now()
                     self._expire(now)
-                    if self._waiters[0] is waiter and self._fits(reservation):
-                        return self._admit(waiter, now)
+                    if self._waiters[0] is waiter and self._fits(reservation) and not self._ledger_busy:
+                        if self.ledger is None:
+                            return self._admit(waiter, now)
+                        if now < self._ledger_down_until:  # the ledger cannot be used: the static share
+                            if self._fits(reservation, self.fallback_tpm):
+                                self._counts["ledger_fallbacks"] += 1
+                                return self._admit(waiter, now)
+                        elif now >= self._ledger_retry_at or not waiter.asked:
+                            # A call at the head asks once whatever the backoff: the last refusal
+                            # was an earlier call's, and another process may have freed room since.
+                            waiter.asked = True
+                            outcome = self._ask_ledger(reservation)
+                            now = self._now()
+                            if isinstance(outcome, LedgerHold):
+                                return self._admit(waiter, now, outcome)
+                            if outcome is None:
+                                continue  # on the fallback now
+                            self._counts["ledger_refusals"] += 1
+                            self._ledger_retry_at = now + outcome.retry_in
+                            self._ledger_ready_at = None if outcome.ready_in is None else now + outcome.ready_in
+                            self._ledger_reason = outcome.reason
                     if deadline is not None:
                         eta = self._earliest_start(waiter, now)
+                        if self.ledger is not None and now < self._ledger_down_until:
+                            # on the fallback: its static share, or the ledger again once it is retried
+                            on_fallback = self._earliest_start(waiter, now, min(self.fallback_tpm, self._limit))
+                            eta = min(on_fallback, max(eta, self._ledger_down_until))
+                        if (self.ledger is not None and self._ledger_ready_at is not None and now >= self._ledger_down_until
+                                and (waiter.asked or self._waiters[0] is not waiter)):
+                            eta = max(eta, self._ledger_ready_at)  # the shared window's own prediction
                         if eta > deadline:
                             self._counts["rejected_late" if waited else "rejected_at_once"] += 1
                             raise self._rejection(waiter, now, eta, deadline, late=waited)
                     wake = self._next_expiry()
+                    if self.ledger is not None and self._ledger_retry_at > now:
+                        wake = min(wake, self._ledger_retry_at)
                     if deadline is not None:
                         wake = min(wake, deadline)
                     self._cond.wait(min(max(wake - now, 0.0), self.poll_seconds))
@@ -438,14 +522,62 @@ class QuotaPacer:
         if freed:
             self._cond.notify_all()
 
-    def _fits(self, tokens: int) -> bool:
+    def _fits(self, tokens: int, limit: float | None = None) -> bool:
         if self.rpm is not None and len(self._charges) + 1 > self.rpm:
             return False
         # An empty window admits any reservation within the share, so a limit lowered below a large
         # reservation cannot stall it forever.
-        return not self._charges or self._held + tokens <= self._limit
+        return not self._charges or self._held + tokens <= (self._limit if limit is None else min(limit, self._limit))
 
-    def _admit(self, waiter: _Waiter, now: float) -> Ticket:
+    def _ask_ledger(self, reservation: int) -> LedgerHold | LedgerRefusal | None:
+        """Ask the shared ledger with the lock released (a DynamoDB round trip); None after a
+        LedgerError, with the fallback switched on. Only the head waiter asks (FIFO is kept)."""
+        assert self.ledger is not None
+        self._ledger_busy = True
+        self._cond.release()
+        try:
+            try:
+                outcome: LedgerHold | LedgerRefusal | LedgerError = self.ledger.try_reserve(reservation)
+            except LedgerError as error:
+                outcome = error
+        finally:
+            self._cond.acquire()
+            self._ledger_busy = False
+            self._cond.notify_all()
+        if isinstance(outcome, LedgerError):
+            self._ledger_down_until = self._now() + self.ledger_retry_seconds
+            log("WARNING", "QuotaPacer: the shared ledger cannot be used; this process falls back to its static share",
+                error=str(outcome), code=outcome.code, fallback_tpm=self.fallback_tpm,
+                retry_in_seconds=self.ledger_retry_seconds)
+            metrics.emit({metrics.LEDGER_FALLBACKS: 1},
+                         {metrics.LEDGER_DIMENSION: self.ledger.ledger_id, **metrics.lambda_dimensions()})
+            return None
+        if isinstance(outcome, LedgerHold):
+            self._ledger_ready_at = None
+        return outcome
+
+    def _ledger_end(self, ticket: Ticket, charge: float | None) -> None:
+        """Settle (charge) or return (None) the ticket's hold in the shared ledger, outside the lock.
+        A failure is counted and logged: the hold then leaves with its window, as Bedrock's would."""
+        if ticket.hold is None or self.ledger is None:
+            return
+        try:
+            if charge is None:
+                self.ledger.release(ticket.hold)
+            else:
+                self.ledger.settle(ticket.hold, charge)
+        except LedgerError as error:
+            with self._cond:
+                self._counts["ledger_errors"] += 1
+            log("WARNING", "QuotaPacer: the shared ledger did not take a settlement; the hold stays until its window "
+                "passes", error=str(error), code=error.code, held_tokens=ticket.hold.tokens)
+            return
+        if charge is None or charge < ticket.hold.tokens:
+            with self._cond:  # room this process freed: its own waiters may ask the ledger at once
+                self._ledger_retry_at = -math.inf
+                self._cond.notify_all()
+
+    def _admit(self, waiter: _Waiter, now: float, hold: LedgerHold | None = None) -> Ticket:
         self._waiters.popleft()
         self._seq += 1
         charge = _Charge(now, float(waiter.tokens), self._seq)
@@ -453,14 +585,14 @@ class QuotaPacer:
         self._held += waiter.tokens
         self._counts["admitted"] += 1
         self._cond.notify_all()
-        return Ticket(self, charge, waiter.tokens)
+        return Ticket(self, charge, waiter.tokens, hold)
 
     def _next_expiry(self) -> float:
         if not self._charges:
             return math.inf
         return self._charges[0].started + self.window_seconds + self.expiry_margin_seconds
 
-    def _earliest_start(self, waiter: _Waiter, now: float) -> float:
+    def _earliest_start(self, waiter: _Waiter, now: float, limit: float | None = None) -> float:
         """When the ledger could admit `waiter` after every call ahead of it, if nothing settles lower.
 
         Pessimistic on purpose: calls in flight usually settle below their hold, which frees room
@@ -469,11 +601,12 @@ class QuotaPacer:
         ahead = list(self._waiters)[: self._waiters.index(waiter) + 1]
         need, count = sum(w.tokens for w in ahead), len(ahead)
         lifetime = self.window_seconds + self.expiry_margin_seconds
-        if need > self._limit:  # admitted one window at a time, each into an emptier window
-            rounds = math.ceil(need / self._limit) - 1
+        limit = self._limit if limit is None else limit
+        if need > limit:  # admitted one window at a time, each into an emptier window
+            rounds = math.ceil(need / limit) - 1
             last = self._charges[-1].started + lifetime if self._charges else now
             return max(now, last) + rounds * lifetime
-        excess_tokens = self._held + need - self._limit
+        excess_tokens = self._held + need - limit
         excess_calls = 0 if self.rpm is None else len(self._charges) + count - self.rpm
         if excess_tokens <= 0 and excess_calls <= 0:
             return now
@@ -492,7 +625,9 @@ class QuotaPacer:
         message = (
             f"QuotaPacer: a call reserving {waiter.tokens:,} tokens {when}: the window holds {self._held:,.0f} "
             f"of {self._limit:,.0f} tokens per minute (share {self.tpm:,.0f}) with {ahead} call(s) waiting ahead, "
-            f"so the earliest start is in {wait:.2f} s. It was not sent: shed it (a fallback answer, or ask the "
+            f"so the earliest start is in {wait:.2f} s"
+            + (f" (the shared ledger: {self._ledger_reason})" if self.ledger is not None and self._ledger_reason else "")
+            + ". It was not sent: shed it (a fallback answer, or ask the "
             "caller to retry later), or allow a longer max_wait_seconds"
         )
         return AdmissionRejected(message, reservation=waiter.tokens,
@@ -527,6 +662,7 @@ class QuotaPacer:
             if ticket.text_estimate:  # an exponentially weighted mean of real / estimated prompt tokens
                 self._input_ratio += 0.2 * (prompt / ticket.text_estimate - self._input_ratio)
             self._cond.notify_all()
+        self._ledger_end(ticket, settled)
         return settled
 
     def _keep_hold(self, ticket: Ticket, problem: Mapping[str, Any]) -> float:
@@ -562,6 +698,7 @@ class QuotaPacer:
                 self._limit = max(self._limit * self.decrease, self.tpm * self.min_fraction)
                 self._decreased_at_seq = self._seq
                 self._counts["decreases"] += 1
+        self._ledger_end(ticket, None)  # Bedrock charged nothing
 
     def _release(self, ticket: Ticket) -> None:
         with self._cond:
@@ -569,6 +706,7 @@ class QuotaPacer:
                 raise RuntimeError("Ticket.release: this ticket is already settled, throttled or released")
             self._drop(ticket)
             self._counts["released"] += 1
+        self._ledger_end(ticket, None)
 
 
 def estimate_input_tokens(request: Mapping[str, Any], *, chars_per_token: float = 4.0) -> int:
