@@ -528,6 +528,50 @@ def test_what_cannot_run_offline_is_refused_naming_the_state_and_the_reason(stat
     assert "The state" in str(raised.value) and expected in str(raised.value)
 
 
+def formatted(template_text: str, *values: str) -> dict:
+    """A Pass state whose Parameters build `prompt` with JsonPath.format, as aws-cdk-lib writes it."""
+    stack = new_stack()
+    pass_state = sfn.Pass(stack, "Fmt", parameters={
+        "prompt": sfn.JsonPath.format(template_text, *(sfn.JsonPath.string_at(v) for v in values))})
+    machine(stack, "M", pass_state)
+    return cdk.assertions.Template.from_stack(stack).to_json()
+
+
+@pytest.mark.parametrize(
+    ("template_text", "expected"),
+    [
+        ("Write today's {} desk note.", "Write today's tech desk note."),
+        ("It's {}'s {} \\ 'quoted'", "It's tech's news \\ 'quoted'"),
+        ("\\{literal braces\\} and {}", "{literal braces} and tech"),
+    ],
+)
+def test_an_escaped_character_in_an_intrinsic_runs_as_on_aws(capfd, template_text, expected):
+    """aws-cdk-lib escapes ' { } and \\ in a JsonPath.format template (\\' in the intrinsic, \\\\' in its JSON);
+    moto parsed the JSON text undecoded, printed "mismatched input" and SUCCEEDED with the prompt cut at the
+    apostrophe (trial finding F3)."""
+    values = ("$.desk", "$.kind") if template_text.count("{}") == 2 else ("$.desk",)
+    with StateMachineRunner(formatted(template_text, *values)) as runner:
+        run = runner.run({"desk": "tech", "kind": "news"}).raise_for_status()
+    assert run.output == {"prompt": expected}
+    assert "mismatched input" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("States.Format('Write today\\'s {} note.', $.desk", "does not parse"),
+        ("States.Format('tab\\there {}', $.desk)", "escapes \\t in a string literal"),
+    ],
+)
+def test_an_intrinsic_the_runner_cannot_execute_as_aws_does_is_refused_naming_the_state(capfd, expression, expected):
+    state = {"Type": "Pass", "Parameters": {"prompt.$": expression}, "End": True}
+    with StateMachineRunner(template({"Build prompt": state})) as runner, pytest.raises(OfflineExecutionError) as raised:
+        runner.run({"desk": "tech"})
+    assert "Pass 'Build prompt'" in str(raised.value) and "Parameters.prompt.$" in str(raised.value)
+    assert expected in str(raised.value)
+    assert "mismatched input" not in capfd.readouterr().err
+
+
 def test_the_sdk_integrations_invoke_model_sends_the_body_and_returns_it_as_text():
     invoke = task(
         "arn:aws:states:::aws-sdk:bedrockruntime:invokeModel",

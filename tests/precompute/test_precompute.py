@@ -400,6 +400,21 @@ def test_a_run_as_built_calls_its_prepare_function_in_process_and_writes_every_a
     assert lock is None and count == 2  # the run lock released: only the answers remain
 
 
+def test_a_prompt_with_an_apostrophe_reaches_the_model_whole_offline(capfd):
+    """JsonPath.format escapes the template's apostrophe (\\' in the intrinsic); moto read the JSON text
+    undecoded, printed "mismatched input" and ran with the prompt cut at the apostrophe (trial finding F3)."""
+    stack, _ = build(request=ConverseRequest(
+        prompt=sfn.JsonPath.format("Write today's {} desk note, \\{not a slot\\}.", sfn.JsonPath.string_at("$.item.ticker")),
+        max_tokens=100))
+    prompts: list[str] = []
+    with emulator(tpm_quota=1_000_000, answer_tokens=lambda prompt: prompts.append(prompt) or 10) as bedrock, \
+            StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({"items": ITEMS[:1]}, timeout=120).raise_for_status()
+    assert run.output["written"] == 1
+    assert prompts == ["Write today's T0 desk note, {not a slot}."]
+    assert "mismatched input" not in capfd.readouterr().err
+
+
 def test_a_run_as_built_reads_its_keys_from_s3_through_the_distributed_map():
     """The JSONL item reader moto rejects ('JSONL' is not a valid InputTypeValue) is the runner's own."""
     stack = new_stack()

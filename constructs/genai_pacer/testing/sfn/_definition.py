@@ -125,6 +125,7 @@ def executable_copy(definition: dict[str, Any], *, where: str) -> ExecutablePlan
         kind = state.get("Type")
         if state.get("QueryLanguage") == "JSONata":
             problems.append(f"{kind} {name!r} uses JSONata, which moto cannot evaluate offline (no Java bridge)")
+        _intrinsics(name, kind, state, problems)
         if kind == "Task":
             _task(name, state, plan, problems)
         elif kind == "Map":
@@ -145,6 +146,48 @@ def _states(scope: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         for key in ("ItemProcessor", "Iterator"):
             if isinstance(state.get(key), dict):
                 yield from _states(state[key])
+
+
+#: Keys of a state that hold other states (walked by `_states`), not the state's own fields.
+_NESTED_STATES = ("Branches", "ItemProcessor", "Iterator")
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_STRING_LITERAL = re.compile(r"'((?:\\.|[^'\\])*)'", re.DOTALL)
+
+
+def _intrinsic_fields(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """(field path, expression) of every intrinsic function in a state's fields ("key.$": "States.…")."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            if isinstance(item, str) and str(key).endswith(".$") and item.startswith("States."):
+                yield path, item
+            elif not (where == "" and key in _NESTED_STATES):
+                yield from _intrinsic_fields(item, path)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _intrinsic_fields(item, f"{where}[{index}]")
+
+
+def _intrinsics(name: str, kind: Any, state: dict[str, Any], problems: list[str]) -> None:
+    """Every intrinsic function must parse as on AWS: moto's grammar, given one it cannot parse, prints the
+    error to stderr and runs what it could read, a silently different result (a prompt cut at an
+    apostrophe). An escape Step Functions does not define is refused too, since its value is unknown."""
+    from ._interpreter import INTRINSIC_ESCAPES, IntrinsicSyntaxError, parse_intrinsic
+
+    for where, expression in _intrinsic_fields(state):
+        try:
+            parse_intrinsic(expression)
+        except IntrinsicSyntaxError as error:
+            problems.append(f"{kind} {name!r}: the intrinsic function in {where} cannot be executed offline: {error}")
+            continue
+        unknown = sorted({f"\\{m[1]}" for literal in _STRING_LITERAL.findall(expression)
+                          for m in _ESCAPE.finditer(literal) if m[1] not in INTRINSIC_ESCAPES})
+        if unknown:
+            problems.append(
+                f"{kind} {name!r}: the intrinsic function in {where} escapes {', '.join(unknown)} in a string "
+                "literal; Step Functions defines only \\' \\{ \\} and \\\\ there, so the runner cannot say what AWS "
+                "would make of it: write the character itself, or one of those four escapes"
+            )
 
 
 def _task(name: str, state: dict[str, Any], plan: ExecutablePlan, problems: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""Patches to moto's Step Functions interpreter (a port of LocalStack's), active while a runner is.
+r"""Patches to moto's Step Functions interpreter (a port of LocalStack's), active while a runner is.
 
 What each patch does and why:
 - Service integrations: `bedrock:invokeModel` (moto forwards it to the boto3 `bedrock` control-plane
@@ -22,6 +22,12 @@ What each patch does and why:
   would need Docker. moto's own code still turns the response into the Task result or failure.
 - Distributed Map: JSONL item readers, ItemBatcher, the tolerated-failure threshold (moto parses it
   but lets every failed item pass) and ResultWriter files (moto writes an empty manifest).
+- Intrinsic functions: moto parses an intrinsic from the definition's JSON text undecoded, so the JSON
+  escape of a literal's backslash (`'today\\'s'` in JSON for `'today\'s'`) ends the literal early, ANTLR
+  prints "mismatched input" and the rest of the function is dropped. The patched parser decodes the JSON
+  first, as AWS reads the definition, raises on a syntax error instead of printing it, and applies Step
+  Functions' four escapes (\' \{ \} \\); States.Format fills only unescaped {} (`_definition` refuses,
+  naming the state, what is still not parseable).
 """
 
 from __future__ import annotations
@@ -55,6 +61,10 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
     StatesErrorNameType,
 )
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.intrinsic.argument.argument import ArgumentLiteral
+from moto.stepfunctions.parser.asl.component.intrinsic.function.statesfunction.generic.string_format import (
+    StringFormat,
+)
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader import item_reader_decl
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval.resource_output_transformer.transformer import (
     ResourceOutputTransformer,
@@ -89,6 +99,8 @@ from moto.stepfunctions.parser.asl.eval.program_state import (
     ProgramStopped,
     ProgramTimedOut,
 )
+from moto.stepfunctions.parser.asl.parse.intrinsic import preprocessor as intrinsic_preprocessor
+from moto.stepfunctions.parser.asl.parse.intrinsic.intrinsic_parser import IntrinsicParser
 from moto.stepfunctions.parser.asl.utils import json_path
 
 from ._batch import BatchJobSimulator, ServiceError
@@ -543,6 +555,108 @@ def _extract_json(path: str, data: Any) -> Any:
         raise
 
 
+# ---- intrinsic functions -----------------------------------------------------------------------
+
+#: The characters a backslash escapes in an intrinsic function's string literal, and only these: \' is ',
+#: \{ is {, \} is }, \\ is \ (Step Functions developer guide, "Intrinsic functions for JSONPath states",
+#: "Reserved characters in intrinsic functions": https://docs.aws.amazon.com/step-functions/latest/dg/intrinsic-functions.html).
+#: aws-cdk-lib's JsonPath.format writes them so (a template's ' { } \ escaped); States.Format fills only an
+#: unescaped {} (aws/aws-cdk pull 29267).
+INTRINSIC_ESCAPES = frozenset("'{}\\")
+_LITERAL_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+
+
+class IntrinsicSyntaxError(ValueError):
+    """An intrinsic function moto's grammar cannot parse (it would print the error and drop the rest)."""
+
+
+def decoded_intrinsic(raw: str) -> str:
+    """The intrinsic as AWS reads it: moto passes the text between the definition's JSON quotes, undecoded."""
+    try:
+        value = json.loads(f'"{raw}"')
+    except ValueError:
+        return raw
+    return value if isinstance(value, str) else raw
+
+
+def parse_intrinsic(expression: str) -> tuple[Any, Any]:
+    """moto's IntrinsicParser.parse on the decoded expression, raising IntrinsicSyntaxError on what ANTLR
+    would only print ("mismatched input ...") before returning a function with the rest dropped."""
+    from antlr4 import CommonTokenStream, InputStream
+    from antlr4.error.ErrorListener import ErrorListener
+    from moto.stepfunctions.parser.asl.antlr.runtime.ASLIntrinsicLexer import ASLIntrinsicLexer
+    from moto.stepfunctions.parser.asl.antlr.runtime.ASLIntrinsicParser import ASLIntrinsicParser
+
+    errors: list[str] = []
+
+    class _Collect(ErrorListener):
+        def syntaxError(self, recognizer, offending_symbol, line, column, msg, e):  # noqa: N802 (ANTLR's name)
+            errors.append(f"column {column + 1}: {msg}")
+
+    lexer = ASLIntrinsicLexer(InputStream(expression))
+    parser = ASLIntrinsicParser(CommonTokenStream(lexer))
+    for recognizer in (lexer, parser):
+        recognizer.removeErrorListeners()
+        recognizer.addErrorListener(_Collect())
+    tree = parser.func_decl()
+    if errors:
+        raise IntrinsicSyntaxError(f"{expression!r} does not parse ({'; '.join(errors)})")
+    return intrinsic_preprocessor.Preprocessor().visit(tree), tree
+
+
+def _parse_intrinsic_raw(src: str) -> tuple[Any, Any]:
+    return parse_intrinsic(decoded_intrinsic(src))
+
+
+def unescaped_literal(escaped: str) -> str:
+    """A string literal's value: Step Functions' four escapes applied (others are refused by `_definition`)."""
+    return _LITERAL_ESCAPE.sub(lambda m: m[1] if m[1] in INTRINSIC_ESCAPES else m[0], escaped)
+
+
+def _func_arg_string(self, ctx) -> ArgumentLiteral:
+    escaped = ctx.STRING().getText()[1:-1]
+    literal = ArgumentLiteral(definition_value=unescaped_literal(escaped))
+    literal.genai_pacer_escaped = escaped  # type: ignore[attr-defined]  # States.Format tells {} from \{\} by it
+    return literal
+
+
+def aws_format(template: str, values: list[str]) -> str:
+    """States.Format on a literal template as Step Functions fills it: each unescaped {} takes the next value."""
+    out: list[str] = []
+    remaining = iter(values)
+    used = 0
+    i = 0
+    while i < len(template):
+        char = template[i]
+        if char == "\\" and i + 1 < len(template):
+            out.append(template[i + 1] if template[i + 1] in INTRINSIC_ESCAPES else template[i : i + 2])
+            i += 2
+        elif template.startswith("{}", i):
+            value = next(remaining, None)
+            if value is None:
+                raise ValueError(f"States.Format: the template has more {{}} than the {len(values)} value(s) given")
+            out.append(value)
+            used += 1
+            i += 2
+        else:
+            out.append(char)
+            i += 1
+    if used != len(values):
+        raise ValueError(f"States.Format: {len(values)} value(s) given for {used} {{}} in the template")
+    return "".join(out)
+
+
+def _string_format(self, env) -> None:
+    template = self.argument_list.arguments[0]
+    escaped = getattr(template, "genai_pacer_escaped", None)
+    if escaped is None:  # a template read from the input: moto's own evaluation
+        _original(StringFormat, "_eval_body")(self, env)
+        return
+    self.argument_list.eval(env=env)
+    args = env.stack.pop()
+    env.stack.append(aws_format(escaped, [StringFormat._to_str_repr(value) for value in args[1:]]))
+
+
 # ---- distributed Map ---------------------------------------------------------------------------
 
 
@@ -798,6 +912,9 @@ def install(runtime: Runtime) -> None:
         _set(DistributedItemProcessorWorker, "_eval_job", _eval_job)
         _set(DistributedItemProcessorWorker, "_eval_input", _eval_input)
         _set(ResultWriterS3, "_handle_put_object", staticmethod(_handle_put_object))
+        _set(IntrinsicParser, "parse", staticmethod(_parse_intrinsic_raw))
+        _set(intrinsic_preprocessor.Preprocessor, "visitFunc_arg_string", _func_arg_string)
+        _set(StringFormat, "_eval_body", _string_format)
         for module in [*_json_path_users(), json_path]:
             _set(module, "extract_json", _extract_json)
 
