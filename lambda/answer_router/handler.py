@@ -28,8 +28,8 @@ router but not for the caller, the model answers that caller and nothing is writ
 
 One model call per key: a miss that will write back first takes a per-key claim in the store
 (pacer_runtime.key_claims), so concurrent misses across Lambda environments make one call; the
-others poll the store for the answer for up to COALESCE_WAIT_SECONDS (bounded by the function's
-remaining time), then answer 503 AnswerPending with Retry-After. When the holder's call failed
+others poll the store for the answer for up to COALESCE_WAIT_SECONDS (half FUNCTION_TIMEOUT_SECONDS
+when only that is set; bounded by the function's remaining time), then answer 503 AnswerPending with Retry-After. When the holder's call failed
 transiently, the requests that waited for it, and any claimant within that failure's Retry-After,
 get the same status and Retry-After without another call.
 
@@ -94,8 +94,12 @@ ANSWER_TTL_SECONDS = int(os.environ.get("ANSWER_TTL_SECONDS") or 0) or None
 MAX_AGE_SECONDS = float(os.environ["MAX_AGE_SECONDS"])
 WRITE_BACK = os.environ.get("WRITE_BACK", "true") == "true"
 MAX_OUTPUT_TOKENS = int(os.environ["MAX_OUTPUT_TOKENS"])
-#: How long a miss waits for another request's answer to the same key before answering 503.
-COALESCE_WAIT_SECONDS = float(os.environ.get("COALESCE_WAIT_SECONDS") or 10)
+#: How long a miss waits for another request's answer to the same key before answering 503: the
+#: router's coalesce_wait, or (a deploy-time timeout, which synth cannot halve) half the function's
+#: timeout, FUNCTION_TIMEOUT_SECONDS; 10 s when neither is set.
+COALESCE_WAIT_SECONDS = float(
+    os.environ.get("COALESCE_WAIT_SECONDS") or float(os.environ.get("FUNCTION_TIMEOUT_SECONDS") or 20) / 2
+)
 SYSTEM_PROMPT = os.environ.get("SYSTEM_PROMPT") or None
 LATENCY = os.environ.get("PERFORMANCE_LATENCY") or None
 FIELDS = frozenset({"key", "maxAgeSeconds"})

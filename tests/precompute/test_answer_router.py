@@ -143,7 +143,18 @@ def test_number_tokens_reach_the_function_as_tokens():
     function = router_function(Template.from_stack(stack))["Properties"]
     assert function["Environment"]["Variables"]["MAX_OUTPUT_TOKENS"] == {"Ref": "Value"}
     assert function["Timeout"] == {"Ref": "Value"}
-    assert function["Environment"]["Variables"]["COALESCE_WAIT_SECONDS"] == "10"  # no half of a token: 10 s
+    # half a deploy-time timeout: the function gets the timeout and halves it (it was a fixed 10 s, trial F4)
+    assert function["Environment"]["Variables"]["FUNCTION_TIMEOUT_SECONDS"] == {"Ref": "Value"}
+    assert "COALESCE_WAIT_SECONDS" not in function["Environment"]["Variables"]
+
+
+def test_a_literal_coalesce_wait_beside_a_deploy_time_timeout_reaches_the_function_as_given():
+    stack = new_stack()
+    value = cdk.CfnParameter(stack, "Value", type="Number", default=30).value_as_number
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=MODEL,
+                 timeout=cdk.Duration.seconds(value), coalesce_wait=cdk.Duration.seconds(4))
+    variables = router_function(Template.from_stack(stack))["Properties"]["Environment"]["Variables"]
+    assert variables["COALESCE_WAIT_SECONDS"] == "4" and "FUNCTION_TIMEOUT_SECONDS" not in variables
 
 
 @pytest.mark.parametrize("prop", ["max_age", "coalesce_wait", "timeout"])

@@ -306,3 +306,17 @@ def test_a_5xx_answer_is_counted_for_the_server_errors_alarm_and_a_4xx_or_a_hit_
     (line,) = [line for line in metric_lines(capsys) if "AnswerServerErrors" in line]
     assert line["AnswerServerErrors"] == 1 and line["FunctionName"] == "router-fn"
     assert line["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "AnswerServerErrors", "Unit": "Count"}]
+
+
+@pytest.mark.parametrize(("variables", "wait"), [
+    ({"FUNCTION_TIMEOUT_SECONDS": "8"}, 4.0),  # a deploy-time timeout: half of it (trial F4)
+    ({"FUNCTION_TIMEOUT_SECONDS": "8", "COALESCE_WAIT_SECONDS": "3"}, 3.0),
+    ({}, 10.0),
+])
+def test_the_coalesce_wait_follows_the_deployed_timeout_when_synth_could_not_halve_it(router, monkeypatch, variables, wait):
+    monkeypatch.delenv("COALESCE_WAIT_SECONDS")
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    sys.modules.pop("answer_router.handler", None)
+    module = importlib.import_module("answer_router.handler")
+    assert wait == module.COALESCE_WAIT_SECONDS

@@ -63,6 +63,7 @@ from constructs import Construct
 from .._internal.alarms import threshold_alarm
 from .._internal.checks import (
     Checks,
+    deploy_time_duration,
     fit_concurrency,
     in_unit,
     is_token,
@@ -116,7 +117,8 @@ class AnswerRouter(Construct):
         concurrent misses share one call (the per-key claim needs PutItem). Default: True.
     coalesce_wait: how long a miss waits for another request generating the same key before
         answering 503 with Retry-After; 0..timeout (less than the function's timeout). Only with
-        write_back (refused without it). Default: half the function's timeout.
+        write_back (refused without it). Default: half the function's timeout (with a deploy-time
+        timeout, half of the deployed value: the function gets the timeout and halves it).
     max_output_tokens: a miss's default maxTokens and its ceiling (sizes the function's timeout
         too). Size it from the p99 answer (planning.size_max_tokens): Bedrock reserves it against
         the quota on every call. Default: 1,024.
@@ -215,15 +217,16 @@ class AnswerRouter(Construct):
                 "timeout", timeout, minimum=cdk.Duration.seconds(1), maximum=cdk.Duration.minutes(15),
                 fix="Lambda runs at most 15 minutes; a miss needs time for a whole answer",
             )
+            # Half a deploy-time timeout cannot be computed at synth (CloudFormation has no arithmetic): the
+            # function gets the timeout itself (FUNCTION_TIMEOUT_SECONDS) and waits half of it.
+            wait_follows_timeout = coalesce_wait is None and deploy_time_duration(timeout)
             if coalesce_wait is None and timeout_ok:
                 coalesce_wait = cdk.Duration.millis(int(timeout.to_milliseconds()) // 2)
-            elif coalesce_wait is None:
-                coalesce_wait = cdk.Duration.seconds(10)
-            wait_ok = check.duration(
+            wait_ok = coalesce_wait is not None and check.duration(
                 "coalesce_wait", coalesce_wait, minimum=cdk.Duration.seconds(0), maximum=cdk.Duration.minutes(15),
                 fix="how long a miss waits for another request generating the same key, e.g. cdk.Duration.seconds(20)",
             )
-            if wait_ok and timeout_ok:
+            if wait_ok and timeout_ok and coalesce_wait is not None:
                 check.rule(
                     coalesce_wait.to_milliseconds() < timeout.to_milliseconds(),
                     f"coalesce_wait={coalesce_wait.to_human_string()} must be shorter than timeout="
@@ -255,7 +258,8 @@ class AnswerRouter(Construct):
             "MAX_AGE_SECONDS": seconds_text(max_age),
             "WRITE_BACK": "true" if write_back else "false",
             "MAX_OUTPUT_TOKENS": cdk.Token.as_string(max_output_tokens) if is_token(max_output_tokens) else str(max_output_tokens),
-            "COALESCE_WAIT_SECONDS": seconds_text(coalesce_wait),
+            **({"FUNCTION_TIMEOUT_SECONDS": seconds_text(timeout)} if wait_follows_timeout
+               else {"COALESCE_WAIT_SECONDS": seconds_text(coalesce_wait)}),
             "PROMPTS": json.dumps([{"key": k, "prompt": v} for k, v in self.prompts.items()], ensure_ascii=False),
         }
         if system_prompt is not None:
