@@ -819,6 +819,62 @@ def test_the_same_router_given_its_share_as_its_cap_fits():
     assert (data["allocated_tpm"], data["allocation"], data["in_flight"]) == (850_000, 0.9444, 20)
 
 
+def reserving_app(max_tokens: int, *, fraction: float = 0.8) -> tuple[cdk.Stack, ModelQuota]:
+    """400,000 TPM, burndown 5; a Map's share drawn with a profile of max_tokens=400 (2,000 in, 300 out: each
+    call reserves 2,400 and settles 3,500, so settlement binds), its requests built with `max_tokens`."""
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    profile = quota.profile(input_tokens=2_000, output_tokens=300, max_tokens=400)
+    BoundedMap(stack, "Notes", model=HAIKU, request=ConverseRequest(prompt="Write a note", max_tokens=max_tokens),
+               max_concurrency=quota.share("Notes", profile, fraction=fraction, call_seconds=6))
+    return stack, quota
+
+
+def test_a_holder_whose_requests_reserve_more_than_the_profile_is_planned_at_its_real_reservation():
+    """Trial F5: requests with max_tokens=8,000 against a profile of 400. Each call reserves 10,000 tokens,
+    not 2,400: the share's 9 calls draw 315,000 + 9 x (10,000 - 3,500) = 373,500 TPM at its cap, not 315,000,
+    and the warning names both numbers."""
+    stack, _ = reserving_app(8_000)
+    data = plan_file(synth(stack))
+    (share,) = data["shares"]
+    assert (share["in_flight"], share["held_max_tokens"], share["tpm_at_cap"]) == (9, 8_000, 373_500)
+    assert (data["allocated_tpm"], data["allocation"]) == (373_500, 0.9337)
+    (warning,) = [w for w in warnings_of(stack) if "max_tokens=400" in w]
+    assert ("share 'Notes' was drawn with a profile of max_tokens=400, but its holder's requests set more: "
+            "BoundedMap Test/Notes (max_tokens=8,000)") in warning
+    assert "each call reserves 10,000 quota tokens, not 2,400" in warning and "373,500 TPM at its cap" in warning
+
+
+def test_a_holder_whose_requests_reserve_what_the_profile_says_is_planned_as_before():
+    stack, _ = reserving_app(400)
+    data = plan_file(synth(stack))
+    assert (data["shares"][0]["held_max_tokens"], data["allocated_tpm"]) == (400, 320_000)
+    assert not [w for w in warnings_of(stack) if "max_tokens=400" in w]
+
+
+def test_a_real_reservation_that_overdraws_the_quota_fails_synth_naming_both_numbers():
+    stack, _ = reserving_app(20_000, fraction=0.9)
+    with pytest.raises(RuntimeError) as error:
+        synth(stack)
+    # 10 calls, each settling 3,500 and reserving 22,000: 350,000 + 10 x 18,500
+    assert ("- Notes: 360,000 TPM (90.0%), 10 calls per execution x 1 execution(s) = 10 in flight; but its requests "
+            "reserve max_tokens=20,000 where its profile says 400, drawing 535,000 TPM: BoundedMap Test/Notes") in str(error.value)
+    assert "send the max_tokens a share's profile says" in str(error.value)
+
+
+def test_a_routers_max_output_tokens_is_the_reservation_of_its_calls():
+    """AnswerRouter's max_output_tokens is the maxTokens of every miss: a share of 2 calls drawn with a profile
+    of max_tokens=400 held by a router with max_output_tokens=20,000 reserves 22,000 a call."""
+    stack = new_stack()
+    quota = haiku_quota(stack)
+    profile = quota.profile(input_tokens=2_000, output_tokens=300, max_tokens=400)
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=HAIKU, max_output_tokens=20_000,
+                 reserved_concurrency=quota.share("Router", profile, calls=2, call_seconds=6))
+    (share,) = plan_file(synth(stack))["shares"]
+    assert (share["held_max_tokens"], share["in_flight"], share["tpm_at_cap"]) == (20_000, 2, 2 * 10 * 3_500 + 2 * 18_500)
+    assert any("AnswerRouter Test/Router (max_tokens=20,000)" in w for w in warnings_of(stack))
+
+
 # --- shares nobody holds ---------------------------------------------------------------------------
 
 

@@ -141,7 +141,8 @@ class AnswerRouter(Construct):
         5 minutes: a timeout, out of memory, a crash; the handler answers every error it can catch).
         Default: none.
 
-    Attributes: `function`, `url` (None without function_url), `max_age`, `prompts`, `alarms`.
+    Attributes: `function`, `url` (None without function_url), `max_age`, `prompts`, `alarms`,
+    `max_output_tokens` (what each miss may reserve; ModelQuota plans the router's share with it).
     Grants: `grant_invoke`, `grant_invoke_url`. Metrics: `metric_hits`, `metric_misses`,
     `metric_stale`, `metric_hit_rate`, `metric_server_errors`.
     """
@@ -251,6 +252,7 @@ class AnswerRouter(Construct):
                               fix="5xx answers in 5 minutes the ServerErrors alarm tolerates")
             check.alarm_actions("alarm_actions", alarm_actions)
         self.max_age = max_age
+        self.max_output_tokens = max_output_tokens
         self.prompts: dict[str, str] = dict(prompt_table or {})
         environment = {
             **store.environment(),

@@ -177,7 +177,8 @@ class QueuedInference(Construct):
 
     Attributes: `queue`, `dead_letter_queue` (an existing queue's own DLQ when it can be read, else
     None), `function`, `answer_store`, `table` (its table), `event_source`, `log_group`, `alarms` (name -> Alarm),
-    `call_budget_seconds`, `timeout`, `model_id`.
+    `call_budget_seconds`, `timeout`, `model_id`, `max_output_tokens` (what each call may reserve; ModelQuota
+    plans its share with it).
 
     Metrics: the worker publishes each call's tokens, reservation, latency and served latency mode
     (pacer_runtime.metrics) per model and function; `metric_input_tokens`, `metric_output_tokens`,
@@ -295,6 +296,7 @@ class QueuedInference(Construct):
         elif isinstance(queue, sqs.Queue) and queue.dead_letter_queue is not None:
             self.dead_letter_queue = queue.dead_letter_queue.queue
         self.queue = queue
+        self.max_output_tokens = max_output_tokens
 
         self.answer_store = answer_store or AnswerStore(self, "Answers")
         self.table = self.answer_store.table

@@ -43,6 +43,9 @@ be above the share (a router named after a share of 2 calls but built with reser
 has 5 in flight). A holder nothing readable caps counts as its share. Each share draws the larger of
 its TPM and what its holders' caps draw (`Share.drawn_tpm`); over-allocation and the warning
 threshold are checked on those draws, and the error names each holder drawing beyond its share.
+Each call counts at the max_tokens its holder really sends (a state's MaxTokens, a construct's
+max_output_tokens) where that is above the share's profile, since Bedrock reserves it when a call
+starts; a warning names both numbers.
 
 Days count too: Bedrock also has a per-model daily token quota (TPM x 1,440 by default) and a
 cross-model daily cap per account and Region (planning.QUOTAS_DOC). Each share says how many hours
@@ -130,6 +133,11 @@ class Share:
     holder nothing readable caps counts as the plan. None: no holder was looked for or found.
     in_flight is that figure when known, else the plan's; tpm_at_cap is what in_flight calls draw
     back to back; drawn_tpm, what the share takes from the quota, is the larger of tpm and tpm_at_cap.
+
+    held_max_tokens: the largest max_tokens its holders' requests set, as synth read it (a state's
+    MaxTokens, a construct's max_output_tokens). Bedrock reserves a request's max_tokens when it starts,
+    so when that is above profile.max_tokens the share is counted at the holders' real reservation
+    (`reserving`), not the profile's. None: none was read.
     """
 
     name: str
@@ -141,6 +149,7 @@ class Share:
     profile: planning.TokenProfile
     hours_per_day: float = 24.0
     held_in_flight: int | None = None
+    held_max_tokens: int | None = None
 
     @property
     def planned_in_flight(self) -> int:
@@ -151,10 +160,29 @@ class Share:
         return self.planned_in_flight if self.held_in_flight is None else self.held_in_flight
 
     @property
+    def reserves_beyond_profile(self) -> bool:
+        """Whether its holders' requests set a larger max_tokens than its profile, so reserve more."""
+        return self.held_max_tokens is not None and self.held_max_tokens > self.profile.max_tokens
+
+    @property
+    def draws_beyond_profile(self) -> bool:
+        """Whether that larger reservation raises its draw at the cap (it does not while settlement binds)."""
+        return self.reserves_beyond_profile and self.tpm_at_cap > _tpm_at(
+            self.profile, self.in_flight, self.per_execution.call_seconds) + 1e-6
+
+    @property
+    def reserving(self) -> planning.TokenProfile:
+        """The profile its calls really reserve: the profile, with the holders' max_tokens where larger."""
+        if self.held_max_tokens is None or not self.reserves_beyond_profile:
+            return self.profile
+        return dataclasses.replace(self.profile, max_tokens=self.held_max_tokens)
+
+    @property
     def tpm_at_cap(self) -> float:
         """TPM drawn when every call it may have in flight runs back to back (at most tpm for the plan's
-        own cap, which rounds down; more when a holder's own cap is above the plan)."""
-        return _tpm_at(self.profile, self.in_flight, self.per_execution.call_seconds)
+        own cap, which rounds down; more when a holder's own cap is above the plan, or its requests
+        reserve more max_tokens than the profile says)."""
+        return _tpm_at(self.reserving, self.in_flight, self.per_execution.call_seconds)
 
     @property
     def drawn_tpm(self) -> float:
@@ -373,6 +401,7 @@ class QuotaPlan:
                     "call_seconds": share.per_execution.call_seconds,
                     "tpm_at_cap": round(share.tpm_at_cap, 1),
                     "drawn_tpm": round(share.drawn_tpm, 1),
+                    "held_max_tokens": share.held_max_tokens,
                     "hours_per_day": share.hours_per_day,
                     "daily_tokens": round(share.daily_load.daily_tokens, 1),
                     "holders": [c.path for c in self.holders(share)],
@@ -652,7 +681,8 @@ class ModelQuota(Construct):
         others = [q for q in _QUOTAS.get(self.node.root, []) if q is not self and q._key()[1:] == self._key()[1:]
                   and q._key() != self._key()]
         found = tuple(_census(self)) if consumers else ()
-        shares = tuple(dataclasses.replace(share, held_in_flight=_held_in_flight(share, found))
+        shares = tuple(dataclasses.replace(share, held_in_flight=_held_in_flight(share, found),
+                                           held_max_tokens=_held_max_tokens(share, found))
                        for share in self._shares.values())
         return QuotaPlan(
             model_id=_shown(self.model.model_id, "the model's deploy-time ARN"),
@@ -714,6 +744,12 @@ def _held_in_flight(share: Share, consumers: tuple[Consumer, ...]) -> int | None
         return None
     return sum(share.planned_in_flight if c.calls_in_flight is None
                else c.calls_in_flight * (share.executions if c.per_execution else 1) for c in holders)
+
+
+def _held_max_tokens(share: Share, consumers: tuple[Consumer, ...]) -> int | None:
+    """The largest max_tokens the share's holders' requests set, where synth read one."""
+    read = [c.max_tokens for c in consumers if c.share == share.name and c.max_tokens is not None]
+    return max(read) if read else None
 
 
 def _plan_number(check: Checks, name: str, value: Any, *, whole: bool = False, optional: bool = False, **limits: Any) -> bool:
@@ -779,6 +815,8 @@ class _Enforced:
             f"{plan.in_flight} calls are in flight and {effect}. Consumers:\n{consumers}\n"
             + ("Fix: " + ("hold each consumer to its share (give it the share where it takes a cap, or lower its own "
                           "cap to the share's), " if beyond else "")
+               + ("send the max_tokens a share's profile says (or draw it with the max_tokens its requests send), "
+                  if any(share.draws_beyond_profile for share in plan.shares) else "")
                + "lower a share's fraction, tpm, calls or executions, lower keep_free, or raise the quota in Service "
                "Quotas and tpm_quota with it." if tpm_over else
                "Fix: lower a share's calls or executions, or pass rpm_quota=None (Bedrock does not enforce RPM on "
@@ -829,6 +867,10 @@ class _PublishPlan:
                 "(input length, output p99, call duration); lower a share or raise the quota if the estimates are "
                 "not measured",
             )
+        for share in plan.shares:
+            if share.draws_beyond_profile:
+                annotations.add_warning_v2("genai-pacer:quota-max-tokens-beyond-profile",
+                                           _max_tokens_message(quota, plan, share))
         for warning in plan.daily().warnings:
             annotations.add_warning_v2("genai-pacer:quota-daily", f"ModelQuota {quota.node.id} ({plan.model_id}): {warning}")
         if not quota.require_shares:
@@ -852,7 +894,26 @@ def _beyond_share(plan: QuotaPlan, share: Share) -> str:
     if share.drawn_tpm <= share.tpm:
         return ""
     holders = ", ".join(f"{c.kind} {c.path} ({c.cap})" for c in plan.holders(share))
-    return f"; but its caps allow {share.in_flight} in flight, drawing {share.tpm_at_cap:,.0f} TPM: {holders}"
+    why = [f"its caps allow {share.in_flight} in flight"] if share.in_flight > share.planned_in_flight else []
+    if share.draws_beyond_profile:
+        why.append(f"its requests reserve max_tokens={share.held_max_tokens:,} where its profile says "
+                   f"{share.profile.max_tokens:,}")
+    return f"; but {' and '.join(why) or 'its caps draw more'}, drawing {share.tpm_at_cap:,.0f} TPM: {holders}"
+
+
+def _max_tokens_message(quota: ModelQuota, plan: QuotaPlan, share: Share) -> str:
+    """A share whose holders' requests reserve more max_tokens than its profile, with both numbers."""
+    holders = ", ".join(f"{c.kind} {c.path} (max_tokens={c.max_tokens:,})" for c in plan.holders(share)
+                        if c.max_tokens is not None and c.max_tokens > share.profile.max_tokens)
+    profile, real = share.profile, share.reserving
+    return (
+        f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} was drawn with a profile of "
+        f"max_tokens={profile.max_tokens:,}, but its holder's requests set more: {holders}. Bedrock reserves a request's "
+        f"input plus its max_tokens when the call starts, so each call reserves {real.reserved:,} quota tokens, not "
+        f"{profile.reserved:,}; the plan counts the share at that real reservation ({share.tpm_at_cap:,.0f} TPM at its "
+        f"cap, {plan.allocation:.1%} allocated). Fix: size max_tokens from the p99 answer (planning.size_max_tokens) "
+        "and pass the same number to the request and to quota.profile(max_tokens=...)"
+    )
 
 
 def _unshared_message(quota: ModelQuota, plan: QuotaPlan, consumer: Consumer) -> str:
@@ -1008,7 +1069,10 @@ def _cap(owner: IConstruct, roles: list[iam.IRole | None]) -> tuple[int | None, 
         return None, "no function or state machine using its role was found to read a cap from", None, False
     per_execution = not any(isinstance(user, lambda_.Function) for user in users)
     states = [n for n in nodes if isinstance(n, sfn.State)]
-    max_tokens = _max_tokens(stack, states)
+    # A construct whose function calls the model with a maxTokens ceiling says so (AnswerRouter, QueuedInference)
+    ceiling = getattr(owner, "max_output_tokens", None)
+    read = [m for m in (_max_tokens(stack, states), ceiling) if isinstance(m, int) and not isinstance(m, bool)]
+    max_tokens = max(read) if read else None
     caps: list[tuple[int | None, str]] = []
     for user in users:
         if isinstance(user, lambda_.Function):
