@@ -875,6 +875,35 @@ def test_a_routers_max_output_tokens_is_the_reservation_of_its_calls():
     assert any("AnswerRouter Test/Router (max_tokens=20,000)" in w for w in warnings_of(stack))
 
 
+def test_a_deploy_time_cap_is_described_as_unknown_at_synth_not_as_no_cap():
+    """Trial F6: a Map whose MaxConcurrency is a CfnParameter was reported 'unbounded: a Map of its state machine has
+    no MaxConcurrency', and a queue's deploy-time maximum concurrency 'its function has no reserved concurrency'."""
+    stack = new_stack()
+    cap = cdk.CfnParameter(stack, "Cap", type="Number", default=5).value_as_number
+    haiku_quota(stack)
+    BoundedMap(stack, "Map", model=HAIKU, request=REQUEST, max_concurrency=cap)
+    QueuedInference(stack, "Queue", model=HAIKU, max_concurrency=cap)
+    found = {w.split(" may call")[0].rsplit(" ", 1)[-1]: w for w in consumer_warnings(stack)}
+    assert ('unknown at synth: per execution: its Map\'s MaxConcurrency is a deploy-time value ({"Ref": "Cap"}), so '
+            "the plan cannot count its calls in flight") in found["Test/Map"]
+    assert ('unknown at synth: its event source\'s maximum concurrency is a deploy-time value ({"Ref": "Cap"})'
+            in found["Test/Queue"])
+    assert not any("unbounded" in w or "has no" in w for w in found.values())
+
+
+def test_a_holder_by_name_with_a_deploy_time_cap_is_warned_that_the_plan_counts_the_share():
+    stack = new_stack()
+    cap = cdk.CfnParameter(stack, "Cap", type="Number", default=5).value_as_number
+    quota = haiku_quota(stack)
+    quota.share("Router", PROFILE, calls=2, call_seconds=6)
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=HAIKU, reserved_concurrency=cap,
+                 max_output_tokens=440)
+    (warning,) = [w for w in warnings_of(stack) if "quota-deploy-time-cap" in w]
+    assert ("AnswerRouter Test/Router holds share 'Router' (2 calls in flight), but its own cap is unknown at synth: its "
+            'function\'s reserved concurrency is a deploy-time value ({"Ref": "Cap"}). The plan counts it at the share\'s '
+            "2 calls; a deployed value above that draws more than the share") in warning
+
+
 # --- shares nobody holds ---------------------------------------------------------------------------
 
 

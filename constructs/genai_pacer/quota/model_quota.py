@@ -207,7 +207,8 @@ class Consumer:
 
     share: the share it holds (None: it draws none). calls_in_flight: the most calls it has in
     flight, per execution when per_execution (a state machine's Map or Parallel caps each execution);
-    None when nothing caps it. cap: where that number comes from. max_tokens: the largest max_tokens
+    None when nothing caps it, or (deploy_time_cap) when its cap is a deploy-time value synth cannot
+    read. cap: where that number comes from. max_tokens: the largest max_tokens
     its requests set, when the synthesized states show it (each call reserves its prompt plus that).
     """
 
@@ -218,9 +219,12 @@ class Consumer:
     cap: str
     max_tokens: int | None = None
     per_execution: bool = False
+    deploy_time_cap: bool = False
 
     def worst_case(self) -> str:
-        """Its worst-case draw in words: calls in flight x each call's reservation, or unbounded."""
+        """Its worst-case draw in words: calls in flight x each call's reservation, unknown, or unbounded."""
+        if self.calls_in_flight is None and self.deploy_time_cap:
+            return f"unknown at synth: {self.cap}, so the plan cannot count its calls in flight"
         if self.calls_in_flight is None:
             return f"unbounded: {self.cap}, so nothing limits its calls in flight"
         each = "its prompt + max_tokens" if self.max_tokens is None else f"its prompt + {self.max_tokens:,} max_tokens"
@@ -303,6 +307,10 @@ class QuotaPlan:
             [share.daily_load for share in self.shares], tpm_quota=self.tpm_quota,
             daily_token_quota=self.daily_token_quota, cross_model_daily_tokens=self.cross_model_daily_tokens,
             other_models_daily_tokens=self.other_models_daily_tokens)
+
+    @property
+    def shares_by_name(self) -> dict[str, Share]:
+        return {share.name: share for share in self.shares}
 
     def holders(self, share: Share) -> tuple[Consumer, ...]:
         """The constructs found holding `share` (needs a plan with consumers)."""
@@ -873,6 +881,10 @@ class _PublishPlan:
                                            _max_tokens_message(quota, plan, share))
         for warning in plan.daily().warnings:
             annotations.add_warning_v2("genai-pacer:quota-daily", f"ModelQuota {quota.node.id} ({plan.model_id}): {warning}")
+        for consumer in plan.consumers:
+            held = plan.shares_by_name.get(consumer.share or "")
+            if held is not None and consumer.deploy_time_cap:
+                annotations.add_warning_v2("genai-pacer:quota-deploy-time-cap", _deploy_time_cap_message(quota, plan, consumer, held))
         if not quota.require_shares:
             for consumer in plan.unshared:
                 annotations.add_warning_v2("genai-pacer:quota-unshared-consumer", _unshared_message(quota, plan, consumer))
@@ -925,6 +937,16 @@ def _unshared_message(quota: ModelQuota, plan: QuotaPlan, consumer: Consumer) ->
     )
 
 
+def _deploy_time_cap_message(quota: ModelQuota, plan: QuotaPlan, consumer: Consumer, share: Share) -> str:
+    return (
+        f"ModelQuota {quota.node.id} ({plan.model_id}): {consumer.kind} {consumer.path} holds share {share.name!r} "
+        f"({share.planned_in_flight} calls in flight), but its own cap is unknown at synth: {consumer.cap}. The plan "
+        f"counts it at the share's {share.planned_in_flight} calls; a deployed value above that draws more than the "
+        "share and is not checked. Fix: give it the share where it takes a cap (max_concurrency, reserved_concurrency), "
+        f"or deploy a value of at most {share.planned_in_flight}"
+    )
+
+
 def _unheld_message(quota: ModelQuota, plan: QuotaPlan, share: Share) -> str:
     return (
         f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} ({share.tpm:,.0f} TPM, "
@@ -962,12 +984,12 @@ def _census(quota: ModelQuota) -> list[Consumer]:
     plans = {id(plan): name for plan, name in quota._issued.values()}
     consumers = []
     for path, (owner, roles) in found.items():
-        calls, cap, max_tokens, per_execution = _cap(owner, roles)
+        calls, cap, max_tokens, per_execution, deploy_time = _cap(owner, roles)
         given = getattr(owner, "concurrency_plan", None)
         share = plans.get(id(given)) if given is not None else None
         if share is None:
             share = next((name for name in quota._shares if name in (owner.node.id, path)), None)
-        consumers.append(Consumer(path, type(owner).__name__, share, calls, cap, max_tokens, per_execution))
+        consumers.append(Consumer(path, type(owner).__name__, share, calls, cap, max_tokens, per_execution, deploy_time))
     return consumers
 
 
@@ -1057,16 +1079,17 @@ def _owners(node: IConstruct, role: iam.IRole | None, users: Mapping[str, list[I
     return owners or [node.node.scope or node]
 
 
-def _cap(owner: IConstruct, roles: list[iam.IRole | None]) -> tuple[int | None, str, int | None, bool]:
+def _cap(owner: IConstruct, roles: list[iam.IRole | None]) -> tuple[int | None, str, int | None, bool, bool]:
     """(calls in flight, where that comes from, the largest max_tokens, whether the calls are per
-    execution: only state machines use the roles) of what uses the granted roles."""
+    execution: only state machines use the roles, whether the cap is a deploy-time value synth cannot
+    read) of what uses the granted roles."""
     stack = cdk.Stack.of(owner)
     granted = {role.node.path for role in roles if role is not None}
     nodes = owner.node.find_all()
     users = [n for n in nodes if isinstance(n, lambda_.Function | sfn.StateMachine)
              and (not granted or (n.role is not None and n.role.node.path in granted))]
     if not users:
-        return None, "no function or state machine using its role was found to read a cap from", None, False
+        return None, "no function or state machine using its role was found to read a cap from", None, False, False
     per_execution = not any(isinstance(user, lambda_.Function) for user in users)
     states = [n for n in nodes if isinstance(n, sfn.State)]
     # A construct whose function calls the model with a maxTokens ceiling says so (AnswerRouter, QueuedInference)
@@ -1079,10 +1102,12 @@ def _cap(owner: IConstruct, roles: list[iam.IRole | None]) -> tuple[int | None, 
             caps.append(_function_cap(stack, user))
         else:
             caps.append(_state_machine_cap(stack, states))
-    if any(calls is None for calls, _ in caps):
-        return None, next(source for calls, source in caps if calls is None), max_tokens, per_execution
+    unread = [source for calls, source in caps if calls is None]
+    if unread:
+        deploy_time = [source for source in unread if DEPLOY_TIME_CAP in source]
+        return None, (deploy_time or unread)[0], max_tokens, per_execution, bool(deploy_time)
     total = sum(calls for calls, _ in caps if calls is not None)
-    return total, "; ".join(source for _, source in caps), max_tokens, per_execution
+    return total, "; ".join(source for _, source in caps), max_tokens, per_execution, False
 
 
 def _whole(stack: cdk.Stack, value: Any) -> int | None:
@@ -1090,13 +1115,36 @@ def _whole(stack: cdk.Stack, value: Any) -> int | None:
     return resolved if isinstance(resolved, int) and not isinstance(resolved, bool) else None
 
 
+#: How a cap read from the template says it is a deploy-time value (a CfnParameter, a reference).
+DEPLOY_TIME_CAP = "a deploy-time value"
+
+
+def _deploy_time(stack: cdk.Stack, value: Any) -> str | None:
+    """The template's expression for a deploy-time number ('{"Ref": "Cap"}'), None for a literal or none."""
+    if value is None:
+        return None
+    resolved = stack.resolve(value)
+    if resolved is None or isinstance(resolved, int | float):
+        return None
+    return json.dumps(resolved, sort_keys=True)
+
+
 def _function_cap(stack: cdk.Stack, function: lambda_.Function) -> tuple[int | None, str]:
     """The lower of the function's reserved concurrency and its event sources' maximum concurrency
     (the sum of theirs, when every one has one): invocations beyond either do not start."""
     cfn = function.node.default_child
-    reserved = _whole(stack, cfn.reserved_concurrent_executions) if isinstance(cfn, lambda_.CfnFunction) else None
-    maxima = [_whole(stack, (stack.resolve(m.scaling_config) or {}).get("maximumConcurrency"))
-              for m in function.node.find_all() if isinstance(m, lambda_.CfnEventSourceMapping)]
+    raw_reserved = cfn.reserved_concurrent_executions if isinstance(cfn, lambda_.CfnFunction) else None
+    reserved = _whole(stack, raw_reserved)
+    raw_maxima = [(stack.resolve(m.scaling_config) or {}).get("maximumConcurrency")
+                  for m in function.node.find_all() if isinstance(m, lambda_.CfnEventSourceMapping)]
+    maxima = [_whole(stack, m) for m in raw_maxima]
+    deploy_time = [(what, expression) for what, expression in
+                   [("its function's reserved concurrency", _deploy_time(stack, raw_reserved)),
+                    *(("its event source's maximum concurrency", _deploy_time(stack, m)) for m in raw_maxima)]
+                   if expression is not None]
+    if deploy_time and reserved is None and not (maxima and None not in maxima):  # no literal bound either way
+        what, expression = deploy_time[0]
+        return None, f"{what} is {DEPLOY_TIME_CAP} ({expression})"
     polled = sum(m for m in maxima if m is not None) if maxima and None not in maxima else None
     if polled is not None and (reserved is None or polled < reserved):
         return polled, f"its event source's maximum concurrency of {polled}, " + (
@@ -1110,7 +1158,13 @@ def _function_cap(stack: cdk.Stack, function: lambda_.Function) -> tuple[int | N
 def _state_machine_cap(stack: cdk.Stack, states: list[sfn.State]) -> tuple[int | None, str]:
     maps = [s for s in states if isinstance(s, sfn.MapBase)]
     if maps:
-        caps = [_whole(stack, s.to_state_json().get("MaxConcurrency")) for s in maps]
+        raw = [s.to_state_json() for s in maps]
+        for state in raw:
+            expression = _deploy_time(stack, state.get("MaxConcurrency"))
+            if expression is not None or "MaxConcurrencyPath" in state:
+                shown = expression or f"MaxConcurrencyPath {state['MaxConcurrencyPath']}"
+                return None, f"per execution: its Map's MaxConcurrency is {DEPLOY_TIME_CAP} ({shown})"
+        caps = [_whole(stack, state.get("MaxConcurrency")) for state in raw]
         if any(not cap for cap in caps):
             return None, "a Map of its state machine has no MaxConcurrency"
         return max(c for c in caps if c), f"per execution: its Map's MaxConcurrency of {max(c for c in caps if c)}"
