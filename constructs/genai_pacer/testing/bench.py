@@ -100,7 +100,7 @@ def percentiles(values: Sequence[float], *, lower_is_worse: bool = False) -> Per
         return Percentiles(0, None, None, None, "no samples")
     thin = [name for name, minimum in TAIL_MINIMUM.items() if len(values) < minimum]
     note = (
-        f"{len(values)} samples: {', '.join(thin)} need at least "
+        f"{len(values)} samples: {', '.join(thin)} {'needs' if len(thin) == 1 else 'need'} at least "
         f"{', '.join(str(TAIL_MINIMUM[name]) for name in thin)} samples to describe a tail"
         if thin else ""
     )
