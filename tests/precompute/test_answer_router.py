@@ -336,3 +336,17 @@ def test_a_deploy_time_server_error_threshold_is_the_alarms_threshold_and_a_bad_
     assert "e+2" not in json.dumps(alarm["AlarmDescription"])
     with pytest.raises(InvalidPropsError, match="server_error_threshold=-1 is below the minimum of 0"):
         build(server_error_threshold=-1)
+
+
+@pytest.mark.parametrize("max_output_tokens", [100, 4_000])
+def test_max_output_tokens_is_every_misss_max_tokens_and_leaves_the_timeout_alone(max_output_tokens):
+    """Trial F8: the docstring said max_output_tokens was a default and a ceiling and sized the function's
+    timeout; the function sends it as every miss's maxTokens (a caller's inferenceConfig is refused) and the
+    timeout is the timeout prop's. The docstring now says what the code does."""
+    stack, _ = build(max_output_tokens=max_output_tokens)
+    function = router_function(Template.from_stack(stack))["Properties"]
+    assert function["Environment"]["Variables"]["MAX_OUTPUT_TOKENS"] == str(max_output_tokens)
+    assert function["Timeout"] == 60
+    doc = " ".join((AnswerRouter.__doc__ or "").split())
+    assert "max_output_tokens: the maxTokens of every miss's model call (a caller cannot set it" in doc
+    assert "It does not change the function's timeout" in doc and "sizes the function's timeout" not in doc

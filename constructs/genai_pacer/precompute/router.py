@@ -119,11 +119,13 @@ class AnswerRouter(Construct):
         answering 503 with Retry-After; 0..timeout (less than the function's timeout). Only with
         write_back (refused without it). Default: half the function's timeout (with a deploy-time
         timeout, half of the deployed value: the function gets the timeout and halves it).
-    max_output_tokens: a miss's default maxTokens and its ceiling (sizes the function's timeout
-        too). Size it from the p99 answer (planning.size_max_tokens): Bedrock reserves it against
-        the quota on every call. Default: 1,024.
-    timeout: the function's timeout, 1 s..15 min. Default: 60 seconds (a miss waits for a whole
-        answer; a hit takes milliseconds).
+    max_output_tokens: the maxTokens of every miss's model call (a caller cannot set it: a request's
+        inferenceConfig is refused). Size it from the p99 answer (planning.size_max_tokens): Bedrock
+        reserves it against the quota on every call, and ModelQuota plans the router's share with it.
+        It does not change the function's timeout: give `timeout` the time an answer this long takes.
+        Default: 1,024.
+    timeout: the function's timeout, 1 s..15 min, whatever max_output_tokens is. Default: 60 seconds
+        (a miss waits for a whole answer; a hit takes milliseconds).
     memory_size: MB, 128..10,240. Default: 256.
     reserved_concurrency: caps misses in flight at the model (each environment serves one request
         at a time): an int >= 1 or a `planning.RatePlan` such as a ModelQuota share (its
