@@ -307,6 +307,17 @@ def test_allocation_at_the_threshold_warns_below_it_does_not(fractions, props, w
         assert "of the allocatable quota" in messages[0] and "TPM of headroom" in messages[0]
 
 
+@pytest.mark.parametrize(("burndown", "warned"), [(3, True), (2.5, True), (1, False), (5, False), (10, False)])
+def test_a_burndown_no_model_has_is_warned_citing_the_source(burndown, warned):
+    stack = new_stack()
+    haiku_quota(stack, burndown=burndown)
+    found = [w for w in warnings_of(stack) if "quota-unpublished-burndown" in w]
+    assert bool(found) == warned
+    if warned:
+        assert f"ModelQuota Quota: burndown={burndown:g} is a rate no model has" in found[0]
+        assert planning.BURNDOWN_DOC in found[0]
+
+
 def test_a_quota_without_shares_warns():
     stack = new_stack()
     haiku_quota(stack)

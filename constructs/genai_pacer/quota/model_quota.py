@@ -440,8 +440,9 @@ class ModelQuota(Construct):
         limited_by "rpm" and names it legacy), pacer_environment passes it to QuotaPacer, and synth
         fails when the shares overdraw it, since that tooling would then hold them back; quota-check
         reports it for information only. Default: None.
-    burndown: quota tokens per output token of the model (1, 5, 10 or 15: check its current rate).
-        Every share's profile must use it. Default: 1.
+    burndown: quota tokens per output token of the model (1, 5, 10 or 15: check its current rate on
+        planning.BURNDOWN_DOC; another value is warned about at synth). Every share's profile must use
+        it. Default: 1.
     keep_free: the fraction of the quota no share may take, kept for traffic the app does not
         declare (interactive users, a console, another application), 0 <= keep_free < 1. Default: 0.
     warn_at: allocation of the allocatable quota (tpm_quota x (1 - keep_free)) from which synth
@@ -522,6 +523,14 @@ class ModelQuota(Construct):
         self.daily_token_quota = None if daily_token_quota is None else float(daily_token_quota)
         self.cross_model_daily_tokens = None if cross_model_daily_tokens is None else float(cross_model_daily_tokens)
         self.require_shares = require_shares
+        if self.burndown not in planning.PUBLISHED_BURNDOWN_RATES:
+            cdk.Annotations.of(self).add_warning_v2(
+                "genai-pacer:quota-unpublished-burndown",
+                f"ModelQuota {id}: burndown={self.burndown:g} is a rate no model has: output tokens count "
+                f"{', '.join(f'{r}x' for r in planning.PUBLISHED_BURNDOWN_RATES)} against the quota (1x for most "
+                f"models, 5x for those {planning.BURNDOWN_DOC} lists), and a wrong rate mis-sizes every share; "
+                "pass the model's rate from that page",
+            )
         self._shares: dict[str, Share] = {}
         self._issued: dict[int, tuple[planning.RatePlan, str]] = {}  # id(plan) -> (plan, share name)
         _QUOTAS.setdefault(self.node.root, []).append(self)

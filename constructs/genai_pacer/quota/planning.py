@@ -84,6 +84,14 @@ __all__ = [
 
 #: Bedrock's quotas for the bedrock-runtime endpoint (the TPM, daily and cross-model daily quotas).
 QUOTAS_DOC = "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-runtime.html"
+#: "How tokens are counted in Amazon Bedrock": the burndown rate converts output tokens into quota
+#: usage; the page lists the models whose rate is 5x ("1 output token consumes 5 tokens from your
+#: quotas"), every other model counting output 1:1.
+BURNDOWN_DOC = "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-token-burndown.html"
+#: Burndown rates a model has: 1 and 5 from BURNDOWN_DOC; 10 and 15 for the newest models, as the
+#: project's domain notes (shared/reference/genai-performance-notes.txt) give them. A quota declared
+#: with any other rate is warned about at synth (ModelQuota), not refused, since AWS may publish more.
+PUBLISHED_BURNDOWN_RATES = (1, 5, 10, 15)
 #: Requests per minute on bedrock-runtime are legacy. The English page (primary; each translation
 #: says the English version prevails in a conflict) says inference there "is governed by per-model
 #: token-based quotas" and lists only token quotas: cross-Region and on-demand InvokeModel tokens per
