@@ -5,6 +5,7 @@ monitors; the fallback to control after the bake time; the evaluate grant; every
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import tempfile
@@ -498,6 +499,19 @@ def test_a_guard_window_longer_than_the_bake_time_is_warned():
     stack, _ = build()  # 10 minutes against 3 x 1 minute
     assert not [m for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
                 if "experimentGuardSlowerThanBake" in json.dumps(m.entry.data)]
+
+
+def test_a_treatment_with_no_traffic_is_warned_naming_it():
+    """Trial: a 0% variant was accepted silently; no user reaches it, so it measures nothing."""
+    parked = [*variants()[:1], dataclasses.replace(variants()[1], share=0)]
+    parked[0] = dataclasses.replace(parked[0], share=100)
+    stack, _ = build(variants=parked)
+    warnings = [json.dumps(m.entry.data) for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
+                if "experimentVariantWithoutTraffic" in json.dumps(m.entry.data)]
+    assert len(warnings) == 1 and "variant 'managed' has share 0: no user is assigned to it" in warnings[0]
+    stack, _ = build()
+    assert not [m for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
+                if "experimentVariantWithoutTraffic" in json.dumps(m.entry.data)]
 
 
 # ---- add_to_function: what a handler needs, in one call ------------------------------------------

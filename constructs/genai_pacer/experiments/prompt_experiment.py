@@ -340,7 +340,8 @@ class ExperimentVariant:
 class PromptExperiment(Construct):
     """A live A/B test of prompts and models: the split in AppConfig, guard alarms, a fallback to control.
 
-    variants: required; at least two ExperimentVariants with distinct names, shares summing to 100.
+    variants: required; at least two ExperimentVariants with distinct names, shares summing to 100. A
+        treatment with share 0 is warned about (no user reaches it), naming it.
     control: the baseline variant's name; it must have a share above 0. Default: the first variant.
     experiment_name: the Experiment dimension and document name (1-64 letters, digits, '.', '_',
         '-'). Default: the construct id.
@@ -498,6 +499,14 @@ class PromptExperiment(Construct):
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
         control = cast(str, control)  # the checks above raised unless a control variant was named or found
+        for variant in variants:
+            if variant.share == 0 and variant.name != control:
+                cdk.Annotations.of(self).add_warning_v2(
+                    "genai-pacer:experimentVariantWithoutTraffic",
+                    f"variant {variant.name!r} has share 0: no user is assigned to it, so it is never called, its "
+                    "guards never see a call and the experiment measures nothing about it. Give it a share, or drop "
+                    "it until an AppConfig deployment gives it users.",
+                )
         window = (guard_period.to_seconds(integral=False) * guard_evaluation_periods
                   if not guard_period.is_unresolved() and token_kind(guard_evaluation_periods) is None else 0)
         if deployment_strategy is None and not bake_time.is_unresolved() and 0 < bake_time.to_seconds(integral=False) < window:
