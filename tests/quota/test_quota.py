@@ -915,6 +915,28 @@ def test_a_holder_by_name_with_a_deploy_time_cap_is_warned_that_the_plan_counts_
             "2 calls; a deployed value above that draws more than the share") in warning
 
 
+def test_an_experiments_handler_counts_at_its_whole_cap_in_each_variant_models_quota():
+    """Trial F9, as PromptExperiment's docstring and docs/experiments.md say: the handler holds the share named
+    after it in each model's quota, at its whole reserved concurrency; the 90/10 split does not divide it."""
+    stack = new_stack()
+    experiment = PromptExperiment(stack, "Experiment", experiment_name="support", variants=[
+        ExperimentVariant("control", NOVA, 90, TextPrompt("Answer: {{question}}"), max_tokens=400),
+        ExperimentVariant("haiku", HAIKU, 10, TextPrompt("Answer: {{question}}"), max_tokens=400),
+    ])
+    function = lambda_.Function(stack, "Answer", runtime=lambda_.Runtime.PYTHON_3_14, handler="index.handler",
+                                code=lambda_.Code.from_inline("def handler(event, context): pass"),
+                                reserved_concurrent_executions=4)
+    experiment.add_to_function(function)
+    quotas = [ModelQuota(stack, "NovaQuota", model=NOVA, tpm_quota=400_000), haiku_quota(stack)]
+    for quota in quotas:
+        quota.share("Answer", quota.profile(input_tokens=800, output_tokens=200, max_tokens=400), calls=4, call_seconds=3)
+    for quota in quotas:
+        plan = quota.plan(consumers=True)
+        (share,) = plan.shares
+        assert ([c.path for c in plan.holders(share)], share.in_flight) == (["Test/Answer"], 4)
+        assert not plan.unshared  # the experiment's own fallback workflow calls no model
+
+
 # --- shares nobody holds ---------------------------------------------------------------------------
 
 

@@ -385,6 +385,15 @@ class PromptExperiment(Construct):
     INSUFFICIENT_DATA); `logs_key`: the key of both log groups.
     `fallback_acknowledgments`: the cdk-nag finding ids acknowledged on the fallback's role (its
     GetDeployment wildcard on this environment's deployments, nothing else).
+
+    Quota (ModelQuota): the experiment itself calls no model; the handler you give it (`add_to_function`,
+    `grant_evaluate`) does, and that handler is what a ModelQuota counts, once per model its variants
+    call. It holds no RatePlan, so draw its share named after its construct id with `calls=` its cap
+    (the function's reserved concurrency, or its event source's maximum concurrency). The split does not
+    divide the share: an AppConfig deployment can move every user to one variant without a synth, so
+    each variant's model quota counts the handler at its whole cap (a 90/10 split on two models draws the
+    handler's full cap from both). Size the share's profile with the largest max_tokens of the variants
+    on that model.
     """
 
     def __init__(
