@@ -733,3 +733,84 @@ def test_the_real_alpha_classes_are_read_the_same_way():
 def test_metric_model_ids_cover_both_readings_of_the_modelid_dimension(model, expected):
     """Which ModelId a call through a profile is counted under is unconfirmed: both candidates are given."""
     assert model.metric_model_ids == expected
+
+
+# --- issue 37 part 7: a model genai-pacer knows to be deprecated warns at synth ----------------------
+
+
+def _deprecation_warnings(stack: cdk.Stack) -> list[dict]:
+    from aws_cdk.assertions import Annotations, Match
+
+    return Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("deprecated for Amazon Bedrock"))
+
+
+@pytest.mark.parametrize("model_id", [HAIKU, f"us.{HAIKU}", f"global.{HAIKU}",
+                                      f"arn:aws:bedrock:us-east-1:{ACCOUNT}:inference-profile/us.{HAIKU}"])
+def test_a_deprecated_model_warns_once_per_construct_naming_its_dates_and_a_replacement(model_id):
+    from genai_pacer import QueuedInference
+    from genai_pacer.models import DEPRECATED_MODEL_WARNING, DEPRECATED_MODELS
+
+    stack = stack_in()
+    QueuedInference(stack, "Summaries", model=BedrockModel.from_id(model_id), max_concurrency=2)
+    [warning] = _deprecation_warnings(stack)  # once, though the model's ARNs are rendered many times
+    assert warning.id == "/Models/Summaries/WorkerRole"  # on the role that calls the model
+    message = warning.entry.data
+    retirement = DEPRECATED_MODELS[HAIKU]
+    for fact in (model_id, "Claude 3.5 Haiku", "since 2025-12-19", "ends it on 2026-06-19",
+                 retirement.deprecated_source, retirement.end_of_life_source,
+                 "anthropic.claude-haiku-4-5-20251001-v1:0", f"[ack: {DEPRECATED_MODEL_WARNING}]"):
+        assert fact in message
+
+
+def test_an_application_profile_copying_a_deprecated_model_warns_and_a_current_model_does_not():
+    from genai_pacer import QueuedInference
+
+    stack = stack_in()
+    QueuedInference(stack, "Copied", model=BedrockModel.application_inference_profile(APP_ARN, copies=f"us.{HAIKU}"),
+                    max_concurrency=2)
+    QueuedInference(stack, "Current", model=BedrockModel.from_id(f"us.{SONNET}"), max_concurrency=2)
+    QueuedInference(stack, "Token", model=BedrockModel.foundation(cdk.Fn.import_value("ModelId")), max_concurrency=2)
+    assert [w.id for w in _deprecation_warnings(stack)] == ["/Models/Copied/WorkerRole"]
+    assert BedrockModel.from_id(f"us.{SONNET}").retirement is None
+
+
+def test_a_deprecated_model_warning_is_acknowledged_by_its_id():
+    """The warning is add_warning_v2's, so a user who must keep the model for now acknowledges it by id."""
+    from genai_pacer import QueuedInference
+    from genai_pacer.models import DEPRECATED_MODEL_WARNING
+
+    stack = stack_in()
+    queue = QueuedInference(stack, "Summaries", model=BedrockModel.from_id(HAIKU), max_concurrency=2)
+    cdk.Annotations.of(queue).acknowledge_warning(DEPRECATED_MODEL_WARNING, "moving in sprint 12")
+    assert _deprecation_warnings(stack) == []
+
+
+def test_a_quota_shared_by_a_deprecated_model_warns_only_from_its_callers():
+    """ModelQuota renders the model's ARN in every stack to find the callers: the warning comes from
+    each construct that calls the model, not once more from the quota."""
+    from genai_pacer import ModelQuota, QueuedInference
+
+    stack = stack_in()
+    model = BedrockModel.from_id(f"us.{HAIKU}")
+    quota = ModelQuota(stack, "Quota", model=model, tpm_quota=400_000, burndown=5)
+    profile = quota.profile(input_tokens=2_500, output_tokens=300, max_tokens=440)
+    QueuedInference(stack, "Summaries", model=model, max_output_tokens=440,
+                    max_concurrency=quota.share("Summaries", profile, fraction=0.5, call_seconds=6))
+    cdk.App.of(stack).synth()  # the quota reads its callers at synth
+    assert [w.id for w in _deprecation_warnings(stack)] == ["/Models/Summaries/WorkerRole"]
+
+
+def test_every_deprecated_model_entry_cites_https_sources_and_iso_dates():
+    import datetime
+
+    from genai_pacer.models import DEPRECATED_MODELS
+
+    for model_id, retirement in DEPRECATED_MODELS.items():
+        assert BedrockModel.from_id(model_id).kind == "foundation"
+        datetime.date.fromisoformat(retirement.deprecated)
+        assert retirement.end_of_life is None or datetime.date.fromisoformat(retirement.end_of_life)
+        sources = [retirement.deprecated_source, retirement.replacement_source]
+        if retirement.end_of_life is not None:
+            sources.append(retirement.end_of_life_source)
+        assert all(s and s.startswith("https://") for s in sources)
+        assert retirement.replacement not in DEPRECATED_MODELS

@@ -29,6 +29,10 @@ and let the role call any model):
 A foundation-model ARN built from a profile id (`us.anthropic...`) names no model and is refused
 at run time, so such ids are refused here instead, with the call to make.
 
+A model genai-pacer knows to be deprecated or past its end of life on Bedrock (DEPRECATED_MODELS)
+gets a synth warning, `genai-pacer:deprecated-model`, from every construct that calls it, naming the
+date and a replacement its source names.
+
 Any object shaped like aws-cdk's `aws_bedrock_alpha.IBedrockInvokable` (`invokable_arn` and
 `grant_invoke`: BedrockFoundationModel, CrossRegionInferenceProfile, ApplicationInferenceProfile)
 becomes a BedrockModel through `as_bedrock_model` / `BedrockModel.from_invokable`, without
@@ -40,6 +44,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal, cast
 
 import aws_cdk as cdk
@@ -52,10 +57,13 @@ from ._internal.checks import Checks, InvalidPropsError, _show, is_token, kind_o
 
 __all__ = [
     "APPLICATION_PROFILE_BYPASS",
+    "DEPRECATED_MODELS",
+    "DEPRECATED_MODEL_WARNING",
     "BedrockModel",
     "INFERENCE_PROFILE_ARN_KEY",
     "KNOWN_PROVIDERS",
     "ModelKind",
+    "ModelRetirement",
     "PROFILE_REGIONS",
     "as_bedrock_model",
 ]
@@ -110,6 +118,58 @@ call through the profile (`make integ`) before enforcing it:
 Sources: https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-prereq.html,
 https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonbedrock.html
 """
+
+@dataclass(frozen=True)
+class ModelRetirement:
+    """Why a foundation model should no longer be called, each date beside its source.
+
+    deprecated: when the model was marked deprecated (Legacy) for Amazon Bedrock; end_of_life: the
+    date Bedrock stops serving it (None until a source gives one); replacement: a foundation model
+    id the cited source names instead (check its own lifecycle before relying on it). Dates are ISO
+    (YYYY-MM-DD).
+    """
+
+    name: str
+    deprecated: str
+    deprecated_source: str
+    end_of_life: str | None
+    end_of_life_source: str | None
+    replacement: str
+    replacement_source: str
+
+    def warning(self, model_id: str) -> str:
+        """The synth warning for a construct that calls `model_id` (this model, or a profile of it)."""
+        eol = (f"Amazon Bedrock ends it on {self.end_of_life} ({self.end_of_life_source}): calls fail after that date"
+               if self.end_of_life else "no end-of-life date is known yet")
+        return (f"{model_id} is {self.name}, deprecated for Amazon Bedrock since {self.deprecated} "
+                f"({self.deprecated_source}); {eol}. Move to a current model, e.g. {self.replacement}, the "
+                f"replacement {self.replacement_source} names (check its lifecycle and Regions first).")
+
+
+#: The synth warning id a construct raises when it is given a model in DEPRECATED_MODELS.
+DEPRECATED_MODEL_WARNING = "genai-pacer:deprecated-model"
+
+#: Foundation models genai-pacer knows to be deprecated or end-of-life on Amazon Bedrock: only models
+#: the library or its examples used, each fact beside its source, checked 2026-12-04. Not a lifecycle
+#: table: AWS's is https://docs.aws.amazon.com/bedrock/latest/userguide/model-lifecycle-legacy.html
+#: (models launched before 2026-09-07) and GetFoundationModel's `modelLifecycle` gives it per Region;
+#: a model missing here is not thereby current. Keys are foundation model ids; a cross-Region or
+#: application profile of the model is matched through its underlying model.
+DEPRECATED_MODELS: Mapping[str, ModelRetirement] = MappingProxyType({
+    "anthropic.claude-3-5-haiku-20241022-v1:0": ModelRetirement(
+        name="Claude 3.5 Haiku",
+        # Anthropic's Bedrock model table: "Claude Haiku 3.5 ... Deprecated as of December 19, 2025."
+        deprecated="2025-12-19",
+        deprecated_source="https://platform.claude.com/docs/en/build-with-claude/claude-on-amazon-bedrock",
+        # AWS's model card: "Model lifecycle: Legacy", "Model EOL date: June 19, 2026" (AWS's dates
+        # are the ones that apply on Bedrock, per its model lifecycle page).
+        end_of_life="2026-06-19",
+        end_of_life_source="https://docs.aws.amazon.com/bedrock/latest/userguide/model-card-anthropic-claude-3-5-haiku.html",
+        # Anthropic's deprecations page: claude-3-5-haiku-20241022 -> claude-haiku-4-5-20251001.
+        replacement="anthropic.claude-haiku-4-5-20251001-v1:0",
+        replacement_source="https://platform.claude.com/docs/en/about-claude/model-deprecations",
+    ),
+})
 
 GLOBAL_PREFIX = "global"
 
@@ -500,14 +560,33 @@ class BedrockModel:
     # --- rendering -----------------------------------------------------------------------------
 
     def _source(self, scope: Construct, *, warn: bool = True) -> _Source:
-        """The caller's environment: the stack's, or the partition, Region and account of a given ARN."""
+        """The caller's environment: the stack's, or the partition, Region and account of a given ARN.
+
+        Every grant and invoke ARN a construct renders passes here with the construct's scope, so
+        this is where a construct warns about the model it was given (warn=False: a reader such as
+        ModelQuota, which renders the ARN in every stack, does not)."""
         stack = cdk.Stack.of(scope)
+        if warn:
+            self._warn_if_deprecated(scope)
         parsed = _parse_arn(self.model_id) if _looks_like_arn(self.model_id) else None
         if parsed is None:
             if warn:
                 self._warn_if_called_from_outside_its_geography(scope, stack.region)
             return _Source(stack, None, stack.region, stack.account)
         return _Source(stack, parsed.partition, parsed.region or stack.region, parsed.account or stack.account)
+
+    @property
+    def retirement(self) -> ModelRetirement | None:
+        """DEPRECATED_MODELS' entry for the underlying foundation model, or None (not known to be deprecated)."""
+        underlying = self.foundation_model_id
+        if underlying is None or is_token(underlying):
+            return None
+        return DEPRECATED_MODELS.get(underlying)
+
+    def _warn_if_deprecated(self, scope: Construct) -> None:
+        retirement = self.retirement
+        if retirement is not None:
+            cdk.Annotations.of(scope).add_warning_v2(DEPRECATED_MODEL_WARNING, retirement.warning(self.model_id))
 
     def _warn_if_called_from_outside_its_geography(self, scope: Construct, region: str) -> None:
         """A geographic profile is called from a Region of its geography (`eu.` from eu-west-1); from
