@@ -10,13 +10,14 @@ from functools import cache
 import botocore.loaders
 import pytest
 from genai_pacer import models
+from genai_pacer._internal.runtime_constants import metrics_constants
 from genai_pacer.quota import check as quota_check
 from genai_pacer.quota import model_quota as quota
 from genai_pacer.step_functions import model_tasks
 
 
 @cache
-def service(name: str) -> dict:
+def service(name: str = "bedrock-runtime") -> dict:
     return botocore.loaders.Loader().load_service_model(name, "service-2")
 
 
@@ -68,8 +69,43 @@ def test_latency_modes_are_the_performance_config_enum():
 def test_every_converse_field_the_request_writes_exists():
     members = {name[0].upper() + name[1:] for name in shape("bedrock-runtime", "ConverseRequest")["members"]}
     written = model_tasks.ConverseRequest(prompt="p", system="s", max_tokens=5, additional_fields={"top_k": 5},
-                                          latency="standard").parameters("m")
+                                          latency="standard", service_tier="flex").parameters("m")
     assert set(written) <= members, set(written) - members
+
+
+def test_service_tiers_are_the_service_tier_type_enum_everywhere():
+    from genai_pacer.testing import specs
+
+    enum = tuple(shape("bedrock-runtime", "ServiceTierType")["enum"])
+    assert enum == metrics_constants().SERVICE_TIERS == model_tasks.SERVICE_TIERS == specs.SERVICE_TIERS
+    assert metrics_constants().DEFAULT_TIER in enum
+
+
+@pytest.mark.parametrize("operation", ["Converse", "ConverseStream"])
+def test_converse_takes_the_tier_as_a_service_tier_structure(operation):
+    constants = metrics_constants()
+    request = shape("bedrock-runtime", service()["operations"][operation]["input"]["shape"])
+    assert request["members"][constants.SERVICE_TIER_MEMBER]["shape"] == "ServiceTier"
+    assert shape("bedrock-runtime", "ServiceTier")["members"]["type"]["shape"] == "ServiceTierType"
+    written = model_tasks.ConverseRequest(prompt="p", max_tokens=5, service_tier="flex").parameters("m")
+    assert written["ServiceTier"] == {"Type": "flex"}  # the SDK integration's PascalCase of serviceTier.type
+
+
+@pytest.mark.parametrize("operation", ["Converse", "ConverseStream"])
+def test_converse_returns_the_tier_that_served_it(operation):
+    constants = metrics_constants()
+    output = service()["operations"][operation]["output"]["shape"]
+    holder = output if operation == "Converse" else "ConverseStreamMetadataEvent"
+    assert shape("bedrock-runtime", holder)["members"][constants.SERVICE_TIER_MEMBER]["shape"] == "ServiceTier"
+
+
+@pytest.mark.parametrize("operation", ["InvokeModel", "InvokeModelWithResponseStream"])
+def test_invoke_model_takes_and_returns_the_tier_in_a_header(operation):
+    constants = metrics_constants()
+    for side in ("input", "output"):
+        member = shape("bedrock-runtime", service()["operations"][operation][side]["shape"])["members"]["serviceTier"]
+        assert (member["location"], member["locationName"], member["shape"]) == (
+            "header", constants.SERVICE_TIER_HEADER, "ServiceTierType")
 
 
 # --- which errors are retried ------------------------------------------------------------------------

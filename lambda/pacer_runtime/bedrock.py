@@ -21,6 +21,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from ._arguments import positive, whole
+from .metrics import SERVICE_TIER_MEMBER, SERVICE_TIERS
 
 THROTTLE_CODES = frozenset(
     {"ThrottlingException", "TooManyRequestsException", "ServiceQuotaExceededException"}
@@ -74,12 +75,15 @@ def build_converse_request(
     inference_config: Mapping[str, Any] | None = None,
     additional_fields: Mapping[str, Any] | None = None,
     latency: str | None = None,
+    service_tier: str | None = None,
 ) -> dict[str, Any]:
     """Converse keyword arguments, with each parameter where the API expects it.
 
     Shared parameters (maxTokens, temperature, topP, stopSequences) go in inferenceConfig; anything
     model-specific (Anthropic's top_k) goes in additionalModelRequestFields; performanceConfig only
-    selects "standard" or "optimized" latency. Every field is type-checked here, so input decoded
+    selects "standard" or "optimized" latency; service_tier ("priority", "default", "flex" or
+    "reserved") goes in serviceTier, separate from the latency mode (both may be sent). No tier
+    sends none, which Bedrock serves at default. Every field is type-checked here, so input decoded
     from JSON (a queue message) fails with a RequestError naming the field instead of an
     AttributeError or TypeError deep inside the caller. The checks follow the Converse API shapes;
     content blocks other than text are passed through for botocore to validate.
@@ -113,7 +117,22 @@ def build_converse_request(
         if latency not in ("standard", "optimized"):
             raise RequestError(f"latency={latency!r} must be 'standard' or 'optimized'")
         request["performanceConfig"] = {"latency": latency}
+    if service_tier is not None:
+        request[SERVICE_TIER_MEMBER] = {"type": checked_service_tier(service_tier)}
     return request
+
+
+def checked_service_tier(service_tier: Any) -> str:
+    """A service tier as Bedrock spells it, or a RequestError naming the four (a tier outside the
+    enum is refused by botocore before the call; caught here, the message says what to send)."""
+    if isinstance(service_tier, str) and service_tier in SERVICE_TIERS:
+        return service_tier
+    short = isinstance(service_tier, str) and 0 < len(service_tier) <= 20  # a tier name, never a prompt
+    hint = " (Bedrock spells standard 'default')" if service_tier == "standard" else ""
+    raise RequestError(
+        f"service_tier{f'={service_tier!r}' if short else _show(service_tier)} must be one of "
+        f"{', '.join(repr(t) for t in SERVICE_TIERS)}{hint}"
+    )
 
 
 def _kind(value: Any) -> str:

@@ -58,6 +58,11 @@ __all__ = [
     "VARIANT_DIMENSION",
     "OUTCOMES",
     "UNITS",
+    "LATENCY_MODES",
+    "SERVICE_TIERS",
+    "DEFAULT_TIER",
+    "SERVICE_TIER_MEMBER",
+    "SERVICE_TIER_HEADER",
     "CallMetrics",
     "call_metrics",
     "emf_line",
@@ -156,6 +161,19 @@ UNITS: dict[str, str] = {
 }
 
 LATENCY_MODES = ("standard", "optimized")
+
+#: Bedrock's service tiers, botocore 1.44.8's bedrock-runtime ServiceTierType enum (the API reference:
+#: https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ServiceTier.html), checked by
+#: tests/test_aws_facts_bedrock.py. Standard is spelled `default`, and a call that names no tier is
+#: served at it (https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html).
+SERVICE_TIERS = ("priority", "default", "flex", "reserved")
+DEFAULT_TIER = "default"
+#: Where a call names its tier and a response names the one that served it (botocore 1.44.8):
+#: Converse and ConverseStream take `serviceTier: {"type": <tier>}` and return it in the response and
+#: in the stream's metadata event; InvokeModel and InvokeModelWithResponseStream take and return the
+#: tier in this header (boto3's `serviceTier=` argument).
+SERVICE_TIER_MEMBER = "serviceTier"
+SERVICE_TIER_HEADER = "X-Amzn-Bedrock-Service-Tier"
 
 
 def emf_line(

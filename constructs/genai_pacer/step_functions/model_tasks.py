@@ -21,6 +21,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from .._internal.checks import Checks, Default, in_unit, is_token, resolved, token_kind
+from .._internal.runtime_constants import metrics_constants
 from ..models import INVOKE_ACTIONS, BedrockModel, as_bedrock_model
 
 __all__ = [
@@ -31,6 +32,8 @@ __all__ = [
     "ConverseRequest",
     "NativeRequest",
     "ModelRequest",
+    "SERVICE_TIERS",
+    "ServiceTier",
     "TaskOptions",
     "model_call",
     "ANSWER_BYTES_OVERHEAD",
@@ -87,6 +90,16 @@ MIN_MAX_TOKENS = 1
 #: at synth, not refused (a refusal would block the next model until a release).
 LARGEST_DOCUMENTED_MAX_OUTPUT_TOKENS = 128_000
 LATENCY_MODES = ("standard", "optimized")
+#: Bedrock's service tiers (botocore 1.44.8's ServiceTierType; the one list is the runtime's,
+#: lambda/pacer_runtime/metrics.py, checked against botocore by tests/test_aws_facts_bedrock.py).
+SERVICE_TIERS: tuple[str, ...] = tuple(metrics_constants().SERVICE_TIERS)
+#: ASSUMPTION (deploy-only, README "AWS facts no primary source confirms"): that Step Functions' AWS
+#: SDK integration `aws-sdk:bedrockruntime:converse` passes `ServiceTier` on to Converse. Its
+#: Parameters mirror the API (serviceTier: {"type": ...} becomes ServiceTier: {"Type": ...}), but no
+#: AWS page found says which SDK version the integration is built from. If it does not, the task
+#: fails on its first call with an error naming the field; the state machine is never silently
+#: served at another tier.
+SFN_CONVERSE_PASSES_SERVICE_TIER = "assumed"
 
 #: Bytes a narrowed answer carries besides its text: field names, stop reason, usage.
 ANSWER_BYTES_OVERHEAD = 120
@@ -196,6 +209,22 @@ _PASCAL_HINT = (
 )
 
 
+ServiceTier = Literal["priority", "default", "flex", "reserved"]
+
+_TIER_FIX = ("'priority' (the user's path), 'default' (standard), 'flex' (background work) or 'reserved' (a "
+             "Reserved tier reservation of this model), or a deploy-time string")
+
+
+def check_service_tier(check: Checks, name: str, value: Any) -> bool:
+    """A service tier: one of SERVICE_TIERS, or a deploy-time string (it flows into the request as is)."""
+    if value is None:
+        return False
+    if is_token(value) and not isinstance(value, str):
+        return check.fail(f"{name} is a deploy-time {token_kind(value)}; pass {_TIER_FIX}")
+    fix = "Bedrock spells standard 'default'" if value == "standard" else f"pass {_TIER_FIX}"
+    return check.one_of(name, value, SERVICE_TIERS, fix=fix)
+
+
 @dataclass(frozen=True)
 class ConverseRequest:
     """A Converse request (the default): one body for every model family.
@@ -212,6 +241,14 @@ class ConverseRequest:
     additional_fields: model-specific fields (e.g. Anthropic's top_k), sent as
         AdditionalModelRequestFields. Default: none.
     latency: "optimized" requests latency-optimized inference. Default: standard.
+    service_tier: the Bedrock service tier to ask for: "priority" (ahead of default under load, at a
+        premium: the user's path), "default" (standard), "flex" (after default, at a discount:
+        background work) or "reserved" (a Reserved tier reservation of the model; beyond it Bedrock
+        serves at default). Sent as ServiceTier, beside PerformanceConfig (both may be sent). Which
+        tiers a model takes depends on the model and the Region: an unsupported tier fails every call
+        (https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html). Whether
+        Step Functions' Converse integration passes it on is confirmed only by a deploy
+        (SFN_CONVERSE_PASSES_SERVICE_TIER). Default: none (Bedrock serves at default).
     """
 
     prompt: str | None = None
@@ -223,9 +260,11 @@ class ConverseRequest:
     stop_sequences: Sequence[str] | None = None
     additional_fields: Mapping[str, Any] | None = None
     latency: Literal["standard", "optimized"] | None = None
+    service_tier: ServiceTier | None = None
 
     def __post_init__(self) -> None:
         with Checks("ConverseRequest") as check:
+            check_service_tier(check, "service_tier", self.service_tier)
             check.rule(
                 (self.prompt is None) != (self.messages is None),
                 "pass exactly one of prompt (the user message text) or messages (Converse messages)",
@@ -287,6 +326,8 @@ class ConverseRequest:
             parameters["AdditionalModelRequestFields"] = dict(self.additional_fields)
         if self.latency is not None:
             parameters["PerformanceConfig"] = {"Latency": self.latency}
+        if self.service_tier is not None:
+            parameters["ServiceTier"] = {"Type": self.service_tier}
         return parameters
 
 
@@ -296,13 +337,26 @@ class NativeRequest:
 
     body: the request as a dict (JsonPath references allowed) or an sfn.TaskInput.
     max_tokens: the body's max_tokens, when you want the Map size estimate to use it. Default: none.
+    service_tier: refused. InvokeModel takes its tier in a header (X-Amzn-Bedrock-Service-Tier,
+        botocore 1.44.8's InvokeModel serviceTier), and aws-cdk-lib's BedrockInvokeModel task (the
+        optimized `bedrock:invokeModel` integration NativeRequest builds) has no field for it
+        (accept, body, content_type, guardrail, input, output, trace_enabled in 2.275): a tier put
+        in the body is not a tier. Use ConverseRequest(service_tier=...). Default: none.
     """
 
     body: Mapping[str, Any] | sfn.TaskInput
     max_tokens: int | None = None
+    service_tier: ServiceTier | None = None
 
     def __post_init__(self) -> None:
         with Checks("NativeRequest") as check:
+            if self.service_tier is not None:
+                check.fail(
+                    f"service_tier={_show_tier(self.service_tier)} cannot be sent: InvokeModel takes the tier in the "
+                    "X-Amzn-Bedrock-Service-Tier header, and the optimized bedrock:invokeModel task (aws-cdk-lib's "
+                    "BedrockInvokeModel) has no field for it; "
+                    "use ConverseRequest(prompt=..., max_tokens=..., service_tier=...), whose Converse call carries it"
+                )
             if check.instance("body", self.body, (Mapping, sfn.TaskInput), "the model's native request as a dict, or an sfn.TaskInput"):
                 check.rule(
                     isinstance(self.body, sfn.TaskInput) or bool(self.body),
@@ -319,6 +373,10 @@ class NativeRequest:
 
 
 ModelRequest = ConverseRequest | NativeRequest
+
+
+def _show_tier(value: Any) -> str:
+    return f"<deploy-time {token_kind(value)}>" if is_token(value) else repr(value)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,141 @@
+"""Service tiers (issue 37): the tier each request builder sends, where the API model puts it, and
+the requests that cannot carry one refused with the call to make instead."""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_stepfunctions as sfn
+from genai_pacer import BedrockModel, BoundedMap, ConverseRequest, InvalidPropsError, NativeRequest
+from genai_pacer.testing import BedrockEmulator, ModelSpec
+from genai_pacer.testing.sfn import StateMachineRunner
+from helpers import all_states, definition, resources
+from pacer_runtime import RequestError, build_converse_request, converse
+
+NOVA = "amazon.nova-lite-v1:0"
+
+
+def converse_task_parameters(stack: cdk.Stack) -> list[dict]:
+    template = cdk.assertions.Template.from_stack(stack).to_json()
+    found = []
+    for machine in resources(template, "AWS::StepFunctions::StateMachine").values():
+        for state in all_states(definition(machine)).values():
+            if state["Type"] == "Task" and state["Resource"].endswith(":aws-sdk:bedrockruntime:converse"):
+                found.append(state["Parameters"])
+    return found
+
+
+def bounded_map(stack: cdk.Stack, request: ConverseRequest) -> BoundedMap:
+    return BoundedMap(stack, "Map", max_concurrency=4, model=BedrockModel.from_id(NOVA), request=request)
+
+
+# --- ConverseRequest: the Step Functions task ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("tier", ["priority", "default", "flex", "reserved"])
+def test_a_converse_task_sends_the_tier_beside_the_latency_mode(tier):
+    stack = cdk.Stack(cdk.App(), "Tiers")
+    bounded_map(stack, ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=300,
+                                       latency="optimized", service_tier=tier))
+    [parameters] = converse_task_parameters(stack)
+    assert parameters["ServiceTier"] == {"Type": tier}
+    assert parameters["PerformanceConfig"] == {"Latency": "optimized"}
+
+
+def test_a_converse_task_without_a_tier_sends_none():
+    stack = cdk.Stack(cdk.App(), "Tiers")
+    bounded_map(stack, ConverseRequest(prompt="p", max_tokens=300))
+    [parameters] = converse_task_parameters(stack)
+    assert "ServiceTier" not in parameters
+
+
+def test_a_deploy_time_tier_flows_into_the_task():
+    stack = cdk.Stack(cdk.App(), "Tiers")
+    tier = cdk.CfnParameter(stack, "Tier", type="String", allowed_values=["priority", "default", "flex"])
+    bounded_map(stack, ConverseRequest(prompt="p", max_tokens=300, service_tier=tier.value_as_string))  # type: ignore[arg-type]
+    definition_string = json.dumps(cdk.assertions.Template.from_stack(stack).to_json())
+    # the definition is an Fn::Join with the parameter's Ref where the tier goes
+    assert '\\"ServiceTier\\":{\\"Type\\":\\"' in definition_string and '{"Ref": "Tier"}' in definition_string
+
+
+@pytest.mark.parametrize(
+    ("tier", "message"),
+    [
+        ("standard", "service_tier='standard' must be one of 'priority', 'default', 'flex', 'reserved'; Bedrock spells standard 'default'"),
+        ("Priority", "service_tier='Priority' must be one of"),
+        ("", "service_tier='' must be one of"),
+        (1, "service_tier=1 must be one of"),
+    ],
+)
+def test_a_converse_request_refuses_a_tier_bedrock_does_not_have(tier, message):
+    with pytest.raises(InvalidPropsError) as caught:
+        ConverseRequest(prompt="p", max_tokens=300, service_tier=tier)
+    assert message in str(caught.value)
+
+
+def test_a_converse_request_refuses_a_numeric_deploy_time_tier():
+    stack = cdk.Stack(cdk.App(), "Tiers")
+    number = cdk.CfnParameter(stack, "Tier", type="Number").value_as_number
+    with pytest.raises(InvalidPropsError, match="service_tier is a deploy-time number"):
+        ConverseRequest(prompt="p", max_tokens=300, service_tier=number)  # type: ignore[arg-type]
+
+
+def test_a_native_request_refuses_a_tier_naming_converse():
+    with pytest.raises(InvalidPropsError) as caught:
+        NativeRequest(body={"messages": [], "max_tokens": 10}, service_tier="flex")
+    message = str(caught.value)
+    assert "service_tier='flex' cannot be sent" in message
+    assert "X-Amzn-Bedrock-Service-Tier" in message
+    assert "ConverseRequest(prompt=..., max_tokens=..., service_tier=...)" in message
+
+
+def test_a_map_run_offline_asks_bedrock_for_its_tier_and_is_served_at_it():
+    """The task's PascalCase ServiceTier reaches Converse as serviceTier (the emulator validates the
+    call against botocore's model) and the emulator serves the tier asked for."""
+    stack = cdk.Stack(cdk.App(), "Offline")
+    built = bounded_map(stack, ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=50,
+                                               service_tier="flex"))
+    spec = ModelSpec(NOVA, tpm_quota=10_000_000, answer_tokens=20)
+    with BedrockEmulator([spec], time_scale=600, seed=3) as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({"items": [{"prompt": f"q{i}"} for i in range(3)]},
+                         state_machine=built.state_machine).raise_for_status()
+    assert len(run.output) == 3
+    assert [(i.service_tier, i.served_tier) for i in run.invocations] == [("flex", "flex")] * 3
+
+
+# --- the runtime request builder the worker, the router and experiments share ------------------------
+
+
+def test_the_runtime_builder_puts_the_tier_where_converse_takes_it():
+    request = build_converse_request(NOVA, prompt="p", latency="optimized", service_tier="priority")
+    assert request["serviceTier"] == {"type": "priority"}
+    assert request["performanceConfig"] == {"latency": "optimized"}
+    assert "serviceTier" not in build_converse_request(NOVA, prompt="p")
+
+
+@pytest.mark.parametrize(
+    ("tier", "message"),
+    [
+        ("standard", "service_tier='standard' must be one of 'priority', 'default', 'flex', 'reserved' (Bedrock spells standard 'default')"),
+        ("FLEX", "service_tier='FLEX' must be one of"),
+        (3, "service_tier=3 must be one of"),
+        ("x" * 500, "service_tier (a string) must be one of"),  # a long string is not echoed
+        ({"type": "flex"}, "service_tier (an object) must be one of"),
+    ],
+)
+def test_the_runtime_builder_refuses_a_tier_bedrock_does_not_have(tier, message):
+    with pytest.raises(RequestError) as caught:
+        build_converse_request(NOVA, prompt="p", service_tier=tier)
+    assert message in str(caught.value)
+
+
+def test_a_real_client_sends_the_built_tier_and_reads_the_tier_that_served_it():
+    spec = ModelSpec(NOVA, tpm_quota=10_000_000, answer_tokens=5)
+    with BedrockEmulator([spec], time_scale=600, seed=3) as bedrock:
+        client = bedrock.client()
+        converse(client, build_converse_request(NOVA, prompt="p", service_tier="flex",
+                                                inference_config={"maxTokens": 10}))
+        [call] = bedrock.invocations
+    assert (call.service_tier, call.served_tier) == ("flex", "flex")
