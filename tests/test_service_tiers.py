@@ -139,3 +139,111 @@ def test_a_real_client_sends_the_built_tier_and_reads_the_tier_that_served_it():
                                                 inference_config={"maxTokens": 10}))
         [call] = bedrock.invocations
     assert (call.service_tier, call.served_tier) == ("flex", "flex")
+
+
+# --- the constructs whose Lambda functions call the model --------------------------------------------
+
+
+def lambda_environment(stack: cdk.Stack, handler: str) -> dict:
+    template = cdk.assertions.Template.from_stack(stack).to_json()
+    [function] = [f for f in resources(template, "AWS::Lambda::Function").values()
+                  if f["Properties"].get("Handler") == handler]
+    return function["Properties"]["Environment"]["Variables"]
+
+
+def test_a_queue_worker_and_a_router_get_their_construct_tier():
+    from genai_pacer import AnswerRouter, AnswerStore, QueuedInference
+
+    stack = cdk.Stack(cdk.App(), "Tiers")
+    model = BedrockModel.from_id(NOVA)
+    QueuedInference(stack, "Queue", model=model, max_concurrency=2, service_tier="flex")
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=model, service_tier="priority")
+    assert lambda_environment(stack, "queued_worker.handler.handler")["SERVICE_TIER"] == "flex"
+    assert lambda_environment(stack, "answer_router.handler.handler")["SERVICE_TIER"] == "priority"
+
+
+def test_without_a_tier_the_functions_get_no_tier_variable():
+    from genai_pacer import AnswerRouter, AnswerStore, QueuedInference
+
+    stack = cdk.Stack(cdk.App(), "Tiers")
+    model = BedrockModel.from_id(NOVA)
+    QueuedInference(stack, "Queue", model=model, max_concurrency=2)
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=model)
+    assert "SERVICE_TIER" not in lambda_environment(stack, "queued_worker.handler.handler")
+    assert "SERVICE_TIER" not in lambda_environment(stack, "answer_router.handler.handler")
+
+
+def test_a_deploy_time_tier_reaches_the_worker_as_a_reference():
+    from genai_pacer import QueuedInference
+
+    stack = cdk.Stack(cdk.App(), "Tiers")
+    tier = cdk.CfnParameter(stack, "Tier", type="String")
+    QueuedInference(stack, "Queue", model=BedrockModel.from_id(NOVA), max_concurrency=2,
+                    service_tier=tier.value_as_string)  # type: ignore[arg-type]
+    assert lambda_environment(stack, "queued_worker.handler.handler")["SERVICE_TIER"] == {"Ref": "Tier"}
+
+
+@pytest.mark.parametrize("construct", ["QueuedInference", "AnswerRouter"])
+def test_a_construct_refuses_a_tier_bedrock_does_not_have_naming_itself(construct):
+    import genai_pacer
+
+    stack = cdk.Stack(cdk.App(), "Tiers")
+    model = BedrockModel.from_id(NOVA)
+    props: dict = {"max_concurrency": 2} if construct == "QueuedInference" else {
+        "answer_store": genai_pacer.AnswerStore(stack, "Store")}
+    with pytest.raises(InvalidPropsError) as caught:
+        getattr(genai_pacer, construct)(stack, "It", model=model, service_tier="standard", **props)
+    assert f"{construct} It: service_tier='standard' must be one of" in str(caught.value)
+    assert "Bedrock spells standard 'default'" in str(caught.value)
+
+
+# --- the handlers send their construct's tier, and a caller cannot choose another ---------------------
+
+from test_answer_router_handler import converse_params, converse_response  # noqa: E402
+from test_answer_router_handler import router as router  # noqa: E402,F401  (the fixture)
+from test_queued_worker import answer, record, worker_environment  # noqa: E402
+from test_queued_worker import worker as worker  # noqa: E402,F401  (the fixture)
+
+
+@pytest.fixture
+def priority_router(monkeypatch, request):
+    monkeypatch.setenv("SERVICE_TIER", "priority")
+    return request.getfixturevalue("router")
+
+
+@pytest.fixture
+def flex_worker(monkeypatch, request):
+    monkeypatch.setenv("SERVICE_TIER", "flex")
+    return request.getfixturevalue("worker")
+
+
+def test_a_routers_miss_asks_for_the_routers_tier(priority_router):
+    expected = {**converse_params("Answer 7."), "serviceTier": {"type": "priority"}}
+    priority_router.stub.add_response("converse", converse_response("fresh"), expected)
+    assert priority_router.handler({"key": "k#7"})["answer"] == "fresh"
+
+
+def test_a_queued_message_is_answered_at_the_workers_tier(flex_worker):
+    expected = {"modelId": flex_worker.MODEL_ID, "messages": [{"role": "user", "content": [{"text": "p"}]}],
+                "inferenceConfig": {"maxTokens": 4096}, "serviceTier": {"type": "flex"}}
+    flex_worker.stub.add_response("converse", answer("ok"), expected)
+    assert flex_worker.handler({"Records": [record("m1", {"key": "k", "prompt": "p"})]}) == {"batchItemFailures": []}
+
+
+def test_a_message_cannot_choose_its_own_tier(flex_worker, capsys):
+    # no model call is queued: the message fails alone, as a bad request, before any call
+    body = {"key": "k", "prompt": "p", "serviceTier": {"type": "priority"}}
+    result = flex_worker.handler({"Records": [record("m1", body)]})
+    assert result == {"batchItemFailures": [{"itemIdentifier": "m1"}]}
+    out = capsys.readouterr().out
+    assert "unknown fields ['serviceTier']" in out and '"reason": "invalid-message"' in out
+
+
+def test_a_worker_given_a_bad_tier_refuses_to_start(monkeypatch):
+    import importlib
+    import sys
+
+    worker_environment(monkeypatch, SERVICE_TIER="standard")
+    sys.modules.pop("queued_worker.handler", None)
+    with pytest.raises(RequestError, match="service_tier='standard' must be one of"):
+        importlib.import_module("queued_worker.handler")

@@ -85,6 +85,7 @@ from pacer_runtime import (
     log,
     metrics,
 )
+from pacer_runtime.bedrock import checked_service_tier
 from pacer_runtime.structured_log import describe_error
 
 MODEL_ID = os.environ["MODEL_ID"]
@@ -102,6 +103,9 @@ COALESCE_WAIT_SECONDS = float(
 )
 SYSTEM_PROMPT = os.environ.get("SYSTEM_PROMPT") or None
 LATENCY = os.environ.get("PERFORMANCE_LATENCY") or None
+#: The construct's service tier (AnswerRouter service_tier), checked at start: a bad value stops the
+#: function before it answers, instead of failing every miss.
+SERVICE_TIER = checked_service_tier(os.environ["SERVICE_TIER"]) if os.environ.get("SERVICE_TIER") else None
 FIELDS = frozenset({"key", "maxAgeSeconds"})
 #: Fields of the old caller-prompt request: refused by name, since a caller's prompt must not
 #: decide what is stored under a shared key.
@@ -342,6 +346,7 @@ def checked_key(value: Any) -> str:
 def converse_request(prompt: str) -> dict[str, Any]:
     return build_converse_request(
         MODEL_ID, prompt=prompt, system=SYSTEM_PROMPT, inference_config={"maxTokens": MAX_OUTPUT_TOKENS}, latency=LATENCY,
+        service_tier=SERVICE_TIER,
     )
 
 

@@ -52,6 +52,7 @@ from pacer_runtime import (
     log,
     metrics,
 )
+from pacer_runtime.bedrock import checked_service_tier
 from pacer_runtime.structured_log import describe_error
 
 MODEL_ID = os.environ["MODEL_ID"]
@@ -59,6 +60,9 @@ TABLE_NAME = os.environ["ANSWER_TABLE"]
 #: How long a stored answer lives (its TTL), set by AnswerStore; "" keeps answers until replaced.
 ANSWER_TTL_SECONDS = int(os.environ.get("ANSWER_TTL_SECONDS") or 0) or None
 LATENCY = os.environ.get("PERFORMANCE_LATENCY") or None
+#: The construct's service tier (QueuedInference service_tier), checked at start: a bad value stops
+#: the worker before any message is taken, instead of failing every message as a bad request.
+SERVICE_TIER = checked_service_tier(os.environ["SERVICE_TIER"]) if os.environ.get("SERVICE_TIER") else None
 #: A model call's worst case, SDK retries included (set by QueuedInference from its token props).
 CALL_BUDGET_SECONDS = float(os.environ["CALL_BUDGET_SECONDS"])
 #: The answer length the budget is sized for: the default maxTokens and its ceiling.
@@ -160,6 +164,7 @@ def parse(record: dict) -> Message:
         inference_config=body.get("inferenceConfig"),
         additional_fields=body.get("additionalModelRequestFields"),
         latency=LATENCY,
+        service_tier=SERVICE_TIER,
     )
     config = request.setdefault("inferenceConfig", {})
     max_tokens = config.setdefault("maxTokens", MAX_OUTPUT_TOKENS)

@@ -87,7 +87,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {"queued": queued, "precompute": preco
 
 QUEUED_PROPS = ("model", "max_concurrency", "queue", "dead_letter_queue", "max_receive_count", "batch_size",
                 "max_batching_window", "timeout", "visibility_timeout", "reserved_concurrency", "memory_size",
-                "answer_store", "latency_optimized", "bedrock_max_attempts", "max_output_tokens",
+                "answer_store", "latency_optimized", "service_tier", "bedrock_max_attempts", "max_output_tokens",
                 "output_tokens_per_second", "time_to_first_token", "encryption_key", "queue_encryption_key",
                 "dead_letter_queue_encryption_key", "log_retention", "max_message_age", "worker_error_threshold",
                 "worker_throttle_threshold", "dead_letter_threshold", "alarm_actions")
@@ -155,6 +155,7 @@ PASSES: dict[tuple[str, str, str], Callable[[dict], list[Any]]] = {
     ("queued", "visibility_timeout", "duration"): lambda t: [queue(t)["VisibilityTimeout"]],
     ("queued", "reserved_concurrency", "number"): lambda t: [worker(t)["ReservedConcurrentExecutions"]],
     ("queued", "memory_size", "number"): lambda t: [worker(t)["MemorySize"]],
+    ("queued", "service_tier", "string"): lambda t: [worker(t)["Environment"]["Variables"]["SERVICE_TIER"]],
     ("queued", "max_message_age", "duration"): alarm_threshold_and_description("OldestMessageAge"),
     ("queued", "worker_error_threshold", "number"): alarm_threshold_and_description("WorkerErrors"),
     ("queued", "worker_throttle_threshold", "number"): alarm_threshold_and_description("WorkerThrottles"),

@@ -236,7 +236,7 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Build, Synth, dict[t
     "ConverseRequest": (
         ConverseRequest,
         ("prompt", "messages", "system", "max_tokens", "temperature", "top_p", "stop_sequences", "additional_fields",
-         "latency"),
+         "latency", "service_tier"),
         lambda stack, **p: converse(**p),
         _in_map("request"),
         {
@@ -246,11 +246,12 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Build, Synth, dict[t
             ("temperature", "number"): lambda t: [_inference(t)["Temperature"]],
             ("top_p", "number"): lambda t: [_inference(t)["TopP"]],
             ("latency", "string"): lambda t: [model_task(t)["Parameters"]["PerformanceConfig"]["Latency"]],
+            ("service_tier", "string"): lambda t: [model_task(t)["Parameters"]["ServiceTier"]["Type"]],
         },
     ),
     "NativeRequest": (
         NativeRequest,
-        ("body", "max_tokens"),
+        ("body", "max_tokens", "service_tier"),
         lambda stack, **p: native(**p),
         _in_map("request"),
         {},

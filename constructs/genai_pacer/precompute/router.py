@@ -77,6 +77,7 @@ from .._internal.runtime_constants import metrics_constants
 from .._internal.secure import handler_function
 from ..models import BedrockModel, as_bedrock_model
 from ..quota import planning
+from ..step_functions.model_tasks import SERVICE_TIER_VARIABLE, ServiceTier, check_service_tier
 from .store import AnswerStore
 
 __all__ = ["AnswerRouter", "DEFAULT_MAX_AGE"]
@@ -119,6 +120,10 @@ class AnswerRouter(Construct):
         answering 503 with Retry-After; 0..timeout (less than the function's timeout). Only with
         write_back (refused without it). Default: half the function's timeout (with a deploy-time
         timeout, half of the deployed value: the function gets the timeout and halves it).
+    service_tier: the Bedrock service tier of a miss's call ("priority", "default", "flex" or
+        "reserved"; docs/tiers.md): "priority" suits a miss, which a user is waiting for. A request
+        cannot choose another. A deploy-time string reaches the function as it is. Default: none
+        (Bedrock serves at default).
     max_output_tokens: the maxTokens of every miss's model call (a caller cannot set it: a request's
         inferenceConfig is refused). Size it from the p99 answer (planning.size_max_tokens): Bedrock
         reserves it against the quota on every call, and ModelQuota plans the router's share with it.
@@ -161,6 +166,7 @@ class AnswerRouter(Construct):
         max_age: cdk.Duration | None = None,
         write_back: bool = True,
         coalesce_wait: cdk.Duration | None = None,
+        service_tier: ServiceTier | None = None,
         max_output_tokens: int = 1024,
         timeout: cdk.Duration | None = None,
         memory_size: int = 256,
@@ -179,6 +185,7 @@ class AnswerRouter(Construct):
         with Checks(f"AnswerRouter {id}") as check:
             check.instance("answer_store", answer_store, AnswerStore, "an AnswerStore")
             check.instance("model", model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
+            check_service_tier(check, "service_tier", service_tier)
             age_ok = check.duration(
                 "max_age", max_age, minimum=cdk.Duration.seconds(1), maximum=cdk.Duration.days(3650),
                 fix="how old a stored answer may be and still be served, e.g. cdk.Duration.hours(24)",
@@ -268,6 +275,8 @@ class AnswerRouter(Construct):
         }
         if system_prompt is not None:
             environment["SYSTEM_PROMPT"] = system_prompt
+        if service_tier is not None:
+            environment[SERVICE_TIER_VARIABLE] = service_tier
         self.function = handler_function(
             self,
             "Function",

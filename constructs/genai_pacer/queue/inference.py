@@ -40,6 +40,7 @@ from .._internal.secure import encrypted_log_group, log_key
 from ..models import BedrockModel, as_bedrock_model
 from ..precompute.store import AnswerStore
 from ..quota import planning
+from ..step_functions.model_tasks import SERVICE_TIER_VARIABLE, ServiceTier, check_service_tier
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
@@ -150,6 +151,10 @@ class QueuedInference(Construct):
         Default: a new AnswerStore (on-demand table, point-in-time recovery, TTL on `expires_at`,
         which also removes claims of crashed invocations).
     latency_optimized: request Bedrock latency-optimized inference. Default: False.
+    service_tier: the Bedrock service tier of every call ("priority", "default", "flex" or
+        "reserved"; docs/tiers.md): "flex" suits a queue, whose work can wait. A message cannot
+        choose another (a body with serviceTier is refused as a bad message). A deploy-time string
+        reaches the worker as it is. Default: none (Bedrock serves at default).
     bedrock_max_attempts: SDK attempts per call, the first included (>= 1). Default: 4.
     max_output_tokens: the longest answer a call may produce: the maxTokens a message gets when it
         sets none, and the most it may set. Sizes the time budget. Default: 1000.
@@ -206,6 +211,7 @@ class QueuedInference(Construct):
         memory_size: int = 256,
         answer_store: AnswerStore | None = None,
         latency_optimized: bool = False,
+        service_tier: ServiceTier | None = None,
         bedrock_max_attempts: int = 4,
         max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
         output_tokens_per_second: float = DEFAULT_OUTPUT_TOKENS_PER_SECOND,
@@ -232,6 +238,7 @@ class QueuedInference(Construct):
                 minimum=MIN_EVENT_SOURCE_CONCURRENCY, maximum=MAX_EVENT_SOURCE_CONCURRENCY,
                 limit="the SQS event source's maximum concurrency",
             )
+            check_service_tier(check, "service_tier", service_tier)
             self._check_plain_props(
                 check,
                 memory_size=memory_size, latency_optimized=latency_optimized, log_retention=log_retention,
@@ -327,6 +334,7 @@ class QueuedInference(Construct):
                 "BEDROCK_MAX_ATTEMPTS": str(bedrock_max_attempts),
                 "MAX_POOL_CONNECTIONS": "2",
                 "PERFORMANCE_LATENCY": "optimized" if latency_optimized else "",
+                **({SERVICE_TIER_VARIABLE: service_tier} if service_tier is not None else {}),
                 "CALL_BUDGET_SECONDS": str(budget),
                 "MAX_OUTPUT_TOKENS": str(max_output_tokens),
                 # One attempt may decode the longest answer at the conservative speed; slower is a hung call.

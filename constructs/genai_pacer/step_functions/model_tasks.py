@@ -210,6 +210,9 @@ _PASCAL_HINT = (
 
 
 ServiceTier = Literal["priority", "default", "flex", "reserved"]
+#: The environment variable that gives a genai-pacer handler (the queue worker, the answer router)
+#: its construct's tier; the handler refuses to start with any other value.
+SERVICE_TIER_VARIABLE = "SERVICE_TIER"
 
 _TIER_FIX = ("'priority' (the user's path), 'default' (standard), 'flex' (background work) or 'reserved' (a "
              "Reserved tier reservation of this model), or a deploy-time string")
