@@ -247,3 +247,26 @@ def test_a_worker_given_a_bad_tier_refuses_to_start(monkeypatch):
     sys.modules.pop("queued_worker.handler", None)
     with pytest.raises(RequestError, match="service_tier='standard' must be one of"):
         importlib.import_module("queued_worker.handler")
+
+
+# --- experiments: one tier for every variant -----------------------------------------------------------
+
+
+def test_an_experiments_request_carries_the_callers_tier_for_every_variant():
+    import sys
+    from pathlib import Path
+
+    from pacer_runtime.experiment import Experiment, build_request
+
+    sys.path.insert(0, str(Path(__file__).parent / "experiments"))
+    from test_experiment_assignment import PROMPT_ARN, document
+
+    doc = document(50, 50)
+    doc["variants"][1] = {"name": "managed", "share": 50, "modelId": NOVA, "prompt": {"promptArn": PROMPT_ARN}}
+    experiment = Experiment.from_config(doc)
+    template = build_request(experiment, experiment.variant("control"), variables={"question": "q"}, service_tier="flex")
+    managed = build_request(experiment, experiment.variant("managed"), variables={"question": "q"}, service_tier="flex")
+    assert template["serviceTier"] == managed["serviceTier"] == {"type": "flex"}
+    assert "serviceTier" not in build_request(experiment, experiment.variant("managed"), variables={"question": "q"})
+    with pytest.raises(RequestError, match="service_tier='standard' must be one of"):
+        build_request(experiment, experiment.variant("managed"), variables={"question": "q"}, service_tier="standard")

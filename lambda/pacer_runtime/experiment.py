@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import metrics
-from .bedrock import RequestError, build_converse_request, converse, is_throttle
+from .bedrock import RequestError, build_converse_request, checked_service_tier, converse, is_throttle
+from .metrics import SERVICE_TIER_MEMBER
 
 __all__ = [
     "EXTENSION_PORT",
@@ -304,9 +305,12 @@ def build_request(
     messages: Sequence[Mapping[str, Any]] | None = None,
     latency: str | None = None,
     request_metadata: Mapping[str, str] | None = None,
+    service_tier: str | None = None,
 ) -> dict[str, Any]:
     """Converse keyword arguments for `variant`: its model, prompt and sampling, and requestMetadata
     tagged with the experiment and variant (so invocation logs say which arm served each call).
+    service_tier: the caller's tier for every variant (an experiment compares prompts and models
+    at one tier; a variant's own tier would bias its latency guard). Default: none (default).
 
     A template variant renders its template with `variables` as the user message (after any
     `messages`); a Prompt Management variant sends the prompt ARN as modelId with promptVariables
@@ -338,6 +342,8 @@ def build_request(
             request["messages"] = build_converse_request(variant.model_id, messages=messages)["messages"]
         if latency is not None:
             request["performanceConfig"] = build_converse_request(variant.model_id, prompt="x", latency=latency)["performanceConfig"]
+        if service_tier is not None:
+            request[SERVICE_TIER_MEMBER] = {"type": checked_service_tier(service_tier)}
     else:
         assert variant.template is not None
         text = render_template(variant.template, variables)
@@ -349,6 +355,7 @@ def build_request(
             inference_config=variant.inference_config or None,
             additional_fields=variant.additional_fields or None,
             latency=latency,
+            service_tier=service_tier,
         )
     request["requestMetadata"] = metadata
     return request
@@ -441,6 +448,7 @@ def call_variant(
     latency: str | None = None,
     request_metadata: Mapping[str, str] | None = None,
     dimensions: Mapping[str, str] | None = None,
+    service_tier: str | None = None,
 ) -> tuple[Variant, Any]:
     """Assign, build, call Converse and record: the whole experiment path of one request.
 
@@ -448,7 +456,7 @@ def call_variant(
     """
     variant = assign(experiment, unit_id)
     request = build_request(experiment, variant, variables=variables, messages=messages, latency=latency,
-                            request_metadata=request_metadata)
+                            request_metadata=request_metadata, service_tier=service_tier)
     try:
         result = converse(client, request)
     except Exception as error:
