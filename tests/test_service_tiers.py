@@ -270,3 +270,155 @@ def test_an_experiments_request_carries_the_callers_tier_for_every_variant():
     assert "serviceTier" not in build_request(experiment, experiment.variant("managed"), variables={"question": "q"})
     with pytest.raises(RequestError, match="service_tier='standard' must be one of"):
         build_request(experiment, experiment.variant("managed"), variables={"question": "q"}, service_tier="standard")
+
+
+# --- requested versus served: every call records both, and counts a call served below its tier --------
+
+
+def emf_lines(capsys) -> list[dict]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
+
+
+def test_a_reservation_overflow_is_read_from_the_response_and_counted_as_served_below(capsys):
+    """The reservation holds one call's 200 output tokens a minute; the second overflows to default."""
+    from genai_pacer.testing import ManualClock
+    from pacer_runtime import metrics
+
+    spec = ModelSpec(NOVA, tpm_quota=1_000_000, reserved_input_tpm=1_000, reserved_output_tpm=200, answer_tokens=20,
+                     jitter=0)
+    with BedrockEmulator([spec], clock=ManualClock(instant=True), seed=1) as bedrock:
+        client = bedrock.client()
+        request = build_converse_request(NOVA, prompt="p", service_tier="reserved", inference_config={"maxTokens": 200})
+        first, second = converse(client, request), converse(client, request)
+    assert (first.served_tier, second.served_tier) == ("reserved", "default")
+    for result in (first, second):
+        metrics.emit_call(result, model_id=NOVA, request=request, dimensions={"FunctionName": "worker"})
+    lines = emf_lines(capsys)
+    calls = [line for line in lines if "InputTokens" in line]
+    assert [(c["RequestedTier"], c["ServedTier"], c["ServedBelowRequestedTier"]) for c in calls] == [
+        ("reserved", "reserved", 0), ("reserved", "default", 1)]
+    assert {"Name": "ServedBelowRequestedTier", "Unit": "Count"} in calls[1]["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+    per_tier = [line for line in lines if "InputTokens" not in line]
+    assert [(p["ServedTier"], p["_aws"]["CloudWatchMetrics"][0]["Dimensions"]) for p in per_tier] == [
+        ("reserved", [["ModelId", "ServedTier"]]), ("default", [["ModelId", "ServedTier"]])]
+    assert all(set(p) == {"_aws", "ModelId", "ServedTier", "LatencyMs"} for p in per_tier)
+
+
+def test_a_stream_reads_the_served_tier_from_its_metadata_event():
+    from pacer_runtime import converse_stream
+
+    with BedrockEmulator([ModelSpec(NOVA, answer_tokens=5)], time_scale=600, seed=1) as bedrock:
+        result = converse_stream(bedrock.client(), build_converse_request(NOVA, prompt="p", service_tier="flex"))
+    assert result.served_tier == "flex" and result.first_token_ms is not None
+
+
+def test_a_call_without_a_tier_records_default_asked_and_counts_nothing(capsys):
+    from pacer_runtime import metrics
+
+    with BedrockEmulator([ModelSpec(NOVA, answer_tokens=5)], time_scale=600, seed=1) as bedrock:
+        request = build_converse_request(NOVA, prompt="p")
+        result = converse(bedrock.client(), request)
+    assert result.served_tier is None  # the emulator, like the API model, names a tier only when asked
+    figures = metrics.emit_call(result, model_id=NOVA, request=request)
+    [line] = emf_lines(capsys)  # no per-tier line: nothing says which tier served it
+    assert line["RequestedTier"] == "default" and "ServedTier" not in line
+    assert "ServedBelowRequestedTier" not in line and figures.served_below_requested_tier is None
+
+
+@pytest.mark.parametrize(
+    ("asked", "served", "below"),
+    [("priority", "priority", False), ("priority", "default", True), ("priority", "flex", True),
+     ("reserved", "default", True), ("default", "flex", True), ("flex", "flex", False), ("default", "priority", False)],
+)
+def test_served_below_compares_the_tiers_order(asked, served, below):
+    from pacer_runtime import metrics
+    from pacer_runtime.bedrock import ConverseResult
+
+    result = ConverseResult(text="", input_tokens=1, output_tokens=1, cache_read_tokens=0, cache_write_tokens=0,
+                            stop_reason="end_turn", latency_ms=5.0, service_latency_ms=4, served_latency="standard",
+                            served_tier=served)
+    figures = metrics.call_metrics(result, model_id=NOVA, request={"serviceTier": {"type": asked}})
+    assert figures.served_below_requested_tier is below
+
+
+def test_a_tier_aws_adds_later_is_recorded_as_served_and_compared_with_nothing(capsys):
+    """A new tier must not fail a call that succeeded: it is a new ServedTier value, never a downgrade."""
+    from pacer_runtime import metrics
+    from pacer_runtime.bedrock import ConverseResult
+
+    result = ConverseResult(text="", input_tokens=1, output_tokens=1, cache_read_tokens=0, cache_write_tokens=0,
+                            stop_reason="end_turn", latency_ms=5.0, service_latency_ms=4, served_latency="standard",
+                            served_tier="turbo")
+    figures = metrics.emit_call(result, model_id=NOVA, request={"serviceTier": {"type": "priority"}})
+    assert figures.served_below_requested_tier is None
+    assert [line.get("ServedTier") for line in emf_lines(capsys)] == ["turbo", "turbo"]
+    with pytest.raises(ValueError, match="requested tier='turbo' must be one of"):
+        metrics.call_metrics(result, model_id=NOVA, request={"serviceTier": {"type": "turbo"}})
+
+
+# --- the dashboard: speed per served tier, calls served below their tier, and AWS's dimensions kept apart
+
+
+def dashboard_template(model: BedrockModel, **alarms) -> dict:
+    from genai_pacer import LatencyAlarms, LatencyDashboard, WatchedModel
+
+    stack = cdk.Stack(cdk.App(), "Tiers")
+    LatencyDashboard(stack, "D", models=[WatchedModel(model, alarms=LatencyAlarms(**alarms))])
+    return cdk.assertions.Template.from_stack(stack).to_json()
+
+
+def dashboard_widgets(template: dict) -> list[dict]:
+    [dashboard] = resources(template, "AWS::CloudWatch::Dashboard").values()
+    raw = dashboard["Properties"]["DashboardBody"]
+    if isinstance(raw, dict):
+        raw = "".join(p if isinstance(p, str) else "TOKEN" for p in raw["Fn::Join"][1])
+    return json.loads(raw)["widgets"]
+
+
+def titled(template: dict, part: str) -> dict:
+    [found] = [w["properties"] for w in dashboard_widgets(template) if part in w["properties"].get("title", "")]
+    return found
+
+
+def test_the_dashboard_compares_the_handlers_speed_per_served_tier():
+    template = dashboard_template(BedrockModel.from_id(NOVA))
+    latency = titled(template, "latency and TTFT p90 by served tier")
+    rows = [(row[0], row[1], row[2:6], row[-1]["stat"]) for row in latency["metrics"]]
+    assert rows == [("GenaiPacer", name, ["ModelId", NOVA, "ServedTier", tier], "p90")
+                    for name in ("LatencyMs", "TimeToFirstTokenMs") for tier in ("priority", "default", "flex", "reserved")]
+    otps = titled(template, "decode speed (OTPS) p50 by served tier")
+    assert [(row[1], row[5], row[-1]["stat"]) for row in otps["metrics"]] == [
+        ("OutputTokensPerSecond", tier, "p50") for tier in ("priority", "default", "flex", "reserved")]
+
+
+def test_calls_served_below_their_tier_are_graphed_as_a_count_and_a_share_and_alarmed():
+    template = dashboard_template(BedrockModel.from_id(NOVA), tier_downgrades=2, evaluation_periods=3)
+    below = titled(template, "served below the tier they asked for")
+    assert below["metrics"][0][:4] == ["GenaiPacer", "ServedBelowRequestedTier", "ModelId", NOVA]
+    assert below["metrics"][0][-1]["stat"] == "Sum"
+    share = [row[0] for row in below["metrics"] if isinstance(row[0], dict)]
+    assert share[0]["expression"] == "100 * share" and below["annotations"]["horizontal"][0]["value"] == 2
+    [alarm] = [a["Properties"] for k, a in resources(template, "AWS::CloudWatch::Alarm").items() if "TierDowngrades" in k]
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == ("GenaiPacer", "ServedBelowRequestedTier", "Sum")
+    assert (alarm["Threshold"], alarm["EvaluationPeriods"]) == (2, 3)
+    assert "Reserved tier reservation overflowing to default" in alarm["AlarmDescription"]
+
+
+def test_no_alarm_reads_aws_tier_dimensions_and_the_graph_of_them_is_a_search_per_model_id():
+    """ServiceTier/ResolvedServiceTier are the page's current scheme, which changed once: a SEARCH graph
+    is empty if it changes again, and an alarm on them would never fire (or fire on nothing)."""
+    model = BedrockModel.from_id(f"us.{NOVA}")
+    template = dashboard_template(model, tier_downgrades=None)
+    assert "ServiceTier" not in json.dumps(resources(template, "AWS::CloudWatch::Alarm"))
+    aws = titled(template, "AWS/Bedrock invocation latency p90 by requested and served tier")
+    expressions = [row[0]["expression"] for row in aws["metrics"]]
+    assert expressions == [
+        f"SEARCH('{{AWS/Bedrock,ModelId,ResolvedServiceTier,ServiceTier}} MetricName=\"InvocationLatency\" "
+        f"ModelId=\"{one}\"', 'p90', 60)" for one in model.metric_model_ids]
+    assert "asked ${PROP('Dim.ServiceTier')}, served ${PROP('Dim.ResolvedServiceTier')}" in aws["metrics"][0][0]["label"]
+
+
+def test_the_tier_dimension_names_are_the_service_tiers_pages():
+    from genai_pacer.observe import dashboard
+
+    assert (dashboard.SERVICE_TIER_DIMENSION, dashboard.RESOLVED_SERVICE_TIER_DIMENSION) == ("ServiceTier", "ResolvedServiceTier")

@@ -247,6 +247,9 @@ class ConverseResult:
     service_latency_ms: int | None  # the service's own metrics.latencyMs
     served_latency: str  # "standard" or "optimized": what actually served the request
     first_token_ms: float | None = None  # streaming only: time to the first text, measured by the caller
+    #: The service tier that served the call, as the response names it (Converse's serviceTier.type,
+    #: ConverseStream's metadata event); None when the response names none.
+    served_tier: str | None = None
 
     @property
     def output_tokens_per_second(self) -> float | None:
@@ -270,7 +273,7 @@ def converse(client, request: Mapping[str, Any]) -> ConverseResult:
 def converse_stream(client, request: Mapping[str, Any]) -> ConverseResult:
     """Call ConverseStream and read it to the end, timing the first text (TTFT) as the user sees it.
 
-    Usage, served latency mode and stop reason come from the stream's own events (server-reported,
+    Usage, served latency mode, served tier and stop reason come from the stream's own events (server-reported,
     never re-counted). An exception inside the stream propagates as botocore's EventStreamError,
     which carries the same error code a ClientError would (is_throttle works on both).
     """
@@ -306,6 +309,7 @@ def _result(text: str, response: Mapping[str, Any], elapsed_ms: float, *, first_
         service_latency_ms=response.get("metrics", {}).get("latencyMs"),
         served_latency=response.get("performanceConfig", {}).get("latency", "standard"),
         first_token_ms=None if first_token_ms is None else round(first_token_ms, 1),
+        served_tier=(response.get(SERVICE_TIER_MEMBER) or {}).get("type"),
     )
 
 

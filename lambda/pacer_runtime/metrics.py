@@ -43,6 +43,9 @@ __all__ = [
     "SERVED_OPTIMIZED",
     "SERVED_STANDARD",
     "OPTIMIZED_SERVED_STANDARD",
+    "SERVED_BELOW_REQUESTED_TIER",
+    "SERVED_TIER_DIMENSION",
+    "TIER_RANK",
     "THROTTLES",
     "ANSWER_HITS",
     "ANSWER_MISSES",
@@ -80,6 +83,9 @@ NAMESPACE = "GenaiPacer"
 #: so a construct can read its own worker's calls while a dashboard sums all callers of a model.
 MODEL_DIMENSION = "ModelId"
 FUNCTION_DIMENSION = "FunctionName"
+#: The service tier that served a call (a value of SERVICE_TIERS, from the response): per-call latency,
+#: TTFT and OTPS are published per ModelId and ServedTier too, so a dashboard compares the tiers.
+SERVED_TIER_DIMENSION = "ServedTier"
 #: A call inside a live experiment: which experiment and which of its variants served it.
 EXPERIMENT_DIMENSION = "Experiment"
 VARIANT_DIMENSION = "Variant"
@@ -100,6 +106,10 @@ SERVED_OPTIMIZED = "ServedOptimized"
 SERVED_STANDARD = "ServedStandard"
 #: A call that asked for latency-optimized inference and was served at standard (its quota ran out).
 OPTIMIZED_SERVED_STANDARD = "OptimizedServedStandard"
+#: A call that asked for a service tier and was served at a lower one (priority or reserved served at
+#: default or flex, default at flex), 1 or 0 per call that named a tier and whose response named the
+#: tier that served it: Sum counts such calls, Average is their share.
+SERVED_BELOW_REQUESTED_TIER = "ServedBelowRequestedTier"
 #: Model calls that failed with a throttling error after the SDK's own retries.
 THROTTLES = "Throttles"
 #: AnswerRouter: a fresh stored answer served, no stored answer, a stored answer older than max-age.
@@ -146,6 +156,7 @@ UNITS: dict[str, str] = {
     SERVED_OPTIMIZED: "Count",
     SERVED_STANDARD: "Count",
     OPTIMIZED_SERVED_STANDARD: "Count",
+    SERVED_BELOW_REQUESTED_TIER: "Count",
     THROTTLES: "Count",
     ANSWER_HITS: "Count",
     ANSWER_MISSES: "Count",
@@ -174,6 +185,11 @@ DEFAULT_TIER = "default"
 #: tier in this header (boto3's `serviceTier=` argument).
 SERVICE_TIER_MEMBER = "serviceTier"
 SERVICE_TIER_HEADER = "X-Amzn-Bedrock-Service-Tier"
+#: How far ahead each tier is served, for "served below the requested tier". The service tiers page
+#: says Priority is served ahead of Standard and Flex, that Flex trades processing time for a discount,
+#: and that Reserved overflows to Standard; it ranks Reserved against Priority nowhere, so both rank
+#: first here (either served at default is below what was asked).
+TIER_RANK = {"priority": 3, "reserved": 3, "default": 2, "flex": 1}
 
 
 def emf_line(
@@ -251,6 +267,16 @@ class CallMetrics:
     output_tokens_per_second: float | None
     requested_latency: str
     served_latency: str
+    requested_tier: str | None = None  # the request's serviceTier.type; None: it named none (served at default)
+    served_tier: str | None = None  # the response's; None: it named none
+
+    @property
+    def served_below_requested_tier(self) -> bool | None:
+        """Served at a lower tier than asked (Reserved overflowing to default, Priority served at
+        default); None when the call named no tier or the response named none (nothing to compare)."""
+        if self.requested_tier is None or self.served_tier not in TIER_RANK:
+            return None
+        return TIER_RANK[self.served_tier] < TIER_RANK[self.requested_tier]
 
     @property
     def reserved_tokens(self) -> int | None:
@@ -283,6 +309,9 @@ class CallMetrics:
         values[SERVED_OPTIMIZED] = int(self.served_latency == "optimized")
         values[SERVED_STANDARD] = int(self.served_latency == "standard")
         values[OPTIMIZED_SERVED_STANDARD] = int(self.fell_back)
+        below = self.served_below_requested_tier
+        if below is not None:
+            values[SERVED_BELOW_REQUESTED_TIER] = int(below)
         return values
 
 
@@ -317,6 +346,15 @@ def call_metrics(
     for name, mode in (("requested latency", requested), ("served latency", served)):
         if mode not in LATENCY_MODES:
             raise ValueError(f"{name}={mode!r} must be 'standard' or 'optimized'")
+    requested_tier = (request.get(SERVICE_TIER_MEMBER) or {}).get("type")
+    served_tier = getattr(result, "served_tier", None)
+    if requested_tier is not None and requested_tier not in SERVICE_TIERS:
+        raise ValueError(f"requested tier={requested_tier!r} must be one of {', '.join(SERVICE_TIERS)}")
+    if served_tier is not None and not (isinstance(served_tier, str) and served_tier.isascii()
+                                        and served_tier.isidentifier() and len(served_tier) <= 32):
+        raise ValueError(f"served tier={served_tier!r} is not a tier name")
+    # A tier AWS adds later is recorded as it is (a new ServedTier value), never refused: the call
+    # succeeded, and its metrics must not fail it. It is compared with nothing (served_below: None).
     latency_ms = result.latency_ms
     if isinstance(latency_ms, bool) or not isinstance(latency_ms, int | float) or not latency_ms >= 0:
         raise ValueError(f"latency_ms={latency_ms!r} must be a number of milliseconds >= 0")
@@ -332,6 +370,8 @@ def call_metrics(
         output_tokens_per_second=getattr(result, "output_tokens_per_second", None),
         requested_latency=requested,
         served_latency=served,
+        requested_tier=requested_tier,
+        served_tier=served_tier,
     )
 
 
@@ -378,13 +418,24 @@ def emit_call(
     """
     figures = call_metrics(result, model_id=model_id, request=request, max_tokens=max_tokens)
     all_dimensions = _with_variant(dimensions, model_id, variant)
+    sets = _dimension_sets(all_dimensions, variant)
+    tiers: dict[str, Any] = {"RequestedTier": figures.requested_tier or DEFAULT_TIER}
+    if figures.served_tier is not None:
+        tiers["ServedTier"] = figures.served_tier
     emit(
         figures.values(),
         all_dimensions,
-        dimension_sets=_dimension_sets(all_dimensions, variant),
+        dimension_sets=sets,
         properties={**(properties or {}), "RequestedLatency": figures.requested_latency,
-                    "ServedLatency": figures.served_latency},
+                    "ServedLatency": figures.served_latency, **tiers},
     )
+    if figures.served_tier is not None:
+        # The speed of each served tier, in a second line: a dimension set lists the same metrics as the
+        # line's others, and only these three compare tiers.
+        per_tier = {name: value for name, value in figures.values().items()
+                    if name in (LATENCY_MS, TIME_TO_FIRST_TOKEN_MS, OUTPUT_TOKENS_PER_SECOND)}
+        emit(per_tier, {MODEL_DIMENSION: model_id, SERVED_TIER_DIMENSION: figures.served_tier},
+             dimension_sets=[[MODEL_DIMENSION, SERVED_TIER_DIMENSION]])
     return figures
 
 

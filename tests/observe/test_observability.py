@@ -63,7 +63,7 @@ def expressions(properties: dict) -> list[dict]:
 def alarms_by_name(template: dict) -> dict[str, dict]:
     found = {}
     for logical_id, alarm in resources(template, "AWS::CloudWatch::Alarm").items():
-        name = next(n for n in ("TimeToFirstToken", "Throttles", "QuotaUsage", "Reservation", "LatencyFallbacks") if n in logical_id)
+        name = next(n for n in ("TimeToFirstToken", "Throttles", "QuotaUsage", "Reservation", "LatencyFallbacks", "TierDowngrades") if n in logical_id)
         found[name] = alarm["Properties"]
     return found
 
@@ -214,7 +214,8 @@ def test_the_dashboard_opens_with_how_to_read_it(watched):
 def test_alarms_have_documented_metrics_thresholds_and_comparisons(watched):
     dashboard, template = watched
     alarms = alarms_by_name(template)
-    assert sorted(alarms) == ["LatencyFallbacks", "QuotaUsage", "Reservation", "Throttles", "TimeToFirstToken"]
+    assert sorted(alarms) == ["LatencyFallbacks", "QuotaUsage", "Reservation", "Throttles", "TierDowngrades",
+                              "TimeToFirstToken"]
     for alarm in alarms.values():
         assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
         assert alarm["TreatMissingData"] == "notBreaching"
@@ -308,7 +309,7 @@ def test_a_quota_alarm_cannot_be_built_without_the_quota_in_tokens():
 def test_thresholds_are_props_and_none_turns_an_alarm_off():
     stack = new_stack()
     alarms = LatencyAlarms(ttft_p90=cdk.Duration.millis(800), throttle_periods=None, reservation_ratio=3.5,
-                           latency_fallbacks=None, evaluation_periods=2)
+                           latency_fallbacks=None, evaluation_periods=2, tier_downgrades=None)
     LatencyDashboard(stack, "D", models=[WatchedModel(NOVA, alarms=alarms, quota=TpmQuota(2_000_000, alarm_fraction=0.5))])
     found = alarms_by_name(template_of(stack).to_json())
     assert sorted(found) == ["QuotaUsage", "Reservation", "TimeToFirstToken"]
@@ -324,7 +325,7 @@ def test_several_models_each_get_their_rows_and_alarms():
     dashboard = LatencyDashboard(stack, "D", models=[HAIKU, NOVA])
     template = template_of(stack).to_json()
     assert sorted(dashboard.model_alarms) == sorted([HAIKU.model_id, NOVA.model_id])
-    assert len(resources(template, "AWS::CloudWatch::Alarm")) == 8  # four each: no quota given
+    assert len(resources(template, "AWS::CloudWatch::Alarm")) == 10  # five each: no quota given
     titles = [w["properties"].get("title", "") for w in body(template)["widgets"]]
     assert sum("time to first token" in t for t in titles) == 2
 
@@ -624,6 +625,7 @@ def test_every_handler_metric_the_constructs_read_is_one_the_handlers_write(watc
     emit_call and emit_throttle print, so no graph waits for a metric nobody writes."""
     written.emit_call(result(), model_id="m", max_tokens=100)
     written.emit_call(result(served_latency="optimized"), model_id="m", max_tokens=100)
+    written.emit_call(result(served_tier="default"), model_id="m", max_tokens=100, request={"serviceTier": {"type": "priority"}})
     written.emit_throttle("m")
     emitted = {m["Name"] for line in capsys.readouterr().out.splitlines()
                for m in json.loads(line)["_aws"]["CloudWatchMetrics"][0]["Metrics"]}

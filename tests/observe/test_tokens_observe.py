@@ -77,7 +77,8 @@ LOGGING_PROPS = ("cloudwatch_logs", "log_group", "s3_delivery", "bucket", "key_p
                  "server_access_logs_bucket", "keep_logging_on_delete", "bucket_key")
 DASHBOARD_PROPS = ("models", "dashboard_name", "alarm_actions", "default_interval")
 QUOTA_PROPS = ("tpm_quota", "alarm_fraction", "planned_tpm", "planned_reservation_tpm", "burndown")
-ALARMS_PROPS = ("ttft_p90", "throttle_periods", "reservation_ratio", "latency_fallbacks", "evaluation_periods")
+ALARMS_PROPS = ("ttft_p90", "throttle_periods", "reservation_ratio", "latency_fallbacks", "evaluation_periods",
+                "tier_downgrades")
 WATCHED_PROPS = ("model", "quota", "burndown", "alarms", "label")
 EXPERIMENT_PROPS = ("variants", "control", "experiment_name", "salt", "application", "deployment_strategy", "bake_time",
                     "max_error_rate_percent", "max_p90_latency", "guard_min_calls", "guard_period",

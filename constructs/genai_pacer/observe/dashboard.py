@@ -80,6 +80,15 @@ OUTPUT_TOKEN_COUNT = "OutputTokenCount"
 TIME_TO_FIRST_TOKEN = "TimeToFirstToken"
 #: Estimated quota tokens per minute, an absolute count (the runtime metrics page; announced March 2026).
 ESTIMATED_TPM_QUOTA_USAGE = "EstimatedTPMQuotaUsage"
+#: AWS/Bedrock's service tier dimensions: "service tier metrics in Amazon CloudWatch Metrics under
+#: ModelId, ServiceTier, and ResolvedServiceTier, where ResolvedServiceTier shows the actual tier that
+#: served your requests" (https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html,
+#: read in a copy fetched 2026-02-15). The scheme has changed once: the page first said metrics appear
+#: "under model-id+priority and model-id+flex". So these are read only by a SEARCH over that exact
+#: dimension set, on a graph: if AWS changes the scheme again the graph is empty, never wrong, and no
+#: alarm reads them (the tier alarm reads the handlers' own ServedBelowRequestedTier).
+SERVICE_TIER_DIMENSION = "ServiceTier"
+RESOLVED_SERVICE_TIER_DIMENSION = "ResolvedServiceTier"
 
 # --- CloudWatch limits the combined metrics stay within -------------------------------------------------
 #: A metric math alarm retrieves at most 10 metrics (botocore's cloudwatch model, MetricDataQuery: "as
@@ -111,6 +120,8 @@ HOW_TO_READ = """\
 - **TTFT grew** (prefill): shorten the prompt, send fewer retrieved chunks, cache the stable prefix (prompt caching), or use latency-optimized inference. maxTokens and temperature do nothing here.
 - **OTPS fell** (decode): the service generates more slowly; check *served latency mode* (optimized requests served at standard after the optimized quota ran out) and throttling. Prompt length does nothing here.
 - **TTFT and OTPS held, latency grew**: the answers got longer (*tokens per call*). Lower maxTokens toward the real p99 answer, or ask for shorter answers.
+
+**Service tiers.** Priority is served ahead of standard, Flex after it, and a Reserved tier reservation overflows to standard. The *served tier* row compares the handlers' latency, TTFT and OTPS per tier that served the calls, and counts calls served below the tier they asked for (Reserved overflowing, Priority served at standard). AWS/Bedrock's own per-tier graph appears only while AWS publishes the ServiceTier and ResolvedServiceTier dimensions.
 
 **Quota.** EstimatedTPMQuotaUsage is an absolute token count (cache writes and the output burndown included), not a percentage, and it leaves out the reservation each request holds from its start: input + maxTokens. The handlers' *reserved tokens* line shows that reservation; far above *settled tokens*, maxTokens is oversized and requests throttle while usage looks low. TimeToFirstToken exists for streaming calls only; AWS/Bedrock's figures mix every caller and API of the model, the handlers' figures are this application's calls only.
 """
@@ -183,6 +194,29 @@ def handler_metric(model_id: str, metric_name: str, *, statistic: str, label: st
     return cloudwatch.Metric(namespace=names.NAMESPACE, metric_name=metric_name,
                              dimensions_map={names.MODEL_DIMENSION: model_id},
                              statistic=statistic, label=label, period=period)
+
+
+def tier_metric(model_id: str, metric_name: str, tier: str, *, statistic: str, label: str | None = None,
+                period: cdk.Duration = ONE_MINUTE) -> cloudwatch.Metric:
+    """A per-call metric of the handlers' calls served at one service tier (ModelId and ServedTier)."""
+    names = metrics_constants()
+    return cloudwatch.Metric(namespace=names.NAMESPACE, metric_name=metric_name,
+                             dimensions_map={names.MODEL_DIMENSION: model_id, names.SERVED_TIER_DIMENSION: tier},
+                             statistic=statistic, label=label or tier, period=period)
+
+
+def bedrock_tier_search(model_id: str, metric_name: str, *, statistic: str, name: str) -> cloudwatch.MathExpression:
+    """AWS/Bedrock's `metric_name` per requested and served tier of one ModelId value, by a SEARCH over
+    the dimension set the service tiers page names (SERVICE_TIER_DIMENSION): empty, not wrong, if
+    AWS publishes another scheme. Graphs only: an alarm cannot read a SEARCH."""
+    dimensions = ",".join((MODEL_ID_DIMENSION, RESOLVED_SERVICE_TIER_DIMENSION, SERVICE_TIER_DIMENSION))
+    return cloudwatch.MathExpression(
+        expression=f"SEARCH('{{{BEDROCK_NAMESPACE},{dimensions}}} MetricName=\"{metric_name}\" "
+                   f"{MODEL_ID_DIMENSION}=\"{model_id}\"', '{statistic}', 60)",
+        # a dynamic label: each series the SEARCH finds is named by its own tiers
+        using_metrics={}, period=ONE_MINUTE,
+        label=f"{name}: asked ${{PROP('Dim.{SERVICE_TIER_DIMENSION}')}}, served ${{PROP('Dim.{RESOLVED_SERVICE_TIER_DIMENSION}')}}",
+    )
 
 
 def _number(check: Checks, name: str, value: Any, *, synth_time: bool = True, **limits: Any) -> bool:
@@ -282,6 +316,9 @@ class LatencyAlarms:
     latency_fallbacks: alarm when more calls than this per minute asked for optimized latency and
         were served at standard (its quota ran out; billed at standard rates, no error); >= 0.
         Default: 0.
+    tier_downgrades: alarm when more of the handlers' calls than this per minute were served below
+        the service tier they asked for (a Reserved reservation overflowing to default, Priority
+        served at default; no error); >= 0. Default: 0.
     evaluation_periods: consecutive one-minute periods the TTFT, quota and fallback alarms wait
         before firing (1..1440). Default: 5.
 
@@ -294,6 +331,7 @@ class LatencyAlarms:
     reservation_ratio: float | None = 2.0
     latency_fallbacks: int | None = 0
     evaluation_periods: int = 5
+    tier_downgrades: int | None = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ttft_p90", resolved(self.ttft_p90))
@@ -310,6 +348,8 @@ class LatencyAlarms:
                     fix="reserved / settled tokens above which maxTokens is oversized, e.g. 2; None for no alarm")
             _number(check, "latency_fallbacks", self.latency_fallbacks, integer=True, minimum=0, maximum=1_000_000_000,
                     optional=True, fix="fallbacks per minute the alarm tolerates (0 alarms on the first), or None for no alarm")
+            _number(check, "tier_downgrades", self.tier_downgrades, integer=True, minimum=0, maximum=1_000_000_000,
+                    optional=True, fix="calls served below their tier per minute the alarm tolerates, or None for no alarm")
             _number(check, "evaluation_periods", self.evaluation_periods, integer=True, minimum=1,
                     maximum=MAX_EVALUATION_PERIODS, fix="consecutive one-minute periods before an alarm fires")
 
@@ -375,13 +415,15 @@ class LatencyDashboard(Construct):
     handlers (p50 and the slowest 10%) beside an AWS/Bedrock estimate; input and output tokens per
     call; invocations, throttles, client and server errors; EstimatedTPMQuotaUsage against the
     quota, the alarm threshold and the plan, with the handlers' reserved and settled tokens; served
-    latency modes; and the model's alarm states. `add_queued_inference`, `add_state_machine`
+    latency modes; per served service tier, the handlers' latency, TTFT and OTPS, the calls served
+    below the tier they asked for, and AWS/Bedrock's latency per tier where AWS publishes it; and the
+    model's alarm states. `add_queued_inference`, `add_state_machine`
     (anything with a .state_machine: BoundedMap, BoundedDistributedMap, ParallelPrompts,
     ScheduledPrecompute, BatchPrecompute), `add_answer_router`, `add_prompt_experiment`,
     `add_sync_execution_url` and `add_endpoint` put the library's other constructs on the same dashboard.
 
     Attributes: `dashboard`, `alarms` (every alarm), `model_alarms` (model label -> name -> Alarm;
-    names TimeToFirstToken, Throttles, QuotaUsage, Reservation, LatencyFallbacks).
+    names TimeToFirstToken, Throttles, QuotaUsage, Reservation, LatencyFallbacks, TierDowngrades).
     """
 
     def __init__(
@@ -526,11 +568,48 @@ class LatencyDashboard(Construct):
             self.dashboard.add_widgets(cloudwatch.TextWidget(markdown=_ids_note(ids), width=24, height=2))
         self.dashboard.add_widgets(ttft, latency, otps)
         self.dashboard.add_widgets(per_call, outcomes, modes)
+        self.dashboard.add_widgets(*self._tier_widgets(watched, alarms))
         quota_row: list[cloudwatch.IWidget] = [self._quota_widget(watched)]
         if alarms:
             quota_row.append(cloudwatch.AlarmStatusWidget(alarms=list(alarms.values()), title=f"{label}: alarms",
                                                           width=8, height=6))
         self.dashboard.add_widgets(*quota_row)
+
+    def _tier_widgets(self, watched: WatchedModel, alarms: dict[str, cloudwatch.Alarm]) -> list[cloudwatch.IWidget]:
+        """The served tier row: the handlers' speed per tier that served them, the calls served below the
+        tier they asked for, and AWS/Bedrock's latency per tier (a SEARCH: empty if the scheme changed)."""
+        names = metrics_constants()
+        model_id, label = watched.model.model_id, watched.name
+        tiers = names.SERVICE_TIERS
+        axis = cloudwatch.YAxisProps(min=0, show_units=False)
+        latency = cloudwatch.GraphWidget(
+            title=f"{label}: latency and TTFT p90 by served tier, ms (handlers' calls)",
+            left=[tier_metric(model_id, names.LATENCY_MS, tier, statistic="p90", label=f"{tier} latency") for tier in tiers]
+            + [tier_metric(model_id, names.TIME_TO_FIRST_TOKEN_MS, tier, statistic="p90", label=f"{tier} TTFT") for tier in tiers],
+            left_y_axis=axis, width=6,
+        )
+        otps = cloudwatch.GraphWidget(
+            title=f"{label}: decode speed (OTPS) p50 by served tier (handlers' streaming calls)",
+            left=[tier_metric(model_id, names.OUTPUT_TOKENS_PER_SECOND, tier, statistic="p50") for tier in tiers],
+            left_y_axis=axis, width=6,
+        )
+        allowed = watched.alarms.tier_downgrades if watched.alarms is not None else None
+        below = cloudwatch.GraphWidget(
+            title=f"{label}: calls served below the tier they asked for (handlers' calls)",
+            left=[handler_metric(model_id, names.SERVED_BELOW_REQUESTED_TIER, statistic="Sum", label="calls per minute")],
+            right=[cloudwatch.MathExpression(
+                expression="100 * share", label="share of calls that named a tier, %", period=ONE_MINUTE,
+                using_metrics={"share": handler_metric(model_id, names.SERVED_BELOW_REQUESTED_TIER, statistic="Average")})],
+            left_annotations=[cloudwatch.HorizontalAnnotation(value=allowed, label="alarm above")]
+            if allowed is not None and "TierDowngrades" in alarms else None,
+            left_y_axis=axis, right_y_axis=cloudwatch.YAxisProps(min=0, max=100, show_units=False), width=6,
+        )
+        aws = cloudwatch.GraphWidget(
+            title=f"{label}: AWS/Bedrock invocation latency p90 by requested and served tier (where published)",
+            left=[bedrock_tier_search(one, INVOCATION_LATENCY, statistic="p90", name=one) for one in metric_ids(watched.model)],
+            left_y_axis=axis, width=6,
+        )
+        return [latency, otps, below, aws]
 
     def _quota_widget(self, watched: WatchedModel) -> cloudwatch.GraphWidget:
         names = metrics_constants()
@@ -631,6 +710,16 @@ class LatencyDashboard(Construct):
                 f"{label}: {f'more than {allowed} calls' if allowed else 'calls'} per minute asked for latency-optimized "
                 f"inference and were served at standard, for {periods} minutes: the optimized quota ran out (no error; "
                 "billed at standard rates).",
+            )
+        if settings is not None and settings.tier_downgrades is not None:
+            names = metrics_constants()
+            allowed = settings.tier_downgrades
+            alarms["TierDowngrades"] = self._alarm(
+                scope, "TierDowngrades", handler_metric(model_id, names.SERVED_BELOW_REQUESTED_TIER, statistic="Sum"),
+                allowed, periods,
+                f"{label}: {f'more than {allowed} calls' if allowed else 'calls'} per minute were served below the service "
+                f"tier they asked for, for {periods} minutes: a Reserved tier reservation overflowing to default (raise "
+                "it, or move traffic off it), or Priority served at default. No error; the calls ran slower than asked.",
             )
         return alarms
 
