@@ -14,11 +14,14 @@ from constructs import Construct
 #: context key -> (default, meaning)
 CONTEXT_DEFAULTS: dict[str, tuple[str, str]] = {
     "model_id": (
-        "us.anthropic.claude-3-5-haiku-20241022-v1:0",
+        # Amazon Nova Lite, through its US profile: a current model (Claude 3.5 Haiku, the default until
+        # 0.2.0, reached its Bedrock end of life on 2026-06-19: genai_pacer.models.DEPRECATED_MODELS).
+        "us.amazon.nova-lite-v1:0",
         "model or cross-Region inference profile id every reference stack calls",
     ),
     "model_regions": ("", "comma-separated Regions the profile routes to (default: by its prefix)"),
-    "burndown": ("5", "quota tokens per output token of that model (5 for Claude 3.5 Haiku)"),
+    "burndown": ("1", "quota tokens per output token of that model (1 for Nova Lite; 5 for the Claude models "
+                      "planning.BURNDOWN_DOC lists)"),
     "tpm_quota": ("1000000", "the account's tokens-per-minute quota for that model (an example: pass yours)"),
 }
 

@@ -56,6 +56,7 @@ DEFAULTS: dict[str, tuple[dict[str, str], int]] = {
     "ModelInvocationLogging": ({"cloudwatch_logs": "on", "s3_delivery": "on"}, 1),
     "LatencyDashboard": ({}, 0),
     "ModelQuota": ({}, 0),
+    "QuotaLedger": ({}, 0),  # AWS-managed encryption (DynamoDB): no key of its own
     "PromptExperiment": ({}, 1),
     "HybridSearchPipeline": ({}, 1),  # the stack's shared search handler's log group
     "VectorIndexSettings": ({"target": "domain-imported"}, 1),  # the same shared handler
@@ -65,6 +66,7 @@ DEFAULTS: dict[str, tuple[dict[str, str], int]] = {
 #: The option that takes the user's own key instead of the construct's, and its value.
 OWN_KEY: dict[str, tuple[str, str]] = {
     "AnswerStore": ("encryption_key", "imported"),
+    "QuotaLedger": ("encryption_key", "imported"),
     "AnswerRouter": ("encryption_key", "imported"),
     "QueuedInference": ("encryption_key", "imported"),
     "ScheduledPrecompute": ("state_machine_options", "key:imported"),

@@ -756,7 +756,7 @@ def test_a_deprecated_model_warns_once_per_construct_naming_its_dates_and_a_repl
     assert warning.id == "/Models/Summaries/WorkerRole"  # on the role that calls the model
     message = warning.entry.data
     retirement = DEPRECATED_MODELS[HAIKU]
-    for fact in (model_id, "Claude 3.5 Haiku", "since 2025-12-19", "ends it on 2026-06-19",
+    for fact in (model_id, "Claude 3.5 Haiku", "since 2025-12-19", "end of life on Amazon Bedrock is 2026-06-19",
                  retirement.deprecated_source, retirement.end_of_life_source,
                  "anthropic.claude-haiku-4-5-20251001-v1:0", f"[ack: {DEPRECATED_MODEL_WARNING}]"):
         assert fact in message

@@ -199,10 +199,10 @@ def test_a_construct_refuses_a_tier_bedrock_does_not_have_naming_itself(construc
 
 # --- the handlers send their construct's tier, and a caller cannot choose another ---------------------
 
-from test_answer_router_handler import converse_params, converse_response  # noqa: E402
-from test_answer_router_handler import router as router  # noqa: E402,F401  (the fixture)
-from test_queued_worker import answer, record, worker_environment  # noqa: E402
-from test_queued_worker import worker as worker  # noqa: E402,F401  (the fixture)
+from answer_router_harness import converse_params, converse_response  # noqa: E402
+from answer_router_harness import router as router  # noqa: E402,F401  (the fixture)
+from queued_worker_harness import answer, record, worker_environment  # noqa: E402
+from queued_worker_harness import worker as worker  # noqa: E402,F401  (the fixture)
 
 
 @pytest.fixture

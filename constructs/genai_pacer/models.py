@@ -139,7 +139,7 @@ class ModelRetirement:
 
     def warning(self, model_id: str) -> str:
         """The synth warning for a construct that calls `model_id` (this model, or a profile of it)."""
-        eol = (f"Amazon Bedrock ends it on {self.end_of_life} ({self.end_of_life_source}): calls fail after that date"
+        eol = (f"its end of life on Amazon Bedrock is {self.end_of_life} ({self.end_of_life_source}): calls fail from that date on"
                if self.end_of_life else "no end-of-life date is known yet")
         return (f"{model_id} is {self.name}, deprecated for Amazon Bedrock since {self.deprecated} "
                 f"({self.deprecated_source}); {eol}. Move to a current model, e.g. {self.replacement}, the "

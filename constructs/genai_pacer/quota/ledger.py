@@ -45,7 +45,7 @@ from constructs import Construct
 
 from .._internal.checks import Checks, Default, _show, is_token, resolved
 from .._internal.docs import constructor_doc
-from ..answer_store import KMS_VIA_SERVICE, _is_table, _table_keys
+from ..precompute.store import KMS_VIA_SERVICE, _is_table, _table_keys
 from .model_quota import ModelQuota
 
 __all__ = ["LEDGER_ENVIRONMENT", "LEDGER_KEY_PREFIX", "LEDGER_PARTITION_KEY", "LEDGER_TTL_ATTRIBUTE", "QuotaLedger"]
