@@ -10,7 +10,7 @@ from pathlib import Path
 
 import genai_pacer
 import pytest
-from genai_pacer._internal.moved import MOVED
+from genai_pacer._internal.moved import MOVED, SPLIT
 
 PACKAGE = Path(genai_pacer.__file__).parent
 
@@ -69,22 +69,32 @@ def test_no_production_module_imports_the_test_bed():
     assert offenders == []
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["EXPRESS_LIMIT", "LOG_DELIVERY_ACTIONS", "LOG_LEVELS", "STANDARD_LIMIT", "StateMachineOptions",
-     "WILDCARD_REASON", "XRAY_ACTIONS", "configured_timeout", "model_state_machine"],
-)
-def test_what_left_secure_for_the_state_machine_module_still_imports_from_the_old_path(name):
+@pytest.mark.parametrize(("old", "name"), sorted((old, name) for old, names in SPLIT.items() for name in names))
+def test_a_name_that_left_a_split_module_still_imports_from_the_old_path(old, name):
     """genai_pacer._secure was split (issue 36): its key and log-group helpers are
     genai_pacer._internal.secure (the alias's target), its state-machine half is
     genai_pacer.step_functions.state_machine; the old path serves both until the aliases go."""
-    from genai_pacer.step_functions import state_machine
-
-    old = importlib.import_module("genai_pacer._secure")
-    assert getattr(old, name) is getattr(state_machine, name)
+    moved = importlib.import_module(SPLIT[old][name])
+    assert getattr(importlib.import_module(old), name) is getattr(moved, name)
     namespace: dict[str, object] = {}
-    exec(f"from genai_pacer._secure import {name}", namespace)
-    assert namespace[name] is getattr(state_machine, name)
+    exec(f"from {old} import {name}", namespace)
+    assert namespace[name] is getattr(moved, name)
+    with pytest.raises(ImportError, match="NoSuchName"):
+        exec(f"from {old} import NoSuchName", {})
+
+
+def test_shared_code_never_imports_a_capability():
+    """_internal is what the capabilities share: it imports none of them (a split module's names are
+    forwarded by the alias mechanism, by name, not by an import in the shared module)."""
+    capabilities = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()} - {"_internal"}
+    offenders = []
+    for path in sorted((PACKAGE / "_internal").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level >= 2:
+                top = (node.module or "").split(".")[0] or next(iter(a.name for a in node.names))
+                if top in capabilities:
+                    offenders.append(f"_internal/{path.name}: from {'.' * node.level}{node.module or ''}")
+    assert offenders == []
 
 
 def test_every_name_of_the_former_precompute_module_still_imports_from_it():

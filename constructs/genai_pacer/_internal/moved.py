@@ -4,14 +4,18 @@ The package is being regrouped into one folder per capability (issue 36). Each o
 module that calls alias(__name__): that makes the old path the new module itself (sys.modules), so
 every name, private ones included, and identity (`is`) carry over, and nothing is copied. The
 CHANGELOG lists each move; tests/test_layout.py imports every old path both ways.
+
+A module that was split keeps the names that went elsewhere reachable from its old path too (SPLIT):
+they resolve on first use, through the alias, so the new modules never point back at each other.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from types import ModuleType
 
-__all__ = ["MOVED", "REMOVED_IN", "alias"]
+__all__ = ["MOVED", "REMOVED_IN", "SPLIT", "alias"]
 
 #: The release in which the aliases below are removed.
 REMOVED_IN = "0.3.0"
@@ -46,7 +50,44 @@ MOVED: dict[str, str] = {
     "genai_pacer.batch_precompute": "genai_pacer.precompute.batch",
 }
 
+#: Old module path -> {name: the module it lives in now}, for names of a split module that did not go to
+#: MOVED[path]: genai_pacer._secure's state-machine half is genai_pacer.step_functions.state_machine.
+SPLIT: dict[str, dict[str, str]] = {
+    "genai_pacer._secure": dict.fromkeys(
+        (
+            "EXPRESS_LIMIT",
+            "LOG_DELIVERY_ACTIONS",
+            "LOG_LEVELS",
+            "STANDARD_LIMIT",
+            "StateMachineOptions",
+            "WILDCARD_REASON",
+            "XRAY_ACTIONS",
+            "configured_timeout",
+            "model_state_machine",
+        ),
+        "genai_pacer.step_functions.state_machine",
+    ),
+}
+
 
 def alias(name: str) -> None:
-    """Make module `name` (an old path in MOVED) the module it moved to."""
-    sys.modules[name] = importlib.import_module(MOVED[name])
+    """Make module `name` (an old path in MOVED) the module it moved to; the names SPLIT sends elsewhere
+    resolve from there on first use."""
+    module = importlib.import_module(MOVED[name])
+    if name in SPLIT:
+        _forward(module, SPLIT[name])
+    sys.modules[name] = module
+
+
+def _forward(module: ModuleType, names: dict[str, str]) -> None:
+    """Give `module` a module __getattr__ that finds `names` in the modules they moved to."""
+    previous = getattr(module, "__getattr__", None)
+
+    def __getattr__(attribute: str) -> object:
+        if attribute in names:
+            return getattr(importlib.import_module(names[attribute]), attribute)
+        if previous is not None:
+            return previous(attribute)
+        raise AttributeError(f"module {module.__name__!r} has no attribute {attribute!r}")
+
+    module.__getattr__ = __getattr__  # type: ignore[method-assign]

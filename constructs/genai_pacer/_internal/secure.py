@@ -167,30 +167,3 @@ def handler_function(
         environment=environment,
         reserved_concurrent_executions=reserved_concurrency,
     )
-
-
-#: Names genai_pacer._secure held before it was split (issue 36) that now live in
-#: genai_pacer.step_functions.state_machine: `from genai_pacer._secure import StateMachineOptions` keeps
-#: working through the alias until genai_pacer._internal.moved.REMOVED_IN. Loaded on first use, so this
-#: shared module imports nothing of a capability.
-_MOVED_TO_STATE_MACHINE = frozenset(
-    {
-        "EXPRESS_LIMIT",
-        "LOG_DELIVERY_ACTIONS",
-        "LOG_LEVELS",
-        "STANDARD_LIMIT",
-        "StateMachineOptions",
-        "WILDCARD_REASON",
-        "XRAY_ACTIONS",
-        "configured_timeout",
-        "model_state_machine",
-    }
-)
-
-
-def __getattr__(name: str) -> object:
-    if name in _MOVED_TO_STATE_MACHINE:
-        from ..step_functions import state_machine
-
-        return getattr(state_machine, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
