@@ -591,6 +591,14 @@ def run(args: argparse.Namespace, *, client_factory: Callable[[str | None], Any]
     return status
 
 
+def register(commands: Any) -> None:
+    """Add `quota-check` to the genai-pacer command line's subparsers (`commands`; genai_pacer.cli loads
+    this through the entry point `quota` of the group genai_pacer.commands)."""
+    check = commands.add_parser("quota-check", help="compare declared ModelQuota plans with the account's quotas")
+    add_arguments(check)
+    check.set_defaults(run=run)
+
+
 def main(argv: Sequence[str] | None = None, *, client_factory: Callable[[str | None], Any] | None = None) -> int:
     """`python -m genai_pacer.quota_check`; the genai-pacer CLI wires the same options as `quota-check`."""
     argv = list(sys.argv[1:] if argv is None else argv)

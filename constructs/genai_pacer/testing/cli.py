@@ -1,9 +1,14 @@
-"""`genai-pacer` command: run the emulator, the benchmark and the experiments from a shell.
+"""The test bed's `genai-pacer` commands: run the emulator, the benchmark and the experiments from a shell.
 
     genai-pacer emulator --port 8765 --model-id us.amazon.nova-lite-v1:0 --tpm 400000
     genai-pacer bench --model-id MODEL --emulator --concurrency 8 --out results/   (the shipped sample prompts)
     genai-pacer bench --prompts prompts.jsonl --model-id MODEL --region us-east-1 ...   (real Bedrock)
     genai-pacer experiments --prompts prompts.jsonl --out results/
+
+`register` adds them to the command line's root (genai_pacer.cli, through the entry point `testing` of
+the group genai_pacer.commands); the other commands register where their capability lives (quota-check:
+genai_pacer.quota.check). `main` and `parser` are the root's, so `python -m genai_pacer.testing.cli` and
+the console script's former target, genai_pacer.testing.cli:main, keep working.
 """
 
 from __future__ import annotations
@@ -16,9 +21,12 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from ..cli import CommandFailed, main, parser
 from .emulator import BedrockEmulator, LatencyOptimized, ModelSpec
+
+__all__ = ["InputError", "NothingSucceeded", "main", "parser", "register"]
 
 DEFAULT_TPM = 400_000
 # Flags that shape the in-process emulator only (--emulator); with a real endpoint they would be
@@ -32,13 +40,6 @@ EMULATOR_ONLY = {
     "answer_tokens": 300,
     "optimized_tpm": None,
 }
-
-
-class _Parser(argparse.ArgumentParser):
-    """An input error is one line on stderr and exit status 2, not the whole usage text."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _number(kind: Callable[[str], Any], *, minimum: float | None = None, above: float | None = None,
@@ -121,7 +122,7 @@ class InputError(ValueError):
     """A problem with the command line or its files: reported as one line, exit status 2."""
 
 
-class NothingSucceeded(RuntimeError):
+class NothingSucceeded(CommandFailed):
     """The run finished but no measured request succeeded: exit status 1."""
 
 
@@ -260,10 +261,8 @@ def _experiments(args: argparse.Namespace) -> int:
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
-    root = _Parser(prog="genai-pacer", description=(__doc__ or "").split("\n\n")[0])
-    commands = root.add_subparsers(dest="command", required=True)
-
+def register(commands: Any) -> None:
+    """Add emulator, bench and experiments to the root's subparsers (`commands`)."""
     emulator = commands.add_parser("emulator", help="serve a Bedrock Runtime emulator on loopback")
     emulator.add_argument("--model-id", default="us.amazon.nova-lite-v1:0",
                           help="the model id the emulator serves (default us.amazon.nova-lite-v1:0)")
@@ -321,37 +320,6 @@ def parser() -> argparse.ArgumentParser:
                              help="quota experiment goodput: answered within this many seconds of arrival (default 10)")
     experiments.add_argument("--out", default="bench-results", help="directory of the reports (default bench-results)")
     experiments.set_defaults(run=_experiments)
-
-    from ..quota import check as quota_check  # the check of declared ModelQuota plans against Service Quotas
-
-    check = commands.add_parser("quota-check", help="compare declared ModelQuota plans with the account's quotas")
-    quota_check.add_arguments(check)
-    check.set_defaults(run=quota_check.run)
-    return root
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run one command; every input error is one line on stderr (exit 2), never a traceback."""
-    args = parser().parse_args(argv)
-    prog = f"genai-pacer {args.command}"
-    try:
-        return args.run(args)
-    except NothingSucceeded as failure:
-        print(f"{prog}: {failure}", file=sys.stderr)
-        return 1
-    except ValueError as error:  # bad input (InputError, a malformed prompts line, a refused setting)
-        print(f"{prog}: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-    except ImportError as error:  # boto3 or matplotlib missing: the message says what to install
-        print(f"{prog}: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:  # a prompts file that is missing or a directory, an --out or --port that cannot be used
-        reason = error.strerror or str(error)
-        print(f"{prog}: {f'{error.filename}: {reason}' if error.filename else reason}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":
