@@ -124,7 +124,7 @@ class Block:
 def readme_blocks(readme: Path) -> list[Block]:
     """Every fenced block of a Markdown file, with the heading it sits under and its not-run reason."""
     text = readme.read_text()
-    page = readme.name if readme.parent.name != "docs" else f"docs/{readme.name}"
+    page = f"{readme.parent.name}/{readme.name}" if readme.parent.name in ("docs", "bench") else readme.name
     blocks: list[Block] = []
     heading, counts = "(top)", {}
     lines = text.splitlines()

@@ -18,8 +18,9 @@ from conftest import ROOT
 from helpers import readme_blocks
 
 README = ROOT / "README.md"
-#: The front door and one page per capability (docs/<capability>.md, matching the package's folders).
-PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+#: The front door, one page per capability (docs/<capability>.md, matching the package's folders) and the
+#: benchmark's page (bench/README.md).
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
 
 # Construct sections whose examples still lean on names from other sections (self, rate, model, ...).
 # They are rewritten with the issue-8 API; when one runs, strict xfail fails: delete it from here.
@@ -35,7 +36,7 @@ def test_every_fenced_block_names_its_language():
     assert len(PYTHON) >= 6
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_every_not_run_marker_gives_a_reason_and_sits_on_a_python_block(page):
     lines = page.read_text().splitlines()
     markers = [n + 1 for n, line in enumerate(lines) if "not-run" in line and line.strip().startswith("<!--")]
