@@ -112,3 +112,17 @@ def test_every_name_of_the_former_precompute_module_still_imports_from_it():
     assert namespace["answer_schema"] is scheduled.answer_schema
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchName'"):
         package.NoSuchName  # noqa: B018
+
+
+def test_library_code_has_no_assert():
+    """One way to validate (issue 36): user input is refused through Checks, and an invariant the checks
+    already guarantee is a cast that says why it holds. An assert is neither: `python -O` strips it, and a
+    failing one names no prop."""
+    found = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "testing" not in path.relative_to(PACKAGE).parts
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Assert)
+    ]
+    assert found == []

@@ -344,7 +344,7 @@ class BedrockModel:
                     "profile_id is a deploy-time token: the profile's model and Regions must be known at synth "
                     "to grant them; pass the profile id as text, e.g. 'us.amazon.nova-lite-v1:0'"
                 )
-        assert kind is not None  # every other path recorded a problem, and Checks raised it
+        kind = cast(ModelKind, kind)  # None only on a path that recorded a problem, and Checks raised it
         resolved = _profile_regions(profile_id, regions) if kind == "geographic-profile" else ()
         return cls(profile_id, resolved, kind=kind)
 
@@ -383,7 +383,7 @@ class BedrockModel:
         with Checks("BedrockModel.from_id") as check:
             if check.text("model_id", model_id, fix=_ID_FIX) or is_token(model_id):
                 kind = _classify(check, model_id, regions=regions, copies=source)
-        assert kind is not None  # every other path recorded a problem, and Checks raised it
+        kind = cast(ModelKind, kind)  # None only on a path that recorded a problem, and Checks raised it
         if kind in ("geographic-profile", "global-profile"):
             return cls.inference_profile(model_id, regions=regions)
         # Regions given for another kind reach the constructor, which refuses them by name.
@@ -612,15 +612,14 @@ class BedrockModel:
         if kind == "provisioned":
             return [_Statement((self.model_id,))]
         if kind == "application-profile":
-            assert self.copies is not None  # validated at construction
-            copied = self.copies._statements(scope, self._copy_source(source))
+            copies = cast(BedrockModel, self.copies)  # always set: __post_init__ (_validate_copies) refuses an application profile without
+            copied = copies._statements(scope, self._copy_source(source))
             # Unconditioned on purpose: APPLICATION_PROFILE_BYPASS (which ARN Bedrock puts in
             # bedrock:InferenceProfileArn for a call through an application profile is undocumented).
             resources = tuple(dict.fromkeys(a for s in copied for a in s.resources))
             return [_Statement((self.model_id,)), _Statement(resources)]
         profile = self._profile_arn(source)
-        model = self.foundation_model_id
-        assert model is not None
+        model = cast(str, self.foundation_model_id)  # a profile's id always names its foundation model
         in_region = source.arn("foundation-model", model, account="")
         if kind == "global-profile":
             # The three statements of the documented global policy, conditions included.

@@ -634,8 +634,8 @@ class ModelQuota(Construct):
                     budget = fraction * self.tpm_quota if fraction is not None else float(tpm)  # type: ignore[arg-type]
                     share = self._budget(check, name, "fraction" if fraction is not None else "tpm", profile, budget,
                                          int(executions), call_seconds)
-        assert share is not None  # every path without a share recorded a problem, and Checks raised it
-        share = dataclasses.replace(share, hours_per_day=float(hours_per_day))
+        # None only on a path that recorded a problem, and Checks raised it on leaving the block.
+        share = dataclasses.replace(cast(Share, share), hours_per_day=float(hours_per_day))
         self._shares[name] = share
         plan = dataclasses.replace(share.per_execution)  # its own object: the share it stands for is known by identity
         self._issued[id(plan)] = (plan, name)
