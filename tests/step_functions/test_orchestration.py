@@ -1126,3 +1126,42 @@ def test_an_ibedrockinvokable_is_accepted_wherever_a_model_is_and_synthesizes_th
     with pytest.raises(InvalidPropsError, match="synthesis_model: FakePromptRouter is a prompt router"):
         ParallelPrompts(new_stack(), "P", prompts={"a": REQUEST}, model=PROFILE, synthesis=REQUEST,
                         synthesis_model=FakePromptRouter())
+
+
+def immutable_role_warnings(stack: cdk.Stack) -> list[str]:
+    return [str(m.entry.data) for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
+            if "genai-pacer:immutable-role" in str(m.entry.data)]
+
+
+def test_an_immutable_role_is_warned_naming_the_prop_and_every_statement_its_state_machine_needs():
+    """Trial F7: iam.Role.from_role_arn(..., mutable=False) takes no grants, so the state machine's runs would fail
+    with AccessDenied, and synth said nothing. The warning names the role prop and lists what to add, including
+    grants made after the state machine exists (the distributed Map's S3 reads and writes)."""
+    stack = new_stack()
+    role = iam.Role.from_role_arn(stack, "UserRole", "arn:aws:iam::111122223333:role/runner", mutable=False)
+    BoundedDistributedMap(
+        stack, "Dist", max_concurrency=4, model=NOVA, request=REQUEST,
+        items_bucket=s3.Bucket.from_bucket_name(stack, "Items", "users-items"), items_key="items.jsonl",
+        results_bucket=s3.Bucket(stack, "Results", enforce_ssl=True, server_access_logs_prefix="logs/"),
+        state_machine_options=StateMachineOptions(role=role),
+    )
+    (warning,) = immutable_role_warnings(stack)
+    assert warning.startswith("BoundedDistributedMap Dist: role (StateMachineOptions(role=...)) is Test/UserRole, a role "
+                              "this app cannot change (iam.Role.from_role_arn(..., mutable=False)")
+    listed = json.loads(warning.split("Add these statements to the role yourself (as the template resolves them): ")[1]
+                        .split("; or pass a role")[0])
+    actions = {a for s in listed for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert {"bedrock:InvokeModel", "xray:PutTraceSegments", "logs:CreateLogDelivery", "states:StartExecution",
+            "s3:GetObject"} <= actions
+    assert not resources(template_of(stack), "AWS::IAM::Policy")  # the role is left as the user asked
+
+
+@pytest.mark.parametrize("mutable", ["imported", "own"])
+def test_a_role_the_app_may_change_gets_its_grants_and_no_warning(mutable):
+    stack = new_stack()
+    role = (iam.Role.from_role_arn(stack, "UserRole", "arn:aws:iam::111122223333:role/runner") if mutable == "imported"
+            else iam.Role(stack, "UserRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com")))
+    BoundedMap(stack, "Map", model=NOVA, request=REQUEST, max_concurrency=2,
+               state_machine_options=StateMachineOptions(role=role))
+    assert not immutable_role_warnings(stack)
+    assert resources(template_of(stack), "AWS::IAM::Policy")
