@@ -324,8 +324,7 @@ class _WarnImmutableRole:
             statements.extend(document.get("Statement", []))
         unique = list({json.dumps(s, sort_keys=True): s for s in statements}.values())
         managed = [stack.resolve(p.managed_policy_arn) for p in recorder.managed_policies]
-        owner = recorder.node.scope
-        assert owner is not None
+        owner = cast(Construct, recorder.node.scope)  # the recorder is made inside the construct, never at the root
         cdk.Annotations.of(owner).add_warning_v2(
             "genai-pacer:immutable-role",
             f"{type(owner).__name__} {owner.node.id}: role (StateMachineOptions(role=...)) is "
