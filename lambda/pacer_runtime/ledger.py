@@ -12,11 +12,12 @@ The item (table key "pk" = "quota#<ledger id>", one item per model quota, accoun
     h#<consumer>              N  the same, one consumer's (its floor and burst cap are checked on it)
     s#<start second>#<consumer> N tokens charged by that consumer's calls that started in that UTC
                                  second, "YYYY-MM-DDTHH:MM:SS" (ISO 8601, so names sort as times)
-    w#<consumer>              S  when that consumer last had a call waiting within its floor
-                                 ("YYYY-MM-DDTHH:MM:SS.mmmZ"): borrowing stops while it is recent
-    wanted, wanted_by         S  the latest w# of any consumer and whose it is: a borrower's
-                                 condition names it, so a want set after the borrower's last view
-                                 of the item stops the borrow too
+    w#<consumer>              S  "<time> <tokens>": when that consumer last had a call waiting
+                                 within its floor ("YYYY-MM-DDTHH:MM:SS.mmmZ") and the tokens it
+                                 waits for (0 once served): borrowers leave them free while recent
+    wanted, wanted_by         S  the time of the latest want write and whose it is: a borrower's
+                                 condition pins them, so a want written after the borrower's view
+                                 fails the borrow, which is retried on the fresh item
     expires_at                N  epoch seconds: DynamoDB's TTL attribute (see "Expiry")
 
 Invariant: held = sum of every s# attribute, and h#c = sum of c's. Every write keeps it, because
@@ -38,8 +39,8 @@ the finest slot a Step Functions JSONPath state can name (below).
 Reserve (before a call: the pacer's reservation, input + max_tokens, x burndown under its safe default)
     UpdateItem ADD held :r, h#c :r, s#<now>#c :r
       IF held <= Q - r AND h#c <= floor_c - r                      (within the consumer's floor)
-      or IF held <= Q - r AND h#c <= burst_c - r AND every other w#d < now - want
-            AND (wanted < now - want OR wanted_by = c)                  (borrowing)
+      or IF held <= Q - r - wanted_tokens AND h#c <= burst_c - r
+            AND wanted, wanted_by = as seen                            (borrowing)
     The client multiplies (max_tokens x burndown) and subtracts (Q - r) before it writes: the
     ceilings are values, the condition only compares. A missing attribute counts as 0
     (attribute_not_exists(x) OR x <= :ceiling; ADD on a missing attribute starts from 0, botocore's
@@ -64,15 +65,18 @@ Shares are floors; unused capacity is borrowed (precisely)
     f_c (its share's TPM; the shares sum to at most Q, ModelQuota checks it at synth) and a burst
     cap b_c >= f_c (default Q). A call of c reserving r is admitted
       - within its floor, when h#c + r <= f_c and held + r <= Q: nothing else is asked;
-      - borrowing, when h#c + r <= b_c, held + r <= Q and no other consumer wanted within its floor
-        in the last want_seconds.
-    A call within its floor that finds the window full (others borrowed the room) writes w#c = now
-    (at most once per want_seconds / 2 per process). From then on nobody borrows, so c gets its
-    floor back as the borrowed holds settle (seconds) and leave the window (at most window + 1 s +
-    skew later): a floor is guaranteed up to the borrowing done while its owner was idle, never
-    pre-empted (a Bedrock charge cannot be taken back). A want the borrower has not seen yet stops
-    it too: the condition names "wanted", which every want write sets (a borrower that wrote the
-    latest want itself saw every earlier one in the item its write returned).
+      - borrowing, when h#c + r <= b_c and held + r <= Q - wanted_tokens, the tokens other
+        consumers waited for within their floors in the last want_seconds (their w# wants).
+    A call within its floor that finds the window full (others borrowed the room) writes
+    w#c = "<now> <its reservation>" (at most once per want_seconds / 2 per process, at once again
+    after it was served). Borrowers then leave that much free, so c gets its floor back as the
+    borrowed holds settle (seconds) and leave the window (at most window + 1 s + skew later): a floor
+    is guaranteed up to the borrowing done while its owner was idle, never pre-empted (a Bedrock
+    charge cannot be taken back). c's next reservation within its floor sets its want to 0 in the
+    same write, so room is kept only while someone waits. A want the borrower has not seen yet
+    fails its write: the condition pins "wanted" and "wanted_by", which every want write sets.
+    (A first version stopped all borrowing while any owner waited: with one busy consumer and three
+    light ones, four processes used 58-62% of the quota in the saturated minutes.)
 
 Contention and cost
     A call costs 2 conditional writes at steady state (reserve, settle; a release instead of a
@@ -192,13 +196,10 @@ CONDITION_FAILED = "ConditionalCheckFailedException"
 MAX_EXPRESSION_BYTES = 4_096
 MAX_EXPRESSION_OPERATORS = 300
 #: At most this many expired slots are removed per write (each pins its value: "#e = :e" and an AND,
-#: 2 operators), the rest by the next write; and at most MAX_WANT_CLAUSES other consumers' wants are
-#: named in a borrowing condition (4 operators each, the latest first: the "wanted" clause covers any
-#: want newer than the writer's view). With the 15 operators of the fixed clauses, the worst case is
-#: 15 + 2 x 40 + 4 x 50 = 295 operators; the longest condition (80-character consumer names do not
-#: appear in it: names are placeholders) stays near 2 KB.
+#: 2 operators), the rest by the next write. With the at most 15 operators of the fixed clauses, a
+#: condition has at most 15 + 2 x 40 = 95 operators however many consumers the item holds, and
+#: stays under 1 KB (names and values are placeholders).
 MAX_CLEANUP = 40
-MAX_WANT_CLAUSES = 50
 CONSUMER_NAME_LIMIT = 80
 #: A writer adopts the item's newest slot when its own clock is behind it by at most this many
 #: skew_seconds: a lagging clock's holds then start with the others'; a slot further ahead (a clock
@@ -247,7 +248,7 @@ class LedgerView:
     held: float = 0.0
     consumers: dict[str, float] = field(default_factory=dict)
     slots: dict[str, tuple[float, str, float]] = field(default_factory=dict)  # name -> (start, consumer, tokens)
-    wants: dict[str, str] = field(default_factory=dict)  # consumer -> ISO time
+    wants: dict[str, tuple[str, float]] = field(default_factory=dict)  # consumer -> (ISO time, tokens it waits for)
     raw: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
@@ -263,10 +264,12 @@ class LedgerView:
                 continue
             if name.startswith(WANT_PREFIX):
                 text = value.get("S") if isinstance(value, Mapping) else None
-                if isinstance(text, str):
-                    view.wants[name[len(WANT_PREFIX):]] = text
+                when, _, need = text.partition(" ") if isinstance(text, str) else ("", "", "")
+                tokens = _number({"N": need}) if need else 0.0
+                if isinstance(text, str) and tokens is not None and tokens >= 0:
+                    view.wants[name[len(WANT_PREFIX):]] = (when, tokens)
                 else:
-                    view.problems.append(f"{name} is not a string: {_shown(value)}")
+                    view.problems.append(f"{name} is not a want ('<time> <tokens>'): {_shown(value)}")
                 continue
             number = _number(value)
             if name == HELD:
@@ -442,7 +445,7 @@ class SharedLedger:
                     self.view(refresh=True)
                     refreshed = True
                     continue
-                self._refused(decision, view, now)
+                self._refused(decision, tokens, now)
                 return decision
             borrowed, names, values, condition, update, slot = decision
             outcome = self._write(update, condition, names, values)
@@ -453,6 +456,8 @@ class SharedLedger:
             self.counts["borrowed"] += borrowed
             with self._lock:
                 self._refusals = 0
+                if not borrowed:
+                    self._want_written = -math.inf  # served: the next wait says so at once
             return LedgerHold(tokens, slot, now, borrowed)
         refusal = LedgerRefusal(self._poll_delay(), None, "the item kept changing under this write "
                                 f"({self.conflict_retries + 1} tries); trying again", within_floor=False)
@@ -501,16 +506,18 @@ class SharedLedger:
         mine = view.consumers.get(self.consumer, 0.0) - freed.get(self.consumer, 0.0)
         within_floor = mine + tokens <= self.floor_tpm
         since = _iso_ms(now - self.want_seconds)
-        wanting = sorted(c for c, when in view.wants.items() if c != self.consumer and when >= since)
+        # What other consumers recently waited for within their floors: a borrower leaves it free.
+        wanting = {c: need for c, (when, need) in view.wants.items() if c != self.consumer and when >= since and need > 0}
+        kept = sum(wanting.values())
         if held + tokens > self.quota_tpm:
             return self._refusal(view, tokens, now, "the quota's window is full", within_floor, held)
         if not within_floor:
             if mine + tokens > self.burst_tpm:
                 return self._refusal(view, tokens, now, f"the consumer holds {mine:,.0f} of its {self.burst_tpm:,.0f} "
                                      "burst cap", False, None)
-            if wanting:
-                return LedgerRefusal(self._poll_delay(), None, f"{', '.join(wanting)} wait within their floors: "
-                                     "no borrowing until they are served", False)
+            if held + tokens > self.quota_tpm - kept:
+                return LedgerRefusal(self._poll_delay(), None, f"{', '.join(sorted(wanting))} wait within their floors: "
+                                     f"{kept:,.0f} tokens are kept for them", False)
         # The slot: this writer's second, never older than the newest slot in the item (a clock
         # behind the others' then only keeps its holds longer).
         own = math.floor(now / SLOT_SECONDS) * SLOT_SECONDS
@@ -529,7 +536,7 @@ class SharedLedger:
             names[f"#e{i}"], values[f":e{i}"] = name, view.raw[name]
             clauses.append(f"#e{i} = :e{i}")
             removes.append(f"#e{i}")
-        values[":total"] = _n(self.quota_tpm - tokens + freed_all)
+        values[":total"] = _n(self.quota_tpm - tokens + freed_all - (0.0 if within_floor else kept))
         # attribute_type first: a value that is not a number fails the condition (and is repaired),
         # never compares as something else
         values[":number"] = {"S": "N"}
@@ -537,19 +544,24 @@ class SharedLedger:
         ceiling = (self.floor_tpm if within_floor else self.burst_tpm) - tokens + freed.get(self.consumer, 0.0)
         values[":mine"] = _n(ceiling)
         clauses.append("(attribute_not_exists(#mine) OR (attribute_type(#mine, :number) AND #mine <= :mine))")
-        if not within_floor:  # no want, seen or not, may be recent when the write lands
-            values[":since"], values[":me"] = {"S": since}, {"S": self.consumer}
-            names["#wanted"], names["#wanted_by"] = WANTED, WANTED_BY
-            clauses.append("(attribute_not_exists(#wanted) OR #wanted < :since OR #wanted_by = :me)")
-            latest = sorted((c for c in view.wants if c != self.consumer), key=lambda c: view.wants[c], reverse=True)
-            for i, consumer in enumerate(sorted(latest[:MAX_WANT_CLAUSES])):
-                names[f"#w{i}"] = WANT_PREFIX + consumer
-                clauses.append(f"(attribute_not_exists(#w{i}) OR #w{i} < :since)")
+        if not within_floor:  # a want written after this view changes "wanted": the write fails and is retried
+            names["#wanted"] = WANTED
+            if WANTED in view.raw and WANTED_BY in view.raw:
+                names["#wanted_by"] = WANTED_BY
+                values[":wanted"], values[":wanted_by"] = view.raw[WANTED], view.raw[WANTED_BY]
+                clauses.append("(#wanted = :wanted AND #wanted_by = :wanted_by)")
+            else:
+                clauses.append("attribute_not_exists(#wanted)")
+        sets = ["#ttl = :ttl"]
+        own_want = view.wants.get(self.consumer)
+        if within_floor and own_want is not None and own_want[1] > 0:  # served: borrowers need not keep it any more
+            names["#want"], values[":want"] = WANT_PREFIX + self.consumer, {"S": f"{own_want[0]} 0"}
+            sets.append("#want = :want")
         adds = ["#slot :r"]
         for placeholder, delta in deltas.items():
             values[f":d{placeholder[1:]}"] = _n(delta)
             adds.append(f"{placeholder} :d{placeholder[1:]}")
-        update = "ADD " + ", ".join(adds) + " SET #ttl = :ttl" + (" REMOVE " + ", ".join(removes) if removes else "")
+        update = "ADD " + ", ".join(adds) + " SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         return (not within_floor, names, values, " AND ".join(clauses), update, slot)
 
     def _refusal(self, view: LedgerView, tokens: int, now: float, reason: str, within_floor: bool,
@@ -576,20 +588,20 @@ class SharedLedger:
         ceiling = min(self.max_poll_seconds, self.poll_seconds * 2 ** min(exponent, 16))
         return self.poll_seconds / 2 + self.rng.random() * (ceiling - self.poll_seconds / 2)
 
-    def _refused(self, refusal: LedgerRefusal, view: LedgerView, now: float) -> None:
+    def _refused(self, refusal: LedgerRefusal, tokens: int, now: float) -> None:
         self.counts["refusals"] += 1
         with self._lock:
             self._refusals += 1
             write_want = refusal.within_floor and now - self._want_written >= self.want_seconds / 2
             if write_want:
                 self._want_written = now
-        if write_want:  # borrowers stop until this floor is served (an unconditional SET: one write)
+        if write_want:  # borrowers keep `tokens` free until this floor is served (an unconditional SET: one write)
             self.counts["wants"] += 1
-            self._write("SET #w = :now, #wanted = :now, #wanted_by = :me, #ttl = :ttl", None,
+            self._write("SET #w = :want, #wanted = :now, #wanted_by = :me, #ttl = :ttl", None,
                         {"#w": WANT_PREFIX + self.consumer, "#wanted": WANTED, "#wanted_by": WANTED_BY,
                          "#ttl": TTL_ATTRIBUTE},
-                        {":now": {"S": _iso_ms(now)}, ":me": {"S": self.consumer},
-                         ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)})
+                        {":want": {"S": f"{_iso_ms(now)} {tokens}"}, ":now": {"S": _iso_ms(now)},
+                         ":me": {"S": self.consumer}, ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)})
 
     def _adjust(self, hold: LedgerHold, delta: int, kind: str) -> None:
         if delta == 0:

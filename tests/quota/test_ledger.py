@@ -127,12 +127,27 @@ def test_a_floor_is_served_before_borrowers_and_borrowing_uses_what_others_leave
     assert borrowed.borrowed  # b's unused floor
     refused = b.try_reserve(300)  # within b's floor, but a borrowed the room
     assert isinstance(refused, LedgerRefusal) and refused.within_floor
-    assert "w#b" in item(dynamodb)  # b says it waits: borrowing stops
+    assert item(dynamodb)["w#b"]["S"].endswith(" 300")  # b says what it waits for
     again = a.try_reserve(50)
-    assert isinstance(again, LedgerRefusal) and "b wait within their floors" in again.reason
-    a.settle(borrowed, 100)  # the borrowed hold settles lower: room comes back to b
+    assert isinstance(again, LedgerRefusal) and "b wait within their floors: 300 tokens are kept" in again.reason
+    a.settle(borrowed, 100)  # the borrowed hold settles lower: 400 free, 300 of them kept for b
+    assert a.try_reserve(50).borrowed  # borrowing goes on beside what b waits for
+    assert isinstance(a.try_reserve(60), LedgerRefusal)  # but never into it
     assert isinstance(b.try_reserve(300), LedgerHold)
-    assert consistent(dynamodb).consumers == {"a": 600, "b": 300}
+    assert item(dynamodb)["w#b"]["S"].endswith(" 0")  # served: nothing is kept for b any more
+    assert a.try_reserve(50).borrowed  # the last 50
+    assert consistent(dynamodb).consumers == {"a": 700, "b": 300}
+
+
+def test_a_want_written_after_a_borrowers_view_fails_the_borrow_which_sees_it_on_retry(dynamodb):
+    clock = Clock()
+    a, b = ledger(dynamodb, clock, "a"), ledger(dynamodb, clock, "b")
+    a.try_reserve(500)
+    a.try_reserve(300)  # borrowed: a's view says 200 are free
+    b.try_reserve(400)  # within b's floor; refused, and b wants 400 (a has not seen it)
+    refused = a.try_reserve(100)  # a's write pinned the want it saw: it fails, and the retry sees b's
+    assert isinstance(refused, LedgerRefusal) and "b wait within their floors" in refused.reason
+    assert a.counts["conflicts"] == 1 and consistent(dynamodb).held == 800
 
 
 def test_a_burst_cap_bounds_what_a_consumer_borrows(dynamodb):

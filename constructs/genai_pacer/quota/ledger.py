@@ -27,9 +27,9 @@ quota's shares, so the plan stays the one source of truth.
 
 Shares as floors, precisely (the runtime enforces it): Q = tpm_quota x (1 - keep_free); a consumer
 holding less than its share's TPM is admitted while the window holds Q; above its share it
-borrows up to its burst cap while no other consumer waits within its own share. A share is
-guaranteed up to what was borrowed while its owner was idle: borrowed holds come back as they
-settle and leave Bedrock's one-minute window, and nobody borrows while an owner waits.
+borrows up to its burst cap, leaving free what other consumers wait for within their shares. A
+share is guaranteed up to what was borrowed while its owner was idle: borrowed holds come back as
+they settle and leave Bedrock's one-minute window, and borrowers keep free what an owner waits for.
 """
 
 from __future__ import annotations
