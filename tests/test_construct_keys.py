@@ -289,13 +289,15 @@ def test_the_docs_of_a_construct_that_creates_a_key_say_what_it_costs_and_where_
     assert price in doc and "AWS KMS pricing page" in doc and "retained on delete" in doc, construct
 
 
-def test_the_readme_states_the_price_with_its_source_and_what_retention_costs():
+def test_the_security_page_states_the_price_with_its_source_and_what_retention_costs():
     from conftest import ROOT
 
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "https://aws.amazon.com/kms/pricing/" in readme
-    assert f"${_secure.KEY_MONTHLY_PRICE_USD:g} a month" in readme
-    assert _secure.KEY_REMOVAL_POLICY == cdk.RemovalPolicy.RETAIN and "after `cdk destroy` each key still costs" in readme
+    page = " ".join((ROOT / "docs" / "security.md").read_text().split())  # the README's Security section, moved
+    assert "https://aws.amazon.com/kms/pricing/" in page
+    assert f"${_secure.KEY_MONTHLY_PRICE_USD:g} a month" in page
+    assert _secure.KEY_REMOVAL_POLICY == cdk.RemovalPolicy.RETAIN and "after `cdk destroy` each key still costs" in page
+    readme = (ROOT / "README.md").read_text()
+    assert "[docs/security.md](docs/security.md)" in readme  # the front door links it
 
 
 # --- the reference app ----------------------------------------------------------------------------------

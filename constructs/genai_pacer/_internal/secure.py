@@ -26,7 +26,7 @@ from .assets import handler_code
 #: association is stored as long as the data encrypted with the KMS key is still within CloudWatch Logs";
 #: a deleted key leaves them "unencryptable and unusable"). A key removed with the stack would leave the
 #: kept logs unreadable; a key pending deletion cannot be used at all (kms ScheduleKeyDeletion).
-#: What it costs: KEY_MONTHLY_PRICE_USD a month per key until you schedule its deletion (README, Security,
+#: What it costs: KEY_MONTHLY_PRICE_USD a month per key until you schedule its deletion (docs/security.md,
 #: "KMS keys": how to do that once the kept logs have expired).
 KEY_REMOVAL_POLICY = cdk.RemovalPolicy.RETAIN
 #: What a customer managed KMS key costs a month while it exists, in US dollars (AWS KMS pricing page,

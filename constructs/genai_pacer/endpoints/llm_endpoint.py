@@ -241,8 +241,8 @@ class LlmEndpoint(Construct):
     inference_component: host the model as an inference component (InferenceComponentOptions).
         Default: none (the model is the variant's; instances scale).
     volume_encryption_key: KMS key for the instances' EBS volume. Default: the construct's one KMS
-        key, with rotation, retained on delete ($1 a month while it exists, AWS KMS pricing page; README,
-        Security, "KMS keys"), for instance types with an EBS volume (and for a deploy-time instance
+        key, with rotation, retained on delete ($1 a month while it exists, AWS KMS pricing page;
+        docs/security.md, "KMS keys"), for instance types with an EBS volume (and for a deploy-time instance
         type); none for types with local NVMe storage (g4dn, g5, g6, p4d, p5, trn1 and newer), which
         the instance encrypts in hardware. A key given for such a type is passed on with a warning:
         SageMaker's API model says it does not encrypt local storage (aws-cdk-lib 2.275's docs say the

@@ -367,8 +367,8 @@ class PromptExperiment(Construct):
     alarm_actions: actions for every guard alarm (e.g. an SNS topic). Default: none.
     encryption_key / log_retention: for the log groups of the fallback workflow and of the guard wait
         (the function the stack's first deployment waits on). Default: the construct's one KMS key,
-        with rotation, retained on delete ($1 a month while it exists, AWS KMS pricing page; README,
-        Security, "KMS keys"); one month.
+        with rotation, retained on delete ($1 a month while it exists, AWS KMS pricing page;
+        docs/security.md, "KMS keys"); one month.
 
     Attributes: `application`, `environment`, `configuration` (the hosted configuration),
     `fallback_version` (CfnHostedConfigurationVersion), `deployment_strategy`, `alarms` (name ->

@@ -105,7 +105,7 @@ class ModelInvocationLogging(Construct):
         Prompts and answers may hold personal data: choose destinations and retention with that in mind.
     encryption_key: KMS key of the new log group and bucket (and of the custom resource's own
         log group). Default: the construct's one KMS key, with rotation, retained on delete ($1 a month
-        while it exists, AWS KMS pricing page; README, Security, "KMS keys").
+        while it exists, AWS KMS pricing page; docs/security.md, "KMS keys").
     log_retention: of the new log groups. Default: one month.
     bucket_retention: how long a new bucket keeps each log object (whole days, at least one); its
         noncurrent versions go NONCURRENT_DAYS later. Default: 30 days, like the log group.

@@ -254,7 +254,7 @@ class BatchPrecompute(Construct):
     write_concurrency: threads the loader writes answers with (1..64). Default: 16.
     encryption_key_for_logs: KMS key of the functions' and state machine's log groups. Default: the
         construct's one KMS key, with rotation, retained on delete ($1 a month while it exists, AWS KMS
-        pricing page; README, Security, "KMS keys"). encryption_key (the buckets') does not replace
+        pricing page; docs/security.md, "KMS keys"). encryption_key (the buckets') does not replace
         it: pass both for no key of the construct's own.
     log_retention: of the functions' log groups. Default: one month.
     state_machine_options: Default: STANDARD, encrypted logs, X-Ray, a 30-day timeout (a run with

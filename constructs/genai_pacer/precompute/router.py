@@ -139,7 +139,7 @@ class AnswerRouter(Construct):
     function_url: expose a function URL with AWS_IAM auth. Default: True.
     encryption_key / log_retention: for the function's new log group. Default: the construct's one
         KMS key, with rotation, retained on delete ($1 a month while it exists, AWS KMS pricing page;
-        README, Security, "KMS keys"); one month.
+        docs/security.md, "KMS keys"); one month.
     server_error_threshold: 5xx answers in 5 minutes the ServerErrors alarm tolerates (AnswerPending,
         the coalescing's own 503, is not counted). Default: 0 (any: a 5xx answer is a caller who got
         no answer).

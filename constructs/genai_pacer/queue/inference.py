@@ -162,8 +162,8 @@ class QueuedInference(Construct):
         Default: 30 (about half of what current models sustain, so a slow period still fits).
     time_to_first_token: a conservative time to first token, for the time budget. Default: 5 s.
     encryption_key: KMS key for the worker's log group. Default: the construct's one KMS key, with
-        rotation, retained on delete ($1 a month while it exists, AWS KMS pricing page; README,
-        Security, "KMS keys").
+        rotation, retained on delete ($1 a month while it exists, AWS KMS pricing page;
+        docs/security.md, "KMS keys").
     queue_encryption_key: customer-managed KMS key for a new queue. Default: SQS-managed encryption.
     dead_letter_queue_encryption_key: customer-managed KMS key for a new DLQ. Default: SQS-managed.
     log_retention: Default: one month.

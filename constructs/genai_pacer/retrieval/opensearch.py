@@ -342,7 +342,7 @@ class HybridSearchPipeline(Construct):
         the module docstring), set by whichever search construct creates it; another construct may
         repeat the same values or leave them out, and different ones are refused. Default: the
         handler's one KMS key, with rotation, retained on delete ($1 a month while it exists, AWS KMS
-        pricing page; README, Security, "KMS keys"); one month.
+        pricing page; docs/security.md, "KMS keys"); one month.
 
     Access, least privilege: this construct grants the shared handler's role es:ESHttpPut/Get/Delete
     on <domain ARN>/_search/pipeline/<name> only, in its own iam.Policy (`handler_policy`). With fine-grained access control that IAM grant is

@@ -72,7 +72,7 @@ class StateMachineOptions:
         `encryption_key`, kept when the stack is deleted.
     encryption_key: KMS key for the new log group (not with log_group). Default: the construct's one
         KMS key, shared by all its log groups, with rotation, retained on delete ($1 a month while it
-        exists, AWS KMS pricing page; README, Security, "KMS keys").
+        exists, AWS KMS pricing page; docs/security.md, "KMS keys").
     log_retention: retention of the new log group (not with log_group). Default: one month.
     log_execution_data: include every state's input and output in the logs. True writes prompts,
         the inputs they are built from and the model's answers to CloudWatch Logs, kept for the

@@ -66,7 +66,7 @@ class SyncExecutionUrl(Construct):
         share was planned for (ModelQuota.share(..., executions=N)). Default: unbounded.
     encryption_key / log_retention: for the function's new log group. Default: the construct's one
         KMS key, with rotation, retained on delete ($1 a month while it exists, AWS KMS pricing page;
-        README, Security, "KMS keys"); one month.
+        docs/security.md, "KMS keys"); one month.
 
     Attributes: `function`, `url` (its `url` attribute is the endpoint). Metrics: `metric_errors`,
     `metric_throttles`, `metric_duration` (what a caller waits). An execution that fails or times out
