@@ -297,7 +297,7 @@ def test_the_lead_time_covers_the_llm_endpoints_load_time_or_is_refused_with_the
 
 
 def test_the_readmes_lead_time_is_taken_as_capacity_lead_time_returns_it():
-    """README: lead_time=capacity.lead_time(15 * 60); it was refused as 'a LeadTime; pass a cdk.Duration'."""
+    """docs/endpoints.md: lead_time=capacity.lead_time(15 * 60); it was refused as 'a LeadTime; pass a cdk.Duration'."""
     lead = capacity.lead_time(15 * 60)  # ceil(15 x 1.25) = 19 minutes
     _, template = scaling_of(lambda s: by_name(s, lead_time=lead, peaks=[PeakWindow(**WEEKDAY_MORNING)],
                                                model_load_time=cdk.Duration.minutes(15)))

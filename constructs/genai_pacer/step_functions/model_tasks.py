@@ -93,8 +93,8 @@ LATENCY_MODES = ("standard", "optimized")
 #: Bedrock's service tiers (botocore 1.44.8's ServiceTierType; the one list is the runtime's,
 #: lambda/pacer_runtime/metrics.py, checked against botocore by tests/test_aws_facts_bedrock.py).
 SERVICE_TIERS: tuple[str, ...] = tuple(metrics_constants().SERVICE_TIERS)
-#: ASSUMPTION (deploy-only, README "AWS facts no primary source confirms"): that Step Functions' AWS
-#: SDK integration `aws-sdk:bedrockruntime:converse` passes `ServiceTier` on to Converse. Its
+#: ASSUMPTION (deploy-only, docs/verified.md, "AWS facts no primary source confirms"): that Step
+#: Functions' AWS SDK integration `aws-sdk:bedrockruntime:converse` passes `ServiceTier` on to Converse. Its
 #: Parameters mirror the API (serviceTier: {"type": ...} becomes ServiceTier: {"Type": ...}), but no
 #: AWS page found says which SDK version the integration is built from. If it does not, the task
 #: fails on its first call with an error naming the field; the state machine is never silently
