@@ -422,3 +422,97 @@ def test_the_tier_dimension_names_are_the_service_tiers_pages():
     from genai_pacer.observe import dashboard
 
     assert (dashboard.SERVICE_TIER_DIMENSION, dashboard.RESOLVED_SERVICE_TIER_DIMENSION) == ("ServiceTier", "ResolvedServiceTier")
+
+
+# --- QuotaPacer: three tiers share the on-demand pool; a reservation is held apart and overflows ---------
+
+
+def pacer_and_emulator(**spec_options):
+    """A pacer and the emulator on one model clock; every answer is 200 tokens, a call's whole maxTokens."""
+    from genai_pacer.testing import ManualClock
+    from pacer_runtime import QuotaPacer
+
+    clock = ManualClock(instant=True)
+    spec = ModelSpec(NOVA, jitter=0, answer_tokens=200, **spec_options)
+    pacer = QuotaPacer(1_000_000, clock=clock.now, reserved_input_tpm=spec_options.get("reserved_input_tpm"),
+                       reserved_output_tpm=spec_options.get("reserved_output_tpm"))
+    return pacer, BedrockEmulator([spec], clock=clock, seed=1), clock
+
+
+def test_priority_default_and_flex_calls_are_held_against_the_one_on_demand_share():
+    pacer, emulator, _ = pacer_and_emulator()
+    with emulator as bedrock:
+        client = bedrock.client()
+        for tier in ("priority", "default", "flex", None):
+            pacer.converse(client, build_converse_request(NOVA, prompt="p", service_tier=tier,
+                                                          inference_config={"maxTokens": 100}))
+    stats = pacer.stats()
+    assert stats.admitted == 4 and stats.in_window == 4  # all four on the on-demand ledger
+    assert dict(stats.tiers) == {"priority->priority": 1, "default->default": 2, "flex->flex": 1}
+    assert stats.served_below_requested == 0 and stats.reserved_input_held == 0
+
+
+def test_a_reserved_call_is_held_against_the_reservation_until_it_overflows_to_on_demand():
+    """Output budget 250 a minute, maxTokens 200: the first call fits the reservation, the second
+    overflows client-side (admitted against the on-demand share) and Bedrock serves it at default."""
+    pacer, emulator, _ = pacer_and_emulator(reserved_input_tpm=1_000, reserved_output_tpm=250)
+    request = build_converse_request(NOVA, prompt="p", service_tier="reserved", inference_config={"maxTokens": 200})
+    with emulator as bedrock:
+        client = bedrock.client()
+        first = pacer.converse(client, request)
+        second = pacer.converse(client, request)
+    assert (first.served_tier, second.served_tier) == ("reserved", "default")
+    stats = pacer.stats()
+    assert stats.admitted == 1 and stats.in_window == 1  # only the overflow drew on the on-demand share
+    assert stats.reserved_overflows == 1 and stats.served_below_requested == 1
+    assert dict(stats.tiers) == {"reserved->reserved": 1, "reserved->default": 1}
+    # the reservation holds the first call's settled usage: its input and its 200 output tokens
+    assert (stats.reserved_input_held, stats.reserved_output_held) == (first.input_tokens, 200)
+
+
+def test_a_reserved_call_bedrock_serves_at_default_moves_to_the_on_demand_ledger():
+    """The pacer's part of the reservation fits, but Bedrock's reservation is full (another process
+    shares it): the usage is charged where Bedrock charged it."""
+    pacer, emulator, _ = pacer_and_emulator(reserved_input_tpm=1_000, reserved_output_tpm=250)
+    request = build_converse_request(NOVA, prompt="p", service_tier="reserved", inference_config={"maxTokens": 200})
+    with emulator as bedrock:
+        client = bedrock.client()
+        client.converse(**request)  # another process takes the reservation's output budget
+        result = pacer.converse(client, request)
+    assert result.served_tier == "default"
+    stats = pacer.stats()
+    assert stats.admitted == 0 and stats.in_window == 1  # never admitted on-demand, yet charged there
+    assert stats.held_tokens == pacer.settlement(result.input_tokens, result.output_tokens)
+    assert (stats.reserved_input_held, stats.reserved_output_held) == (0, 0)
+    assert dict(stats.tiers) == {"reserved->default": 1} and stats.served_below_requested == 1
+
+
+def test_the_reservation_frees_after_the_window_as_bedrocks_does():
+    pacer, emulator, clock = pacer_and_emulator(reserved_input_tpm=1_000, reserved_output_tpm=250)
+    request = build_converse_request(NOVA, prompt="p", service_tier="reserved", inference_config={"maxTokens": 200})
+    with emulator as bedrock:
+        client = bedrock.client()
+        pacer.converse(client, request)
+        clock.advance(61)
+        assert pacer.converse(client, request).served_tier == "reserved"
+    assert pacer.stats().reserved_overflows == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"reserved_input_tpm": 1_000}, "reserved_input_tpm and reserved_output_tpm go together"),
+     ({"reserved_input_tpm": 0, "reserved_output_tpm": 10}, "reserved_input_tpm=0")],
+)
+def test_a_reservation_needs_both_budgets(options, message):
+    from pacer_runtime import QuotaPacer
+
+    with pytest.raises(ValueError, match=message):
+        QuotaPacer(100_000, **options)
+
+
+def test_the_pacer_reads_its_reservation_from_the_environment():
+    from pacer_runtime import QuotaPacer
+
+    pacer = QuotaPacer.from_environment({"GENAI_PACER_TPM": "50000", "GENAI_PACER_RESERVED_INPUT_TPM": "100000",
+                                         "GENAI_PACER_RESERVED_OUTPUT_TPM": "10000"})
+    assert (pacer._reservation.input_tpm, pacer._reservation.output_tpm) == (100_000, 10_000)

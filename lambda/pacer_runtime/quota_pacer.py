@@ -40,6 +40,25 @@ fits the share:
   LedgerFallbacks metric (EMF, by LedgerId).
   QuotaPacer.from_environment() builds both from the variables QuotaLedger.environment(share) sets.
 
+Service tiers (https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html):
+priority, default and flex calls share the model's one on-demand quota, so the pacer holds them all
+against `tpm` alike. A Reserved tier reservation is separate: given reserved_input_tpm and
+reserved_output_tpm, a call that asks for `reserved` is held against those two minute budgets
+instead (input: input + cache writes, the page's sizing rule; output: maxTokens, settled to the
+output tokens, without burndown: an assumption the emulator shares), without waiting for on-demand
+room; when they cannot hold it, it overflows to the on-demand quota as Bedrock overflows it to
+default, and is admitted there like any call. A call the response says was served at another tier
+than it was held for is moved to that tier's ledger. stats() counts the calls per requested and
+served tier and those served below the tier they asked for.
+
+With a ledger too, the two features meet as Bedrock's quotas do: priority, default and flex calls,
+and a reserved call's overflow, are held locally and in the shared ledger; a reserved call the
+reservation holds never touches the ledger. The reservation itself is per process: it is not
+shared across processes yet, so give each process its own part of it (reserved_input_tpm and
+reserved_output_tpm are that part), and a reserved call Bedrock served at default anyway is
+charged to this process's on-demand window only, not to the shared ledger (the ledger takes
+charges only through a reservation it admitted).
+
 Use one pacer per model quota per process, shared by every thread. With bedrock_client, set
 max_attempts=1: each SDK retry would be a new reservation the pacer never admitted; retry through
 call_with_backoff / BoundedCalls / run_side_by_side instead, which call the pacer again for each
@@ -57,7 +76,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ProxyConnectionError
@@ -66,6 +86,7 @@ from . import metrics
 from .bedrock import ConverseResult, converse, converse_stream, is_throttle
 from .ledger import ENVIRONMENT as LEDGER_ENVIRONMENT
 from .ledger import LedgerError, LedgerHold, LedgerRefusal, SharedLedger
+from .metrics import SERVICE_TIER_MEMBER, TIER_RANK
 from .structured_log import log
 
 __all__ = ["NEVER_SENT", "AdmissionRejected", "PacerStats", "QuotaPacer", "Ticket", "estimate_input_tokens"]
@@ -81,6 +102,8 @@ WINDOW_SECONDS = 60.0
 NEVER_SENT: tuple[type[Exception], ...] = (EndpointConnectionError, ConnectTimeoutError, ProxyConnectionError)
 #: The environment variables genai_pacer.quota.ModelQuota.pacer_environment sets.
 ENVIRONMENT = ("GENAI_PACER_TPM", "GENAI_PACER_RPM", "GENAI_PACER_BURNDOWN")
+#: ... and, for a model with a Reserved tier reservation, its input and output tokens per minute.
+RESERVED_ENVIRONMENT = ("GENAI_PACER_RESERVED_INPUT_TPM", "GENAI_PACER_RESERVED_OUTPUT_TPM")
 
 
 class AdmissionRejected(RuntimeError):
@@ -117,6 +140,12 @@ class PacerStats:
     held_tokens: float
     in_window: int
     waiting: int
+    #: Calls per "requested->served" service tier ("default" for a call or a response naming none).
+    tiers: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    served_below_requested: int = 0  # e.g. reserved->default, priority->default
+    reserved_overflows: int = 0  # reserved calls the reservation could not hold, sent against the on-demand quota
+    reserved_input_held: float = 0.0  # the reservation's input budget held now
+    reserved_output_held: float = 0.0  # ... and its output budget
 
 
 class _Charge:
@@ -134,6 +163,42 @@ class _Waiter:
     def __init__(self, tokens: int):
         self.tokens = tokens
         self.asked = False  # whether this call asked the shared ledger itself yet
+
+
+class _Reservation:
+    """A Reserved tier reservation's two minute budgets, kept client-side: input and output tokens."""
+
+    def __init__(self, input_tpm: float, output_tpm: float):
+        self.input_tpm, self.output_tpm = float(input_tpm), float(output_tpm)
+        self.entries: deque[list[float]] = deque()  # [started, input, output], in start order
+        self.input_held = self.output_held = 0.0
+
+    def expire(self, horizon: float) -> None:
+        while self.entries and self.entries[0][0] <= horizon:
+            _, taken_in, taken_out = self.entries.popleft()
+            self.input_held -= taken_in
+            self.output_held -= taken_out
+        if not self.entries:
+            self.input_held = self.output_held = 0.0
+
+    def take(self, now: float, input_tokens: float, output_tokens: float) -> list[float] | None:
+        """Hold a call's tokens when both budgets can, else None (it overflows to the on-demand quota)."""
+        if self.input_held + input_tokens > self.input_tpm or self.output_held + output_tokens > self.output_tpm:
+            return None
+        entry = [now, float(input_tokens), float(output_tokens)]
+        self.entries.append(entry)
+        self.input_held += input_tokens
+        self.output_held += output_tokens
+        return entry
+
+    def settle(self, entry: list[float], input_tokens: float, output_tokens: float) -> None:
+        if entry in self.entries:
+            self.input_held += input_tokens - entry[1]
+            self.output_held += output_tokens - entry[2]
+            entry[1], entry[2] = float(input_tokens), float(output_tokens)
+
+    def release(self, entry: list[float]) -> None:
+        self.settle(entry, 0, 0)
 
 
 class Ticket:
@@ -200,6 +265,10 @@ class QuotaPacer:
         used: its static share. Default: tpm x 0.1 (min_fraction's default), never unbounded.
     ledger_retry_seconds: how long the pacer stays on fallback_tpm after a LedgerError before it
         tries the ledger again. Default: 5.
+    reserved_input_tpm / reserved_output_tpm: this process's part of the model's Reserved tier
+        reservation, in input and output tokens per minute (both or neither; the module docstring
+        says how reserved calls are held). Default: none: a call asking for `reserved` is held
+        against tpm like any other (the pacer cannot know the reservation's room).
     clock: a monotonic clock in seconds. Default: time.monotonic. A reading earlier than the last
         is taken as no time passing (charges keep their age instead of waiting out the step); a
         reading that is not a finite number raises RuntimeError. poll_seconds: the longest a
@@ -226,6 +295,8 @@ class QuotaPacer:
         ledger: SharedLedger | None = None,
         fallback_tpm: float | None = None,
         ledger_retry_seconds: float = 5.0,
+        reserved_input_tpm: float | None = None,
+        reserved_output_tpm: float | None = None,
     ):
         problems = [
             *_positive("tpm", tpm, "the share's tokens per minute, e.g. 300000"),
@@ -242,9 +313,16 @@ class QuotaPacer:
             *_positive("poll_seconds", poll_seconds, "seconds, e.g. 0.25"),
             *_positive("fallback_tpm", fallback_tpm, "the share's static per-process TPM", optional=True),
             *_bounded("ledger_retry_seconds", ledger_retry_seconds, 0, 3600, "seconds, e.g. 5"),
+            *_positive("reserved_input_tpm", reserved_input_tpm, "the reservation's input tokens per minute, or None",
+                       optional=True),
+            *_positive("reserved_output_tpm", reserved_output_tpm, "the reservation's output tokens per minute, or None",
+                       optional=True),
         ]
         if ledger is not None and not isinstance(ledger, SharedLedger):
             problems.append(f"ledger={ledger!r} must be a pacer_runtime.ledger.SharedLedger or None")
+        if (reserved_input_tpm is None) != (reserved_output_tpm is None):
+            problems.append("reserved_input_tpm and reserved_output_tpm go together: a Reserved tier reservation has "
+                            "both budgets (pass both, or neither)")
         if model_max_tokens is not None and (not _is_int(model_max_tokens) or model_max_tokens < 1):
             problems.append(f"model_max_tokens={model_max_tokens!r} must be a positive integer (the model's maximum output) or None")
         if not isinstance(hold_output_burndown, bool):
@@ -281,14 +359,20 @@ class QuotaPacer:
         self._ledger_reason = ""
         self._ledger_busy = False  # a waiter is asking the ledger (with the lock released)
         self._counts.update(ledger_refusals=0, ledger_fallbacks=0, ledger_errors=0)
+        self._reservation = (None if reserved_input_tpm is None or reserved_output_tpm is None
+                             else _Reservation(reserved_input_tpm, reserved_output_tpm))
+        self._tiers: dict[str, int] = {}
+        self._tier_counts = {"served_below_requested": 0, "reserved_overflows": 0}
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> QuotaPacer:
-        """A pacer sized by the variables ModelQuota.pacer_environment sets (GENAI_PACER_TPM, _RPM, _BURNDOWN).
+        """A pacer sized by the variables ModelQuota.pacer_environment sets (GENAI_PACER_TPM, _RPM, _BURNDOWN,
+        and _RESERVED_INPUT_TPM and _RESERVED_OUTPUT_TPM for a share of a Reserved tier reservation).
 
         With the variables QuotaLedger.environment(share) adds (GENAI_PACER_LEDGER_*), the pacer
         also uses the quota's shared ledger: its local cap is then the consumer's burst cap and
-        GENAI_PACER_TPM (the static per-process share) becomes fallback_tpm.
+        GENAI_PACER_TPM (the static per-process share) becomes fallback_tpm. The reservation's
+        variables apply either way (the reservation is this process's own, not in the ledger).
         """
         env = os.environ if environ is None else environ
         tpm_name, rpm_name, burndown_name = ENVIRONMENT
@@ -296,8 +380,11 @@ class QuotaPacer:
         if ledger is None and env.get(LEDGER_ENVIRONMENT[0]):
             ledger = SharedLedger.from_environment(env)
         values: dict[str, float | None] = {}
+        reserved_input, reserved_output = RESERVED_ENVIRONMENT
         for key, name, required in ((tpm_name, "tpm", ledger is None), (rpm_name, "rpm", False),
-                                    (burndown_name, "burndown", False)):
+                                    (burndown_name, "burndown", False),
+                                    (reserved_input, "reserved_input_tpm", False),
+                                    (reserved_output, "reserved_output_tpm", False)):
             text = env.get(key)
             if text is None:
                 if required:
@@ -464,8 +551,18 @@ class QuotaPacer:
                 "maximum output: set maxTokens just above the answers' p99 (it sizes the reservation), or give the "
                 "pacer model_max_tokens")
         raw = _text_chars(request) / self.chars_per_token
+        requested = ((request.get(SERVICE_TIER_MEMBER) or {}).get("type") if isinstance(request, Mapping) else None)
         with self._cond:
             estimate = math.ceil(raw * self._input_ratio)
+            entry = None
+            if requested == "reserved" and self._reservation is not None:
+                now = self._now()
+                self._reservation.expire(now - self.window_seconds - self.expiry_margin_seconds)
+                entry = self._reservation.take(now, estimate, max_tokens)
+                if entry is None:
+                    self._tier_counts["reserved_overflows"] += 1
+        if entry is not None:
+            return self._converse_reserved(client, request, entry, stream=stream)
         with self.reserve(estimate, max_tokens, max_wait_seconds=max_wait_seconds, start_by=start_by) as ticket:
             ticket.text_estimate = raw  # the settlement then corrects the characters-per-token guess
             result = (converse_stream if stream else converse)(client, request)
@@ -476,7 +573,47 @@ class QuotaPacer:
             else:
                 ticket.settle(input_tokens=result.input_tokens, output_tokens=result.output_tokens,
                               cache_write_tokens=result.cache_write_tokens, cache_read_tokens=result.cache_read_tokens)
+            self._record_tiers(requested, result)
             return result
+
+    def _converse_reserved(self, client: Any, request: Mapping[str, Any], entry: list[float], *,
+                           stream: bool) -> ConverseResult:
+        """A call the reservation holds: it never waits for on-demand room. Served at another tier (the
+        reservation is shared with other processes, or the estimate was low), its usage moves to the
+        on-demand ledger, as Bedrock charges it there."""
+        reservation = self._reservation
+        assert reservation is not None
+        try:
+            result = (converse_stream if stream else converse)(client, request)
+        except Exception as error:
+            if is_throttle(error) or isinstance(error, NEVER_SENT):
+                with self._cond:
+                    reservation.release(entry)  # Bedrock charged nothing (or never saw it)
+            raise
+        with self._cond:
+            if result.served_tier in (None, "reserved"):
+                reservation.settle(entry, result.input_tokens + result.cache_write_tokens, result.output_tokens)
+            else:
+                reservation.release(entry)
+                self._seq += 1
+                charge = _Charge(entry[0], self.settlement(result.input_tokens, result.output_tokens,
+                                                           cache_write_tokens=result.cache_write_tokens), self._seq)
+                self._charges.append(charge)
+                self._held += charge.tokens
+            self._record_tiers_locked("reserved", result)
+        return result
+
+    def _record_tiers(self, requested: str | None, result: Any) -> None:
+        with self._cond:
+            self._record_tiers_locked(requested, result)
+
+    def _record_tiers_locked(self, requested: str | None, result: Any) -> None:
+        asked = requested or "default"
+        served = getattr(result, "served_tier", None) or asked  # a response naming no tier: served as asked
+        key = f"{asked}->{served}"
+        self._tiers[key] = self._tiers.get(key, 0) + 1
+        if asked in TIER_RANK and served in TIER_RANK and TIER_RANK[served] < TIER_RANK[asked]:
+            self._tier_counts["served_below_requested"] += 1
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -488,10 +625,16 @@ class QuotaPacer:
 
     def stats(self) -> PacerStats:
         with self._cond:
-            self._expire(self._now())
+            now = self._now()
+            self._expire(now)
+            if self._reservation is not None:
+                self._reservation.expire(now - self.window_seconds - self.expiry_margin_seconds)
             return PacerStats(
                 **self._counts, settled_tokens=self._settled_tokens, limit_tpm=self._limit, held_tokens=self._held,
                 in_window=len(self._charges), waiting=len(self._waiters),
+                tiers=MappingProxyType(dict(self._tiers)), **self._tier_counts,
+                reserved_input_held=self._reservation.input_held if self._reservation else 0.0,
+                reserved_output_held=self._reservation.output_held if self._reservation else 0.0,
             )
 
     # --- internals (called with the lock held unless they take it) ------------------------------

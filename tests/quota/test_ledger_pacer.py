@@ -144,3 +144,48 @@ def test_from_environment_builds_the_pacer_and_its_ledger(dynamodb):
     assert shared.consumer == "Interactive" and shared.key == {"pk": {"S": "quota#m"}}
     with pytest.raises(ValueError, match="GENAI_PACER_LEDGER_ID"):
         SharedLedger.from_environment({LEDGER_ENVIRONMENT[0]: TABLE})
+
+
+class Answers:
+    """A Converse client that answers every call with 200 output tokens, served at the tiers given in turn."""
+
+    def __init__(self, *served: str) -> None:
+        self.served = list(served)
+        self.calls = 0
+
+    def converse(self, **request):
+        tier = self.served[self.calls]
+        self.calls += 1
+        return {"output": {"message": {"content": [{"text": "ok"}]}}, "stopReason": "end_turn",
+                "usage": {"inputTokens": 10, "outputTokens": 200}, "serviceTier": {"type": tier}}
+
+
+def test_a_reserved_call_is_held_only_in_the_reservation_and_its_overflow_in_the_shared_ledger(dynamodb):
+    """Ledger and reservation together (issues 25 and 37.4): a reserved call the reservation holds
+    never touches the shared ledger; one it cannot hold (output budget 250, maxTokens 200) is admitted
+    against the on-demand pool, locally and in the ledger; a default call is held in both too."""
+    clock = Clock()
+    one = pacer(dynamodb, clock, "a", reserved_input_tpm=1_000, reserved_output_tpm=250)
+    client = Answers("reserved", "default", "default")  # the overflow: Bedrock's reservation is full too
+    reserved = {"modelId": "m", "messages": [{"role": "user", "content": [{"text": "p"}]}],
+                "inferenceConfig": {"maxTokens": 200}, "serviceTier": {"type": "reserved"}}
+
+    first = one.converse(client, reserved)
+    assert first.served_tier == "reserved"
+    assert consistent(dynamodb).held == 0  # the reservation held it: nothing in the shared ledger
+    stats = one.stats()
+    assert (stats.admitted, stats.in_window, stats.reserved_overflows) == (0, 0, 0)
+    assert (stats.reserved_input_held, stats.reserved_output_held) == (10, 200)
+
+    overflow = one.converse(client, reserved)  # 200 + 200 output tokens > 250: overflows to on-demand
+    settled = math.ceil(one.settlement(overflow.input_tokens, overflow.output_tokens))
+    assert consistent(dynamodb).consumers == {"a": settled}
+    one.converse(client, {**reserved, "serviceTier": {"type": "default"}})
+    assert consistent(dynamodb).consumers == {"a": 2 * settled}
+
+    stats = one.stats()
+    assert stats.admitted == 2 and stats.in_window == 2 and stats.held_tokens == 2 * one.settlement(10, 200)
+    assert stats.reserved_overflows == 1
+    assert (stats.reserved_input_held, stats.reserved_output_held) == (10, 200)  # still only the first call
+    assert dict(stats.tiers) == {"reserved->reserved": 1, "reserved->default": 1, "default->default": 1}
+    assert client.calls == 3
