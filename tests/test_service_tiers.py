@@ -516,3 +516,68 @@ def test_the_pacer_reads_its_reservation_from_the_environment():
     pacer = QuotaPacer.from_environment({"GENAI_PACER_TPM": "50000", "GENAI_PACER_RESERVED_INPUT_TPM": "100000",
                                          "GENAI_PACER_RESERVED_OUTPUT_TPM": "10000"})
     assert (pacer._reservation.input_tpm, pacer._reservation.output_tpm) == (100_000, 10_000)
+
+
+# --- the planner: what a reservation holds of a load, and what overflows to the on-demand quota ---------
+
+
+def test_plan_reserved_worked_figures():
+    """60 calls a minute of 2,000 input, 300 output, maxTokens 500, 6 s each: the input budget asks
+    120,000 a minute, the output budget 60 x 300 + 6 in flight x 200 held above the output = 19,200.
+    A reservation of 100,000 / 10,000 holds 10,000 / 19,200 of the calls (output binds); 28.75 calls
+    a minute overflow, settling 28.75 x 2,300 = 66,125 on-demand tokens a minute (79,350 with 20%)."""
+    from genai_pacer import planning
+
+    profile = planning.TokenProfile(input_tokens=2_000, output_tokens=300, max_tokens=500)
+    plan = planning.plan_reserved(profile, requests_per_minute=60, reserved_input_tpm=100_000,
+                                  reserved_output_tpm=10_000, call_seconds=6)
+    assert (plan.input_tpm, plan.output_tpm, plan.binding) == (120_000, 19_200, "output")
+    assert plan.served_fraction == pytest.approx(10_000 / 19_200)
+    assert plan.overflow_requests_per_minute == pytest.approx(28.75)
+    assert plan.overflow is not None
+    assert plan.overflow.settled_tpm == pytest.approx(66_125) and plan.overflow.required_tpm == pytest.approx(79_350)
+
+
+def test_plan_reserved_with_room_overflows_nothing_and_counts_cache_writes_on_input():
+    from genai_pacer import planning
+
+    profile = planning.TokenProfile(input_tokens=1_000, output_tokens=100, max_tokens=200, cache_write_tokens=500,
+                                    cache_read_tokens=4_000)
+    plan = planning.plan_reserved(profile, requests_per_minute=10, reserved_input_tpm=100_000,
+                                  reserved_output_tpm=10_000, call_seconds=3)
+    assert plan.input_tpm == 15_000  # input + cache writes; cache reads are not charged to it
+    assert (plan.served_fraction, plan.binding, plan.overflow_requests_per_minute, plan.overflow) == (1.0, "none", 0, None)
+
+
+def test_plan_reserved_refuses_what_it_cannot_plan_naming_each_input():
+    from genai_pacer import planning
+
+    profile = planning.TokenProfile(input_tokens=1_000, output_tokens=100, max_tokens=200)
+    with pytest.raises(InvalidPropsError) as caught:
+        planning.plan_reserved(profile, requests_per_minute=0, reserved_input_tpm=0, reserved_output_tpm=float("nan"),
+                               call_seconds=6)
+    text = str(caught.value)
+    assert "requests_per_minute=0" in text and "reserved_input_tpm=0" in text and "reserved_output_tpm=nan" in text
+
+
+def test_plan_reserved_properties():
+    from genai_pacer import planning
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    @given(st.integers(0, 50_000), st.integers(0, 4_000), st.integers(1, 4_000), st.floats(0.1, 5_000),
+           st.floats(1, 1e7), st.floats(1, 1e6), st.floats(0.05, 120))
+    def check(input_tokens, output_tokens, extra, rpm, reserved_in, reserved_out, seconds):
+        profile = planning.TokenProfile(input_tokens=input_tokens, output_tokens=output_tokens,
+                                        max_tokens=output_tokens + extra)
+        plan = planning.plan_reserved(profile, requests_per_minute=rpm, reserved_input_tpm=reserved_in,
+                                      reserved_output_tpm=reserved_out, call_seconds=seconds)
+        assert 0 <= plan.served_fraction <= 1
+        served = rpm * plan.served_fraction
+        assert served + plan.overflow_requests_per_minute == pytest.approx(rpm)
+        # what the reservation holds fits both budgets
+        assert served * (input_tokens) <= reserved_in * (1 + 1e-9)
+        assert plan.served_fraction * plan.output_tpm <= reserved_out * (1 + 1e-9)
+        assert (plan.overflow is None) == (plan.served_fraction == 1)
+
+    check()

@@ -504,6 +504,12 @@ PARAMETERS: list[tuple[str, str, dict[str, Any], set[str]]] = [
     ("plan_tpm", "headroom", NUMBERS, {"0", "1.5"}),
     ("plan_tpm", "concurrency", NUMBERS, {"None", "0", "1.5"}),
     ("plan_tpm", "call_seconds", NUMBERS, {"None", "1.5"}),
+    ("plan_reserved", "profile", OBJECTS, set()),
+    ("plan_reserved", "requests_per_minute", NUMBERS, {"1.5"}),
+    ("plan_reserved", "reserved_input_tpm", NUMBERS, {"1.5"}),
+    ("plan_reserved", "reserved_output_tpm", NUMBERS, {"1.5"}),
+    ("plan_reserved", "call_seconds", NUMBERS, {"1.5"}),
+    ("plan_reserved", "headroom", NUMBERS, {"0", "1.5"}),
     ("size_max_tokens", "p99_output_tokens", NUMBERS, set()),
     ("size_max_tokens", "margin", NUMBERS, {"0", "1.5"}),
     ("size_max_tokens", "current_max_tokens", NUMBERS, {"None"}),
@@ -555,6 +561,8 @@ def valid_arguments(module: Any, target: str) -> dict[str, Any]:
     return {
         "TokenProfile": dict(input_tokens=2_500, output_tokens=300, max_tokens=6_000, burndown=5),
         "plan_tpm": dict(profile=profile, requests_per_minute=300),
+        "plan_reserved": dict(profile=profile, requests_per_minute=300, reserved_input_tpm=100_000,
+                              reserved_output_tpm=10_000, call_seconds=6),
         "size_max_tokens": dict(p99_output_tokens=900, current_max_tokens=16_000),
         "sustainable_rate": dict(profile=profile, tpm_quota=1_000_000, call_seconds=6),
         "one_call_tpm": dict(profile=profile, call_seconds=6),
@@ -611,7 +619,7 @@ def test_the_table_covers_every_public_parameter():
 
     for name in planning.__all__:
         obj = getattr(planning, name)
-        if name in {"TpmPlan", "MaxTokensSizing", "ExecutionChoice", "LatencyDiagnosis", "DailyPlan"}:
+        if name in {"TpmPlan", "MaxTokensSizing", "ExecutionChoice", "LatencyDiagnosis", "DailyPlan", "ReservedPlan"}:
             continue  # results the planner builds, never inputs
         if name in capacity.__all__:
             continue  # re-exported from capacity, whose own table is in tests/endpoints/test_capacity.py

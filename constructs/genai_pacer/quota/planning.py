@@ -80,6 +80,8 @@ __all__ = [
     "DailyLoad",
     "DailyPlan",
     "plan_daily_tokens",
+    "ReservedPlan",
+    "plan_reserved",
 ]
 
 #: Bedrock's quotas for the bedrock-runtime endpoint (the TPM, daily and cross-model daily quotas).
@@ -933,3 +935,77 @@ def plan_daily_tokens(
             "inference or request a higher cap")
     return DailyPlan(loads, day, quota, None if cross_model_daily_tokens is None else float(cross_model_daily_tokens),
                      float(other_models_daily_tokens), tuple(warnings))
+
+
+# --- service tiers -----------------------------------------------------------------------------------
+
+#: Bedrock's service tiers page: priority, default and flex share the model's one on-demand quota; a
+#: Reserved tier reservation is separate from it, bought per model as input tokens per minute and
+#: output tokens per minute, sized on input + cache writes (InputTokenCount + CacheWriteInputTokens),
+#: and a call it cannot hold overflows to the Standard (default) tier.
+SERVICE_TIERS_DOC = "https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html"
+
+
+@dataclass(frozen=True)
+class ReservedPlan:
+    """What a Reserved tier reservation holds of a load, and what overflows to the on-demand quota.
+
+    input_tpm / output_tpm: what the load asks of each budget (output: its peak in a minute, the
+    maxTokens of the calls in flight included). served_fraction: the share of calls the reservation
+    holds (1: all of them), limited by the budget that binds (`binding`: "input", "output", or
+    "none"). overflow_requests_per_minute and overflow: the rest, planned against the on-demand
+    quota (a TpmPlan with its burndown; None when nothing overflows).
+    """
+
+    requests_per_minute: float
+    input_tpm: float
+    output_tpm: float
+    served_fraction: float
+    binding: str
+    overflow_requests_per_minute: float
+    overflow: TpmPlan | None
+
+
+def plan_reserved(
+    profile: TokenProfile,
+    *,
+    requests_per_minute: float,
+    reserved_input_tpm: float,
+    reserved_output_tpm: float,
+    call_seconds: float,
+    headroom: float = 0.2,
+) -> ReservedPlan:
+    """Plan a load at the Reserved tier: how much of it the reservation holds, and the on-demand TPM
+    the overflow needs (SERVICE_TIERS_DOC).
+
+    The input budget is charged input + cache writes per call (the page's sizing rule). The output
+    budget is charged the output tokens, and, while a call is in flight, its maxTokens: an
+    ASSUMPTION mirroring the on-demand quota's reservation, without the burndown (the page sizes the
+    reservation in plain tokens; genai-pacer's emulator and QuotaPacer assume the same). The
+    reservation serves calls in full or not at all, so the fraction it holds is the smaller of the
+    two budgets' ratios; the rest overflows and is planned with plan_tpm (burndown included),
+    which is what it draws from the shared on-demand quota of priority, default and flex.
+    """
+    with Checks("plan_reserved") as check:
+        _profile(check, profile)
+        _number(check, "requests_per_minute", requests_per_minute, above=0, maximum=MAX_RATE,
+                fix=f"the load in {_RATE_FIX}")
+        for name, value in (("reserved_input_tpm", reserved_input_tpm), ("reserved_output_tpm", reserved_output_tpm)):
+            _number(check, name, value, minimum=1, maximum=MAX_TPM_QUOTA,
+                    fix="the reservation's (or your part of its) tokens per minute, from your AWS account team")
+        _call_seconds(check, "call_seconds", call_seconds)
+        _fraction(check, "headroom", headroom, meaning="0.2 keeps 20% spare above the overflow's settled need")
+    input_tpm = requests_per_minute * (profile.input_tokens + profile.cache_write_tokens)
+    in_window = min(requests_per_minute / 60 * call_seconds, requests_per_minute)
+    output_tpm = requests_per_minute * profile.output_tokens + in_window * (profile.max_tokens - profile.output_tokens)
+    ratios = {"input": reserved_input_tpm / input_tpm if input_tpm else math.inf,
+              "output": reserved_output_tpm / output_tpm if output_tpm else math.inf}
+    binding = min(ratios, key=lambda k: ratios[k])
+    served = min(1.0, ratios[binding])
+    overflow_rpm = requests_per_minute * (1 - served)
+    overflow = (plan_tpm(profile, requests_per_minute=overflow_rpm, headroom=headroom, call_seconds=call_seconds)
+                if overflow_rpm > 0 else None)
+    return ReservedPlan(
+        requests_per_minute=requests_per_minute, input_tpm=input_tpm, output_tpm=output_tpm, served_fraction=served,
+        binding=binding if served < 1 else "none", overflow_requests_per_minute=overflow_rpm, overflow=overflow,
+    )
