@@ -581,3 +581,77 @@ def test_plan_reserved_properties():
         assert (plan.overflow is None) == (plan.served_fraction == 1)
 
     check()
+
+
+# --- ModelQuota: tiers on shares, a reservation apart, the overflow in the allocation ---------------------
+
+
+def tiered_quota(**options):
+    from genai_pacer import ModelQuota
+
+    stack = cdk.Stack(cdk.App(), "Quota", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    quota = ModelQuota(stack, "Q", model=BedrockModel.from_id(f"us.{NOVA}"), tpm_quota=400_000, **options)
+    return quota, quota.profile(input_tokens=2_000, output_tokens=300, max_tokens=500)
+
+
+def test_priority_default_and_flex_shares_draw_on_the_one_quota_as_an_untiered_share_does():
+    quota, profile = tiered_quota()
+    plans = {tier: quota.share(f"s-{tier}", profile, call_seconds=6, fraction=0.2, service_tier=tier)
+             for tier in ("priority", "default", "flex")}
+    untiered = quota.share("s-none", profile, call_seconds=6, fraction=0.2)
+    assert {plan.max_concurrency for plan in plans.values()} == {untiered.max_concurrency}
+    shares = quota.plan().shares
+    assert [(s.service_tier, s.tpm) for s in shares] == [("priority", 80_000), ("default", 80_000), ("flex", 80_000),
+                                                         (None, 80_000)]
+    assert quota.plan().allocated_tpm == 320_000
+
+
+def test_a_reserved_share_allocates_only_its_overflow_and_the_plan_says_how_much_overflows():
+    """The planner's worked figures: 6 calls of 6 s (60 a minute) against 100,000 / 10,000 hold 52% of
+    the calls; the other 28.75 a minute draw 66,700 TPM from the on-demand quota (no headroom: a cap)."""
+    quota, profile = tiered_quota(reserved_input_tpm=100_000, reserved_output_tpm=10_000)
+    plan = quota.share("Router", profile, call_seconds=6, calls=6, service_tier="reserved")
+    assert plan.max_concurrency == 6
+    (share,) = quota.plan().shares
+    assert share.tpm == pytest.approx(66_700) and quota.plan().allocated_tpm == pytest.approx(66_700)
+    data = quota.plan().as_dict()
+    fields = {k: data["shares"][0][k] for k in ("service_tier", "reserved_input_tpm", "reserved_output_tpm",
+                                                "reserved_fraction", "reserved_binding", "overflow_requests_per_minute")}
+    assert fields == {"service_tier": "reserved", "reserved_input_tpm": 100_000, "reserved_output_tpm": 10_000,
+                      "reserved_fraction": 0.5208, "reserved_binding": "output", "overflow_requests_per_minute": 28.75}
+    assert (data["reserved_input_tpm"], data["reserved_output_tpm"]) == (100_000, 10_000)
+    table = quota.plan().table()
+    assert "reserved (52% held)" in table and "Reserved tier reservation 100,000 input and 10,000 output TPM" in table
+    assert quota.pacer_environment("Router") == {
+        "GENAI_PACER_TPM": "66700", "GENAI_PACER_BURNDOWN": "1",
+        "GENAI_PACER_RESERVED_INPUT_TPM": "100000", "GENAI_PACER_RESERVED_OUTPUT_TPM": "10000"}
+
+
+def test_reserved_shares_split_the_reservation_in_the_order_they_are_drawn():
+    quota, profile = tiered_quota(reserved_input_tpm=100_000, reserved_output_tpm=10_000)
+    quota.share("First", profile, call_seconds=6, calls=2, service_tier="reserved")  # 20 a minute: 6,400 output
+    quota.share("Second", profile, call_seconds=6, calls=2, service_tier="reserved")
+    first, second = quota.plan().shares
+    assert first.reserved_budget == (100_000, 10_000) and first.tpm == 0  # all held
+    assert second.reserved_budget == pytest.approx((60_000, 3_600))  # what First leaves at its cap
+    assert second.reserved_plan().served_fraction == pytest.approx(3_600 / 6_400)
+
+
+@pytest.mark.parametrize(
+    ("options", "share", "message"),
+    [
+        ({}, {"calls": 2, "service_tier": "reserved"}, "this quota has none: pass reserved_input_tpm and reserved_output_tpm"),
+        ({"reserved_input_tpm": 100_000, "reserved_output_tpm": 10_000}, {"fraction": 0.2, "service_tier": "reserved"},
+         "service_tier='reserved' needs calls="),
+        ({}, {"fraction": 0.2, "service_tier": "standard"}, "service_tier='standard' must be one of"),
+    ],
+)
+def test_a_share_refuses_a_tier_it_cannot_plan(options, share, message):
+    quota, profile = tiered_quota(**options)
+    with pytest.raises(InvalidPropsError, match=message):
+        quota.share("S", profile, call_seconds=6, **share)
+
+
+def test_a_reservation_needs_both_of_its_budgets():
+    with pytest.raises(InvalidPropsError, match="reserved_input_tpm and reserved_output_tpm go together"):
+        tiered_quota(reserved_input_tpm=100_000)

@@ -119,13 +119,13 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Callable[..., Any], 
     "ModelQuota": (
         ModelQuota,
         ("model", "tpm_quota", "rpm_quota", "burndown", "keep_free", "warn_at", "service_quota_code",
-         "daily_token_quota", "cross_model_daily_tokens", "require_shares"),
+         "daily_token_quota", "cross_model_daily_tokens", "require_shares", "reserved_input_tpm", "reserved_output_tpm"),
         quota,
         {},
     ),
     "ModelQuota.share": (
         ModelQuota.share,
-        ("name", "profile", "call_seconds", "fraction", "tpm", "calls", "executions", "hours_per_day"),
+        ("name", "profile", "call_seconds", "fraction", "tpm", "calls", "executions", "hours_per_day", "service_tier"),
         share,
         {},
     ),
@@ -173,7 +173,7 @@ def test_every_prop_given_every_kind_of_token_reaches_the_template_or_is_refused
 
 
 def test_the_table_counts():
-    assert len(CASES) == 4 * (3 + 17 + 10 + 8 + 7 + 5)
+    assert len(CASES) == 4 * (3 + 17 + 12 + 9 + 7 + 5)
     assert sum(len(passes) for *_rest, passes in TABLE.values()) == 10
 
 

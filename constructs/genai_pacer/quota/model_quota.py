@@ -83,6 +83,7 @@ __all__ = [
     "DEFAULT_WARN_AT",
     "INVOKE_ACTIONS",
     "PACER_ENVIRONMENT",
+    "PACER_RESERVED_ENVIRONMENT",
     "PLAN_FILE_PREFIX",
     "PLAN_METADATA_TYPE",
     "Consumer",
@@ -99,6 +100,13 @@ PLAN_METADATA_TYPE = "genai-pacer:quota-plan"
 #: Environment variables `ModelQuota.pacer_environment` sets and `pacer_runtime.QuotaPacer.from_environment`
 #: reads (the runtime cannot import this module, so tests keep the two lists equal).
 PACER_ENVIRONMENT = ("GENAI_PACER_TPM", "GENAI_PACER_RPM", "GENAI_PACER_BURNDOWN")
+#: ... and, for a share drawn at the Reserved tier, its part of the reservation (pacer_runtime.quota_pacer
+#: RESERVED_ENVIRONMENT).
+PACER_RESERVED_ENVIRONMENT = ("GENAI_PACER_RESERVED_INPUT_TPM", "GENAI_PACER_RESERVED_OUTPUT_TPM")
+#: Bedrock's service tiers (botocore's ServiceTierType, as model_tasks.SERVICE_TIERS): priority,
+#: default and flex draw on the one on-demand quota; reserved on the model's reservation
+#: (planning.SERVICE_TIERS_DOC).
+SERVICE_TIERS = ("priority", "default", "flex", "reserved")
 
 _SHARE_KINDS = ("fraction", "tpm", "calls")
 #: A Service Quotas quota code as the API accepts it (botocore service-quotas QuotaCode pattern,
@@ -150,6 +158,22 @@ class Share:
     hours_per_day: float = 24.0
     held_in_flight: int | None = None
     held_max_tokens: int | None = None
+    #: The service tier the consumer's calls ask for (None: none, served at default).
+    service_tier: str | None = None
+    #: A reserved share's part of the reservation, (input, output) tokens per minute: what the shares
+    #: drawn at the Reserved tier before it left (None for every other tier).
+    reserved_budget: tuple[float, float] | None = None
+
+    def reserved_plan(self, in_flight: int | None = None) -> planning.ReservedPlan | None:
+        """For a reserved share: what its part of the reservation holds of `in_flight` calls back to
+        back (default: in_flight) and what overflows to the on-demand quota; None for other tiers."""
+        if self.reserved_budget is None:
+            return None
+        calls = self.in_flight if in_flight is None else in_flight
+        return planning.plan_reserved(
+            self.reserving, requests_per_minute=calls * 60 / self.per_execution.call_seconds,
+            reserved_input_tpm=self.reserved_budget[0], reserved_output_tpm=self.reserved_budget[1],
+            call_seconds=self.per_execution.call_seconds, headroom=0)
 
     @property
     def planned_in_flight(self) -> int:
@@ -181,7 +205,11 @@ class Share:
     def tpm_at_cap(self) -> float:
         """TPM drawn when every call it may have in flight runs back to back (at most tpm for the plan's
         own cap, which rounds down; more when a holder's own cap is above the plan, or its requests
-        reserve more max_tokens than the profile says)."""
+        reserve more max_tokens than the profile says). A reserved share draws on the on-demand quota
+        only what its part of the reservation cannot hold."""
+        reserved = self.reserved_plan()
+        if reserved is not None:
+            return 0.0 if reserved.overflow is None else reserved.overflow.required_tpm
         return _tpm_at(self.reserving, self.in_flight, self.per_execution.call_seconds)
 
     @property
@@ -257,6 +285,8 @@ class QuotaPlan:
     consumers: tuple[Consumer, ...] = ()
     with_consumers: bool = False  # whether the app's callers were looked for (plan(consumers=True))
     stage: str = ""  # the name of the Stage holding the quota's stack ("": the app itself)
+    reserved_input_tpm: float | None = None  # the model's Reserved tier reservation, apart from tpm_quota
+    reserved_output_tpm: float | None = None
 
     @property
     def kept_free_tpm(self) -> float:
@@ -337,11 +367,12 @@ class QuotaPlan:
     def table(self) -> str:
         """The plan as a plain-text table: consumers, TPM, concurrency and headroom."""
         quota = self.tpm_quota
-        header = ("consumer", "TPM", "of quota", "RPM", "calls/execution", "executions", "in flight", "TPM at cap",
-                  "tokens/day")
+        header = ("consumer", "tier", "TPM", "of quota", "RPM", "calls/execution", "executions", "in flight",
+                  "TPM at cap", "tokens/day")
         rows = [
             (
                 share.name,
+                _tier_cell(share),
                 f"{share.tpm:,.0f}",
                 f"{share.tpm / quota:.1%}",
                 "-" if share.rpm is None else f"{share.rpm:,.1f}",
@@ -354,8 +385,9 @@ class QuotaPlan:
             )
             for share in self.shares
         ]
-        rows.append(("(kept free)", f"{self.kept_free_tpm:,.0f}", f"{self.keep_free:.1%}", "", "", "", "", "", ""))
-        rows.append(("(headroom)", f"{self.headroom_tpm:,.0f}", f"{self.headroom_tpm / quota:.1%}", "", "", "", "", "", ""))
+        rows.append(("(kept free)", "", f"{self.kept_free_tpm:,.0f}", f"{self.keep_free:.1%}", "", "", "", "", "", ""))
+        rows.append(("(headroom)", "", f"{self.headroom_tpm:,.0f}", f"{self.headroom_tpm / quota:.1%}", "", "", "", "", "",
+                     ""))
         widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
         day = self.daily()
         lines = [
@@ -364,6 +396,9 @@ class QuotaPlan:
             + f", burndown {self.burndown:g}; {self.allocated_tpm:,.0f} TPM allocated ({self.allocation:.1%} of "
             f"{self.allocatable_tpm:,.0f} allocatable), {self.in_flight} calls in flight at the caps; "
             f"{day.daily_tokens:,.0f} tokens a day ({day.fraction:.1%} of the {day.daily_quota:,.0f} daily quota)"
+            + ("" if self.reserved_input_tpm is None else
+               f"; Reserved tier reservation {self.reserved_input_tpm:,.0f} input and {self.reserved_output_tpm:,.0f} "
+               "output TPM, apart from the on-demand quota priority, default and flex share")
         ]
         for row in (header, *rows):
             lines.append("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip())
@@ -382,6 +417,8 @@ class QuotaPlan:
             "keep_free": self.keep_free,
             "warn_at": self.warn_at,
             "service_quota_code": self.service_quota_code,
+            "reserved_input_tpm": self.reserved_input_tpm,
+            "reserved_output_tpm": self.reserved_output_tpm,
             "allocated_tpm": round(self.allocated_tpm, 1),
             "allocatable_tpm": round(self.allocatable_tpm, 1),
             "headroom_tpm": round(self.headroom_tpm, 1),
@@ -398,6 +435,8 @@ class QuotaPlan:
                 {
                     "name": share.name,
                     "kind": share.kind,
+                    "service_tier": share.service_tier,
+                    **_reserved_fields(share),
                     "tpm": round(share.tpm, 1),
                     "rpm": None if share.rpm is None else round(share.rpm, 2),
                     "fraction_of_quota": round(share.tpm / self.tpm_quota, 4),
@@ -455,6 +494,11 @@ class ModelQuota(Construct):
     cross_model_daily_tokens: the account's "Cross-Model Max Tokens Per Day" in the Region, shared
         by every model; the days of every ModelQuota of the app in this account and Region count
         against it. Default: None (not checked).
+    reserved_input_tpm / reserved_output_tpm: the model's Reserved tier reservation, in input and
+        output tokens per minute (both or neither), apart from tpm_quota (planning.SERVICE_TIERS_DOC).
+        Shares drawn with service_tier="reserved" split it in the order they are drawn; what their
+        part cannot hold overflows to the on-demand quota and counts in the allocation. Default:
+        None (no reservation: a reserved share is refused).
     require_shares: make a construct that may call the model without holding a share, and a share
         that no such construct holds, synth errors instead of warnings. Default: False (warnings,
         so an app adopting ModelQuota one consumer at a time still synthesizes).
@@ -481,6 +525,8 @@ class ModelQuota(Construct):
         daily_token_quota: float | None = None,
         cross_model_daily_tokens: float | None = None,
         require_shares: bool = False,
+        reserved_input_tpm: float | None = None,
+        reserved_output_tpm: float | None = None,
     ) -> None:
         super().__init__(scope, id)
         model = as_bedrock_model(model)
@@ -513,7 +559,15 @@ class ModelQuota(Construct):
             _plan_number(check, "cross_model_daily_tokens", cross_model_daily_tokens, minimum=1, maximum=daily_max,
                          optional=True, fix="the account's Cross-Model Max Tokens Per Day in the Region, or None")
             check.instance("require_shares", require_shares, bool, "True or False")
+            for name, value in (("reserved_input_tpm", reserved_input_tpm), ("reserved_output_tpm", reserved_output_tpm)):
+                _plan_number(check, name, value, minimum=1, maximum=planning.MAX_TPM_QUOTA, optional=True,
+                             fix="the reservation's tokens per minute (from your AWS account team), or None")
+            check.rule((reserved_input_tpm is None) == (reserved_output_tpm is None),
+                       "reserved_input_tpm and reserved_output_tpm go together: a Reserved tier reservation has an input "
+                       "and an output budget; pass both, or neither")
         self.model = model
+        self.reserved_input_tpm = None if reserved_input_tpm is None else float(reserved_input_tpm)
+        self.reserved_output_tpm = None if reserved_output_tpm is None else float(reserved_output_tpm)
         self.tpm_quota = float(tpm_quota)
         self.rpm_quota = None if rpm_quota is None else float(rpm_quota)
         self.burndown = float(burndown)
@@ -569,6 +623,7 @@ class ModelQuota(Construct):
         calls: int | None = None,
         executions: int = 1,
         hours_per_day: float = 24.0,
+        service_tier: str | None = None,
     ) -> planning.RatePlan:
         """Draw a named share and return the plan one execution of the consumer uses.
 
@@ -590,6 +645,12 @@ class ModelQuota(Construct):
             whatever its name; a consumer that takes no plan (ParallelPrompts, a function of yours)
             holds the share named after its construct id (or path).
         With an rpm_quota (legacy), a fraction or tpm share also takes that fraction of the RPM.
+        service_tier: the tier the consumer's calls ask for (give the consumer the same one). priority,
+            default and flex all draw on the one on-demand quota, so the share is planned as without
+            a tier, and the tier is recorded in the plan. "reserved" draws on the quota's reservation
+            (reserved_input_tpm/reserved_output_tpm) and needs calls= (the rate it holds): what the
+            part of the reservation the earlier reserved shares left cannot hold overflows to the
+            on-demand quota, and that overflow is the share's TPM. Default: None (served at default).
         """
         with Checks(f"ModelQuota {self.node.id}: share {_show(name)}") as check:  # a token by its kind, never its encoding
             if is_token(name):
@@ -626,6 +687,19 @@ class ModelQuota(Construct):
                                          fix="how many executions may run at once; 1 for a consumer that never overlaps")
             _plan_number(check, "hours_per_day", hours_per_day, above=0, maximum=24,
                          fix="hours a day the consumer runs at its cap, more than 0 and at most 24")
+            if is_token(service_tier):
+                check.fail("service_tier is an unresolved CDK token, but the plan needs the tier at synth: pass one of "
+                           f"{', '.join(SERVICE_TIERS)}")
+            elif (service_tier is not None and check.one_of("service_tier", service_tier, SERVICE_TIERS,
+                                                            fix="the tier the consumer's calls ask for")
+                  and service_tier == "reserved"):
+                check.rule(self.reserved_input_tpm is not None,
+                           "service_tier='reserved' draws on the model's Reserved tier reservation, and this quota "
+                           "has none: pass reserved_input_tpm and reserved_output_tpm to ModelQuota, or draw the "
+                           "share at another tier")
+                check.rule(calls is not None,
+                           "service_tier='reserved' needs calls= (the calls one execution has in flight), the rate "
+                           "the reservation holds; fraction and tpm are parts of the on-demand quota")
             share: Share | None = None
             if profile_ok and seconds_ok and kind_ok and amount_ok and executions_ok and not check.problems:
                 if calls is not None:
@@ -635,7 +709,9 @@ class ModelQuota(Construct):
                     share = self._budget(check, name, "fraction" if fraction is not None else "tpm", profile, budget,
                                          int(executions), call_seconds)
         # None only on a path that recorded a problem, and Checks raised it on leaving the block.
-        share = dataclasses.replace(cast(Share, share), hours_per_day=float(hours_per_day))
+        share = dataclasses.replace(cast(Share, share), hours_per_day=float(hours_per_day), service_tier=service_tier)
+        if service_tier == "reserved":
+            share = self._reserved(share)
         self._shares[name] = share
         plan = dataclasses.replace(share.per_execution)  # its own object: the share it stands for is known by identity
         self._issued[id(plan)] = (plan, name)
@@ -671,6 +747,23 @@ class ModelQuota(Construct):
         ):
             return None
         return Share(name, kind, budget, rpm, executions, per_execution, profile)
+
+    def _reserved(self, share: Share) -> Share:
+        """A reserved share: its part of the reservation is what the reserved shares drawn before it left
+        at their caps; its TPM, what overflows from that part to the on-demand quota."""
+        # share() refuses service_tier="reserved" on a quota without a reservation, and the constructor
+        # refuses one budget without the other, so both are set here.
+        reserved_input_tpm, reserved_output_tpm = cast(float, self.reserved_input_tpm), cast(float, self.reserved_output_tpm)
+        used_in = used_out = 0.0
+        for earlier in self._shares.values():
+            plan = earlier.reserved_plan()
+            if plan is not None:
+                used_in += plan.input_tpm * plan.served_fraction
+                used_out += plan.output_tpm * plan.served_fraction
+        # a budget used up leaves a token a minute: the planner's smallest, which holds no call
+        budget = (max(reserved_input_tpm - used_in, 1.0), max(reserved_output_tpm - used_out, 1.0))
+        share = dataclasses.replace(share, reserved_budget=budget)
+        return dataclasses.replace(share, tpm=share.tpm_at_cap)
 
     def _fixed_width(self, name: str, profile: planning.TokenProfile, calls: int, executions: int,
                      call_seconds: float) -> Share:
@@ -718,6 +811,8 @@ class ModelQuota(Construct):
             consumers=found,
             with_consumers=consumers,
             stage=cdk.Stage.of(self).stage_name,  # type: ignore[union-attr]
+            reserved_input_tpm=self.reserved_input_tpm,
+            reserved_output_tpm=self.reserved_output_tpm,
         )
 
     def pacer_environment(self, name: str) -> dict[str, str]:
@@ -734,6 +829,9 @@ class ModelQuota(Construct):
         environment = {tpm_name: f"{share.tpm / share.executions:.0f}", burndown_name: f"{self.burndown:g}"}
         if share.rpm is not None:
             environment[rpm_name] = f"{share.rpm / share.executions:g}"
+        if share.reserved_budget is not None:
+            for variable, budget in zip(PACER_RESERVED_ENVIRONMENT, share.reserved_budget, strict=True):
+                environment[variable] = f"{budget / share.executions:.0f}"
         return environment
 
     # --- synth ----------------------------------------------------------------------------------
@@ -745,6 +843,29 @@ class ModelQuota(Construct):
     def _twins(self) -> list[ModelQuota]:
         """Other quotas of this app for the same model, account and Region."""
         return [q for q in _QUOTAS.get(self.node.root, []) if q is not self and q._key() == self._key()]
+
+
+def _tier_cell(share: Share) -> str:
+    """The share's tier for the table: a reserved share with the part of its calls the reservation holds."""
+    reserved = share.reserved_plan()
+    if reserved is None:
+        return share.service_tier or "-"
+    return f"reserved ({reserved.served_fraction:.0%} held)"
+
+
+def _reserved_fields(share: Share) -> dict[str, Any]:
+    """A reserved share's reservation figures for the plan file: its budget, the part of its calls the
+    budget holds at its cap, and the calls a minute that overflow to the on-demand quota."""
+    reserved = share.reserved_plan()
+    if reserved is None or share.reserved_budget is None:
+        return {}
+    return {
+        "reserved_input_tpm": round(share.reserved_budget[0], 1),
+        "reserved_output_tpm": round(share.reserved_budget[1], 1),
+        "reserved_fraction": round(reserved.served_fraction, 4),
+        "reserved_binding": reserved.binding,
+        "overflow_requests_per_minute": round(reserved.overflow_requests_per_minute, 2),
+    }
 
 
 def _tpm_at(profile: planning.TokenProfile, in_flight: int, call_seconds: float) -> float:
