@@ -655,3 +655,52 @@ def test_a_share_refuses_a_tier_it_cannot_plan(options, share, message):
 def test_a_reservation_needs_both_of_its_budgets():
     with pytest.raises(InvalidPropsError, match="reserved_input_tpm and reserved_output_tpm go together"):
         tiered_quota(reserved_input_tpm=100_000)
+
+
+# --- a role given one tier is denied the others ---------------------------------------------------------
+
+
+def denies(stack: cdk.Stack) -> list[dict]:
+    from helpers import policy_statements
+
+    return [s for s in policy_statements(cdk.assertions.Template.from_stack(stack).to_json()) if s["Effect"] == "Deny"]
+
+
+def test_the_worker_and_the_router_roles_are_denied_every_tier_but_their_own():
+    from genai_pacer import AnswerRouter, AnswerStore, QueuedInference
+    from genai_pacer.models import SERVICE_TIER_KEY
+
+    stack = cdk.Stack(cdk.App(), "Tiers", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    model = BedrockModel.from_id(f"us.{NOVA}")
+    QueuedInference(stack, "Queue", model=model, max_concurrency=2, service_tier="flex")
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=model, service_tier="priority")
+    fences = sorted((s["Condition"]["StringEquals"][SERVICE_TIER_KEY] for s in denies(stack)), key=len)
+    assert sorted(map(sorted, fences)) == [["default", "flex", "reserved"], ["default", "priority", "reserved"]]
+    for statement in denies(stack):
+        assert statement["Action"] == "bedrock:InvokeModel"
+        # the same resources the grant allows: the profile and every model it routes to
+        assert len(statement["Resource"]) == len(model.resource_arns(stack))
+
+
+def test_without_a_tier_or_with_a_deploy_time_one_no_role_is_fenced():
+    from genai_pacer import QueuedInference
+
+    stack = cdk.Stack(cdk.App(), "Tiers")
+    QueuedInference(stack, "Plain", model=BedrockModel.from_id(NOVA), max_concurrency=2)
+    tier = cdk.CfnParameter(stack, "Tier", type="String").value_as_string
+    QueuedInference(stack, "Token", model=BedrockModel.from_id(NOVA), max_concurrency=2, service_tier=tier)  # type: ignore[arg-type]
+    assert denies(stack) == []
+
+
+def test_a_quota_still_finds_a_fenced_consumer_by_its_grant():
+    """ModelQuota reads the roles' Allow statements; the tier Deny on the same model is not a caller."""
+    from genai_pacer import ModelQuota, QueuedInference
+
+    stack = cdk.Stack(cdk.App(), "Tiers", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    model = BedrockModel.from_id(f"us.{NOVA}")
+    quota = ModelQuota(stack, "Quota", model=model, tpm_quota=400_000)
+    profile = quota.profile(input_tokens=2_000, output_tokens=300, max_tokens=440)
+    QueuedInference(stack, "Queue", model=model, service_tier="flex", max_output_tokens=440,
+                    max_concurrency=quota.share("Queue", profile, call_seconds=6, fraction=0.5, service_tier="flex"))
+    plan = quota.plan(consumers=True)
+    assert [c.path for c in plan.consumers] == ["Tiers/Queue"] and plan.unshared == ()

@@ -65,6 +65,7 @@ __all__ = [
     "ModelKind",
     "ModelRetirement",
     "PROFILE_REGIONS",
+    "SERVICE_TIER_KEY",
     "as_bedrock_model",
 ]
 
@@ -99,6 +100,18 @@ INFERENCE_PROFILE_ARN_KEY = "bedrock:InferenceProfileArn"
 #: The global condition key the documented global-profile policy conditions on ("unspecified" for
 #: the Region-less model): https://docs.aws.amazon.com/bedrock/latest/userguide/global-cross-region-inference.html
 REQUESTED_REGION_KEY = "aws:RequestedRegion"
+#: The condition key that holds a call's service tier. The Bedrock user guide's "Control access to
+#: service tiers" (https://docs.aws.amazon.com/bedrock/latest/userguide/security_iam_id-based-policy-examples-agent.html)
+#: documents it with a Deny on bedrock:InvokeModel and StringEquals over the tiers to refuse (values
+#: reserved, priority, default, flex), and notes that a call naming no tier is served by default without
+#: matching it; the Service Authorization Reference lists the key for Amazon Bedrock, but its actions
+#: table was not found to name InvokeModel for it. So genai-pacer uses it only in the documented form,
+#: a Deny that matches the tiers a role was not given: if the key were not set on a call, the Deny
+#: would match nothing and the role keeps the access it was granted (README, deploy-only facts).
+SERVICE_TIER_KEY = "bedrock:ServiceTier"
+#: The values it takes: botocore's ServiceTierType (the runtime's one list, checked by
+#: tests/test_aws_facts_bedrock.py).
+_SERVICE_TIER_VALUES = ("priority", "default", "flex", "reserved")
 
 APPLICATION_PROFILE_BYPASS = """\
 An application inference profile's grant allows bedrock:InvokeModel on the profile AND, with no
@@ -547,6 +560,23 @@ class BedrockModel:
         for grant in grants[1:]:
             combined = combined.combine(grant)
         return combined
+
+    def tier_fence(self, scope: Construct, service_tier: str, *, streaming: bool = False) -> iam.PolicyStatement | None:
+        """A Deny of this model's invoke actions at every service tier but `service_tier` (SERVICE_TIER_KEY),
+        so a role given one tier cannot bill another, e.g. a background job at Priority. None for a
+        deploy-time tier (the other tiers are not known at synth). A call naming no tier does not
+        match the key (the user guide's example), so the role can still make untiered calls, served
+        at default."""
+        with Checks("BedrockModel.tier_fence") as check:
+            if not is_token(service_tier):
+                check.one_of("service_tier", service_tier, _SERVICE_TIER_VALUES, fix="the tier the role was given")
+        if is_token(service_tier):
+            return None
+        return iam.PolicyStatement(
+            effect=iam.Effect.DENY, actions=_actions(streaming, "BedrockModel.tier_fence"),
+            resources=self.resource_arns(scope),
+            conditions={"StringEquals": {SERVICE_TIER_KEY: [t for t in _SERVICE_TIER_VALUES if t != service_tier]}},
+        )
 
     def as_imodel(self, scope: Construct, id: str) -> bedrock.IModel:
         """The aws-cdk-lib IModel whose ARN the Step Functions Bedrock task puts in ModelId."""

@@ -122,8 +122,9 @@ class AnswerRouter(Construct):
         timeout, half of the deployed value: the function gets the timeout and halves it).
     service_tier: the Bedrock service tier of a miss's call ("priority", "default", "flex" or
         "reserved"; docs/tiers.md): "priority" suits a miss, which a user is waiting for. A request
-        cannot choose another. A deploy-time string reaches the function as it is. Default: none
-        (Bedrock serves at default).
+        cannot choose another, and the function's role is denied the other tiers
+        (BedrockModel.tier_fence). A deploy-time string reaches the function as it is (without the
+        Deny). Default: none (Bedrock serves at default).
     max_output_tokens: the maxTokens of every miss's model call (a caller cannot set it: a request's
         inferenceConfig is refused). Size it from the p99 answer (planning.size_max_tokens): Bedrock
         reserves it against the quota on every call, and ModelQuota plans the router's share with it.
@@ -294,6 +295,8 @@ class AnswerRouter(Construct):
         # No DeleteItem: answers and the router's own claims are written with PutItem only.
         (store.grant_put if write_back else store.grant_read)(self.function)
         model.grant_invoke(self.function)
+        if service_tier is not None and (fence := model.tier_fence(self, service_tier)) is not None:
+            self.function.add_to_role_policy(fence)  # no other tier, whatever the code in the function sends
         self.url: lambda_.FunctionUrl | None = (
             self.function.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM) if function_url else None
         )

@@ -153,8 +153,10 @@ class QueuedInference(Construct):
     latency_optimized: request Bedrock latency-optimized inference. Default: False.
     service_tier: the Bedrock service tier of every call ("priority", "default", "flex" or
         "reserved"; docs/tiers.md): "flex" suits a queue, whose work can wait. A message cannot
-        choose another (a body with serviceTier is refused as a bad message). A deploy-time string
-        reaches the worker as it is. Default: none (Bedrock serves at default).
+        choose another (a body with serviceTier is refused as a bad message), and the worker's role
+        is denied the other tiers (BedrockModel.tier_fence). A deploy-time string reaches the worker
+        as it is (without the Deny: the other tiers are not known at synth). Default: none (Bedrock
+        serves at default).
     bedrock_max_attempts: SDK attempts per call, the first included (>= 1). Default: 4.
     max_output_tokens: the longest answer a call may produce: the maxTokens a message gets when it
         sets none, and the most it may set. Sizes the time budget. Default: 1000.
@@ -342,6 +344,8 @@ class QueuedInference(Construct):
             },
         )
         model.grant_invoke(role)
+        if service_tier is not None and (fence := model.tier_fence(self, service_tier)) is not None:
+            role.add_to_principal_policy(fence)  # no other tier, whatever the code in the function sends
         self.answer_store.grant_write(role)  # answers and claims, on this table only
 
         self.event_source = sources.SqsEventSource(
