@@ -44,6 +44,9 @@ class PrecomputeStack(cdk.Stack):
                 system="You write a short, factual pre-market note for an equity analyst.",
                 prompt=sfn.JsonPath.format("Write this morning's note for {}.", sfn.JsonPath.string_at("$.item.ticker")),
                 max_tokens=profile.max_tokens,
+                # Nobody waits on a pre-computation run: Flex, served after standard traffic at a
+                # discount (docs/tiers.md; the default model takes it, settings.py).
+                service_tier="flex",
             ),
             max_concurrency=rate,  # fitted to the inline Map's 1..40
             schedule=scheduler.ScheduleExpression.cron(
@@ -76,6 +79,8 @@ class PrecomputeStack(cdk.Stack):
                 "review-summary#{product}": "Summarize the reviews of product {product} in three sentences.",
             },
             max_age=cdk.Duration.hours(24),
+            # A miss has a user waiting: Priority, served ahead of standard and Flex traffic.
+            service_tier="priority",
             max_output_tokens=profile.max_tokens,
             reserved_concurrency=router_share,  # 2 misses in flight: the router holds the share it is given
         )

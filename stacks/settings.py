@@ -13,15 +13,19 @@ from constructs import Construct
 
 #: context key -> (default, meaning)
 CONTEXT_DEFAULTS: dict[str, tuple[str, str]] = {
+    # Amazon Nova 2 Lite (a US cross-Region profile): a current model that the service tiers page lists
+    # for the Priority and Flex tiers in us-east-1, us-east-2 and us-west-2 (read in a copy of
+    # 2026-02-15, https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html),
+    # which the pre-computation stack uses. Claude 3.5 Haiku, the default until 0.2.0, reached its
+    # Bedrock end of life on 2026-06-19 (genai_pacer.models.DEPRECATED_MODELS). Amazon Nova Lite
+    # (us.amazon.nova-lite-v1:0), the default briefly after it, gave way to the model the page lists
+    # for the tiers the pre-computation stack asks for.
     "model_id": (
-        # Amazon Nova Lite, through its US profile: a current model (Claude 3.5 Haiku, the default until
-        # 0.2.0, reached its Bedrock end of life on 2026-06-19: genai_pacer.models.DEPRECATED_MODELS).
-        "us.amazon.nova-lite-v1:0",
+        "us.amazon.nova-2-lite-v1:0",
         "model or cross-Region inference profile id every reference stack calls",
     ),
     "model_regions": ("", "comma-separated Regions the profile routes to (default: by its prefix)"),
-    "burndown": ("1", "quota tokens per output token of that model (1 for Nova Lite; 5 for the Claude models "
-                      "planning.BURNDOWN_DOC lists)"),
+    "burndown": ("1", "quota tokens per output token of that model (1 for Amazon Nova models)"),
     "tpm_quota": ("1000000", "the account's tokens-per-minute quota for that model (an example: pass yours)"),
 }
 

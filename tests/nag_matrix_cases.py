@@ -277,7 +277,7 @@ def model(kind: str, account: str = ACCOUNT) -> Any:
 
     return {
         "foundation": lambda: BedrockModel.foundation("amazon.nova-lite-v1:0"),
-        "us-profile": lambda: BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0"),
+        "us-profile": lambda: BedrockModel.from_id("us.anthropic.claude-haiku-4-5-20251001-v1:0"),
         "global-profile": lambda: BedrockModel.from_id("global.anthropic.claude-sonnet-4-20250514-v1:0"),
         "app-profile": lambda: BedrockModel.application_inference_profile(
             f"arn:aws:bedrock:{REGION}:{account}:application-inference-profile/abc123def456",
