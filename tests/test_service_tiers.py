@@ -704,3 +704,15 @@ def test_a_quota_still_finds_a_fenced_consumer_by_its_grant():
                     max_concurrency=quota.share("Queue", profile, call_seconds=6, fraction=0.5, service_tier="flex"))
     plan = quota.plan(consumers=True)
     assert [c.path for c in plan.consumers] == ["Tiers/Queue"] and plan.unshared == ()
+
+
+def test_a_state_machine_role_is_denied_every_tier_but_its_requests():
+    from genai_pacer.models import SERVICE_TIER_KEY
+
+    stack = cdk.Stack(cdk.App(), "Tiers", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    bounded_map(stack, ConverseRequest(prompt="p", max_tokens=300, service_tier="flex"))
+    [fence] = denies(stack)
+    assert sorted(fence["Condition"]["StringEquals"][SERVICE_TIER_KEY]) == ["default", "priority", "reserved"]
+    plain = cdk.Stack(cdk.App(), "Plain")
+    bounded_map(plain, ConverseRequest(prompt="p", max_tokens=300))
+    assert denies(plain) == []

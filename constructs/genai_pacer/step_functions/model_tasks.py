@@ -251,7 +251,8 @@ class ConverseRequest:
         tiers a model takes depends on the model and the Region: an unsupported tier fails every call
         (https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html). Whether
         Step Functions' Converse integration passes it on is confirmed only by a deploy
-        (SFN_CONVERSE_PASSES_SERVICE_TIER). Default: none (Bedrock serves at default).
+        (SFN_CONVERSE_PASSES_SERVICE_TIER). A tier given at synth also denies the role that runs the
+        task every other tier (BedrockModel.tier_fence). Default: none (Bedrock serves at default).
     """
 
     prompt: str | None = None
@@ -484,6 +485,10 @@ def model_call(
         # The SDK integration would derive "bedrockruntime:converse", which is no IAM action.
         iam_action=INVOKE_ACTIONS[0],
         iam_resources=[model.invoke_arn(scope)],
+        # A tier given at synth: the role running the task is denied the others (BedrockModel.tier_fence).
+        additional_iam_statements=[fence] if (
+            request.service_tier is not None and (fence := model.tier_fence(scope, request.service_tier)) is not None
+        ) else None,
         parameters=request.parameters(model.model_id),
         result_selector=dict(options.result_selector)
         if options.result_selector is not None
