@@ -716,3 +716,18 @@ def test_a_state_machine_role_is_denied_every_tier_but_its_requests():
     plain = cdk.Stack(cdk.App(), "Plain")
     bounded_map(plain, ConverseRequest(prompt="p", max_tokens=300))
     assert denies(plain) == []
+
+
+def test_settling_a_reserved_call_changes_only_its_own_hold():
+    """Two calls that started at the same instant with the same tokens are two holds: settling one
+    (or releasing one the window already dropped) leaves the other as it was."""
+    from pacer_runtime.quota_pacer import _Reservation
+
+    reservation = _Reservation(1_000, 1_000)
+    first, second = reservation.take(0.0, 100, 200), reservation.take(0.0, 100, 200)
+    assert first is not None and second is not None
+    reservation.settle(second, 100, 50)
+    assert (first[2], second[2], reservation.output_held) == (200, 50, 250)
+    reservation.expire(1.0)
+    reservation.release(first)  # already dropped by the window: nothing to give back
+    assert (reservation.input_held, reservation.output_held) == (0, 0)

@@ -192,7 +192,8 @@ class _Reservation:
         return entry
 
     def settle(self, entry: list[float], input_tokens: float, output_tokens: float) -> None:
-        if entry in self.entries:
+        """Replace a held call's tokens with its usage; an entry the window already dropped changes nothing."""
+        if any(held is entry for held in self.entries):  # by identity: two calls may hold equal tokens
             self.input_held += input_tokens - entry[1]
             self.output_held += output_tokens - entry[2]
             entry[1], entry[2] = float(input_tokens), float(output_tokens)
