@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 
 from ._arguments import positive, whole
 from .metrics import SERVICE_TIER_MEMBER, SERVICE_TIERS
+from .prompts import describe as _kind  # one rule for describing a value without echoing it
 
 THROTTLE_CODES = frozenset(
     {"ThrottlingException", "TooManyRequestsException", "ServiceQuotaExceededException"}
@@ -133,23 +134,6 @@ def checked_service_tier(service_tier: Any) -> str:
         f"service_tier{f'={service_tier!r}' if short else _show(service_tier)} must be one of "
         f"{', '.join(repr(t) for t in SERVICE_TIERS)}{hint}"
     )
-
-
-def _kind(value: Any) -> str:
-    """What a value is, for an error message, without echoing it (it may be the user's prompt)."""
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        return "an empty string" if not value.strip() else "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return f"the number {value!r}"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, list | tuple):
-        return "an empty list" if not value else "a list"
-    return f"a {type(value).__name__}"
 
 
 def _show(value: Any) -> str:

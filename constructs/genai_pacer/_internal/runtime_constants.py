@@ -1,9 +1,10 @@
-"""The handlers' metric names, read by the constructs without boto3 or a second copy.
+"""Runtime files the library uses without boto3 or a second copy: the handlers' metric names
+(`lambda/pacer_runtime/metrics.py`) and the benchmark's prompts parser (`prompts.py`).
 
-`lambda/pacer_runtime/metrics.py` is the one place the namespace, metric and dimension names are
-written. Importing it as `pacer_runtime.metrics` would run `pacer_runtime/__init__.py`, which
-imports boto3 (not a dependency of the constructs). This loads the one file by its path, under a
-private module name, once per process. The file uses the standard library only.
+Each is the one place its content is written. Importing it as `pacer_runtime.<name>` would run
+`pacer_runtime/__init__.py`, which imports boto3 (not a dependency of the constructs, nor of the
+bench's import). This loads the one file by its path, under a private module name, once per
+process. Both files use the standard library only at import.
 """
 
 from __future__ import annotations
@@ -15,23 +16,36 @@ from types import ModuleType
 
 from .assets import LAMBDA_DIR
 
-__all__ = ["MODULE_NAME", "metrics_constants"]
+__all__ = ["MODULE_NAME", "PROMPTS_MODULE_NAME", "metrics_constants", "prompts_module"]
 
 MODULE_NAME = "genai_pacer._pacer_metrics"
+PROMPTS_MODULE_NAME = "genai_pacer._pacer_prompts"
 
 
 @cache
 def metrics_constants() -> ModuleType:
     """lambda/pacer_runtime/metrics.py as a module (NAMESPACE, metric names, dimension names)."""
-    path = LAMBDA_DIR / "pacer_runtime" / "metrics.py"
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    return _load("metrics.py", MODULE_NAME, "metric names")
+
+
+@cache
+def prompts_module() -> ModuleType:
+    """lambda/pacer_runtime/prompts.py as a module (Prompt, parse_prompts, PromptError): the parser
+    the deployed replay's handler uses as pacer_runtime.prompts."""
+    return _load("prompts.py", PROMPTS_MODULE_NAME, "benchmark prompts parser")
+
+
+def _load(filename: str, module_name: str, what: str) -> ModuleType:
+    path = LAMBDA_DIR / "pacer_runtime" / filename
+    spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None or not path.is_file():
-        raise ModuleNotFoundError(f"genai-pacer's metric names are missing from {path}; reinstall genai-pacer")
+        raise ModuleNotFoundError(f"genai-pacer's {what} {'are' if what.endswith('s') else 'is'} missing from {path}; "
+                                  "reinstall genai-pacer")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[MODULE_NAME] = module  # dataclasses resolve their module through sys.modules
+    sys.modules[module_name] = module  # dataclasses resolve their module through sys.modules
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        del sys.modules[MODULE_NAME]
+        del sys.modules[module_name]
         raise
     return module

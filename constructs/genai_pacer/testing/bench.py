@@ -19,9 +19,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._internal.install import MATPLOTLIB_HINT
+from .._internal.runtime_constants import prompts_module
 from ..quota import planning
 from ..stats import percentile
 from .emulator import ANSWER_TOKENS_KEY
@@ -31,10 +32,12 @@ __all__ = [
     "BenchReport",
     "Percentiles",
     "Prompt",
+    "PromptError",
     "SAMPLE_PROMPTS",
     "Sample",
     "converse_request",
     "error_code",
+    "expected_output_tokens",
     "load_prompts",
     "percentile",
     "percentiles",
@@ -49,36 +52,23 @@ TAIL_MINIMUM = {"p50": 1, "p90": 10, "p99": 100}  # samples below which a percen
 SAMPLE_PROMPTS = Path(__file__).with_name("data") / "prompts.jsonl"
 
 
-@dataclass(frozen=True)
-class Prompt:
-    """One representative request: its text and the output length it produces in production."""
-
-    prompt: str
-    expected_output_tokens: int
-    id: str = ""
-    system: str | None = None
+if TYPE_CHECKING:
+    from pacer_runtime.prompts import Prompt, PromptError, expected_output_tokens
+else:
+    # One parser for the local bench and the deployed replay (lambda/pacer_runtime/prompts.py),
+    # loaded by its path: the bench imports without boto3.
+    _prompts = prompts_module()
+    Prompt, PromptError, expected_output_tokens = _prompts.Prompt, _prompts.PromptError, _prompts.expected_output_tokens
 
 
 def load_prompts(path: str | Path) -> list[Prompt]:
-    """Read a JSONL workload: {"prompt": str, "expected_output_tokens": int, "id"?: str, "system"?: str}."""
-    prompts = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except ValueError as error:
-            raise ValueError(f"{where}: not JSON ({error})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("prompt"), str) or not record["prompt"].strip():
-            raise ValueError(f"{where}: needs a non-empty string 'prompt'")
-        expected = record.get("expected_output_tokens")
-        if not isinstance(expected, int) or isinstance(expected, bool) or expected < 1:
-            raise ValueError(f"{where}: 'expected_output_tokens' must be a positive integer, got {expected!r}")
-        prompts.append(Prompt(record["prompt"], expected, str(record.get("id") or number), record.get("system")))
-    if not prompts:
-        raise ValueError(f"{path}: no prompts")
-    return prompts
+    """Read a JSONL workload, one request a line, in either format (see bench/README.md):
+    a text line {"prompt": str, "expected_output_tokens": int, "id"?: str, "system"?: str}, or a
+    recorded Converse request {"messages": [...], "system"?: [...], "inferenceConfig"?: {...},
+    "additionalModelRequestFields"?: {...}, "performanceConfig"?: {...}, "id"?, "expected_output_tokens"?}.
+    A bad line raises PromptError (a ValueError) naming path:line, never quoting the prompt."""
+    parsed: list[Prompt] = prompts_module().parse_prompts(Path(path).read_text(), str(path))
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -281,19 +271,12 @@ class _AttemptCounter:
 
 def converse_request(prompt: Prompt, model_id: str, *, max_tokens: int | None = None, latency: str | None = None,
                      answer_hint: bool = True) -> dict[str, Any]:
-    """Converse arguments for one workload prompt; answer_hint tells the emulator the expected
-    output length through requestMetadata (real Bedrock only logs it)."""
-    from genai_pacer.runtime import build_converse_request
-
-    request = build_converse_request(
-        model_id,
-        prompt=prompt.prompt,
-        system=prompt.system,
-        inference_config={"maxTokens": max_tokens} if max_tokens else None,
-        latency=latency,
-    )
-    if answer_hint:
-        request["requestMetadata"] = {ANSWER_TOKENS_KEY: str(prompt.expected_output_tokens)}
+    """Converse arguments for one workload prompt (text or recorded). max_tokens and latency, when
+    given, win over a recorded request's inferenceConfig.maxTokens and performanceConfig; answer_hint
+    tells the emulator the expected output length through requestMetadata (real Bedrock only logs
+    it), for the prompts that have one."""
+    request: dict[str, Any] = prompt.converse_request(
+        model_id, max_tokens=max_tokens, latency=latency, answer_hint_key=ANSWER_TOKENS_KEY if answer_hint else None)
     return request
 
 
@@ -349,7 +332,7 @@ def run_benchmark(
             charge = planning.TokenProfile(  # the quota arithmetic the planner uses, on server-reported usage
                 input_tokens=result.input_tokens,
                 output_tokens=result.output_tokens,
-                max_tokens=max(config.max_tokens or config.model_max_tokens, result.output_tokens),
+                max_tokens=max(config.max_tokens or prompt.max_tokens or config.model_max_tokens, result.output_tokens),
                 burndown=config.burndown,
                 cache_write_tokens=result.cache_write_tokens,
                 cache_read_tokens=result.cache_read_tokens,

@@ -50,7 +50,7 @@ from typing import Any
 
 from .._internal.checks import Checks
 from ..quota import planning
-from .bench import Prompt, converse_request, error_code, percentiles
+from .bench import Prompt, converse_request, error_code, expected_output_tokens, percentiles
 from .emulator import BedrockEmulator, ModelSpec, approx_tokens
 
 __all__ = [
@@ -198,8 +198,8 @@ def quota_plan(prompts: Sequence[Prompt], spec: ModelSpec, *, max_tokens: int | 
     max_tokens: plan for this max_tokens instead of the one size_max_tokens gives for the prompts'
     p99 output (the reservation, hence the rate and the cap, depend on it).
     """
-    inputs = [approx_tokens((p.system or "") + p.prompt) for p in prompts]
-    outputs = [p.expected_output_tokens for p in prompts]
+    inputs = [approx_tokens(p.input_text) for p in prompts]
+    outputs = expected_output_tokens(list(prompts), "the quota plan")  # a PromptError naming the line without one
     p99 = percentiles(outputs).p99
     if p99 is None:
         raise ValueError("quota_plan needs at least one prompt")
