@@ -188,3 +188,21 @@ def load_prompts_from_text(text: str) -> list[Prompt]:
 
     parsed: list[Prompt] = prompts_module().parse_prompts(text, "hypothesis")
     return parsed
+
+
+def test_a_recordings_max_tokens_is_what_the_report_counts_as_reserved_unless_the_run_sets_one(tmp_path):
+    from genai_pacer.testing import BedrockEmulator
+    from genai_pacer.testing.bench import BenchConfig, run_benchmark
+
+    prompts = load_prompts(write(tmp_path, RECORDED))
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=50) as emulator:
+        client = emulator.client()
+        recorded = run_benchmark(client, prompts, BenchConfig(model_id=MODEL, requests=1, warmup=0, time_scale=50))
+        capped = run_benchmark(client, prompts, BenchConfig(model_id=MODEL, requests=1, warmup=0, time_scale=50,
+                                                            max_tokens=100))
+    (first,), (second,) = recorded.samples, capped.samples
+    def prompt_tokens(sample):  # the recording has a cache point: the second call reads what the first wrote
+        return sample.input_tokens + sample.cache_write_tokens + sample.cache_read_tokens
+
+    assert first.reserved == prompt_tokens(first) + 300  # not the model's 8,192
+    assert second.reserved == prompt_tokens(second) + 100

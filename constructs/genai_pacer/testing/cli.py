@@ -62,7 +62,11 @@ def _number(kind: Callable[[str], Any], *, minimum: float | None = None, above: 
     return parse
 
 
-PROMPTS_HELP = ('JSONL, one request a line: {"prompt": ..., "expected_output_tokens": N, "id"?, "system"?} '
+PROMPTS_HELP = ('JSONL, one request a line: a text line {"prompt": ..., "expected_output_tokens": N, "id"?, "system"?} '
+                'or a recorded Converse request {"messages": [...], "system"?, "inferenceConfig"?, '
+                '"additionalModelRequestFields"?, "performanceConfig"?, "id"?, "expected_output_tokens"?} '
+                '(no modelId: --model-id decides; --max-tokens and --latency win over the recording\'s; '
+                'format: bench/README.md) '
                 '(default: the 48 synthetic prompts shipped with genai-pacer, genai_pacer/testing/data/prompts.jsonl)')
 COUNT = _number(int, minimum=1)
 POSITIVE = _number(float, above=0)
