@@ -206,3 +206,18 @@ def test_a_recordings_max_tokens_is_what_the_report_counts_as_reserved_unless_th
 
     assert first.reserved == prompt_tokens(first) + 300  # not the model's 8,192
     assert second.reserved == prompt_tokens(second) + 100
+
+
+def test_the_handlers_parse_with_the_same_file_the_bench_loads(tmp_path):
+    """One parser: the replay Lambda imports pacer_runtime.prompts (shipped in every handler asset), the
+    bench loads the same file by path; and the handlers describe values with its rule."""
+    import pacer_runtime.bedrock
+    import pacer_runtime.prompts
+    from genai_pacer._internal.runtime_constants import prompts_module
+
+    assert Path(pacer_runtime.prompts.__file__).resolve() == Path(prompts_module().__file__).resolve()
+    assert pacer_runtime.bedrock._kind is pacer_runtime.prompts.describe
+    text = write(tmp_path, RECORDED).read_text()
+    (handler,) = pacer_runtime.prompts.parse_prompts(text, "s3://bucket/prompts.jsonl")
+    (bench,) = load_prompts(tmp_path / "prompts.jsonl")
+    assert handler.converse_request(MODEL) == bench.converse_request(MODEL) and handler.source == "s3://bucket/prompts.jsonl:1"
