@@ -221,3 +221,11 @@ def test_the_handlers_parse_with_the_same_file_the_bench_loads(tmp_path):
     (handler,) = pacer_runtime.prompts.parse_prompts(text, "s3://bucket/prompts.jsonl")
     (bench,) = load_prompts(tmp_path / "prompts.jsonl")
     assert handler.converse_request(MODEL) == bench.converse_request(MODEL) and handler.source == "s3://bucket/prompts.jsonl:1"
+
+
+def test_the_quota_experiment_refuses_a_recorded_line_without_an_answer_length_before_it_runs(tmp_path, capsys):
+    path = write(tmp_path, RECORDED, {"messages": MESSAGES})
+    assert main(["experiments", "--which", "quota", "--prompts", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "prompts.jsonl:2: no 'expected_output_tokens'; the quota plan needs each prompt's answer length" in err
+    assert SECRET not in err and not list((tmp_path / "out").glob("*.json"))
