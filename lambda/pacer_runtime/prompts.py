@@ -120,8 +120,10 @@ class Prompt:
         recorded = self.recorded or {}
         blocks = list(recorded.get("system") or [])
         for message in recorded.get("messages") or []:
-            blocks += message.get("content") or []
-        return "".join(block["text"] for block in blocks if isinstance(block.get("text"), str))
+            content = message.get("content") if isinstance(message, Mapping) else None
+            blocks += content if isinstance(content, list) else []
+        # Shapes are botocore-checked when it is installed; without it a malformed block counts as no text.
+        return "".join(block["text"] for block in blocks if isinstance(block, Mapping) and isinstance(block.get("text"), str))
 
     def converse_request(self, model_id: str, *, max_tokens: int | None = None, latency: str | None = None,
                          answer_hint_key: str | None = None) -> dict[str, Any]:
