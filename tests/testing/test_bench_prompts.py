@@ -230,3 +230,15 @@ def test_the_quota_experiment_refuses_a_recorded_line_without_an_answer_length_b
     err = capsys.readouterr().err
     assert "prompts.jsonl:2: no 'expected_output_tokens'; the quota plan needs each prompt's answer length" in err
     assert SECRET not in err and not list((tmp_path / "out").glob("*.json"))
+
+
+def test_the_parsers_converse_names_are_botocores():
+    """AWS facts the parser relies on, held to botocore's bedrock-runtime model."""
+    import botocore.session
+    from genai_pacer._internal.runtime_constants import prompts_module
+
+    prompts = prompts_module()
+    model = botocore.session.get_session().get_service_model(prompts.CONVERSE_SERVICE)
+    shape = model.operation_model(prompts.CONVERSE_OPERATION).input_shape
+    assert set(prompts.RECORDED_FIELDS) | set(prompts.REFUSED) <= set(shape.members)
+    assert tuple(shape.members["performanceConfig"].members["latency"].enum) == prompts.LATENCY_MODES
