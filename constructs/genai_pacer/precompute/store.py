@@ -171,15 +171,7 @@ class AnswerStore(Construct):
 
     def _grant(self, grantee: iam.IGrantable, actions: tuple[str, ...], key_actions: tuple[str, ...]) -> iam.Grant:
         grant = self.table.grant(grantee, *actions)
-        key = getattr(self.table, "encryption_key", None)
-        if key is not None:  # Table.grant grants no KMS actions; a customer-managed key needs them
-            # Only through DynamoDB in the table's Region: the role cannot decrypt with the key directly.
-            iam.Grant.add_to_principal(
-                grantee=grantee,
-                actions=list(key_actions),
-                resource_arns=[key.key_arn],
-                conditions={"StringEquals": {KMS_VIA_SERVICE: f"dynamodb.{cdk.Stack.of(self.table).region}.amazonaws.com"}},
-            )
+        grant_table_key(self.table, grantee, key_actions)
         return grant
 
     def _check_existing(self, check: Checks, table: Any) -> None:
@@ -200,6 +192,19 @@ class AnswerStore(Construct):
             + (f" and sort key {sort[0][0]!r}" if sort else "")
             + f"; answers are read and written by a string partition key named '{PARTITION_KEY}' and no sort key. "
             "Use such a table or omit table to get one",
+        )
+
+
+def grant_table_key(table: Any, grantee: iam.IGrantable, key_actions: tuple[str, ...]) -> None:
+    """Table.grant grants no KMS actions; a table's customer-managed key needs them, and only through
+    DynamoDB in the table's Region: the role cannot use the key directly."""
+    key = getattr(table, "encryption_key", None)
+    if key is not None:
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=list(key_actions),
+            resource_arns=[key.key_arn],
+            conditions={"StringEquals": {KMS_VIA_SERVICE: f"dynamodb.{cdk.Stack.of(table).region}.amazonaws.com"}},
         )
 
 

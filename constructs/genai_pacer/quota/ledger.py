@@ -45,7 +45,7 @@ from constructs import Construct
 
 from .._internal.checks import Checks, Default, _show, is_token, resolved
 from .._internal.docs import constructor_doc
-from ..precompute.store import KMS_VIA_SERVICE, _is_table, _table_keys
+from ..precompute.store import _is_table, _table_keys, grant_table_key
 from .model_quota import ModelQuota
 
 __all__ = ["LEDGER_ENVIRONMENT", "LEDGER_KEY_PREFIX", "LEDGER_PARTITION_KEY", "LEDGER_TTL_ATTRIBUTE", "QuotaLedger"]
@@ -214,14 +214,7 @@ class QuotaLedger(Construct):
             # Only this quota's item: a consumer of one quota cannot write another's in a shared table.
             conditions={"ForAllValues:StringEquals": {LEADING_KEYS: [LEDGER_KEY_PREFIX + self.ledger_id]}},
         )
-        key = getattr(self.table, "encryption_key", None)
-        if key is not None:  # a customer-managed key: through DynamoDB in the table's Region only
-            iam.Grant.add_to_principal(
-                grantee=grantee,
-                actions=list(key_actions),
-                resource_arns=[key.key_arn],
-                conditions={"StringEquals": {KMS_VIA_SERVICE: f"dynamodb.{cdk.Stack.of(self.table).region}.amazonaws.com"}},
-            )
+        grant_table_key(self.table, grantee, key_actions)
         return grant
 
     def _check_existing(self, check: Checks, table: Any) -> None:
