@@ -107,3 +107,31 @@ def test_star_import_needs_neither_boto3_nor_botocore():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=PACKAGE.parent, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "pip install boto3" in done.stdout, done.stdout
+
+
+def _aws_cdk_modules_imported(paths: list[Path]) -> set[str]:
+    """Every aws_cdk module the Python files under paths import (`from aws_cdk import aws_x` names one)."""
+    found: set[str] = set()
+    for path in (file for root in paths for file in root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + ([f"aws_cdk.{alias.name}" for alias in node.names] if node.module == "aws_cdk" else [])
+            found |= {name for name in names if name == "aws_cdk" or name.startswith("aws_cdk.")}
+    return {name for name in found if importlib.util.find_spec(name) is not None}  # `from aws_cdk import Stack` is no module
+
+
+def test_mypy_follows_exactly_the_aws_cdk_modules_the_checked_code_imports():
+    """mypy skips the aws_cdk modules not listed (pyproject.toml): a module imported but not listed
+    would be Any and its misuse unchecked; one listed but not imported costs time for nothing."""
+    import tomllib
+
+    root = PACKAGE.parents[1]
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["mypy"]
+    followed = {module for override in config["overrides"] if override.get("follow_imports") == "normal"
+                for module in override["module"]}
+    skipped = [override["module"] for override in config["overrides"] if override.get("follow_imports") == "skip"]
+    assert skipped == [["aws_cdk.*"]]
+    imported = _aws_cdk_modules_imported([root / files for files in config["files"]])
+    assert sorted(imported - followed) == [], "add to the followed list in pyproject.toml"
+    assert sorted(followed - imported) == [], "no checked file imports these: remove them from pyproject.toml"

@@ -496,7 +496,7 @@ def faulty_dynamodb(monkeypatch, fail: dict[str, int], status: int = 500, code: 
             return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
-    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)  # shutdown waits one poll
     serving.start()
     monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", f"http://127.0.0.1:{server.server_address[1]}")
     try:
