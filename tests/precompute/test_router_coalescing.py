@@ -174,7 +174,11 @@ def test_a_recorded_failure_blocks_calls_only_for_its_retry_after(environment):
     model.error = None
     repeated = module.handler({"key": KEY}, Context())  # within Retry-After: the failure is repeated, no call
     assert (repeated["statusCode"], model.calls) == (429, 1)
-    time.sleep(repeated["retryAfterSeconds"] + 0.1)
+    # Retry-After passes on the case's own clock, not by sleeping: the recorded failure is made that much older
+    item = claim_item(module)
+    older = float(item["failed_epoch"]["N"]) - repeated["retryAfterSeconds"] - 0.1
+    module.DDB.update_item(TableName=TABLE, Key={"pk": item["pk"]}, UpdateExpression="SET failed_epoch = :older",
+                           ExpressionAttributeValues={":older": {"N": f"{older:.3f}"}})
     answered = module.handler({"key": KEY}, Context())
     assert (answered["statusCode"], answered["answer"], model.calls) == (200, "the morning note", 2)
     assert "failure_status" not in claim_item(module)
