@@ -126,3 +126,21 @@ def test_library_code_has_no_assert():
         if isinstance(node, ast.Assert)
     ]
     assert found == []
+
+
+def test_a_package_lists_its_exports_before_they_load():
+    """dir() (an editor's or a REPL's completion) shows every exported name of a lazy package before
+    first use, not only what has loaded; one fresh interpreter, so nothing is loaded yet."""
+    import subprocess
+    import sys
+
+    packages = ["genai_pacer"] + [f"genai_pacer.{name}" for name in ("endpoints", "observe", "precompute", "queue", "quota", "step_functions")]
+    script = (
+        "import importlib, sys\n"
+        f"for name in {packages!r}:\n"
+        "    package = importlib.import_module(name)\n"
+        "    print(name, sorted(set(package.__all__) - set(dir(package))))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('aws_cdk')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.splitlines() == [f"{name} []" for name in packages] + ["[]"]  # and nothing loaded the CDK

@@ -5,8 +5,9 @@ without starting the CDK's jsii runtime. Type checkers and editors read the TYPE
 below instead, which name the same objects as _EXPORTS (tests/test_typing.py keeps the two equal).
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._internal.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from . import runtime as runtime
@@ -107,15 +108,8 @@ __all__ = [name for name in _EXPORTS if name not in _NEEDS_EXTRAS]
 
 
 if not TYPE_CHECKING:  # hidden from type checkers, so a misspelt name is an error there, not Any
-
-    def __getattr__(name: str) -> Any:
-        if name not in _EXPORTS:
-            raise AttributeError(f"module 'genai_pacer' has no attribute {name!r}")
-        module = import_module(_EXPORTS[name], __name__)
-        value = module if name in _MODULES else getattr(module, name)
-        globals()[name] = value
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted(_EXPORTS)
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {name: module for name, module in _EXPORTS.items() if name not in _MODULES},
+        {name: _EXPORTS[name] for name in _MODULES},
+    )

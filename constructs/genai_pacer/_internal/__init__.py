@@ -1,3 +1,4 @@
 """What genai-pacer's capabilities share and a user never imports: validation (checks), alarms,
 handler assets, install hints, cdk-nag acknowledgments, the handlers' metric names, S3 key and KMS
-rules, and the aliases of moved modules. Not public API: names here may change in any release."""
+rules, the packages' lazy exports and the aliases of moved modules. Not public API: names here may
+change in any release."""

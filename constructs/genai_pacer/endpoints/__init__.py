@@ -8,8 +8,9 @@ The constructs load on first use, so `from genai_pacer.endpoints import capacity
 which re-exports it) starts no CDK.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._internal.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .llm_endpoint import InferenceComponentOptions as InferenceComponentOptions
@@ -27,12 +28,4 @@ __all__ = ["EndpointScaling", "InferenceComponentOptions", "LlmEndpoint", "PeakW
 
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        if name in ("capacity", "llm_endpoint", "scaling"):
-            return import_module(f".{name}", __name__)
-        if name not in _LAZY:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, ("capacity", "llm_endpoint", "scaling"))

@@ -6,8 +6,9 @@ the handlers write are `pacer_runtime.metrics` (lambda/). Documentation: docs/ob
 The constructs load on first use, like the package's own exports.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._internal.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .dashboard import LatencyAlarms as LatencyAlarms
@@ -27,12 +28,4 @@ __all__ = ["LatencyAlarms", "LatencyDashboard", "ModelInvocationLogging", "TpmQu
 
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        if name in ("dashboard", "invocation_logging"):
-            return import_module(f".{name}", __name__)
-        if name not in _LAZY:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, ("dashboard", "invocation_logging"))

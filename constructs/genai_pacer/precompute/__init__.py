@@ -11,8 +11,9 @@ name of that module (RUN_LOCK_PREFIX, answer_schema, ...) still imports from her
 genai_pacer._internal.moved.REMOVED_IN. The constructs load on first use, like the package's exports.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._internal.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .batch import BatchPrecompute as BatchPrecompute
@@ -31,16 +32,5 @@ _SUBMODULES = ("batch", "router", "scheduled", "store")
 __all__ = sorted(_LAZY)
 
 
-if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        if name in _SUBMODULES:
-            return import_module(f".{name}", __name__)
-        # Any other name is one of the former genai_pacer.precompute module's (the scheduled kind).
-        module = import_module(_LAZY.get(name, ".scheduled"), __name__)
-        try:
-            value = getattr(module, name)
-        except AttributeError:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-        globals()[name] = value
-        return value
+if not TYPE_CHECKING:  # any other name is one of the former genai_pacer.precompute module's (the scheduled kind)
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, _SUBMODULES, rest=".scheduled")

@@ -7,8 +7,9 @@ The construct loads on first use, like the package's own exports. (`genai_pacer.
 the standard library's `queue` is unaffected: absolute imports never resolve to it.)
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._internal.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .inference import QueuedInference as QueuedInference
@@ -18,12 +19,4 @@ __all__ = ["QueuedInference"]
 
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        if name == "inference":
-            return import_module(f".{name}", __name__)
-        if name not in _LAZY:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, ("inference",))

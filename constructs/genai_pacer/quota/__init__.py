@@ -7,8 +7,9 @@ QuotaPacer, the run-time side, is `genai_pacer.runtime.QuotaPacer`. Documentatio
 The constructs load on first use, so `from genai_pacer.quota import planning` starts no CDK.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._internal.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .ledger import QuotaLedger as QuotaLedger
@@ -20,12 +21,4 @@ __all__ = ["ModelQuota", "QuotaLedger", "Share", "check", "planning"]
 
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        if name in ("check", "planning", "model_quota", "ledger"):
-            return import_module(f".{name}", __name__)
-        if name not in _LAZY:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, ("check", "ledger", "model_quota", "planning"))

@@ -7,8 +7,9 @@ StateMachineOptions; logged, traced and allowed only its models). Documentation:
 The constructs load on first use, like the package's own exports.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._internal.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .model_tasks import DEFAULT_RETRY_ERRORS as DEFAULT_RETRY_ERRORS
@@ -39,12 +40,4 @@ __all__ = sorted(_LAZY)
 
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        if name in _SUBMODULES:
-            return import_module(f".{name}", __name__)
-        if name not in _LAZY:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, _SUBMODULES)
