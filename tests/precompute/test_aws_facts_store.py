@@ -1,7 +1,8 @@
 """The answer store's AWS facts, checked against machine-readable sources shipped in the venv:
 botocore's service models (dynamodb 2012-08-10, sqs 2012-11-05) and cfn-lint's IAM policy data
 (cfnlint/data/AdditionalSpecs/Policies.json). Facts only documents state (kms:ViaService and its
-DynamoDB value, which KMS actions DynamoDB calls) are sourced beside their constants in precompute/store.py."""
+DynamoDB value, which KMS actions DynamoDB calls) are sourced beside their constants in precompute/store.py
+and _internal/tables.py."""
 
 from __future__ import annotations
 

@@ -109,7 +109,16 @@ def test_an_existing_table_with_another_key_schema_is_refused_naming_the_table()
     wrong = dynamodb.Table(stack, "Wrong", partition_key=dynamodb.Attribute(name="id", type=dynamodb.AttributeType.STRING),
                            sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.NUMBER))
     problems = refused(lambda: QuotaLedger(stack, "Ledger", quota=quota(stack), table=wrong))
-    assert any("partition key 'id' and sort key 'sk'" in p and "'pk'" in p for p in problems), problems
+    assert any("partition key 'id' (a string) and sort key 'sk'" in p and "'pk'" in p for p in problems), problems
+
+
+def test_an_existing_table_whose_pk_is_a_number_is_refused_saying_its_type():
+    """The name is right and the type is not: the refusal says which (as AnswerStore's does)."""
+    stack = new_stack()
+    wrong = dynamodb.TableV2(stack, "Wrong", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.NUMBER))
+    problems = refused(lambda: QuotaLedger(stack, "Ledger", quota=quota(stack), table=wrong))
+    assert any("has partition key 'pk' (a number); the ledger keys each quota's item by a string partition key "
+               "named 'pk' and no sort key" in p for p in problems), problems
 
 
 def test_an_existing_table_without_ttl_warns_and_an_imported_one_says_what_to_check():

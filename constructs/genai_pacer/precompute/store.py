@@ -43,8 +43,6 @@ Who may write which keys
 
 from __future__ import annotations
 
-from typing import Any
-
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -54,6 +52,8 @@ from constructs import Construct
 
 from .._internal.checks import Checks, Default, in_unit, resolved, seconds_text
 from .._internal.docs import constructor_doc
+from .._internal.tables import KMS_VIA_SERVICE as KMS_VIA_SERVICE  # its home before _internal.tables
+from .._internal.tables import check_existing_table, grant_table_key, table_or_new
 
 __all__ = ["AnswerStore", "DEFAULT_ANSWER_TTL", "PARTITION_KEY", "TTL_ATTRIBUTE"]
 
@@ -82,11 +82,6 @@ _KEY_READ_ACTIONS = ("kms:Decrypt", "kms:DescribeKey")
 #: GenerateDataKey* family, not Encrypt or ReEncrypt*) is added for writes as a margin: no primary
 #: source found says a PutItem needs it, and it is harmless under the kms:ViaService condition.
 _KEY_WRITE_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey")
-#: KMS condition key: the request must come through the named service ("kms:ViaService", AWS KMS
-#: Developer Guide, conditions-kms.html#conditions-kms-via-service); DynamoDB's value is
-#: "dynamodb.<region>.amazonaws.com" (the aws/dynamodb key policy shown in services-dynamodb.html).
-KMS_VIA_SERVICE = "kms:ViaService"
-_TYPE_NAMES = {"S": "a string", "N": "a number", "B": "binary"}
 
 
 @constructor_doc
@@ -131,25 +126,11 @@ class AnswerStore(Construct):
                 fix="None keeps answers until they are replaced",
             )
             in_unit(check, "answer_ttl", ttl, "seconds", why="the handlers' ANSWER_TTL_SECONDS is")
-            if table is not None and _is_table(table):
-                self._check_existing(check, table)
+            check_existing_table(self, check, table, partition_key=PARTITION_KEY, ttl_attribute=TTL_ATTRIBUTE,
+                                 purpose="answers are read and written")
         self.answer_ttl = ttl
-        self.table: dynamodb.ITable = table or dynamodb.Table(
-            self,
-            "Table",
-            partition_key=dynamodb.Attribute(name=PARTITION_KEY, type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            time_to_live_attribute=TTL_ATTRIBUTE,
-            removal_policy=cdk.RemovalPolicy.RETAIN,
-            **(
-                dict(encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED, encryption_key=encryption_key)
-                if encryption_key is not None
-                else dict(encryption=dynamodb.TableEncryption.AWS_MANAGED)
-            ),
-        )
+        self.table = table_or_new(self, table, partition_key=PARTITION_KEY, ttl_attribute=TTL_ATTRIBUTE,
+                                  encryption_key=encryption_key, removal_policy=cdk.RemovalPolicy.RETAIN)
 
     def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
         """Look answers up by key (GetItem), and decrypt with a customer-managed key."""
@@ -173,60 +154,3 @@ class AnswerStore(Construct):
         grant = self.table.grant(grantee, *actions)
         grant_table_key(self.table, grantee, key_actions)
         return grant
-
-    def _check_existing(self, check: Checks, table: Any) -> None:
-        """pk must be a string partition key with no sort key: every lookup is a GetItem by pk alone."""
-        keys = _table_keys(table)
-        if keys is None:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:table-unverified",
-                f"table {table.node.path} is imported, so its key schema cannot be read: check that its partition "
-                f"key is a string named '{PARTITION_KEY}', that it has no sort key, and that its TTL attribute is "
-                f"'{TTL_ATTRIBUTE}'",
-            )
-            return
-        partition, sort = keys
-        check.rule(
-            partition == (PARTITION_KEY, "S") and not sort,
-            f"table {table.node.path} has partition key {partition[0]!r} ({_TYPE_NAMES.get(partition[1], partition[1])})"
-            + (f" and sort key {sort[0][0]!r}" if sort else "")
-            + f"; answers are read and written by a string partition key named '{PARTITION_KEY}' and no sort key. "
-            "Use such a table or omit table to get one",
-        )
-
-
-def grant_table_key(table: Any, grantee: iam.IGrantable, key_actions: tuple[str, ...]) -> None:
-    """Table.grant grants no KMS actions; a table's customer-managed key needs them, and only through
-    DynamoDB in the table's Region: the role cannot use the key directly."""
-    key = getattr(table, "encryption_key", None)
-    if key is not None:
-        iam.Grant.add_to_principal(
-            grantee=grantee,
-            actions=list(key_actions),
-            resource_arns=[key.key_arn],
-            conditions={"StringEquals": {KMS_VIA_SERVICE: f"dynamodb.{cdk.Stack.of(table).region}.amazonaws.com"}},
-        )
-
-
-def _is_table(value: Any) -> bool:
-    return hasattr(value, "table_arn") and hasattr(value, "node")
-
-
-def _table_keys(table: Any) -> tuple[tuple[str, str], list[tuple[str, str]]] | None:
-    """((partition name, type), [(sort name, type)]) of a table defined in this app, None if imported."""
-    if isinstance(table, dynamodb.Table):
-        schema = table.schema_v2()
-        codes = {dynamodb.AttributeType.STRING: "S", dynamodb.AttributeType.NUMBER: "N", dynamodb.AttributeType.BINARY: "B"}
-        (partition, *more) = schema.partition_keys
-        if more:  # a multi-attribute partition key is not a plain 'pk'
-            return (("+".join(a.name for a in schema.partition_keys), "composite"), [])
-        return (partition.name, codes[partition.type]), [(a.name, codes[a.type]) for a in schema.sort_keys]
-    if isinstance(table, dynamodb.TableV2):
-        stack = cdk.Stack.of(table)
-        cfn = table.node.default_child
-        types = {d["attributeName"]: d["attributeType"] for d in stack.resolve(cfn.attribute_definitions)}  # type: ignore[union-attr]
-        schema = stack.resolve(cfn.key_schema)  # type: ignore[union-attr]
-        hash_keys = [k["attributeName"] for k in schema if k["keyType"] == "HASH"]
-        ranges = [(k["attributeName"], types.get(k["attributeName"], "?")) for k in schema if k["keyType"] == "RANGE"]
-        return (hash_keys[0], types.get(hash_keys[0], "?")), ranges
-    return None

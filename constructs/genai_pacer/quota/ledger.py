@@ -34,8 +34,6 @@ they settle and leave Bedrock's one-minute window, and borrowers keep free what 
 
 from __future__ import annotations
 
-from typing import Any
-
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -45,7 +43,7 @@ from constructs import Construct
 
 from .._internal.checks import Checks, Default, _show, is_token, resolved
 from .._internal.docs import constructor_doc
-from ..precompute.store import _is_table, _table_keys, grant_table_key
+from .._internal.tables import check_existing_table, grant_table_key, table_or_new
 from .model_quota import ModelQuota
 
 __all__ = ["LEDGER_ENVIRONMENT", "LEDGER_KEY_PREFIX", "LEDGER_PARTITION_KEY", "LEDGER_TTL_ATTRIBUTE", "QuotaLedger"]
@@ -138,28 +136,17 @@ class QuotaLedger(Construct):
             else:
                 check.duration("clock_skew", skew, minimum=cdk.Duration.seconds(0), maximum=cdk.Duration.seconds(30),
                                fix="the clock difference between consumers to tolerate, e.g. cdk.Duration.seconds(1)")
-            if table is not None and _is_table(table):
-                self._check_existing(check, table)
+            if table is not None and check_existing_table(
+                self, check, table, partition_key=LEDGER_PARTITION_KEY, ttl_attribute=LEDGER_TTL_ATTRIBUTE,
+                purpose="the ledger keys each quota's item",
+            ):
+                self._check_ttl(table)
         self.quota = quota
         self.clock_skew = skew
         model_id = quota.model.model_id
         self.ledger_id: str = ledger_id or (model_id if not cdk.Token.is_unresolved(model_id) else cdk.Names.unique_id(quota))
-        self.table: dynamodb.ITable = table or dynamodb.Table(
-            self,
-            "Table",
-            partition_key=dynamodb.Attribute(name=LEDGER_PARTITION_KEY, type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            time_to_live_attribute=LEDGER_TTL_ATTRIBUTE,
-            removal_policy=cdk.RemovalPolicy.DESTROY,
-            **(
-                dict(encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED, encryption_key=encryption_key)
-                if encryption_key is not None
-                else dict(encryption=dynamodb.TableEncryption.AWS_MANAGED)
-            ),
-        )
+        self.table = table_or_new(self, table, partition_key=LEDGER_PARTITION_KEY, ttl_attribute=LEDGER_TTL_ATTRIBUTE,
+                                  encryption_key=encryption_key, removal_policy=cdk.RemovalPolicy.DESTROY)
 
     @property
     def quota_tpm(self) -> float:
@@ -217,35 +204,19 @@ class QuotaLedger(Construct):
         grant_table_key(self.table, grantee, key_actions)
         return grant
 
-    def _check_existing(self, check: Checks, table: Any) -> None:
-        keys = _table_keys(table)
-        if keys is None:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:table-unverified",
-                f"table {table.node.path} is imported, so its key schema cannot be read: check that its partition key "
-                f"is a string named '{LEDGER_PARTITION_KEY}', that it has no sort key, and that its TTL attribute is "
-                f"'{LEDGER_TTL_ATTRIBUTE}'",
-            )
-            return
-        partition, sort = keys
+    def _check_ttl(self, table: dynamodb.ITable) -> None:
+        """Advised, not required: readers enforce every hold's expiry themselves; TTL only drops the item
+        of a quota nobody used for a day."""
         ttl = _ttl_attribute(table)
         if ttl != LEDGER_TTL_ATTRIBUTE:
-            # Advised, not required: readers enforce every hold's expiry themselves; TTL only drops the
-            # item of a quota nobody used for a day.
             cdk.Annotations.of(self).add_warning_v2(
                 "genai-pacer:ledger-ttl",
                 f"table {table.node.path} has " + (f"its TTL on {ttl!r}" if ttl else "no TTL") + f": set "
                 f"time_to_live_attribute='{LEDGER_TTL_ATTRIBUTE}' so DynamoDB drops the items of quotas nobody uses",
             )
-        check.rule(
-            partition == (LEDGER_PARTITION_KEY, "S") and not sort,
-            f"table {table.node.path} has partition key {partition[0]!r}" + (f" and sort key {sort[0][0]!r}" if sort else "")
-            + f"; the ledger keys each quota's item by a string partition key named '{LEDGER_PARTITION_KEY}' and no sort "
-            "key. Use such a table or omit table to get one",
-        )
 
 
-def _ttl_attribute(table: dynamodb.Table) -> str | None:
+def _ttl_attribute(table: dynamodb.ITable) -> str | None:
     """The TTL attribute of a table defined in this app (its CloudFormation TimeToLiveSpecification)."""
     spec = table.node.default_child.time_to_live_specification  # type: ignore[union-attr]
     if spec is None or cdk.Token.is_unresolved(spec):
