@@ -4,8 +4,9 @@ each kind a user passes from a CfnParameter (value_as_number, value_as_string,
 cdk.Duration.seconds(value_as_number), value_as_list) (issue 35.10).
 
 Each is built inside the construct that takes it. A token reaches the template as a Ref where the value goes
-to CloudFormation unchanged: a prompt's text in the experiment document, a prompt ARN in the document and
-the grant, an inference component's sizes in its resources, a model id in the grant and the environment.
+to CloudFormation unchanged: a prompt's text and a variant's service tier in the experiment document, a
+prompt ARN in the document and the grant, an inference component's sizes in its resources, a model id in
+the grant and the environment.
 Synth refuses it, naming the prop, where the value is needed at synth: a variant's name (a construct id, a
 metric dimension, the control), its share and sampling (the split is written into the document at synth and
 changed by AppConfig deployments), a model's kind. Never a token's number encoding (about -1.9e289) in the
@@ -128,9 +129,10 @@ Where = Callable[[dict], list[Any]]
 TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Callable[..., Any], dict[tuple[str, str], Where]]] = {
     "ExperimentVariant": (
         ExperimentVariant,
-        ("name", "model", "share", "prompt", "max_tokens", "temperature", "top_p", "stop_sequences", "additional_fields"),
+        ("name", "model", "share", "prompt", "max_tokens", "temperature", "top_p", "stop_sequences", "additional_fields",
+         "service_tier"),
         variant,
-        {},
+        {("service_tier", "string"): document},
     ),
     "TextPrompt": (
         TextPrompt,
@@ -192,8 +194,8 @@ def test_every_prop_given_every_kind_of_token_reaches_the_template_or_is_refused
 
 
 def test_the_table_counts():
-    assert len(CASES) == 4 * (9 + 2 + 2 + 7 + 4)
-    assert sum(len(passes) for *_rest, passes in TABLE.values()) == 12
+    assert len(CASES) == 4 * (10 + 2 + 2 + 7 + 4)
+    assert sum(len(passes) for *_rest, passes in TABLE.values()) == 13
 
 
 # ---- the logic each passing token keeps, and tokens inside a value --------------------------------------

@@ -9,8 +9,13 @@ construct creates it), so a split change is a configuration deployment, not a co
         {"name": "control", "share": 90, "modelId": "us.amazon.nova-lite-v1:0",
          "prompt": {"template": "Answer the customer: {{question}}"},
          "system": "You are a support agent.", "inferenceConfig": {"maxTokens": 400}},
-        {"name": "managed", "share": 10, "modelId": "us.anthropic.claude-3-5-haiku-20241022-v1:0",
-         "prompt": {"promptArn": "arn:aws:bedrock:us-east-1:111122223333:prompt/PROMPT12345:3"}}]}
+        {"name": "managed", "share": 10, "modelId": "us.amazon.nova-2-lite-v1:0",
+         "prompt": {"promptArn": "arn:aws:bedrock:us-east-1:111122223333:prompt/PROMPT12345:3"},
+         "serviceTier": {"type": "priority"}}]}
+
+A variant's `serviceTier` (Converse's own field) is the tier its calls ask for, so an A/B test can
+compare Priority with Standard ("default") on the user's path; a variant that names none is called
+at the tier the caller passes (`service_tier=`), else at none (default).
 
 Assignment (`assign`) is weighted rendezvous hashing: each variant with a share w scores a unit
 `-w / ln(u)`, where u in (0, 1) is a hash of the salt, the variant name and the unit id, and the
@@ -52,7 +57,7 @@ from typing import Any
 
 from . import metrics
 from .bedrock import RequestError, build_converse_request, checked_service_tier, converse, is_throttle
-from .metrics import SERVICE_TIER_MEMBER
+from .metrics import SERVICE_TIER_MEMBER, SERVICE_TIERS
 
 __all__ = [
     "EXTENSION_PORT",
@@ -84,7 +89,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _PROMPT_ARN = re.compile(r"^arn:aws[a-z-]*:bedrock:[a-z0-9-]+:\d{12}:prompt/[A-Za-z0-9]{10}(:\d{1,5})?$")
 _VARIABLE = re.compile(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}")
 _VARIANT_KEYS = frozenset(
-    {"name", "share", "modelId", "prompt", "system", "inferenceConfig", "additionalModelRequestFields", "description"}
+    {"name", "share", "modelId", "prompt", "system", "inferenceConfig", "additionalModelRequestFields", "description",
+     SERVICE_TIER_MEMBER}
 )
 _DOCUMENT_KEYS = frozenset({"experiment", "salt", "control", "variants"})
 #: requestMetadata keys build_request writes itself.
@@ -107,6 +113,8 @@ class Variant:
     system: str | None = None
     inference_config: Mapping[str, Any] = field(default_factory=dict)
     additional_fields: Mapping[str, Any] = field(default_factory=dict)
+    #: The tier this variant's calls ask for (the document's serviceTier.type); None: the caller's.
+    service_tier: str | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +222,17 @@ def _variant(where: str, item: Any, problems: list[str]) -> Variant | None:
     system = item.get("system")
     if system is not None and (not isinstance(system, str) or not system.strip()):
         problems.append(f"{where}.system must be a non-empty string when given")
+    tier = None
+    if SERVICE_TIER_MEMBER in item:
+        raw_tier = item[SERVICE_TIER_MEMBER]
+        if not isinstance(raw_tier, Mapping) or set(raw_tier) != {"type"}:
+            problems.append(f"{where}.{SERVICE_TIER_MEMBER} must be {{\"type\": <tier>}} as Converse takes it, with "
+                            f"<tier> one of {', '.join(repr(t) for t in SERVICE_TIERS)}")
+        else:
+            try:
+                tier = checked_service_tier(raw_tier["type"])
+            except RequestError as error:
+                problems.append(f"{where}.{SERVICE_TIER_MEMBER}.type: {error}")
     config = item.get("inferenceConfig") or {}
     fields = item.get("additionalModelRequestFields") or {}
     if len(problems) == before:
@@ -223,7 +242,8 @@ def _variant(where: str, item: Any, problems: list[str]) -> Variant | None:
             problems.append(f"{where}: {error}")
     if len(problems) > before:
         return None
-    return Variant(str(name), float(share), str(model_id), template, arn, system, dict(config), dict(fields))  # type: ignore[arg-type]
+    return Variant(str(name), float(share), str(model_id), template, arn, system, dict(config), dict(fields),  # type: ignore[arg-type]
+                   tier)
 
 
 def _uniform(salt: str, variant: str, unit_id: str) -> float:
@@ -309,8 +329,10 @@ def build_request(
 ) -> dict[str, Any]:
     """Converse keyword arguments for `variant`: its model, prompt and sampling, and requestMetadata
     tagged with the experiment and variant (so invocation logs say which arm served each call).
-    service_tier: the caller's tier for every variant (an experiment compares prompts and models
-    at one tier; a variant's own tier would bias its latency guard). Default: none (default).
+    The tier asked for is the variant's own (its serviceTier in the document), so an experiment can
+    compare tiers; for a variant that names none it is `service_tier`, the caller's. Default: none
+    (served at default). Each variant's guards judge its own latency against the one limit, so a
+    faster tier in one arm biases no guard; the verdict compares the arms' latency, tier included.
 
     A template variant renders its template with `variables` as the user message (after any
     `messages`); a Prompt Management variant sends the prompt ARN as modelId with promptVariables
@@ -318,6 +340,9 @@ def build_request(
     """
     _check_experiment(experiment)
     _check_variant(experiment, variant)
+    if service_tier is not None:
+        checked_service_tier(service_tier)  # refused even when the variant names its own tier
+    service_tier = variant.service_tier if variant.service_tier is not None else service_tier
     for name, value in (("variables", variables), ("request_metadata", request_metadata)):
         if value is not None and not isinstance(value, Mapping):
             raise RequestError(f"{name} is {_kind(value)}; pass a dict of name to text")
@@ -452,6 +477,8 @@ def call_variant(
 ) -> tuple[Variant, Any]:
     """Assign, build, call Converse and record: the whole experiment path of one request.
 
+    service_tier: the tier of a variant whose document names none (a variant's own serviceTier wins);
+    the call's metrics record the tier asked for and the tier that served it.
     Returns (variant, ConverseResult). A failed call is counted (CallErrors) and re-raised.
     """
     variant = assign(experiment, unit_id)

@@ -202,6 +202,68 @@ def test_request_metadata_is_capped_at_16_pairs_and_templates_need_every_variabl
     assert render_template("{{ a }} and {{b}}", {"a": "1", "b": "2"}) == "1 and 2"
 
 
+# ---- service tiers per variant ----------------------------------------------------------------
+
+
+def tiered(tier, **variant) -> dict:
+    doc = document(50, 50)
+    doc["variants"][1] = {**doc["variants"][1], "modelId": NOVA, "serviceTier": tier, **variant}
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("tier", "message"),
+    [
+        ({"type": "standard"}, r"variants\[1\]\.serviceTier\.type: service_tier='standard' must be one of 'priority', "
+                               r"'default', 'flex', 'reserved' \(Bedrock spells standard 'default'\)"),
+        ({"type": "Priority"}, r"variants\[1\]\.serviceTier\.type: service_tier='Priority' must be one of"),
+        ({"type": None}, r"variants\[1\]\.serviceTier\.type: service_tier \(null\) must be one of"),
+        ("priority", r"variants\[1\]\.serviceTier must be \{\"type\": <tier>\} as Converse takes it"),
+        ({"type": "flex", "x": 1}, r"variants\[1\]\.serviceTier must be \{\"type\": <tier>\}"),
+    ],
+)
+def test_a_variants_tier_outside_botocores_four_is_refused_naming_the_variant_and_field(tier, message):
+    with pytest.raises(ExperimentConfigError, match=message):
+        Experiment.from_config(tiered(tier))
+
+
+def test_the_variants_tier_is_sent_and_a_variant_naming_none_takes_the_callers():
+    experiment = Experiment.from_config(tiered({"type": "priority"}))
+    control, treatment = experiment.variant("control"), experiment.variant("concise")
+    assert (control.service_tier, treatment.service_tier) == (None, "priority")
+    assert "serviceTier" not in build_request(experiment, control, variables={"question": "q"})
+    assert build_request(experiment, treatment, variables={"question": "q"})["serviceTier"] == {"type": "priority"}
+    assert build_request(experiment, control, variables={"question": "q"}, service_tier="flex")["serviceTier"] == {"type": "flex"}
+    assert build_request(experiment, treatment, variables={"question": "q"},
+                         service_tier="flex")["serviceTier"] == {"type": "priority"}
+    with pytest.raises(RequestError, match="service_tier='standard' must be one of"):  # refused though unused
+        build_request(experiment, treatment, variables={"question": "q"}, service_tier="standard")
+
+
+def test_a_variants_calls_record_the_tier_asked_for_and_the_tier_that_served_them(capsys):
+    """The treatment asks for its Reserved tier reservation, which holds one call's 200 output tokens a
+    minute; the second call overflows to default, and its variant's metrics say so."""
+    from genai_pacer.testing import BedrockEmulator, ManualClock, ModelSpec
+    from pacer_runtime.experiment import call_variant
+
+    spec = ModelSpec(NOVA, tpm_quota=1_000_000, reserved_input_tpm=1_000, reserved_output_tpm=200, answer_tokens=20,
+                     jitter=0)
+    experiment = Experiment.from_config(tiered({"type": "reserved"}))
+    users = [u for u in USERS[:100] if assign(experiment, u).name == "concise"][:2]
+    control_user = next(u for u in USERS if assign(experiment, u).name == "control")
+    with BedrockEmulator([spec], clock=ManualClock(instant=True), seed=1) as bedrock:
+        client = bedrock.client()
+        served = [call_variant(client, experiment, user, variables={"question": "q"})[1].served_tier for user in users]
+        _, untiered = call_variant(client, experiment, control_user, variables={"question": "q"})
+    assert served == ["reserved", "default"] and untiered.served_tier is None
+    calls = [line for line in lines(capsys) if "InputTokens" in line]
+    assert [(c["Variant"], c["RequestedTier"], c.get("ServedTier"), c.get("ServedBelowRequestedTier")) for c in calls] == [
+        ("concise", "reserved", "reserved", 0), ("concise", "reserved", "default", 1), ("control", "default", None, None)]
+    (directive,) = calls[1]["_aws"]["CloudWatchMetrics"]
+    assert ["ModelId", "Experiment", "Variant"] in directive["Dimensions"]
+    assert {"Name": "ServedBelowRequestedTier", "Unit": "Count"} in directive["Metrics"]
+
+
 # ---- metrics and outcomes ----------------------------------------------------------------------
 
 

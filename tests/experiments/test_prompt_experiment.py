@@ -302,6 +302,63 @@ def test_a_deploy_time_error_rate_limit_is_every_error_guards_threshold():
     assert thresholds == [{"Ref": "Limit"}] * len(guards)
 
 
+# ---- service tiers per variant ------------------------------------------------------------------
+
+
+def test_a_variant_names_its_service_tier_and_the_handler_sends_it_for_that_variant_only():
+    """An A/B test of Priority against Standard on the user's path: the tier is in the deployed document,
+    the runtime parses it, and the request built for each variant asks for that variant's tier."""
+    stack = new_stack()
+    _, experiment = build(stack, variants=[
+        ExperimentVariant("standard", NOVA, 50, TextPrompt("Answer: {{question}}")),
+        ExperimentVariant("priority", NOVA, 50, TextPrompt("Answer: {{question}}"), service_tier="priority"),
+    ])
+    main, fallback = (only_version(Template.from_stack(stack).to_json(), control) for control in (False, True))
+    assert json.loads(main)["variants"][1]["serviceTier"] == {"type": "priority"}
+    assert "serviceTier" not in json.loads(main)["variants"][0]
+    parsed = runtime.Experiment.from_config(main)
+    assert runtime.Experiment.from_config(fallback).variant("priority").service_tier == "priority"
+    asked = {v.name: runtime.build_request(parsed, v, variables={"question": "q"}).get("serviceTier")
+             for v in parsed.variants}
+    assert asked == {"standard": None, "priority": {"type": "priority"}}
+    # the variant's own tier wins over the handler's; the handler's is the tier of a variant naming none
+    asked = {v.name: runtime.build_request(parsed, v, variables={"question": "q"}, service_tier="flex")["serviceTier"]
+             for v in parsed.variants}
+    assert asked == {"standard": {"type": "flex"}, "priority": {"type": "priority"}}
+    assert experiment.metric_served_below_requested_tier("priority").metric_name == metrics.SERVED_BELOW_REQUESTED_TIER
+    assert experiment.metric_served_below_requested_tier("priority").dimensions["Variant"] == "priority"
+
+
+def only_version(template: dict, fallback: bool) -> str:
+    (content,) = [v["Content"] for v in versions(template).values()
+                  if ("control variant" in v.get("Description", "")) == fallback]
+    return content
+
+
+def test_a_managed_prompt_variant_takes_a_service_tier_too():
+    stack = new_stack()
+    build(stack, variants=[
+        ExperimentVariant("control", NOVA, 50, TextPrompt("q")),
+        ExperimentVariant("managed", NOVA, 50, ManagedPrompt(PROMPT, "3"), service_tier="flex"),
+    ])
+    parsed = runtime.Experiment.from_config(only_version(Template.from_stack(stack).to_json(), False))
+    request = runtime.build_request(parsed, parsed.variant("managed"), variables={"question": "q"})
+    assert request["modelId"] == f"{PROMPT}:3" and request["serviceTier"] == {"type": "flex"}
+
+
+def test_a_deploy_time_service_tier_flows_into_the_document_and_the_schema_holds_it_to_botocores_four():
+    stack = new_stack()
+    tier = cdk.CfnParameter(stack, "Tier", type="String", allowed_values=list(metrics.SERVICE_TIERS))
+    build(stack, variants=[variant(name="control"), variant(name="treat", service_tier=tier.value_as_string)])
+    content = only_version(Template.from_stack(stack).to_json(), False)
+    assert {"Ref": "Tier"} in content["Fn::Join"][1]  # the parameter's value, written into the JSON at deploy
+    text = "".join(part if isinstance(part, str) else "priority" for part in content["Fn::Join"][1])
+    parsed = runtime.Experiment.from_config(text)  # as the runtime reads it once the parameter resolves
+    assert parsed.variant("treat").service_tier == "priority"
+    schema = DOCUMENT_SCHEMA["properties"]["variants"]["items"]["properties"]["serviceTier"]
+    assert schema["properties"]["type"]["enum"] == list(metrics.SERVICE_TIERS) and schema["required"] == ["type"]
+
+
 # ---- bad values ---------------------------------------------------------------------------------
 
 
@@ -350,6 +407,13 @@ def variant(**overrides) -> ExperimentVariant:
         (lambda: variant(stop_sequences=[f"s{i}" for i in range(2501)]), "stop_sequences has 2501 items; Converse accepts at most 2,500"),
         (lambda: variant(additional_fields={"top_k": math.nan}), "cannot be written into the JSON experiment document"),
         (lambda: variant(additional_fields={"x": object()}), "cannot be written into the JSON experiment document"),
+        (lambda: variant(name="fast", service_tier="standard"),
+         r"ExperimentVariant 'fast': service_tier='standard' must be one of 'priority', 'default', 'flex', 'reserved'; "
+         r"Bedrock spells standard 'default'"),
+        (lambda: variant(name="fast", service_tier="Priority"), r"ExperimentVariant 'fast': service_tier='Priority' must be one of"),
+        (lambda: variant(name="fast", service_tier=1), r"ExperimentVariant 'fast': service_tier=1 must be one of"),
+        (lambda: variant(name="fast", service_tier=cdk.Token.as_number(cdk.Fn.ref("P"))),
+         r"ExperimentVariant 'fast': service_tier is a deploy-time number; pass 'priority'"),
     ],
 )
 def test_bad_variant_and_prompt_values_are_refused(make, message):

@@ -90,6 +90,7 @@ from .._internal.docs import constructor_doc
 from .._internal.runtime_constants import metrics_constants
 from .._internal.secure import encrypted_log_group, log_key
 from ..models import BedrockModel, as_bedrock_model
+from ..step_functions.model_tasks import SERVICE_TIERS, ServiceTier, check_service_tier
 from ..step_functions.state_machine import StateMachineOptions, model_state_machine
 
 __all__ = [
@@ -188,6 +189,13 @@ DOCUMENT_SCHEMA: dict[str, Any] = {
                         },
                     },
                     "additionalModelRequestFields": {"type": "object"},
+                    # Converse's serviceTier as botocore models it: {"type": <ServiceTierType>}
+                    "serviceTier": {
+                        "type": "object",
+                        "required": ["type"],
+                        "additionalProperties": False,
+                        "properties": {"type": {"type": "string", "enum": list(SERVICE_TIERS)}},
+                    },
                 },
             },
         },
@@ -258,6 +266,14 @@ class ExperimentVariant:
     prompt: a TextPrompt or a ManagedPrompt.
     max_tokens / temperature / top_p / stop_sequences: Converse inferenceConfig. Default: unset.
     additional_fields: model-specific fields (additionalModelRequestFields), e.g. {"top_k": 40}.
+    service_tier: the Bedrock service tier this variant's calls ask for ("priority", "default",
+        "flex" or "reserved", botocore's ServiceTierType), so an A/B test can compare Priority with
+        Standard ("default") on the user's path. A deploy-time string flows into the document as is
+        (the document's JSON Schema refuses any other value when the configuration is deployed, and
+        the runtime refuses it too). Default: unset, i.e. the tier the handler passes to
+        `call_variant(service_tier=...)`, else none (served at default). The variant's metrics
+        record the tier asked for and the tier that served each call (RequestedTier, ServedTier,
+        ServedBelowRequestedTier; `PromptExperiment.metric_served_below_requested_tier`).
     """
 
     name: str
@@ -269,6 +285,7 @@ class ExperimentVariant:
     top_p: float | None = None
     stop_sequences: Sequence[str] | None = None
     additional_fields: Mapping[str, Any] | None = field(default=None)
+    service_tier: ServiceTier | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", as_bedrock_model(self.model))  # an aws_bedrock_alpha IBedrockInvokable too
@@ -310,6 +327,7 @@ class ExperimentVariant:
                 except (TypeError, ValueError) as error:
                     check.fail(f"additional_fields={self.additional_fields!r:.120} cannot be written into the JSON "
                                f"experiment document ({error}); pass strings, finite numbers, booleans, lists and dicts")
+            check_service_tier(check, "service_tier", self.service_tier)
             if isinstance(self.prompt, ManagedPrompt):
                 set_ = [n for n in ("max_tokens", "temperature", "top_p", "stop_sequences", "additional_fields")
                         if getattr(self, n) is not None]
@@ -319,6 +337,8 @@ class ExperimentVariant:
     def document(self) -> dict[str, Any]:
         """This variant as the experiment document holds it."""
         entry: dict[str, Any] = {"name": self.name, "share": self.share, "modelId": self.model.model_id}
+        if self.service_tier is not None:  # Converse takes it with a prompt ARN too (only the prompt's settings are refused)
+            entry["serviceTier"] = {"type": self.service_tier}
         if isinstance(self.prompt, ManagedPrompt):
             entry["prompt"] = {"promptArn": self.prompt.version_arn}
             return entry
@@ -626,6 +646,11 @@ class PromptExperiment(Construct):
     def metric_errors(self, variant: str, **props: Any) -> cloudwatch.Metric:
         """Failed calls of one variant (CallErrors, Sum)."""
         return self._metric(variant, metrics_constants().CALL_ERRORS, {"statistic": "Sum", **props})
+
+    def metric_served_below_requested_tier(self, variant: str, **props: Any) -> cloudwatch.Metric:
+        """Calls of one variant served at a lower service tier than they asked for (ServedBelowRequestedTier:
+        1 or 0 per call that named a tier and got one back; default Average, the share, per minute)."""
+        return self._metric(variant, metrics_constants().SERVED_BELOW_REQUESTED_TIER, {"statistic": "Average", **props})
 
     def metric_outcome(self, variant: str, outcome: str, **props: Any) -> cloudwatch.Metric:
         """Outcome events of one variant, by the runtime's outcome name (thumbs_up, escalation, ...)."""
