@@ -51,14 +51,18 @@ dist: $(BUILD_VENV)/.installed
 # Each repeats its trials over several seeds and reports the spread. The quota pacer runs under the
 # default (sliding-window) quota model here, about 8 minutes; all six models take about 45:
 # .venv/bin/python bench/quota_pacer_experiment.py (bench/results/quota_pacer_experiment.json).
-BENCH_MODEL := us.anthropic.claude-3-5-haiku-20241022-v1:0
+# The emulated model is the reference stacks' default (stacks/settings.py: Amazon Nova 2 Lite, burndown 1);
+# until 0.2.0 it was Claude 3.5 Haiku (burndown 5), past its Bedrock end of life on 2026-06-19
+# (genai_pacer.models.DEPRECATED_MODELS), on which bench/README.md's tables were measured.
+BENCH_MODEL := us.amazon.nova-2-lite-v1:0
+BENCH_BURNDOWN := 1
 BENCH_OUT := bench/results
 bench: $(VENV)/.dev-installed
 	$(VENV)/bin/genai-pacer bench --emulator --model-id $(BENCH_MODEL) \
-		--burndown 5 --tpm 300000 --max-tokens 400 --concurrency 8 --requests 200 --warmup 8 \
+		--burndown $(BENCH_BURNDOWN) --tpm 300000 --max-tokens 400 --concurrency 8 --requests 200 --warmup 8 \
 		--time-scale 5 --ttft-target 1.0 --otps-target 40 --out $(BENCH_OUT) --name stream > /dev/null
 	$(VENV)/bin/genai-pacer bench --emulator --model-id $(BENCH_MODEL) \
-		--burndown 5 --tpm 300000 --max-tokens 400 --rate 90 --requests 200 --warmup 8 --no-stream \
+		--burndown $(BENCH_BURNDOWN) --tpm 300000 --max-tokens 400 --rate 90 --requests 200 --warmup 8 --no-stream \
 		--time-scale 5 --e2e-target 8 --out $(BENCH_OUT) --name converse-open-loop > /dev/null
 	$(VENV)/bin/genai-pacer experiments --out $(BENCH_OUT) > /dev/null
 	$(VENV)/bin/python bench/router_bench.py --out $(BENCH_OUT) > /dev/null

@@ -321,3 +321,19 @@ def test_cli_bench_exits_1_when_no_request_succeeded(tmp_path, capsys, no_aws):
     last = err.strip().splitlines()[-1]
     assert last.startswith("genai-pacer bench: none of the 3 requests succeeded (") and "x3)" in last
     assert json.loads((tmp_path / "r" / "bench.json").read_text())["summary"]["failed"] == 3  # the report is kept
+
+
+def test_make_bench_emulates_the_reference_stacks_current_model_with_its_burndown():
+    """`make bench` once emulated Claude 3.5 Haiku, past its Bedrock end of life (2026-06-19)."""
+    import re
+
+    from genai_pacer import BedrockModel
+
+    from stacks.settings import CONTEXT_DEFAULTS
+
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    settings = dict(re.findall(r"^(BENCH_MODEL|BENCH_BURNDOWN) := (\S+)$", makefile, re.MULTILINE))
+    assert settings == {"BENCH_MODEL": CONTEXT_DEFAULTS["model_id"][0], "BENCH_BURNDOWN": CONTEXT_DEFAULTS["burndown"][0]}
+    assert BedrockModel.from_id(settings["BENCH_MODEL"]).retirement is None
+    bench_lines = makefile.split("\nbench:", 1)[1].split("\n\n", 1)[0]
+    assert bench_lines.count("--model-id $(BENCH_MODEL)") == bench_lines.count("--burndown $(BENCH_BURNDOWN)") == 2
