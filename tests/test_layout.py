@@ -144,3 +144,23 @@ def test_a_package_lists_its_exports_before_they_load():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.splitlines() == [f"{name} []" for name in packages] + ["[]"]  # and nothing loaded the CDK
+
+
+#: Still building its GenaiPacer metrics by hand: moves to _internal/metrics.py with the experiments work.
+_METRICS_PENDING = {"experiments/prompt_experiment.py"}
+
+
+def test_the_librarys_own_metrics_are_built_by_one_factory():
+    """One factory per dimension set (_internal/metrics.py), fed by the names the handlers write with: a
+    metric built by hand elsewhere in the GenaiPacer namespace could read a dimension set nobody writes."""
+    built = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative == "_internal/metrics.py" or relative.startswith("testing/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("cloudwatch.Metric"):
+                namespace = next((ast.unparse(k.value) for k in node.keywords if k.arg == "namespace"), "")
+                if namespace.endswith(".NAMESPACE") or "GenaiPacer" in namespace:
+                    built.add(relative)
+    assert built == _METRICS_PENDING

@@ -37,6 +37,8 @@ from constructs import Construct
 from .._internal.alarms import threshold_alarm
 from .._internal.checks import Checks, Default, is_token, resolved, token_kind
 from .._internal.docs import constructor_doc
+from .._internal.metrics import model_metric
+from .._internal.metrics import tier_metric as served_tier_metric
 from .._internal.runtime_constants import metrics_constants
 from ..models import BedrockModel, as_bedrock_model
 from ..quota import planning
@@ -190,19 +192,13 @@ def _bedrock_mean(model: BedrockModel, metric_name: str, key: str, period: cdk.D
 def handler_metric(model_id: str, metric_name: str, *, statistic: str, label: str | None = None,
                    period: cdk.Duration = ONE_MINUTE) -> cloudwatch.Metric:
     """A metric the handlers publish per call (pacer_runtime.metrics), summed over every caller of the model."""
-    names = metrics_constants()
-    return cloudwatch.Metric(namespace=names.NAMESPACE, metric_name=metric_name,
-                             dimensions_map={names.MODEL_DIMENSION: model_id},
-                             statistic=statistic, label=label, period=period)
+    return model_metric(model_id, metric_name, statistic=statistic, label=label, period=period)
 
 
 def tier_metric(model_id: str, metric_name: str, tier: str, *, statistic: str, label: str | None = None,
                 period: cdk.Duration = ONE_MINUTE) -> cloudwatch.Metric:
     """A per-call metric of the handlers' calls served at one service tier (ModelId and ServedTier)."""
-    names = metrics_constants()
-    return cloudwatch.Metric(namespace=names.NAMESPACE, metric_name=metric_name,
-                             dimensions_map={names.MODEL_DIMENSION: model_id, names.SERVED_TIER_DIMENSION: tier},
-                             statistic=statistic, label=label or tier, period=period)
+    return served_tier_metric(model_id, tier, metric_name, statistic=statistic, label=label or tier, period=period)
 
 
 def bedrock_tier_search(model_id: str, metric_name: str, *, statistic: str, name: str) -> cloudwatch.MathExpression:

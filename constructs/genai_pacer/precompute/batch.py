@@ -66,6 +66,7 @@ from constructs import Construct, IConstruct
 from .._internal.alarms import execution_alarms, threshold_alarm
 from .._internal.checks import Checks, Default, in_unit, is_token, resolved, token_kind
 from .._internal.docs import constructor_doc
+from .._internal.metrics import function_metric
 from .._internal.nag import (
     acknowledge_exact_resources,
     acknowledge_exact_resources_at_validation,
@@ -1065,12 +1066,8 @@ class BatchPrecompute(Construct):
 
     def _metric(self, name: str, props: Mapping[str, Any]) -> cloudwatch.Metric:
         """One data point per loaded job, under the loader function's name. Default: Sum over 1 day."""
-        names = metrics_constants()
         options: dict[str, Any] = {"statistic": "Sum", "period": cdk.Duration.days(1), **props}
-        return cloudwatch.Metric(
-            namespace=names.NAMESPACE, metric_name=name,
-            dimensions_map={names.FUNCTION_DIMENSION: self.load_function.function_name}, **options,
-        )
+        return function_metric(self.load_function.function_name, name, **options)
 
 
 def _flattened_all(scope: IConstruct, arns: list[str]) -> list[str]:

@@ -73,6 +73,7 @@ from .._internal.checks import (
     warn_above_reservable_concurrency,
 )
 from .._internal.docs import constructor_doc
+from .._internal.metrics import function_metric
 from .._internal.runtime_constants import metrics_constants
 from .._internal.secure import handler_function
 from ..models import BedrockModel, as_bedrock_model
@@ -365,13 +366,8 @@ class AnswerRouter(Construct):
         )
 
     def _metric(self, name: str, props: dict[str, Any]) -> cloudwatch.Metric:
-        names = metrics_constants()
-        return cloudwatch.Metric(
-            namespace=names.NAMESPACE,
-            metric_name=name,
-            dimensions_map={getattr(names, "FUNCTION_DIMENSION", "FunctionName"): self.function.function_name},
-            **{"statistic": "Sum", "period": cdk.Duration.minutes(5), **props},
-        )
+        return function_metric(self.function.function_name, name,
+                               **{"statistic": "Sum", "period": cdk.Duration.minutes(5), **props})
 
 
 def _normalized(key: str) -> str:

@@ -67,6 +67,7 @@ from .._internal.alarms import execution_alarms, threshold_alarm
 from .._internal.assets import LAMBDA_DIR
 from .._internal.checks import Checks, duration_in, in_unit, is_token, token_kind
 from .._internal.docs import constructor_doc
+from .._internal.metrics import STATE_MACHINE_DIMENSION, state_machine_metric
 from .._internal.nag import (
     acknowledge_exact_resources,
     acknowledge_exact_resources_at_validation,
@@ -101,7 +102,7 @@ __all__ = [
 #: The run lock's claim id: claim#precompute-run#<state machine name>.
 RUN_LOCK_PREFIX = "precompute-run#"
 #: The dimension of the PrecomputeFailedKeys metric: the state machine's name.
-FAILED_KEYS_DIMENSION = "StateMachine"
+FAILED_KEYS_DIMENSION = STATE_MACHINE_DIMENSION
 #: Scheduler's RetryPolicy: MaximumRetryAttempts 0..185, MaximumEventAgeInSeconds 60..86,400 (botocore
 #: scheduler 2021-06-30 model).
 MAX_SCHEDULE_RETRIES = 185
@@ -813,13 +814,8 @@ class ScheduledPrecompute(Construct):
     # ---- metrics -------------------------------------------------------------------------------
     def metric_failed_keys(self, **props: Any) -> cloudwatch.Metric:
         """Keys a run could not answer (PrecomputeFailedKeys, one data point per run). Default: Sum over 1 day."""
-        names = metrics()
-        return cloudwatch.Metric(
-            namespace=names.NAMESPACE,
-            metric_name=names.PRECOMPUTE_FAILED_KEYS,
-            dimensions_map={FAILED_KEYS_DIMENSION: self.state_machine.state_machine_name},
-            **{"statistic": "Sum", "period": cdk.Duration.days(1), **props},
-        )
+        return state_machine_metric(self.state_machine.state_machine_name, metrics().PRECOMPUTE_FAILED_KEYS,
+                                    **{"statistic": "Sum", "period": cdk.Duration.days(1), **props})
 
 
 def _retry_store(task: sfn.TaskStateBase) -> None:

@@ -35,6 +35,7 @@ from .._internal.checks import (
     warn_above_reservable_concurrency,
 )
 from .._internal.docs import constructor_doc
+from .._internal.metrics import model_function_metric
 from .._internal.runtime_constants import metrics_constants
 from .._internal.secure import encrypted_log_group, log_key
 from ..models import BedrockModel, as_bedrock_model
@@ -634,14 +635,8 @@ class QueuedInference(Construct):
 
     def metric(self, metric_name: str, **props) -> cloudwatch.Metric:
         """A metric the worker publishes (pacer_runtime.metrics), for this model and this function only."""
-        names = metrics_constants()
         props.setdefault("period", cdk.Duration.minutes(1))
-        return cloudwatch.Metric(
-            namespace=names.NAMESPACE,
-            metric_name=metric_name,
-            dimensions_map={names.MODEL_DIMENSION: self.model_id, names.FUNCTION_DIMENSION: self.function.function_name},
-            **props,
-        )
+        return model_function_metric(self.model_id, self.function.function_name, metric_name, **props)
 
     def metric_input_tokens(self, **props) -> cloudwatch.Metric:
         """Uncached input tokens of the worker's calls (Sum per minute by default)."""

@@ -101,28 +101,23 @@ class _ExecutionMetrics:
 
     def metric_failed_executions(self, **props: Any) -> cloudwatch.Metric:
         """Executions that failed (Sum over 5 minutes by default)."""
-        props.setdefault("statistic", "Sum")
-        return self.state_machine.metric_failed(**props)
+        return self.state_machine.metric_failed(**{"statistic": "Sum", **props})
 
     def metric_throttled_executions(self, **props: Any) -> cloudwatch.Metric:
         """Executions Step Functions throttled at start (Sum over 5 minutes by default)."""
-        props.setdefault("statistic", "Sum")
-        return self.state_machine.metric_throttled(**props)
+        return self.state_machine.metric_throttled(**{"statistic": "Sum", **props})
 
     def metric_timed_out_executions(self, **props: Any) -> cloudwatch.Metric:
         """Executions that ran past the state machine's timeout (Sum over 5 minutes by default)."""
-        props.setdefault("statistic", "Sum")
-        return self.state_machine.metric_timed_out(**props)
+        return self.state_machine.metric_timed_out(**{"statistic": "Sum", **props})
 
     def metric_started_executions(self, **props: Any) -> cloudwatch.Metric:
         """Executions started (Sum over 5 minutes by default)."""
-        props.setdefault("statistic", "Sum")
-        return self.state_machine.metric_started(**props)
+        return self.state_machine.metric_started(**{"statistic": "Sum", **props})
 
     def metric_execution_time(self, **props: Any) -> cloudwatch.Metric:
         """How long executions take, in ms (p90 over 5 minutes by default)."""
-        props.setdefault("statistic", "p90")
-        return self.state_machine.metric_time(**props)
+        return self.state_machine.metric_time(**{"statistic": "p90", **props})
 
 
 class _MapBase(_ExecutionMetrics, Construct):

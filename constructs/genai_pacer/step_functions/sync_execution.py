@@ -143,18 +143,15 @@ class SyncExecutionUrl(Construct):
 
     def metric_errors(self, **props: Any) -> cloudwatch.Metric:
         """Invocations that failed in the function itself (Sum over 5 minutes by default)."""
-        props.setdefault("statistic", "Sum")
-        return self.function.metric_errors(**props)
+        return self.function.metric_errors(**{"statistic": "Sum", **props})
 
     def metric_throttles(self, **props: Any) -> cloudwatch.Metric:
         """Requests Lambda refused for lack of concurrency (Sum over 5 minutes by default)."""
-        props.setdefault("statistic", "Sum")
-        return self.function.metric_throttles(**props)
+        return self.function.metric_throttles(**{"statistic": "Sum", **props})
 
     def metric_duration(self, **props: Any) -> cloudwatch.Metric:
         """How long a caller waits for the workflow's answer, in ms (p90 over 5 minutes by default)."""
-        props.setdefault("statistic", "p90")
-        return self.function.metric_duration(**props)
+        return self.function.metric_duration(**{"statistic": "p90", **props})
 
 
 def _concrete(duration: cdk.Duration | None) -> cdk.Duration | None:
