@@ -390,10 +390,17 @@ def _queued_inference(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
     else:
         concurrency = 4
     target, _, keys = o["queue_keys"].partition(":")
+    model = r.model(o["model"])
+    ledger = None
+    if o.get("ledger", "none") != "none":  # the quota's shared ledger: a default table, or one with the user's key
+        from genai_pacer import ModelQuota, QuotaLedger
+
+        quota = ModelQuota(stack, "Quota", model=model, tpm_quota=400_000, burndown=5)
+        ledger = QuotaLedger(stack, "Ledger", quota=quota, encryption_key=r.key("new") if o["ledger"] == "kms" else None)
     return QueuedInference(
         stack,
         "Queued",
-        model=r.model(o["model"]),
+        model=model,
         max_concurrency=concurrency,
         queue=r.queue(o["queue"]),
         dead_letter_queue=r.queue(o["dead_letter_queue"], with_dlq=False),
@@ -401,6 +408,7 @@ def _queued_inference(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
         dead_letter_queue_encryption_key=r.key(keys if target in ("dlq", "both") else "none"),
         encryption_key=r.key(o["encryption_key"]),
         answer_store=store(o["answer_store"], r, stack),
+        ledger=ledger,
     )
 
 
@@ -880,6 +888,7 @@ MATRICES: tuple[Matrix, ...] = (
             "answer_store": STORES,
             "model": MODELS3,
             "max_concurrency": ("int", "plan"),
+            "ledger": ("none", "default", "kms"),
         },
         _queued_inference,
         valid=_queued_valid,

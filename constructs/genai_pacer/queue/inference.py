@@ -41,12 +41,17 @@ from .._internal.secure import encrypted_log_group, log_key
 from ..models import BedrockModel, as_bedrock_model
 from ..precompute.store import AnswerStore
 from ..quota import planning
+from ..quota.ledger import _CONSUMER_LIMIT, QuotaLedger
+from ..quota.model_quota import PACER_ENVIRONMENT
 from ..step_functions.model_tasks import SERVICE_TIER_VARIABLE, ServiceTier, check_service_tier
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
     "DEFAULT_OUTPUT_TOKENS_PER_SECOND",
     "DEFAULT_TIME_TO_FIRST_TOKEN_SECONDS",
+    "LEDGER_SECONDS",
+    "PROCESSES_VARIABLE",
+    "QUEUE_URL_VARIABLE",
     "STORE_SECONDS",
     "MAX_BEDROCK_ATTEMPTS",
     "VISIBILITY_FACTOR",
@@ -68,6 +73,21 @@ MAX_VISIBILITY_TIMEOUT_SECONDS = 12 * 3600
 #: The DynamoDB work around one call (claim, read, write, release). Equal to STORE_SECONDS in
 #: lambda/queued_worker/handler.py, which reserves the same time before each message.
 STORE_SECONDS = 2
+#: The ledger work around one call with QueuedInference(ledger=...): a reservation and its settlement,
+#: each with the worker's bounded DynamoDB retries (lambda/queued_worker/handler.py LEDGER_SECONDS,
+#: kept equal by a test).
+LEDGER_SECONDS = 2
+#: Environment variables QueuedInference(ledger=...) sets for the worker beside the ledger's own
+#: (quota.ledger.LEDGER_ENVIRONMENT and the quota's burndown, PACER_ENVIRONMENT): the queue a refused
+#: message is sent back to, and how many workers run at once (the event source's maximum
+#: concurrency), which splits the consumer's floor into each process's fallback. The handler reads
+#: the same names (a test keeps them equal).
+QUEUE_URL_VARIABLE = "QUEUE_URL"
+#: What a producer needs on a queue's customer-managed key to send to it: "kms:GenerateDataKey" and
+#: "kms:Decrypt" (SQS developer guide, "Amazon SQS key management", sqs-key-management.html: the
+#: producer's permissions; Decrypt lets SQS reuse a cached data key).
+SEND_KEY_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
+PROCESSES_VARIABLE = "MAX_CONCURRENCY"
 #: An invocation's own start-up and bookkeeping, on top of its messages.
 HANDLER_MARGIN_SECONDS = 3
 #: botocore's standard retry mode waits up to min(2^i, 20) s before retry i+1 after a throttle
@@ -178,6 +198,25 @@ class QueuedInference(Construct):
     dead_letter_threshold: alarm when the dead-letter queue holds more messages than this (>= 0).
         Default: 0 (each is an unanswered request).
     alarm_actions: actions for every alarm (e.g. an SNS topic action). Default: none.
+    ledger: a `QuotaLedger` of the ModelQuota of this worker's model (refused for another model's,
+        where both ids are known at synth): the worker then takes part in the quota's shared ledger.
+        Before each call it holds the call's reservation (input + maxTokens x burndown, the
+        QuotaPacer's hold) on the ledger and settles it after with the real usage (input + cache
+        writes + output x burndown; cache reads are free); a call Bedrock never saw or throttled
+        returns its hold at once. A message the ledger refuses waits in the queue, not in a throttle:
+        the worker sends it back to its queue with a delay (the ledger's estimate of when there is
+        room, 1..900 s) and deletes the delivery, so the wait never counts toward the DLQ's
+        max_receive_count (its requestId and sequence ride along; a standard queue is needed). The
+        worker's floor is the share it holds of the ledger's quota (max_concurrency=quota.share(...),
+        or a share drawn under this construct's id before the worker is built); without one it only
+        borrows (floor 0). Above its floor it borrows up to the whole allocatable quota, and
+        max_concurrency caps its calls in flight. While DynamoDB throttles or cannot be reached, each
+        worker process falls back to its part of the floor (floor / max_concurrency), never
+        unbounded, and publishes LedgerFallbacks (pacer_runtime.metrics); without a floor, messages
+        wait in the queue until the ledger answers. The worker gets UpdateItem and GetItem on the
+        quota's item only (and the table's customer-managed key through DynamoDB), SendMessage on its
+        queue, and the ledger's DynamoDB work joins each message's time budget (2 s). Default: none
+        (the worker paces itself by max_concurrency alone).
 
     The worker gets the time budget as CALL_BUDGET_SECONDS (see `worst_case_call_seconds`) and
     stops taking messages when the invocation's remaining time cannot cover one more; the rest
@@ -186,7 +225,8 @@ class QueuedInference(Construct):
     Attributes: `queue`, `dead_letter_queue` (an existing queue's own DLQ when it can be read, else
     None), `function`, `answer_store`, `table` (its table), `event_source`, `log_group`, `alarms` (name -> Alarm),
     `call_budget_seconds`, `timeout`, `model_id`, `max_output_tokens` (what each call may reserve; ModelQuota
-    plans its share with it).
+    plans its share with it), `ledger`, `ledger_consumer` and `ledger_floor_tpm` (the worker's name and
+    floor in the ledger; None without one).
 
     Metrics: the worker publishes each call's tokens, reservation, latency and served latency mode
     (pacer_runtime.metrics) per model and function; `metric_input_tokens`, `metric_output_tokens`,
@@ -228,9 +268,12 @@ class QueuedInference(Construct):
         worker_throttle_threshold: int = 0,
         dead_letter_threshold: int = 0,
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
+        ledger: QuotaLedger | None = None,
     ) -> None:
         super().__init__(scope, id)
         model = as_bedrock_model(model)  # an aws_bedrock_alpha IBedrockInvokable too
+        # The ledger's DynamoDB work joins each message's time budget (checked below with the rest).
+        self._store_seconds = STORE_SECONDS + (LEDGER_SECONDS if ledger is not None else 0)
         ttft = time_to_first_token if time_to_first_token is not None else cdk.Duration.seconds(
             DEFAULT_TIME_TO_FIRST_TOKEN_SECONDS
         )
@@ -278,6 +321,7 @@ class QueuedInference(Construct):
             )
             visibility_timeout = self._check_visibility(check, visibility_timeout, timeout, queue)
             self._check_existing_queue(check, queue, timeout)
+            consumer = self._check_ledger(check, ledger, model, max_concurrency, queue)
         # Both are None only when a check above failed, and then Checks raised on leaving the block.
         self.call_budget_seconds = cast(int, budget)
         self.timeout = cast(cdk.Duration, timeout)
@@ -348,6 +392,11 @@ class QueuedInference(Construct):
         if service_tier is not None and (fence := model.tier_fence(self, service_tier)) is not None:
             role.add_to_principal_policy(fence)  # no other tier, whatever the code in the function sends
         self.answer_store.grant_write(role)  # answers and claims, on this table only
+        self.ledger = ledger
+        self.ledger_consumer: str | None = None
+        self.ledger_floor_tpm: float | None = None
+        if ledger is not None and consumer is not None:
+            self._take_part(ledger, consumer, cap, role)
 
         self.event_source = sources.SqsEventSource(
             queue,
@@ -439,12 +488,12 @@ class QueuedInference(Construct):
             max_attempts=attempts,
         )
         budget = math.ceil(seconds)
-        per_message = budget + STORE_SECONDS
+        per_message = budget + self._store_seconds
         self._budget_text = (
             f"{per_message:g} s per message (a call's worst case {budget:g} s = {attempts} attempts x "
             f"{_num(ttft.to_seconds(integral=False))} s to first token + {max_output} tokens / {_num(otps)} tokens per s + "
             f"{_num(seconds - attempts * ttft.to_seconds(integral=False) - max_output / otps)} s of retry backoff; "
-            f"plus {STORE_SECONDS} s of DynamoDB work)"
+            f"plus {self._store_seconds} s of DynamoDB work)"
         )
         if not check.rule(
             per_message + HANDLER_MARGIN_SECONDS <= MAX_LAMBDA_TIMEOUT_SECONDS,
@@ -471,7 +520,7 @@ class QueuedInference(Construct):
             if budget is None:
                 return timeout
             seconds = timeout.to_seconds(integral=False)
-            per_message = budget + STORE_SECONDS
+            per_message = budget + self._store_seconds
             if not check.rule(
                 seconds >= per_message + HANDLER_MARGIN_SECONDS,
                 f"timeout={_num(seconds)} s cannot cover one message: it needs {self._budget_text} + "
@@ -498,7 +547,7 @@ class QueuedInference(Construct):
             return None
         if batch_size is None:
             return None
-        per_message = budget + STORE_SECONDS
+        per_message = budget + self._store_seconds
         seconds = math.ceil(batch_size * per_message + HANDLER_MARGIN_SECONDS)
         fits = int((MAX_LAMBDA_TIMEOUT_SECONDS - HANDLER_MARGIN_SECONDS) // per_message)
         if not check.rule(
@@ -509,6 +558,65 @@ class QueuedInference(Construct):
         ):
             return None
         return cdk.Duration.seconds(seconds)
+
+    def _check_ledger(self, check: Checks, ledger: Any, model: Any, max_concurrency: Any,
+                      queue: Any) -> tuple[str, float] | None:
+        """The worker's name and floor in the ledger: the share it holds of the ledger's quota (given
+        as max_concurrency=quota.share(...), or drawn under this construct's id), else a name of its
+        own and no floor (it only borrows). None without a ledger or when a check failed."""
+        if ledger is None or not check.instance(
+            "ledger", ledger, QuotaLedger, "a QuotaLedger of the ModelQuota of this worker's model", optional=True
+        ):
+            return None
+        quota = ledger.quota
+        ours, theirs = getattr(model, "model_id", None), quota.model.model_id
+        if isinstance(ours, str) and not is_token(ours) and not is_token(theirs):
+            check.rule(
+                ours == theirs,
+                f"ledger=QuotaLedger {ledger.node.id} keeps the quota of model {theirs!r}, but this worker calls "
+                f"{ours!r}: each model has its own quota; give the worker the ledger of its model's ModelQuota",
+            )
+        check.rule(
+            getattr(queue, "fifo", False) is not True,
+            "ledger= needs a standard queue: a message the ledger refuses is sent back to the queue with a delay "
+            "(so the wait never counts toward the dead-letter queue's receive limit), and a FIFO queue cannot "
+            "delay one message; use a standard queue or drop ledger",
+        )
+        issued = {id(plan): name for plan, name in quota._issued.values()}
+        share = issued.get(id(max_concurrency)) if max_concurrency is not None else None
+        if share is None and self.node.id in quota.shares:
+            share = self.node.id
+        if share is None:
+            # No share: the worker only borrows, under a name unique in the app.
+            return cdk.Names.unique_resource_name(self, max_length=_CONSUMER_LIMIT), 0.0
+        if not check.rule(
+            "#" not in share and len(share) <= _CONSUMER_LIMIT,
+            f"ledger: the worker's share {share!r} names it in the ledger's attribute names, which allow at most "
+            f"{_CONSUMER_LIMIT} characters and no '#'; draw the share under such a name",
+        ):
+            return None
+        return share, quota.shares[share].tpm
+
+    def _take_part(self, ledger: QuotaLedger, consumer: tuple[str, float], cap: Any, role: iam.IRole) -> None:
+        """The worker's grants and variables for the ledger: UpdateItem and GetItem on its quota's item
+        (and the table's key), SendMessage on its own queue (a refused message goes back with a delay)."""
+        name, floor = consumer
+        ledger.grant_use(role)
+        # SendMessage alone, and the queue's own key with exactly what a producer needs:
+        # queue.grant_send_messages adds GetQueueAttributes, GetQueueUrl and kms:ReEncrypt*/GenerateDataKey*.
+        self.queue.grant(role, "sqs:SendMessage")
+        if self.queue.encryption_master_key is not None:
+            self.queue.encryption_master_key.grant(role, *SEND_KEY_ACTIONS)
+        burndown = PACER_ENVIRONMENT[2]
+        for variable, value in {
+            **ledger.consumer_variables(name, floor),
+            burndown: f"{ledger.quota.burndown:g}",
+            QUEUE_URL_VARIABLE: self.queue.queue_url,
+            # a deploy-time cap reaches the worker as it is: it divides the floor at run time
+            PROCESSES_VARIABLE: cdk.Token.as_string(cap) if is_token(cap) else str(cap),
+        }.items():
+            self.function.add_environment(variable, value)
+        self.ledger_consumer, self.ledger_floor_tpm = name, floor
 
     @staticmethod
     def _check_new_resource_props(check: Checks, queue: Any, **props: Any) -> None:

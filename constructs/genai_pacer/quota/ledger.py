@@ -178,12 +178,16 @@ class QuotaLedger(Construct):
                     check.number("burst_tpm", burst_tpm, minimum=floor, maximum=self.quota_tpm,
                                  fix=f"between the share's {floor:,.0f} TPM and the quota's allocatable "
                                  f"{self.quota_tpm:,.0f} TPM")
-        names = dict(zip(LEDGER_ENVIRONMENT, (
-            self.table.table_name, self.ledger_id, share, f"{self.quota_tpm:.0f}", f"{floor:.0f}",
+        return {**self.quota.pacer_environment(share), **self.consumer_variables(share, floor, burst_tpm)}
+
+    def consumer_variables(self, consumer: str, floor_tpm: float, burst_tpm: float | None = None) -> dict[str, str]:
+        """The ledger's own variables (GENAI_PACER_LEDGER_*) for one consumer, unchecked: `environment`
+        checks a share's; a construct that takes part itself (QueuedInference(ledger=...)) checks its own."""
+        return dict(zip(LEDGER_ENVIRONMENT, (
+            self.table.table_name, self.ledger_id, consumer, f"{self.quota_tpm:.0f}", f"{floor_tpm:.0f}",
             f"{self.quota_tpm if burst_tpm is None else burst_tpm:.0f}",
             f"{self.clock_skew.to_seconds(integral=False):g}",
         ), strict=True))
-        return {**self.quota.pacer_environment(share), **names}
 
     def grant_use(self, grantee: iam.IGrantable) -> iam.Grant:
         """Reserve, settle and release in this quota's ledger (UpdateItem, GetItem on its item only)."""
