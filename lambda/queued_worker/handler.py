@@ -29,11 +29,22 @@ the queue's receive limit, lands in the dead-letter queue. Before each message t
 that the invocation's remaining time covers one more worst-case call (CALL_BUDGET_SECONDS plus the
 DynamoDB work); when it does not, the rest of the batch is reported unprocessed and comes back.
 Every failure logs one structured line saying why, never the prompt.
+
+With QueuedInference(ledger=...) the worker takes part in the model quota's shared ledger
+(pacer_runtime.ledger): before each call it holds the call's reservation there (input + maxTokens x
+burndown, the QuotaPacer's hold), after it settles the hold to the real usage (input + cache writes
++ output x burndown; cache reads are free), and a call Bedrock never saw or throttled returns its
+hold at once. A message the ledger refuses waits in the queue, not in a throttle: it is sent back
+to the queue with a delay and its delivery deleted (see send_back for why not a batch item
+failure). While DynamoDB throttles or cannot be reached, the process falls back to its part of the
+worker's floor, never unbounded, and publishes LedgerFallbacks.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 import os
 import re
 import time
@@ -53,6 +64,10 @@ from pacer_runtime import (
     metrics,
 )
 from pacer_runtime.bedrock import checked_service_tier
+from pacer_runtime.ledger import ENVIRONMENT as LEDGER_ENVIRONMENT
+from pacer_runtime.ledger import LedgerError, LedgerHold, SharedLedger
+from pacer_runtime.quota_pacer import ENVIRONMENT as PACER_ENVIRONMENT
+from pacer_runtime.quota_pacer import NEVER_SENT, AdmissionRejected, QuotaPacer, Ticket, estimate_input_tokens
 from pacer_runtime.structured_log import describe_error
 
 MODEL_ID = os.environ["MODEL_ID"]
@@ -70,7 +85,27 @@ MAX_OUTPUT_TOKENS = int(os.environ["MAX_OUTPUT_TOKENS"])
 #: The DynamoDB work around one call (claim, read, write, release, with their retries). Keep equal
 #: to genai_pacer.queued_inference.STORE_SECONDS, which sizes the function timeout.
 STORE_SECONDS = 2.0
-RECORD_BUDGET_MS = (CALL_BUDGET_SECONDS + STORE_SECONDS) * 1000
+#: Set by QueuedInference(ledger=...) beside the ledger's own variables (genai_pacer.queue.inference
+#: QUEUE_URL_VARIABLE and PROCESSES_VARIABLE; a test keeps the names equal): the queue a refused
+#: message goes back to, and how many workers run at once, which splits the floor between them.
+QUEUE_URL_VARIABLE = "QUEUE_URL"
+PROCESSES_VARIABLE = "MAX_CONCURRENCY"
+#: The ledger work around one call (a reservation and its settlement, each with at most
+#: LEDGER_DYNAMODB_RETRIES retries of at most 0.05 + 0.1 + 0.2 s of backoff). Keep equal to
+#: genai_pacer.queue.inference.LEDGER_SECONDS, which adds it to the function timeout.
+LEDGER_SECONDS = 2.0
+LEDGER_DYNAMODB_RETRIES = 3
+#: After a LedgerError the process stays on its fallback this long before it asks the ledger again
+#: (QuotaPacer's ledger_retry_seconds default).
+LEDGER_RETRY_SECONDS = 5.0
+#: SendMessage's DelaySeconds: "Valid values: 0 to 900", and "When you set FifoQueue, you can't set
+#: DelaySeconds per message" (botocore's sqs model, SendMessage). A refused message waits at least
+#: MIN_WAIT_SECONDS, so a full quota does not turn into a loop of deliveries.
+MAX_DELAY_SECONDS = 900
+MIN_WAIT_SECONDS = 1
+LEDGER = (SharedLedger.from_environment(dynamodb_retries=LEDGER_DYNAMODB_RETRIES)
+          if os.environ.get(LEDGER_ENVIRONMENT[0]) else None)
+RECORD_BUDGET_MS = (CALL_BUDGET_SECONDS + STORE_SECONDS + (LEDGER_SECONDS if LEDGER else 0)) * 1000
 BODY_FIELDS = frozenset(
     {"key", "prompt", "messages", "system", "inferenceConfig", "additionalModelRequestFields", "requestId", "sequence"}
 )
@@ -84,6 +119,20 @@ BEDROCK = bedrock_client(
     read_timeout=float(os.environ.get("READ_TIMEOUT_SECONDS", "120")),
 )
 DDB = answers.store_client()
+#: Quota tokens per output token (the quota's burndown), for the hold and the settlement.
+BURNDOWN = float(os.environ.get(PACER_ENVIRONMENT[2]) or 1)
+if LEDGER is not None:
+    import boto3
+
+    SQS = boto3.client("sqs")
+    QUEUE_URL = os.environ[QUEUE_URL_VARIABLE]
+    #: This process's part of the worker's floor: what it may use on its own while the ledger cannot
+    #: be used. Never unbounded: a worker without a floor then takes no call (its messages wait).
+    FALLBACK_TPM = LEDGER.floor_tpm / max(int(float(os.environ.get(PROCESSES_VARIABLE) or 1)), 1)
+    FALLBACK = QuotaPacer(FALLBACK_TPM, burndown=BURNDOWN, max_wait_seconds=0) if FALLBACK_TPM >= 1 else None
+#: The process's view of the ledger between messages: on the fallback until `down_until`; refused
+#: until `retry_at` (a refusal a moment ago: the next messages wait without asking again).
+_LEDGER_STATE: dict[str, Any] = {"down_until": -math.inf, "retry_at": -math.inf, "wait": MIN_WAIT_SECONDS, "reason": ""}
 
 
 def emit_metrics(result, request: dict[str, Any] | None = None) -> None:
@@ -210,13 +259,145 @@ def _unencodable_path(value: Any, path: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Wait:
+    """The ledger has no room for the call now: the message goes back to the queue for `seconds`."""
+
+    seconds: int
+    reason: str
+
+
+class Held:
+    """A call's admission: its hold in the shared ledger, or its ticket on the process's fallback."""
+
+    def __init__(self, hold: LedgerHold | None = None, ticket: Ticket | None = None):
+        self.hold, self.ticket = hold, ticket
+
+    def settle(self, result: Any) -> None:
+        """Turn the hold into what Bedrock charged: input + cache writes + output x burndown."""
+        if self.ticket is not None:
+            self.ticket.settle(input_tokens=result.input_tokens, output_tokens=result.output_tokens,
+                               cache_write_tokens=result.cache_write_tokens, cache_read_tokens=result.cache_read_tokens)
+        if self.hold is not None and LEDGER is not None:
+            charge = result.input_tokens + result.cache_write_tokens + result.output_tokens * BURNDOWN
+            self._end(lambda hold: LEDGER.settle(hold, charge), "settle")
+
+    def failed(self, error: BaseException) -> None:
+        """A call that failed: a throttle or a request that never left the client (NEVER_SENT, or
+        refused by botocore's validation) was charged nothing, so its hold comes back at once; any
+        other error keeps it until the window passes (Bedrock may have charged the call)."""
+        if not (is_throttle(error) or isinstance(error, NEVER_SENT + (ParamValidationError,))):
+            return
+        if self.ticket is not None:
+            self.ticket.throttled() if is_throttle(error) else self.ticket.release()
+        if self.hold is not None and LEDGER is not None:
+            self._end(LEDGER.release, "release")
+
+    def _end(self, end: Any, what: str) -> None:
+        try:
+            end(self.hold)
+        except LedgerError as error:  # the answer still counts; the hold leaves with its window
+            log("WARN", f"the shared ledger did not take the {what}; the hold stays until its window passes",
+                reason="ledger-error", code=error.code, heldTokens=self.hold.tokens if self.hold else None)
+
+
+def admit(message: Message) -> Held | Wait:
+    """Hold the call's reservation in the shared ledger, or on the fallback while the ledger cannot
+    be used; a Wait when neither has room now."""
+    assert LEDGER is not None
+    max_tokens = message.request["inferenceConfig"]["maxTokens"]
+    tokens = estimate_input_tokens(message.request) + math.ceil(max_tokens * BURNDOWN)
+    if tokens > LEDGER.burst_tpm:
+        raise RequestError(
+            f"the call holds {tokens:,} quota tokens (its prompt + maxTokens={max_tokens} x burndown {BURNDOWN:g}), "
+            f"more than this worker may hold in the shared ledger ({LEDGER.burst_tpm:,.0f}): lower maxTokens or the prompt"
+        )
+    state = _LEDGER_STATE
+    now = time.monotonic()
+    if now < state["down_until"]:
+        return _fallback(tokens)
+    if now < state["retry_at"]:  # refused a moment ago: the ledger would say the same
+        return Wait(state["wait"], state["reason"])
+    try:
+        outcome = LEDGER.try_reserve(tokens)
+    except LedgerError as error:
+        state["down_until"] = time.monotonic() + LEDGER_RETRY_SECONDS
+        log("WARN", "the shared ledger cannot be used; this process falls back to its part of the worker's floor",
+            reason="ledger-fallback", code=error.code, fallbackTpm=FALLBACK_TPM, retryInSeconds=LEDGER_RETRY_SECONDS)
+        metrics.emit({metrics.LEDGER_FALLBACKS: 1}, {metrics.LEDGER_DIMENSION: LEDGER.ledger_id, **metrics.lambda_dimensions()})
+        return _fallback(tokens)
+    if isinstance(outcome, LedgerHold):
+        return Held(hold=outcome)
+    # The ledger's own estimate of when the window holds the call (slots leaving it), else its
+    # backoff: a message sent back sooner would only be refused again.
+    seconds = outcome.ready_in if outcome.ready_in is not None else outcome.retry_in
+    state["retry_at"] = time.monotonic() + outcome.retry_in
+    state["wait"], state["reason"] = _delay(seconds), outcome.reason
+    return Wait(state["wait"], outcome.reason)
+
+
+def _fallback(tokens: int) -> Held | Wait:
+    if FALLBACK is None:
+        return Wait(_delay(LEDGER_RETRY_SECONDS), "the shared ledger cannot be used and this worker has no floor")
+    if tokens > FALLBACK.tpm:
+        return Wait(_delay(LEDGER_RETRY_SECONDS), f"the shared ledger cannot be used, and the call's {tokens:,} tokens "
+                    f"exceed this process's part of the floor ({FALLBACK.tpm:,.0f} TPM)")
+    try:
+        return Held(ticket=FALLBACK.admit(tokens, max_wait_seconds=0))
+    except AdmissionRejected as rejected:
+        seconds = rejected.earliest_start_seconds
+        return Wait(_delay(LEDGER_RETRY_SECONDS if seconds is None else seconds),
+                    "the shared ledger cannot be used, and this process's part of the floor is full")
+
+
+def _delay(seconds: float) -> int:
+    return min(max(math.ceil(seconds), MIN_WAIT_SECONDS), MAX_DELAY_SECONDS)
+
+
+def send_back(record: dict, message: Message, wait: Wait, ids: dict) -> None:
+    """Send a refused message back to the queue, delayed by wait.seconds; the delivery is then deleted.
+
+    Why a new message, and not a batch item failure or a shorter visibility: every delivery of a
+    message counts toward the queue's redrive limit ("maxReceiveCount - The number of times a
+    message is delivered to the source queue before being moved to the dead-letter queue",
+    botocore's sqs model, SetQueueAttributes), and neither ChangeMessageVisibility nor a failure
+    report resets it: a message refused three times by a busy quota (the default limit) would be
+    dead-lettered though nothing is wrong with it. A new message starts at zero deliveries. It keeps
+    the request's identity: requestId (claims and the stored answer's id) and sequence (the order
+    of answers) are pinned in its body, and its message attributes are copied. A FIFO queue cannot
+    delay one message (MAX_DELAY_SECONDS), so QueuedInference refuses a ledger beside one.
+    """
+    body = json.loads(record["body"])
+    body["requestId"], body["sequence"] = message.request_id, message.sequence
+    request: dict[str, Any] = {"QueueUrl": QUEUE_URL, "MessageBody": json.dumps(body), "DelaySeconds": wait.seconds}
+    attributes = _attributes(record)
+    if attributes:
+        request["MessageAttributes"] = attributes
+    sent = SQS.send_message(**request)
+    log("INFO", "the quota's shared ledger has no room now; the message waits in the queue", **ids,
+        reason="ledger-wait", ledgerReason=wait.reason, delaySeconds=wait.seconds, resentAs=sent.get("MessageId"))
+
+
+def _attributes(record: dict) -> dict[str, dict[str, Any]]:
+    """The record's message attributes as SendMessage takes them (the event gives binary ones in base64)."""
+    copied: dict[str, dict[str, Any]] = {}
+    for name, attribute in (record.get("messageAttributes") or {}).items():
+        if not isinstance(attribute, dict) or not isinstance(attribute.get("dataType"), str):
+            continue
+        if isinstance(attribute.get("stringValue"), str):
+            copied[name] = {"DataType": attribute["dataType"], "StringValue": attribute["stringValue"]}
+        elif isinstance(attribute.get("binaryValue"), str):
+            copied[name] = {"DataType": attribute["dataType"], "BinaryValue": base64.b64decode(attribute["binaryValue"])}
+    return copied
+
+
 def process(record: dict) -> bool:
     """Handle one record; True when it is done (delete it), False when it must come back later."""
     message = parse(record)
     ids = {"messageId": record.get("messageId"), "requestId": message.request_id}
     # Claim first, then read: a delivery that finds the answer already stored is skipped, and of
     # deliveries running at once only the claim holder calls the model.
-    owner = answers.claim(DDB, TABLE_NAME, message.request_id, seconds=CALL_BUDGET_SECONDS + STORE_SECONDS)
+    owner = answers.claim(DDB, TABLE_NAME, message.request_id, seconds=RECORD_BUDGET_MS / 1000)
     try:
         stored = answers.get_answer(DDB, TABLE_NAME, message.key)
         if stored is not None and answers.supersedes(stored, message.stored_id, message.sequence):
@@ -228,12 +409,21 @@ def process(record: dict) -> bool:
             log("INFO", "another delivery of this request is in progress; it comes back later", **ids,
                 reason="in-progress")
             return False
+        held = admit(message) if LEDGER is not None else None
+        if isinstance(held, Wait):
+            send_back(record, message, held, ids)
+            return True
         try:
             result = converse(BEDROCK, message.request)
-        except (ClientError, BotoCoreError) as error:
-            if is_throttle(error):  # throttled past the SDK's retries: the dashboard's throttle line
+        except Exception as error:
+            if isinstance(error, ClientError | BotoCoreError) and is_throttle(error):
+                # throttled past the SDK's retries: the dashboard's throttle line
                 metrics.emit_throttle(MODEL_ID, dimensions=metrics.lambda_dimensions())
+            if held is not None:
+                held.failed(error)
             raise
+        if held is not None:
+            held.settle(result)  # at once: the room the answer did not use is free for the next call
         written = answers.put_answer(
             DDB,
             TABLE_NAME,
