@@ -90,7 +90,7 @@ QUEUED_PROPS = ("model", "max_concurrency", "queue", "dead_letter_queue", "max_r
                 "answer_store", "latency_optimized", "service_tier", "bedrock_max_attempts", "max_output_tokens",
                 "output_tokens_per_second", "time_to_first_token", "encryption_key", "queue_encryption_key",
                 "dead_letter_queue_encryption_key", "log_retention", "max_message_age", "worker_error_threshold",
-                "worker_throttle_threshold", "dead_letter_threshold", "alarm_actions")
+                "worker_throttle_threshold", "dead_letter_threshold", "alarm_actions", "ledger")
 PRECOMPUTE_PROPS = ("answer_store", "model", "request", "max_concurrency", "schedule", "items", "items_bucket",
                     "items_key", "items_format", "tolerated_failed_keys", "retry", "schedule_retry_attempts",
                     "schedule_max_event_age", "dead_letter_queue", "state_machine_options", "alarm_actions", "items_bucket_key")
@@ -191,6 +191,7 @@ BY_TYPE: dict[tuple[str, str], str] = {
     ("queued", "dead_letter_queue_encryption_key"): "pass a kms.IKey",
     ("queued", "log_retention"): "pass a logs.RetentionDays",
     ("queued", "alarm_actions"): "cloudwatch_actions.SnsAction",
+    ("queued", "ledger"): "a QuotaLedger of the ModelQuota of this worker's model",
     ("precompute", "answer_store"): "pass an AnswerStore",
     ("precompute", "model"): "pass a BedrockModel",
     ("precompute", "items_bucket_key"): "pass a kms.Key",

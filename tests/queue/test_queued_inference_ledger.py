@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sqs as sqs
 from genai_pacer import BedrockModel, InvalidPropsError, ModelQuota, QueuedInference, QuotaLedger
@@ -181,3 +182,14 @@ def test_a_customer_managed_queue_key_gives_the_worker_exactly_what_sending_need
     actions = sorted(a for s in policy_statements(template_of(stack)) if key_id in str(s["Resource"])
                      for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))
     assert actions == ["kms:Decrypt", "kms:Decrypt", "kms:GenerateDataKey"]  # consuming (Decrypt), sending
+
+
+def test_a_ledger_table_named_at_deploy_time_reaches_the_worker_and_its_grant():
+    stack = new_stack()
+    name = cdk.CfnParameter(stack, "LedgerTable", type="String")
+    table = dynamodb.Table.from_table_name(stack, "Imported", name.value_as_string)
+    QueuedInference(stack, "Queued", model=MODEL, max_concurrency=4,
+                    ledger=QuotaLedger(stack, "Ledger", quota=quota(stack), table=table))
+    assert worker_env(stack)[TABLE] == {"Ref": "LedgerTable"}
+    (on_ledger,) = [s for s in policy_statements(template_of(stack)) if "dynamodb:UpdateItem" in str(s["Action"])]
+    assert "LedgerTable" in str(on_ledger["Resource"])
