@@ -289,7 +289,10 @@ class Held:
         if not (is_throttle(error) or isinstance(error, NEVER_SENT + (ParamValidationError,))):
             return
         if self.ticket is not None:
-            self.ticket.throttled() if is_throttle(error) else self.ticket.release()
+            if is_throttle(error):
+                self.ticket.throttled()
+            else:
+                self.ticket.release()
         if self.hold is not None and LEDGER is not None:
             self._end(LEDGER.release, "release")
 
