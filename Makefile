@@ -50,7 +50,8 @@ dist: $(BUILD_VENV)/.installed
 # Benchmarks and experiments against the in-process emulator; reports land in bench/results/.
 # Each repeats its trials over several seeds and reports the spread. The quota pacer runs under the
 # default (sliding-window) quota model here, about 8 minutes; all six models take about 45:
-# .venv/bin/python bench/quota_pacer_experiment.py (bench/results/quota_pacer_experiment.json).
+# .venv/bin/python bench/quota_pacer_experiment.py (bench/results/quota_pacer_experiment.json). The service
+# tier experiment (priority / default / flex under contention, 3 seeds) takes about 1.5 minutes.
 # The emulated model is the reference stacks' default (stacks/settings.py: Amazon Nova 2 Lite, burndown 1);
 # until 0.2.0 it was Claude 3.5 Haiku (burndown 5), past its Bedrock end of life on 2026-06-19
 # (genai_pacer.models.DEPRECATED_MODELS), on which bench/README.md's tables were measured.
@@ -70,6 +71,7 @@ bench: $(VENV)/.dev-installed
 	$(VENV)/bin/python bench/quota_pacer_experiment.py --quota-models sliding \
 		--out $(BENCH_OUT)/quota_pacer_experiment_sliding.json > /dev/null
 	$(VENV)/bin/python bench/retrieval_tuning.py --trials 5 --out $(BENCH_OUT) > /dev/null
+	$(VENV)/bin/python bench/service_tier_experiment.py --out $(BENCH_OUT)/service_tier_experiment.json > /dev/null
 	@echo "reports: $$(ls $(BENCH_OUT) | tr '\n' ' ')"
 
 # Integration tests (integ/README.md): one app per construct family. Offline, `make test` compares

@@ -337,3 +337,30 @@ def test_make_bench_emulates_the_reference_stacks_current_model_with_its_burndow
     assert BedrockModel.from_id(settings["BENCH_MODEL"]).retirement is None
     bench_lines = makefile.split("\nbench:", 1)[1].split("\n\n", 1)[0]
     assert bench_lines.count("--model-id $(BENCH_MODEL)") == bench_lines.count("--burndown $(BENCH_BURNDOWN)") == 2
+
+
+def _tier_bench():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "service_tier_experiment.py"
+    spec = importlib.util.spec_from_file_location("service_tier_experiment", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_tier_benchmark_sends_the_same_arrivals_at_each_class_tier_then_all_at_default():
+    """Its figures mean something only if the tiered run asks for (and is served at) each arrival's class
+    and the untiered run sends the very same arrivals at default; no timing is asserted."""
+    bench = _tier_bench()
+    plan = bench.arrivals(seed=4, count=9, per_minute=600)
+    assert plan == bench.arrivals(seed=4, count=9, per_minute=600)  # both scenarios get this one plan
+    assert {klass for _, klass in plan} == set(bench.TIERS)
+    prompts = bench.load_prompts(bench.DEFAULT_PROMPTS)
+    tiered, untiered = (bench.run(scenario, plan, prompts, seed=4, slots=2, max_queue_seconds=600, time_scale=200)
+                        for scenario in ("tiered", "untiered"))
+    assert [(r["class"], r["asked"], r.get("served")) for r in tiered] == [(k, k, k) for _, k in plan]
+    assert [(r["class"], r["asked"], r.get("served")) for r in untiered] == [(k, "default", "default") for _, k in plan]
+    figures = bench.summary(tiered)
+    assert sum(figures[k]["requests"] for k in bench.TIERS) == 9
+    assert all(figures[k]["refused"] == 0 and figures[k]["ttft_s_p50"] is not None for k in bench.TIERS)
