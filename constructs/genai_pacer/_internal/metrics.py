@@ -21,6 +21,7 @@ __all__ = [
     "model_metric",
     "state_machine_metric",
     "tier_metric",
+    "variant_metric",
 ]
 
 #: The dimension of what a state machine publishes itself (ScheduledPrecompute's PutMetricData state
@@ -43,6 +44,13 @@ def tier_metric(model_id: str, tier: str, metric_name: str, **props: Any) -> clo
     """The calls of one model served at one service tier (ModelId, ServedTier)."""
     names = metrics_constants()
     return _metric(metric_name, {names.MODEL_DIMENSION: model_id, names.SERVED_TIER_DIMENSION: tier}, props)
+
+
+def variant_metric(model_id: str, experiment: str, variant: str, metric_name: str, **props: Any) -> cloudwatch.Metric:
+    """One variant's calls in one experiment (ModelId, Experiment, Variant): an A/B test's arms."""
+    names = metrics_constants()
+    dimensions = {names.MODEL_DIMENSION: model_id, names.EXPERIMENT_DIMENSION: experiment, names.VARIANT_DIMENSION: variant}
+    return _metric(metric_name, dimensions, props)
 
 
 def function_metric(function_name: str, metric_name: str, **props: Any) -> cloudwatch.Metric:

@@ -6,8 +6,9 @@ variant-tagged metrics at run time are `genai_pacer.runtime.experiment`. Documen
 The constructs load on first use, so `from genai_pacer.experiments import verdict` starts no CDK.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._internal.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .prompt_experiment import ExperimentVariant as ExperimentVariant
@@ -20,12 +21,4 @@ __all__ = ["ExperimentVariant", "ManagedPrompt", "PromptExperiment", "TextPrompt
 
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        if name in ("prompt_experiment", "verdict"):
-            return import_module(f".{name}", __name__)
-        if name not in _LAZY:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, ("prompt_experiment", "verdict"))

@@ -87,6 +87,7 @@ from .._internal.checks import (
     token_of_kind,
 )
 from .._internal.docs import constructor_doc
+from .._internal.metrics import variant_metric
 from .._internal.runtime_constants import metrics_constants
 from .._internal.secure import encrypted_log_group, log_key
 from ..models import BedrockModel, as_bedrock_model
@@ -664,17 +665,8 @@ class PromptExperiment(Construct):
         with Checks(f"PromptExperiment {self.node.id}") as check:
             check.rule(bool(found), f"variant={variant!r} is not in experiment {self.experiment_name!r}: "
                        f"{[v.name for v in self.variants]}")
-        names = metrics_constants()
-        return cloudwatch.Metric(
-            namespace=names.NAMESPACE,
-            metric_name=metric_name,
-            dimensions_map={
-                names.MODEL_DIMENSION: found[0].model.model_id,
-                names.EXPERIMENT_DIMENSION: self.experiment_name,
-                names.VARIANT_DIMENSION: variant,
-            },
-            **{"period": cdk.Duration.minutes(1), **props},
-        )
+        return variant_metric(found[0].model.model_id, self.experiment_name, variant, metric_name,
+                              **{"period": cdk.Duration.minutes(1), **props})
 
     def _guards(self, variant: ExperimentVariant, max_error_rate: float, max_p90: cdk.Duration, p90_seconds: Any,
                 min_calls: int, period: cdk.Duration, periods: int, actions: Sequence[cloudwatch.IAlarmAction]) -> None:
