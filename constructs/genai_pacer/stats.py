@@ -7,24 +7,15 @@ method, "linear"), not nearest rank. Production modules import it from here, nev
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ._internal.runtime_constants import replay_module
 
 __all__ = ["percentile", "percentile_of_sorted"]
 
-
-def percentile_of_sorted(ordered: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) of values already in ascending order (a bootstrap calls this
-    thousands of times on one sorted sample, so it does not sort again)."""
-    if not ordered:
-        raise ValueError("percentile of no values")
-    if not 0 <= q <= 100:  # NaN fails both comparisons
-        raise ValueError(f"q={q!r} must be within 0..100")
-    rank = (len(ordered) - 1) * q / 100
-    low, high = math.floor(rank), math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) of `values` in any order."""
-    return percentile_of_sorted(sorted(values), q)
+if TYPE_CHECKING:
+    from pacer_runtime.replay import percentile, percentile_of_sorted
+else:
+    # Written once, in lambda/pacer_runtime/replay.py, which a deployed load replay ships: its
+    # report's percentiles are the local bench's (loaded by path, standard library only).
+    percentile, percentile_of_sorted = replay_module().percentile, replay_module().percentile_of_sorted

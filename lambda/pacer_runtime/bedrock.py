@@ -11,9 +11,7 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -23,10 +21,13 @@ from botocore.exceptions import ClientError
 from ._arguments import positive, whole
 from .metrics import SERVICE_TIER_MEMBER, SERVICE_TIERS
 from .prompts import describe as _kind  # one rule for describing a value without echoing it
-
-THROTTLE_CODES = frozenset(
-    {"ThrottlingException", "TooManyRequestsException", "ServiceQuotaExceededException"}
+from .replay import (  # one reading of a Converse response or stream, the load replay's too
+    THROTTLE_CODES,
+    ConverseResult,
+    call_converse,
+    call_converse_stream,
 )
+
 INFERENCE_CONFIG_KEYS = frozenset({"maxTokens", "temperature", "topP", "stopSequences"})
 MESSAGE_KEYS = frozenset({"role", "content"})
 MESSAGE_ROLES = ("user", "assistant")
@@ -219,39 +220,9 @@ def _checked_inference_config(config: Any) -> dict[str, Any]:
     return {name: list(value) if name == "stopSequences" else value for name, value in config.items()}
 
 
-@dataclass(frozen=True)
-class ConverseResult:
-    text: str
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    stop_reason: str
-    latency_ms: float  # measured by the caller, retries included
-    service_latency_ms: int | None  # the service's own metrics.latencyMs
-    served_latency: str  # "standard" or "optimized": what actually served the request
-    first_token_ms: float | None = None  # streaming only: time to the first text, measured by the caller
-    #: The service tier that served the call, as the response names it (Converse's serviceTier.type,
-    #: ConverseStream's metadata event); None when the response names none.
-    served_tier: str | None = None
-
-    @property
-    def output_tokens_per_second(self) -> float | None:
-        """Decode speed after the first token (streaming only): what a reader sees the answer keep."""
-        if self.first_token_ms is None or self.latency_ms <= self.first_token_ms:
-            return None
-        return self.output_tokens / ((self.latency_ms - self.first_token_ms) / 1000)
-
-
 def converse(client, request: Mapping[str, Any]) -> ConverseResult:
     """Call Converse and return the answer with its usage; errors propagate as botocore ClientError."""
-    started = time.perf_counter()
-    response = client.converse(**request)
-    elapsed_ms = (time.perf_counter() - started) * 1000
-    content = response.get("output", {}).get("message", {}).get("content", [])
-    return _result(
-        "".join(block.get("text", "") for block in content), response, elapsed_ms, first_token_ms=None
-    )
+    return call_converse(client, request)
 
 
 def converse_stream(client, request: Mapping[str, Any]) -> ConverseResult:
@@ -261,40 +232,7 @@ def converse_stream(client, request: Mapping[str, Any]) -> ConverseResult:
     never re-counted). An exception inside the stream propagates as botocore's EventStreamError,
     which carries the same error code a ClientError would (is_throttle works on both).
     """
-    started = time.perf_counter()
-    response = client.converse_stream(**request)
-    parts: list[str] = []
-    summary: dict[str, Any] = {}
-    first_token_ms = None
-    for event in response["stream"]:
-        if "contentBlockDelta" in event:
-            text = event["contentBlockDelta"].get("delta", {}).get("text", "")
-            if text and first_token_ms is None:
-                first_token_ms = (time.perf_counter() - started) * 1000
-            parts.append(text)
-        elif "messageStop" in event:
-            summary["stopReason"] = event["messageStop"].get("stopReason", "")
-        elif "metadata" in event:
-            summary.update(event["metadata"])
-    elapsed_ms = (time.perf_counter() - started) * 1000
-    return _result("".join(parts), summary, elapsed_ms, first_token_ms=first_token_ms)
-
-
-def _result(text: str, response: Mapping[str, Any], elapsed_ms: float, *, first_token_ms: float | None) -> ConverseResult:
-    usage = response.get("usage", {})
-    return ConverseResult(
-        text=text,
-        input_tokens=usage.get("inputTokens", 0),
-        output_tokens=usage.get("outputTokens", 0),
-        cache_read_tokens=usage.get("cacheReadInputTokens", 0),
-        cache_write_tokens=usage.get("cacheWriteInputTokens", 0),
-        stop_reason=response.get("stopReason", ""),
-        latency_ms=round(elapsed_ms, 1),
-        service_latency_ms=response.get("metrics", {}).get("latencyMs"),
-        served_latency=response.get("performanceConfig", {}).get("latency", "standard"),
-        first_token_ms=None if first_token_ms is None else round(first_token_ms, 1),
-        served_tier=(response.get(SERVICE_TIER_MEMBER) or {}).get("type"),
-    )
+    return call_converse_stream(client, request)
 
 
 def is_throttle(error: BaseException) -> bool:

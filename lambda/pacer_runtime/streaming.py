@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from .bedrock import ConverseResult, _result
+from .replay import ConverseResult, _result  # the one reading of a response (replay.py)
 
 __all__ = ["ABBREVIATIONS", "SentenceSplitter", "SentenceStream", "sentences", "stream_sentences"]
 

@@ -1,10 +1,11 @@
 """Runtime files the library uses without boto3 or a second copy: the handlers' metric names
-(`lambda/pacer_runtime/metrics.py`) and the benchmark's prompts parser (`prompts.py`).
+(`lambda/pacer_runtime/metrics.py`), the benchmark's prompts parser (`prompts.py`) and its
+measurement, summary and percentiles (`replay.py`).
 
 Each is the one place its content is written. Importing it as `pacer_runtime.<name>` would run
 `pacer_runtime/__init__.py`, which imports boto3 (not a dependency of the constructs, nor of the
 bench's import). This loads the one file by its path, under a private module name, once per
-process. Both files use the standard library only at import.
+process. These files use the standard library only at import.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from types import ModuleType
 
 from .assets import LAMBDA_DIR
 
-__all__ = ["MODULE_NAME", "PROMPTS_MODULE_NAME", "metrics_constants", "prompts_module"]
+__all__ = ["MODULE_NAME", "PROMPTS_MODULE_NAME", "REPLAY_MODULE_NAME", "metrics_constants", "prompts_module", "replay_module"]
 
 MODULE_NAME = "genai_pacer._pacer_metrics"
 PROMPTS_MODULE_NAME = "genai_pacer._pacer_prompts"
+REPLAY_MODULE_NAME = "genai_pacer._pacer_replay"
 
 
 @cache
@@ -33,6 +35,13 @@ def prompts_module() -> ModuleType:
     """lambda/pacer_runtime/prompts.py as a module (Prompt, parse_prompts, PromptError): the parser
     the deployed replay's handler uses as pacer_runtime.prompts."""
     return _load("prompts.py", PROMPTS_MODULE_NAME, "benchmark prompts parser")
+
+
+@cache
+def replay_module() -> ModuleType:
+    """lambda/pacer_runtime/replay.py as a module (Sample, measure, summarize, percentiles): what
+    the deployed replay's handler uses as pacer_runtime.replay, so the two benches agree."""
+    return _load("replay.py", REPLAY_MODULE_NAME, "load replay's measurement")
 
 
 def _load(filename: str, module_name: str, what: str) -> ModuleType:
