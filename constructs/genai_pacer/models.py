@@ -929,13 +929,13 @@ def _validate_copies(check: Checks, model: BedrockModel) -> None:
         check.fail(
             "copies is required for an application inference profile: pass the foundation model or system-defined "
             f"profile it was created from (its modelSource.copyFrom; {_GET_PROFILE} lists its models), e.g. "
-            "copies='us.anthropic.claude-3-5-haiku-20241022-v1:0'; the role needs that too"
+            "copies='us.amazon.nova-2-lite-v1:0'; the role needs that too"
         )
         return
     if not isinstance(copies, BedrockModel):
         check.fail(
             f"copies={_show(copies)} is {kind_of(copies)}; pass a BedrockModel or a model or profile id such as "
-            "'us.anthropic.claude-3-5-haiku-20241022-v1:0'"
+            "'us.amazon.nova-2-lite-v1:0'"
         )
         return
     check.rule(

@@ -196,7 +196,7 @@ FAILURE_STATES = {
 }
 _PREFIX_CHARS = re.compile(r"^[A-Za-z0-9!_*'().-]+(/[A-Za-z0-9!_*'().-]+)*/$")
 _JOB_NAME_PREFIX = re.compile(r"^[A-Za-z0-9]+(-[A-Za-z0-9]+)*$")
-_MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.anthropic.claude-3-5-haiku-20241022-v1:0')"
+_MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-2-lite-v1:0')"
 
 
 @constructor_doc

@@ -7,7 +7,7 @@ the command line), print each, and check it:
 
     genai-pacer quota-check                          # every plan in ./cdk.out
     genai-pacer quota-check --assembly cdk.out --region us-east-1 --profile prod
-    genai-pacer quota-check --model-id us.anthropic.claude-3-5-haiku-20241022-v1:0 --tpm 400000 \\
+    genai-pacer quota-check --model-id us.amazon.nova-2-lite-v1:0 --tpm 400000 \\
         --share nightly=120000@6 --share chat=200000 --region us-east-1
 
 Offline (no AWS call, so no boto3 or credentials needed): the shares against the declared quota,

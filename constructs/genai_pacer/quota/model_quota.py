@@ -113,7 +113,7 @@ _SHARE_KINDS = ("fraction", "tpm", "calls")
 #: checked by tests/test_aws_facts_bedrock.py). Bedrock's codes look like L-A1B2C3D4, but only the
 #: API's own pattern is enforced, so a valid code is never refused here.
 QUOTA_CODE = re.compile(r"[a-zA-Z][a-zA-Z0-9-]{1,128}")
-_MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.anthropic.claude-3-5-haiku-20241022-v1:0')"
+_MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-2-lite-v1:0')"
 _PROFILE_HINT = "a planning.TokenProfile; quota.profile(input_tokens=..., output_tokens=..., max_tokens=...) applies the quota's burndown"
 _MAX_CALLS = 1_000_000  # far above any construct's range (a distributed Map allows 10,000 at once)
 #: IAM actions that call a model on bedrock-runtime (Converse and ConverseStream authorize as these):
