@@ -340,10 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _load() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().split()[0]
-    except OSError:
-        return "unknown"
+    return f"{os.getloadavg()[0]:.2f}"
 
 
 if __name__ == "__main__":

@@ -186,3 +186,13 @@ def holds_ref(value: Any, name: str = "Param") -> bool:
 def names_prop(prop: str, problems: list[str]) -> list[str]:
     """The problems of an InvalidPropsError that name `prop` (as "prop ...", "prop=...", "prop[...", "prop:")."""
     return [p for p in problems if p.startswith((f"{prop} ", f"{prop}=", f"{prop}[", f"{prop}:"))]
+
+
+def refused(build: Any) -> list[str]:
+    """The problems of the InvalidPropsError that build() raises (fails the test when it raises none)."""
+    import pytest
+    from genai_pacer import InvalidPropsError
+
+    with pytest.raises(InvalidPropsError) as raised:
+        build()
+    return raised.value.problems

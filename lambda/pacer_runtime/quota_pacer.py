@@ -422,7 +422,7 @@ class QuotaPacer:
 
     def settlement(self, input_tokens: int, output_tokens: int, *, cache_write_tokens: int = 0) -> float:
         """What a call finally costs: input + cache writes + output x burndown (cache reads are free)."""
-        return input_tokens + cache_write_tokens + output_tokens * self.burndown
+        return settled_tokens(input_tokens, output_tokens, cache_write_tokens=cache_write_tokens, burndown=self.burndown)
 
     def estimate_input_tokens(self, request: Mapping[str, Any]) -> int:
         """The prompt tokens of a Converse request, from its text, corrected by the usage settled so far."""
@@ -851,6 +851,12 @@ class QuotaPacer:
             self._drop(ticket)
             self._counts["released"] += 1
         self._ledger_end(ticket, None)
+
+
+def settled_tokens(input_tokens: int, output_tokens: int, *, cache_write_tokens: int = 0, burndown: float = 1.0) -> float:
+    """What Bedrock finally charges a call against the quota: input + cache writes + output x burndown
+    (cache reads are free). One formula for the pacer, the shared ledger's consumers and the worker."""
+    return input_tokens + cache_write_tokens + output_tokens * burndown
 
 
 def estimate_input_tokens(request: Mapping[str, Any], *, chars_per_token: float = 4.0) -> int:

@@ -67,7 +67,14 @@ from pacer_runtime.bedrock import checked_service_tier
 from pacer_runtime.ledger import ENVIRONMENT as LEDGER_ENVIRONMENT
 from pacer_runtime.ledger import LedgerError, LedgerHold, SharedLedger
 from pacer_runtime.quota_pacer import ENVIRONMENT as PACER_ENVIRONMENT
-from pacer_runtime.quota_pacer import NEVER_SENT, AdmissionRejected, QuotaPacer, Ticket, estimate_input_tokens
+from pacer_runtime.quota_pacer import (
+    NEVER_SENT,
+    AdmissionRejected,
+    QuotaPacer,
+    Ticket,
+    estimate_input_tokens,
+    settled_tokens,
+)
 from pacer_runtime.structured_log import describe_error
 
 MODEL_ID = os.environ["MODEL_ID"]
@@ -279,7 +286,8 @@ class Held:
             self.ticket.settle(input_tokens=result.input_tokens, output_tokens=result.output_tokens,
                                cache_write_tokens=result.cache_write_tokens, cache_read_tokens=result.cache_read_tokens)
         if self.hold is not None and LEDGER is not None:
-            charge = result.input_tokens + result.cache_write_tokens + result.output_tokens * BURNDOWN
+            charge = settled_tokens(result.input_tokens, result.output_tokens,
+                                    cache_write_tokens=result.cache_write_tokens, burndown=BURNDOWN)
             self._end(lambda hold: LEDGER.settle(hold, charge), "settle")
 
     def failed(self, error: BaseException) -> None:

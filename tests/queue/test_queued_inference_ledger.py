@@ -4,15 +4,14 @@ floor from the share it holds, and every prop combination refused by name (issue
 from __future__ import annotations
 
 import aws_cdk as cdk
-import pytest
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sqs as sqs
-from genai_pacer import BedrockModel, InvalidPropsError, ModelQuota, QueuedInference, QuotaLedger
+from genai_pacer import BedrockModel, ModelQuota, QueuedInference, QuotaLedger
 from genai_pacer.queue.inference import LEDGER_SECONDS, PROCESSES_VARIABLE, QUEUE_URL_VARIABLE, STORE_SECONDS
 from genai_pacer.quota.ledger import LEDGER_ENVIRONMENT, LEDGER_KEY_PREFIX
 from genai_pacer.quota.model_quota import PACER_ENVIRONMENT
-from helpers import new_stack, only, policy_statements, resources, template_of
+from helpers import new_stack, only, policy_statements, refused, resources, template_of
 
 MODEL = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
 TABLE, LEDGER_ID, CONSUMER, QUOTA_TPM, FLOOR_TPM, BURST_TPM, SKEW = LEDGER_ENVIRONMENT
@@ -28,12 +27,6 @@ def profile(q: ModelQuota):
 
 def worker_env(stack: cdk.Stack) -> dict:
     return only(template_of(stack), "AWS::Lambda::Function")["Properties"]["Environment"]["Variables"]
-
-
-def refused(build) -> list[str]:
-    with pytest.raises(InvalidPropsError) as raised:
-        build()
-    return raised.value.problems
 
 
 def test_a_worker_holding_a_share_takes_part_with_the_share_as_its_floor():

@@ -11,9 +11,9 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk.assertions import Annotations, Match
-from genai_pacer import BedrockModel, InvalidPropsError, ModelQuota, QuotaLedger
+from genai_pacer import BedrockModel, ModelQuota, QuotaLedger
 from genai_pacer.quota.ledger import LEDGER_ENVIRONMENT, LEDGER_TTL_ATTRIBUTE
-from helpers import names_prop, new_stack, only, policy_statements, resources, template_of
+from helpers import names_prop, new_stack, only, policy_statements, refused, resources, template_of
 
 NOVA = BedrockModel.from_id("us.amazon.nova-lite-v1:0")
 
@@ -32,12 +32,6 @@ def role(stack: cdk.Stack, name: str = "Worker") -> iam.Role:
 
 def warnings_of(stack: cdk.Stack) -> list[str]:
     return [str(m.entry.data) for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())]
-
-
-def refused(build) -> list[str]:
-    with pytest.raises(InvalidPropsError) as raised:
-        build()
-    return raised.value.problems
 
 
 def test_the_default_table_is_on_demand_encrypted_recoverable_with_ttl_on_holds():
