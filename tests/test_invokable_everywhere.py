@@ -1,6 +1,6 @@
 """Every construct that takes a model accepts aws_bedrock_alpha's IBedrockInvokable shape and builds
 the same template as with the BedrockModel it names; a prompt router is refused naming the prop
-(issue 23). The alpha-shaped fakes live in tests/test_models.py."""
+(issue 23). The alpha-shaped fakes live in tests/invokables.py."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from genai_pacer.experiments.prompt_experiment import ExperimentVariant, PromptE
 from genai_pacer.observe.dashboard import LatencyDashboard
 from genai_pacer.precompute.router import AnswerRouter
 from helpers import normalized
-from test_models import HAIKU, FakeCrossRegionProfile, FakeFoundationModel, FakePromptRouter
+from invokables import HAIKU, FakeCrossRegionProfile, FakeFoundationModel, FakePromptRouter
 
 
 def _scheduled(stack: cdk.Stack, model: Any) -> None:

@@ -160,3 +160,23 @@ def test_the_librarys_own_metrics_are_built_by_one_factory():
                 if namespace.endswith(".NAMESPACE") or "GenaiPacer" in namespace:
                     built.add(relative)
     assert built == set()
+
+
+TESTS = Path(__file__).parent
+DOCS = TESTS.parent / "docs"
+
+
+def test_the_tests_mirror_the_layout():
+    """tests/<capability>/ holds the tests of one capability, named as its package folder (or flat module)
+    and its page docs/<capability>.md are; what cuts across capabilities stays flat in tests/. Test files
+    keep distinct names: pytest imports each by its file name, its folder put on sys.path."""
+    folders = sorted(p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+    capabilities = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file() and not p.name.startswith("_")}
+    assert capabilities <= set(folders), sorted(capabilities - set(folders))
+    for folder in folders:
+        assert (DOCS / f"{folder}.md").is_file(), f"tests/{folder}/ has no page docs/{folder}.md"
+        assert folder in capabilities or (PACKAGE / f"{folder}.py").is_file(), f"tests/{folder}/ names no module"
+        flat = sorted(p.name for p in TESTS.glob(f"test_{folder}*.py"))
+        assert not flat, f"{flat} belong in tests/{folder}/"
+    names = [p.name for p in TESTS.rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted({n for n in names if names.count(n) > 1})

@@ -1061,7 +1061,7 @@ def test_a_token_for_any_profile_argument_is_refused_naming_it(argument, kind):
 
 
 def test_a_quota_accepts_an_ibedrockinvokable_and_plans_for_the_model_it_names():
-    from test_models import FakeCrossRegionProfile, FakeFoundationModel
+    from invokables import FakeCrossRegionProfile, FakeFoundationModel
 
     alpha_like = FakeCrossRegionProfile("us", FakeFoundationModel("anthropic.claude-3-5-haiku-20241022-v1:0"))
     quota = ModelQuota(new_stack(), "Quota", model=alpha_like, tpm_quota=400_000, burndown=5)

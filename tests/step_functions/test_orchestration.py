@@ -1110,7 +1110,7 @@ def test_sync_execution_url_exposes_what_a_caller_waits_and_fails_on():
 def test_an_ibedrockinvokable_is_accepted_wherever_a_model_is_and_synthesizes_the_same():
     """An aws_bedrock_alpha-shaped object (invokable_arn + grant_invoke) gives the template a
     BedrockModel gives: the same ModelId and the same exact grants."""
-    from test_models import FakeCrossRegionProfile, FakeFoundationModel, FakePromptRouter
+    from invokables import FakeCrossRegionProfile, FakeFoundationModel, FakePromptRouter
 
     def fake() -> FakeCrossRegionProfile:
         return FakeCrossRegionProfile("us", FakeFoundationModel("anthropic.claude-3-5-haiku-20241022-v1:0"))

@@ -17,6 +17,13 @@ from aws_cdk import aws_iam as iam
 from genai_pacer import BedrockModel, InvalidPropsError
 from genai_pacer.models import KNOWN_PROVIDERS, PROFILE_REGIONS
 from helpers import policy_statements, template_of
+from invokables import (
+    FakeApplicationProfile,
+    FakeCrossRegionProfile,
+    FakeFoundationModel,
+    FakePromptRouter,
+    Invokable,
+)
 
 ACCOUNT = "111122223333"
 HAIKU = "anthropic.claude-3-5-haiku-20241022-v1:0"
@@ -591,65 +598,6 @@ def test_a_ca_profile_needs_its_regions_since_no_source_lists_them():
 # --- issue 23: anything shaped like aws_bedrock_alpha's IBedrockInvokable ---------------------------
 
 
-class _Enum:
-    """A jsii enum member as the alpha package exposes it (InferenceProfileType.APPLICATION)."""
-
-    def __init__(self, value: str) -> None:
-        self.value = value
-
-
-class _Invokable:
-    """The IBedrockInvokable contract: invokable_arn and grant_invoke (never called by genai-pacer)."""
-
-    invokable_arn: str
-
-    def grant_invoke(self, grantee: Any) -> Any:
-        raise AssertionError("genai-pacer grants exact ARNs itself; the object's own grant is not used")
-
-
-class FakeFoundationModel(_Invokable):
-    """Shaped like aws_bedrock_alpha.BedrockFoundationModel: its ARN holds partition and Region tokens."""
-
-    def __init__(self, model_id: str) -> None:
-        self.model_id = model_id
-        self.model_arn = self.invokable_arn = f"arn:{cdk.Aws.PARTITION}:bedrock:{cdk.Aws.REGION}::foundation-model/{model_id}"
-
-    def grant_invoke_all_regions(self, grantee: Any) -> Any:
-        raise AssertionError("not used")
-
-
-class FakeCrossRegionProfile(_Invokable):
-    """Shaped like aws_bedrock_alpha.CrossRegionInferenceProfile."""
-
-    def __init__(self, geo: str, model: FakeFoundationModel) -> None:
-        self.inference_profile_id = f"{geo}.{model.model_id}"
-        self.inference_profile_model = model
-        self.type = _Enum("SYSTEM_DEFINED")
-        self.inference_profile_arn = self.invokable_arn = (
-            f"arn:{cdk.Aws.PARTITION}:bedrock:{cdk.Aws.REGION}:{cdk.Aws.ACCOUNT_ID}:inference-profile/{self.inference_profile_id}")
-
-    def grant_profile_usage(self, grantee: Any) -> Any:
-        raise AssertionError("not used")
-
-
-class FakeApplicationProfile(_Invokable):
-    """Shaped like aws_bedrock_alpha.ApplicationInferenceProfile: a deploy-time ARN and the model it copies."""
-
-    def __init__(self, arn: str, source: _Invokable) -> None:
-        self.inference_profile_arn = self.invokable_arn = arn
-        self.inference_profile_id = cdk.Fn.select(1, cdk.Fn.split("/", arn))
-        self.inference_profile_model = source
-        self.type = _Enum("APPLICATION")
-
-
-class FakePromptRouter(_Invokable):
-    """Shaped like aws_bedrock_alpha.PromptRouter."""
-
-    def __init__(self) -> None:
-        self.prompt_router_arn = self.invokable_arn = "arn:aws:bedrock:us-east-1:111122223333:default-prompt-router/anthropic.claude:1"
-        self.routing_endpoints = [FakeCrossRegionProfile("us", FakeFoundationModel(HAIKU))]
-
-
 @pytest.mark.parametrize(
     ("invokable", "expected"),
     [
@@ -686,7 +634,7 @@ def test_an_application_profile_with_a_deploy_time_arn_keeps_the_token():
     [
         (FakePromptRouter(), "model: FakePromptRouter is a prompt router: it sends each call to one of several models, "
                              "so there is no single model id for metrics, no quota share and no burndown"),
-        (type("Imported", (_Invokable,), {"invokable_arn": cdk.Fn.import_value("Arn")})(),
+        (type("Imported", (Invokable,), {"invokable_arn": cdk.Fn.import_value("Arn")})(),
          "model: Imported's model cannot be read at synth (its invokable_arn is a deploy-time token"),
     ],
     ids=["prompt-router", "unreadable"],

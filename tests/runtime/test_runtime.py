@@ -264,7 +264,7 @@ def test_planning_testing_and_runtime_import_without_starting_the_cdk():
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     code = "import sys, genai_pacer.planning, genai_pacer.testing, genai_pacer.runtime; print('aws_cdk' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env={"PYTHONPATH": f"{root / 'constructs'}", "PATH": ""})
@@ -313,7 +313,7 @@ def test_a_handler_importing_the_runtime_does_not_load_the_experiment_and_retrie
     import sys
     from pathlib import Path
 
-    lambda_dir = Path(__file__).resolve().parents[1] / "lambda"
+    lambda_dir = Path(__file__).resolve().parents[2] / "lambda"
     code = ("import sys, pacer_runtime\n"
             "assert not {'pacer_runtime.experiment', 'pacer_runtime.retrieval'} & set(sys.modules), sorted(sys.modules)\n"
             "from pacer_runtime import experiment, retrieval\n"
