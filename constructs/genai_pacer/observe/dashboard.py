@@ -215,6 +215,22 @@ def bedrock_tier_search(model_id: str, metric_name: str, *, statistic: str, name
     )
 
 
+def _from_zero(maximum: float | None = None) -> cloudwatch.YAxisProps:
+    """A graph axis from 0, without units: the dashboard's counts, tokens, times and shares are never negative."""
+    return cloudwatch.YAxisProps(min=0, max=maximum, show_units=False)
+
+
+def _graph(title: str, left: Sequence[cloudwatch.IMetric], *, width: int,
+           left_y_axis: cloudwatch.YAxisProps | None = None, **props: Any) -> cloudwatch.GraphWidget:
+    """A graph whose left axis starts at 0 (_from_zero) unless `left_y_axis` says otherwise."""
+    return cloudwatch.GraphWidget(title=title, left=left, left_y_axis=left_y_axis or _from_zero(), width=width, **props)
+
+
+def _p50_p90(metric: Any, **props: Any) -> list[cloudwatch.IMetric]:
+    """A latency's p50 and p90 lines: `metric` is a construct's metric_* method (props: its period)."""
+    return [metric(statistic="p50", label="p50", **props), metric(statistic="p90", label="p90", **props)]
+
+
 def _number(check: Checks, name: str, value: Any, *, synth_time: bool = True, **limits: Any) -> bool:
     """A finite number within limits; a deploy-time token refused where the value is needed at synth."""
     if synth_time and is_token(value):
@@ -502,18 +518,14 @@ class LatencyDashboard(Construct):
                     for one in ids for stat in ("p50", "p90", "p99")]
 
         ttft_budget = watched.alarms.ttft_p90 if watched.alarms is not None else None
-        ttft = cloudwatch.GraphWidget(
+        ttft = _graph(
             title=f"{label}: time to first token, ms (streaming calls only)",
             left=percentiles(TIME_TO_FIRST_TOKEN),
             left_annotations=[cloudwatch.HorizontalAnnotation(value=ttft_budget.to_milliseconds(), label="p90 budget (alarm)")]
             if ttft_budget is not None else None,
-            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            width=8,
         )
-        latency = cloudwatch.GraphWidget(
-            title=f"{label}: invocation latency, ms (request to last token)",
-            left=percentiles(INVOCATION_LATENCY),
-            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
-        )
+        latency = _graph(f"{label}: invocation latency, ms (request to last token)", percentiles(INVOCATION_LATENCY), width=8)
         aws_otps = cloudwatch.MathExpression(
             expression="(out / inv) / ((lat - ttft) / 1000)",
             using_metrics={
@@ -523,16 +535,15 @@ class LatencyDashboard(Construct):
             label="estimate from AWS/Bedrock averages (mixes streaming and non-streaming calls of every caller)",
             period=ONE_MINUTE,
         )
-        otps = cloudwatch.GraphWidget(
+        otps = _graph(
             title=f"{label}: output tokens per second after the first token (decode)",
             left=[
                 own(names.OUTPUT_TOKENS_PER_SECOND, "p50", "handlers' streaming calls, p50"),
                 own(names.OUTPUT_TOKENS_PER_SECOND, "p10", "handlers' streaming calls, slowest 10% (p10)"),
                 aws_otps,
-            ],
-            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            ], width=8,
         )
-        per_call = cloudwatch.GraphWidget(
+        per_call = _graph(
             title=f"{label}: tokens per call (average)",
             left=[
                 cloudwatch.MathExpression(expression="inputs / calls", label="input tokens per call", period=ONE_MINUTE,
@@ -541,23 +552,20 @@ class LatencyDashboard(Construct):
                 cloudwatch.MathExpression(expression="outputs / calls", label="output tokens per call", period=ONE_MINUTE,
                                           using_metrics={"outputs": aws(OUTPUT_TOKEN_COUNT, "Sum", "out"),
                                                          "calls": aws(INVOCATIONS, "Sum", "inv")}),
-            ],
-            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            ], width=8,
         )
-        outcomes = cloudwatch.GraphWidget(
+        outcomes = _graph(
             title=f"{label}: invocations, throttles and errors per minute",
             left=[aws(INVOCATIONS, "Sum", "inv", "invocations")],
             right=[aws(INVOCATION_THROTTLES, "Sum", "thr", "throttles"),
                    aws(INVOCATION_CLIENT_ERRORS, "Sum", "cli", "client errors"),
                    aws(INVOCATION_SERVER_ERRORS, "Sum", "srv", "server errors")],
-            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False),
-            right_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+            right_y_axis=_from_zero(), width=8,
         )
-        modes = cloudwatch.GraphWidget(
+        modes = _graph(
             title=f"{label}: served latency mode (handlers' calls per minute)",
             left=[own(names.SERVED_OPTIMIZED, "Sum", "served optimized"), own(names.SERVED_STANDARD, "Sum", "served standard"),
-                  own(names.OPTIMIZED_SERVED_STANDARD, "Sum", "asked optimized, served standard")],
-            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+                  own(names.OPTIMIZED_SERVED_STANDARD, "Sum", "asked optimized, served standard")], width=8,
         )
         self.dashboard.add_widgets(cloudwatch.TextWidget(markdown=f"## {label}", width=24, height=1))
         if len(ids) > 1:
@@ -577,20 +585,19 @@ class LatencyDashboard(Construct):
         names = metrics_constants()
         model_id, label = watched.model.model_id, watched.name
         tiers = names.SERVICE_TIERS
-        axis = cloudwatch.YAxisProps(min=0, show_units=False)
-        latency = cloudwatch.GraphWidget(
+        latency = _graph(
             title=f"{label}: latency and TTFT p90 by served tier, ms (handlers' calls)",
             left=[tier_metric(model_id, names.LATENCY_MS, tier, statistic="p90", label=f"{tier} latency") for tier in tiers]
             + [tier_metric(model_id, names.TIME_TO_FIRST_TOKEN_MS, tier, statistic="p90", label=f"{tier} TTFT") for tier in tiers],
-            left_y_axis=axis, width=6,
+            width=6,
         )
-        otps = cloudwatch.GraphWidget(
+        otps = _graph(
             title=f"{label}: decode speed (OTPS) p50 by served tier (handlers' streaming calls)",
             left=[tier_metric(model_id, names.OUTPUT_TOKENS_PER_SECOND, tier, statistic="p50") for tier in tiers],
-            left_y_axis=axis, width=6,
+            width=6,
         )
         allowed = watched.alarms.tier_downgrades if watched.alarms is not None else None
-        below = cloudwatch.GraphWidget(
+        below = _graph(
             title=f"{label}: calls served below the tier they asked for (handlers' calls)",
             left=[handler_metric(model_id, names.SERVED_BELOW_REQUESTED_TIER, statistic="Sum", label="calls per minute")],
             right=[cloudwatch.MathExpression(
@@ -598,12 +605,12 @@ class LatencyDashboard(Construct):
                 using_metrics={"share": handler_metric(model_id, names.SERVED_BELOW_REQUESTED_TIER, statistic="Average")})],
             left_annotations=[cloudwatch.HorizontalAnnotation(value=allowed, label="alarm above")]
             if allowed is not None and "TierDowngrades" in alarms else None,
-            left_y_axis=axis, right_y_axis=cloudwatch.YAxisProps(min=0, max=100, show_units=False), width=6,
+            right_y_axis=_from_zero(100), width=6,
         )
-        aws = cloudwatch.GraphWidget(
+        aws = _graph(
             title=f"{label}: AWS/Bedrock invocation latency p90 by requested and served tier (where published)",
             left=[bedrock_tier_search(one, INVOCATION_LATENCY, statistic="p90", name=one) for one in metric_ids(watched.model)],
-            left_y_axis=axis, width=6,
+            width=6,
         )
         return [latency, otps, below, aws]
 
@@ -623,7 +630,7 @@ class LatencyDashboard(Construct):
                 annotations.append(cloudwatch.HorizontalAnnotation(
                     value=quota.planned_reservation_tpm, label="planned reservation peak (state machines hold this)",
                     color="#9467bd"))
-        return cloudwatch.GraphWidget(
+        return _graph(
             title=f"{label}: quota tokens per minute: AWS estimate vs the handlers' reservation",
             left=[
                 bedrock_model_metric(watched.model, ESTIMATED_TPM_QUOTA_USAGE, statistic="Sum", key="quota",
@@ -632,8 +639,7 @@ class LatencyDashboard(Construct):
                                label="reserved by the handlers' calls (input + maxTokens)"),
                 self._settled(watched, ONE_MINUTE, "settled by the handlers' calls (input + cache writes + output x burndown)"),
             ],
-            left_annotations=annotations or None,
-            left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=16, height=6,
+            left_annotations=annotations or None, width=16, height=6,
         )
 
     @staticmethod
@@ -653,6 +659,7 @@ class LatencyDashboard(Construct):
     def _model_alarms(self, scope: Construct, watched: WatchedModel) -> dict[str, cloudwatch.Alarm]:
         settings, quota, label = watched.alarms, watched.quota, watched.name
         model, model_id = watched.model, watched.model.model_id
+        names = metrics_constants()
         alarms: dict[str, cloudwatch.Alarm] = {}
         periods = settings.evaluation_periods if settings is not None else 1
         if settings is not None and settings.ttft_p90 is not None:
@@ -682,7 +689,6 @@ class LatencyDashboard(Construct):
                 "estimate leaves out reservations, so throttling can start before it reaches the quota.",
             )
         if settings is not None and settings.reservation_ratio is not None:
-            names = metrics_constants()
             ratio = cloudwatch.MathExpression(
                 expression="reserved / settled",
                 using_metrics={
@@ -697,26 +703,25 @@ class LatencyDashboard(Construct):
                 "settled over 15 minutes: maxTokens is oversized, and the unused reservation throttles concurrent "
                 "calls. Size maxTokens just above the real p99 answer (planning.size_max_tokens).",
             )
-        if settings is not None and settings.latency_fallbacks is not None:
-            names = metrics_constants()
-            allowed = settings.latency_fallbacks
-            alarms["LatencyFallbacks"] = self._alarm(
-                scope, "LatencyFallbacks", handler_metric(model_id, names.OPTIMIZED_SERVED_STANDARD, statistic="Sum"),
-                allowed, periods,
-                f"{label}: {f'more than {allowed} calls' if allowed else 'calls'} per minute asked for latency-optimized "
-                f"inference and were served at standard, for {periods} minutes: the optimized quota ran out (no error; "
-                "billed at standard rates).",
-            )
-        if settings is not None and settings.tier_downgrades is not None:
-            names = metrics_constants()
-            allowed = settings.tier_downgrades
-            alarms["TierDowngrades"] = self._alarm(
-                scope, "TierDowngrades", handler_metric(model_id, names.SERVED_BELOW_REQUESTED_TIER, statistic="Sum"),
-                allowed, periods,
-                f"{label}: {f'more than {allowed} calls' if allowed else 'calls'} per minute were served below the service "
-                f"tier they asked for, for {periods} minutes: a Reserved tier reservation overflowing to default (raise "
-                "it, or move traffic off it), or Priority served at default. No error; the calls ran slower than asked.",
-            )
+        # Calls served short of what they asked for, counted by the handlers: (alarm, the LatencyAlarms prop
+        # that allows that many a minute, the metric counting them, what happened to them and why).
+        served_short = (
+            ("LatencyFallbacks", "latency_fallbacks", names.OPTIMIZED_SERVED_STANDARD,
+             "asked for latency-optimized inference and were served at standard, for {periods} minutes: the "
+             "optimized quota ran out (no error; billed at standard rates)."),
+            ("TierDowngrades", "tier_downgrades", names.SERVED_BELOW_REQUESTED_TIER,
+             "were served below the service tier they asked for, for {periods} minutes: a Reserved tier reservation "
+             "overflowing to default (raise it, or move traffic off it), or Priority served at default. No error; the "
+             "calls ran slower than asked."),
+        )
+        for name, prop, metric_name, what in served_short:
+            allowed = getattr(settings, prop) if settings is not None else None
+            if allowed is not None:
+                alarms[name] = self._alarm(
+                    scope, name, handler_metric(model_id, metric_name, statistic="Sum"), allowed, periods,
+                    f"{label}: {f'more than {allowed} calls' if allowed else 'calls'} per minute "
+                    + what.format(periods=periods),
+                )
         return alarms
 
     def _alarm(self, scope: Construct, id: str, metric: cloudwatch.IMetric, threshold: float, periods: int,
@@ -733,45 +738,42 @@ class LatencyDashboard(Construct):
             check.text("title", title, optional=True, max_length=100)
         return title if title is not None else default
 
+    def _named(self, method: str, argument: str, construct: Any, kind: type, accepted: str, title: Any) -> str:
+        """The title of an add_* method's widgets once `construct` is the kind it shows: `title`, else its path."""
+        with Checks(f"LatencyDashboard {self.node.id}: {method}") as check:
+            check.instance(argument, construct, kind, accepted)
+        return self._title(method, title, construct.node.path)
+
     def add_queued_inference(self, queued: Any, *, title: str | None = None) -> None:
         """A QueuedInference: queue age and DLQ depth, worker errors and throttles, its calls' tokens,
         reservation, latency and served mode, and its alarms."""
         from ..queue.inference import QueuedInference
 
-        with Checks(f"LatencyDashboard {self.node.id}: add_queued_inference") as check:
-            check.instance("queued", queued, QueuedInference, "a QueuedInference")
-        name = self._title("add_queued_inference", title, queued.node.path)
+        name = self._named("add_queued_inference", "queued", queued, QueuedInference, "a QueuedInference", title)
         queue_metrics: list[cloudwatch.IMetric] = [queued.metric_oldest_message_age(label="oldest message age, s")]
         dead = queued.metric_dead_letters(label="messages in the dead-letter queue")
         self.dashboard.add_widgets(cloudwatch.TextWidget(markdown=f"## {name} (queue-driven inference)", width=24, height=1))
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(title=f"{name}: queue", left=queue_metrics, right=[dead] if dead is not None else None,
-                                   left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8),
-            cloudwatch.GraphWidget(
+            _graph(f"{name}: queue", queue_metrics, right=[dead] if dead is not None else None, width=8),
+            _graph(
                 title=f"{name}: worker failures (5 minutes)",
                 left=[queued.metric_worker_errors(label="failed invocations"),
                       queued.metric_worker_throttles(label="Lambda throttles"),
                       queued.metric_model_throttles(label="model calls throttled", period=cdk.Duration.minutes(5))],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+                width=8,
             ),
-            cloudwatch.GraphWidget(
+            _graph(
                 title=f"{name}: worker calls, tokens per minute",
                 left=[queued.metric_input_tokens(label="input"), queued.metric_output_tokens(label="output"),
-                      queued.metric_reserved_tokens(label="reserved (input + maxTokens)")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+                      queued.metric_reserved_tokens(label="reserved (input + maxTokens)")], width=8,
             ),
         )
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(
-                title=f"{name}: worker call latency, ms (retries included)",
-                left=[queued.metric_latency(statistic="p50", label="p50"), queued.metric_latency(label="p90")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
-            ),
-            cloudwatch.GraphWidget(
+            _graph(f"{name}: worker call latency, ms (retries included)", _p50_p90(queued.metric_latency), width=8),
+            _graph(
                 title=f"{name}: served latency mode",
                 left=[queued.metric_served_optimized(label="served optimized"), queued.metric_served_standard(label="served standard"),
-                      queued.metric_latency_fallbacks(label="asked optimized, served standard")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+                      queued.metric_latency_fallbacks(label="asked optimized, served standard")], width=8,
             ),
             cloudwatch.AlarmStatusWidget(alarms=list(queued.alarms.values()), title=f"{name}: alarms", width=8, height=6),
         )
@@ -792,27 +794,20 @@ class LatencyDashboard(Construct):
         name = self._title("add_state_machine", title, getattr(workflow, "node", machine.node).path)
         five = cdk.Duration.minutes(5)
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(
+            _graph(
                 title=f"{name}: executions (5 minutes)",
                 left=[machine.metric_started(statistic="Sum", period=five, label="started")],
                 right=[machine.metric_failed(statistic="Sum", period=five, label="failed"),
                        machine.metric_timed_out(statistic="Sum", period=five, label="timed out"),
                        machine.metric_throttled(statistic="Sum", period=five, label="throttled at start")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False),
-                right_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=12,
+                right_y_axis=_from_zero(), width=12,
             ),
-            cloudwatch.GraphWidget(
-                title=f"{name}: execution time, ms",
-                left=[machine.metric_time(statistic="p50", period=five, label="p50"),
-                      machine.metric_time(statistic="p90", period=five, label="p90")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=12,
-            ),
+            _graph(f"{name}: execution time, ms", _p50_p90(machine.metric_time, period=five), width=12),
         )
         if callable(getattr(workflow, "metric_failed_keys", None)):  # ScheduledPrecompute
-            self.dashboard.add_widgets(cloudwatch.GraphWidget(
+            self.dashboard.add_widgets(_graph(
                 title=f"{name}: keys a run could not answer (per day)",
-                left=[workflow.metric_failed_keys(label="failed keys")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=24, height=4,
+                left=[workflow.metric_failed_keys(label="failed keys")], width=24, height=4,
             ))
         if callable(getattr(workflow, "metric_records_loaded", None)):  # BatchPrecompute
             self._batch_widgets(workflow, name)
@@ -822,23 +817,22 @@ class LatencyDashboard(Construct):
         (BatchPrecompute's own metric methods: the names and their sources live there)."""
         model_id = _batch_model_id(batch)
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(
+            _graph(
                 title=f"{name}: records loaded into the store and left unanswered (per day)",
                 left=[batch.metric_records_loaded(label="loaded"), batch.metric_records_failed(label="errored or missing")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+                width=8,
             ),
-            cloudwatch.GraphWidget(
+            _graph(
                 title=f"{name}: Bedrock batch records and tokens pending (account-wide, model {model_id})",
                 left=[batch.metric_records_pending(label="records pending, this model"),
                       batch.metric_account_records_pending(label="records pending, every model")],
                 right=[batch.metric_tokens_pending(label="tokens pending (Claude models only)")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False),
-                right_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+                right_y_axis=_from_zero(), width=8,
             ),
-            cloudwatch.GraphWidget(
+            _graph(
                 title=f"{name}: Bedrock batch tokens processed per minute (account-wide, model {model_id})",
                 left=[batch.metric_input_tokens_processed(label="input"), batch.metric_output_tokens_processed(label="output")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+                width=8,
             ),
         )
 
@@ -847,24 +841,21 @@ class LatencyDashboard(Construct):
         (misses) and with one older than the caller accepts (stale), with the counts behind them."""
         from ..precompute.router import AnswerRouter
 
-        with Checks(f"LatencyDashboard {self.node.id}: add_answer_router") as check:
-            check.instance("router", router, AnswerRouter, "an AnswerRouter")
-        name = self._title("add_answer_router", title, router.node.path)
+        name = self._named("add_answer_router", "router", router, AnswerRouter, "an AnswerRouter", title)
         counts = {"hits": router.metric_hits(), "misses": router.metric_misses(), "stale": router.metric_stale()}
         total = "(FILL(hits, 0) + FILL(misses, 0) + FILL(stale, 0))"  # a period without stale answers still has a rate
         rates = [cloudwatch.MathExpression(expression=f"100 * FILL({key}, 0) / {total}", using_metrics=counts,
                                            label=f"{label} (%)", period=cdk.Duration.minutes(5))
                  for key, label in (("hits", "hit rate"), ("misses", "miss rate"), ("stale", "stale rate"))]
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(
+            _graph(
                 title=f"{name}: answers served from the store, missing and stale, % of requests (5 minutes)",
-                left=rates, left_y_axis=cloudwatch.YAxisProps(min=0, max=100, show_units=False), width=12,
+                left=rates, left_y_axis=_from_zero(100), width=12,
             ),
-            cloudwatch.GraphWidget(
+            _graph(
                 title=f"{name}: requests by outcome (5 minutes)",
                 left=[router.metric_hits(label="hits"), router.metric_misses(label="misses"),
-                      router.metric_stale(label="stale")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=12,
+                      router.metric_stale(label="stale")], width=12,
             ),
         )
 
@@ -873,20 +864,16 @@ class LatencyDashboard(Construct):
         guard alarms' states."""
         from ..experiments.prompt_experiment import PromptExperiment
 
-        with Checks(f"LatencyDashboard {self.node.id}: add_prompt_experiment") as check:
-            check.instance("experiment", experiment, PromptExperiment, "a PromptExperiment")
-        name = self._title("add_prompt_experiment", title, experiment.node.path)
+        name = self._named("add_prompt_experiment", "experiment", experiment, PromptExperiment, "a PromptExperiment", title)
         variants = [v.name for v in experiment.variants]
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(
+            _graph(
                 title=f"{name}: p90 latency per variant, ms",
-                left=[experiment.metric_latency(v, label=v) for v in variants],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+                left=[experiment.metric_latency(v, label=v) for v in variants], width=8,
             ),
-            cloudwatch.GraphWidget(
+            _graph(
                 title=f"{name}: failed calls per variant",
-                left=[experiment.metric_errors(v, label=v) for v in variants],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=8,
+                left=[experiment.metric_errors(v, label=v) for v in variants], width=8,
             ),
             cloudwatch.AlarmStatusWidget(alarms=list(experiment.alarms.values()), title=f"{name}: guard alarms",
                                          width=8, height=6),
@@ -896,19 +883,12 @@ class LatencyDashboard(Construct):
         """A SyncExecutionUrl: what callers wait (p50/p90) and the function's errors and throttles."""
         from ..step_functions.sync_execution import SyncExecutionUrl
 
-        with Checks(f"LatencyDashboard {self.node.id}: add_sync_execution_url") as check:
-            check.instance("url", url, SyncExecutionUrl, "a SyncExecutionUrl")
-        name = self._title("add_sync_execution_url", title, url.node.path)
+        name = self._named("add_sync_execution_url", "url", url, SyncExecutionUrl, "a SyncExecutionUrl", title)
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(
-                title=f"{name}: what a caller waits, ms",
-                left=[url.metric_duration(statistic="p50", label="p50"), url.metric_duration(label="p90")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=12,
-            ),
-            cloudwatch.GraphWidget(
+            _graph(f"{name}: what a caller waits, ms", _p50_p90(url.metric_duration), width=12),
+            _graph(
                 title=f"{name}: function errors and throttles (5 minutes)",
-                left=[url.metric_errors(label="errors"), url.metric_throttles(label="throttles")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=12,
+                left=[url.metric_errors(label="errors"), url.metric_throttles(label="throttles")], width=12,
             ),
         )
 
@@ -922,11 +902,10 @@ class LatencyDashboard(Construct):
             )
         name = self._title("add_endpoint", title, endpoint.node.path)
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(
+            _graph(
                 title=f"{name}: concurrent requests (queued and streaming requests count)",
                 left=[endpoint.metric_concurrent_requests(statistic="Average", label="average"),
-                      endpoint.metric_concurrent_requests(statistic="Maximum", label="maximum")],
-                left_y_axis=cloudwatch.YAxisProps(min=0, show_units=False), width=24,
+                      endpoint.metric_concurrent_requests(statistic="Maximum", label="maximum")], width=24,
             ),
         )
 
