@@ -561,21 +561,28 @@ class BedrockModel:
             combined = combined.combine(grant)
         return combined
 
-    def tier_fence(self, scope: Construct, service_tier: str, *, streaming: bool = False) -> iam.PolicyStatement | None:
+    def tier_fence(self, scope: Construct, service_tier: str | Sequence[str], *,
+                   streaming: bool = False) -> iam.PolicyStatement | None:
         """A Deny of this model's invoke actions at every service tier but `service_tier` (SERVICE_TIER_KEY),
-        so a role given one tier cannot bill another, e.g. a background job at Priority. None for a
-        deploy-time tier (the other tiers are not known at synth). A call naming no tier does not
-        match the key (the user guide's example), so the role can still make untiered calls, served
-        at default."""
+        so a role given one tier cannot bill another, e.g. a background job at Priority. `service_tier`
+        is one tier, or every tier the role was given (an experiment's variants on this model). None for
+        a deploy-time tier (the other tiers are not known at synth) and when every tier was given
+        (nothing to deny). A call naming no tier does not match the key (the user guide's example), so
+        the role can still make untiered calls, served at default."""
+        one = isinstance(service_tier, str) or is_token(service_tier)
+        given = [service_tier] if one else list(cast(Sequence[str], service_tier))
         with Checks("BedrockModel.tier_fence") as check:
-            if not is_token(service_tier):
-                check.one_of("service_tier", service_tier, _SERVICE_TIER_VALUES, fix="the tier the role was given")
-        if is_token(service_tier):
+            for i, tier in enumerate(given):
+                if not is_token(tier):
+                    check.one_of("service_tier" if one else f"service_tier[{i}]", tier, _SERVICE_TIER_VALUES,
+                                 fix="the tier the role was given")
+        denied = [t for t in _SERVICE_TIER_VALUES if t not in given]
+        if any(is_token(tier) for tier in given) or not denied:
             return None
         return iam.PolicyStatement(
             effect=iam.Effect.DENY, actions=_actions(streaming, "BedrockModel.tier_fence"),
             resources=self.resource_arns(scope),
-            conditions={"StringEquals": {SERVICE_TIER_KEY: [t for t in _SERVICE_TIER_VALUES if t != service_tier]}},
+            conditions={"StringEquals": {SERVICE_TIER_KEY: denied}},
         )
 
     def as_imodel(self, scope: Construct, id: str) -> bedrock.IModel:

@@ -30,7 +30,8 @@ from genai_pacer.experiments.prompt_experiment import (
     PromptExperiment,
     TextPrompt,
 )
-from helpers import all_states, definition, new_stack, only, resources
+from genai_pacer.models import SERVICE_TIER_KEY
+from helpers import all_states, definition, new_stack, only, policy_statements, resources
 from pacer_runtime import experiment as runtime
 from pacer_runtime import metrics
 
@@ -333,6 +334,54 @@ def only_version(template: dict, fallback: bool) -> str:
     (content,) = [v["Content"] for v in versions(template).values()
                   if ("control variant" in v.get("Description", "")) == fallback]
     return content
+
+
+def tier_denies(template: dict) -> list[dict]:
+    """The Deny statements of every policy: the tier fences."""
+    return [s for s in policy_statements(template) if s["Effect"] == "Deny"]
+
+
+def test_grant_evaluate_denies_the_tiers_no_variant_of_a_model_asks_for():
+    """Priority against Standard on one model, Flex on another: the handler may call NOVA at priority or
+    default and HAIKU at flex, no other tier, whatever it sends; the grants themselves are unchanged."""
+    stack = new_stack()
+    _, experiment = build(stack, variants=[
+        ExperimentVariant("standard", NOVA, 40, TextPrompt("q"), service_tier="default"),
+        ExperimentVariant("priority", NOVA, 40, TextPrompt("q"), service_tier="priority"),
+        ExperimentVariant("flex", HAIKU, 20, ManagedPrompt(PROMPT, "3"), service_tier="flex"),
+    ])
+    experiment.grant_evaluate(iam.Role(stack, "Evaluator", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")),
+                              streaming=True)
+    template = Template.from_stack(stack).to_json()
+    fences = {json.dumps(s["Resource"]): s for s in tier_denies(template)}
+    assert len(fences) == 2
+    for model, allowed in ((NOVA, ("priority", "default")), (HAIKU, ("flex",))):
+        (fence,) = [s for key, s in fences.items() if model.model_id in key]
+        assert fence["Condition"] == {"StringEquals": {SERVICE_TIER_KEY: [
+            t for t in ("priority", "default", "flex", "reserved") if t not in allowed]}}
+        assert fence["Action"] == ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
+        assert fence["Resource"] == stack.resolve(model.resource_arns(stack))  # what the grant allows, all of it
+
+
+def test_grant_evaluate_fences_no_model_a_variant_leaves_to_the_handler():
+    """A variant naming no tier is called at the tier the handler passes, a deploy-time tier is not known
+    at synth: their models keep every tier (as a construct given no tier does)."""
+    stack = new_stack()
+    tier = cdk.CfnParameter(stack, "Tier", type="String").value_as_string
+    _, experiment = build(stack, variants=[
+        ExperimentVariant("standard", NOVA, 40, TextPrompt("q")),
+        ExperimentVariant("priority", NOVA, 40, TextPrompt("q"), service_tier="priority"),
+        ExperimentVariant("chosen", HAIKU, 20, TextPrompt("q"), service_tier=tier),
+    ])
+    experiment.grant_evaluate(iam.Role(stack, "Evaluator", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
+    assert tier_denies(Template.from_stack(stack).to_json()) == []
+
+
+def test_a_tier_fence_over_several_tiers_checks_each_and_denies_only_the_rest():
+    stack = new_stack()
+    assert NOVA.tier_fence(stack, ["priority", "default", "flex", "reserved"]) is None  # nothing left to deny
+    with pytest.raises(InvalidPropsError, match=r"service_tier\[1\]='standard' must be one of 'priority', 'default'"):
+        NOVA.tier_fence(stack, ["priority", "standard"])
 
 
 def test_a_managed_prompt_variant_takes_a_service_tier_too():

@@ -927,12 +927,21 @@ class PromptExperiment(Construct):
 
     def grant_evaluate(self, grantee: iam.IGrantable, *, streaming: bool = False) -> list[iam.Grant]:
         """Let a handler read the experiment's configuration and invoke every variant's model (and
-        managed prompt version), nothing more. streaming=True adds the response-stream actions."""
+        managed prompt version), nothing more. streaming=True adds the response-stream actions.
+
+        Where every variant of a model names its service tier at synth, the grantee is denied that
+        model's other tiers (BedrockModel.tier_fence), so the handler cannot bill a tier the experiment
+        does not test, e.g. Priority for a Flex arm. A variant naming no tier is called at the tier
+        the handler passes, so its model is not fenced; nor is one with a deploy-time tier."""
         with Checks(f"PromptExperiment {self.node.id}.grant_evaluate") as check:
             check.instance("streaming", streaming, bool, "True or False")
         grants = [self._grant_read(grantee)]
         for model in dict.fromkeys(v.model for v in self.variants):
             grants.append(model.grant_invoke(grantee, streaming=streaming))
+            tiers = [v.service_tier for v in self.variants if v.model == model]
+            scope = grantee if isinstance(grantee, Construct) else self  # the ARNs the grant renders
+            if None not in tiers and (fence := model.tier_fence(scope, cast(list[str], tiers), streaming=streaming)):
+                grantee.grant_principal.add_to_principal_policy(fence)  # no other tier, whatever the handler sends
         prompts = sorted({v.prompt.version_arn for v in self.variants if isinstance(v.prompt, ManagedPrompt)})
         if prompts:
             # Converse with a prompt version ARN renders the prompt: Bedrock's "Prerequisites for running model
