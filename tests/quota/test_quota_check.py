@@ -28,6 +28,7 @@ from genai_pacer.quota_check import (
 from genai_pacer.quota_check import run as run_check
 
 HAIKU_PROFILE = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+NOVA_2_LITE = "us.amazon.nova-2-lite-v1:0"
 
 
 def quota(code: str, name: str, value: float = 0) -> dict:
@@ -604,3 +605,53 @@ def test_without_json_an_argument_error_stays_argparses(capsys):
     assert exit_.value.code == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "unrecognized arguments: --no-such-flag" in captured.err
+
+
+def tiered_plan(tmp_path: Path, *, reservation: tuple[int, int]) -> Path:
+    """A synthesized plan whose shares ask for Priority, Flex, no tier and the Reserved tier."""
+    app = cdk.App(outdir=str(tmp_path))
+    stack = cdk.Stack(app, "Tiers", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    quota = ModelQuota(stack, "Nova", model=BedrockModel.from_id(NOVA_2_LITE), tpm_quota=400_000, require_shares=False,
+                       reserved_input_tpm=reservation[0], reserved_output_tpm=reservation[1])
+    profile = quota.profile(input_tokens=2_000, output_tokens=300, max_tokens=500)
+    quota.share("Chat", profile, call_seconds=6, fraction=0.3, service_tier="priority")
+    quota.share("Nightly", profile, call_seconds=6, fraction=0.2, service_tier="flex")
+    quota.share("Plain", profile, call_seconds=6, fraction=0.1)
+    quota.share("Batch", profile, call_seconds=6, calls=4, service_tier="reserved")
+    app.synth()
+    return tmp_path
+
+
+def test_the_tiers_are_printed_with_what_the_reservation_holds_and_what_overflows(tmp_path, capsys):
+    """Issue 37.4: which shares share the on-demand quota and which the reservation, and the calls a reserved
+    share sends to the on-demand quota when its part of the reservation is too small (a warning: they run
+    at default, slower than asked, and are counted in the allocation, so the exit status stays 0)."""
+    assert main(["--assembly", str(tiered_plan(tmp_path, reservation=(20_000, 3_000))), "--offline"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    where = f"{NOVA_2_LITE} in us-east-1"
+    assert f"INFO    {where}: service tiers: 'Chat' priority, 'Nightly' flex, 'Plain' none (default) on the on-demand " \
+           "quota; 'Batch' reserved on the Reserved tier reservation" in lines
+    (overflow,) = [line for line in lines if "asks for the Reserved tier" in line]
+    assert overflow.startswith(f"WARNING {where}: share 'Batch' asks for the Reserved tier, and its part of the "
+                               "reservation (20,000 input and 3,000 output TPM in all) holds 23% of its calls at its cap: ")
+    assert overflow.endswith("calls a minute overflow to the on-demand quota, served at default (counted in its TPM "
+                             "above); raise the reservation or lower the share's calls")
+    (plan,) = load_plans(tmp_path)
+    assert plan.tiers == (("Chat", "priority"), ("Nightly", "flex"), ("Batch", "reserved"))
+    assert plan.reservation == (20_000, 3_000) and [name for name, _, _ in plan.reserved] == ["Batch"]
+
+
+def test_a_reservation_that_holds_every_call_is_ok_and_json_carries_the_tiers(tmp_path, capsys):
+    assert main(["--assembly", str(tiered_plan(tmp_path, reservation=(200_000, 30_000))), "--offline", "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert {"level": "ok", "message": f"{NOVA_2_LITE} in us-east-1: share 'Batch' asks for the Reserved tier, and its "
+            "part of the reservation (200,000 input and 30,000 output TPM in all) holds all its calls at its cap"} \
+        in result["findings"]
+    declared = result["declared"]
+    assert declared["tiers"] == [["Chat", "priority"], ["Nightly", "flex"], ["Batch", "reserved"]]
+    assert declared["reservation"] == [200_000, 30_000] and declared["reserved"] == [["Batch", 1.0, 0.0]]
+
+
+def test_a_plan_naming_no_tier_prints_no_tier_line(assembly):
+    (plan,) = load_plans(assembly)
+    assert plan.tiers == () and not [f for f in check_plan(plan) if "tier" in f.message]

@@ -111,7 +111,10 @@ class DeclaredQuota:
     without a share; unheld: the shares synth found no construct holding (still in the allocation);
     table: the plan as ModelQuota printed it; account and region: the stack's (None: environment-agnostic,
     or not given on the command line); stage: the name of the Stage holding the stack ("": the app itself;
-    None: not known).
+    None: not known). tiers: (name, service tier) of each share that names one; reservation: the model's
+    Reserved tier reservation (input, output TPM), apart from tpm_quota; reserved: (name, the fraction of
+    its calls the reservation holds at its cap, calls a minute that overflow to the on-demand quota) of
+    each reserved share, whose entry in `shares` is that overflow's draw.
     """
 
     model_id: str
@@ -131,6 +134,9 @@ class DeclaredQuota:
     table: tuple[str, ...] = ()
     account: str | None = None
     stage: str | None = None
+    tiers: tuple[tuple[str, str], ...] = ()
+    reservation: tuple[float, float] | None = None
+    reserved: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def allocated_tpm(self) -> float:
@@ -169,7 +175,7 @@ class AccountQuota:
 
 @dataclass(frozen=True)
 class Finding:
-    level: str  # "error" (exit 1), "warning", "info" (legacy figures reported, never a failure) or "ok"
+    level: str  # "error" (exit 1), "warning", "info" (legacy figures, service tiers: never a failure) or "ok"
     message: str
 
 
@@ -262,6 +268,11 @@ def load_plans(assembly: str | Path) -> list[DeclaredQuota]:
                 table=tuple(str(line) for line in data.get("table", [])),
                 account=_known(data.get("account")),
                 stage=None if data.get("stage") is None else str(data["stage"]),
+                tiers=tuple((str(s["name"]), str(s["service_tier"])) for s in shares if s.get("service_tier")),
+                reservation=None if data.get("reserved_input_tpm") is None else (
+                    float(data["reserved_input_tpm"]), float(data["reserved_output_tpm"])),
+                reserved=tuple((str(s["name"]), float(s["reserved_fraction"]), float(s["overflow_requests_per_minute"]))
+                               for s in shares if "reserved_fraction" in s),
             ))
         except (ValueError, KeyError, TypeError, ZeroDivisionError) as error:
             raise QuotaCheckError(f"{path}: not a genai-pacer quota plan ({error!r}); synthesize again") from None
@@ -293,6 +304,7 @@ def check_plan(declared: DeclaredQuota) -> list[Finding]:
             + (f" less {declared.keep_free:.0%} kept free" if declared.keep_free else "")
             + ("; together they overdraw it and Bedrock throttles them: lower the shares or raise the quota" if over
                else "")))
+    findings += _tier_findings(declared, where)
     day = declared.day()
     findings += [Finding("warning", f"{where}: {warning}") for warning in day.warnings]
     if not day.warnings:
@@ -304,6 +316,34 @@ def check_plan(declared: DeclaredQuota) -> list[Finding]:
     if declared.rpm_quota is not None:
         findings.append(Finding("info", f"{where}: the plan declares {declared.rpm_quota:,.0f} RPM, which caps its rates "
                                         f"but binds nothing at Bedrock; {RPM_LEGACY}"))
+    return findings
+
+
+def _tier_findings(declared: DeclaredQuota, where: str) -> list[Finding]:
+    """The shares' service tiers, where any names one: which draw on the on-demand quota (priority, default
+    and flex share it, as shares naming no tier do) and what each reserved share's part of the reservation
+    holds, with the calls that overflow to the on-demand quota (counted in its share's TPM)."""
+    if not declared.tiers:
+        return []
+    tier_of = dict(declared.tiers)
+    on_demand = [f"{name!r} {tier_of.get(name, 'none (default)')}" for name, _ in declared.shares
+                 if tier_of.get(name) != "reserved"]
+    reserved = [f"{name!r} reserved" for name, tier in declared.tiers if tier == "reserved"]
+    findings = [Finding("info", f"{where}: service tiers: " + "; ".join(
+        ([f"{', '.join(on_demand)} on the on-demand quota"] if on_demand else [])
+        + ([f"{', '.join(reserved)} on the Reserved tier reservation"] if reserved else [])))]
+    reservation = ("" if declared.reservation is None else
+                   f" ({declared.reservation[0]:,.0f} input and {declared.reservation[1]:,.0f} output TPM in all)")
+    for name, held, overflow in declared.reserved:
+        if overflow > 0:
+            findings.append(Finding(
+                "warning", f"{where}: share {name!r} asks for the Reserved tier, and its part of the reservation"
+                           f"{reservation} holds {held:.0%} of its calls at its cap: {overflow:,.2f} calls a minute "
+                           "overflow to the on-demand quota, served at default (counted in its TPM above); raise the "
+                           "reservation or lower the share's calls"))
+        else:
+            findings.append(Finding("ok", f"{where}: share {name!r} asks for the Reserved tier, and its part of the "
+                                          f"reservation{reservation} holds all its calls at its cap"))
     return findings
 
 
