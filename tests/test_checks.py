@@ -1,11 +1,17 @@
 """The shared checks module: a deploy-time value is shown by its kind, a number prop refuses a token
-of another kind, and every suggested Duration is one the same check accepts (issue 23)."""
+of another kind, and every suggested Duration is one the same check accepts (issue 23); every problem
+carries a stable id and the construct's path, and every warning comes from one helper (issue 36)."""
 
 from __future__ import annotations
 
+import pickle
+
 import aws_cdk as cdk
 import pytest
-from genai_pacer._internal.checks import Checks, InvalidPropsError, token_kind
+from aws_cdk.assertions import Annotations, Match
+from genai_pacer._internal.checks import Checks, InvalidPropsError, token_kind, warn
+
+from constructs import Construct
 
 
 def _tokens() -> dict[str, object]:
@@ -56,3 +62,64 @@ def test_a_suggested_duration_is_one_the_check_accepts(given, minimum, maximum, 
     seconds = float(suggested.removeprefix("cdk.Duration.seconds(").removesuffix(")"))
     with Checks("Thing") as check:  # the suggestion passes the same check
         assert check.duration("wait", cdk.Duration.seconds(seconds), minimum=minimum, maximum=maximum)
+
+
+def test_each_generic_check_names_its_rule_by_owner_prop_and_kind():
+    with pytest.raises(InvalidPropsError) as raised, Checks("QueuedInference") as check:
+        check.integer("batch_size", 11, minimum=1, maximum=10)
+        check.integer("max_concurrency", 2.5)
+        check.number("rate", float("nan"))
+        check.text("name", "  ")
+        check.one_of("mode", "fast", ("a", "b"))
+        check.duration("timeout", None)
+        check.each("alarm_actions", [1], lambda n, v: check.instance(n, v, str, "a str"))
+    assert raised.value.ids == [
+        "QueuedInference.batch_size.maximum", "QueuedInference.max_concurrency.not-integer",
+        "QueuedInference.rate.not-finite", "QueuedInference.name.empty", "QueuedInference.mode.choice",
+        "QueuedInference.timeout.required", "QueuedInference.alarm_actions.type",
+    ]
+    assert "- [QueuedInference.batch_size.maximum] batch_size=11 exceeds the maximum of 10" in str(raised.value)
+
+
+def test_a_custom_rule_carries_the_id_it_names_after_the_owner():
+    with pytest.raises(InvalidPropsError) as raised, Checks("TokenProfile") as check:
+        check.rule(False, "output_tokens=5 exceeds max_tokens=4", id="output_tokens.above-max-tokens")
+    assert raised.value.ids == ["TokenProfile.output_tokens.above-max-tokens"]
+    assert str(raised.value) == "TokenProfile: [TokenProfile.output_tokens.above-max-tokens] output_tokens=5 exceeds max_tokens=4"
+
+
+def test_a_construct_s_error_names_its_path_and_problems_still_read_as_text():
+    stack = cdk.Stack(cdk.App(), "Shop")
+    worker = Construct(Construct(stack, "Orders"), "Worker")
+    with pytest.raises(InvalidPropsError) as raised, Checks("QueuedInference", scope=worker) as check:
+        check.integer("batch_size", 0, minimum=1)
+        check.rule(False, "reserved_concurrency=1 is below max_concurrency=2", id="reserved_concurrency.below-cap")
+    error = raised.value
+    assert error.path == "Shop/Orders/Worker"
+    assert str(error).startswith("QueuedInference at Shop/Orders/Worker: 2 problems:\n- [QueuedInference.batch_size.minimum] ")
+    assert error.problems == ["batch_size=0 is below the minimum of 1", "reserved_concurrency=1 is below max_concurrency=2"]
+    assert [p.id for p in error.problems] == error.ids
+    assert isinstance(error, ValueError) and isinstance(error, TypeError)
+
+
+def test_an_error_keeps_its_ids_and_path_when_pickled():
+    """pytest-xdist and multiprocessing pickle an exception: it must come back whole, not fail to rebuild."""
+    with pytest.raises(InvalidPropsError) as raised, Checks("Thing") as check:
+        check.integer("count", -1, minimum=0)
+    again = pickle.loads(pickle.dumps(raised.value))
+    assert (str(again), again.ids, again.path, again.problems) == (
+        str(raised.value), ["Thing.count.minimum"], None, ["count=-1 is below the minimum of 0"])
+
+
+def test_a_validator_after_construction_reports_with_ids():
+    """For a value known only after construction, node.add_validation returns the same problems, with ids."""
+    check = Checks("ModelQuota")
+    check.rule(False, "shares allocate 120% of the quota", id="shares.over-allocated")
+    assert check.errors() == ["ModelQuota: [ModelQuota.shares.over-allocated] shares allocate 120% of the quota"]
+
+
+def test_every_warning_is_a_genai_pacer_id_on_the_construct():
+    stack = cdk.Stack(cdk.App(), "Shop")
+    warn(Construct(stack, "Worker"), "queue-unverified", "queue Shop/Q is imported")
+    Annotations.from_stack(stack).has_warning("/Shop/Worker", Match.string_like_regexp(
+        r"^queue Shop/Q is imported \[ack: genai-pacer:queue-unverified\]$"))

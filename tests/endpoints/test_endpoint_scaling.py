@@ -302,7 +302,7 @@ def test_the_readmes_lead_time_is_taken_as_capacity_lead_time_returns_it():
     _, template = scaling_of(lambda s: by_name(s, lead_time=lead, peaks=[PeakWindow(**WEEKDAY_MORNING)],
                                                model_load_time=cdk.Duration.minutes(15)))
     assert actions_of(template)["peak1-raise"][0] == "cron(41 7 ? * MON,TUE,WED,THU,FRI *)"
-    with pytest.raises(InvalidPropsError, match="LeadTime: minutes=5 is shorter than load_seconds x"):
+    with pytest.raises(InvalidPropsError, match=r"^LeadTime: \[LeadTime\.[\w.-]+\] minutes=5 is shorter than load_seconds x"):
         capacity.LeadTime(load_seconds=900, margin=0.25, minutes=5)  # a hand-built one is checked as it is built
 
 

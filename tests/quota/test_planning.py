@@ -436,7 +436,7 @@ def test_the_largest_accepted_inputs_give_finite_results():
 
 def test_an_infinite_burndown_is_named_not_blamed_on_the_rate():
     """It used to surface as 'requests_per_minute=0.0 must be > 0' from deep inside sustainable_rate."""
-    with pytest.raises(InvalidPropsError, match="^TokenProfile: burndown=inf is not a finite number"):
+    with pytest.raises(InvalidPropsError, match=r"^TokenProfile: \[TokenProfile\.burndown\.not-finite\] burndown=inf is not a finite number"):
         TokenProfile(input_tokens=1, output_tokens=1, max_tokens=5, burndown=math.inf)
 
 

@@ -2,12 +2,19 @@
 
 Collect every problem of one call, then raise once, so a user fixes all their props in one round:
 
-    with Checks("QueuedInference") as check:
+    with Checks("QueuedInference", scope=self) as check:
         check.integer("batch_size", batch_size, minimum=1, maximum=10, fix="...")
         if check.integer("max_concurrency", cap, minimum=2, maximum=1000):
-            check.rule(reserved is None or reserved >= cap, "reserved_concurrency=... is below ...")
+            check.rule(reserved is None or reserved >= cap, "reserved_concurrency=... is below ...",
+                       id="reserved_concurrency.below-max-concurrency")
 
-Each message names the prop, the value, the rule and the fix. Unresolved CDK tokens are skipped
+Each message names the prop, the value, the rule and the fix. Each problem carries a stable id,
+`<Owner>.<prop>.<rule>`: the generic checks derive it from the prop and the kind of rule broken
+(`QueuedInference.batch_size.maximum`), a custom rule()/fail() names it (`id=`, written literally
+at the call site, so searching the part after the owner finds the rule). With `scope=` the error
+also names the construct's path (aws-cdk-lib's ValidationError does the same), so of two
+QueuedInference constructs a user sees which one is wrong. Every warning the library emits goes
+through warn(), as a `genai-pacer:<id>` annotation a user can acknowledge. Unresolved CDK tokens are skipped
 (their value is known only at deploy time). NaN and infinity are refused before they reach jsii,
 whose process they would kill. Booleans are never numbers. This module imports no CDK at load
 time, so the pure-Python planner can use it too.
@@ -18,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import math
+import re
 import struct
 import sys
 from collections.abc import Callable, Iterable
@@ -26,9 +34,9 @@ from typing import Any, TypeVar
 _T = TypeVar("_T")
 
 __all__ = [
-    "Checks", "Default", "InvalidPropsError", "deploy_time_duration", "duration_in", "fit_concurrency", "in_unit",
-    "is_token", "kind_of", "resolved", "seconds_text", "shown", "token_kind", "token_of_kind",
-    "warn_above_reservable_concurrency",
+    "Checks", "Default", "InvalidPropsError", "Problem", "WARNING_PREFIX", "deploy_time_duration", "duration_in",
+    "fit_concurrency", "in_unit", "is_token", "kind_of", "resolved", "seconds_text", "shown", "token_kind",
+    "token_of_kind", "warn", "warn_above_reservable_concurrency",
 ]
 
 #: Lambda's concurrent executions per account and Region: 1,000 by default (new accounts get less), an
@@ -44,17 +52,69 @@ LAMBDA_UNRESERVED_MINIMUM = 100
 LAMBDA_DEFAULT_RESERVABLE_CONCURRENCY = LAMBDA_DEFAULT_ACCOUNT_CONCURRENCY - LAMBDA_UNRESERVED_MINIMUM
 
 
-class InvalidPropsError(ValueError, TypeError):
-    """One or more props are wrong. A ValueError (and a TypeError, for wrong types) listing each problem."""
+class Problem(str):
+    """One problem of an InvalidPropsError: its text (what a user reads, and what `str` comparisons and
+    `in` see, so code reading problems as strings keeps working) and `.id`, the stable id of the rule
+    it breaks (`QueuedInference.batch_size.maximum`): match on the id, never on the wording."""
 
-    def __init__(self, owner: str, problems: list[str]) -> None:
+    id: str
+
+    def __new__(cls, text: str, id: str) -> Problem:
+        problem = super().__new__(cls, text)
+        problem.id = id
+        return problem
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles (pytest-xdist, multiprocessing) with its id
+        return (Problem, (str(self), self.id))
+
+
+class InvalidPropsError(ValueError, TypeError):
+    """One or more props are wrong. A ValueError (and a TypeError, for wrong types) listing each problem,
+    each with the id of the rule it breaks, and `path`, the construct's path when a construct raised it.
+
+    `problems` are Problem strings (`.id` on each), `ids` their ids in the same order. The message is
+    `Owner at Stack/Construct: [id] text`, or with several problems one `- [id] text` line each.
+    """
+
+    def __init__(self, owner: str, problems: list[Problem], path: str | None = None) -> None:
         self.owner = owner
-        self.problems = list(problems)
-        if len(problems) == 1:
-            text = f"{owner}: {problems[0]}"
+        self.path = path
+        self.problems = [p if isinstance(p, Problem) else Problem(p, f"{_subject(owner)}.unnamed") for p in problems]
+        self.ids = [p.id for p in self.problems]
+        where = f"{owner} at {path}" if path else owner
+        if len(self.problems) == 1:
+            text = f"{where}: [{self.ids[0]}] {self.problems[0]}"
         else:
-            text = f"{owner}: {len(problems)} problems:\n" + "\n".join(f"- {p}" for p in problems)
+            text = f"{where}: {len(self.problems)} problems:\n" + "\n".join(f"- [{p.id}] {p}" for p in self.problems)
         super().__init__(text)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.owner, self.problems, self.path))
+
+
+#: Every warning the library emits is an annotation `genai-pacer:<id>` (warn()).
+WARNING_PREFIX = "genai-pacer:"
+
+
+def warn(scope: Any, id: str, message: str) -> None:
+    """The one way the library warns: a `genai-pacer:<id>` warning on `scope`, shown by `cdk synth` with
+    the construct's path and the id, which a user who accepts it acknowledges with
+    `cdk.Annotations.of(scope).acknowledge_warning("genai-pacer:<id>")`. Nothing is acknowledged here."""
+    import aws_cdk as cdk
+
+    cdk.Annotations.of(scope).add_warning_v2(WARNING_PREFIX + id, message)
+
+
+def _subject(owner: str) -> str:
+    """The id prefix of an owner: its leading name ("QueuedInference", "TpmQuota.from_plan",
+    "sustainable_rate"), without the free text some owners add after it."""
+    found = re.match(r"[A-Za-z_][\w.]*[\w]", owner)
+    return found.group(0) if found else "genai_pacer"
+
+
+def _prop(name: str) -> str:
+    """A prop's name as an id shows it: list indices and keys dropped (`alarm_actions[2]` -> `alarm_actions`)."""
+    return re.sub(r"\[[^\]]*\]", "", name).strip() or "value"
 
 
 def is_token(value: Any) -> bool:
@@ -149,7 +209,8 @@ def duration_in(check: Checks, name: str, duration: Any, unit: str, *, why: str)
     except Exception:  # aws-cdk-lib: "Duration must be specified as 'Duration.<unit>()' here"
         check.fail(
             f"{name} is a deploy-time Duration in another unit, but {why} in {unit}: build it with "
-            f"cdk.Duration.{unit}(parameter.value_as_number)"
+            f"cdk.Duration.{unit}(parameter.value_as_number)",
+            id=f"{_prop(name)}.duration-unit",
         )
         return None
 
@@ -181,7 +242,7 @@ def token_of_kind(check: Checks, name: str, value: Any, expected: str, *, fix: s
         return False
     if kind == expected:
         return True
-    check.fail(f"{name} is a deploy-time {kind}, but it takes a {expected}: {fix}")
+    check.fail(f"{name} is a deploy-time {kind}, but it takes a {expected}: {fix}", id=f"{_prop(name)}.token-kind")
     return False
 
 
@@ -231,11 +292,21 @@ def _human(duration: Any) -> str:
 
 
 class Checks:
-    """Collects the problems of one construct's (or function's) props; raises InvalidPropsError once."""
+    """Collects the problems of one construct's (or function's) props; raises InvalidPropsError once.
 
-    def __init__(self, owner: str) -> None:
+    `owner` names what is checked ("QueuedInference", "TokenProfile", "sustainable_rate") and prefixes
+    every id; `scope`, the construct checked (or the one whose method is), adds its path to the error.
+    """
+
+    def __init__(self, owner: str, *, scope: Any = None) -> None:
         self.owner = owner
-        self.problems: list[str] = []
+        self.scope = scope
+        self.problems: list[Problem] = []
+
+    @property
+    def path(self) -> str | None:
+        node = getattr(self.scope, "node", None)
+        return None if node is None else str(node.path)
 
     def __enter__(self) -> Checks:
         return self
@@ -246,15 +317,29 @@ class Checks:
 
     def raise_if_any(self) -> None:
         if self.problems:
-            raise InvalidPropsError(self.owner, self.problems)
+            raise InvalidPropsError(self.owner, self.problems, self.path)
 
-    def fail(self, message: str) -> bool:
-        self.problems.append(message)
+    def errors(self) -> list[str]:
+        """The problems as `[id] text` lines without raising: what a node.add_validation validator returns,
+        for a rule whose values are known only after construction (aws-cdk-lib adds the path itself)."""
+        return [f"{self.owner}: [{p.id}] {p}" for p in self.problems]
+
+    def fail(self, message: str, *, id: str | None = None) -> bool:
+        """Record a problem of a custom rule. `id` is the rule's, `<prop>.<rule>` in kebab case, unique in
+        the package (tests/test_layout.py checks it); the owner is put in front of it. (Optional only while
+        modules move to ids; tests/test_layout.py lists those not yet moved.)"""
+        self.problems.append(Problem(message, f"{_subject(self.owner)}.{id or 'unnamed'}"))
         return False
 
-    def rule(self, ok: bool, message: str) -> bool:
-        """A relation between props (or any other rule): `message` says what is wrong and the fix."""
-        return True if ok else self.fail(message)
+    def rule(self, ok: bool, message: str, *, id: str | None = None) -> bool:
+        """A relation between props (or any other rule): `message` says what is wrong and the fix; `id`
+        names the rule as fail() does."""
+        return True if ok else self.fail(message, id=id)
+
+    def _broke(self, name: str, kind: str, message: str) -> bool:
+        """A generic check's problem: its id is `<owner>.<prop>.<kind>` (required, type, token-kind,
+        too-large, not-finite, not-integer, above, minimum, maximum, choice, empty, too-long)."""
+        return self.fail(message, id=f"{_prop(name)}.{kind}")
 
     def number(
         self,
@@ -275,30 +360,30 @@ class Checks:
         tail = f"; {fix}" if fix else ""
         kind = "an integer" if integer else "a number"
         if value is None:
-            return False if optional else self.fail(f"{name} is required: pass {kind}{tail}")
+            return False if optional else self._broke(name, "required", f"{name} is required: pass {kind}{tail}")
         if is_token(value):  # a number token reaches CloudFormation as a Ref; any other kind is wrong
             if isinstance(value, float):
                 return False
-            return self.fail(
+            return self._broke(name, "token-kind",
                 f"{name} is a deploy-time {token_kind(value)}; pass {kind} or a number token "
                 f"(CfnParameter(type='Number').value_as_number){tail}"
             )
         if isinstance(value, bool) or not isinstance(value, int | float):
-            return self.fail(f"{name}={_show(value)} is {kind_of(value)}; pass {kind}{tail}")
+            return self._broke(name, "type", f"{name}={_show(value)} is {kind_of(value)}; pass {kind}{tail}")
         try:
             finite = math.isfinite(value)
         except OverflowError:  # an int beyond any float
-            return self.fail(f"{name}={_show(value)} is too large for any service limit; pass a realistic {kind[3:] if integer else 'number'}{tail}")
+            return self._broke(name, "too-large", f"{name}={_show(value)} is too large for any service limit; pass a realistic {kind[3:] if integer else 'number'}{tail}")
         if not finite:
-            return self.fail(f"{name}={value!r} is not a finite number; pass {kind}{tail}")
+            return self._broke(name, "not-finite", f"{name}={value!r} is not a finite number; pass {kind}{tail}")
         if integer and value != int(value):
-            return self.fail(f"{name}={value!r} is not a whole number; pass an integer{tail}")
+            return self._broke(name, "not-integer", f"{name}={value!r} is not a whole number; pass an integer{tail}")
         if above is not None and not value > above:
-            return self.fail(f"{name}={value!r} must be greater than {_num(above)}{tail}")
+            return self._broke(name, "above", f"{name}={value!r} must be greater than {_num(above)}{tail}")
         if minimum is not None and value < minimum:
-            return self.fail(f"{name}={value!r} is below the minimum of {_num(minimum)}{tail}")
+            return self._broke(name, "minimum", f"{name}={value!r} is below the minimum of {_num(minimum)}{tail}")
         if maximum is not None and value > maximum:
-            return self.fail(f"{name}={value!r} exceeds the maximum of {_num(maximum)}{tail}")
+            return self._broke(name, "maximum", f"{name}={value!r} exceeds the maximum of {_num(maximum)}{tail}")
         return True
 
     def integer(self, name: str, value: Any, **limits: Any) -> bool:
@@ -307,11 +392,11 @@ class Checks:
     def instance(self, name: str, value: Any, types: type | tuple[type, ...], expected: str, *, optional: bool = False) -> bool:
         """`value` is one of `types`; `expected` says what to pass, e.g. "a BedrockModel (BedrockModel.from_id(...))"."""
         if value is None:
-            return False if optional else self.fail(f"{name} is required: pass {expected}")
+            return False if optional else self._broke(name, "required", f"{name} is required: pass {expected}")
         bool_refused = isinstance(value, bool) and bool not in _as_tuple(types)
         if not bool_refused and any(_is_instance(value, t) for t in _as_tuple(types)):
             return True
-        return self.fail(f"{name}={_show(value)} is {kind_of(value)}; pass {expected}")
+        return self._broke(name, "type", f"{name}={_show(value)} is {kind_of(value)}; pass {expected}")
 
     def duration(
         self,
@@ -328,14 +413,14 @@ class Checks:
 
         tail = f"; {fix}" if fix else ""
         if value is None:
-            return False if optional else self.fail(f"{name} is required: pass a cdk.Duration{tail}")
+            return False if optional else self._broke(name, "required", f"{name} is required: pass a cdk.Duration{tail}")
         if not isinstance(value, cdk.Duration):
             if is_token(value):
-                return self.fail(
+                return self._broke(name, "token-kind",
                     f"{name} is a deploy-time {token_kind(value)}; pass a cdk.Duration, for a deploy-time one "
                     f"cdk.Duration.seconds(parameter.value_as_number){tail}"
                 )
-            return self.fail(
+            return self._broke(name, "type",
                 f"{name}={_show(value)} is {kind_of(value)}; pass a cdk.Duration such as "
                 f"cdk.Duration.seconds({_suggested_seconds(value, minimum, maximum)}){tail}"
             )
@@ -343,9 +428,9 @@ class Checks:
             return False
         seconds = _seconds(value)
         if minimum is not None and seconds < _seconds(minimum):
-            return self.fail(f"{name}={_human(value)} is below the minimum of {_human(minimum)}{tail}")
+            return self._broke(name, "minimum", f"{name}={_human(value)} is below the minimum of {_human(minimum)}{tail}")
         if maximum is not None and seconds > _seconds(maximum):
-            return self.fail(f"{name}={_human(value)} exceeds the maximum of {_human(maximum)}{tail}")
+            return self._broke(name, "maximum", f"{name}={_human(value)} exceeds the maximum of {_human(maximum)}{tail}")
         return True
 
     def one_of(self, name: str, value: Any, choices: Iterable[Any], *, fix: str = "") -> bool:
@@ -355,21 +440,21 @@ class Checks:
         if any(value is c or (type(value) is type(c) and value == c) for c in options):
             return True
         tail = f"; {fix}" if fix else ""
-        return self.fail(f"{name}={_show(value)} must be one of {', '.join(_show(c) for c in options)}{tail}")
+        return self._broke(name, "choice", f"{name}={_show(value)} must be one of {', '.join(_show(c) for c in options)}{tail}")
 
     def text(self, name: str, value: Any, *, optional: bool = False, max_length: int | None = None, fix: str = "") -> bool:
         """A non-empty string (tokens skipped)."""
         tail = f"; {fix}" if fix else ""
         if value is None:
-            return False if optional else self.fail(f"{name} is required: pass a non-empty string{tail}")
+            return False if optional else self._broke(name, "required", f"{name} is required: pass a non-empty string{tail}")
         if not isinstance(value, str):
-            return self.fail(f"{name}={_show(value)} is {kind_of(value)}; pass a string{tail}")
+            return self._broke(name, "type", f"{name}={_show(value)} is {kind_of(value)}; pass a string{tail}")
         if is_token(value):
             return False
         if not value.strip():
-            return self.fail(f"{name}={value!r} is empty; pass a non-empty string{tail}")
+            return self._broke(name, "empty", f"{name}={value!r} is empty; pass a non-empty string{tail}")
         if max_length is not None and len(value) > max_length:
-            return self.fail(f"{name} has {len(value)} characters; at most {max_length} are allowed{tail}")
+            return self._broke(name, "too-long", f"{name} has {len(value)} characters; at most {max_length} are allowed{tail}")
         return True
 
     def alarm_actions(self, name: str, actions: Any) -> bool:
@@ -379,7 +464,7 @@ class Checks:
 
         kind = token_kind(actions)
         if kind is not None:
-            return self.fail(
+            return self._broke(name, "token-kind",
                 f"{name} is a deploy-time {kind}; pass a list of alarm actions, for a deploy-time topic "
                 "[cloudwatch_actions.SnsAction(sns.Topic.from_topic_arn(scope, 'Alarms', parameter.value_as_string))]"
             )
@@ -389,7 +474,7 @@ class Checks:
     def each(self, name: str, values: Any, check: Callable[[str, Any], bool]) -> bool:
         """Apply `check(item_name, item)` to each item of a list or tuple."""
         if isinstance(values, str) or not isinstance(values, list | tuple):
-            return self.fail(f"{name}={_show(values)} is {kind_of(values)}; pass a list")
+            return self._broke(name, "type", f"{name}={_show(values)} is {kind_of(values)}; pass a list")
         results = [check(f"{name}[{i}]", item) for i, item in enumerate(values)]
         return all(results)
 
@@ -462,10 +547,9 @@ def fit_concurrency(
         if scope is not None:
             scope.concurrency_plan = value
         if maximum is not None and plan_cap > maximum:
-            import aws_cdk as cdk
-
-            cdk.Annotations.of(scope).add_warning_v2(
-                f"genai-pacer:{name}-clamped",
+            warn(
+                scope,
+                f"{name}-clamped",
                 f"{name}: the plan sustains {plan_cap} calls at once but {limit} allows at most {maximum}; "
                 f"{maximum} is used and the rest of the quota stays unused",
             )
@@ -482,6 +566,7 @@ def fit_concurrency(
             f"{name}: the plan sustains {sustained:g} calls at once ({value.requests_per_minute:.1f} requests per "
             f"minute), below {limit}'s minimum of {minimum}; raising the cap would overdraw the quota the plan "
             f"came from: {fix}",
+            id=f"{_prop(name)}.plan-below-minimum",
         )
         return plan_cap if ok else None
     allowed = f"at least {minimum}" if maximum is None else f"{minimum}..{maximum}"
@@ -498,10 +583,9 @@ def warn_above_reservable_concurrency(scope: Any, name: str, value: Any) -> None
     """
     if isinstance(value, bool) or not isinstance(value, int) or value <= LAMBDA_DEFAULT_RESERVABLE_CONCURRENCY:
         return
-    import aws_cdk as cdk
-
-    cdk.Annotations.of(scope).add_warning_v2(
-        "genai-pacer:reserved-concurrency-quota",
+    warn(
+        scope,
+        "reserved-concurrency-quota",
         f"{name}={value:,} is above the {LAMBDA_DEFAULT_RESERVABLE_CONCURRENCY:,} a default account can reserve: "
         f"Lambda's concurrent executions quota is {LAMBDA_DEFAULT_ACCOUNT_CONCURRENCY:,} per Region by default (less "
         f"for new accounts) and {LAMBDA_UNRESERVED_MINIMUM} of it stay unreserved, so the deployment fails unless "
