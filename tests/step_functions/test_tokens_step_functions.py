@@ -373,7 +373,7 @@ def test_an_item_processor_that_is_no_chain_is_refused_by_name(construct, value)
 def test_a_request_that_is_no_request_is_refused_by_the_map_not_an_inner_task():
     with pytest.raises(InvalidPropsError) as refused:
         inline_map(new_stack(), request={"prompt": "hi"})
-    assert refused.value.owner == "BoundedMap Map"
+    assert (refused.value.owner, refused.value.path) == ("BoundedMap", "Test/Map")
     assert _names(refused.value.problems, "request"), refused.value.problems
 
 

@@ -20,7 +20,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct
 
-from .._internal.checks import Checks, Default, in_unit, is_token, resolved, token_kind
+from .._internal.checks import Checks, Default, in_unit, is_token, resolved, token_kind, warn
 from .._internal.runtime_constants import metrics_constants
 from ..models import INVOKE_ACTIONS, BedrockModel, as_bedrock_model
 
@@ -137,7 +137,7 @@ class BedrockRetry:
             if definition_list(check, "errors", self.errors) and check.each("errors", self.errors, lambda n, v: check.text(n, v)):
                 object.__setattr__(self, "errors", tuple(self.errors))
                 check.rule(
-                    bool(self.errors), "errors=() retries nothing; keep DEFAULT_RETRY_ERRORS or list the throttling errors"
+                    bool(self.errors), "errors=() retries nothing; keep DEFAULT_RETRY_ERRORS or list the throttling errors", id="errors.empty"
                 )
             check.integer(
                 "max_retries", self.max_retries, minimum=1, maximum=_MAX_RETRIES,
@@ -162,12 +162,14 @@ class BedrockRetry:
                     self.interval.to_seconds(integral=False) == int(self.interval.to_seconds(integral=False)),
                     f"interval={self.interval.to_human_string()} is not whole seconds; Step Functions' "
                     "IntervalSeconds is an integer",
+                    id="interval.not-whole-seconds",
                 )
             if interval_ok and delay_ok:
                 check.rule(
                     self.max_delay.to_seconds(integral=False) >= self.interval.to_seconds(integral=False),
                     f"max_delay={self.max_delay.to_human_string()} is shorter than interval="
                     f"{self.interval.to_human_string()}; the cap must be at least the first wait",
+                    id="max_delay.below-interval",
                 )
 
     def apply_to(self, task: sfn.TaskStateBase) -> sfn.TaskStateBase:
@@ -193,7 +195,7 @@ def definition_list(check: Checks, name: str, values: Any) -> bool:
         return check.fail(
             f"{name} is a deploy-time list, which aws-cdk-lib writes into a state machine definition only "
             "through a Lambda-backed custom resource it adds to your stack; pass a list whose items are "
-            f"deploy-time strings instead, e.g. {name}=[cdk.Fn.select(0, param.value_as_list), ...]"
+            f"deploy-time strings instead, e.g. {name}=[cdk.Fn.select(0, param.value_as_list), ...]", id=f"{name}.deploy-time-list"
         )
     return True
 
@@ -223,7 +225,7 @@ def check_service_tier(check: Checks, name: str, value: Any) -> bool:
     if value is None:
         return False
     if is_token(value) and not isinstance(value, str):
-        return check.fail(f"{name} is a deploy-time {token_kind(value)}; pass {_TIER_FIX}")
+        return check.fail(f"{name} is a deploy-time {token_kind(value)}; pass {_TIER_FIX}", id=f"{name}.deploy-time-kind")
     fix = "Bedrock spells standard 'default'" if value == "standard" else f"pass {_TIER_FIX}"
     return check.one_of(name, value, SERVICE_TIERS, fix=fix)
 
@@ -272,20 +274,21 @@ class ConverseRequest:
             check.rule(
                 (self.prompt is None) != (self.messages is None),
                 "pass exactly one of prompt (the user message text) or messages (Converse messages)",
+                id="prompt.one-of-prompt-or-messages",
             )
             check.text("prompt", self.prompt, optional=True)
             if token_kind(self.messages) is not None:
                 check.fail(
                     "messages is a deploy-time value, but Converse messages are a structure of roles and content "
-                    "blocks built at synth; pass a list of dicts (their texts may be deploy-time strings)"
+                    "blocks built at synth; pass a list of dicts (their texts may be deploy-time strings)", id="messages.deploy-time"
                 )
             elif self.messages is not None and check.each(
                 "messages", self.messages, lambda n, v: check.instance(n, v, Mapping, "a dict " + _PASCAL_HINT)
             ):
-                check.rule(bool(self.messages), "messages is empty; pass at least one user message")
+                check.rule(bool(self.messages), "messages is empty; pass at least one user message", id="messages.empty")
                 for i, message in enumerate(self.messages):
                     if "role" in message or "content" in message or not {"Role", "Content"} <= set(message):
-                        check.fail(f"messages[{i}] has keys {sorted(message)}; {_PASCAL_HINT}")
+                        check.fail(f"messages[{i}] has keys {sorted(message)}; {_PASCAL_HINT}", id="messages.keys")
             check.text("system", self.system, optional=True)
             check.integer(
                 "max_tokens", self.max_tokens, minimum=MIN_MAX_TOKENS,
@@ -304,7 +307,7 @@ class ConverseRequest:
             if self.latency is not None:
                 if is_token(self.latency) and not isinstance(self.latency, str):
                     check.fail(f"latency is a deploy-time {token_kind(self.latency)}; pass 'standard' or 'optimized', "
-                               "or a deploy-time string")
+                               "or a deploy-time string", id="latency.deploy-time-kind")
                 else:
                     check.one_of("latency", self.latency, LATENCY_MODES)
 
@@ -359,18 +362,19 @@ class NativeRequest:
                     f"service_tier={_show_tier(self.service_tier)} cannot be sent: InvokeModel takes the tier in the "
                     "X-Amzn-Bedrock-Service-Tier header, and the optimized bedrock:invokeModel task (aws-cdk-lib's "
                     "BedrockInvokeModel) has no field for it; "
-                    "use ConverseRequest(prompt=..., max_tokens=..., service_tier=...), whose Converse call carries it"
+                    "use ConverseRequest(prompt=..., max_tokens=..., service_tier=...), whose Converse call carries it", id="service_tier.invoke-model"
                 )
             if check.instance("body", self.body, (Mapping, sfn.TaskInput), "the model's native request as a dict, or an sfn.TaskInput"):
                 check.rule(
                     isinstance(self.body, sfn.TaskInput) or bool(self.body),
                     "body={} is empty; pass the model's native request, e.g. {'messages': [...], 'max_tokens': 600}",
+                    id="body.empty",
                 )
             if is_token(self.max_tokens):
                 check.fail(
                     f"max_tokens is a deploy-time {token_kind(self.max_tokens)}, but it is read only at synth, to estimate a Map's output "
                     "size (the body carries what the model gets); put the deploy-time value in body and leave "
-                    "max_tokens out"
+                    "max_tokens out", id="max_tokens.deploy-time-kind"
                 )
             else:
                 check.integer("max_tokens", self.max_tokens, minimum=1, optional=True)
@@ -408,6 +412,7 @@ class TaskOptions:
                 check.rule(
                     str(self.result_path).startswith("$"),
                     f"result_path={self.result_path!r} is not a reference path; use '$' or '$.field'",
+                    id="result_path.not-reference-path",
                 )
             durations = [
                 check.duration(
@@ -423,6 +428,7 @@ class TaskOptions:
                     self.heartbeat.to_seconds(integral=False) < self.timeout.to_seconds(integral=False),
                     f"heartbeat={self.heartbeat.to_human_string()} is not shorter than timeout="
                     f"{self.timeout.to_human_string()}; Step Functions requires HeartbeatSeconds < TimeoutSeconds",
+                    id="heartbeat.not-below-timeout",
                 )
 
 
@@ -446,7 +452,7 @@ def model_call(
     """
     options = options or TaskOptions()
     model = as_bedrock_model(model)
-    with Checks(id) as check:
+    with Checks(f"model_task {id!r}", scope=scope) as check:
         check.instance("model", model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('amazon.nova-lite-v1:0')")
         check.instance(
             "request", request, (ConverseRequest, NativeRequest),
@@ -524,8 +530,9 @@ def _warn_above_documented_output(scope: Construct, max_tokens: Any) -> None:
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
         return
     if max_tokens > LARGEST_DOCUMENTED_MAX_OUTPUT_TOKENS:
-        cdk.Annotations.of(scope).add_warning_v2(
-            "genai-pacer:max-tokens-above-model-limits",
+        warn(
+            scope,
+            "max-tokens-above-model-limits",
             f"max_tokens={max_tokens:,} is above {LARGEST_DOCUMENTED_MAX_OUTPUT_TOKENS:,}, the largest output limit any "
             "Bedrock model documents (each model has its own, see its model card): a model refuses a larger maxTokens "
             "with a ValidationException on every call, and Bedrock reserves max_tokens against the quota on each "
@@ -554,12 +561,13 @@ def _check_converse_retry(check: Checks, scope: Construct, retry: BedrockRetry) 
     fix = f"list {', '.join(suggested)}" if suggested else f"list names it raises, e.g. {CONVERSE_ERROR_PREFIX}ThrottlingException"
     if len(never) == len(names):
         check.fail(f"retry.errors={names} can never match: {why}; this Retry would retry nothing and every throttle "
-                   f"would fail the call: {fix}, or keep DEFAULT_RETRY_ERRORS")
+                   f"would fail the call: {fix}, or keep DEFAULT_RETRY_ERRORS", id="retry.errors.never-match")
         return
     unmatched = [n for n in never if twins[n] not in names]
     if unmatched:
-        cdk.Annotations.of(scope).add_warning_v2(
-            "genai-pacer:retry-never-matches",
+        warn(
+            scope,
+            "retry-never-matches",
             f"retry.errors names {', '.join(unmatched)}, which a Converse task never raises: {why}; "
             f"{fix.replace('list ', 'add ', 1)} (the other names still apply)",
         )

@@ -24,7 +24,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from .._internal.alarms import execution_alarms
-from .._internal.checks import Checks, _show, fit_concurrency, is_token, token_kind
+from .._internal.checks import Checks, _show, fit_concurrency, is_token, token_kind, warn
 from .._internal.docs import constructor_doc
 from .._internal.nag import (
     acknowledge_exact_resources,
@@ -147,17 +147,18 @@ class _MapBase(_ExecutionMetrics, Construct):
         if not check.rule(
             (model is None) != (item_processor is None),
             "pass exactly one of model (with request) for a model call per item, or item_processor for your own chain",
+            id="model.one-of-model-or-item-processor",
         ):
             return None, []
         if item_processor is not None:
-            check.rule(request is None, "request is set with item_processor; the processor makes its own calls: drop request")
-            check.rule(task_options is None, "task_options is set with item_processor; set them on your own tasks instead")
+            check.rule(request is None, "request is set with item_processor; the processor makes its own calls: drop request", id="request.with-item-processor")
+            check.rule(task_options is None, "task_options is set with item_processor; set them on your own tasks instead", id="task_options.with-item-processor")
             # A user's own InvokeModel tasks get the Retry unless they already carry one.
             for state in sfn.State.find_reachable_states(item_processor.start_state):
                 if isinstance(state, tasks.BedrockInvokeModel) and not has_retry(state):
                     retry.apply_to(state)
             return item_processor, []
-        if not check.rule(request is not None, "model is set but request is not; pass ConverseRequest(prompt=..., max_tokens=...)"):
+        if not check.rule(request is not None, "model is set but request is not; pass ConverseRequest(prompt=..., max_tokens=...)", id="request.required-with-model"):
             return None, []
         if not check.instance(
             "request", request, (ConverseRequest, NativeRequest),
@@ -220,12 +221,12 @@ class BoundedMap(_MapBase):
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
-        with Checks(f"BoundedMap {id}") as check:
+        with Checks("BoundedMap", scope=self) as check:
             cap = _cap(self, check, max_concurrency, allow_unbounded, INLINE_MAP_LIMIT, "an inline Map")
             check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
             check.instance("allow_unbounded", allow_unbounded, bool, "True or False")
             if check.text("items_path", items_path):
-                check.rule(items_path.startswith("$"), f"items_path={items_path!r} is not a JsonPath; use e.g. '$.items'")
+                check.rule(items_path.startswith("$"), f"items_path={items_path!r} is not a JsonPath; use e.g. '$.items'", id="items_path.not-jsonpath")
             if _known_at_synth(
                 check, "expected_items", expected_items,
                 "it is read only at synth, to estimate whether the Map's output can exceed 256 KiB; pass an int "
@@ -264,8 +265,9 @@ class BoundedMap(_MapBase):
         if max_tokens is None or (task_options is not None and task_options.result_selector is not None):
             return  # a native body without max_tokens, or a selection we cannot size
         if is_token(max_tokens):
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:map-output-size-unknown",
+            warn(
+                self,
+                "map-output-size-unknown",
                 f"expected_items={items} but the request's max_tokens is a deploy-time value, so whether the Map's "
                 "output can exceed Step Functions' 256 KiB state limit cannot be estimated at synth; keep "
                 f"{items} x max_tokens x {BYTES_PER_TOKEN} bytes under 256 KiB, or use BoundedDistributedMap",
@@ -278,8 +280,9 @@ class BoundedMap(_MapBase):
         worst = items * per_item
         if worst > STATE_PAYLOAD_LIMIT_BYTES:
             fits = max(1, STATE_PAYLOAD_LIMIT_BYTES // per_item)
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:map-output-size",
+            warn(
+                self,
+                "map-output-size",
                 f"{items} items x up to {max_tokens} output tokens (about {per_item:,} bytes each) can reach "
                 f"{worst:,} bytes, above Step Functions' 256 KiB state limit: the run would fail with "
                 f"States.DataLimitExceeded after paying for the answers. About {fits} items fit; use "
@@ -353,7 +356,7 @@ class BoundedDistributedMap(_MapBase):
         # Without this flag aws-cdk-lib silently drops result_writer_v2 and nothing is written to S3.
         # Set on this construct only, before any child exists, so the user's app is untouched.
         self.node.set_context("@aws-cdk/aws-stepfunctions:useDistributedMapResultWriterV2", True)
-        with Checks(f"BoundedDistributedMap {id}") as check:
+        with Checks("BoundedDistributedMap", scope=self) as check:
             cap = _cap(self, check, max_concurrency, allow_unbounded, DISTRIBUTED_MAP_LIMIT, "a distributed Map")
             check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
             check.instance("allow_unbounded", allow_unbounded, bool, "True or False")
@@ -390,6 +393,7 @@ class BoundedDistributedMap(_MapBase):
                     model is None,
                     f"batch_max_items={_show(batch_max_items)} hands each child a list of items, which a per-item "
                     "request cannot read; drop it, or pass an item_processor that handles $.Items",
+                    id="batch_max_items.per-item-request",
                 )
             if _known_at_synth(
                 check, "child_execution_type", child_execution_type,
@@ -437,8 +441,9 @@ class BoundedDistributedMap(_MapBase):
             # found (Express workflows support only the Request Response integration pattern:
             # https://docs.aws.amazon.com/step-functions/latest/dg/integrate-optimized.html). So a
             # warning, not a refusal: if AWS refuses it, CreateStateMachine fails at deploy.
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:distributed-map-in-express",
+            warn(
+                self,
+                "distributed-map-in-express",
                 "the state machine is EXPRESS: it runs at most 5 minutes, so the distributed Map must finish every "
                 "item (throttles and their retries included) within that, and no AWS page found says a Distributed "
                 "Map may run inside an EXPRESS workflow (if not, the deploy fails at CreateStateMachine); use "
@@ -505,12 +510,14 @@ def _cap(
             allow_unbounded is True,
             f"max_concurrency=0 leaves the Map unbounded, the usual cause of throttling bursts; {_PLAN_HINT} "
             "(or allow_unbounded=True if a downstream limit really bounds it)",
+            id="max_concurrency.unbounded",
         )
         return 0
     cap = fit_concurrency(check, scope, "max_concurrency", value, minimum=1, maximum=maximum, limit=limit, fix=_PLAN_HINT)
     if cap == 1 and type(value) is int:
-        cdk.Annotations.of(scope).add_warning_v2(
-            "genai-pacer:map-sequential",
+        warn(
+            scope,
+            "map-sequential",
             "max_concurrency=1 runs every call in sequence; independent calls finish sooner side by side "
             "(size the cap with genai_pacer.planning)",
         )
@@ -523,7 +530,7 @@ def _known_at_synth(check: Checks, name: str, value: Any, why: str) -> bool:
     kind = token_kind(value)
     if kind is None:
         return True
-    return check.fail(f"{name} is a deploy-time {kind}, but {why}")
+    return check.fail(f"{name} is a deploy-time {kind}, but {why}", id=f"{name}.deploy-time-map")
 
 
 class _DeployTimeTolerance(sfn.DistributedMap):
@@ -590,26 +597,28 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
         super().__init__(scope, id)
         model = as_bedrock_model(model)
         synthesis_model = as_bedrock_model(synthesis_model, "synthesis_model")
-        with Checks(f"ParallelPrompts {id}") as check:
+        with Checks("ParallelPrompts", scope=self) as check:
             check.instance("model", model, BedrockModel, _MODEL_HINT)
             check.instance("synthesis_model", synthesis_model, BedrockModel, _MODEL_HINT, optional=True)
             check.rule(
                 synthesis_model is None or synthesis is not None,
                 "synthesis_model is set without synthesis; it would be ignored: pass synthesis or drop synthesis_model",
+                id="synthesis_model.without-synthesis",
             )
             check.instance("synthesis", synthesis, (ConverseRequest, NativeRequest), "ConverseRequest(...)", optional=True)
             check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
             check.instance("state_machine_options", state_machine_options, StateMachineOptions, "StateMachineOptions(...)", optional=True)
             check.alarm_actions("alarm_actions", alarm_actions)
             if check.instance("prompts", prompts, Mapping, "a dict of branch name -> ConverseRequest"):
-                check.rule(bool(prompts), "prompts is empty; pass at least one branch name -> ConverseRequest")
+                check.rule(bool(prompts), "prompts is empty; pass at least one branch name -> ConverseRequest", id="prompts.empty")
                 for name, request in prompts.items():
                     _check_state_name(check, name)
                     check.instance(f"prompts[{name!r}]", request, (ConverseRequest, NativeRequest), "ConverseRequest(prompt=..., max_tokens=...)")
         retry = retry or BedrockRetry()
         if len(prompts) == 1:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:single-branch",
+            warn(
+                self,
+                "single-branch",
                 "ParallelPrompts has one prompt; a Parallel state only saves time with two or more independent calls",
             )
         # Only names and texts move on: ids, usage and model names would cost the synthesis tokens.
@@ -658,9 +667,11 @@ def _check_state_name(check: Checks, name: Any) -> None:
         not any(c in name for c in _STATE_NAME_FORBIDDEN),
         f"prompt name {name!r} cannot be a Step Functions state name: use 1-80 characters without "
         "brackets, wildcards, quotes or punctuation such as : / $",
+        id="prompts.invalid-state-name",
     )
     check.rule(
         name not in _PARALLEL_STATES and not name.endswith((" answer", " no text", " has text?")),
         f"prompt name {name!r} is taken by ParallelPrompts' own states ({', '.join(_PARALLEL_STATES)}, and "
         "'<name> answer', '<name> no text', '<name> has text?'); rename the prompt",
+        id="prompts.state-name-taken",
     )

@@ -22,7 +22,7 @@ from aws_cdk import aws_stepfunctions as sfn
 
 from constructs import Construct
 
-from .._internal.checks import Checks, in_unit, token_kind
+from .._internal.checks import Checks, in_unit, token_kind, warn
 from .._internal.secure import encrypted_log_group, log_key
 from ..models import BedrockModel
 
@@ -109,17 +109,19 @@ class StateMachineOptions:
             ):
                 kind = token_kind(getattr(self, name))
                 if kind is not None:
-                    check.fail(f"{name} is a deploy-time {kind}, but {why}")
+                    check.fail(f"{name} is a deploy-time {kind}, but {why}", id=f"{name}.deploy-time-option")
             if check.one_of("log_level", self.log_level, LOG_LEVELS) and self.log_level == sfn.LogLevel.OFF:
                 for name in ("log_group", "encryption_key", "log_retention"):
                     check.rule(
                         getattr(self, name) is None,
                         f"{name} configures logging and log_level is OFF, so it would be ignored; drop it or "
                         "choose a log level",
+                        id=f"{name}.logging-off",
                     )
                 check.rule(
                     self.log_execution_data is not True,
                     "log_execution_data=True with log_level OFF logs nothing; drop it or choose a log level",
+                    id="log_execution_data.logging-off",
                 )
             check.instance("log_group", self.log_group, logs.ILogGroup, "a logs.LogGroup", optional=True)
             check.instance("encryption_key", self.encryption_key, kms.IKey, "a kms.Key", optional=True)
@@ -132,11 +134,13 @@ class StateMachineOptions:
                         getattr(self, name) is None,
                         f"{name} configures a new log group and log_group is given, so it would be ignored; set it "
                         "on your log group instead",
+                        id=f"{name}.with-log-group",
                     )
             if check.text("state_machine_name", self.state_machine_name, optional=True, max_length=80):
                 check.rule(
                     not any(c in str(self.state_machine_name) for c in ' <>{}[]?*"#%\\^|~`$&,;:/'),
                     f"state_machine_name={self.state_machine_name!r} may hold letters, digits, - and _ only",
+                    id="state_machine_name.characters",
                 )
             express = self.state_machine_type == sfn.StateMachineType.EXPRESS
             if check.one_of(
@@ -325,8 +329,9 @@ class _WarnImmutableRole:
         unique = list({json.dumps(s, sort_keys=True): s for s in statements}.values())
         managed = [stack.resolve(p.managed_policy_arn) for p in recorder.managed_policies]
         owner = cast(Construct, recorder.node.scope)  # the recorder is made inside the construct, never at the root
-        cdk.Annotations.of(owner).add_warning_v2(
-            "genai-pacer:immutable-role",
+        warn(
+            owner,
+            "immutable-role",
             f"{type(owner).__name__} {owner.node.id}: role (StateMachineOptions(role=...)) is "
             f"{recorder.role.node.path}, a role this app cannot change (iam.Role.from_role_arn(..., mutable=False), or "
             "a role of another account), so none of the permissions its state machine needs were added to it and "

@@ -20,7 +20,7 @@ from aws_cdk import aws_stepfunctions as sfn
 
 from constructs import Construct
 
-from .._internal.checks import Checks
+from .._internal.checks import Checks, warn
 from .._internal.docs import constructor_doc
 from .._internal.secure import handler_function
 from .state_machine import EXPRESS_LIMIT, configured_timeout
@@ -85,7 +85,7 @@ class SyncExecutionUrl(Construct):
         log_retention: logs.RetentionDays | None = None,
     ) -> None:
         super().__init__(scope, id)
-        with Checks(f"SyncExecutionUrl {id}") as check:
+        with Checks("SyncExecutionUrl", scope=self) as check:
             workflow_timeout = None
             if check.instance("state_machine", state_machine, sfn.StateMachine, "an sfn.StateMachine built in this app"):
                 check.rule(
@@ -93,6 +93,7 @@ class SyncExecutionUrl(Construct):
                     f"state_machine {state_machine.node.path} is {state_machine.state_machine_type.value}; "
                     "StartSyncExecution runs EXPRESS workflows only: build it with "
                     "StateMachineOptions(state_machine_type=sfn.StateMachineType.EXPRESS)",
+                    id="state_machine.not-express",
                 )
                 workflow_timeout = configured_timeout(state_machine)
             wait = wait or _concrete(workflow_timeout) or EXPRESS_LIMIT
@@ -127,8 +128,9 @@ class SyncExecutionUrl(Construct):
 
     def _warn_if_shorter_than_the_workflow(self, wait: cdk.Duration, workflow_timeout: cdk.Duration) -> None:
         if wait.to_seconds() < workflow_timeout.to_seconds():
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:sync-wait-shorter-than-workflow",
+            warn(
+                self,
+                "sync-wait-shorter-than-workflow",
                 f"wait={wait.to_human_string()} is shorter than the workflow's timeout of "
                 f"{workflow_timeout.to_human_string()}: a caller gets 504 after {wait.to_human_string()} while "
                 "the execution runs on (and is paid for) to its end; set wait to the workflow's timeout, or "
@@ -171,7 +173,7 @@ def _wait_seconds(check: Checks, wait: Any) -> float | None:
             except RuntimeError:  # jsii: a token can be converted only from the unit it was given in
                 check.fail(
                     "wait is a deploy-time value in a unit other than seconds, which cannot be converted at synth; "
-                    "pass cdk.Duration.seconds(param.value_as_number)"
+                    "pass cdk.Duration.seconds(param.value_as_number)", id="wait.deploy-time-unit"
                 )
         return None
     return float(wait.to_seconds(integral=False))
