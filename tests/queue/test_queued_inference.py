@@ -350,7 +350,7 @@ def test_every_bad_prop_is_refused_with_its_value_rule_and_fix(kwargs, message):
     with pytest.raises(ValueError) as caught:
         QueuedInference(new_stack(), "Q", **props)
     assert message in str(caught.value)
-    assert str(caught.value).startswith("QueuedInference Q: ")
+    assert str(caught.value).startswith("QueuedInference at Test/Q: [QueuedInference.")  # the construct, its path, the rule
 
 
 def test_limits_of_the_form_at_least_x_accept_x_itself():

@@ -32,6 +32,7 @@ from .._internal.checks import (
     in_unit,
     is_token,
     shown,
+    warn,
     warn_above_reservable_concurrency,
 )
 from .._internal.docs import constructor_doc
@@ -277,7 +278,7 @@ class QueuedInference(Construct):
         ttft = time_to_first_token if time_to_first_token is not None else cdk.Duration.seconds(
             DEFAULT_TIME_TO_FIRST_TOKEN_SECONDS
         )
-        with Checks(f"QueuedInference {id}") as check:
+        with Checks("QueuedInference", scope=self) as check:
             check.instance("model", model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
             cap = fit_concurrency(
                 check, self, "max_concurrency", max_concurrency,
@@ -309,6 +310,7 @@ class QueuedInference(Construct):
                     f"reserved_concurrency={reserved_concurrency} is below max_concurrency={cap}: the poller would "
                     f"start {cap} invocations and Lambda would throttle all but {reserved_concurrency}, bouncing "
                     "messages back toward the DLQ; raise reserved_concurrency to at least max_concurrency or leave it unset",
+                    id="reserved_concurrency.below-max-concurrency",
                 )
             batch_ok = self._check_batch(check, batch_size, max_batching_window, queue)
             budget = self._check_budget(check, bedrock_max_attempts, max_output_tokens, output_tokens_per_second, ttft)
@@ -452,7 +454,7 @@ class QueuedInference(Construct):
         )
         ok = check.integer("batch_size", batch_size, minimum=1, maximum=maximum, fix=rule)
         if has_window and queue is not None and getattr(queue, "fifo", False) is True:
-            check.fail("max_batching_window is set but the queue is FIFO, which the SQS event source cannot batch by time; remove it")
+            check.fail("max_batching_window is set but the queue is FIFO, which the SQS event source cannot batch by time; remove it", id="max_batching_window.fifo-queue")
         return ok
 
     def _check_budget(self, check: Checks, attempts: Any, max_output: Any, otps: Any, ttft: Any) -> int | None:
@@ -478,7 +480,7 @@ class QueuedInference(Construct):
             ("time_to_first_token", ttft),
         ):
             if is_token(value):
-                check.fail(f"{name} is a deploy-time token, but it sizes the worker's time budget at synth: pass a number")
+                check.fail(f"{name} is a deploy-time token, but it sizes the worker's time budget at synth: pass a number", id=f"{name}.deploy-time-budget")
         if not all(ok):
             return None
         seconds = worst_case_call_seconds(
@@ -499,6 +501,7 @@ class QueuedInference(Construct):
             per_message + HANDLER_MARGIN_SECONDS <= MAX_LAMBDA_TIMEOUT_SECONDS,
             f"one message needs {self._budget_text}, more than Lambda's 15-minute limit: lower max_output_tokens "
             "or bedrock_max_attempts, or raise output_tokens_per_second if the model is faster",
+            id="timeout.one-message-beyond-lambda-limit",
         ):
             return None
         return budget
@@ -526,14 +529,16 @@ class QueuedInference(Construct):
                 f"timeout={_num(seconds)} s cannot cover one message: it needs {self._budget_text} + "
                 f"{HANDLER_MARGIN_SECONDS} s; every message would return unprocessed until it reached the DLQ. "
                 f"Use at least {math.ceil(per_message + HANDLER_MARGIN_SECONDS)} s or leave timeout unset",
+                id="timeout.below-one-message",
             ):
                 return None
             if isinstance(batch_size, int) and not is_token(batch_size):
                 fits = int((seconds - HANDLER_MARGIN_SECONDS) // per_message)
                 needed = math.ceil(batch_size * per_message + HANDLER_MARGIN_SECONDS)
                 if fits < batch_size:
-                    cdk.Annotations.of(self).add_warning_v2(
-                        "genai-pacer:timeout-below-batch",
+                    warn(
+                        self,
+                        "timeout-below-batch",
                         f"timeout={_num(seconds)} s covers {fits} worst-case messages of {per_message:g} s but "
                         f"batch_size={batch_size}: when calls run near their worst case the worker returns the rest "
                         "unprocessed, and each return counts toward the queue's receive limit (then the DLQ). "
@@ -543,7 +548,7 @@ class QueuedInference(Construct):
         if budget is None:
             return None
         if is_token(batch_size):
-            check.fail("batch_size is a deploy-time token, so the timeout cannot be derived from it: pass timeout")
+            check.fail("batch_size is a deploy-time token, so the timeout cannot be derived from it: pass timeout", id="batch_size.deploy-time-timeout")
             return None
         if batch_size is None:
             return None
@@ -555,6 +560,7 @@ class QueuedInference(Construct):
             f"batch_size={batch_size} x {self._budget_text} + {HANDLER_MARGIN_SECONDS} s = {seconds} s exceeds "
             f"Lambda's 15-minute limit ({MAX_LAMBDA_TIMEOUT_SECONDS} s): use batch_size <= {fits}, lower "
             "max_output_tokens, or pass a shorter timeout (the worker then takes what fits and returns the rest)",
+            id="batch_size.beyond-lambda-limit",
         ):
             return None
         return cdk.Duration.seconds(seconds)
@@ -575,12 +581,14 @@ class QueuedInference(Construct):
                 ours == theirs,
                 f"ledger=QuotaLedger {ledger.node.id} keeps the quota of model {theirs!r}, but this worker calls "
                 f"{ours!r}: each model has its own quota; give the worker the ledger of its model's ModelQuota",
+                id="ledger.other-model",
             )
         check.rule(
             getattr(queue, "fifo", False) is not True,
             "ledger= needs a standard queue: a message the ledger refuses is sent back to the queue with a delay "
             "(so the wait never counts toward the dead-letter queue's receive limit), and a FIFO queue cannot "
             "delay one message; use a standard queue or drop ledger",
+            id="ledger.fifo-queue",
         )
         issued = {id(plan): name for plan, name in quota._issued.values()}
         share = issued.get(id(max_concurrency)) if max_concurrency is not None else None
@@ -593,6 +601,7 @@ class QueuedInference(Construct):
             "#" not in share and len(share) <= _CONSUMER_LIMIT,
             f"ledger: the worker's share {share!r} names it in the ledger's attribute names, which allow at most "
             f"{_CONSUMER_LIMIT} characters and no '#'; draw the share under such a name",
+            id="ledger.share-name-too-long",
         ):
             return None
         return share, quota.shares[share].tpm
@@ -632,9 +641,10 @@ class QueuedInference(Construct):
                 not given,
                 f"{', '.join(given)} configure{'s' if len(given) == 1 else ''} a new queue, but queue is an existing "
                 "one: set them on your queue instead, or drop queue",
+                id="queue.new-queue-props",
             )
         elif props["dead_letter_queue"] is not None and props["dead_letter_queue_encryption_key"] is not None:
-            check.fail("dead_letter_queue_encryption_key configures a new DLQ, but dead_letter_queue is an existing one: encrypt your DLQ yourself")
+            check.fail("dead_letter_queue_encryption_key configures a new DLQ, but dead_letter_queue is an existing one: encrypt your DLQ yourself", id="dead_letter_queue_encryption_key.existing-dlq")
         if props["max_receive_count"] is not None:
             check.integer("max_receive_count", props["max_receive_count"], minimum=1, maximum=1000, fix="SQS redrive allows 1..1000")
 
@@ -660,17 +670,19 @@ class QueuedInference(Construct):
                     f"visibility_timeout={_num(visibility.to_seconds(integral=False))} s is shorter than {VISIBILITY_FACTOR} x the "
                     f"function timeout ({_num(timeout.to_seconds(integral=False))} s) = {_num(needed)} s; messages would be "
                     f"redelivered while still being processed. Use at least {_num(needed)} s or leave it unset",
+                    id="visibility_timeout.below-function-timeout",
                 )
             return visibility
         if timeout is None:
             return None
         if timeout.is_unresolved():
-            check.fail("timeout is a deploy-time token, so the queue's visibility timeout cannot be derived: pass visibility_timeout")
+            check.fail("timeout is a deploy-time token, so the queue's visibility timeout cannot be derived: pass visibility_timeout", id="timeout.deploy-time-visibility")
             return None
         seconds = timeout.to_seconds(integral=False) * VISIBILITY_FACTOR
         if not check.rule(
             seconds <= MAX_VISIBILITY_TIMEOUT_SECONDS,
             f"{VISIBILITY_FACTOR} x timeout = {_num(seconds)} s exceeds SQS's 12-hour visibility limit: lower timeout",
+            id="timeout.beyond-visibility-limit",
         ):
             return None
         return cdk.Duration.seconds(math.ceil(seconds))
@@ -686,8 +698,9 @@ class QueuedInference(Construct):
         )
         if not isinstance(queue, sqs.Queue):
             needed_text = f"{_num(needed)} s" if needed is not None else f"{VISIBILITY_FACTOR} x the function timeout"
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:queue-unverified",
+            warn(
+                self,
+                "queue-unverified",
                 f"queue {queue.node.path} is imported, so its settings cannot be read: check that it has a "
                 f"dead-letter queue (a redrive policy; without one a failing message is retried until it "
                 f"expires) and a visibility timeout of at least {needed_text} (6 x the function timeout; "
@@ -699,6 +712,7 @@ class QueuedInference(Construct):
             f"queue {queue.node.path} has no dead-letter queue: a message that keeps failing would be retried "
             "until it expires. Give it one: sqs.Queue(..., dead_letter_queue=sqs.DeadLetterQueue(queue=dlq, "
             "max_receive_count=3)), or omit queue to get one",
+            id="queue.no-dead-letter-queue",
         )
         raw = queue.node.default_child.visibility_timeout  # type: ignore[union-attr]
         seconds = 30 if raw is None else raw  # SQS's default
@@ -708,6 +722,7 @@ class QueuedInference(Construct):
                 f"queue {queue.node.path} has a visibility timeout of {_num(seconds)} s, under {VISIBILITY_FACTOR} x the "
                 f"function timeout = {_num(needed)} s: a message would be redelivered while the worker still runs it "
                 f"(a second paid call). Set visibility_timeout=cdk.Duration.seconds({math.ceil(needed)}) on the queue",
+                id="queue.visibility-below-function-timeout",
             )
 
     def grant_send_messages(self, grantee: iam.IGrantable) -> iam.Grant:
