@@ -321,19 +321,20 @@ class BatchPrecompute(Construct):
         status_check_interval = status_check_interval if status_check_interval is not None else DEFAULT_STATUS_CHECK_INTERVAL
         creates_bucket = input_bucket is None or output_bucket is None
         model = as_bedrock_model(model)  # an aws_bedrock_alpha IBedrockInvokable too
-        with Checks(f"BatchPrecompute {id}") as check:
+        with Checks("BatchPrecompute", scope=self) as check:
             if check.instance("model", model, BedrockModel, _MODEL_HINT):
                 check.rule(
                     model.kind != "provisioned",
                     f"model={model.model_id!r} is a Provisioned Throughput model, which batch inference does not "
                     "support: pass the foundation model or an inference profile",
+                    id="model.provisioned-throughput",
                 )
             check.instance("answer_store", answer_store, AnswerStore, "an AnswerStore (shared with the router)", optional=True)
             if token_kind(invocation_type) is not None:
                 check.fail(
                     f"invocation_type is a deploy-time {token_kind(invocation_type)}, but it decides at synth which props "
                     "apply (Converse needs max_tokens; InvokeModel takes each item's modelInput and refuses max_tokens, "
-                    "system_prompt and temperature): pass 'Converse' or 'InvokeModel'"
+                    "system_prompt and temperature): pass 'Converse' or 'InvokeModel'", id="invocation_type.deploy-time"
                 )
             elif check.one_of("invocation_type", invocation_type, ("Converse", "InvokeModel")):
                 if invocation_type == "Converse":
@@ -347,6 +348,7 @@ class BatchPrecompute(Construct):
                             value is None,
                             f"{name}={value!r} shapes prompts into a Converse body, but invocation_type='InvokeModel' "
                             "takes each item's modelInput as given, so it would be ignored: drop it, or use Converse",
+                            id=f"{name}.ignored-by-invoke-model",
                         )
             if invocation_type == "Converse":
                 check.text("system_prompt", system_prompt, optional=True)
@@ -384,6 +386,7 @@ class BatchPrecompute(Construct):
                         value is unset,
                         f"{name} configures the buckets this construct creates, but input_bucket and output_bucket are "
                         "both yours, so it would be ignored: set it on your buckets instead",
+                        id=f"{name}.ignored-with-own-buckets",
                     )
             expiration: cdk.Duration | None = resolved(object_expiration)
             check.duration(
@@ -412,6 +415,7 @@ class BatchPrecompute(Construct):
                     job_timeout.unit_label() in ("hour", "hours"),
                     "job_timeout is a deploy-time token not in hours; Bedrock's timeoutDurationInHours takes whole "
                     "hours: pass cdk.Duration.hours(<token>)",
+                    id="job_timeout.deploy-time-unit",
                 )
             elif check.duration(
                 "job_timeout", job_timeout, minimum=cdk.Duration.hours(low_hours), maximum=cdk.Duration.hours(high_hours),
@@ -421,6 +425,7 @@ class BatchPrecompute(Construct):
                     job_timeout.to_seconds() % 3600 == 0,
                     f"job_timeout={job_timeout.to_minutes():g} minutes is not whole hours; Bedrock's timeoutDurationInHours is "
                     "an integer: use cdk.Duration.hours(...)",
+                    id="job_timeout.not-whole-hours",
                 )
             self._check_status_interval(check, status_check_interval)
             if job_name_prefix is not None and check.text("job_name_prefix", job_name_prefix, max_length=40):
@@ -428,6 +433,7 @@ class BatchPrecompute(Construct):
                     bool(_JOB_NAME_PREFIX.match(job_name_prefix)),
                     f"job_name_prefix={job_name_prefix!r} may hold letters, digits and single hyphens between them "
                     "(Bedrock's job name pattern), e.g. 'reviews-nightly'",
+                    id="job_name_prefix.characters",
                 )
             check.instance(
                 "on_demand_fallback", on_demand_fallback, sfn.IStateMachine,
@@ -445,6 +451,7 @@ class BatchPrecompute(Construct):
                     state_machine_options.state_machine_type != sfn.StateMachineType.EXPRESS,
                     "state_machine_options.state_machine_type=EXPRESS runs at most 5 minutes, and a run waits hours "
                     "for its jobs: use STANDARD (the default)",
+                    id="state_machine_options.express",
                 )
             check.alarm_actions("alarm_actions", alarm_actions)
         self.job_name_prefix = job_name_prefix or f"gp{hashlib.sha256(self.node.addr.encode()).hexdigest()[:10]}"
@@ -902,7 +909,7 @@ class BatchPrecompute(Construct):
                 check.fail(
                     f"{name_a}={a!r} and {name_b}={b!r} nest in the same bucket: the job would read what it writes, or "
                     "a grant on one prefix would reach the other; use disjoint prefixes such as 'batch-input/' and "
-                    "'batch-output/'"
+                    "'batch-output/'", id=f"{name_a}.nests-in-{name_b}"
                 )
 
     @staticmethod
@@ -915,6 +922,7 @@ class BatchPrecompute(Construct):
                 interval.unit_label() in ("minute", "minutes", "hour", "hours", "day", "days"),
                 "status_check_interval is a deploy-time token in seconds; an EventBridge rate takes minutes: pass "
                 "cdk.Duration.minutes(<token>)",
+                id="status_check_interval.deploy-time-unit",
             )
             return
         if check.duration("status_check_interval", interval, minimum=low, maximum=high, fix=fix):
@@ -922,6 +930,7 @@ class BatchPrecompute(Construct):
                 interval.to_seconds() % 60 == 0,
                 f"status_check_interval={interval.to_human_string()} is not whole minutes; an EventBridge schedule "
                 "rate is in minutes: use cdk.Duration.minutes(...)",
+                id="status_check_interval.not-whole-minutes",
             )
 
     @staticmethod
@@ -949,12 +958,14 @@ class BatchPrecompute(Construct):
                 f"max_records_per_job={max_records_per_job:,} is below twice min_records_per_job={min_records_per_job:,}: "
                 "a run just over the maximum would be split into jobs below the minimum, which Bedrock refuses; check "
                 "both quotas for your model",
+                id="max_records_per_job.below-twice-minimum",
             )
         if job_bytes_ok and file_bytes_ok:
             check.rule(
                 max_file_bytes <= max_job_bytes,
                 f"max_file_bytes={max_file_bytes:,} exceeds max_job_bytes={max_job_bytes:,}: a job holds its files; "
                 "check both quotas for your model",
+                id="max_file_bytes.above-max-job-bytes",
             )
 
     # ---- nag --------------------------------------------------------------------------------------------
@@ -1077,7 +1088,7 @@ def _flattened_all(scope: IConstruct, arns: list[str]) -> list[str]:
 def _check_prefix(check: Checks, name: str, value: Any) -> bool:
     if is_token(value):
         return check.fail(
-            f"{name} is a deploy-time token; the prefixes scope IAM grants at synth: pass text such as 'batch-input/'"
+            f"{name} is a deploy-time token; the prefixes scope IAM grants at synth: pass text such as 'batch-input/'", id=f"{name}.deploy-time-prefix"
         )
     if not check.text(name, value, max_length=200):
         return False
@@ -1085,6 +1096,7 @@ def _check_prefix(check: Checks, name: str, value: Any) -> bool:
         bool(_PREFIX_CHARS.match(value)),
         f"{name}={value!r} must be a key prefix ending in '/', without a leading '/', of letters, digits and "
         "!_*'().- (the characters Bedrock's s3Uri allows), e.g. 'batch-input/'",
+        id=f"{name}.not-key-prefix",
     )
 
 

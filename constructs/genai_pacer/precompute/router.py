@@ -70,6 +70,7 @@ from .._internal.checks import (
     seconds_text,
     shown,
     token_of_kind,
+    warn,
     warn_above_reservable_concurrency,
 )
 from .._internal.docs import constructor_doc
@@ -184,7 +185,7 @@ class AnswerRouter(Construct):
         store = answer_store
         max_age = max_age or DEFAULT_MAX_AGE
         timeout = timeout or cdk.Duration.seconds(60)
-        with Checks(f"AnswerRouter {id}") as check:
+        with Checks("AnswerRouter", scope=self) as check:
             check.instance("answer_store", answer_store, AnswerStore, "an AnswerStore")
             check.instance("model", model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
             check_service_tier(check, "service_tier", service_tier)
@@ -197,8 +198,9 @@ class AnswerRouter(Construct):
                 max_age.to_seconds(integral=False) > ttl.to_seconds(integral=False)
             )
             if longer:
-                cdk.Annotations.of(self).add_warning_v2(
-                    "genai-pacer:max-age-beyond-ttl",
+                warn(
+                    self,
+                    "max-age-beyond-ttl",
                     f"max_age={max_age.to_human_string()} is longer than the store's answer_ttl="
                     f"{ttl.to_human_string()}: answers expire before they turn stale, so max_age "  # type: ignore[union-attr]
                     "never applies; lower max_age or raise answer_ttl",
@@ -211,6 +213,7 @@ class AnswerRouter(Construct):
                     "coalesce_wait is set with write_back=False: without write-back a miss writes nothing and takes no "
                     "claim, so no request can wait for another's answer and the wait would never apply; drop "
                     "coalesce_wait, or keep write_back=True",
+                    id="coalesce_wait.without-write-back",
                 )
             prompt_table = _check_prompts(check, prompts)
             check.text("system_prompt", system_prompt, optional=True, fix="the system prompt of every generated answer")
@@ -220,6 +223,7 @@ class AnswerRouter(Construct):
                     size <= MAX_PROMPTS_BYTES,
                     f"prompts and system_prompt take {size:,} bytes; at most {MAX_PROMPTS_BYTES:,} fit in the function's "
                     "environment (Lambda keeps 4 KB of environment variables per function): shorten the templates",
+                    id="prompts.environment-too-large",
                 )
             check.integer(
                 "max_output_tokens", max_output_tokens, minimum=1, maximum=1_000_000,
@@ -243,6 +247,7 @@ class AnswerRouter(Construct):
                     coalesce_wait.to_milliseconds() < timeout.to_milliseconds(),
                     f"coalesce_wait={coalesce_wait.to_human_string()} must be shorter than timeout="
                     f"{timeout.to_human_string()}: a waiting request needs time left to answer; lower coalesce_wait",
+                    id="coalesce_wait.not-below-timeout",
                 )
             check.integer("memory_size", memory_size, minimum=_MEMORY[0], maximum=_MEMORY[1],
                           fix="Lambda allows 128..10,240 MB")
@@ -382,7 +387,7 @@ def _check_prompts(check: Checks, prompts: Any) -> dict[str, str] | None:
     if not isinstance(prompts, Mapping) or is_token(prompts):
         check.fail(
             f"prompts is {type(prompts).__name__}; pass a dict of key pattern -> prompt template, e.g. "
-            '{"ticker-morning#{ticker}": "Write this morning\'s note for {ticker}."}'
+            '{"ticker-morning#{ticker}": "Write this morning\'s note for {ticker}."}', id="prompts.type"
         )
         return None
     ok = True
@@ -394,41 +399,42 @@ def _check_prompts(check: Checks, prompts: Any) -> dict[str, str] | None:
 def _check_prompt(check: Checks, pattern: Any, template: Any) -> bool:
     if not isinstance(pattern, str) or not pattern or is_token(pattern):
         what = "a token" if is_token(pattern) else type(pattern).__name__
-        return check.fail(f"prompts: a key pattern is {what}; write each pattern as text, e.g. 'ticker-morning#{{ticker}}'")
+        return check.fail(f"prompts: a key pattern is {what}; write each pattern as text, e.g. 'ticker-morning#{{ticker}}'", id="prompts.pattern-not-text")
     where = f"prompts[{pattern[:60]!r}]"
     if not isinstance(template, str) or is_token(template) or not template.strip():
         what = "a token" if is_token(template) else ("empty" if isinstance(template, str) else type(template).__name__)
-        return check.fail(f"{where} is {what}; the template must be text known at synth, so its variables can be checked")
+        return check.fail(f"{where} is {what}; the template must be text known at synth, so its variables can be checked", id="prompts.template-not-text")
     if _normalized(pattern) != pattern:
         return check.fail(
             f"{where}: keys are stored normalized (case-folded, whitespace collapsed), so this pattern never "
-            f"matches; write it as {_normalized(pattern)!r}"
+            f"matches; write it as {_normalized(pattern)!r}", id="prompts.pattern-not-normalized"
         )
     if pattern.startswith(_CLAIM_PREFIX) or len(pattern.encode()) > _MAX_KEY_BYTES:
-        return check.fail(f"{where}: a key may not start with {_CLAIM_PREFIX!r} nor exceed {_MAX_KEY_BYTES} bytes")
+        return check.fail(f"{where}: a key may not start with {_CLAIM_PREFIX!r} nor exceed {_MAX_KEY_BYTES} bytes", id="prompts.pattern-reserved-or-long")
     segments = pattern.split("#")
     names = [m.group(1) for m in (_VARIABLE.fullmatch(s) for s in segments) if m]
     literal_braces = [s for s in segments if not _VARIABLE.fullmatch(s) and ("{" in s or "}" in s)]
     if literal_braces or _VARIABLE.fullmatch(segments[0]) or len(names) != len(set(names)):
         return check.fail(
             f"{where}: a pattern is '#'-separated segments, the first literal (a name such as 'ticker-morning'), "
-            "each other either literal or one variable such as '{ticker}' (lower case, used once)"
+            "each other either literal or one variable such as '{ticker}' (lower case, used once)", id="prompts.pattern-segments"
         )
     try:
         fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
     except ValueError:
-        return check.fail(f"{where}: the template has an unmatched brace; write {{{{ and }}}} for literal braces")
+        return check.fail(f"{where}: the template has an unmatched brace; write {{{{ and }}}} for literal braces", id="prompts.template-unmatched-brace")
     used = {name for name, _, _ in fields}
     unknown = sorted(used - set(names))
     bad = [name for name, spec, conv in fields if spec or conv or name not in names]
     if unknown or bad:
         return check.fail(
             f"{where}: the template uses {sorted(set(bad) | set(unknown))}, but only the pattern's variables "
-            f"{names} may appear, each as plain {{name}} (no format spec, index or attribute)"
+            f"{names} may appear, each as plain {{name}} (no format spec, index or attribute)", id="prompts.template-unknown-variable"
         )
     unused = sorted(set(names) - used)
     return check.rule(
         not unused,
         f"{where}: the template does not use {unused}: keys differing only there would be answered with one prompt; "
         "use every variable of the pattern in the template",
+        id="prompts.template-unused-variable",
     )

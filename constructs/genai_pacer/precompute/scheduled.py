@@ -65,7 +65,7 @@ from constructs import Construct, IConstruct
 
 from .._internal.alarms import execution_alarms, threshold_alarm
 from .._internal.assets import LAMBDA_DIR
-from .._internal.checks import Checks, duration_in, in_unit, is_token, token_kind
+from .._internal.checks import Checks, duration_in, in_unit, is_token, token_kind, warn
 from .._internal.docs import constructor_doc
 from .._internal.metrics import STATE_MACHINE_DIMENSION, state_machine_metric
 from .._internal.nag import (
@@ -272,7 +272,7 @@ class ScheduledPrecompute(Construct):
         options = state_machine_options or StateMachineOptions()
         distributed = items_bucket is not None
         lock_seconds: Any = None
-        with Checks(f"ScheduledPrecompute {id}") as check:
+        with Checks("ScheduledPrecompute", scope=self) as check:
             check.instance("answer_store", answer_store, AnswerStore, "an AnswerStore")
             check.instance("model", model, BedrockModel, _MODEL_HINT)
             if check.instance(
@@ -283,6 +283,7 @@ class ScheduledPrecompute(Construct):
                     request.latency != "optimized",
                     "request.latency='optimized' spends latency-optimized inference (its own quota, a higher price) on "
                     "answers nobody waits for: pre-computation is off the user's path; drop latency",
+                    id="request.latency-optimized",
                 )
             if check.instance("schedule", schedule, scheduler.ScheduleExpression, "scheduler.ScheduleExpression.cron(...)"):
                 self._warn_about_schedule(schedule)
@@ -290,12 +291,13 @@ class ScheduledPrecompute(Construct):
                 (items is None) != (items_bucket is None),
                 "pass exactly one of items (an inline list of {'key': ...} objects) or items_bucket with items_key "
                 "(an S3 object read by a distributed Map)",
+                id="items.one-of-items-or-bucket",
             )
             if token_kind(items) is not None:
                 check.fail(
                     f"items is a deploy-time {token_kind(items)}, but the items are checked (each needs a key) and "
                     "written into the schedule's input at synth: pass a list of {'key': ...} objects, or put them in S3 "
-                    "and pass items_bucket with items_key (which may be a deploy-time string)"
+                    "and pass items_bucket with items_key (which may be a deploy-time string)", id="items.deploy-time"
                 )
             elif items is not None:
                 self._check_items(check, items)
@@ -309,17 +311,18 @@ class ScheduledPrecompute(Construct):
                 if check.text("items_key", items_key, fix="the key of the JSONL or JSON object that lists the items"):
                     check_key_bytes(check, "items_key", items_key, "the key of the object that lists the items")
             else:
-                check.rule(items_key is None, "items_key is set without items_bucket; it would be ignored: pass both")
+                check.rule(items_key is None, "items_key is set without items_bucket; it would be ignored: pass both", id="items_key.without-items-bucket")
             if token_kind(items_format) is not None:
                 check.fail(
                     f"items_format is a deploy-time {token_kind(items_format)}, but it chooses the Map's item reader (JSONL or JSON) at "
-                    "synth: pass 'jsonl' or 'json'"
+                    "synth: pass 'jsonl' or 'json'", id="items_format.deploy-time"
                 )
             else:
                 check.one_of("items_format", items_format, ("jsonl", "json"))
             check.rule(
                 distributed or items_format == "jsonl",
                 f"items_format={items_format!r} applies to items_bucket only; it would be ignored: drop it",
+                id="items_format.without-items-bucket",
             )
             cap = _cap(
                 self, check, max_concurrency, False,
@@ -356,6 +359,7 @@ class ScheduledPrecompute(Construct):
                     options.state_machine_type != sfn.StateMachineType.EXPRESS,
                     "state_machine_type=EXPRESS stops a run after 5 minutes, and an Express workflow runs at least "
                     "once, so a key's answer may be written twice: use STANDARD (the default)",
+                    id="state_machine_type.express",
                 )
                 # The run lock expires with the state machine's timeout: its seconds go to the prepare function.
                 lock_seconds = duration_in(
@@ -728,22 +732,25 @@ class ScheduledPrecompute(Construct):
     def _check_items(self, check: Checks, items: Any) -> None:
         if not check.each("items", items, lambda n, v: check.instance(n, v, Mapping, "an object such as {'key': 'ticker-morning#AAPL', 'ticker': 'AAPL'}")):
             return
-        check.rule(bool(items), "items is empty; a run would call nothing: list at least one {'key': ...} object")
+        check.rule(bool(items), "items is empty; a run would call nothing: list at least one {'key': ...} object", id="items.empty")
         for index, item in enumerate(items):
             key = item.get("key")
             check.rule(
                 isinstance(key, str) and bool(key.strip()),
                 f"items[{index}] has no 'key' string; each item needs the key its answer is stored under",
+                id="items.no-key",
             )
         size = len(json.dumps({"items": list(items)}, default=str).encode())
         check.rule(
             size <= MAX_INLINE_INPUT_BYTES,
             f"items make a {size:,}-byte run input, above the 256 KiB that EventBridge Scheduler sends and Step "
             "Functions accepts; put the items in S3 and pass items_bucket and items_key (a distributed Map)",
+            id="items.input-too-large",
         )
         if len(items) > MAX_INLINE_KEYS:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:precompute-history",
+            warn(
+                self,
+                "precompute-history",
                 f"{len(items):,} inline items: each key adds about {EVENTS_PER_KEY} events to the run's history, which "
                 f"Step Functions caps at 25,000, so a run stops near {25_000 // EVENTS_PER_KEY:,} keys; above "
                 f"{MAX_INLINE_KEYS:,}, put the items in S3 (items_bucket), where each key runs in a child execution",
@@ -756,15 +763,17 @@ class ScheduledPrecompute(Construct):
         zone = schedule.time_zone.timezone_name if schedule.time_zone is not None else "Etc/UTC"
         if expression.startswith("cron(") and zone in ("Etc/UTC", "UTC"):
             # aws-cdk-lib fills in Etc/UTC when no time zone is given, so the two cannot be told apart.
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:schedule-utc",
+            warn(
+                self,
+                "schedule-utc",
                 f"schedule {expression} runs in UTC (no time zone given, or Etc/UTC), so against local time it "
                 "moves by an hour at each daylight-saving change; pass time_zone=cdk.TimeZone.<your zone> so runs "
                 "stay before the local peak (acknowledge this warning if the peak really follows UTC)",
             )
         elif expression.startswith("rate("):
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:schedule-rate",
+            warn(
+                self,
+                "schedule-rate",
                 f"schedule {expression} runs at a fixed rate, not before a known peak; a cron in your time zone "
                 "(e.g. weekdays 06:00) generates answers when they are about to be asked for",
             )

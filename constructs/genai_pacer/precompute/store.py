@@ -113,12 +113,13 @@ class AnswerStore(Construct):
         answer_ttl: cdk.Duration | Default | None = _ANSWER_TTL,
     ) -> None:
         super().__init__(scope, id)
-        with Checks(f"AnswerStore {id}") as check:
+        with Checks("AnswerStore", scope=self) as check:
             check.instance("table", table, dynamodb.ITable, "a dynamodb.Table or dynamodb.Table.from_table_name(...)", optional=True)
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.rule(
                 table is None or encryption_key is None,
                 "encryption_key configures a new table, but table is an existing one: encrypt your table yourself",
+                id="encryption_key.existing-table",
             )
             ttl: cdk.Duration | None = resolved(answer_ttl)
             check.duration(
