@@ -115,7 +115,7 @@ def test_a_validator_after_construction_reports_with_ids():
     """For a value known only after construction, node.add_validation returns the same problems, with ids."""
     check = Checks("ModelQuota")
     check.rule(False, "shares allocate 120% of the quota", id="shares.over-allocated")
-    assert check.errors() == ["ModelQuota: [ModelQuota.shares.over-allocated] shares allocate 120% of the quota"]
+    assert check.errors() == ["[ModelQuota.shares.over-allocated] shares allocate 120% of the quota"]
 
 
 def test_every_warning_is_a_genai_pacer_id_on_the_construct():

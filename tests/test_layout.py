@@ -187,10 +187,9 @@ def test_the_tests_mirror_the_layout():
 NOT_YET_ON_IDS = {
     "_internal/s3.py", "_internal/tables.py", "endpoints/capacity.py", "endpoints/llm_endpoint.py",
     "endpoints/scaling.py", "experiments/prompt_experiment.py", "experiments/verdict.py", "models.py",
-    "observe/dashboard.py", "observe/invocation_logging.py", "quota/ledger.py", "quota/model_quota.py",
-    "quota/planning.py", "retrieval/opensearch.py", "retrieval/tuning.py", "runtime_layer.py",
-    "testing/emulator.py", "testing/experiments.py", "testing/sfn/_batch.py", "testing/sfn/_runner.py",
-    "testing/specs.py"
+    "observe/dashboard.py", "observe/invocation_logging.py", "retrieval/opensearch.py",
+    "retrieval/tuning.py", "runtime_layer.py", "testing/emulator.py", "testing/experiments.py",
+    "testing/sfn/_batch.py", "testing/sfn/_runner.py", "testing/specs.py"
 }
 
 

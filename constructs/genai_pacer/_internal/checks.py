@@ -296,17 +296,23 @@ class Checks:
 
     `owner` names what is checked ("QueuedInference", "TokenProfile", "sustainable_rate") and prefixes
     every id; `scope`, the construct checked (or the one whose method is), adds its path to the error.
+    A construct that must check its props before its own node exists (a subclass of an aws-cdk-lib
+    construct, whose props go to super().__init__) passes its parent as `scope` and its id as `child`.
     """
 
-    def __init__(self, owner: str, *, scope: Any = None) -> None:
+    def __init__(self, owner: str, *, scope: Any = None, child: str | None = None) -> None:
         self.owner = owner
         self.scope = scope
+        self.child = child
         self.problems: list[Problem] = []
 
     @property
     def path(self) -> str | None:
         node = getattr(self.scope, "node", None)
-        return None if node is None else str(node.path)
+        if node is None:
+            return None
+        path = str(node.path)
+        return path if self.child is None else f"{path}/{self.child}" if path else self.child
 
     def __enter__(self) -> Checks:
         return self
@@ -322,7 +328,7 @@ class Checks:
     def errors(self) -> list[str]:
         """The problems as `[id] text` lines without raising: what a node.add_validation validator returns,
         for a rule whose values are known only after construction (aws-cdk-lib adds the path itself)."""
-        return [f"{self.owner}: [{p.id}] {p}" for p in self.problems]
+        return [f"[{p.id}] {p}" for p in self.problems]
 
     def fail(self, message: str, *, id: str | None = None) -> bool:
         """Record a problem of a custom rule. `id` is the rule's, `<prop>.<rule>` in kebab case, unique in

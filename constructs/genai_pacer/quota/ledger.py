@@ -41,7 +41,7 @@ from aws_cdk import aws_kms as kms
 
 from constructs import Construct
 
-from .._internal.checks import Checks, Default, _show, is_token, resolved
+from .._internal.checks import Checks, Default, _show, is_token, resolved, warn
 from .._internal.docs import constructor_doc
 from .._internal.tables import check_existing_table, grant_table_key, table_or_new
 from .model_quota import ModelQuota
@@ -118,21 +118,21 @@ class QuotaLedger(Construct):
     ) -> None:
         super().__init__(scope, id)
         skew: cdk.Duration = resolved(clock_skew)
-        with Checks(f"QuotaLedger {id}") as check:
+        with Checks("QuotaLedger", scope=self) as check:
             check.instance("quota", quota, ModelQuota, "the ModelQuota whose shares become floors")
             check.instance("table", table, dynamodb.ITable, "a dynamodb.Table or dynamodb.Table.from_table_name(...)",
                            optional=True)
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.rule(table is None or encryption_key is None,
-                       "encryption_key configures a new table, but table is an existing one: encrypt your table yourself")
+                       "encryption_key configures a new table, but table is an existing one: encrypt your table yourself", id="encryption_key.existing-ledger-table")
             if is_token(ledger_id):
                 check.fail("ledger_id is an unresolved CDK token (a deploy-time value); it is written into each "
-                           "consumer's environment and grant at synth: pass text, e.g. the model id")
+                           "consumer's environment and grant at synth: pass text, e.g. the model id", id="ledger_id.deploy-time")
             elif ledger_id is not None:
                 check.text("ledger_id", ledger_id, max_length=_LEDGER_ID_LIMIT, fix="a label for the quota, e.g. its model id")
             if isinstance(skew, cdk.Duration) and skew.is_unresolved():
                 check.fail("clock_skew is a deploy-time Duration; the ledger's consumers are configured at synth: pass "
-                           "cdk.Duration.seconds(1)")
+                           "cdk.Duration.seconds(1)", id="clock_skew.deploy-time")
             else:
                 check.duration("clock_skew", skew, minimum=cdk.Duration.seconds(0), maximum=cdk.Duration.seconds(30),
                                fix="the clock difference between consumers to tolerate, e.g. cdk.Duration.seconds(1)")
@@ -162,18 +162,18 @@ class QuotaLedger(Construct):
             TPM up to the quota's allocatable TPM. Default: the allocatable TPM.
         """
         shares = self.quota.shares
-        with Checks(f"QuotaLedger {self.node.id}: environment({_show(share)})") as check:
+        with Checks(f"QuotaLedger.environment({_show(share)})", scope=self) as check:
             if not isinstance(share, str) or share not in shares:
                 check.fail(f"share={_show(share)} is not a share of ModelQuota {self.quota.node.id}; drawn: "
-                           f"{', '.join(shares) or 'none'}")
+                           f"{', '.join(shares) or 'none'}", id="share.not-drawn")
             elif "#" in share or len(share) > _CONSUMER_LIMIT:
                 check.fail(f"share={share!r} names the consumer in the ledger's attribute names: at most "
-                           f"{_CONSUMER_LIMIT} characters and no '#'; draw the share under such a name")
+                           f"{_CONSUMER_LIMIT} characters and no '#'; draw the share under such a name", id="share.name-too-long")
             floor = shares[share].tpm if isinstance(share, str) and share in shares else 0.0
             if burst_tpm is not None:
                 if is_token(burst_tpm):
                     check.fail("burst_tpm is an unresolved CDK token; it is checked against the share at synth: pass "
-                               "a number")
+                               "a number", id="burst_tpm.deploy-time")
                 else:
                     check.number("burst_tpm", burst_tpm, minimum=floor, maximum=self.quota_tpm,
                                  fix=f"between the share's {floor:,.0f} TPM and the quota's allocatable "
@@ -213,8 +213,9 @@ class QuotaLedger(Construct):
         of a quota nobody used for a day."""
         ttl = _ttl_attribute(table)
         if ttl != LEDGER_TTL_ATTRIBUTE:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:ledger-ttl",
+            warn(
+                self,
+                "ledger-ttl",
                 f"table {table.node.path} has " + (f"its TTL on {ttl!r}" if ttl else "no TTL") + f": set "
                 f"time_to_live_attribute='{LEDGER_TTL_ATTRIBUTE}' so DynamoDB drops the items of quotas nobody uses",
             )

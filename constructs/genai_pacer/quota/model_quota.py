@@ -73,7 +73,7 @@ from aws_cdk import aws_stepfunctions as sfn
 
 from constructs import Construct, IConstruct, IValidation
 
-from .._internal.checks import Checks, _show, is_token
+from .._internal.checks import Checks, _show, is_token, warn
 from .._internal.docs import constructor_doc
 from ..models import BedrockModel, as_bedrock_model
 from . import planning
@@ -530,7 +530,7 @@ class ModelQuota(Construct):
     ) -> None:
         super().__init__(scope, id)
         model = as_bedrock_model(model)
-        with Checks(f"ModelQuota {id}") as check:
+        with Checks("ModelQuota", scope=self) as check:
             check.instance("model", model, BedrockModel, _MODEL_HINT)
             _plan_number(check, "tpm_quota", tpm_quota, minimum=1, maximum=planning.MAX_TPM_QUOTA,
                          fix="the model's tokens-per-minute quota from Service Quotas, e.g. 400000")
@@ -542,17 +542,17 @@ class ModelQuota(Construct):
             if _plan_number(check, "keep_free", keep_free, minimum=0,
                             fix="a fraction of the quota kept for undeclared traffic, 0 <= keep_free < 1, e.g. 0.2"):
                 check.rule(keep_free < 1, f"keep_free={keep_free!r} keeps the whole quota free, so no share can draw "
-                           "from it; pass a fraction below 1, e.g. 0.2")
+                           "from it; pass a fraction below 1, e.g. 0.2", id="keep_free.whole-quota")
             _plan_number(check, "warn_at", warn_at, above=0, maximum=1,
                          fix="the allocation (0..1 of the allocatable quota) from which synth warns, e.g. 0.9")
             if is_token(service_quota_code):
                 check.fail("service_quota_code is an unresolved CDK token (a deploy-time value); the code goes into "
                            "the plan file `genai-pacer quota-check` reads before deploying: pass it as text, e.g. "
-                           "'L-A1B2C3D4'")
+                           "'L-A1B2C3D4'", id="service_quota_code.deploy-time")
             elif service_quota_code is not None and check.text("service_quota_code", service_quota_code):
                 check.rule(QUOTA_CODE.fullmatch(service_quota_code) is not None,
                            f"service_quota_code={service_quota_code!r} is not a Service Quotas code; codes look like "
-                           "'L-A1B2C3D4' (aws service-quotas list-service-quotas --service-code bedrock)")
+                           "'L-A1B2C3D4' (aws service-quotas list-service-quotas --service-code bedrock)", id="service_quota_code.format")
             daily_max = planning.MAX_TPM_QUOTA * planning.MINUTES_PER_DAY
             _plan_number(check, "daily_token_quota", daily_token_quota, minimum=1, maximum=daily_max, optional=True,
                          fix="the model's daily token quota from Service Quotas, or None for tpm_quota x 1,440")
@@ -564,7 +564,7 @@ class ModelQuota(Construct):
                              fix="the reservation's tokens per minute (from your AWS account team), or None")
             check.rule((reserved_input_tpm is None) == (reserved_output_tpm is None),
                        "reserved_input_tpm and reserved_output_tpm go together: a Reserved tier reservation has an input "
-                       "and an output budget; pass both, or neither")
+                       "and an output budget; pass both, or neither", id="reserved_input_tpm.without-output")
         self.model = model
         self.reserved_input_tpm = None if reserved_input_tpm is None else float(reserved_input_tpm)
         self.reserved_output_tpm = None if reserved_output_tpm is None else float(reserved_output_tpm)
@@ -578,8 +578,9 @@ class ModelQuota(Construct):
         self.cross_model_daily_tokens = None if cross_model_daily_tokens is None else float(cross_model_daily_tokens)
         self.require_shares = require_shares
         if self.burndown not in planning.PUBLISHED_BURNDOWN_RATES:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:quota-unpublished-burndown",
+            warn(
+                self,
+                "quota-unpublished-burndown",
                 f"ModelQuota {id}: burndown={self.burndown:g} is a rate no model has: output tokens count "
                 f"{', '.join(f'{r}x' for r in planning.PUBLISHED_BURNDOWN_RATES)} against the quota (1x for most "
                 f"models, 5x for those {planning.BURNDOWN_DOC} lists), and a wrong rate mis-sizes every share; "
@@ -652,19 +653,19 @@ class ModelQuota(Construct):
             part of the reservation the earlier reserved shares left cannot hold overflows to the
             on-demand quota, and that overflow is the share's TPM. Default: None (served at default).
         """
-        with Checks(f"ModelQuota {self.node.id}: share {_show(name)}") as check:  # a token by its kind, never its encoding
+        with Checks(f"ModelQuota.share({_show(name)})", scope=self) as check:  # a token by its kind, never its encoding
             if is_token(name):
-                check.fail("name is an unresolved CDK token; a share's name is a label in the plan: pass text")
+                check.fail("name is an unresolved CDK token; a share's name is a label in the plan: pass text", id="name.deploy-time-share")
             elif check.text("name", name, max_length=80, fix="the consumer's name, e.g. its construct id"):
                 check.rule(name not in self._shares,
                            f"name={name!r} is already drawn from this quota; give each consumer its own name "
-                           f"(taken: {', '.join(self._shares)})")
+                           f"(taken: {', '.join(self._shares)})", id="name.taken")
             profile_ok = check.instance("profile", profile, planning.TokenProfile, _PROFILE_HINT)
             if profile_ok:
                 check.rule(profile.burndown == self.burndown,
                            f"profile.burndown={profile.burndown:g} differs from the quota's burndown={self.burndown:g}: "
                            "the share would be planned for another model; build the profile with "
-                           "quota.profile(...) or dataclasses.replace(profile, burndown=quota.burndown)")
+                           "quota.profile(...) or dataclasses.replace(profile, burndown=quota.burndown)", id="profile.other-burndown")
             seconds_ok = _plan_number(check, "call_seconds", call_seconds, minimum=planning.MIN_CALL_SECONDS,
                                       maximum=planning.MAX_CALL_SECONDS,
                                       fix="the average duration of one model call in seconds, e.g. 6")
@@ -672,7 +673,7 @@ class ModelQuota(Construct):
             kind_ok = check.rule(len(given) == 1,
                                  f"{' and '.join(given) or 'none of fraction, tpm and calls'} given; pass exactly one: "
                                  "fraction (of the quota) or tpm for a consumer that takes a cap (a Map, a queue), "
-                                 "calls for one with a fixed width (ParallelPrompts' branches)")
+                                 "calls for one with a fixed width (ParallelPrompts' branches)", id="fraction.one-of-fraction-tpm-calls")
             amount_ok = False
             if fraction is not None:
                 amount_ok = _plan_number(check, "fraction", fraction, above=0, maximum=1,
@@ -689,17 +690,17 @@ class ModelQuota(Construct):
                          fix="hours a day the consumer runs at its cap, more than 0 and at most 24")
             if is_token(service_tier):
                 check.fail("service_tier is an unresolved CDK token, but the plan needs the tier at synth: pass one of "
-                           f"{', '.join(SERVICE_TIERS)}")
+                           f"{', '.join(SERVICE_TIERS)}", id="service_tier.deploy-time")
             elif (service_tier is not None and check.one_of("service_tier", service_tier, SERVICE_TIERS,
                                                             fix="the tier the consumer's calls ask for")
                   and service_tier == "reserved"):
                 check.rule(self.reserved_input_tpm is not None,
                            "service_tier='reserved' draws on the model's Reserved tier reservation, and this quota "
                            "has none: pass reserved_input_tpm and reserved_output_tpm to ModelQuota, or draw the "
-                           "share at another tier")
+                           "share at another tier", id="service_tier.no-reservation")
                 check.rule(calls is not None,
                            "service_tier='reserved' needs calls= (the calls one execution has in flight), the rate "
-                           "the reservation holds; fraction and tpm are parts of the on-demand quota")
+                           "the reservation holds; fraction and tpm are parts of the on-demand quota", id="service_tier.reserved-needs-calls")
             share: Share | None = None
             if profile_ok and seconds_ok and kind_ok and amount_ok and executions_ok and not check.problems:
                 if calls is not None:
@@ -744,6 +745,7 @@ class ModelQuota(Construct):
             f"execution sustains {in_flight:.2f} calls in flight of {call_seconds:g} s, less than one, so the "
             f"construct's cap of 1 would overdraw it; give the share more, run fewer executions or drop rpm_quota "
             f"({planning.RPM_RULE})",
+            id="rpm_quota.below-call",
         ):
             return None
         return Share(name, kind, budget, rpm, executions, per_execution, profile)
@@ -894,7 +896,7 @@ def _plan_number(check: Checks, name: str, value: Any, *, whole: bool = False, o
     """A number the plan needs at synth: a deploy-time token is refused, as the planner refuses it."""
     if is_token(value):
         return check.fail(f"{name} is an unresolved CDK token (a deploy-time value); the quota plan needs the number "
-                          f"at synth time: pass it as a constant or from context; {limits.get('fix', '')}".rstrip("; "))
+                          f"at synth time: pass it as a constant or from context; {limits.get('fix', '')}".rstrip("; "), id=f"{name}.deploy-time-plan")
     return check.number(name, value, integer=whole, optional=optional, **limits)
 
 
@@ -911,20 +913,29 @@ class _Enforced:
         self.quota = quota
 
     def validate(self) -> list[str]:
+        # A node.add_validation, not the constructor's Checks: the shares are drawn and the consumers
+        # built after the quota, so these rules can only be judged once the app is complete. The same
+        # Checks gives them ids; aws-cdk-lib puts the construct's path in front of each.
         quota, plan = self.quota, self.quota.plan(consumers=True)
-        errors = [] if not plan.over_allocated() else [self._over_allocated(plan)]
+        check = Checks("ModelQuota", scope=quota)
+        if plan.over_allocated():
+            check.fail(self._over_allocated(plan), id="shares.over-allocated")
         for share in plan.shares:
             holders = plan.holders(share)
-            if len(holders) > 1:
-                errors.append(
-                    f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} ({share.tpm:,.0f} TPM, "
-                    f"{share.planned_in_flight} calls in flight) is held by {len(holders)} constructs: "
-                    f"{', '.join(f'{c.kind} {c.path}' for c in holders)}; together they draw {len(holders)} times the "
-                    "share, each sized as if it held it alone. Fix: draw one share per consumer, each with its own name")
+            check.rule(
+                len(holders) <= 1,
+                f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} ({share.tpm:,.0f} TPM, "
+                f"{share.planned_in_flight} calls in flight) is held by {len(holders)} constructs: "
+                f"{', '.join(f'{c.kind} {c.path}' for c in holders)}; together they draw {len(holders)} times the "
+                "share, each sized as if it held it alone. Fix: draw one share per consumer, each with its own name",
+                id="share.held-twice",
+            )
         if quota.require_shares:
-            errors.extend(_unshared_message(quota, plan, consumer) for consumer in plan.unshared)
-            errors.extend(_unheld_message(quota, plan, share) for share in plan.unheld)
-        return errors
+            for consumer in plan.unshared:
+                check.fail(_unshared_message(quota, plan, consumer), id="consumer.unshared")
+            for unheld in plan.unheld:
+                check.fail(_unheld_message(quota, plan, unheld), id="share.unheld")
+        return check.errors()
 
     def _over_allocated(self, plan: QuotaPlan) -> str:
         rpm = plan.rpm_allocation
@@ -990,16 +1001,17 @@ class _PublishPlan:
 
     def _warn(self, plan: QuotaPlan) -> None:
         quota = self.quota
-        annotations = cdk.Annotations.of(quota)
         if not plan.shares:
-            annotations.add_warning_v2(
-                "genai-pacer:quota-unused",
+            warn(
+                quota,
+                "quota-unused",
                 f"ModelQuota {quota.node.id} has no shares: no consumer draws from it, so nothing is checked; "
                 "pass quota.share(...) as each consumer's max_concurrency (or declare calls= for fixed-width ones)",
             )
         elif not plan.over_allocated() and plan.allocation >= plan.warn_at:
-            annotations.add_warning_v2(
-                "genai-pacer:quota-nearly-allocated",
+            warn(
+                quota,
+                "quota-nearly-allocated",
                 f"ModelQuota {quota.node.id}: the shares allocate {plan.allocation:.1%} of the allocatable quota "
                 f"(warn_at {plan.warn_at:.0%}), leaving {plan.headroom_tpm:,.0f} TPM of headroom for estimation error "
                 "(input length, output p99, call duration); lower a share or raise the quota if the estimates are "
@@ -1007,23 +1019,23 @@ class _PublishPlan:
             )
         for share in plan.shares:
             if share.draws_beyond_profile:
-                annotations.add_warning_v2("genai-pacer:quota-max-tokens-beyond-profile",
-                                           _max_tokens_message(quota, plan, share))
+                warn(quota, "quota-max-tokens-beyond-profile", _max_tokens_message(quota, plan, share))
         for warning in plan.daily().warnings:
-            annotations.add_warning_v2("genai-pacer:quota-daily", f"ModelQuota {quota.node.id} ({plan.model_id}): {warning}")
+            warn(quota, "quota-daily", f"ModelQuota {quota.node.id} ({plan.model_id}): {warning}")
         for consumer in plan.consumers:
             held = plan.shares_by_name.get(consumer.share or "")
             if held is not None and consumer.deploy_time_cap:
-                annotations.add_warning_v2("genai-pacer:quota-deploy-time-cap", _deploy_time_cap_message(quota, plan, consumer, held))
+                warn(quota, "quota-deploy-time-cap", _deploy_time_cap_message(quota, plan, consumer, held))
         if not quota.require_shares:
             for consumer in plan.unshared:
-                annotations.add_warning_v2("genai-pacer:quota-unshared-consumer", _unshared_message(quota, plan, consumer))
+                warn(quota, "quota-unshared-consumer", _unshared_message(quota, plan, consumer))
             for share in plan.unheld:
-                annotations.add_warning_v2("genai-pacer:quota-unheld-share", _unheld_message(quota, plan, share))
+                warn(quota, "quota-unheld-share", _unheld_message(quota, plan, share))
         twins = quota._twins()
         if twins:
-            annotations.add_warning_v2(
-                "genai-pacer:quota-declared-twice",
+            warn(
+                quota,
+                "quota-declared-twice",
                 f"ModelQuota {quota.node.id} and {', '.join(t.node.path for t in twins)} declare the same quota "
                 f"({quota.model.model_id} in the same account and Region, or both environment-agnostic): each checks "
                 "only its own shares, so together they can overdraw it; declare one ModelQuota and draw every share "

@@ -175,15 +175,15 @@ def _number(
             return False
         return check.fail(
             f"{name} is an unresolved CDK token (a deploy-time value); the planner needs the number at "
-            f"synth time: pass it as a constant or from context; {fix}"
+            f"synth time: pass it as a constant or from context; {fix}", id=f"{name}.deploy-time-planner"
         )
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
-        return check.fail(f"{name}={_short(value)} is beyond any float's range; {fix}")
+        return check.fail(f"{name}={_short(value)} is beyond any float's range; {fix}", id=f"{name}.beyond-float")
     if whole and isinstance(value, float) and math.isfinite(value) and not value.is_integer():
-        return check.fail(f"{name}={value!r} is not a whole number of {whole}: {_ROUNDING[whole]}; {fix}")
+        return check.fail(f"{name}={value!r} is not a whole number of {whole}: {_ROUNDING[whole]}; {fix}", id=f"{name}.not-whole")
     ok = check.number(name, value, integer=whole is not None, fix=fix, **limits)
     if ok and whole and isinstance(value, float) and abs(value) > _EXACT_FLOAT:
-        return check.fail(f"{name}={value!r} is too large for a float to count exactly; pass an int")
+        return check.fail(f"{name}={value!r} is too large for a float to count exactly; pass an int", id=f"{name}.beyond-exact-float")
     return ok
 
 
@@ -221,7 +221,7 @@ def _fraction(check: Checks, name: str, value: Any, *, meaning: str) -> bool:
 def _duration(check: Checks, name: str, value: Any, *, fix: str) -> bool:
     if not check.instance(name, value, timedelta, f"a datetime.timedelta such as timedelta(hours=36); {fix}"):
         return False
-    return check.rule(value > timedelta(0), f"{name}={value!r} must be positive; {fix}")
+    return check.rule(value > timedelta(0), f"{name}={value!r} must be positive; {fix}", id=f"{name}.not-positive")
 
 
 def _whole_values(obj: Any, *names: str) -> None:
@@ -290,6 +290,7 @@ class TokenProfile:
                     self.output_tokens <= self.max_tokens,
                     f"output_tokens={self.output_tokens} exceeds max_tokens={self.max_tokens}: a model never "
                     "generates more than max_tokens; raise max_tokens or lower the output estimate",
+                    id="output_tokens.above-max-tokens",
                 )
         _whole_values(
             self, "input_tokens", "output_tokens", "max_tokens", "cache_write_tokens", "cache_read_tokens"
@@ -367,6 +368,7 @@ def plan_tpm(
             f"concurrency={_short(concurrency)} and call_seconds={_short(call_seconds)} are both given; "
             "concurrency is derived from call_seconds (requests_per_minute / 60 x call_seconds), so one "
             "would be ignored: pass only one",
+            id="concurrency.with-call-seconds",
         )
     if concurrency is None:
         concurrency = requests_per_minute / 60 * (call_seconds or 0)
@@ -434,6 +436,7 @@ def size_max_tokens(
                 f"current_max_tokens={current_max_tokens} is below the p99 output ({p99_output_tokens}): "
                 "more than 1% of answers are already truncated; raise max_tokens to at least "
                 f"{at_least}",
+                id="current_max_tokens.below-p99",
             )
     p99 = int(p99_output_tokens)
     current = None if current_max_tokens is None else int(current_max_tokens)
@@ -592,7 +595,7 @@ def holds_one_call(
         fix = f"give it at least {needed:,.0f} TPM, or lower max_tokens or the prompt"
     return check.fail(
         f"{quota} ({tpm:,.0f} TPM) cannot sustain one call at a time: each call reserves {reserved:,} tokens{draws}; "
-        f"{consequence}: {fix}"
+        f"{consequence}: {fix}", id="tpm.below-one-call"
     )
 
 
@@ -737,6 +740,7 @@ class LatencyProfile:
                     self.latency_seconds > self.ttft_seconds,
                     f"latency_seconds={self.latency_seconds} must exceed ttft_seconds={self.ttft_seconds}: "
                     "end-to-end latency includes the time to first token",
+                    id="latency_seconds.not-above-ttft",
                 )
                 # The decode time is > 0 here, but can be tiny enough to make the speed infinite.
                 if ordered and output_ok:
@@ -746,6 +750,7 @@ class LatencyProfile:
                         f"output_tokens={self.output_tokens:g} in {self.latency_seconds - self.ttft_seconds:g} s "
                         f"after the first token is {speed:g} tokens/s, above the {MAX_OUTPUT_TOKENS_PER_SECOND:,} "
                         "no model reaches: check that both latencies are in seconds",
+                        id="output_tokens.faster-than-any-model",
                     )
 
     @property
