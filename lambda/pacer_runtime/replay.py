@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import math
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,6 +33,7 @@ __all__ = [
     "ConverseResult",
     "Percentiles",
     "Sample",
+    "arrivals",
     "call_converse",
     "call_converse_stream",
     "charge",
@@ -124,6 +126,9 @@ class Sample:
     throttles: int = 0
     error: str | None = None
     served_latency: str | None = None
+    #: The service tier that served the request (Converse's serviceTier.type, ConverseStream's
+    #: metadata event): "default", "priority", "flex" or "reserved"; None when the response names none.
+    served_tier: str | None = None
     reserved: int = 0
     settled: float = 0.0
 
@@ -177,6 +182,26 @@ class BenchConfig:
             raise ValueError(f"requests={self.requests!r} must be >= 1 and warmup={self.warmup!r} >= 0")
         if self.time_scale <= 0:
             raise ValueError(f"time_scale={self.time_scale!r} must be > 0")
+
+
+# --- the open loop's arrivals
+
+
+def arrivals(rate_per_s: float, n: int, seed: int | random.Random = 0) -> list[float]:
+    """The open loop's schedule: n Poisson arrival times in seconds from the run's start, the first
+    at 0, exponential gaps of mean 1/rate_per_s drawn from random.Random(seed). A given seed gives
+    the same schedule everywhere, so the local bench and a deployed replay's workers, which each
+    take their slice of it, keep one schedule. seed may be a random.Random the caller goes on using."""
+    if not rate_per_s > 0 or math.isinf(rate_per_s):  # NaN fails the comparison
+        raise ValueError(f"rate_per_s={rate_per_s!r} must be a finite number > 0")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n={n!r} must be a whole number >= 0")
+    rng = seed if isinstance(seed, random.Random) else random.Random(seed)
+    schedule, due = [], 0.0
+    for _ in range(n):
+        schedule.append(due)
+        due += rng.expovariate(rate_per_s)
+    return schedule
 
 
 # --- one request
@@ -324,7 +349,7 @@ def measure(client: Any, request: Mapping[str, Any], sample: Sample, *, streamin
     else:
         sample.input_tokens, sample.output_tokens = result.input_tokens, result.output_tokens
         sample.cache_read_tokens, sample.cache_write_tokens = result.cache_read_tokens, result.cache_write_tokens
-        sample.served_latency = result.served_latency
+        sample.served_latency, sample.served_tier = result.served_latency, result.served_tier
         if result.first_token_ms is not None:
             sample.ttft_s = round(result.first_token_ms / 1000 * time_scale, 4)
         if result.output_tokens_per_second is not None:
@@ -397,6 +422,8 @@ def summarize(samples: Sequence[Sample], config: BenchConfig) -> dict[str, Any]:
             "reserved_pct_of_quota": round(100 * reserved_tpm / quota, 1) if quota and reserved_tpm is not None else None,
         },
         "served_latency": {mode: sum(s.served_latency == mode for s in ok) for mode in ("standard", "optimized")},
+        "served_tier": {tier: sum(s.served_tier == tier for s in ok)
+                        for tier in sorted({s.served_tier for s in ok if s.served_tier is not None})},
         "notes": [
             "times in seconds of model time (wall time x time_scale)" if config.time_scale != 1 else "times in seconds",
             "otps percentiles describe the slow tail: p90 is the rate 90% of requests reach or beat",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import subprocess
 import sys
 from dataclasses import asdict, fields
@@ -155,7 +156,7 @@ class FakeBedrock:
             yield {"contentBlockDelta": {"delta": {"text": " more"}, "contentBlockIndex": 0}}
             yield {"messageStop": {"stopReason": "end_turn"}}
             yield {"metadata": {"usage": USAGE, "metrics": {"latencyMs": 2_150},
-                                "performanceConfig": {"latency": "optimized"}}}
+                                "performanceConfig": {"latency": "optimized"}, "serviceTier": {"type": "flex"}}}
 
         return {"stream": events()}
 
@@ -174,6 +175,7 @@ def test_a_stream_is_measured_from_its_events_and_the_answer_is_not_kept():
     assert (sample.ttft_s, sample.otps, sample.e2e_s) == (0.4, 50.0, 2.2)
     assert (sample.input_tokens, sample.output_tokens, sample.cache_read_tokens) == (1_200, 90, 300)
     assert (sample.attempts, sample.throttles, sample.error, sample.served_latency) == (3, 2, None, "optimized")
+    assert sample.served_tier == "flex"  # the stream's metadata event names the tier that served it
     assert (sample.reserved, sample.settled) == (1_200 + 300 + 1_000, 1_200 + 90 * 5)
     record = json.dumps(asdict(sample))
     assert ANSWER_TEXT not in record and PROMPT_TEXT not in record and "more" not in record
@@ -182,6 +184,7 @@ def test_a_stream_is_measured_from_its_events_and_the_answer_is_not_kept():
 def test_a_converse_answer_has_no_ttft_and_a_time_scaled_run_reports_model_seconds():
     sample = measure(streaming=False, time_scale=20)
     assert (sample.ttft_s, sample.otps, sample.e2e_s, sample.output_tokens) == (None, None, 50.0, 90)
+    assert sample.served_tier == "priority"  # Converse's serviceTier.type
     assert ANSWER_TEXT not in json.dumps(asdict(sample))
 
 
@@ -201,7 +204,7 @@ def test_a_failed_request_records_its_error_code_not_its_message():
 def test_records_hold_measurements_only():
     """The record's text fields are an id, an error code and a latency mode; anything else is a number."""
     text = {f.name for f in fields(runtime.Sample) if "str" in str(f.type)}
-    assert text == {"prompt_id", "error", "served_latency"}
+    assert text == {"prompt_id", "error", "served_latency", "served_tier"}
     assert [f.name for f in fields(runtime.Sample)] == runtime.CSV_FIELDS
 
 
@@ -225,3 +228,73 @@ def _prompts(tmp_path: Path) -> Path:
     path.write_text(json.dumps({"id": "chat-1", "messages": [{"role": "user", "content": [{"text": PROMPT_TEXT}]}],
                                 "expected_output_tokens": 12}) + "\n")
     return path
+
+
+def test_the_served_tier_member_is_botocores_on_both_apis():
+    """serviceTier.type on the Converse response and on ConverseStream's metadata event, with the
+    tiers the report counts, as the installed botocore model has them."""
+    from botocore.session import get_session
+
+    model = get_session().get_service_model("bedrock-runtime")
+    converse = model.operation_model("Converse").output_shape.members[runtime.SERVICE_TIER_MEMBER]
+    metadata = model.shape_for("ConverseStreamMetadataEvent").members[runtime.SERVICE_TIER_MEMBER]
+    assert converse.name == metadata.name == "ServiceTier"
+    assert set(converse.members["type"].enum) == {"default", "priority", "flex", "reserved"}
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_the_report_counts_the_tier_that_served_each_request(streaming):
+    """Against the emulator, which answers a priority request from the priority tier: the record names
+    it and the summary counts it, so a run shows whether Priority was actually served."""
+    prompts = [bench.Prompt("Tag this ticket", 5, "tag")]
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=50) as emulator:
+        client = emulator.client()
+        counter = runtime.AttemptCounter.of(client)
+        samples = []
+        for index, tier in enumerate(["priority", "priority", None]):
+            request = bench.converse_request(prompts[0], MODEL)
+            if tier:
+                request["serviceTier"] = {"type": tier}
+            sample = runtime.Sample(index, "tag", False, 0.0)
+            samples.append(runtime.measure(client, request, sample, streaming=streaming, now=lambda: 1.0,
+                                           counter=counter, max_tokens=100))
+    assert [s.served_tier for s in samples] == [i.served_tier for i in emulator.invocations]
+    assert [s.served_tier for s in samples][:2] == ["priority", "priority"]
+    summary = runtime.summarize(samples, runtime.BenchConfig(model_id=MODEL, warmup=0))
+    assert summary["served_tier"] == {"priority": 2}  # a response naming no tier is counted under none
+
+
+def test_arrivals_are_a_seeded_poisson_schedule():
+    schedule = runtime.arrivals(2.0, 4_000, seed=7)
+    assert schedule == runtime.arrivals(2.0, 4_000, seed=7) and schedule != runtime.arrivals(2.0, 4_000, seed=8)
+    assert schedule[0] == 0 and schedule == sorted(schedule)
+    gaps = [b - a for a, b in zip(schedule, schedule[1:], strict=False)]
+    mean = sum(gaps) / len(gaps)
+    assert abs(mean - 0.5) < 0.05  # the mean gap is 1/rate (standard error 0.5/sqrt(4000) = 0.008)
+    # Exponential gaps: the share longer than the mean is e^-1 (0.368), not the half a uniform spread gives.
+    assert abs(sum(gap > mean for gap in gaps) / len(gaps) - math.exp(-1)) < 0.03
+    assert runtime.arrivals(1.0, 0) == []
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="rate_per_s"):
+            runtime.arrivals(bad, 3)
+    with pytest.raises(ValueError, match="n=-1"):
+        runtime.arrivals(1.0, -1)
+
+
+def test_the_local_open_loop_takes_its_schedule_from_the_runtime_file(monkeypatch):
+    """One copy of the arrival schedule: the local bench's open loop asks replay.arrivals for it."""
+    from genai_pacer._internal.runtime_constants import replay_module
+
+    asked = []
+    original = replay_module().arrivals
+
+    def recording(rate_per_s, n, seed):
+        asked.append((rate_per_s, n, seed))
+        return original(rate_per_s, n, seed)
+
+    monkeypatch.setattr(replay_module(), "arrivals", recording)
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=200) as emulator:
+        config = bench.BenchConfig(model_id=MODEL, requests=3, warmup=1, concurrency=None, rate_per_minute=6_000,
+                                   time_scale=200, seed=3)
+        report = bench.run_benchmark(emulator.client(), [bench.Prompt("Tag it", 3, "t")], config)
+    assert asked == [(100.0, 4, 3)] and report.summary["succeeded"] == 3

@@ -10,7 +10,6 @@ from the first attempt to the last byte, so SDK retries and their backoff are in
 from __future__ import annotations
 
 import json
-import random
 import sys
 import threading
 import time
@@ -142,17 +141,14 @@ def run_benchmark(
         with ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="closed-loop") as pool:
             list(pool.map(one, range(total)))
     else:
-        rng = random.Random(config.seed)
         per_second = (config.rate_per_minute or 0) / 60  # BenchConfig sets it whenever concurrency is None
         with ThreadPoolExecutor(max_workers=512, thread_name_prefix="open-loop") as pool:
-            due = 0.0
             futures = []
-            for index in range(total):
+            for index, due in enumerate(replay.arrivals(per_second, total, config.seed)):
                 wait = due - now()
                 if wait > 0:
                     time.sleep(wait / config.time_scale)
                 futures.append(pool.submit(one, index))
-                due += rng.expovariate(per_second)
             for future in futures:
                 future.result()
     finished = [s for s in samples if s is not None]

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from .._internal.checks import Checks
+from .._internal.runtime_constants import replay_module
 from ..quota import planning
 from .bench import Prompt, converse_request, error_code, expected_output_tokens, percentiles
 from .emulator import BedrockEmulator, ModelSpec, approx_tokens
@@ -267,15 +268,6 @@ def strategy_requests(strategy: QuotaStrategy, workload: Sequence[Prompt], model
     return [converse_request(prompt, model_id, max_tokens=strategy.max_tokens) for prompt in workload]
 
 
-def _arrivals(rng: random.Random, count: int, per_minute: float) -> list[float]:
-    """Poisson arrival times (model seconds), the first at 0."""
-    arrivals, due = [], 0.0
-    for _ in range(count):
-        arrivals.append(due)
-        due += rng.expovariate(per_minute / 60)
-    return arrivals
-
-
 def _replay(arrivals: Sequence[float], time_scale: float, submit: Callable[[int], None]) -> None:
     """Call submit(i) at each arrival time (model seconds from now)."""
     zero = time.perf_counter()
@@ -447,7 +439,7 @@ def quota_experiment(
     per_trial = []
     for number, trial_seed in enumerate(seeds, 1):
         rng = random.Random(trial_seed)
-        arrivals = _arrivals(rng, count, offered)
+        arrivals = replay_module().arrivals(offered / 60, count, rng)  # the bench's and the replay's schedule
         workload = [prompts[rng.randrange(len(prompts))] for _ in range(count)]
         log(f"quota experiment, trial {number}/{trials} (seed {trial_seed}): {count} requests arriving at "
             f"{offered:.0f}/min ({load_factor:g}x sustainable), {len(strategies)} strategies "
