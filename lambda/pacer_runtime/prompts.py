@@ -42,6 +42,7 @@ __all__ = [
     "PromptError",
     "describe",
     "expected_output_tokens",
+    "parse_each",
     "parse_prompts",
 ]
 
@@ -171,6 +172,20 @@ def parse_prompts(text: str, source: str) -> list[Prompt]:
     if not prompts:
         raise PromptError(f"{source}: no prompts")
     return prompts
+
+
+def parse_each(text: str, source: str) -> list[Prompt | PromptError]:
+    """Every non-blank line of a JSONL text, in order: its Prompt, or the PromptError that refuses
+    it (source:line). For a run that replays the good lines and reports the bad ones, so one bad
+    line of a production recording fails alone instead of failing the run."""
+    parsed: list[Prompt | PromptError] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                parsed.append(_parse_line(line, f"{source}:{number}", str(number)))
+            except PromptError as error:
+                parsed.append(error)
+    return parsed
 
 
 def _parse_line(line: str, where: str, number: str) -> Prompt:

@@ -242,3 +242,17 @@ def test_the_parsers_converse_names_are_botocores():
     shape = model.operation_model(prompts.CONVERSE_OPERATION).input_shape
     assert set(prompts.RECORDED_FIELDS) | set(prompts.REFUSED) <= set(shape.members)
     assert tuple(shape.members["performanceConfig"].members["latency"].enum) == prompts.LATENCY_MODES
+
+
+def test_parse_each_keeps_every_lines_prompt_or_its_error_in_order():
+    """What a deployed replay reads: one bad line is reported by file:line and the rest still replay."""
+    from pacer_runtime.prompts import Prompt as RuntimePrompt
+    from pacer_runtime.prompts import PromptError as RuntimePromptError
+    from pacer_runtime.prompts import parse_each
+
+    text = '{"prompt": "a", "expected_output_tokens": 3}\n\nnot json\n{"prompt": "b", "expected_output_tokens": 4}\n'
+    parsed = parse_each(text, "s3://b/p.jsonl")
+    assert [type(item) for item in parsed] == [RuntimePrompt, RuntimePromptError, RuntimePrompt]
+    assert str(parsed[1]).startswith("s3://b/p.jsonl:3: not JSON")
+    assert [item.id for item in parsed if isinstance(item, RuntimePrompt)] == ["1", "4"]
+    assert parse_each("\n", "empty") == []

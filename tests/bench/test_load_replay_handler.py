@@ -1,0 +1,281 @@
+"""The load replay's function (lambda/load_replay/handler.py, issue 26): a run planned from the
+prompts object, each worker's share replayed against the emulator through a real boto3 client and
+continued across calls when the time budget runs low, records in moto's S3 holding no prompt or
+answer text, and the summary the local bench computes from the same records."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+from dataclasses import asdict
+
+import boto3
+import pacer_runtime.replay as replay
+import pytest
+from genai_pacer.testing import BedrockEmulator, ModelSpec
+from moto import mock_aws
+
+MODEL = "us.amazon.nova-micro-v1:0"
+BUCKET, PROMPTS_KEY, RESULTS = "replay-bucket", "prompts/recorded.jsonl", "runs/"
+SECRET = "the customer's private question"
+
+
+def settings_json(*, concurrency=2, rate_per_minute=None, workers=None, in_flight=1, requests=6, warmup=2,
+                  streaming=True, call_budget_s=60.0, request_cap=1_000, seed=0, **config):
+    return json.dumps({
+        "config": {"model_id": MODEL, "requests": requests, "warmup": warmup, "concurrency": concurrency,
+                   "rate_per_minute": rate_per_minute, "streaming": streaming, "seed": seed, "answer_hint": False,
+                   **config},
+        "prompts_bucket": BUCKET, "prompts_key": PROMPTS_KEY, "results_bucket": BUCKET, "results_prefix": RESULTS,
+        "workers": workers or concurrency, "in_flight": in_flight, "call_budget_s": call_budget_s,
+        "request_cap": request_cap, "start_lead_s": 0,
+    })
+
+
+def lines(*extra: str) -> str:
+    good = [json.dumps({"id": f"chat-{i}", "messages": [{"role": "user", "content": [{"text": f"{SECRET} {i}"}]}],
+                        "inferenceConfig": {"maxTokens": 50}}) for i in range(3)]
+    return "\n".join([*good, *extra]) + "\n"
+
+
+@pytest.fixture
+def load(monkeypatch):
+    """Import the handler afresh under LOAD_REPLAY (a cold start), inside moto, with the prompts put."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+
+        def _load(endpoint=None, prompts=None, **settings):
+            s3.put_object(Bucket=BUCKET, Key=PROMPTS_KEY, Body=(prompts or lines()).encode())
+            monkeypatch.setenv("LOAD_REPLAY", settings_json(**settings))
+            if endpoint:
+                monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", endpoint)
+            sys.modules.pop("load_replay.handler", None)
+            return importlib.import_module("load_replay.handler"), s3
+
+        yield _load
+
+
+class Context:
+    """The Lambda context's remaining time, on the case's own budget: each call spends `per_check` s."""
+
+    def __init__(self, seconds: float, per_check: float = 0.0) -> None:
+        self.left, self.per_check = seconds, per_check
+
+    def get_remaining_time_in_millis(self) -> int:
+        left = self.left
+        self.left -= self.per_check
+        return int(left * 1000)
+
+
+def run_all(module, context_seconds=900.0, per_check=0.0):
+    """What the state machine does: plan, loop each worker until done, summarize."""
+    planned = module.handler({"action": "plan", "run": "run-1"}, Context(900))
+    calls = []
+    for worker in planned["workers"]:
+        event = {"action": "replay", "worker": worker, "cursor": 0, "part": 0, "run": planned["run"]}
+        while True:
+            event = module.handler(event, Context(context_seconds, per_check))
+            calls.append(event)
+            if event["done"]:
+                break
+    summary = module.handler({"action": "summarize", "run": planned["run"]}, Context(900))
+    return planned, calls, summary
+
+
+def objects(s3, prefix):
+    return sorted(item["Key"] for item in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", []))
+
+
+def body(s3, key):
+    return s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_a_closed_loop_run_records_every_request_and_reports_as_the_local_bench(load, streaming):
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=100) as emulator:
+        module, s3 = load(emulator.endpoint_url, streaming=streaming, time_scale=100)
+        planned, calls, result = run_all(module)
+    records = [replay.Sample(**json.loads(line)) for key in objects(s3, "runs/run-1/records/")
+               for line in body(s3, key).splitlines()]
+    assert sorted(s.index for s in records) == list(range(8))  # 2 warm-up + 6 measured, each once
+    assert [s.index for s in records if s.warmup] == [0, 1]
+    assert len(emulator.invocations) == 8 and all(s.ok for s in records)
+    assert all((s.ttft_s is not None) == streaming for s in records)
+    config = module.SETTINGS.config
+    document = json.loads(body(s3, "runs/run-1/bench.json"))
+    assert document == json.loads(json.dumps(replay.report_document(config, replay.summarize(records, config))))
+    assert document["summary"]["requests"] == 6 and result["succeeded"] == 6
+    csv_text = body(s3, "runs/run-1/bench.csv")
+    assert csv_text.splitlines()[0].split(",") == replay.CSV_FIELDS and len(csv_text.splitlines()) == 9
+    everything = "".join(body(s3, key) for key in objects(s3, "runs/"))
+    assert SECRET not in everything and "chat-0" in everything  # ids, never text
+    # Worker 0 sends 0, 2, 4, 6 and worker 1 the odd ones, one after another.
+    assert [c["worker"] for c in calls] == [0, 1] and all(c["done"] for c in calls)
+
+
+def test_a_share_longer_than_one_invocation_continues_where_it_stopped(load):
+    """Each call stops starting requests when its time left falls below one request's budget plus the
+    write; the next call continues at its cursor; no request is lost or sent twice."""
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=100) as emulator:
+        module, s3 = load(emulator.endpoint_url, concurrency=1, requests=5, warmup=0, call_budget_s=60)
+        # 100 s left, 30 s spent per look at the clock: room for two requests per call (100, 70 >= 70).
+        planned, calls, _ = run_all(module, context_seconds=100, per_check=30)
+    assert [(c["cursor"], c["part"], c["records"], c["done"]) for c in calls] == [
+        (2, 1, 2, False), (4, 2, 2, False), (5, 3, 1, True)]
+    assert objects(s3, "runs/run-1/records/") == [f"runs/run-1/records/worker-00000-part-{p:05d}.jsonl" for p in range(3)]
+    records = module.read_records(s3, BUCKET, "runs/run-1/")
+    assert [(s.index, s.prompt_id) for s in records] == [  # prompts cycled, each request once
+        (0, "chat-0"), (1, "chat-1"), (2, "chat-2"), (3, "chat-0"), (4, "chat-1")]
+    assert len(emulator.invocations) == 5
+
+
+def test_a_call_with_no_time_left_sends_nothing_and_returns_its_cursor(load):
+    module, s3 = load(concurrency=1, requests=3, warmup=0)
+    planned = module.handler({"action": "plan", "run": "run-1"}, Context(900))
+    event = {"action": "replay", "worker": 0, "cursor": 1, "part": 4, "run": planned["run"]}
+    assert module.handler(event, Context(60 + module.WRITE_SECONDS - 1)) == {**event, "part": 5, "records": 0,
+                                                                              "done": False}
+    assert objects(s3, "runs/run-1/records/") == []
+
+
+def test_throttles_are_counted_in_the_records_not_raised(load):
+    """A quota the run exceeds: throttled attempts are retried by the SDK and counted; a request still
+    throttled after its retries is a record with its error code; the function does not fail."""
+    spec = ModelSpec(MODEL, tpm_quota=300, max_output_tokens=4_096)  # each call reserves ~60: a few fit
+    with BedrockEmulator([spec], time_scale=100) as emulator:
+        module, s3 = load(emulator.endpoint_url, concurrency=1, requests=12, warmup=0)
+        _, _, result = run_all(module)
+    document = json.loads(body(s3, "runs/run-1/bench.json"))["summary"]
+    throttled = sum(1 for i in emulator.invocations if i.outcome == "throttled")
+    assert throttled > 0 and document["throttles"] == throttled
+    assert document["requests"] == 12 == result["requests"]
+    assert document["failed"] == document["errors"].get("ThrottlingException", 0)
+
+
+def test_a_bad_prompt_line_fails_alone(load):
+    bad = ['{"prompt": "no expected_output_tokens"}', "not json", json.dumps({"modelId": "x", "messages": []})]
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=100) as emulator:
+        module, s3 = load(emulator.endpoint_url, prompts=lines(*bad), concurrency=1, requests=3, warmup=0)
+        _, _, result = run_all(module)
+    run = json.loads(body(s3, "runs/run-1/run.json"))["run"]
+    assert (run["prompt_lines"], run["rejected_lines"]) == (3, 3)
+    assert [line.split(": ")[0] for line in run["rejected"]] == [
+        f"s3://{BUCKET}/{PROMPTS_KEY}:{n}" for n in (4, 5, 6)]
+    assert result["succeeded"] == 3 and SECRET not in json.dumps(run)
+
+
+def test_a_file_with_no_good_line_fails_the_plan(load):
+    module, _ = load(prompts="not json\n")
+    from pacer_runtime.prompts import PromptError
+
+    with pytest.raises(PromptError, match=r"no prompt to replay \(1 lines refused: s3://.*:1: not JSON"):
+        module.handler({"action": "plan", "run": "run-1"}, Context(900))
+
+
+def test_a_prompts_file_changed_during_the_run_is_not_replayed(load):
+    """Every worker replays the version the plan read (GetObject IfMatch its ETag)."""
+    from botocore.exceptions import ClientError
+
+    module, s3 = load(concurrency=1, requests=1, warmup=0)
+    planned = module.handler({"action": "plan", "run": "run-1"}, Context(900))
+    s3.put_object(Bucket=BUCKET, Key=PROMPTS_KEY, Body=b'{"prompt": "changed", "expected_output_tokens": 3}\n')
+    module._PROMPTS.clear()
+    with pytest.raises(ClientError, match="PreconditionFailed"):
+        module.handler({"action": "replay", "worker": 0, "cursor": 0, "part": 0, "run": planned["run"]}, Context(900))
+
+
+@pytest.mark.parametrize(("event", "message"), [
+    (None, "the event is"), ({"action": "drop"}, "the event is"),
+    ({"action": "plan"}, "needs 'run'"), ({"action": "plan", "run": "a/b"}, "needs 'run'"),
+    ({"action": "replay", "worker": -1, "cursor": 0, "part": 0, "run": {}}, "worker"),
+    ({"action": "replay", "worker": 0, "cursor": True, "part": 0, "run": {}}, "cursor"),
+    ({"action": "replay", "worker": 0, "cursor": 0, "part": 0, "run": {"prefix": "p"}}, "the plan's run"),
+    ({"action": "replay", "worker": 9, "cursor": 0, "part": 0, "run": {"prefix": "p", "etag": "e", "start_at": 0}},
+     "not one of the run's 2 workers"),
+    ({"action": "summarize", "run": None}, "the plan's run"),
+])
+def test_a_malformed_event_is_refused_by_name(load, event, message):
+    module, _ = load()
+    with pytest.raises(module.ReplayInputError, match=message):
+        module.handler(event, Context(900))
+
+
+def test_the_plan_refuses_a_run_above_its_request_cap(load):
+    module, _ = load(requests=10, warmup=2, request_cap=11)
+    with pytest.raises(module.ReplayInputError, match=r"warm-up \+ requests = 12 is above the run's request cap \(11\)"):
+        module.handler({"action": "plan", "run": "run-1"}, Context(900))
+
+
+class Clock:
+    """The run's shared clock for the open loop, advanced only by sleep: requests take no time."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class Instant:
+    """A Converse that answers at once, so arrivals are all the test sees."""
+
+    def __init__(self) -> None:
+        from unittest.mock import MagicMock
+
+        self.meta = MagicMock()
+
+    def converse(self, **request):
+        return {"output": {"message": {"content": [{"text": "ok"}]}}, "stopReason": "end_turn",
+                "usage": {"inputTokens": 3, "outputTokens": 1}, "metrics": {"latencyMs": 1}}
+
+
+def test_the_open_loop_keeps_one_seeded_poisson_schedule_across_its_workers(load):
+    """Four workers each send their slice of one schedule at its times on the run's clock: merged,
+    the recorded starts are the schedule, and its gaps are exponential at the requested rate."""
+    module, s3 = load(concurrency=None, rate_per_minute=1_200, workers=4, in_flight=3, requests=2_000, warmup=0,
+                      streaming=False, seed=11, request_cap=2_000)
+    clock = Clock(1_000.0)
+    planned = module.plan({"action": "plan", "run": "run-1"}, module.SETTINGS, s3=s3, clock=clock)
+    for worker in planned["workers"]:
+        event = {"action": "replay", "worker": worker, "cursor": 0, "part": 0, "run": planned["run"]}
+        clock.t = 1_000.0  # each worker starts before the first arrival (the plan's lead)
+        done = module.replay_share(event, module.SETTINGS, client=Instant(), s3=s3, remaining_s=lambda: 900,
+                                   clock=clock, sleep=clock.sleep)
+        assert done["done"] and done["records"] == 500
+    records = module.read_records(s3, BUCKET, "runs/run-1/")
+    expected = replay.arrivals(20.0, 2_000, seed=11)
+    assert [s.started_s for s in records] == [round(t, 4) for t in expected]
+    gaps = [b.started_s - a.started_s for a, b in zip(records, records[1:], strict=False)]
+    mean = sum(gaps) / len(gaps)
+    assert abs(mean - 1 / 20) < 0.005  # 20 arrivals a second
+    assert abs(sum(g > mean for g in gaps) / len(gaps) - math.exp(-1)) < 0.04  # exponential gaps
+
+
+def test_the_open_loop_stops_before_an_arrival_it_could_not_finish(load):
+    """A worker whose next arrival lies beyond its time budget returns, and the next call sends it on time."""
+    module, s3 = load(concurrency=None, rate_per_minute=6, workers=1, in_flight=2, requests=4, warmup=0,
+                      streaming=False, seed=1)
+    clock = Clock(0.0)
+    planned = module.plan({"action": "plan", "run": "run-1"}, module.SETTINGS, s3=s3, clock=clock)
+    budget = 60 + module.WRITE_SECONDS
+    event = {"action": "replay", "worker": 0, "cursor": 0, "part": 0, "run": planned["run"]}
+    sent = []
+    while not event.get("done"):
+        call_started = clock.t
+        event = module.replay_share(event, module.SETTINGS, client=Instant(), s3=s3,
+                                    remaining_s=lambda started=call_started: budget + 20 - (clock.t - started),
+                                    clock=clock, sleep=clock.sleep)
+        sent.append(event["records"])
+    assert sum(sent) == 4 and len(sent) > 1
+    starts = [s.started_s for s in module.read_records(s3, BUCKET, "runs/run-1/")]
+    assert starts == [round(t, 4) for t in replay.arrivals(0.1, 4, seed=1)]
+    assert asdict(module.SETTINGS)["in_flight"] == 2
