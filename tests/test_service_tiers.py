@@ -193,7 +193,9 @@ def test_a_construct_refuses_a_tier_bedrock_does_not_have_naming_itself(construc
         "answer_store": genai_pacer.AnswerStore(stack, "Store")}
     with pytest.raises(InvalidPropsError) as caught:
         getattr(genai_pacer, construct)(stack, "It", model=model, service_tier="standard", **props)
-    assert f"{construct} It: service_tier='standard' must be one of" in str(caught.value)
+    assert caught.value.path == "Tiers/It"
+    assert f"{construct}.service_tier.choice" in caught.value.ids
+    assert "service_tier='standard' must be one of" in str(caught.value)
     assert "Bedrock spells standard 'default'" in str(caught.value)
 
 

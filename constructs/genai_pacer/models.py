@@ -53,7 +53,7 @@ from aws_cdk import aws_iam as iam
 
 from constructs import Construct
 
-from ._internal.checks import Checks, InvalidPropsError, _show, is_token, kind_of, token_kind
+from ._internal.checks import Checks, InvalidPropsError, Problem, _show, is_token, kind_of, token_kind
 
 __all__ = [
     "APPLICATION_PROFILE_BYPASS",
@@ -970,5 +970,5 @@ def as_bedrock_model(value: Any, name: str = "model") -> Any:
         try:
             return BedrockModel.from_invokable(value)
         except InvalidPropsError as error:
-            raise InvalidPropsError(error.owner, [f"{name}: {problem}" for problem in error.problems]) from None
+            raise InvalidPropsError(error.owner, [Problem(f"{name}: {p}", p.id) for p in error.problems], error.path) from None
     return value

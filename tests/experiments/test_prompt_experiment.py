@@ -457,12 +457,12 @@ def variant(**overrides) -> ExperimentVariant:
         (lambda: variant(additional_fields={"top_k": math.nan}), "cannot be written into the JSON experiment document"),
         (lambda: variant(additional_fields={"x": object()}), "cannot be written into the JSON experiment document"),
         (lambda: variant(name="fast", service_tier="standard"),
-         r"ExperimentVariant 'fast': service_tier='standard' must be one of 'priority', 'default', 'flex', 'reserved'; "
+         r"ExperimentVariant 'fast': \[ExperimentVariant\.service_tier\.[a-z-]+\] service_tier='standard' must be one of 'priority', 'default', 'flex', 'reserved'; "
          r"Bedrock spells standard 'default'"),
-        (lambda: variant(name="fast", service_tier="Priority"), r"ExperimentVariant 'fast': service_tier='Priority' must be one of"),
-        (lambda: variant(name="fast", service_tier=1), r"ExperimentVariant 'fast': service_tier=1 must be one of"),
+        (lambda: variant(name="fast", service_tier="Priority"), r"ExperimentVariant 'fast': \[ExperimentVariant\.service_tier\.[a-z-]+\] service_tier='Priority' must be one of"),
+        (lambda: variant(name="fast", service_tier=1), r"ExperimentVariant 'fast': \[ExperimentVariant\.service_tier\.[a-z-]+\] service_tier=1 must be one of"),
         (lambda: variant(name="fast", service_tier=cdk.Token.as_number(cdk.Fn.ref("P"))),
-         r"ExperimentVariant 'fast': service_tier is a deploy-time number; pass 'priority'"),
+         r"ExperimentVariant 'fast': \[ExperimentVariant\.service_tier\.[a-z-]+\] service_tier is a deploy-time number; pass 'priority'"),
     ],
 )
 def test_bad_variant_and_prompt_values_are_refused(make, message):

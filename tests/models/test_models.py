@@ -521,10 +521,12 @@ def test_bad_streaming(streaming, expected):
     stack = stack_in()
     role = iam.Role(stack, "Caller", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     model = BedrockModel.foundation(NOVA)
-    assert f"BedrockModel.grant_invoke: {expected}" in refused(lambda: model.grant_invoke(role, streaming=streaming))
-    assert f"BedrockModel.policy_statements: {expected}" in refused(
-        lambda: model.policy_statements(stack, streaming=streaming)
-    )
+    for owner, call in [
+        ("BedrockModel.grant_invoke", lambda: model.grant_invoke(role, streaming=streaming)),
+        ("BedrockModel.policy_statements", lambda: model.policy_statements(stack, streaming=streaming)),
+    ]:
+        message = refused(call)
+        assert message.startswith(f"{owner}: [{owner}.streaming.") and message.endswith(f"] {expected}")
 
 
 def test_bad_routed_only():
