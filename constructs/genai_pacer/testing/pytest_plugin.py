@@ -4,7 +4,7 @@
 
     @pytest.fixture
     def bedrock_emulator_models():          # optional: override the models
-        return [ModelSpec("us.anthropic.claude-3-5-haiku-20241022-v1:0", burndown=5, tpm_quota=20_000)]
+        return [ModelSpec("us.amazon.nova-2-lite-v1:0", tpm_quota=20_000)]
 
     @pytest.fixture
     def bedrock_emulator_quota():           # optional: another quota algorithm
@@ -25,12 +25,27 @@ import pytest
 from .emulator import BedrockEmulator, ModelSpec
 from .quota import QuotaModel
 
+__all__ = ["DEFAULT_MODELS"]
+
+#: (model id, context window in tokens) of each model the fixture serves unless overridden: Amazon Nova 2
+#: Lite, the model the reference stacks and `make bench` call (stacks/settings.py; a test holds them
+#: equal), and Amazon Nova Lite, both at burndown 1 (Amazon Nova models). The context windows are the
+#: Bedrock model cards': 1M tokens for Nova 2 Lite (AWS's "Migrate from Amazon Nova 1 to Amazon Nova 2 on
+#: Amazon Bedrock": "a context window that expands from 300K to 1M tokens";
+#: https://docs.aws.amazon.com/bedrock/latest/userguide/model-card-amazon-nova-2-lite.html) and 300K for
+#: Nova Lite (https://docs.aws.amazon.com/bedrock/latest/userguide/model-card-amazon-nova-lite.html).
+#: Claude 3.5 Haiku, served by default before 0.2.0, is past its Bedrock end of life
+#: (genai_pacer.models.DEPRECATED_MODELS): override the fixture to emulate it.
+DEFAULT_MODELS: tuple[tuple[str, int], ...] = (
+    ("us.amazon.nova-2-lite-v1:0", 1_000_000),
+    ("us.amazon.nova-lite-v1:0", 300_000),
+)
+
 
 @pytest.fixture
 def bedrock_emulator_models() -> list[ModelSpec]:
-    """The models the emulator serves; override this fixture to change them."""
-    return [ModelSpec("us.amazon.nova-lite-v1:0", context_window=300_000),
-            ModelSpec("us.anthropic.claude-3-5-haiku-20241022-v1:0", burndown=5)]
+    """The models the emulator serves (DEFAULT_MODELS); override this fixture to change them."""
+    return [ModelSpec(model_id, context_window=window) for model_id, window in DEFAULT_MODELS]
 
 
 @pytest.fixture
