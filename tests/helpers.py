@@ -196,3 +196,25 @@ def refused(build: Any) -> list[str]:
     with pytest.raises(InvalidPropsError) as raised:
         build()
     return raised.value.problems
+
+
+def check_token_case(table: dict[str, tuple[Any, ...]], name: str, prop: str, kind: str) -> None:
+    """One case of a token table, name -> (the class or method, its props, build(stack, **{prop: value}),
+    (prop, kind) -> where(template) the values that must each hold the parameter): given a `kind` token,
+    the prop reaches every such value as a Ref to it, or, where the table names none, synth refuses it
+    naming the prop; never a token's number encoding in the template or the message."""
+    _, _, build, passes = table[name]
+    stack = new_stack()
+    where = passes.get((prop, kind))
+    if where is None:
+        problems = refused(lambda: (build(stack, **{prop: token_of(stack, kind)}), Template.from_stack(stack)))
+        assert names_prop(prop, problems), problems
+        assert not ENCODED_NUMBER.search(str(problems)), problems
+        return
+    build(stack, **{prop: token_of(stack, kind)})
+    template = Template.from_stack(stack).to_json()
+    values = where(template)
+    assert values and all(holds_ref(v) for v in values), json.dumps(values)[:2000]
+    text = json.dumps(template["Resources"])
+    found = ENCODED_NUMBER.search(text)
+    assert not found, text[max(0, found.start() - 300):][:400] if found else ""

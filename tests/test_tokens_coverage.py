@@ -26,7 +26,8 @@ TABLE_MODULES = (
     "precompute/test_tokens_precompute",
     "observe/test_tokens_observe",
     "endpoints/test_tokens_scaling",
-    "test_tokens_store_quota",
+    "precompute/test_tokens_store_router",
+    "quota/test_tokens_quota",
     "test_tokens_value_objects",
     "retrieval/test_retrieval",
 )
