@@ -92,10 +92,10 @@ def _number(check: Checks, name: str, value: Any, *, fix: str, optional: bool = 
         )
         return check.fail(
             f"{name} is an unresolved CDK token ({kind}, a deploy-time value); the planner needs the number at "
-            f"synth time: pass it as a constant or from context; {fix}"
+            f"synth time: pass it as a constant or from context; {fix}", id=f"{name}.deploy-time-capacity"
         )
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
-        return check.fail(f"{name}={_short(value)} is beyond any float's range; {fix}")
+        return check.fail(f"{name}={_short(value)} is beyond any float's range; {fix}", id=f"{name}.beyond-float")
     return check.number(name, value, fix=fix, optional=optional, **limits)
 
 
@@ -179,6 +179,7 @@ class ConcurrencyTarget:
                     math.isclose(self.target_value, expected, rel_tol=1e-9),
                     f"target_value={self.target_value!r} is not saturation x (1 - headroom) = {expected!r}; "
                     "build it with capacity.target_concurrency(...)",
+                    id="target_value.not-derived",
                 )
 
 
@@ -219,6 +220,7 @@ def target_concurrency(
             f"({sustained_requests_per_minute:g} requests per minute x {latency_seconds:g} s x (1 - {headroom:g})), "
             f"outside 0..{MAX_TARGET_CONCURRENCY:,}: check that the rate is per instance and per minute and the "
             "latency in seconds",
+            id="target.out-of-range",
         )
     return ConcurrencyTarget(saturation=saturation, headroom=headroom, target_value=target)
 
@@ -302,6 +304,7 @@ def capacity_for_peak(
             (concurrent_requests is not None) != by_rate,
             "pass either concurrent_requests (measured requests in flight at the peak) or requests_per_minute "
             "with latency_seconds (Little's law derives the requests in flight), not both or neither",
+            id="concurrent_requests.one-of-concurrency-or-rate",
         )
         if one_way and concurrent_requests is not None:
             _number(
@@ -316,6 +319,7 @@ def capacity_for_peak(
             check.rule(
                 requests_per_minute is not None and latency_seconds is not None,
                 "requests_per_minute and latency_seconds go together: pass both, or concurrent_requests instead",
+                id="requests_per_minute.without-latency",
             )
             _rate(check, "requests_per_minute", requests_per_minute, optional=True)
             _latency(check, "latency_seconds", latency_seconds, optional=True)
@@ -330,6 +334,7 @@ def capacity_for_peak(
             capacity <= MAX_CAPACITY,
             f"the peak needs {capacity:,} instances ({concurrent:g} requests in flight / {target:g} per instance), "
             f"above {MAX_CAPACITY:,}: check the units (requests per minute, seconds) or raise the target concurrency",
+            id="peak.above-max-instances",
         )
     return PeakCapacity(concurrent_requests=concurrent, target_concurrency=float(target), capacity=capacity)
 
@@ -367,6 +372,7 @@ class LeadTime:
                     self.minutes >= expected,
                     f"minutes={self.minutes} is shorter than load_seconds x (1 + margin) = {expected} minutes; "
                     "build it with capacity.lead_time(...)",
+                    id="minutes.below-load-time",
                 )
 
 

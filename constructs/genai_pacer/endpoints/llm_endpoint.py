@@ -27,7 +27,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from .._internal.alarms import threshold_alarm
-from .._internal.checks import Checks, duration_in, is_token, shown, token_kind, token_of_kind
+from .._internal.checks import Checks, duration_in, is_token, shown, token_kind, token_of_kind, warn
 from .._internal.docs import constructor_doc
 from .._internal.nag import acknowledge_exact_resources, acknowledge_exact_resources_at_validation, flattened
 from .._internal.s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
@@ -195,6 +195,7 @@ class InferenceComponentOptions:
                 check.rule(
                     self.min_instances <= self.max_instances,
                     f"min_instances={self.min_instances} exceeds max_instances={self.max_instances}; raise max_instances",
+                    id="min_instances.above-max-instances",
                 )
             _check_name(check, "name", self.name, optional=True)
 
@@ -206,6 +207,7 @@ def _check_name(check: Checks, prop: str, value: Any, *, optional: bool = False)
         _NAME.match(value) is not None,
         f"{prop}={value!r} is not a SageMaker name: 1-63 letters, digits and hyphens, starting and ending "
         "with a letter or digit",
+        id=f"{prop}.not-sagemaker-name",
     )
 
 
@@ -335,8 +337,9 @@ class LlmEndpoint(Construct):
                 or cdk.Names.unique_resource_name(self, max_length=57, separator="-") + "-model"
             )
         if not is_token(instance_type) and not is_accelerated(instance_type):
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:cpu-instance",
+            warn(
+                self,
+                "cpu-instance",
                 f"instance_type={instance_type!r} has no GPU or Neuron accelerator: an LLM on CPUs answers in "
                 "minutes, not seconds. Use it for cheap tests only; serve with a g5, g6, p4d, p5, inf2 or trn1 type",
             )
@@ -497,13 +500,14 @@ class LlmEndpoint(Construct):
         Duration prop in seconds (a deploy-time one as the parameter itself) and the weights' KMS key."""
         repository_arn = None
         seconds: dict[str, Any] = {}
-        with Checks(f"LlmEndpoint {self.node.id}") as check:
+        with Checks("LlmEndpoint", scope=self) as check:
             instance_type = props["instance_type"]
             if check.text("instance_type", instance_type, fix="an ml.* type such as 'ml.g5.2xlarge'"):
                 check.rule(
                     _INSTANCE_TYPE.match(instance_type) is not None,
                     f"instance_type={instance_type!r} is not a SageMaker instance type; use the ml. form, e.g. "
                     "'ml.g5.2xlarge'",
+                    id="instance_type.not-sagemaker-type",
                 )
             repository = props["image_repository"]
             check.instance(
@@ -515,6 +519,7 @@ class LlmEndpoint(Construct):
                     repository is not None,
                     "image_uri is a deploy-time token, so the repository to grant cannot be read from it; pass "
                     "image_repository (the ECR repository the image is in)",
+                    id="image_uri.deploy-time",
                 )
             elif check.text("image_uri", image_uri, max_length=255):
                 match = _ECR_URI.match(image_uri)
@@ -524,6 +529,7 @@ class LlmEndpoint(Construct):
                         f"image_uri={image_uri!r} is not an ECR image URI "
                         "(<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>); SageMaker pulls from ECR in "
                         "the endpoint's Region",
+                        id="image_uri.not-ecr",
                     )
                     and match is not None
                 ):
@@ -549,6 +555,7 @@ class LlmEndpoint(Construct):
                     key.endswith((".tar.gz", "/")) and not key.startswith(("/", "s3://")),
                     f"model_data_key={key!r} must be an object key ending in '.tar.gz' (an archive) or a prefix "
                     "ending in '/' (uncompressed weights), without 's3://' or a leading '/'",
+                    id="model_data_key.not-archive-or-prefix",
                 )
             environment = props["environment"]
             if environment is not None and check.instance(
@@ -557,6 +564,7 @@ class LlmEndpoint(Construct):
                 check.rule(
                     len(environment) <= _MAX_ENVIRONMENT,
                     f"environment has {len(environment)} entries; SageMaker allows at most {_MAX_ENVIRONMENT}",
+                    id="environment.too-many",
                 )
                 for name, value in environment.items():
                     if check.text("environment name", name, max_length=_MAX_ENVIRONMENT_LENGTH):
@@ -588,6 +596,7 @@ class LlmEndpoint(Construct):
                         value == int(value),
                         f"{name}={props[name].to_human_string()} is not whole seconds; SageMaker takes seconds: "
                         f"use cdk.Duration.seconds({math.ceil(value)})",
+                        id=f"{name}.not-whole-seconds",
                     ):
                         seconds[name] = int(value)
                 elif isinstance(props[name], cdk.Duration) and props[name].is_unresolved():
@@ -638,10 +647,12 @@ class LlmEndpoint(Construct):
                     options.accelerators is None or is_accelerated(instance_type),
                     f"inference_component asks for {options.accelerators} accelerator(s) per copy but {instance_type} "
                     "has none; pass accelerators=None and cpu_cores=... for a CPU type",
+                    id="inference_component.accelerators-without-gpu",
                 )
                 check.rule(
                     options.accelerators is not None or options.cpu_cores is not None,
                     "inference_component has neither accelerators nor cpu_cores: a copy must reserve one of them",
+                    id="inference_component.no-reservation",
                 )
         return repository_arn, seconds, weights_key
 
@@ -734,8 +745,9 @@ class LlmEndpoint(Construct):
         """The EBS volume key: the given one, else a new one unless the type has local NVMe storage only."""
         local = not is_token(instance_type) and has_local_storage(instance_type)
         if given is not None and local:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:volume-key-local-storage",
+            warn(
+                self,
+                "volume-key-local-storage",
                 f"volume_encryption_key is set but {instance_type} has local NVMe storage, which the instance encrypts in "
                 f"hardware: SageMaker's API says the key {KMS_KEY_LOCAL_STORAGE_NOTE}. aws-cdk-lib's documentation says "
                 "CreateEndpointConfig fails with a key for such types; if the deploy fails there, drop the key",

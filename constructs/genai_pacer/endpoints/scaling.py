@@ -36,7 +36,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from .._internal.alarms import threshold_alarm
-from .._internal.checks import Checks, _show, duration_in, is_token, kind_of, shown, token_kind
+from .._internal.checks import Checks, _show, duration_in, is_token, kind_of, shown, token_kind, warn
 from .._internal.docs import constructor_doc
 from .capacity import (
     MAX_CAPACITY,
@@ -181,12 +181,14 @@ class PeakWindow:
                 check.rule(
                     _NAME.match(self.name) is not None,
                     f"name={self.name!r} names scheduled actions: use 1-100 letters, digits, '-' and '_'",
+                    id="name.not-action-name",
                 )
             kinds = {_kind(self.start), _kind(self.end)}
             if not check.rule(
                 len(kinds) == 1 and None not in kinds,
                 f"start={self.start!r} and end={self.end!r} must be the same form: two times of day ('08:00' or "
                 "datetime.time), two datetimes (a one-off window) or two 'cron(...)' expressions",
+                id="start.form-differs-from-end",
             ):
                 return
             kind = kinds.pop()
@@ -195,6 +197,7 @@ class PeakWindow:
                     self.days is None,
                     f"days={self.days!r} applies to weekly windows (times of day) only; a {kind} window carries its "
                     "own dates: drop days",
+                    id="days.not-weekly",
                 )
             if kind == "weekly":
                 start, end = (
@@ -203,7 +206,7 @@ class PeakWindow:
                 )
                 if start is not None and end is not None:
                     check.rule(
-                        start != end, f"start and end are both {self.start!r}: the window has no length"
+                        start != end, f"start and end are both {self.start!r}: the window has no length", id="end.same-as-start"
                     )
                 _weekdays(check, self.days)
             elif kind == "once":
@@ -216,6 +219,7 @@ class PeakWindow:
                     check.rule(
                         _local(self.end, zone) > _local(self.start, zone),
                         f"end={self.end.isoformat()} is not after start={self.start.isoformat()}",
+                        id="end.not-after-start",
                     )
             else:
                 for prop in ("start", "end"):
@@ -264,9 +268,9 @@ def _tokens(check: Checks, values: dict[str, Any], table: dict[str, tuple[str | 
         if kind is None or kind == passes:
             continue
         if passes is None:
-            check.fail(f"{prop} is {kind}, a deploy-time value, but {say}")
+            check.fail(f"{prop} is {kind}, a deploy-time value, but {say}", id=f"{prop}.deploy-time")
         else:
-            check.fail(f"{prop} is {kind}; pass {say}")
+            check.fail(f"{prop} is {kind}; pass {say}", id=f"{prop}.token-kind")
 
 
 #: Every EndpointScaling prop: (the token kind that reaches the template unchanged, or None; what to pass).
@@ -317,7 +321,7 @@ def _duration(
         suggested = math.ceil(value) if number and low <= math.ceil(value) <= high else example
         tail = f"; {fix}" if fix else ""
         return check.fail(
-            f"{name}={_show(value)} is {kind_of(value)}; pass a cdk.Duration such as cdk.Duration.{unit}({suggested}){tail}"
+            f"{name}={_show(value)} is {kind_of(value)}; pass a cdk.Duration such as cdk.Duration.{unit}({suggested}){tail}", id=f"{name}.type"
         )
     return check.duration(
         name,
@@ -345,7 +349,7 @@ def _zone(check: Checks, name: str) -> ZoneInfo | None:
     except (ZoneInfoNotFoundError, ValueError):
         check.fail(
             f"time_zone={name!r} is not an IANA time zone; use a name such as 'Europe/Berlin', 'America/New_York' "
-            "or 'UTC' (if every name fails, install the tzdata package)"
+            "or 'UTC' (if every name fails, install the tzdata package)", id="time_zone.not-iana"
         )
         return None
 
@@ -353,12 +357,12 @@ def _zone(check: Checks, name: str) -> ZoneInfo | None:
 def _minute_of_day(check: Checks, prop: str, value: Any) -> int | None:
     if isinstance(value, time):
         if value.second or value.microsecond:
-            check.fail(f"{prop}={value.isoformat()} has seconds; schedules run on whole minutes")
+            check.fail(f"{prop}={value.isoformat()} has seconds; schedules run on whole minutes", id=f"{prop}.has-seconds")
             return None
         return value.hour * 60 + value.minute
     match = re.fullmatch(r"(\d{1,2}):(\d{2})", value.strip())
     if not match or int(match[1]) > 23 or int(match[2]) > 59:
-        check.fail(f"{prop}={value!r} is not a time of day; write 'HH:MM' in 24-hour form, e.g. '08:30'")
+        check.fail(f"{prop}={value!r} is not a time of day; write 'HH:MM' in 24-hour form, e.g. '08:30'", id=f"{prop}.not-time-of-day")
         return None
     return int(match[1]) * 60 + int(match[2])
 
@@ -373,7 +377,7 @@ def _weekdays(check: Checks, days: Any) -> list[int] | None:
     elif isinstance(days, list | tuple) and all(isinstance(d, str) for d in days):
         parts = [d.strip() for d in days]
     else:
-        check.fail(f"days={days!r} is {kind_of(days)}; {fix}")
+        check.fail(f"days={days!r} is {kind_of(days)}; {fix}", id="days.type")
         return None
     if parts == ["*"]:
         return list(range(7))
@@ -383,14 +387,14 @@ def _weekdays(check: Checks, days: Any) -> list[int] | None:
         if not ends or len(ends) > 2 or any(e not in _DAYS for e in ends):
             check.fail(
                 f"days={days!r}: {part!r} is not a day or a range of days; {fix} (numbers are ambiguous: "
-                "cron counts 1 as Sunday)"
+                "cron counts 1 as Sunday)", id="days.not-day"
             )
             return None
         first, last = _DAYS.index(ends[0]), _DAYS.index(ends[-1])
         span = (last - first) % 7
         found.extend((first + i) % 7 for i in range(span + 1))
     if not found:
-        check.fail(f"days={days!r} names no day; {fix}")
+        check.fail(f"days={days!r} names no day; {fix}", id="days.empty")
         return None
     return sorted(set(found))
 
@@ -401,18 +405,18 @@ def _cron_fields(check: Checks, prop: str, value: str) -> list[str] | None:
     if len(fields) != CRON_FIELDS:
         check.fail(
             f"{prop}={value!r} is not an Application Auto Scaling cron expression: cron(minute hour "
-            "day-of-month month day-of-week year), six fields, e.g. 'cron(0 9 ? * MON-FRI *)'"
+            "day-of-month month day-of-week year), six fields, e.g. 'cron(0 9 ? * MON-FRI *)'", id=f"{prop}.not-cron"
         )
         return None
     minute, hour = fields[0], fields[1]
     if not (minute.isdigit() and int(minute) <= 59 and hour.isdigit() and int(hour) <= 23):
         check.fail(
             f"{prop}={value!r}: minute and hour must be single numbers so the lead time can be subtracted from the "
-            "start; use a weekly window (start='08:30', days=...) for anything else"
+            "start; use a weekly window (start='08:30', days=...) for anything else", id=f"{prop}.cron-minute-hour"
         )
         return None
     if (fields[2] == "?") == (fields[4] == "?"):
-        check.fail(f"{prop}={value!r}: exactly one of day-of-month and day-of-week must be '?'")
+        check.fail(f"{prop}={value!r}: exactly one of day-of-month and day-of-week must be '?'", id=f"{prop}.cron-day-fields")
         return None
     return fields
 
@@ -510,7 +514,7 @@ class EndpointScaling(Construct):
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
     ) -> None:
         super().__init__(scope, id)
-        with Checks(f"EndpointScaling {id}") as check:
+        with Checks("EndpointScaling", scope=self) as check:
             _tokens(check, {p: v for p, v in locals().items() if p in _SCALING_TOKENS}, _SCALING_TOKENS)
             check.raise_if_any()  # a refused token would only repeat below as a wrong type
             if isinstance(lead_time, LeadTime):  # capacity.lead_time(...): whole minutes, checked when built
@@ -547,6 +551,7 @@ class EndpointScaling(Construct):
                         seconds == int(seconds),
                         f"{name}={value.to_human_string()} is not whole seconds; Application Auto Scaling takes "
                         f"seconds: use cdk.Duration.seconds({math.ceil(seconds)})",
+                        id=f"{name}.cooldown-not-whole-seconds",
                     )
             load_ok = _duration(
                 check,
@@ -575,6 +580,7 @@ class EndpointScaling(Construct):
                     lead_minutes == int(lead_minutes),
                     f"lead_time={lead_time.to_human_string()} is not whole minutes; schedules fire on whole minutes: "
                     f"use cdk.Duration.minutes({math.ceil(lead_minutes)})",
+                    id="lead_time.not-whole-minutes",
                 )
             if lead_ok and load_ok and model_load_time is not None and peaks:
                 check.rule(
@@ -583,6 +589,7 @@ class EndpointScaling(Construct):
                     f"({model_load_time.to_human_string()}): capacity raised that late is still loading when the peak "
                     f"starts; use at least cdk.Duration.minutes({math.ceil(model_load_time.to_seconds(integral=False) / 60)}) "
                     "(capacity.lead_time(...) adds a margin)",
+                    id="lead_time.below-model-load-time",
                 )
             windows = self._check_peaks(check, peaks, minimum, max_capacity, lead_time if lead_ok else None)
             schedules = (
@@ -630,8 +637,9 @@ class EndpointScaling(Construct):
             disable_scale_in=disable_scale_in or None,
         )
         if metric != "concurrency":
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:non-concurrency-metric",
+            warn(
+                self,
+                "non-concurrency-metric",
                 f"target tracking follows {metric} (allow_non_concurrency_metric=True): a long generation occupies "
                 "a model for seconds at low CPU and counts as one invocation, so this metric lags LLM load; track "
                 "concurrency unless you measured otherwise",
@@ -647,8 +655,9 @@ class EndpointScaling(Construct):
             )
             self.scheduled_action_names.append(action)
         if disable_scale_in and peaks:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:scale-in-disabled-with-peaks",
+            warn(
+                self,
+                "scale-in-disabled-with-peaks",
                 "disable_scale_in=True with peaks: restoring the minimum after a peak does not remove instances "
                 "(only target tracking scales in), so capacity raised for a peak stays until you lower it",
             )
@@ -681,6 +690,7 @@ class EndpointScaling(Construct):
                 check.rule(
                     value is None,
                     f"{prop} is set with an LlmEndpoint, which knows its own; it would be ignored: drop {prop}",
+                    id=f"{prop}.ignored-with-llm-endpoint",
                 )
             name, variant, component = (
                 endpoint.endpoint_name,
@@ -690,7 +700,7 @@ class EndpointScaling(Construct):
             if not is_token(endpoint.instance_type) and endpoint.instance_type.startswith(UNSCALABLE_FAMILY):
                 check.fail(
                     f"{endpoint.instance_type} is a burstable T2 type, which SageMaker cannot auto scale; host the "
-                    "model on a GPU type"
+                    "model on a GPU type", id="endpoint.burstable-instance"
                 )
             if scale_to_zero is True and component is not None:
                 options_min = endpoint.inference_component_options.min_instances  # type: ignore[union-attr]
@@ -699,6 +709,7 @@ class EndpointScaling(Construct):
                     "scale_to_zero=True but the LlmEndpoint keeps at least "
                     f"{options_min} instance(s): copies would go to zero while instances keep running; pass "
                     "InferenceComponentOptions(min_instances=0)",
+                    id="scale_to_zero.instances-kept",
                 )
         else:
             # a deploy-time name (e.g. CfnEndpoint.attr_endpoint_name) is checked by SageMaker, not here
@@ -708,11 +719,13 @@ class EndpointScaling(Construct):
                 check.rule(
                     len(endpoint) <= MAX_SAGEMAKER_NAME and ENDPOINT_NAME.fullmatch(endpoint) is not None,
                     f"endpoint={endpoint!r} is not a SageMaker endpoint name (1-63 letters, digits and hyphens)",
+                    id="endpoint.not-sagemaker-name",
                 )
             check.rule(
                 variant_name is None or component_name is None,
                 "variant_name and inference_component_name are both set: scale either a variant's instances or an "
                 "inference component's copies, one per EndpointScaling",
+                id="variant_name.with-inference-component-name",
             )
             for prop, value, pattern in (
                 ("variant_name", variant_name, VARIANT_NAME),
@@ -722,6 +735,7 @@ class EndpointScaling(Construct):
                     check.rule(
                         pattern.fullmatch(value) is not None,
                         f"{prop}={value!r} is not a SageMaker name (1-63 letters, digits and hyphens)",
+                        id=f"{prop}.not-scaling-target-name",
                     )
             name, variant, component = endpoint, variant_name or "AllTraffic", component_name
             if check.instance(
@@ -743,6 +757,7 @@ class EndpointScaling(Construct):
             scale_to_zero is not True,
             "scale_to_zero=True needs an inference component: SageMaker scales a variant to zero instances only "
             "through its inference components; host the model as one (InferenceComponentOptions) or keep min_capacity >= 1",
+            id="scale_to_zero.without-inference-component",
         )
         return (
             VARIANT_RESOURCE_ID.format(endpoint=name, variant=variant),
@@ -758,12 +773,13 @@ class EndpointScaling(Construct):
         variants = resolved if isinstance(resolved, list) else []
         by_name = {v.get("variantName"): v for v in variants if isinstance(v, dict)}
         if any(isinstance(v, dict) and v.get("serverlessConfig") for v in variants):
-            check.fail(f"the endpoint config has a serverless variant: {_SERVERLESS}")
+            check.fail(f"the endpoint config has a serverless variant: {_SERVERLESS}", id="endpoint_config.serverless")
             return
         if component is None and by_name and not is_token(variant):
             check.rule(
                 variant in by_name,
                 f"variant_name={variant!r} is not a variant of the endpoint config (it has {', '.join(sorted(map(str, by_name)))})",
+                id="variant_name.not-in-config",
             )
 
     def _check_metric(
@@ -787,6 +803,7 @@ class EndpointScaling(Construct):
             check.rule(
                 target_value is None,
                 "target_value is for the 'invocations' and 'cpu' metrics; with concurrency pass target_concurrency",
+                id="target_value.with-concurrency",
             )
             if isinstance(target_concurrency, ConcurrencyTarget):
                 return target_concurrency.target_value
@@ -804,11 +821,13 @@ class EndpointScaling(Construct):
             f"metric={metric!r} as the signal for an LLM endpoint: one generation occupies a model for seconds at low "
             "CPU and counts as one invocation, so the metric lags the load and the endpoint saturates before it "
             "scales; track 'concurrency', or pass allow_non_concurrency_metric=True if you measured that it fits",
+            id="metric.not-for-llm",
         ):
             return None
         check.rule(
             target_concurrency is None,
             f"target_concurrency is for the concurrency metric; with metric={metric!r} pass target_value",
+            id="target_concurrency.without-concurrency",
         )
         if metric == "cpu" and is_component is not False:
             ok = check.number(
@@ -858,19 +877,19 @@ class EndpointScaling(Construct):
                 return None
             # a deploy-time minimum reaches MinCapacity and each restore action as a Ref
             return minimum if check.rule(
-                scale_to_zero is not True, "min_capacity with scale_to_zero=True: drop min_capacity (scale to zero means 0)"
+                scale_to_zero is not True, "min_capacity with scale_to_zero=True: drop min_capacity (scale to zero means 0)", id="min_capacity.deploy-time-with-scale-to-zero"
             ) else None
         if minimum == 0 and scale_to_zero is not True:
             check.fail(
                 "min_capacity=0 without scale_to_zero: at zero nothing brings capacity back (target tracking has no "
-                "copies to measure); pass scale_to_zero=True (inference components) or min_capacity >= 1"
+                "copies to measure); pass scale_to_zero=True (inference components) or min_capacity >= 1", id="min_capacity.zero-without-scale-to-zero"
             )
         if minimum > 0 and scale_to_zero is True:
             check.fail(
-                f"min_capacity={minimum} with scale_to_zero=True: drop min_capacity (scale to zero means 0)"
+                f"min_capacity={minimum} with scale_to_zero=True: drop min_capacity (scale to zero means 0)", id="min_capacity.with-scale-to-zero"
             )
         if max_ok:
-            check.rule(minimum <= maximum, f"min_capacity={minimum} exceeds max_capacity={maximum}")
+            check.rule(minimum <= maximum, f"min_capacity={minimum} exceeds max_capacity={maximum}", id="min_capacity.above-max-capacity")
         return int(minimum)
 
     def _check_peaks(
@@ -882,12 +901,13 @@ class EndpointScaling(Construct):
             2 * len(peaks) <= MAX_SCHEDULED_ACTIONS,
             f"{len(peaks)} peaks need {2 * len(peaks)} scheduled actions; Application Auto Scaling allows "
             f"{MAX_SCHEDULED_ACTIONS} per scalable target",
+            id="peaks.too-many-actions",
         ):
             return []
         windows = [(w.name or f"peak{i + 1}", w) for i, w in enumerate(peaks)]
         names = [n for n, _ in windows]
         for name in sorted({n for n in names if names.count(n) > 1}):
-            check.fail(f"two peaks are named {name!r}; scheduled action names must be unique: rename one")
+            check.fail(f"two peaks are named {name!r}; scheduled action names must be unique: rename one", id="peaks.duplicate-name")
         for name, window in windows:
             if is_token(window.min_capacity):  # deploy-time capacity: Application Auto Scaling checks it
                 continue
@@ -896,12 +916,14 @@ class EndpointScaling(Construct):
                     window.min_capacity <= maximum,
                     f"peak {name!r} holds {window.min_capacity} but max_capacity={maximum}: Application Auto Scaling "
                     f"would cap the peak at {maximum}; raise max_capacity or lower the peak's capacity",
+                    id="peaks.above-max-capacity",
                 )
             if minimum is not None and not is_token(minimum):
                 check.rule(
                     window.min_capacity > minimum,
                     f"peak {name!r} holds {window.min_capacity}, not above min_capacity={minimum}: the window "
                     "changes nothing; raise its capacity or drop it",
+                    id="peaks.not-above-min-capacity",
                 )
         if lead is not None and not check.problems:
             _check_overlaps(check, windows, int(lead.to_minutes()))
@@ -913,8 +935,9 @@ class EndpointScaling(Construct):
         now = datetime.now(UTC)
         for name, window in windows:
             if window.kind == "once" and _local(window.end, ZoneInfo(window.time_zone)) <= now:  # type: ignore[arg-type]
-                cdk.Annotations.of(self).add_warning_v2(
-                    "genai-pacer:peak-in-the-past",
+                warn(
+                    self,
+                    "peak-in-the-past",
                     f"peak {name!r} ended at {window.end.isoformat()} ({window.time_zone}), before this synth: its "  # type: ignore[union-attr]
                     "one-off scheduled actions will never run; drop or move the window",
                 )
@@ -922,8 +945,9 @@ class EndpointScaling(Construct):
     def _warn_unchecked(self, windows: list[tuple[str, PeakWindow]]) -> None:
         crons = [name for name, w in windows if w.kind == "cron"]
         if crons and len(windows) > 1:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:peak-overlap-unchecked",
+            warn(
+                self,
+                "peak-overlap-unchecked",
                 f"peaks {', '.join(map(repr, crons))} are cron expressions, whose overlap with other peaks is not "
                 "checked: if one ends while another is running, the minimum drops early",
             )
@@ -1006,8 +1030,9 @@ class EndpointScaling(Construct):
             description="a request found no copy of the inference component: adds one (scale out from zero)",
             actions=[cloudwatch_actions.ApplicationScalingAction(self.scale_out_from_zero), *actions],
         )
-        cdk.Annotations.of(self).add_warning_v2(
-            "genai-pacer:scale-to-zero",
+        warn(
+            self,
+            "scale-to-zero",
             "scale_to_zero=True: after an idle period the inference component has no copy, and requests fail "
             "(NoCapacityInvocationFailures) until a new copy is loaded, several minutes after the first one. "
             "Use it for endpoints that tolerate a cold start, never on a user-facing path",
@@ -1089,7 +1114,7 @@ def _cron_expressions(check: Checks, name: str, window: PeakWindow, lead: int) -
         if shifted is None:
             check.fail(
                 f"peak {name!r}: its {lead}-minute lead starts the day before, and the day-of-week field "
-                f"{fields[4]!r} cannot be shifted; use day names or numbers 1-7 (Sunday = 1), or a weekly window"
+                f"{fields[4]!r} cannot be shifted; use day names or numbers 1-7 (Sunday = 1), or a weekly window", id="peaks.lead-crosses-day"
             )
             return None
         raise_fields[4] = shifted
@@ -1097,7 +1122,7 @@ def _cron_expressions(check: Checks, name: str, window: PeakWindow, lead: int) -
         check.fail(
             f"peak {name!r}: its {lead}-minute lead starts the day before a day-of-month schedule "
             f"({window.start}), which one cron expression cannot say; start the peak later, shorten the lead, or "
-            "use a one-off window"
+            "use a one-off window", id="peaks.lead-crosses-month-day"
         )
         return None
     return f"cron({' '.join(raise_fields)})", str(window.end).strip()
@@ -1156,7 +1181,7 @@ def _check_overlaps(check: Checks, windows: list[tuple[str, PeakWindow]], lead: 
         check.fail(
             f"peaks {a!r} ({_describe(one)}) and {b!r} ({_describe(other)}) overlap once each minimum "
             f"rises {lead} minutes early{when}: the first to end restores the minimum while the other is still "
-            "running; merge them into one window with the larger capacity, or move one"
+            "running; merge them into one window with the larger capacity, or move one", id="peaks.overlap"
         )
 
 
@@ -1231,6 +1256,7 @@ def _check_self_overlap(check: Checks, name: str, window: PeakWindow, lead: int)
         f"reaches its own next occurrence {gap // 1440} day(s) later: that day's raise comes before the "
         "previous restore, which then drops the minimum; end it earlier, shorten the lead, or hold the "
         "capacity with min_capacity instead",
+        id="peaks.reaches-next-occurrence",
     )
 
 
