@@ -386,7 +386,7 @@ def test_every_bad_prop_is_refused_with_its_rule_and_fix(props, message):
     with pytest.raises(InvalidPropsError) as caught:
         ModelInvocationLogging(stack, "Logging", **props)
     assert message in str(caught.value)
-    assert str(caught.value).startswith("ModelInvocationLogging Logging")
+    assert str(caught.value).startswith("ModelInvocationLogging at Test/Logging: ")  # the construct and its path
 
 
 def test_a_deploy_time_prefix_is_accepted():

@@ -531,7 +531,7 @@ def test_dashboard_refuses_bad_props(kwargs, message):
     with pytest.raises(InvalidPropsError) as caught:
         LatencyDashboard(new_stack(), "D", **kwargs)
     assert message in str(caught.value)
-    assert str(caught.value).startswith("LatencyDashboard D")
+    assert str(caught.value).startswith("LatencyDashboard at Test/D: ")  # the construct and its path
 
 
 def test_a_deploy_time_dashboard_name_is_accepted():

@@ -147,6 +147,7 @@ def metric_ids(model: BedrockModel) -> tuple[str, ...]:
             len(ids) <= MAX_ALARM_METRICS,
             f"model {model.model_id!r} has {len(ids)} ModelId values to read; an alarm retrieves at most "
             f"{MAX_ALARM_METRICS} metrics: watch the model under fewer ids",
+            id="model.too-many-model-ids",
         )
     return ids
 
@@ -234,7 +235,7 @@ def _p50_p90(metric: Any, **props: Any) -> list[cloudwatch.IMetric]:
 def _number(check: Checks, name: str, value: Any, *, synth_time: bool = True, **limits: Any) -> bool:
     """A finite number within limits; a deploy-time token refused where the value is needed at synth."""
     if synth_time and is_token(value):
-        return check.fail(f"{name} is a deploy-time token, but it sets an alarm threshold or an annotation at synth: pass a number")
+        return check.fail(f"{name} is a deploy-time token, but it sets an alarm threshold or an annotation at synth: pass a number", id=f"{name}.deploy-time-threshold")
     return check.number(name, value, **limits)
 
 
@@ -275,7 +276,7 @@ class TpmQuota:
                     and 1 < fraction <= 100):
                 check.fail(
                     f"alarm_fraction={fraction!r} looks like a percentage; it is a fraction of the quota in (0, 1]: "
-                    f"pass {fraction / 100:g} to alarm at {fraction:g}% of tpm_quota"
+                    f"pass {fraction / 100:g} to alarm at {fraction:g}% of tpm_quota", id="alarm_fraction.percentage"
                 )
             else:
                 _number(check, "alarm_fraction", fraction, above=0, maximum=1,
@@ -349,7 +350,7 @@ class LatencyAlarms:
         object.__setattr__(self, "ttft_p90", resolved(self.ttft_p90))
         with Checks("LatencyAlarms") as check:
             if is_token(self.ttft_p90):
-                check.fail("ttft_p90 is a deploy-time token, but it sets an alarm threshold at synth: pass a cdk.Duration")
+                check.fail("ttft_p90 is a deploy-time token, but it sets an alarm threshold at synth: pass a cdk.Duration", id="ttft_p90.deploy-time")
             else:
                 check.duration("ttft_p90", self.ttft_p90, minimum=cdk.Duration.millis(1), maximum=cdk.Duration.minutes(15),
                                optional=True, fix="a time-to-first-token budget such as cdk.Duration.seconds(2), or None for no alarm")
@@ -401,7 +402,7 @@ class WatchedModel:
                          fix="quota tokens per output token: 1 for most models, 5 for older Anthropic Claude models") \
                     and known is not None and self.burndown != known:
                 check.fail(f"burndown={self.burndown:g} differs from the quota's burndown={known:g}: the settled tokens "
-                               "and the reservation alarm would not match the plan; omit burndown to use the quota's")
+                               "and the reservation alarm would not match the plan; omit burndown to use the quota's", id="burndown.other-than-quota")
             check.instance("alarms", self.alarms, LatencyAlarms, "LatencyAlarms(...), or None for no alarms", optional=True)
             check.text("label", self.label, optional=True, max_length=100,
                        fix="a short name for the model's widgets and alarms")
@@ -449,11 +450,12 @@ class LatencyDashboard(Construct):
         default_interval: cdk.Duration | None = None,
     ) -> None:
         super().__init__(scope, id)
-        with Checks(f"LatencyDashboard {id}") as check:
+        with Checks("LatencyDashboard", scope=self) as check:
             if check.text("dashboard_name", dashboard_name, optional=True):
                 check.rule(
                     bool(_DASHBOARD_NAME.match(str(dashboard_name))),
                     f"dashboard_name={dashboard_name!r} may hold letters, digits, - and _ only (1-255 characters)",
+                    id="dashboard_name.characters",
                 )
             if check.instance("models", models, (list, tuple), "a list of BedrockModel or WatchedModel"):
                 models = [as_bedrock_model(model, f"models[{i}]") for i, model in enumerate(models)]
@@ -462,7 +464,7 @@ class LatencyDashboard(Construct):
             check.alarm_actions("alarm_actions", alarm_actions)
             if token_kind(default_interval) is not None:
                 check.fail("default_interval is a deploy-time value, but the dashboard's opening range is written at "
-                           "synth: pass a Duration such as cdk.Duration.hours(3)")
+                           "synth: pass a Duration such as cdk.Duration.hours(3)", id="default_interval.deploy-time")
             check.duration("default_interval", default_interval, minimum=cdk.Duration.minutes(5),
                            maximum=cdk.Duration.days(455), optional=True, fix="how far back the dashboard opens, e.g. 3 hours")
         self._actions = list(alarm_actions)
@@ -481,16 +483,16 @@ class LatencyDashboard(Construct):
     def add_model(self, model: BedrockModel | WatchedModel) -> WatchedModel:
         """Add one model's rows (and alarms) to the dashboard; returns it as a WatchedModel."""
         model = as_bedrock_model(model)
-        with Checks(f"LatencyDashboard {self.node.id}: add_model") as check:
+        with Checks("LatencyDashboard.add_model", scope=self) as check:
             check.instance("model", model, (BedrockModel, WatchedModel), "a BedrockModel or WatchedModel(...)")
         watched = model if isinstance(model, WatchedModel) else WatchedModel(model)
-        with Checks(f"LatencyDashboard {self.node.id}: add_model") as check:
+        with Checks("LatencyDashboard.add_model", scope=self) as check:
             for other in self._models:
                 if not is_token(watched.model.model_id):
                     check.rule(other.model.model_id != watched.model.model_id,
-                               f"model {watched.model.model_id!r} is already on the dashboard; add each model once")
+                               f"model {watched.model.model_id!r} is already on the dashboard; add each model once", id="model.added-twice")
                 check.rule(other.name != watched.name,
-                           f"label {watched.name!r} is taken by another model; give each model its own label")
+                           f"label {watched.name!r} is taken by another model; give each model its own label", id="label.taken")
         index = len(self._models)
         self._models.append(watched)
         scope = Construct(self, f"Model{index}")
@@ -734,13 +736,13 @@ class LatencyDashboard(Construct):
     # --- the library's other constructs ----------------------------------------------------------
 
     def _title(self, name: str, title: Any, default: str) -> str:
-        with Checks(f"LatencyDashboard {self.node.id}: {name}") as check:
+        with Checks(f"LatencyDashboard.{name}", scope=self) as check:
             check.text("title", title, optional=True, max_length=100)
         return title if title is not None else default
 
     def _named(self, method: str, argument: str, construct: Any, kind: type, accepted: str, title: Any) -> str:
         """The title of an add_* method's widgets once `construct` is the kind it shows: `title`, else its path."""
-        with Checks(f"LatencyDashboard {self.node.id}: {method}") as check:
+        with Checks(f"LatencyDashboard.{method}", scope=self) as check:
             check.instance(argument, construct, kind, accepted)
         return self._title(method, title, construct.node.path)
 
@@ -789,7 +791,7 @@ class LatencyDashboard(Construct):
         Region). Model calls inside a workflow publish no per-call metrics: give the model a TpmQuota
         from the plan to see their reservation."""
         machine = getattr(workflow, "state_machine", workflow)
-        with Checks(f"LatencyDashboard {self.node.id}: add_state_machine") as check:
+        with Checks("LatencyDashboard.add_state_machine", scope=self) as check:
             check.instance("workflow", machine, sfn.StateMachine, ACCEPTED_WORKFLOWS)
         name = self._title("add_state_machine", title, getattr(workflow, "node", machine.node).path)
         five = cdk.Duration.minutes(5)
@@ -895,10 +897,11 @@ class LatencyDashboard(Construct):
     def add_endpoint(self, endpoint: Any, *, title: str | None = None) -> None:
         """A self-hosted endpoint (LlmEndpoint or EndpointScaling): concurrent requests per model or
         per copy, the signal its scaling tracks."""
-        with Checks(f"LatencyDashboard {self.node.id}: add_endpoint") as check:
+        with Checks("LatencyDashboard.add_endpoint", scope=self) as check:
             check.rule(
                 callable(getattr(endpoint, "metric_concurrent_requests", None)) and hasattr(endpoint, "node"),
                 f"endpoint={type(endpoint).__name__} has no metric_concurrent_requests(); pass an LlmEndpoint or EndpointScaling",
+                id="endpoint.no-concurrency-metric",
             )
         name = self._title("add_endpoint", title, endpoint.node.path)
         self.dashboard.add_widgets(

@@ -49,7 +49,7 @@ from aws_cdk import custom_resources as cr
 
 from constructs import Construct, IConstruct
 
-from .._internal.checks import Checks, is_token
+from .._internal.checks import Checks, is_token, warn
 from .._internal.docs import constructor_doc
 from .._internal.s3 import bucket_key as bucket_key_of
 from .._internal.secure import encrypted_log_group, log_key
@@ -146,7 +146,7 @@ class ModelInvocationLogging(Construct):
             "image_data": image_data, "embedding_data": embedding_data, "video_data": video_data,
             "keep_logging_on_delete": keep_logging_on_delete,
         }
-        with Checks(f"ModelInvocationLogging {id}") as check:
+        with Checks("ModelInvocationLogging", scope=self) as check:
             for name, value in flags.items():
                 check.instance(name, value, bool, "True or False")
             check.instance("log_group", log_group, logs.ILogGroup, "a logs.LogGroup", optional=True)
@@ -163,31 +163,31 @@ class ModelInvocationLogging(Construct):
                 if check.text(name, prefix, max_length=200, optional=True) and isinstance(prefix, str) and not is_token(prefix):
                     check.rule(bool(_PREFIX.match(prefix)) and not prefix.startswith("/") and not prefix.endswith("/"),
                                f"{name}={prefix!r} must be an S3 prefix of letters, digits and !_.*'()-/ without a "
-                               "leading or trailing /, e.g. 'invocation-logs'")
+                               "leading or trailing /, e.g. 'invocation-logs'", id=f"{name}.not-s3-prefix")
             check.rule(cloudwatch_logs is True or s3_delivery is True,
-                       "cloudwatch_logs and s3_delivery are both False, so Bedrock would log nowhere: turn one on")
+                       "cloudwatch_logs and s3_delivery are both False, so Bedrock would log nowhere: turn one on", id="cloudwatch_logs.nowhere")
             check.rule(log_group is None or cloudwatch_logs is not False,
-                       "log_group is set but cloudwatch_logs=False, so it would be ignored: drop log_group or turn cloudwatch_logs on")
+                       "log_group is set but cloudwatch_logs=False, so it would be ignored: drop log_group or turn cloudwatch_logs on", id="log_group.without-cloudwatch-logs")
             check.rule(key_prefix is None or s3_delivery is True,
-                       "key_prefix is the S3 prefix of delivered logs, but s3_delivery is off: drop it or turn s3_delivery on")
+                       "key_prefix is the S3 prefix of delivered logs, but s3_delivery is off: drop it or turn s3_delivery on", id="key_prefix.without-s3-delivery")
             check.rule(large_data_prefix is None or (cloudwatch_logs is True and (bucket is not None or s3_delivery is True)),
                        "large_data_prefix is where CloudWatch Logs delivery puts bodies too large for it, which needs "
-                       "cloudwatch_logs and a bucket (bucket, or s3_delivery): drop it or add both")
+                       "cloudwatch_logs and a bucket (bucket, or s3_delivery): drop it or add both", id="large_data_prefix.without-cloudwatch-logs")
             new_log_group = cloudwatch_logs is True and log_group is None
             new_bucket = s3_delivery is True and bucket is None
             check.rule(server_access_logs_bucket is None or new_bucket,
                        "server_access_logs_bucket configures a new bucket, but none is created (bucket is yours, or "
-                       "s3_delivery is off): set access logging on your bucket instead, or drop it")
+                       "s3_delivery is off): set access logging on your bucket instead, or drop it", id="server_access_logs_bucket.no-new-bucket")
             check.rule(encryption_key is None or new_log_group or new_bucket,
                        "encryption_key encrypts a new log group or bucket, but both destinations are yours: encrypt "
-                       "them with your key yourself, or drop encryption_key")
+                       "them with your key yourself, or drop encryption_key", id="encryption_key.no-new-destination")
             check.rule(log_retention is None or new_log_group,
                        "log_retention configures a new log group, but log_group is yours (or CloudWatch Logs is off): "
-                       "set retention on your log group instead, or drop log_retention")
+                       "set retention on your log group instead, or drop log_retention", id="log_retention.no-new-log-group")
             retention_days = self._retention_days(check, bucket_retention)
             check.rule(bucket_retention is None or new_bucket,
                        "bucket_retention sets the lifecycle of a new bucket, but none is created (bucket is yours, or "
-                       "s3_delivery is off): add an expiration rule to your bucket instead, or drop bucket_retention")
+                       "s3_delivery is off): add an expiration rule to your bucket instead, or drop bucket_retention", id="bucket_retention.no-new-bucket")
             self._refuse_a_second_configuration(check)
 
         stack = cdk.Stack.of(self)
@@ -266,11 +266,12 @@ class ModelInvocationLogging(Construct):
                     f"{other.node.path} already configures model invocation logging for {where}; Bedrock keeps one "
                     "configuration per account and Region, so the two would overwrite each other on every deploy "
                     "and the first stack deleted would turn logging off for both: keep one ModelInvocationLogging "
-                    "per environment"
+                    "per environment", id="environment.configured-twice"
                 )
             elif any(is_token(v) for v in (account, region, other_account, other_region)):
-                cdk.Annotations.of(self).add_warning_v2(
-                    "genai-pacer:invocation-logging-environment",
+                warn(
+                    self,
+                    "invocation-logging-environment",
                     f"{other.node.path} also configures model invocation logging and one of the two stacks is "
                     "environment-agnostic: if both deploy to the same account and Region they overwrite each other. "
                     "Give both stacks an explicit env",
@@ -290,11 +291,11 @@ class ModelInvocationLogging(Construct):
                     return retention.to_days()
                 except Exception:  # aws-cdk-lib cannot scale a token from another unit
                     check.fail("bucket_retention is a deploy-time Duration in another unit, but S3 lifecycle rules count "
-                               "whole days: build it with cdk.Duration.days(parameter.value_as_number)")
+                               "whole days: build it with cdk.Duration.days(parameter.value_as_number)", id="bucket_retention.deploy-time-unit")
             return None
         days = retention.to_days(integral=False)
         if not check.rule(float(days).is_integer(), f"bucket_retention={retention.to_human_string()} is not whole days; "
-                          "S3 lifecycle rules count whole days: pass e.g. cdk.Duration.days(30)"):
+                          "S3 lifecycle rules count whole days: pass e.g. cdk.Duration.days(30)", id="bucket_retention.not-whole-days"):
             return None
         return int(days)
 
@@ -359,8 +360,9 @@ class ModelInvocationLogging(Construct):
             conditions=self._source_conditions(stack),
         ))
         if not result.statement_added:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:invocation-logging-bucket-policy",
+            warn(
+                self,
+                "invocation-logging-bucket-policy",
                 f"bucket {bucket.node.path} is imported, so its policy cannot be changed here: allow bedrock.amazonaws.com "
                 f"s3:PutObject on {', '.join(f'{p}/{path}' for p in dict.fromkeys(prefixes))} (conditions aws:SourceAccount "
                 "and aws:SourceArn), or Bedrock cannot write the logs",
@@ -377,8 +379,9 @@ class ModelInvocationLogging(Construct):
             conditions=self._source_conditions(stack),
         )
         if key is not None and not key.add_to_resource_policy(key_statement).statement_added:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:invocation-logging-key-policy",
+            warn(
+                self,
+                "invocation-logging-key-policy",
                 f"{key_prop} {key.node.path} is imported, so its policy cannot be changed here: allow "
                 "bedrock.amazonaws.com kms:GenerateDataKey (conditions aws:SourceAccount and aws:SourceArn), or "
                 "Bedrock cannot write to the encrypted bucket",
