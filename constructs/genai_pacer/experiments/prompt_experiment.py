@@ -85,6 +85,7 @@ from .._internal.checks import (
     shown,
     token_kind,
     token_of_kind,
+    warn,
 )
 from .._internal.docs import constructor_doc
 from .._internal.metrics import variant_metric
@@ -220,7 +221,7 @@ class TextPrompt:
                     and not is_token(self.template):
                 stray = [m for m in re.findall(r"\{\{[^{}]*\}\}", self.template) if not _PLACEHOLDER.fullmatch(m)]
                 check.rule(not stray, f"template has {stray}, which the runtime would send to the model as written: "
-                           "a placeholder is {{name}} with letters, digits and '_' only")
+                           "a placeholder is {{name}} with letters, digits and '_' only", id="template.bad-placeholder")
             check.text("system", self.system, optional=True)
 
 
@@ -245,11 +246,12 @@ class ManagedPrompt:
                     f"prompt_arn={self.prompt_arn!r} is not a prompt ARN such as "
                     "'arn:aws:bedrock:us-east-1:111122223333:prompt/PROMPT12AB'; pass the ARN without ':<version>' and "
                     "the version separately",
+                    id="prompt_arn.not-prompt-arn",
                 )
             if check.text("version", self.version, fix="a published version number such as '3'") and not is_token(self.version):
                 check.rule(bool(_VERSION.match(self.version)),
                            f"version={self.version!r} must be a published version number from 1, such as '3' "
-                           "(DRAFT is not pinned)")
+                           "(DRAFT is not pinned)", id="version.not-published")
 
     @property
     def version_arn(self) -> str:
@@ -293,18 +295,18 @@ class ExperimentVariant:
         with Checks(f"ExperimentVariant {_show(self.name)}") as check:
             if is_token(self.name):
                 check.fail(f"name is a deploy-time {token_kind(self.name)}, but a variant's name is checked at synth "
-                           "(the control, the guard alarms, the Variant dimension): pass text")
+                           "(the control, the guard alarms, the Variant dimension): pass text", id="name.deploy-time")
             elif check.text("name", self.name, max_length=64):
                 check.rule(bool(_NAME.match(self.name)),
                            f"name={self.name!r} may hold letters, digits, '.', '_' and '-' only, starting with a letter "
-                           "or digit (it becomes a CloudWatch dimension value)")
+                           "or digit (it becomes a CloudWatch dimension value)", id="name.characters")
             check.instance("model", self.model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
             # The document is JSON written at synth: a number token would be its encoding there (-1.9e289)
             at_synth = [n for n in ("share", "max_tokens", "temperature", "top_p") if is_token(getattr(self, n))]
             for name in at_synth:
                 check.fail(f"{name} is a deploy-time token; the {'split' if name == 'share' else 'variant'} is written "
                            "into the experiment document at synth: pass a number (change it later with an AppConfig "
-                           "deployment, not a stack update)")
+                           "deployment, not a stack update)", id=f"{name}.deploy-time-document")
             if "share" not in at_synth:
                 check.number("share", self.share, minimum=0, maximum=100, fix="percent of users; all shares sum to 100")
             check.instance("prompt", self.prompt, (TextPrompt, ManagedPrompt), "a TextPrompt(...) or ManagedPrompt(...)")
@@ -316,24 +318,24 @@ class ExperimentVariant:
                     check.number(name, getattr(self, name), minimum=0, maximum=1, optional=True)
             if isinstance(self.stop_sequences, list | tuple) and any(token_kind(s) == "list" for s in self.stop_sequences):
                 check.fail("stop_sequences is a deploy-time list, which the experiment document (JSON written at synth) "
-                           "cannot hold: pass a list of strings (each may be a deploy-time string)")
+                           "cannot hold: pass a list of strings (each may be a deploy-time string)", id="stop_sequences.deploy-time")
             elif self.stop_sequences is not None and check.each("stop_sequences", self.stop_sequences,
                                                                 lambda n, s: check.text(n, s)):
                 check.rule(len(self.stop_sequences) <= 2500, f"stop_sequences has {len(self.stop_sequences)} items; "
-                           "Converse accepts at most 2,500")
+                           "Converse accepts at most 2,500", id="stop_sequences.too-many")
             if check.instance("additional_fields", self.additional_fields, Mapping, "a dict such as {'top_k': 40}",
                               optional=True):
                 try:  # it is written into the JSON document: no NaN (not JSON), no objects JSON cannot hold
                     json.dumps(self.additional_fields, allow_nan=False)
                 except (TypeError, ValueError) as error:
                     check.fail(f"additional_fields={self.additional_fields!r:.120} cannot be written into the JSON "
-                               f"experiment document ({error}); pass strings, finite numbers, booleans, lists and dicts")
+                               f"experiment document ({error}); pass strings, finite numbers, booleans, lists and dicts", id="additional_fields.not-json")
             check_service_tier(check, "service_tier", self.service_tier)
             if isinstance(self.prompt, ManagedPrompt):
                 set_ = [n for n in ("max_tokens", "temperature", "top_p", "stop_sequences", "additional_fields")
                         if getattr(self, n) is not None]
                 check.rule(not set_, f"{', '.join(set_)} cannot be set with a ManagedPrompt: Converse refuses "
-                           "inferenceConfig and additionalModelRequestFields with a prompt ARN; set them in the prompt version")
+                           "inferenceConfig and additionalModelRequestFields with a prompt ARN; set them in the prompt version", id="prompt.inference-config-with-managed-prompt")
 
     def document(self) -> dict[str, Any]:
         """This variant as the experiment document holds it."""
@@ -445,36 +447,36 @@ class PromptExperiment(Construct):
         max_p90_latency = max_p90_latency or cdk.Duration.seconds(10)
         guard_period = guard_period or cdk.Duration.minutes(1)
         experiment_name = experiment_name if experiment_name is not None else id
-        with Checks(f"PromptExperiment {id}") as check:
+        with Checks("PromptExperiment", scope=self) as check:
             names: list[str] = []
             if check.each("variants", variants, lambda n, v: check.instance(n, v, ExperimentVariant, "an ExperimentVariant(...)")):
                 names = [v.name for v in variants]
-                check.rule(len(variants) >= 2, f"variants has {len(variants)}; an experiment needs a control and at least one treatment")
+                check.rule(len(variants) >= 2, f"variants has {len(variants)}; an experiment needs a control and at least one treatment", id="variants.too-few")
                 check.rule(len(variants) <= MAX_VARIANTS,
                            f"variants has {len(variants)}; at most {MAX_VARIANTS} (each has two guard alarms, which the composite "
                            "alarm and the fallback's DisableAlarmActions must list; the Bonferroni level shrinks with each): "
-                           "run several experiments")
+                           "run several experiments", id="variants.too-many")
                 duplicates = sorted({n for n in names if names.count(n) > 1})
                 check.rule(not duplicates, f"variant names {duplicates} appear more than once; give each variant its own name "
-                           "(it is the Variant dimension and the assignment key)")
+                           "(it is the Variant dimension and the assignment key)", id="variants.duplicate-name")
                 total = math.fsum(v.share for v in variants)  # ExperimentVariant refuses token shares
                 check.rule(abs(total - 100) <= 1e-6,
                            f"shares sum to {total:g} ({' + '.join(f'{v.name} {v.share:g}' for v in variants)}), not 100; "
-                           "adjust them so every user has exactly one variant")
+                           "adjust them so every user has exactly one variant", id="variants.shares-not-100")
             if token_kind(control) is not None:
                 check.fail("control is a deploy-time value, but the control variant's name decides at synth which "
-                           "variant the fallback document gives every user: pass one of the variant names")
+                           "variant the fallback document gives every user: pass one of the variant names", id="control.deploy-time")
             elif control is not None and check.text("control", control) and names:
-                check.rule(control in names, f"control={control!r} is not a variant; pass one of {names}")
+                check.rule(control in names, f"control={control!r} is not a variant; pass one of {names}", id="control.not-a-variant")
             control = control if control is not None else (names[0] if names else None)
             if names and isinstance(control, str) and control in names:
                 control_share = next(v.share for v in variants if v.name == control)
                 check.rule(control_share > 0,
-                           f"control {control!r} has share 0; the baseline must serve users")
+                           f"control {control!r} has share 0; the baseline must serve users", id="control.zero-share")
             if check.text("experiment_name", experiment_name, max_length=64):
                 check.rule(bool(_NAME.match(experiment_name)),
                            f"experiment_name={experiment_name!r} may hold letters, digits, '.', '_' and '-' only (it is a "
-                           "CloudWatch dimension value)")
+                           "CloudWatch dimension value)", id="experiment_name.characters")
             check.text("salt", salt, optional=True, fix="omit it to use experiment_name")
             check.instance("application", application, appconfig.IApplication, "an appconfig.Application", optional=True)
             check.instance("deployment_strategy", deployment_strategy, appconfig.IDeploymentStrategy,
@@ -485,16 +487,16 @@ class PromptExperiment(Construct):
                 duration_in(check, "bake_time", bake_time, "minutes", why="AppConfig counts the bake time")
             if bake_time is not None and isinstance(bake_time, cdk.Duration) and not bake_time.is_unresolved():
                 check.rule(bake_time.to_seconds(integral=False) % 60 == 0,
-                           f"bake_time={bake_time.to_human_string()} is not whole minutes; AppConfig counts bake time in minutes")
+                           f"bake_time={bake_time.to_human_string()} is not whole minutes; AppConfig counts bake time in minutes", id="bake_time.not-whole-minutes")
             if deployment_strategy is not None and bake_time_given:
                 check.fail("bake_time configures the new deployment strategy and deployment_strategy is given, so it would be "
-                           "ignored; set the final bake time on your strategy")
+                           "ignored; set the final bake time on your strategy", id="bake_time.with-deployment-strategy")
             token_of_kind(check, "max_error_rate_percent", max_error_rate_percent, "number",
                           fix="pass CfnParameter(type='Number').value_as_number, or a number such as 5")
             if check.number("max_error_rate_percent", max_error_rate_percent, above=0, maximum=100,
                             fix="the share of failed calls a variant may have, e.g. 5"):
                 check.rule(max_error_rate_percent < 100, "max_error_rate_percent=100 can never be exceeded, so the error "
-                           "guard would never fire; pass a limit below 100, e.g. 5")
+                           "guard would never fire; pass a limit below 100, e.g. 5", id="max_error_rate_percent.never-exceeded")
             check.duration("max_p90_latency", max_p90_latency, minimum=cdk.Duration.seconds(1), maximum=cdk.Duration.minutes(15))
             p90_seconds: Any = None
             if token_kind(max_p90_latency) == "Duration":  # the alarm then compares seconds with the parameter
@@ -505,7 +507,7 @@ class PromptExperiment(Construct):
             check.integer("guard_min_calls", guard_min_calls, minimum=1, maximum=1_000_000)
             if token_kind(guard_period) is not None:
                 check.fail("guard_period is a deploy-time value, but aws-cdk-lib checks a metric's period at synth and the "
-                           "guard window is checked against CloudWatch's limits: pass a Duration such as cdk.Duration.minutes(1)")
+                           "guard window is checked against CloudWatch's limits: pass a Duration such as cdk.Duration.minutes(1)", id="guard_period.deploy-time")
             token_of_kind(check, "guard_evaluation_periods", guard_evaluation_periods, "number",
                           fix="pass CfnParameter(type='Number').value_as_number, or an integer such as 3")
             if check.duration("guard_period", guard_period, minimum=cdk.Duration.minutes(1), maximum=cdk.Duration.days(1),
@@ -515,7 +517,7 @@ class PromptExperiment(Construct):
                 check.rule(seconds % 60 == 0,
                            f"guard_period={guard_period.to_human_string()} ({seconds:g} s) must be whole minutes: CloudWatch alarm periods "
                            "above 30 seconds are multiples of 60 s (PutMetricAlarm would refuse it at deploy); pass e.g. "
-                           "cdk.Duration.minutes(1)")
+                           "cdk.Duration.minutes(1)", id="guard_period.not-whole-minutes")
             if check.integer("guard_evaluation_periods", guard_evaluation_periods, minimum=1, maximum=100) \
                     and isinstance(guard_period, cdk.Duration) and not guard_period.is_unresolved():
                 window = guard_period.to_seconds(integral=False) * guard_evaluation_periods
@@ -523,7 +525,7 @@ class PromptExperiment(Construct):
                 check.rule(window <= limit,
                            f"guard_period x guard_evaluation_periods = {guard_period.to_human_string()} x "
                            f"{guard_evaluation_periods} is more than CloudWatch's {'1 day' if limit == 86_400 else '7 days'} "
-                           "for an alarm's evaluation range (1 day when the period is under an hour): shorten either")
+                           "for an alarm's evaluation range (1 day when the period is under an hour): shorten either", id="guard_period.window-too-long")
             check.instance("fallback_on_alarm", fallback_on_alarm, bool, "True or False")
             check.alarm_actions("alarm_actions", alarm_actions)
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
@@ -531,8 +533,9 @@ class PromptExperiment(Construct):
         control = cast(str, control)  # the checks above raised unless a control variant was named or found
         for variant in variants:
             if variant.share == 0 and variant.name != control:
-                cdk.Annotations.of(self).add_warning_v2(
-                    "genai-pacer:experimentVariantWithoutTraffic",
+                warn(
+                    self,
+                    "experimentVariantWithoutTraffic",
                     f"variant {variant.name!r} has share 0: no user is assigned to it, so it is never called, its "
                     "guards never see a call and the experiment measures nothing about it. Give it a share, or drop "
                     "it until an AppConfig deployment gives it users.",
@@ -540,8 +543,9 @@ class PromptExperiment(Construct):
         window = (guard_period.to_seconds(integral=False) * guard_evaluation_periods
                   if not guard_period.is_unresolved() and token_kind(guard_evaluation_periods) is None else 0)
         if deployment_strategy is None and not bake_time.is_unresolved() and 0 < bake_time.to_seconds(integral=False) < window:
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:experimentGuardSlowerThanBake",
+            warn(
+                self,
+                "experimentGuardSlowerThanBake",
                 f"the guards need {guard_evaluation_periods} breaching periods of {guard_period.to_human_string()} but "
                 f"bake_time is {bake_time.to_human_string()}: a split change cannot be rolled back before the bake ends "
                 "(the fallback still acts afterwards). Raise bake_time or shorten guard_period x guard_evaluation_periods.",
@@ -656,15 +660,15 @@ class PromptExperiment(Construct):
     def metric_outcome(self, variant: str, outcome: str, **props: Any) -> cloudwatch.Metric:
         """Outcome events of one variant, by the runtime's outcome name (thumbs_up, escalation, ...)."""
         names = metrics_constants()
-        with Checks(f"PromptExperiment {self.node.id}: metric_outcome") as check:
-            check.rule(outcome in names.OUTCOMES, f"outcome={outcome!r} must be one of {sorted(names.OUTCOMES)}")
+        with Checks("PromptExperiment.metric_outcome", scope=self) as check:
+            check.rule(outcome in names.OUTCOMES, f"outcome={outcome!r} must be one of {sorted(names.OUTCOMES)}", id="outcome.unknown")
         return self._metric(variant, names.OUTCOMES[outcome], {"statistic": "Sum", **props})
 
     def _metric(self, variant: str, metric_name: str, props: dict[str, Any]) -> cloudwatch.Metric:
         found = [v for v in self.variants if v.name == variant]
-        with Checks(f"PromptExperiment {self.node.id}") as check:
+        with Checks("PromptExperiment", scope=self) as check:
             check.rule(bool(found), f"variant={variant!r} is not in experiment {self.experiment_name!r}: "
-                       f"{[v.name for v in self.variants]}")
+                       f"{[v.name for v in self.variants]}", id="variant.not-in-experiment")
         return variant_metric(found[0].model.model_id, self.experiment_name, variant, metric_name,
                               **{"period": cdk.Duration.minutes(1), **props})
 
@@ -933,7 +937,7 @@ class PromptExperiment(Construct):
         model's other tiers (BedrockModel.tier_fence), so the handler cannot bill a tier the experiment
         does not test, e.g. Priority for a Flex arm. A variant naming no tier is called at the tier
         the handler passes, so its model is not fenced; nor is one with a deploy-time tier."""
-        with Checks(f"PromptExperiment {self.node.id}.grant_evaluate") as check:
+        with Checks("PromptExperiment.grant_evaluate", scope=self) as check:
             check.instance("streaming", streaming, bool, "True or False")
         grants = [self._grant_read(grantee)]
         for model in dict.fromkeys(v.model for v in self.variants):
@@ -986,7 +990,7 @@ class PromptExperiment(Construct):
         Calling it again for the same function adds nothing (one layer, the same variables and grant),
         except the stream actions when the first call had streaming=False and this one True.
         """
-        with Checks(f"PromptExperiment {self.node.id}.add_to_function") as check:
+        with Checks("PromptExperiment.add_to_function", scope=self) as check:
             check.instance("function", function, lambda_.Function,
                            "a lambda_.Function (its layers, environment and role are changed)")
             check.instance("streaming", streaming, bool, "True or False")
@@ -1047,7 +1051,7 @@ def _extension_layer_arn(stack: cdk.Stack, *, arm: bool) -> str:
                        f"the stack's region={stack.region!r} has no AppConfig Lambda extension layer for "
                        f"{'arm64' if arm else 'x86_64'} in aws-cdk-lib's table; add the layer yourself "
                        "(https://docs.aws.amazon.com/appconfig/latest/userguide/appconfig-integration-lambda-extensions-versions.html) "
-                       "with environment_variables() and grant_evaluate()")
+                       "with environment_variables() and grant_evaluate()", id="region.no-appconfig-layer")
         return cast(str, arn)  # the check above raised unless the table has a layer
     mapping = stack.node.try_find_child("GenaiPacerAppConfigExtensionLayers")
     if not isinstance(mapping, cdk.CfnMapping):

@@ -99,10 +99,10 @@ def read_log(
     """
     with Checks("read_log") as check:
         if check.text("latency_field", latency_field, fix="LatencyMs or ServiceLatencyMs"):
-            check.rule(latency_field.strip() == latency_field, f"latency_field={latency_field!r} has spaces around it")
+            check.rule(latency_field.strip() == latency_field, f"latency_field={latency_field!r} has spaces around it", id="latency_field.spaces")
         check.text("experiment", experiment, optional=True, fix="the experiment name the records carry")
         if lines is None or isinstance(lines, int | float | bool) or not isinstance(lines, str | Path | Iterable):
-            check.fail(f"lines={lines!r:.60} is {type(lines).__name__}; pass a path, the log's lines, or its text")
+            check.fail(f"lines={lines!r:.60} is {type(lines).__name__}; pass a path, the log's lines, or its text", id="lines.type")
     if isinstance(lines, str) and ("\n" in lines or lines.lstrip().startswith("{")):
         lines = lines.splitlines()  # the log's text, not a path
     if isinstance(lines, str | Path):
@@ -143,9 +143,9 @@ def read_log(
             variant.outcome_units.setdefault(str(record["Outcome"]), set()).add(str(unit))
     with Checks("read_log") as check:
         check.rule(experiment is not None or len(seen) <= 1,
-                   f"the log holds experiments {sorted(seen)}; pass experiment= to pick one")
+                   f"the log holds experiments {sorted(seen)}; pass experiment= to pick one", id="experiment.several-in-log")
         check.rule(experiment is None or not seen or experiment in seen,
-                   f"the log holds no records of experiment={experiment!r}, only of {sorted(seen)}; pass one of those names")
+                   f"the log holds no records of experiment={experiment!r}, only of {sorted(seen)}; pass one of those names", id="experiment.not-in-log")
     return data
 
 
@@ -252,7 +252,7 @@ def wilson(successes: int, trials: int, *, level: float = 0.05) -> Rate:
     with Checks("wilson") as check:
         check.integer("trials", trials, minimum=0)
         if check.integer("successes", successes, minimum=0) and isinstance(trials, int) and not isinstance(trials, bool):
-            check.rule(successes <= trials, f"successes={successes} is more than trials={trials}")
+            check.rule(successes <= trials, f"successes={successes} is more than trials={trials}", id="successes.above-trials")
         check.number("level", level, above=0, maximum=0.5, fix="0.05 for a 95% interval")
     if trials == 0:
         return Rate(successes, trials, math.nan, math.nan)
@@ -390,9 +390,9 @@ class Verdict:
         with Checks("Verdict.chart") as check:
             if check.instance("path", path, (str, Path), "a file path ending in .png"):
                 target = Path(path)
-                check.rule(target.suffix.lower() == ".png", f"path={str(path)!r} does not end in .png; the chart is a PNG")
+                check.rule(target.suffix.lower() == ".png", f"path={str(path)!r} does not end in .png; the chart is a PNG", id="path.not-png")
                 check.rule(target.parent.is_dir(), f"path={str(path)!r}: the folder {str(target.parent)!r} does not exist; "
-                           "create it first")
+                           "create it first", id="path.no-folder")
         try:
             import matplotlib
         except ModuleNotFoundError as error:
@@ -462,7 +462,7 @@ def _check_split(check: Checks, split: Any) -> bool:
     valid = all([check.number(f"split[{name!r}]", share, minimum=0, maximum=100) for name, share in split.items()])
     if valid:
         total = math.fsum(split.values())
-        valid = check.rule(abs(total - 100) <= 1e-6, f"split shares sum to {total:g}, not 100; pass the configured split")
+        valid = check.rule(abs(total - 100) <= 1e-6, f"split shares sum to {total:g}, not 100; pass the configured split", id="split.shares-not-100")
     return valid
 
 
@@ -486,10 +486,10 @@ def verdict(
     """
     with Checks("verdict") as check:
         if _check_split(check, split):
-            check.rule(len(split) >= 2, f"split={dict(split)!r} needs a control and at least one treatment")
-            if check.rule(control in split, f"control={control!r} is not in split {sorted(split)}"):
+            check.rule(len(split) >= 2, f"split={dict(split)!r} needs a control and at least one treatment", id="split.too-few-variants")
+            if check.rule(control in split, f"control={control!r} is not in split {sorted(split)}", id="control.not-in-split"):
                 check.rule(split[control] > 0, f"control {control!r} has share 0 in split; the baseline must have served "
-                           "users: pass the split the experiment ran under")
+                           "users: pass the split the experiment ran under", id="control.zero-share-in-split")
         check.text("experiment", experiment, fix="the experiment's name, for the report")
         check.number("level", level, above=0, maximum=0.5, fix="0.05 for 95% intervals")
         check.number("srm_level", srm_level, above=0, maximum=0.5, fix="0.001 is usual: a real mismatch is far below it")
@@ -497,18 +497,18 @@ def verdict(
         check.instance("seed", seed, int, "an int")
         if isinstance(data, Mapping):
             stray = sorted(set(data) - set(split)) if isinstance(split, Mapping) else []
-            check.rule(not stray, f"the data holds variants {stray} that split does not name; pass the split they ran under")
+            check.rule(not stray, f"the data holds variants {stray} that split does not name; pass the split they ran under", id="data.variants-not-in-split")
             for name, row in data.items():
                 if not isinstance(row, VariantData):
-                    check.fail(f"data[{name!r}] is {type(row).__name__}; pass VariantData (read_log returns them)")
+                    check.fail(f"data[{name!r}] is {type(row).__name__}; pass VariantData (read_log returns them)", id="data.type-of-variant")
                 elif not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in row.latencies_ms):
-                    check.fail(f"data[{name!r}].latencies_ms holds values that are not finite latencies >= 0 (ms)")
+                    check.fail(f"data[{name!r}].latencies_ms holds values that are not finite latencies >= 0 (ms)", id="data.bad-latencies")
             if isinstance(split, Mapping) and all(isinstance(r, VariantData) for r in data.values()):
                 check.rule(any(data[n].users or data[n].calls for n in split if n in data),
                            f"the data holds no users or calls for any variant of split {sorted(split)}: the log is empty, "
-                           "or holds another experiment (read_log(..., experiment=...)) or other variant names")
+                           "or holds another experiment (read_log(..., experiment=...)) or other variant names", id="data.empty")
         else:
-            check.fail(f"data is {type(data).__name__}; pass read_log(...)'s dict of VariantData")
+            check.fail(f"data is {type(data).__name__}; pass read_log(...)'s dict of VariantData", id="data.type")
     rng = random.Random(seed)
     treatments = [name for name in split if name != control]
     corrected = level / max(len(treatments), 1)
