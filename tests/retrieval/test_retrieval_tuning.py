@@ -276,6 +276,14 @@ def test_bad_relevance_cases(build, message):
         build()
 
 
+def test_a_bad_relevance_case_lists_every_problem_with_its_id():
+    """It stopped at the first bad score: a case exported with two bad scores and no judgments took three rounds."""
+    with pytest.raises(InvalidPropsError) as refused:
+        t.RelevanceCase((LEXICAL, {"a": "x", "b": math.nan}), {})
+    assert refused.value.ids == ["RelevanceCase.hits.not-finite-score"] * 2 + ["RelevanceCase.relevant.empty-or-type"]
+    assert refused.value.problems[0].startswith("sub_queries[1]['a']='x' is not a finite number")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

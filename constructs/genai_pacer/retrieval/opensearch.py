@@ -47,7 +47,7 @@ from aws_cdk import aws_opensearchservice as opensearch
 
 from constructs import Construct
 
-from .._internal.checks import Checks, _show, is_token, kind_of, token_kind
+from .._internal.checks import Checks, _show, is_token, kind_of, token_kind, warn
 from .._internal.docs import constructor_doc
 from .._internal.secure import handler_function
 from .tuning import (
@@ -137,7 +137,7 @@ _VERSION_FIX = "pass engine_version=opensearch.EngineVersion.OPENSEARCH_2_19 (or
 def _check_target(check: Checks, domain: Any, collection: Any) -> None:
     check.instance("domain", domain, opensearch.IDomain, "an opensearchservice.Domain (or Domain.from_domain_endpoint)", optional=True)
     check.instance("collection", collection, aoss.CfnCollection, "an opensearchserverless.CfnCollection", optional=True)
-    check.rule((domain is None) != (collection is None), f"exactly one target is needed: {_TARGET_FIX}")
+    check.rule((domain is None) != (collection is None), f"exactly one target is needed: {_TARGET_FIX}", id="target.one-of-domain-or-collection")
 
 
 def _concrete(check: Checks, name: str, value: Any) -> bool:
@@ -147,6 +147,7 @@ def _concrete(check: Checks, name: str, value: Any) -> bool:
         not is_token(value),
         f"{name} is a deploy-time token ({_token_kind(value)}); {name} decides what the construct checks and writes "
         f"at synth, so pass a literal value",
+        id=f"{name}.deploy-time-setting",
     )
 
 
@@ -166,11 +167,11 @@ def _integer_prop(check: Checks, name: str, value: Any, **limits: Any) -> bool:
     if isinstance(value, str) and is_token(value):
         return check.fail(
             f"{name} is a string token; pass an integer or a number token "
-            f"(CfnParameter(type='Number').value_as_number, cdk.Token.as_number(...))"
+            f"(CfnParameter(type='Number').value_as_number, cdk.Token.as_number(...))", id=f"{name}.string-token"
         )
     if value is not None and not isinstance(value, int | float | list | tuple | str) and is_token(value):
         # check.integer skips every unresolved value, a Duration token included, which jsii then refuses
-        return check.fail(f"{name} is {_token_kind(value)}; pass an integer or a number token")
+        return check.fail(f"{name} is {_token_kind(value)}; pass an integer or a number token", id=f"{name}.token-kind")
     return check.integer(name, value, **limits)
 
 
@@ -178,7 +179,7 @@ def _claim(check: Checks, fields: dict[str, str], prop: str, name: str) -> None:
     """One mapping per field: a second prop naming the same field would silently replace the first
     (metadata_fields={'embedding': 'keyword'} would turn the vector field into a keyword)."""
     if name in fields:
-        check.fail(f"{prop} names field {name!r}, which {fields[name]} already maps: each field is mapped once; rename one of them")
+        check.fail(f"{prop} names field {name!r}, which {fields[name]} already maps: each field is mapped once; rename one of them", id=f"{prop}.field-mapped-twice")
     else:
         fields[name] = prop
 
@@ -205,27 +206,28 @@ def _engine_version(check: Checks, engine_version: Any, domain: Any, collection:
     if engine_version is not None:
         text = engine_version.version if isinstance(engine_version, opensearch.EngineVersion) else engine_version
         if collection is not None:
-            check.fail(f"engine_version={_say(text)} applies to a managed domain; a Serverless collection's version is AWS's choice: drop it")
+            check.fail(f"engine_version={_say(text)} applies to a managed domain; a Serverless collection's version is AWS's choice: drop it", id="engine_version.with-collection")
         elif not isinstance(text, str):
-            check.fail(f"engine_version={_say(engine_version)} is {kind_of(engine_version)}; {_VERSION_FIX}")
+            check.fail(f"engine_version={_say(engine_version)} is {kind_of(engine_version)}; {_VERSION_FIX}", id="engine_version.type")
         elif not is_token(text):
             if ENGINE_VERSION.match(text):
                 given = text
             else:
-                check.fail(f"engine_version={text!r} is not an engine version such as 'OpenSearch_2.19'; {_VERSION_FIX}")
+                check.fail(f"engine_version={text!r} is not an engine version such as 'OpenSearch_2.19'; {_VERSION_FIX}", id="engine_version.format")
     child = domain.node.default_child if isinstance(domain, Construct) else None
     declared = getattr(child, "engine_version", None) if isinstance(child, opensearch.CfnDomain) else None
     from_domain = declared if isinstance(declared, str) and ENGINE_VERSION.match(declared) else None
     if given and from_domain and given != from_domain:
         check.fail(f"engine_version={given!r} differs from the domain's own {from_domain!r}: drop engine_version, "
-                   "the construct reads the version of a domain created in this app")
+                   "the construct reads the version of a domain created in this app", id="engine_version.other-than-domain")
     text = given or from_domain
     return _Version(text) if text else None
 
 
 def _warn_version_unknown(scope: Construct, rule: str, minimum: tuple[int, int], consequence: str) -> None:
-    cdk.Annotations.of(scope).add_warning_v2(
-        "genai-pacer:engine-version-unknown",
+    warn(
+        scope,
+        "engine-version-unknown",
         f"{rule} needs OpenSearch {minimum[0]}.{minimum[1]} or later and the domain's version is unknown at synth "
         f"(an imported domain, a token or a collection); {consequence}. On a domain, {_VERSION_FIX} to check it at synth",
     )
@@ -252,11 +254,12 @@ class _SearchHandler(Construct):
 
 def _existing_handler(scope: Construct) -> _SearchHandler | None:
     found = cdk.Stack.of(scope).node.try_find_child(SEARCH_HANDLER_ID)
-    with Checks(f"{type(scope).__name__} {scope.node.id}") as check:
+    with Checks(type(scope).__name__, scope=scope) as check:
         check.rule(
             found is None or isinstance(found, _SearchHandler),
             f"{cdk.Stack.of(scope).node.path}/{SEARCH_HANDLER_ID} is a {type(found).__name__}, not genai-pacer's search "
             "handler: that id is reserved for the handler HybridSearchPipeline and VectorIndexSettings share; rename your construct",
+            id="search_handler.id-taken",
         )
     return cast(_SearchHandler | None, found)
 
@@ -280,6 +283,7 @@ def _check_shared_log_settings(check: Checks, scope: Construct, encryption_key: 
             f"({'its default' if existing is None else _show(existing)}): every HybridSearchPipeline and domain "
             f"VectorIndexSettings in a stack shares one handler and one log group, so a second setting would be ignored; "
             f"pass the same {name} to {shared.owner} as well, or leave it out here",
+            id=f"{name}.differs-from-shared-handler",
         )
 
 
@@ -374,12 +378,13 @@ class HybridSearchPipeline(Construct):
         log_retention: logs.RetentionDays | None = None,
     ) -> None:
         super().__init__(scope, id)
-        with Checks(f"HybridSearchPipeline {id}") as check:
+        with Checks("HybridSearchPipeline", scope=self) as check:
             if check.text("pipeline_name", pipeline_name, max_length=128) and not is_token(pipeline_name):
                 check.rule(
                     bool(_PIPELINE_NAME.match(pipeline_name)),
                     f"pipeline_name={pipeline_name!r} may hold letters, digits, '.', '_' and '-' and must start "
                     "with a letter or digit: it goes in the request path /_search/pipeline/<name>",
+                    id="pipeline_name.characters",
                 )
             _check_target(check, domain, collection)
             normalization_ok = _concrete(check, "normalization", normalization) and check.one_of(
@@ -390,12 +395,12 @@ class HybridSearchPipeline(Construct):
             )
             if normalization_ok and combination_ok:
                 for problem in check_technique(normalization, combination, serverless=collection is not None):
-                    check.fail(problem)
+                    check.fail(problem, id="normalization.unsupported-technique")
             version = _engine_version(check, engine_version, domain, collection)
             if version is not None:
                 check.rule(not version.before(MIN_PIPELINE_VERSION),
                            f"the domain runs {version.text}: search pipelines with a normalization-processor need "
-                           f"OpenSearch {MIN_PIPELINE_VERSION[0]}.{MIN_PIPELINE_VERSION[1]} or later; upgrade the domain")
+                           f"OpenSearch {MIN_PIPELINE_VERSION[0]}.{MIN_PIPELINE_VERSION[1]} or later; upgrade the domain", id="domain.version-below-normalization")
             if normalization_ok and normalization == "z_score" and domain is not None:
                 if version is None:
                     _warn_version_unknown(self, "normalization='z_score'", MIN_Z_SCORE_VERSION,
@@ -404,7 +409,7 @@ class HybridSearchPipeline(Construct):
                     check.rule(not version.before(MIN_Z_SCORE_VERSION),
                                f"normalization='z_score' needs OpenSearch {MIN_Z_SCORE_VERSION[0]}.{MIN_Z_SCORE_VERSION[1]} "
                                f"or later and the domain runs {version.text} (which answers \"provided normalization "
-                               "technique is not supported\"): use min_max or l2, or upgrade the domain")
+                               "technique is not supported\"): use min_max or l2, or upgrade the domain", id="normalization.z-score-version")
             self._check_weights(check, weights)
             check.text("description", description, optional=True, max_length=1024)
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
@@ -468,19 +473,19 @@ class HybridSearchPipeline(Construct):
             check.fail(
                 f"weights={_show(weights)} holds a string or list token: OpenSearch wants numbers and the sum must be "
                 "checked at synth; pass literal weights, or number tokens for some of them "
-                "(CfnParameter(type='Number').value_as_number)"
+                "(CfnParameter(type='Number').value_as_number)", id="weights.token"
             )
             return
         if isinstance(weights, str) or not isinstance(weights, list | tuple):
-            check.fail(f"weights={_show(weights)} is not a list; pass one weight per sub-query, e.g. (0.3, 0.7) for (lexical, vector)")
+            check.fail(f"weights={_show(weights)} is not a list; pass one weight per sub-query, e.g. (0.3, 0.7) for (lexical, vector)", id="weights.type")
             return
         fix = "one weight per sub-query in hybrid-query order (lexical, vector), each 0..1, summing to 1.0"
         if not 2 <= len(weights) <= MAX_SUBQUERIES:
-            check.fail(f"weights has {len(weights)} values; a hybrid query has 2..{MAX_SUBQUERIES} sub-queries: pass {fix}")
+            check.fail(f"weights has {len(weights)} values; a hybrid query has 2..{MAX_SUBQUERIES} sub-queries: pass {fix}", id="weights.count")
             return
         ok = all([
             check.number(f"weights[{i}]", w, minimum=0, maximum=1, fix=fix) if isinstance(w, int | float)
-            else check.fail(f"weights[{i}]={_show(w)} is {kind_of(w)}; pass {fix}")
+            else check.fail(f"weights[{i}]={_show(w)} is {kind_of(w)}; pass {fix}", id="weights.item-type")
             for i, w in enumerate(weights)
         ])
         if ok and not any(is_token(w) for w in weights):
@@ -490,6 +495,7 @@ class HybridSearchPipeline(Construct):
                 f"weights={list(weights)} sum to {total:g}, not 1.0 (OpenSearch allows {WEIGHT_SUM_TOLERANCE:g} either "
                 f"way and refuses the pipeline otherwise); scale them to "
                 f"sum to 1.0, e.g. {[round(w / total, 4) for w in weights] if total else [0.5, 0.5]}",
+                id="weights.sum-not-one",
             )
 
 
@@ -581,11 +587,12 @@ class VectorIndexSettings(Construct):
         log_retention: logs.RetentionDays | None = None,
     ) -> None:
         super().__init__(scope, id)
-        with Checks(f"VectorIndexSettings {id}") as check:
+        with Checks("VectorIndexSettings", scope=self) as check:
             if check.text("index_name", index_name, max_length=255) and not is_token(index_name):
                 check.rule(
                     bool(_INDEX_NAME.match(index_name)),
                     f"index_name={index_name!r} must be lower-case letters, digits, '_' and '-', starting with a letter",
+                    id="index_name.characters",
                 )
             _integer_prop(check, "dimension", dimension, minimum=1, maximum=16_000, fix="the embedding model's output size, e.g. 1024")
             _check_target(check, domain, collection)
@@ -609,7 +616,7 @@ class VectorIndexSettings(Construct):
                 self._check_index_managers(check, index_managers, collection)
             if collection is not None:
                 for name, value in (("encryption_key", encryption_key), ("log_retention", log_retention)):
-                    check.rule(value is None, f"{name} configures the domain handler's log group; a collection's index needs no function: drop it")
+                    check.rule(value is None, f"{name} configures the domain handler's log group; a collection's index needs no function: drop it", id=f"{name}.with-collection")
             else:
                 key_ok = encryption_key is None or check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key")
                 retention_ok = log_retention is None or check.instance(
@@ -719,9 +726,10 @@ class VectorIndexSettings(Construct):
             if version is not None:
                 check.rule(version.before(NMSLIB_BLOCKED_FROM),
                            f"engine='nmslib' cannot create an index on {version.text}: k-NN refuses new nmslib indexes "
-                           f"from OpenSearch {NMSLIB_BLOCKED_FROM[0]}.{NMSLIB_BLOCKED_FROM[1]}; use faiss")
-            cdk.Annotations.of(self).add_warning_v2(
-                "genai-pacer:nmslib-post-filters",
+                           f"from OpenSearch {NMSLIB_BLOCKED_FROM[0]}.{NMSLIB_BLOCKED_FROM[1]}; use faiss", id="engine.nmslib-not-creatable")
+            warn(
+                self,
+                "nmslib-post-filters",
                 "engine='nmslib' has no efficient k-NN filtering: a filter is applied after the search and a "
                 "restrictive one returns fewer than k results; use faiss or lucene",
             )
@@ -733,7 +741,7 @@ class VectorIndexSettings(Construct):
             check.fail(
                 f"ef_search={_say(ef_search)} with engine='faiss' on a collection has nowhere to go: faiss reads ef_search "
                 "from the mapping's method parameters, which AWS::OpenSearchServerless::Index limits to M and "
-                f"EfConstruction, and never reads the index setting; drop ef_search and {per_query}"
+                f"EfConstruction, and never reads the index setting; drop ef_search and {per_query}", id="ef_search.faiss-on-collection"
             )
         elif engine == "lucene":
             rule = "ef_search with engine='lucene' (read as the index setting)"
@@ -746,6 +754,7 @@ class VectorIndexSettings(Construct):
                     f"ef_search={_say(ef_search)} with engine='lucene' on {version.text} would be ignored: Lucene reads "
                     f"index.knn.algo_param.ef_search from OpenSearch {MIN_LUCENE_EF_SEARCH_SETTING_VERSION[0]}."
                     f"{MIN_LUCENE_EF_SEARCH_SETTING_VERSION[1]}; drop ef_search and {per_query}",
+                    id="ef_search.lucene-ignored",
                 )
 
     @staticmethod
@@ -758,6 +767,7 @@ class VectorIndexSettings(Construct):
                 bool(SERVERLESS_FIELD_NAME.match(name)),
                 f"{where}={name!r}: a collection's field names must match {SERVERLESS_FIELD_NAME.pattern} "
                 "(AWS::OpenSearchServerless::Index schema; CloudFormation refuses the index otherwise): rename it",
+                id="fields.collection-field-name",
             )
 
         if _concrete(check, "vector_field", vector_field) and check.text("vector_field", vector_field, max_length=255):
@@ -777,10 +787,10 @@ class VectorIndexSettings(Construct):
         for name, kind in metadata_fields.items():
             where = f"metadata_fields[{name!r}]"
             if not isinstance(name, str) or not name.strip() or is_token(name):
-                check.fail(f"{where}: a field name must be a non-empty literal string, not {_show(name)}")
+                check.fail(f"{where}: a field name must be a non-empty literal string, not {_show(name)}", id="metadata_fields.field-name")
                 continue
             if name.startswith("_"):
-                check.fail(f"{where}: names starting with '_' are OpenSearch metadata fields (_id, _source...); rename the attribute")
+                check.fail(f"{where}: names starting with '_' are OpenSearch metadata fields (_id, _source...); rename the attribute", id="metadata_fields.metadata-name")
                 continue
             name_ok("metadata_fields key", name)
             _claim(check, fields, where, name)
@@ -788,12 +798,12 @@ class VectorIndexSettings(Construct):
 
     @staticmethod
     def _check_index_managers(check: Checks, index_managers: Any, collection: Any) -> None:
-        check.rule(collection is not None, "index_managers applies to a collection's data access policy; with a domain drop it")
+        check.rule(collection is not None, "index_managers applies to a collection's data access policy; with a domain drop it", id="index_managers.with-domain")
         if isinstance(index_managers, list) and any(isinstance(v, str) and v.startswith("#{Token[") for v in index_managers):
             check.fail(
                 "index_managers is a list token (a CommaDelimitedList parameter): the data access policy is a JSON "
                 "document the construct writes at synth; pass a list of principal ARNs, each may be a string token "
-                "([CfnParameter(...).value_as_string])"
+                "([CfnParameter(...).value_as_string])", id="index_managers.list-token"
             )
         elif check.each("index_managers", index_managers, lambda n, v: check.text(n, v, fix="a principal ARN")):
             check.rule(
@@ -801,6 +811,7 @@ class VectorIndexSettings(Construct):
                 "index_managers=[] leaves the index's data access policy without a principal, so nobody (not "
                 "even CloudFormation) may create the index: omit it for the CDK bootstrap execution role, or "
                 "name the role that deploys this stack",
+                id="index_managers.empty",
             )
 
     @staticmethod
@@ -812,6 +823,7 @@ class VectorIndexSettings(Construct):
                 f"the stack's synthesizer ({type(stack.synthesizer).__name__}) names no CloudFormation execution role, "
                 "so the index's data access policy has no principal: pass index_managers=[<the ARN of the role that "
                 "deploys this stack>]",
+                id="index_managers.no-execution-role",
             )
         # The synthesizer's ARN holds CloudFormation placeholders meant for Fn::Sub; a policy document
         # needs the values.

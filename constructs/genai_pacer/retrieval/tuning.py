@@ -105,7 +105,8 @@ def check_technique(normalization: str, combination: str, *, serverless: bool = 
 
 def normalize(scores: Mapping[Any, float], technique: str = "min_max") -> dict[Any, float]:
     """One sub-query's hits (doc -> raw score) normalized as the normalization-processor does."""
-    _check_hits("scores", scores)
+    with Checks("normalize") as check:
+        _check_hits(check, "scores", scores)
     if not scores:
         return {}
     values = list(scores.values())
@@ -139,15 +140,21 @@ def normalize(scores: Mapping[Any, float], technique: str = "min_max") -> dict[A
     raise ValueError(f"normalization technique {technique!r} must be one of {', '.join(NORMALIZATIONS)}")
 
 
-def _check_hits(name: str, hits: Any) -> None:
+def _check_hits(check: Checks, name: str, hits: Any) -> bool:
     """A sub-query's hits: a mapping of doc -> finite raw score (what the index returned)."""
     if not isinstance(hits, Mapping):
-        raise ValueError(f"{name}={_show(hits)} is {kind_of(hits)}; pass a mapping of doc id -> raw score, e.g. {{'doc-1': 12.3}}")
+        return check.fail(
+            f"{name}={_show(hits)} is {kind_of(hits)}; pass a mapping of doc id -> raw score, e.g. {{'doc-1': 12.3}}",
+            id="hits.type",
+        )
+    ok = True
     for doc, score in hits.items():
         if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
-            raise ValueError(
-                f"{name}[{doc!r}]={_show(score)} is not a finite number; export the raw score OpenSearch returned for each hit"
+            ok = check.fail(
+                f"{name}[{doc!r}]={_show(score)} is not a finite number; export the raw score OpenSearch returned for each hit",
+                id="hits.not-finite-score",
             )
+    return ok
 
 
 def _combine(values: Sequence[float], weights: Sequence[float], technique: str) -> float:
@@ -183,20 +190,20 @@ def combine_scores(
         if isinstance(sub_queries, str | Mapping) or not isinstance(sub_queries, Sequence):
             check.fail(
                 f"sub_queries={_show(sub_queries)} is {kind_of(sub_queries)}; pass a list with one mapping of doc -> "
-                "score per sub-query, lexical first, vector second"
+                "score per sub-query, lexical first, vector second", id="sub_queries.type"
             )
             check.raise_if_any()
         n = len(sub_queries)
-        check.rule(1 <= n <= MAX_SUBQUERIES, f"sub_queries has {n} entries; a hybrid query has 1..{MAX_SUBQUERIES} sub-queries")
+        check.rule(1 <= n <= MAX_SUBQUERIES, f"sub_queries has {n} entries; a hybrid query has 1..{MAX_SUBQUERIES} sub-queries", id="sub_queries.count")
         check.raise_if_any()
         for i, hits in enumerate(sub_queries):
-            _check_hits(f"sub_queries[{i}]", hits)
+            _check_hits(check, f"sub_queries[{i}]", hits)
         for problem in check_technique(normalization, combination):
-            check.fail(problem)
+            check.fail(problem, id="normalization.unsupported-technique")
         if weights is None:
             weights = [1.0 / n] * n
         elif isinstance(weights, str | Mapping) or not isinstance(weights, Sequence):
-            check.fail(f"weights={_show(weights)} is {kind_of(weights)}; pass one weight per sub-query, e.g. [0.3, 0.7]")
+            check.fail(f"weights={_show(weights)} is {kind_of(weights)}; pass one weight per sub-query, e.g. [0.3, 0.7]", id="weights.not-sequence")
         else:
             weights = list(weights)
             bad = [
@@ -204,11 +211,11 @@ def combine_scores(
                 if isinstance(w, bool) or not isinstance(w, int | float) or not (math.isfinite(w) and 0 <= w <= 1)
             ]
             if bad:
-                check.fail(f"{', '.join(bad)}: each weight must be a number from 0 to 1")
+                check.fail(f"{', '.join(bad)}: each weight must be a number from 0 to 1", id="weights.out-of-range")
             elif len(weights) != n:
-                check.fail(f"weights has {len(weights)} values for {n} sub-queries; give one per sub-query, in order")
+                check.fail(f"weights has {len(weights)} values for {n} sub-queries; give one per sub-query, in order", id="weights.per-sub-query")
             elif not weights_sum_to_one(weights):
-                check.fail(f"weights {weights} sum to {math.fsum(weights):g}, not 1.0; scale them to sum to 1.0")
+                check.fail(f"weights {weights} sum to {math.fsum(weights):g}, not 1.0; scale them to sum to 1.0", id="weights.not-summing-to-one")
     normalized = [normalize(hits, normalization) for hits in sub_queries]
     docs = list(dict.fromkeys(doc for hits in sub_queries for doc in hits))
     combined = [(doc, _combine([hits.get(doc, 0.0) for hits in normalized], weights, combination)) for doc in docs]
@@ -248,6 +255,7 @@ def _check_metric_args(owner: str, ranking: Any, k: Any) -> None:
         check.rule(
             isinstance(ranking, Sequence) and not isinstance(ranking, str),
             f"ranking={_show(ranking)} is {kind_of(ranking)}; pass the ranked doc ids, best first",
+            id="ranking.type",
         )
 
 
@@ -259,19 +267,24 @@ class RelevanceCase:
     relevant: Mapping[Any, float]
 
     def __post_init__(self) -> None:
-        if isinstance(self.sub_queries, str | Mapping) or not isinstance(self.sub_queries, Sequence) or len(self.sub_queries) != 2:
-            raise ValueError(
-                f"RelevanceCase sub_queries={_show(self.sub_queries)}: pass two mappings of doc -> raw score, the "
-                "lexical hits first and the vector hits second (the order hybrid_query uses)"
+        with Checks("RelevanceCase") as check:
+            pair = not isinstance(self.sub_queries, str | Mapping) and isinstance(self.sub_queries, Sequence)
+            if check.rule(
+                pair and len(self.sub_queries) == 2,
+                f"sub_queries={_show(self.sub_queries)}: pass two mappings of doc -> raw score, the lexical hits first "
+                "and the vector hits second (the order hybrid_query uses)",
+                id="sub_queries.not-a-pair",
+            ):
+                for i, hits in enumerate(self.sub_queries):
+                    _check_hits(check, f"sub_queries[{i}]", hits)
+            relevant = self.relevant
+            check.rule(
+                isinstance(relevant, Mapping | set | frozenset | list | tuple) and not isinstance(relevant, str) and bool(relevant),
+                f"relevant={_show(relevant)}: pass the documents judged relevant (doc -> gain, or a set of ids); a query "
+                "without judgments scores 0 for every setting and only drags the means down",
+                id="relevant.empty-or-type",
             )
-        for i, hits in enumerate(self.sub_queries):
-            _check_hits(f"RelevanceCase sub_queries[{i}]", hits)
         object.__setattr__(self, "sub_queries", tuple(self.sub_queries))
-        if not isinstance(self.relevant, Mapping | set | frozenset | list | tuple) or isinstance(self.relevant, str) or not self.relevant:
-            raise ValueError(
-                f"RelevanceCase relevant={_show(self.relevant)}: pass the documents judged relevant (doc -> gain, or a "
-                "set of ids); a query without judgments scores 0 for every setting and only drags the means down"
-            )
 
 
 @dataclass(frozen=True)
@@ -324,16 +337,17 @@ def grid_search_weights(
                 abs(1 / step - round(1 / step)) < 1e-9,
                 f"step={step!r} does not divide 1.0 evenly, so the grid would not reach the weights it names; "
                 "use 0.5, 0.25, 0.2, 0.1, 0.05 or 0.01",
+                id="step.not-dividing-one",
             )
         if isinstance(cases, str) or not isinstance(cases, Sequence) or not cases:
-            check.fail(f"cases is empty or not a list (got {_show(cases)}); export at least one query with judged documents")
+            check.fail(f"cases is empty or not a list (got {_show(cases)}); export at least one query with judged documents", id="cases.empty")
         else:
             for i, case in enumerate(cases):
-                check.rule(isinstance(case, RelevanceCase), f"cases[{i}] is {kind_of(case)}; pass RelevanceCase(sub_queries, relevant)")
+                check.rule(isinstance(case, RelevanceCase), f"cases[{i}] is {kind_of(case)}; pass RelevanceCase(sub_queries, relevant)", id="cases.type")
         lists_ok = True
         for name, values, choices in (("normalizations", normalizations, NORMALIZATIONS), ("combinations", combinations, COMBINATIONS)):
             if isinstance(values, str) or not isinstance(values, Sequence) or not values:
-                lists_ok = check.fail(f"{name}={_show(values)} must be a non-empty list drawn from {', '.join(choices)}")
+                lists_ok = check.fail(f"{name}={_show(values)} must be a non-empty list drawn from {', '.join(choices)}", id=f"{name}.empty-or-unknown")
                 continue
             for i, value in enumerate(values):
                 lists_ok = check.one_of(f"{name}[{i}]", value, choices) and lists_ok
@@ -342,6 +356,7 @@ def grid_search_weights(
                 any(not check_technique(n, c) for n in normalizations for c in combinations),
                 f"no valid technique pair in normalizations={list(normalizations)} x combinations={list(combinations)} "
                 "(z_score combines only with arithmetic_mean); add arithmetic_mean or min_max",
+                id="normalizations.no-valid-pair",
             )
     steps = round(1 / step)
     splits = [(round(i / steps, 10), round(1 - i / steps, 10)) for i in range(steps + 1)]
@@ -415,21 +430,22 @@ def tune_ef_search(
         k_ok = check.integer("k", k, minimum=1, maximum=10_000)
         check.number("target_recall", target_recall, above=0, maximum=1, fix="e.g. 0.95")
         if check.integer("start", start, minimum=1, maximum=100_000) and k_ok:
-            check.rule(start >= k, f"start={start} is below k={k}: ef_search below k cannot return k neighbours; start at k or more")
+            check.rule(start >= k, f"start={start} is below k={k}: ef_search below k cannot return k neighbours; start at k or more", id="start.below-k")
         check.number("factor", factor, above=0, maximum=0.99, fix="e.g. 0.5 halves ef_search each step")
         check.rule(callable(getattr(engine, "search", None)),
                    f"engine={_show(engine)} is {kind_of(engine)}; pass an object with search(vector, k, ef_search), "
-                   "e.g. FaissHnswEngine(vectors) or OpenSearchKnnEngine(send, index, vector_field)")
-        check.rule(callable(clock), f"clock={_show(clock)} is not callable; leave it at time.perf_counter")
+                   "e.g. FaissHnswEngine(vectors) or OpenSearchKnnEngine(send, index, vector_field)", id="engine.type")
+        check.rule(callable(clock), f"clock={_show(clock)} is not callable; leave it at time.perf_counter", id="clock.not-callable")
         lists = all(_rows(v) for v in (queries, truth))
         if check.rule(lists and len(queries) == len(truth) and len(queries) > 0,
                       "queries and truth must be non-empty lists of the same length: one query vector and its exact "
-                      "nearest neighbours per row") and k_ok:
+                      "nearest neighbours per row", id="queries.not-matching-truth") and k_ok:
             short = [i for i, row in enumerate(truth) if not _rows(row) or len(row) < k]
             check.rule(
                 not short,
                 f"truth rows {short[:5]} hold fewer than k={k} neighbours, so recall@{k} could never reach 1.0; "
                 "give each query its exact k nearest neighbours (FaissHnswEngine.exact computes them)",
+                id="truth.too-few-neighbours",
             )
     steps: list[EfSearchStep] = []
     chosen = None
