@@ -53,7 +53,17 @@ from aws_cdk import aws_iam as iam
 
 from constructs import Construct
 
-from ._internal.checks import Checks, InvalidPropsError, Problem, _show, is_token, kind_of, token_kind
+from ._internal.checks import (
+    WARNING_PREFIX,
+    Checks,
+    InvalidPropsError,
+    Problem,
+    _show,
+    is_token,
+    kind_of,
+    token_kind,
+    warn,
+)
 
 __all__ = [
     "APPLICATION_PROFILE_BYPASS",
@@ -160,7 +170,7 @@ class ModelRetirement:
 
 
 #: The synth warning id a construct raises when it is given a model in DEPRECATED_MODELS.
-DEPRECATED_MODEL_WARNING = "genai-pacer:deprecated-model"
+DEPRECATED_MODEL_WARNING = WARNING_PREFIX + "deprecated-model"
 
 #: Foundation models genai-pacer knows to be deprecated or end-of-life on Amazon Bedrock: only models
 #: the library or its examples used, each fact beside its source, checked 2026-12-04. Not a lifecycle
@@ -326,7 +336,7 @@ class BedrockModel:
                     object.__setattr__(self, "profile_regions", _profile_regions(self.model_id, None))
             if is_token(self.kind):  # one_of lets a token pass, but the kind decides the grant at synth
                 check.fail(f"kind is a deploy-time {token_kind(self.kind)}, but a model's kind decides its grant at synth: "
-                           "build the model with a BedrockModel class method")
+                           "build the model with a BedrockModel class method", id="kind.deploy-time")
                 return
             if not check.one_of("kind", self.kind, KINDS, fix="build the model with a BedrockModel class method"):
                 return
@@ -355,7 +365,7 @@ class BedrockModel:
             elif is_token(profile_id):
                 check.fail(
                     "profile_id is a deploy-time token: the profile's model and Regions must be known at synth "
-                    "to grant them; pass the profile id as text, e.g. 'us.amazon.nova-lite-v1:0'"
+                    "to grant them; pass the profile id as text, e.g. 'us.amazon.nova-lite-v1:0'", id="profile_id.deploy-time"
                 )
         kind = cast(ModelKind, kind)  # None only on a path that recorded a problem, and Checks raised it
         resolved = _profile_regions(profile_id, regions) if kind == "geographic-profile" else ()
@@ -426,13 +436,13 @@ class BedrockModel:
                 check.fail(
                     f"{name} is not a Bedrock model: pass a BedrockModel, or an object with invokable_arn and "
                     "grant_invoke (aws_bedrock_alpha's BedrockFoundationModel, CrossRegionInferenceProfile or "
-                    "ApplicationInferenceProfile)"
+                    "ApplicationInferenceProfile)", id="invokable.not-bedrock-model"
                 )
             elif hasattr(invokable, "routing_endpoints") or hasattr(invokable, "prompt_router_arn"):
                 check.fail(
                     f"{name} is a prompt router: it sends each call to one of several models, so there is no "
                     "single model id for metrics, no quota share and no burndown; pass one of its models "
-                    "(a BedrockModel or one of routing_endpoints), or call the router with your own grant"
+                    "(a BedrockModel or one of routing_endpoints), or call the router with your own grant", id="invokable.prompt-router"
                 )
         model_id = getattr(invokable, "model_id", None)
         profile_id = getattr(invokable, "inference_profile_id", None)
@@ -451,7 +461,7 @@ class BedrockModel:
             check.fail(
                 f"{name}'s model cannot be read at synth (its invokable_arn is a deploy-time token and it has "
                 "no model_id, inference_profile_id or inference_profile_model): build the BedrockModel yourself, "
-                "e.g. BedrockModel.application_inference_profile(arn, copies='us.anthropic...')"
+                "e.g. BedrockModel.application_inference_profile(arn, copies='us.anthropic...')", id="invokable.model-unknown-at-synth"
             )
         raise AssertionError("unreachable: Checks raised")  # pragma: no cover
 
@@ -623,7 +633,7 @@ class BedrockModel:
     def _warn_if_deprecated(self, scope: Construct) -> None:
         retirement = self.retirement
         if retirement is not None:
-            cdk.Annotations.of(scope).add_warning_v2(DEPRECATED_MODEL_WARNING, retirement.warning(self.model_id))
+            warn(scope, "deprecated-model", retirement.warning(self.model_id))
 
     def _warn_if_called_from_outside_its_geography(self, scope: Construct, region: str) -> None:
         """A geographic profile is called from a Region of its geography (`eu.` from eu-west-1); from
@@ -631,8 +641,9 @@ class BedrockModel:
         if self.kind != "geographic-profile" or is_token(region) or not self.profile_regions:
             return
         if region not in self.profile_regions:
-            cdk.Annotations.of(scope).add_warning_v2(
-                "genai-pacer:profile-region",
+            warn(
+                scope,
+                "profile-region",
                 f"{self.model_id} routes within {', '.join(self.profile_regions)}, but this stack is in {region}: "
                 "a geographic profile is invoked from a Region of its geography, so calls from here will fail. "
                 "Use the profile of this Region's geography (or a global. profile), or pass regions= if this "
@@ -737,7 +748,7 @@ def _profile_kind(check: Checks, name: str, profile_id: str, regions: Any) -> Mo
             check.fail(
                 f"{name}={profile_id!r} is not an inference-profile ARN "
                 "(arn:aws:bedrock:<region>:<account>:inference-profile/<id>); call BedrockModel.from_id(...) "
-                "for other ARNs"
+                "for other ARNs", id=f"{name}.not-profile-arn"
             )
             return None
         identifier = parsed.name
@@ -746,18 +757,18 @@ def _profile_kind(check: Checks, name: str, profile_id: str, regions: Any) -> Mo
     if first in KNOWN_PROVIDERS:
         check.fail(
             f"{name}={profile_id!r} is a foundation model id (provider {first!r}), not an inference profile: "
-            f"call BedrockModel.foundation({profile_id!r}), or use a profile id such as 'us.{identifier}'"
+            f"call BedrockModel.foundation({profile_id!r}), or use a profile id such as 'us.{identifier}'", id=f"{name}.foundation-model-not-profile"
         )
         return None
     if not _MODEL_ID.match(rest) or first == "":
-        check.fail(f"{name}={profile_id!r} is not an inference profile id; {_PROFILE_FIX}")
+        check.fail(f"{name}={profile_id!r} is not an inference profile id; {_PROFILE_FIX}", id=f"{name}.not-profile-id")
         return None
     if first == GLOBAL_PREFIX:
         if regions is not None:
             check.fail(
                 f"regions={_show(regions)} cannot be given for the global profile {profile_id!r}: a global profile "
                 "routes to any supported commercial Region and is authorized against the Region-less ARN "
-                f"arn:aws:bedrock:::foundation-model/{rest}; drop regions="
+                f"arn:aws:bedrock:::foundation-model/{rest}; drop regions=", id="regions.with-global-profile"
             )
             return None
         return "global-profile"
@@ -765,7 +776,7 @@ def _profile_kind(check: Checks, name: str, profile_id: str, regions: Any) -> Mo
         check.fail(
             f"{name}={profile_id!r} has prefix {first!r}, whose routing Regions genai-pacer does not know "
             f"(known: {', '.join(sorted(PROFILE_REGIONS))}, {GLOBAL_PREFIX}); call "
-            f"BedrockModel.inference_profile({profile_id!r}, regions=[...]) with the Regions {_GET_PROFILE} lists"
+            f"BedrockModel.inference_profile({profile_id!r}, regions=[...]) with the Regions {_GET_PROFILE} lists", id=f"{name}.unknown-geography"
         )
         return None
     return "geographic-profile"
@@ -776,7 +787,7 @@ def _classify(check: Checks, model_id: str, *, regions: Any, copies: Any) -> Mod
     if is_token(model_id):
         check.fail(
             "model_id is a deploy-time token, so its kind cannot be read at synth: call "
-            "BedrockModel.foundation(...), .application_inference_profile(..., copies=...) or .provisioned(...)"
+            "BedrockModel.foundation(...), .application_inference_profile(..., copies=...) or .provisioned(...)", id="model_id.deploy-time"
         )
         return None
     if _looks_like_arn(model_id):
@@ -786,7 +797,7 @@ def _classify(check: Checks, model_id: str, *, regions: Any, copies: Any) -> Mod
             check.fail(
                 f"model_id={model_id!r} is not an ARN genai-pacer can grant: expected a Bedrock "
                 f"{', '.join(_ARN_TYPES)} ARN (custom models, imported models and prompt routers need "
-                "your own grant)"
+                "your own grant)", id="model_id.not-grantable-arn"
             )
             return None
         if kind == "geographic-profile":
@@ -798,7 +809,7 @@ def _classify(check: Checks, model_id: str, *, regions: Any, copies: Any) -> Mod
     if copies is not None:
         check.fail(
             f"copies={_show(copies)} applies only to an application inference profile ARN, and model_id={model_id!r} "
-            "is not one: drop copies, or pass the profile's ARN"
+            "is not one: drop copies, or pass the profile's ARN", id="copies.not-application-profile"
         )
         return None
     return "foundation"
@@ -810,7 +821,7 @@ def _validate(check: Checks, model: BedrockModel) -> None:
     token = is_token(model_id)
     parsed = _parse_arn(model_id) if _looks_like_arn(model_id) else None
     if _looks_like_arn(model_id) and parsed is None:
-        check.fail(f"model_id={model_id!r} is not a Bedrock ARN (arn:<partition>:bedrock:<region>:<account>:<type>/<id>)")
+        check.fail(f"model_id={model_id!r} is not a Bedrock ARN (arn:<partition>:bedrock:<region>:<account>:<type>/<id>)", id="model_id.not-bedrock-arn")
         return
     expected_type = {
         "foundation": "foundation-model",
@@ -822,7 +833,7 @@ def _validate(check: Checks, model: BedrockModel) -> None:
     if parsed is not None and parsed.type != expected_type:
         check.fail(
             f"model_id={model_id!r} is an ARN of type {parsed.type!r}, not {expected_type!r}: call "
-            f"BedrockModel.from_id({model_id!r}) to build the kind the ARN names"
+            f"BedrockModel.from_id({model_id!r}) to build the kind the ARN names", id="model_id.arn-type"
         )
         return
 
@@ -832,14 +843,14 @@ def _validate(check: Checks, model: BedrockModel) -> None:
         if token:
             check.fail(
                 "model_id is a deploy-time token: a cross-Region profile's model and Regions must be known at "
-                "synth; pass the profile id as text"
+                "synth; pass the profile id as text", id="model_id.deploy-time-profile"
             )
             return
         found = _profile_kind(check, "model_id", model_id, model.profile_regions or None)
         if found is not None and found != kind:
             check.fail(
                 f"model_id={model_id!r} is {_KIND_NAMES[found]}, not {_KIND_NAMES[cast(str, kind)]}: call "
-                f"BedrockModel.from_id({model_id!r})"
+                f"BedrockModel.from_id({model_id!r})", id="model_id.other-kind"
             )
     elif kind in ("application-profile", "provisioned"):
         if not token and parsed is None:
@@ -849,10 +860,10 @@ def _validate(check: Checks, model: BedrockModel) -> None:
                 else "arn:aws:bedrock:us-east-1:111122223333:provisioned-model/abc123"
             )
             check.fail(
-                f"model_id={model_id!r} is not an ARN; {_KIND_NAMES[kind]} is invoked by its ARN, e.g. {example!r}"
+                f"model_id={model_id!r} is not an ARN; {_KIND_NAMES[kind]} is invoked by its ARN, e.g. {example!r}", id="model_id.not-arn"
             )
         elif parsed is not None and (not parsed.region or not parsed.account):
-            check.fail(f"model_id={model_id!r} lacks a Region or account; pass the full ARN Bedrock returned")
+            check.fail(f"model_id={model_id!r} lacks a Region or account; pass the full ARN Bedrock returned", id="model_id.arn-without-region")
 
     _validate_regions(check, model)
     _validate_copies(check, model)
@@ -865,27 +876,27 @@ def _validate_foundation(check: Checks, model_id: str, parsed: _Arn | None, toke
         if not parsed.region:
             check.fail(
                 f"model_id={model_id!r} is the Region-less ARN a global profile is authorized against, not an "
-                f"invocable model: call BedrockModel.inference_profile('global.{parsed.name}')"
+                f"invocable model: call BedrockModel.inference_profile('global.{parsed.name}')", id="model_id.global-profile-arn"
             )
         identifier = parsed.name
     else:
         identifier = model_id
     if not _MODEL_ID.match(identifier):
-        check.fail(f"model_id={model_id!r} is not a Bedrock model id; {_ID_FIX}")
+        check.fail(f"model_id={model_id!r} is not a Bedrock model id; {_ID_FIX}", id="model_id.not-model-id")
         return
     first, second = _prefix(identifier)
     if first in PROFILE_REGIONS or first == GLOBAL_PREFIX:
         check.fail(
             f"model_id={model_id!r} is a cross-Region inference profile id (prefix {first!r}), not a foundation "
             "model: a foundation-model ARN for it names no model and Bedrock refuses the call at run time; call "
-            f"BedrockModel.inference_profile({identifier!r}) (or BedrockModel.from_id)"
+            f"BedrockModel.inference_profile({identifier!r}) (or BedrockModel.from_id)", id="model_id.profile-not-foundation"
         )
     elif first not in KNOWN_PROVIDERS and second in KNOWN_PROVIDERS:
         check.fail(
             f"model_id={model_id!r} looks like an inference profile of geography {first!r}, which genai-pacer does "
             f"not know (known: {', '.join(sorted(PROFILE_REGIONS))}, {GLOBAL_PREFIX}); a foundation-model ARN for "
             f"it would be refused at run time: call BedrockModel.inference_profile({identifier!r}, regions=[...]) "
-            f"with the Regions {_GET_PROFILE} lists"
+            f"with the Regions {_GET_PROFILE} lists", id="model_id.unknown-geography"
         )
 
 
@@ -896,32 +907,33 @@ def _validate_regions(check: Checks, model: BedrockModel) -> None:
             not regions,
             f"regions={_show(regions)} applies only to a geographic cross-Region profile, and {model.model_id!r} is "
             f"{_KIND_NAMES[cast(str, model.kind)]}: drop regions",
+            id="regions.not-geographic-profile",
         )
         return
     if not isinstance(regions, tuple):  # a str, a number or a Duration: refused before it is iterated
         check.fail(
             f"regions={_show(regions)} is {kind_of(regions)}; pass a list of Region names such as "
-            "['us-east-1', 'us-west-2']"
+            "['us-east-1', 'us-west-2']", id="regions.type"
         )
         return
     if any(token_kind(region) == "list" for region in regions):  # value_as_list: one encoded item
         check.fail(
             "regions is a deploy-time list, but each Region is an ARN of the grant at synth: pass the Region names "
-            "as a list of text, e.g. ['us-east-1', 'us-west-2']"
+            "as a list of text, e.g. ['us-east-1', 'us-west-2']", id="regions.deploy-time"
         )
         return
     if not regions:
         check.fail(
-            f"regions for profile {model.model_id!r} is empty; list the Regions it routes to, as {_GET_PROFILE} shows"
+            f"regions for profile {model.model_id!r} is empty; list the Regions it routes to, as {_GET_PROFILE} shows", id="regions.empty"
         )
         return
     for i, region in enumerate(regions):
         if is_token(region):
             continue
         if not isinstance(region, str):
-            check.fail(f"regions[{i}]={region!r} is {kind_of(region)}; pass a Region name such as 'us-east-1'")
+            check.fail(f"regions[{i}]={region!r} is {kind_of(region)}; pass a Region name such as 'us-east-1'", id="regions.item-type")
         elif not _REGION.match(region):
-            check.fail(f"regions[{i}]={region!r} is not an AWS Region name such as 'us-east-1'")
+            check.fail(f"regions[{i}]={region!r} is not an AWS Region name such as 'us-east-1'", id="regions.not-region")
 
 
 def _validate_copies(check: Checks, model: BedrockModel) -> None:
@@ -930,25 +942,27 @@ def _validate_copies(check: Checks, model: BedrockModel) -> None:
         check.rule(
             copies is None,
             f"copies={_show(copies)} applies only to an application inference profile; drop it",
+            id="copies.not-application-profile-kind",
         )
         return
     if copies is None:
         check.fail(
             "copies is required for an application inference profile: pass the foundation model or system-defined "
             f"profile it was created from (its modelSource.copyFrom; {_GET_PROFILE} lists its models), e.g. "
-            "copies='us.amazon.nova-2-lite-v1:0'; the role needs that too"
+            "copies='us.amazon.nova-2-lite-v1:0'; the role needs that too", id="copies.required"
         )
         return
     if not isinstance(copies, BedrockModel):
         check.fail(
             f"copies={_show(copies)} is {kind_of(copies)}; pass a BedrockModel or a model or profile id such as "
-            "'us.amazon.nova-2-lite-v1:0'"
+            "'us.amazon.nova-2-lite-v1:0'", id="copies.type"
         )
         return
     check.rule(
         copies.kind in ("foundation", "geographic-profile", "global-profile"),
         f"copies is {_KIND_NAMES[cast(str, copies.kind)]}; an application inference profile copies a foundation "
         "model or a system-defined cross-Region profile",
+        id="copies.not-copyable",
     )
 
 

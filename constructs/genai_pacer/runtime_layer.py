@@ -69,19 +69,19 @@ class RuntimeLayer(lambda_.LayerVersion):
         compatible_architectures: Sequence[lambda_.Architecture] | None = None,
         removal_policy: cdk.RemovalPolicy | None = None,
     ) -> None:
-        with Checks(f"RuntimeLayer {id}") as check:
+        with Checks("RuntimeLayer", scope=scope, child=id) as check:
             if token_kind(compatible_architectures) is not None:
                 check.fail(
                     f"compatible_architectures is a deploy-time {token_kind(compatible_architectures)}, but aws-cdk-lib "
                     "takes lambda_.Architecture objects at synth; pass [lambda_.Architecture.ARM_64] or leave it out "
-                    "for both"
+                    "for both", id="compatible_architectures.deploy-time"
                 )
             elif compatible_architectures is not None and check.each(
                 "compatible_architectures", compatible_architectures,
                 lambda n, v: check.instance(n, v, lambda_.Architecture, "lambda_.Architecture.X86_64 or ARM_64"),
             ):
                 check.rule(len(compatible_architectures) > 0,
-                           "compatible_architectures=[] names no architecture; leave it out for both")
+                           "compatible_architectures=[] names no architecture; leave it out for both", id="compatible_architectures.empty")
             check.instance("removal_policy", removal_policy, cdk.RemovalPolicy, "cdk.RemovalPolicy.RETAIN or DESTROY",
                            optional=True)
         super().__init__(

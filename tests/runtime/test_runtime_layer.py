@@ -103,6 +103,6 @@ def test_architectures_and_removal_policy_are_passed_on():
     ],
 )
 def test_bad_props_are_refused_with_the_fix(props, message):
-    with pytest.raises(InvalidPropsError, match="RuntimeLayer L") as error:
+    with pytest.raises(InvalidPropsError, match=r"^RuntimeLayer at Test/L: ") as error:  # its path, before it is built
         RuntimeLayer(new_stack(), "L", **props)
     assert message in str(error.value)

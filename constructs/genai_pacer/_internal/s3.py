@@ -49,12 +49,13 @@ def check_key_bytes(check: Checks, name: str, value: Any, what: str) -> bool:
     except UnicodeEncodeError as error:
         return check.fail(
             f"{name} is not valid Unicode (a lone surrogate at character {error.start}), so S3 can hold no such "
-            "key: fix the string"
+            "key: fix the string", id=f"{name}.not-unicode"
         )
     return check.rule(
         size <= S3_MAX_KEY_BYTES,
         f"{name} is {size:,} bytes of UTF-8; S3 keys are at most {S3_MAX_KEY_BYTES:,} bytes, prefix included, "
         f"and {name} is {what}: shorten it",
+        id=f"{name}.too-long",
     )
 
 
@@ -73,12 +74,12 @@ def bucket_key(
     if not check.instance(key_name, key, kms.IKey, "a kms.Key, e.g. kms.Key.from_key_arn(scope, id, key_arn)"):
         return None
     if bucket is None:
-        check.fail(without or f"{key_name} is set without {bucket_name}, so it would be ignored: pass {bucket_name} too, or drop {key_name}")
+        check.fail(without or f"{key_name} is set without {bucket_name}, so it would be ignored: pass {bucket_name} too, or drop {key_name}", id=f"{key_name}.without-bucket")
         return None
     if known is not None and known.key_arn != key.key_arn:
         check.fail(
             f"{key_name} is {key.node.path} but {bucket_name} already knows its own key, {known.node.path}: the "
-            f"grants would name a key that does not encrypt the bucket; drop {key_name}"
+            f"grants would name a key that does not encrypt the bucket; drop {key_name}", id=f"{key_name}.other-than-bucket-key"
         )
         return known
     return key

@@ -12,7 +12,7 @@ from aws_cdk import aws_kms as kms
 
 from constructs import Construct
 
-from .checks import Checks
+from .checks import Checks, warn
 
 __all__ = ["KMS_VIA_SERVICE", "check_existing_table", "grant_table_key", "table_or_new"]
 
@@ -33,8 +33,9 @@ def check_existing_table(scope: Construct, check: Checks, table: Any, *, partiti
         return False  # not a table: check.instance already refused it
     keys = _table_keys(table)
     if keys is None:
-        cdk.Annotations.of(scope).add_warning_v2(
-            "genai-pacer:table-unverified",
+        warn(
+            scope,
+            "table-unverified",
             f"table {table.node.path} is imported, so its key schema cannot be read: check that its partition "
             f"key is a string named '{partition_key}', that it has no sort key, and that its TTL attribute is "
             f"'{ttl_attribute}'",
@@ -47,6 +48,7 @@ def check_existing_table(scope: Construct, check: Checks, table: Any, *, partiti
         + (f" and sort key {sort[0][0]!r}" if sort else "")
         + f"; {purpose} by a string partition key named '{partition_key}' and no sort key. "
         "Use such a table or omit table to get one",
+        id="table.key-schema",
     )
     return True
 
