@@ -189,14 +189,14 @@ class BedrockEmulator:
                            optional=True)
             if clock is not None:
                 check.rule(all(callable(getattr(clock, m, None)) for m in ("now", "sleep", "wall_seconds")),
-                           f"clock={clock!r} is not a clock: pass ManualClock(...) or WallClock(time_scale)")
+                           f"clock={clock!r} is not a clock: pass ManualClock(...) or WallClock(time_scale)", id="clock.type")
                 check.rule(time_scale == 1.0, f"time_scale={time_scale!r} and clock= were both given: time_scale "
-                           "sets the default wall clock, so give one or the other")
+                           "sets the default wall clock, so give one or the other", id="time_scale.with-clock")
             for i, spec in enumerate(specs):
                 check.instance(f"models[{i}]", spec, ModelSpec, "ModelSpec(model_id, ...)")
             ids = [str(getattr(spec, "model_id", "")) for spec in specs]
             check.rule(len(set(ids)) == len(ids), f"models has duplicate model ids {sorted({i for i in ids if ids.count(i) > 1})}; "
-                       "give each ModelSpec its own id")
+                       "give each ModelSpec its own id", id="models.duplicate-id")
         self.models = {spec.model_id: spec for spec in specs}
         self.seed, self.time_scale, self._address = seed, time_scale, (host, port)
         self.connection_setup_seconds = connection_setup_seconds
@@ -305,7 +305,7 @@ class BedrockEmulator:
         with Checks("fail_next") as check:
             if model_id is not None:
                 check.rule(self._resolve(model_id) is not None,
-                           f"model_id={model_id!r} is not a model this emulator serves ({', '.join(self.models)})")
+                           f"model_id={model_id!r} is not a model this emulator serves ({', '.join(self.models)})", id="model_id.not-served")
             if operation is not None:
                 check.one_of("operation", operation, EMULATED_OPERATIONS)
             if streamed and check.instance("after_tokens", after_tokens, int, "a whole number of tokens or None"):
@@ -318,7 +318,7 @@ class BedrockEmulator:
             if not targets:
                 listed = "; ".join(f"{name}: {', '.join(sorted(allowed(name))) or 'none'}" for name in candidates)
                 check.fail(f"error_type={error_type!r} is not an error botocore's model lets "
-                           f"{operation or 'any emulated operation'} return{where}; allowed{where}: {listed}")
+                           f"{operation or 'any emulated operation'} return{where}; allowed{where}: {listed}", id="error_type.not-in-botocore-model")
         spec = self._resolve(model_id) if model_id else None
         stream_member = service.operations[targets[0]].stream_errors or {}
         fault = _Fault(
@@ -362,8 +362,8 @@ class BedrockEmulator:
             with Checks("quota_used") as check:
                 check.one_of("pool", pool, QUOTA_POOLS)
                 check.rule(model_id in self.models, f"model_id={model_id!r} is not a model this emulator serves "
-                           f"({', '.join(self.models)})")
-                check.fail(f"{model_id} has no {pool!r} quota (no latency-optimized mode or reservation in its ModelSpec)")
+                           f"({', '.join(self.models)})", id="model_id.not-served-quota")
+                check.fail(f"{model_id} has no {pool!r} quota (no latency-optimized mode or reservation in its ModelSpec)", id="pool.no-such-quota")
         with self._lock:
             return self._ledgers[key].used(self.model_seconds())
 

@@ -566,7 +566,7 @@ def pool_experiment(
         check.integer("threads", threads, minimum=1, maximum=1_000)
         check.integer("rounds", rounds, minimum=1)
         if check.each("pools", pools, lambda name, value: check.integer(name, value, minimum=1)):
-            check.rule(len(pools) >= 2, f"pools={list(pools)} needs at least two sizes to compare")
+            check.rule(len(pools) >= 2, f"pools={list(pools)} needs at least two sizes to compare", id="pools.too-few")
         check.number("connection_setup_seconds", connection_setup_seconds, minimum=0)
         check.integer("seed", seed)
     began, machine = time.perf_counter(), _machine()

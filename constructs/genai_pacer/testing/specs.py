@@ -232,7 +232,7 @@ class ModelSpec:
             if check.instance("application_profiles", self.application_profiles, tuple, "a tuple of profile ids"):
                 for profile in self.application_profiles:
                     check.rule(isinstance(profile, str) and bool(re.fullmatch(r"[A-Za-z0-9-:.]+", profile)),
-                               f"application_profiles has {profile!r}; pass the id after 'application-inference-profile/'")
+                               f"application_profiles has {profile!r}; pass the id after 'application-inference-profile/'", id="application_profiles.arn-not-id")
             if check.instance("tier_latency", self.tier_latency, Mapping, "a dict of tier name to TierLatency"):
                 for tier, speed in self.tier_latency.items():
                     check.one_of("tier_latency key", tier, SERVICE_TIERS)
@@ -245,20 +245,20 @@ class ModelSpec:
             for tier in tiers:
                 check.one_of("service_tiers item", tier, SERVICE_TIERS)
             check.rule(DEFAULT_TIER in tiers, f"service_tiers={tiers!r} lacks {DEFAULT_TIER!r}: the Standard tier "
-                       "(default) serves every model and every call that names no tier; add it")
+                       "(default) serves every model and every call that names no tier; add it", id="service_tiers.without-standard")
             if isinstance(self.tier_latency, Mapping):
                 extra = sorted(t for t in self.tier_latency if t in SERVICE_TIERS and t not in tiers)
                 check.rule(not extra, f"tier_latency has {extra} but service_tiers does not: add them to "
-                           "service_tiers or drop their speeds")
+                           "service_tiers or drop their speeds", id="tier_latency.tier-not-served")
         budgets = (self.reserved_input_tpm, self.reserved_output_tpm)
         for name, value in zip(("reserved_input_tpm", "reserved_output_tpm"), budgets, strict=True):
             _count(check, name, value, optional=True, fix="or None (no reservation)")
         check.rule((budgets[0] is None) == (budgets[1] is None),
                    "reserved_input_tpm and reserved_output_tpm go together: a Reserved tier reservation has an "
-                   "input and an output tokens-per-minute budget; give both or neither")
+                   "input and an output tokens-per-minute budget; give both or neither", id="reserved_input_tpm.without-output-spec")
         if budgets[0] is not None and isinstance(tiers, tuple):
             check.rule("reserved" in tiers, "reserved_input_tpm is set but service_tiers lacks 'reserved': add it, "
-                       "or drop the reservation")
+                       "or drop the reservation", id="reserved_input_tpm.without-reserved-tier")
         _count(check, "serving_slots", self.serving_slots, optional=True,
                fix="or None (every admitted call is served at once)")
         _seconds(check, "max_queue_seconds", self.max_queue_seconds)

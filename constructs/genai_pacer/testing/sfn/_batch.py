@@ -80,7 +80,7 @@ class BatchJobSimulator:
         seed: int = 0,
     ) -> None:
         with Checks("BatchJobSimulator") as check:
-            check.rule(callable(respond), f"respond={respond!r} is not callable; pass a function record -> modelOutput")
+            check.rule(callable(respond), f"respond={respond!r} is not callable; pass a function record -> modelOutput", id="respond.not-callable")
             check.integer("polls_until_done", polls_until_done, minimum=0, fix="0 ends the job on the first poll")
             if final_status is not None:
                 check.one_of("final_status", final_status, TERMINAL)

@@ -225,7 +225,7 @@ class StateMachineRunner:
             check.text("region", region, optional=True, fix="an AWS Region such as 'us-east-1'")
             if check.text("account", account, optional=True):
                 check.rule(str(account).isdigit() and len(str(account)) == 12,
-                           f"account={account!r} is not a 12-digit AWS account id; moto refuses ARNs with any other")
+                           f"account={account!r} is not a 12-digit AWS account id; moto refuses ARNs with any other", id="account.not-account-id")
             check.instance("functions", functions, Mapping,
                            "a dict of function logical id (or construct path) -> handler(event, context)", optional=True)
             check.instance("debug", debug, bool, "True or False")
@@ -249,7 +249,7 @@ class StateMachineRunner:
                     check.rule(api in called, (
                         f"services[{api!r}]: no state machine of this template calls aws-sdk:{api}:*, so the fake would "
                         f"never answer; the aws-sdk services its state machines call are "
-                        f"{', '.join(sorted(called)) or 'none'}"))
+                        f"{', '.join(sorted(called)) or 'none'}"), id="services.never-called")
         self.debug = debug
         self._functions = self._lambda_functions()
         self._callables = self._map_functions(functions or {})
@@ -416,7 +416,7 @@ class StateMachineRunner:
             try:
                 payload = json.dumps({} if input is None else input)
             except (TypeError, ValueError) as error:
-                check.fail(f"input is not JSON ({error}); pass what json.dumps accepts, as Step Functions takes JSON")
+                check.fail(f"input is not JSON ({error}); pass what json.dumps accepts, as Step Functions takes JSON", id="input.not-json")
         from . import _interpreter
 
         spec = self.select(state_machine)
@@ -562,16 +562,16 @@ class StateMachineRunner:
                     wanted = key if isinstance(key, str) else _construct_path(key)
                 except TypeError:
                     check.fail(f"functions key {key!r} is {check_kind(key)}; key each handler by the function's logical "
-                               "id, construct path, name or ARN")
+                               "id, construct path, name or ARN", id="functions.key-type")
                     continue
                 if not callable(handler):
                     check.fail(f"functions[{wanted!r}] is {check_kind(handler)}; pass handler(event, context), e.g. "
-                               "your function's handler itself")
+                               "your function's handler itself", id="functions.not-handler")
                     continue
                 matches = [function for function in candidates if function.matches(wanted)]
                 if len(matches) != 1:
                     check.fail(f"functions[{wanted!r}] matches {len(matches)} of the Lambda functions the state machines "
-                               f"invoke; name one by logical id, construct path, name or ARN: {listing}")
+                               f"invoke; name one by logical id, construct path, name or ARN: {listing}", id="functions.ambiguous")
                     continue
                 mapped[matches[0].logical_id] = handler
         return mapped
@@ -751,26 +751,26 @@ def _check_services(check: Checks, services: Mapping[str, Any]) -> None:
         name = f"services[{api!r}]"
         if not isinstance(api, str) or not api:
             check.fail(f"services key {api!r} is {check_kind(api)}; key each fake by the aws-sdk service name of "
-                       "its Resource ARN (arn:aws:states:::aws-sdk:appconfig:startDeployment -> 'appconfig')")
+                       "its Resource ARN (arn:aws:states:::aws-sdk:appconfig:startDeployment -> 'appconfig')", id="services.key-type")
             continue
         if api in ERROR_PREFIX:
             check.fail(f"{name}: Bedrock is served by the runner itself; pass bedrock=BedrockEmulator([...]) for "
-                       "bedrockruntime and batch_jobs=BatchJobSimulator(...) for bedrock batch jobs")
+                       "bedrockruntime and batch_jobs=BatchJobSimulator(...) for bedrock batch jobs", id="services.bedrock")
             continue
         boto = boto_service_for(api)
         if boto is None:
             hint = sdk_name_for(api)
             fix = f"write {hint!r} (the aws-sdk name, as in the Resource ARN)" if hint else (
                 "write the service name of the Resource ARN arn:aws:states:::aws-sdk:<service>:<action>, e.g. 'appconfig'")
-            check.fail(f"{name}: {api!r} is not an AWS SDK service Step Functions can call; {fix}")
+            check.fail(f"{name}: {api!r} is not an AWS SDK service Step Functions can call; {fix}", id="services.unknown-service")
             continue
         if fake is None or isinstance(fake, _NOT_FAKES):
             check.fail(f"{name}={fake!r:.60} is {check_kind(fake)}; pass an object whose methods are {api}'s operations "
-                       "in snake_case (def start_deployment(self, **params) -> dict)")
+                       "in snake_case (def start_deployment(self, **params) -> dict)", id="services.not-fake")
             continue
         if isinstance(fake, type):
             check.fail(f"{name}={fake.__name__} is a class; pass an instance, {fake.__name__}(), so the fake keeps "
-                       "its state between calls")
+                       "its state between calls", id="services.class-not-instance")
             continue
         operations = {xform_name(op): op for op in get_session().get_service_model(boto).operation_names}
         methods = [m for m in dir(fake) if not m.startswith("_") and callable(getattr(fake, m, None))]
@@ -778,10 +778,10 @@ def _check_services(check: Checks, services: Mapping[str, Any]) -> None:
                     for snake in operations if snake.replace("_", "") == m.replace("_", "").lower()}
         for method, snake in misnamed.items():
             check.fail(f"{name}.{method}: name the method {snake} (botocore's snake_case name of {operations[snake]}); "
-                       "the runner calls that name")
+                       "the runner calls that name", id="services.misnamed-method")
         if not misnamed and not any(m in operations for m in methods):
             check.fail(f"{name} ({type(fake).__name__}) has no method named after an operation of {api}; name them by "
-                       f"botocore's snake_case names, e.g. {', '.join(sorted(operations)[:3])}")
+                       f"botocore's snake_case names, e.g. {', '.join(sorted(operations)[:3])}", id="services.no-operation")
 
 
 def check_kind(value: Any) -> str:
