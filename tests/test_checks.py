@@ -123,3 +123,8 @@ def test_every_warning_is_a_genai_pacer_id_on_the_construct():
     warn(Construct(stack, "Worker"), "queue-unverified", "queue Shop/Q is imported")
     Annotations.from_stack(stack).has_warning("/Shop/Worker", Match.string_like_regexp(
         r"^queue Shop/Q is imported \[ack: genai-pacer:queue-unverified\]$"))
+
+
+def test_a_custom_rule_without_an_id_is_a_programming_error():
+    with pytest.raises(TypeError, match="id"):
+        Checks("Thing").rule(False, "count=0 is below 1")  # type: ignore[call-arg]

@@ -183,8 +183,7 @@ def test_the_tests_mirror_the_layout():
 
 
 # One way to validate (issue 36): every custom rule names a stable id and every warning goes through
-# _internal.checks.warn. Modules still to move to ids; the list only shrinks, and goes when it is empty.
-NOT_YET_ON_IDS: set[str] = set()
+# _internal.checks.warn.
 
 
 def _calls(attrs: set[str]):
@@ -214,11 +213,7 @@ def _warning_by_hand() -> set[str]:
 
 def test_every_custom_rule_names_its_id():
     """A problem's id is how a user searches for it and how a test matches it whatever its wording."""
-    assert sorted(_without_ids() - NOT_YET_ON_IDS) == []
-
-
-def test_a_module_moved_to_ids_leaves_the_list():
-    assert sorted(NOT_YET_ON_IDS - _without_ids() - _warning_by_hand()) == []
+    assert sorted(_without_ids()) == []
 
 
 def test_no_two_rules_share_an_id():
@@ -239,7 +234,7 @@ def test_no_two_rules_share_an_id():
 
 def test_every_warning_goes_through_one_helper():
     """Every warning is `genai-pacer:<id>` from _internal.checks.warn, never an annotation built by hand."""
-    assert sorted(_warning_by_hand() - NOT_YET_ON_IDS) == []
+    assert sorted(_warning_by_hand()) == []
 
 
 def test_no_two_warnings_share_an_id():

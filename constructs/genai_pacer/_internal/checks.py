@@ -28,7 +28,7 @@ import math
 import re
 import struct
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
@@ -76,9 +76,10 @@ class InvalidPropsError(ValueError, TypeError):
     `Owner at Stack/Construct: [id] text`, or with several problems one `- [id] text` line each.
     """
 
-    def __init__(self, owner: str, problems: list[Problem], path: str | None = None) -> None:
+    def __init__(self, owner: str, problems: Sequence[str], path: str | None = None) -> None:
         self.owner = owner
         self.path = path
+        # Checks always passes Problems; a plain string (an error built by hand) gets the owner's "unnamed" id.
         self.problems = [p if isinstance(p, Problem) else Problem(p, f"{_subject(owner)}.unnamed") for p in problems]
         self.ids = [p.id for p in self.problems]
         where = f"{owner} at {path}" if path else owner
@@ -330,14 +331,13 @@ class Checks:
         for a rule whose values are known only after construction (aws-cdk-lib adds the path itself)."""
         return [f"[{p.id}] {p}" for p in self.problems]
 
-    def fail(self, message: str, *, id: str | None = None) -> bool:
+    def fail(self, message: str, *, id: str) -> bool:
         """Record a problem of a custom rule. `id` is the rule's, `<prop>.<rule>` in kebab case, unique in
-        the package (tests/test_layout.py checks it); the owner is put in front of it. (Optional only while
-        modules move to ids; tests/test_layout.py lists those not yet moved.)"""
-        self.problems.append(Problem(message, f"{_subject(self.owner)}.{id or 'unnamed'}"))
+        the package (tests/test_layout.py checks it); the owner is put in front of it."""
+        self.problems.append(Problem(message, f"{_subject(self.owner)}.{id}"))
         return False
 
-    def rule(self, ok: bool, message: str, *, id: str | None = None) -> bool:
+    def rule(self, ok: bool, message: str, *, id: str) -> bool:
         """A relation between props (or any other rule): `message` says what is wrong and the fix; `id`
         names the rule as fail() does."""
         return True if ok else self.fail(message, id=id)
