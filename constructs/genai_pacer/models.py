@@ -170,7 +170,8 @@ class ModelRetirement:
 
 
 #: The synth warning id a construct raises when it is given a model in DEPRECATED_MODELS.
-DEPRECATED_MODEL_WARNING = WARNING_PREFIX + "deprecated-model"
+_DEPRECATED_MODEL = "deprecated-model"
+DEPRECATED_MODEL_WARNING = WARNING_PREFIX + _DEPRECATED_MODEL
 
 #: Foundation models genai-pacer knows to be deprecated or end-of-life on Amazon Bedrock: only models
 #: the library or its examples used, each fact beside its source, checked 2026-12-04. Not a lifecycle
@@ -633,7 +634,7 @@ class BedrockModel:
     def _warn_if_deprecated(self, scope: Construct) -> None:
         retirement = self.retirement
         if retirement is not None:
-            warn(scope, "deprecated-model", retirement.warning(self.model_id))
+            warn(scope, _DEPRECATED_MODEL, retirement.warning(self.model_id))
 
     def _warn_if_called_from_outside_its_geography(self, scope: Construct, region: str) -> None:
         """A geographic profile is called from a Region of its geography (`eu.` from eu-west-1); from

@@ -198,8 +198,9 @@ def test_index_managers_name_the_principals_of_the_index_policy():
     stack, built = index(index_managers=["arn:aws:iam::111122223333:role/deployer"])
     assert "role/deployer" in json.dumps(stack.resolve(built.access_policy.policy))
     custom = cdk.Stack(cdk.App(), "Legacy", synthesizer=cdk.LegacyStackSynthesizer())
-    with pytest.raises(ValueError, match="index_managers="):
+    with pytest.raises(ValueError, match="index_managers=") as refused:
         VectorIndexSettings(custom, "Index", index_name="chunks", dimension=8, collection=collection_of(custom))
+    assert (refused.value.path, refused.value.ids) == ("Legacy/Index", ["VectorIndexSettings.index_managers.no-execution-role"])
 
 
 BAD_INDEX = [

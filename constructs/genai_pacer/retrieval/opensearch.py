@@ -655,7 +655,7 @@ class VectorIndexSettings(Construct):
         self.access_policy: aoss.CfnAccessPolicy | None = None
         stack = cdk.Stack.of(self)
         if collection is not None:
-            managers = list(index_managers) if index_managers is not None else self._bootstrap_role(stack)
+            managers = list(index_managers) if index_managers is not None else self._bootstrap_role(stack, self)
             self.access_policy = _data_access_policy(
                 self,
                 "Access",
@@ -815,9 +815,9 @@ class VectorIndexSettings(Construct):
             )
 
     @staticmethod
-    def _bootstrap_role(stack: cdk.Stack) -> list[str]:
+    def _bootstrap_role(stack: cdk.Stack, scope: Construct) -> list[str]:
         arn: str = getattr(stack.synthesizer, "cloud_formation_execution_role_arn", None) or ""
-        with Checks("VectorIndexSettings") as check:
+        with Checks("VectorIndexSettings", scope=scope) as check:
             check.rule(
                 bool(arn),
                 f"the stack's synthesizer ({type(stack.synthesizer).__name__}) names no CloudFormation execution role, "
