@@ -73,8 +73,9 @@ def test_props_reach_the_function():
     assert function["Environment"]["Variables"]["MAX_OUTPUT_TOKENS"] == "300"
     template.resource_count_is("AWS::Lambda::Url", 0)
     assert router.url is None
-    with pytest.raises(ValueError, match="no function URL"):
+    with pytest.raises(ValueError, match="no function URL") as refused:
         router.grant_invoke_url(router.function)
+    assert refused.value.ids == ["AnswerRouter.grant_invoke_url.function_url.none-to-grant"]  # one style: an id too
 
 
 def test_reserved_concurrency_above_what_a_default_account_can_reserve_is_warned():

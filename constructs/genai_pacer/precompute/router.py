@@ -338,10 +338,12 @@ class AnswerRouter(Construct):
 
     def grant_invoke_url(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let a caller call the function URL (SigV4-signed requests)."""
-        if self.url is None:
-            raise ValueError(
-                f"AnswerRouter {self.node.id} has no function URL (function_url=False): grant_invoke instead, "
-                "or build it with function_url=True"
+        with Checks("AnswerRouter.grant_invoke_url", scope=self) as check:
+            check.rule(
+                self.url is not None,
+                "the router has no function URL (function_url=False): grant_invoke instead, or build it with "
+                "function_url=True",
+                id="function_url.none-to-grant",
             )
         return self.function.grant_invoke_url(grantee)
 
