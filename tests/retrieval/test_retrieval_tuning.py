@@ -276,6 +276,14 @@ def test_bad_relevance_cases(build, message):
         build()
 
 
+def test_an_unknown_technique_is_refused_with_the_bad_scores_in_one_error():
+    """It raised at the technique only after the scores passed, and a bare ValueError without an id."""
+    with pytest.raises(InvalidPropsError) as refused:
+        t.normalize({"a": math.inf}, "minmax")
+    assert refused.value.ids == ["normalize.hits.not-finite-score", "normalize.technique.choice"]
+    assert "technique='minmax' must be one of 'min_max', 'l2', 'z_score'" in str(refused.value)
+
+
 def test_a_bad_relevance_case_lists_every_problem_with_its_id():
     """It stopped at the first bad score: a case exported with two bad scores and no judgments took three rounds."""
     with pytest.raises(InvalidPropsError) as refused:

@@ -107,6 +107,7 @@ def normalize(scores: Mapping[Any, float], technique: str = "min_max") -> dict[A
     """One sub-query's hits (doc -> raw score) normalized as the normalization-processor does."""
     with Checks("normalize") as check:
         _check_hits(check, "scores", scores)
+        check.one_of("technique", technique, NORMALIZATIONS)
     if not scores:
         return {}
     values = list(scores.values())
@@ -123,21 +124,20 @@ def normalize(scores: Mapping[Any, float], technique: str = "min_max") -> dict[A
     if technique == "l2":
         norm = math.sqrt(sum(s * s for s in values))
         return {doc: (0.0 if norm == 0 else s / norm) for doc, s in scores.items()}
-    if technique == "z_score":
-        mean = statistics.fmean(values)
-        std = statistics.stdev(values) if len(values) > 1 else 0.0  # commons-math: bias-corrected
-        high, low = max(values), min(values)
-        out = {}
-        for doc, s in scores.items():
-            if s == mean:
-                out[doc] = high
-            elif std == 0:
-                out[doc] = low
-            else:
-                z = (s - mean) / std
-                out[doc] = MIN_SCORE if z <= 0 else z
-        return out
-    raise ValueError(f"normalization technique {technique!r} must be one of {', '.join(NORMALIZATIONS)}")
+    # z_score, the one technique left: the check above refused any other
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values) if len(values) > 1 else 0.0  # commons-math: bias-corrected
+    high, low = max(values), min(values)
+    out = {}
+    for doc, s in scores.items():
+        if s == mean:
+            out[doc] = high
+        elif std == 0:
+            out[doc] = low
+        else:
+            z = (s - mean) / std
+            out[doc] = MIN_SCORE if z <= 0 else z
+    return out
 
 
 def _check_hits(check: Checks, name: str, hits: Any) -> bool:
