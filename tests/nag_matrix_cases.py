@@ -499,6 +499,15 @@ def _bounded_map(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
             "native": NativeRequest({"prompt": sfn.JsonPath.string_at("$.prompt"), "max_gen_len": 200}),
         }[o["request"]]
         call = {"model": r.model(o["model"]), "request": request}
+    if o.get("ledger", "none") != "none":  # the quota's shared ledger: the Map holds a share, reserves and settles
+        from genai_pacer import ModelQuota, QuotaLedger
+
+        quota = ModelQuota(stack, "Quota", model=call["model"], tpm_quota=400_000, burndown=5)
+        share = quota.share("Map", quota.profile(input_tokens=2_500, output_tokens=300, max_tokens=300),
+                            fraction=0.5, call_seconds=6)
+        concurrency = share if o["max_concurrency"] == "plan" else concurrency
+        call["ledger"] = QuotaLedger(stack, "Ledger", quota=quota,
+                                     encryption_key=r.key("new") if o["ledger"] == "kms" else None)
     options = StateMachineOptions(
         log_group=r.log_group(o["log_group"]),
         encryption_key=r.key(o["log_key"]),
@@ -931,9 +940,11 @@ MATRICES: tuple[Matrix, ...] = (
             "max_concurrency": ("int", "plan"),
             "request": ("converse", "native", "item-processor"),
             "type": ("STANDARD", "EXPRESS"),
+            "ledger": ("none", "default", "kms"),
         },
         _bounded_map,
-        valid=lambda o: o.get("log_group", "default") == "default" or o.get("log_key", "none") == "none",
+        valid=lambda o: (o.get("log_group", "default") == "default" or o.get("log_key", "none") == "none")
+        and (o.get("ledger", "none") == "none" or o.get("request", "converse") == "converse"),
     ),
     Matrix(
         "BoundedDistributedMap",

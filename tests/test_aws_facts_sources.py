@@ -148,6 +148,16 @@ def test_the_transient_error_constants_are_putitem_and_deleteitem_errors():
         assert dynamodb_error_problem(name, "PutItem") is None
 
 
+def test_the_ledgers_dynamodb_tasks_retry_and_catch_updateitem_errors():
+    """The shared quota ledger's reserve, settle and release are UpdateItem tasks (step_functions.ledger_steps)."""
+    from genai_pacer.step_functions import ledger_steps
+
+    assert ledger_steps.CONDITIONAL_CHECK_FAILED.removeprefix("DynamoDB.") in error_names("dynamodb", "UpdateItem")
+    assert set(ledger_steps.DYNAMODB_RETRY_ERRORS) == set(precompute.DYNAMODB_RETRY_ERRORS)
+    for name in (ledger_steps.CONDITIONAL_CHECK_FAILED, *ledger_steps.DYNAMODB_RETRY_ERRORS):
+        assert dynamodb_error_problem(name, "UpdateItem") is None
+
+
 @pytest.mark.parametrize(
     "wrong",
     [

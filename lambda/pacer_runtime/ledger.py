@@ -116,12 +116,12 @@ Clock skew
     and EC2 keep their clocks within a millisecond of UTC (Amazon Time Sync Service); a process more
     than seconds off has a broken clock.
 
-Step Functions (layer 2 of issue 25, not built yet)
-    The item was laid out so that a JSONPath DynamoDB task can take part without a Lambda: a slot
-    name from the context object's EnteredTime (ISO 8601, whole seconds via States.StringSplit),
-    reserve and settle as UpdateItem ADD with values computed at synth (burndown x output as a
-    States.MathAdd chain for an integer burndown). A state machine cannot remove expired slots (no
-    date arithmetic), so a consumer made only of state machines needs a sweeper.
+Step Functions (genai_pacer.step_functions.ledger_steps)
+    A JSONPath DynamoDB task takes part without a Lambda: a slot name from the context object's
+    EnteredTime (whole seconds via States.StringSplit), reserve and settle as UpdateItem ADD with the
+    ceilings computed at synth (r includes max_tokens x burndown), the settlement's output x burndown
+    as a States.MathAdd chain. A state machine cannot remove expired slots (no date arithmetic): the
+    process consumers' writes remove them, the state machines' included.
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Build, Synth, dict[t
     "BoundedMap": (
         BoundedMap,
         ("max_concurrency", "allow_unbounded", "model", "request", "item_processor", "retry", "task_options",
-         "items_path", "expected_items", "state_machine_options", "alarm_actions"),
+         "items_path", "expected_items", "state_machine_options", "alarm_actions", "ledger"),
         lambda stack, **p: inline_map(stack, **p),
         _direct,
         {

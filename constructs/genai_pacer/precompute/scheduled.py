@@ -78,6 +78,16 @@ from .._internal.nag import (
 from .._internal.runtime_constants import metrics_constants as metrics
 from .._internal.s3 import KMS_READ_ACTIONS, bucket_key, check_key_bytes, grant_keys
 from .._internal.secure import handler_function, log_key
+from .._internal.sfn_dynamodb import (
+    CONDITIONAL_CHECK_FAILED,
+    DYNAMODB_RETRY_ERRORS,
+)
+from .._internal.sfn_dynamodb import (
+    DYNAMODB_ERROR_PREFIX as DYNAMODB_ERROR_PREFIX,  # tests and users read it here too
+)
+from .._internal.sfn_dynamodb import (
+    DYNAMODB_TRANSIENT_ERRORS as DYNAMODB_TRANSIENT_ERRORS,
+)
 from ..models import BedrockModel, as_bedrock_model
 from ..quota import planning
 from ..step_functions.model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
@@ -114,31 +124,6 @@ _DEFAULT_TIMEOUT = cdk.Duration.hours(6)
 #: smaller reading is the limit: an input that fits it fits both.
 MAX_INLINE_INPUT_BYTES = 256_000
 
-#: The optimized DynamoDB integration (arn:aws:states:::dynamodb:putItem) names its errors `DynamoDB.<Name>`,
-#: uppercase DB; the AWS SDK integration's are `DynamoDb.<Name>`
-#: (https://docs.aws.amazon.com/step-functions/latest/dg/connect-ddb.html, "Exception prefix differences").
-DYNAMODB_ERROR_PREFIX = "DynamoDB."
-CONDITIONAL_CHECK_FAILED = DYNAMODB_ERROR_PREFIX + "ConditionalCheckFailedException"
-#: PutItem's and DeleteItem's transient errors, as botocore's dynamodb 2012-08-10 model names them.
-DYNAMODB_TRANSIENT_ERRORS = (
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "InternalServerError",
-)
-
-
-def _step_functions_names(error: str) -> tuple[str, ...]:
-    """The Error names a transient DynamoDB error may carry in Step Functions. SDK integrations add an
-    Exception suffix to a name without one (https://docs.aws.amazon.com/step-functions/latest/dg/
-    supported-services-awssdk.html); for the optimized integration no page says, and moto's interpreter (a
-    port of LocalStack's) keeps the bare code. Both spellings are retried, so either way a throttle is."""
-    named = DYNAMODB_ERROR_PREFIX + error
-    return (named,) if error.endswith("Exception") else (named + "Exception", named)
-
-
-#: The Retry of every DynamoDB task of the run (answers, the run lock).
-DYNAMODB_RETRY_ERRORS = tuple(name for error in DYNAMODB_TRANSIENT_ERRORS for name in _step_functions_names(error))
 #: Lambda's throttle as Step Functions names it: "When Lambda hits the maximum number of invocations, the
 #: error is Lambda.TooManyRequestsException" (https://docs.aws.amazon.com/step-functions/latest/dg/
 #: bp-lambda-serviceexception.html). aws-cdk-lib's LambdaInvoke retries the page's other four only.

@@ -23,6 +23,16 @@ from constructs import Construct
 from .._internal.checks import Checks, Default, in_unit, is_token, resolved, token_kind, warn
 from .._internal.runtime_constants import metrics_constants
 from ..models import INVOKE_ACTIONS, BedrockModel, as_bedrock_model
+from .ledger_steps import (
+    CONDITIONAL_CHECK_FAILED,
+    ENVELOPE_ANSWER,
+    ENVELOPE_CALL,
+    ENVELOPE_ERROR,
+    ENVELOPE_INPUT,
+    LedgerCall,
+    LedgerConsumer,
+    check_ledger_request,
+)
 
 __all__ = [
     "DEFAULT_RETRY_ERRORS",
@@ -101,6 +111,8 @@ SERVICE_TIERS: tuple[str, ...] = tuple(metrics_constants().SERVICE_TIERS)
 #: served at another tier.
 SFN_CONVERSE_PASSES_SERVICE_TIER = "assumed"
 
+#: Where a ledger-paced call's selection keeps Converse's whole Usage until it is settled.
+LEDGER_USAGE = "ledgerUsage"
 #: Bytes a narrowed answer carries besides its text: field names, stop reason, usage.
 ANSWER_BYTES_OVERHEAD = 120
 
@@ -441,6 +453,7 @@ def model_call(
     retry: BedrockRetry,
     options: TaskOptions | None = None,
     result_extra: Mapping[str, Any] | None = None,
+    ledger: LedgerConsumer | None = None,
 ) -> tuple[sfn.TaskStateBase, sfn.IChainable]:
     """The task that calls `model` with `request`, `retry` applied, its result narrowed.
 
@@ -449,6 +462,10 @@ def model_call(
     first) in two small states after the task. `result_extra` adds constant fields to the answer
     (e.g. the branch name). The task grants only `model`'s invoke ARN; the state machine adds the
     Regions an inference profile routes to.
+
+    `ledger`: the call reserves before and settles after in the shared quota ledger (ledger_steps;
+    the caller checked the request with check_ledger_request); the chain then starts with the
+    reservation, and a failed call returns its hold before it fails.
     """
     options = options or TaskOptions()
     model = as_bedrock_model(model)
@@ -465,10 +482,15 @@ def model_call(
             _check_converse_retry(check, scope, retry)
         if isinstance(request, ConverseRequest):
             _warn_above_documented_output(scope, request.max_tokens)
+        check_ledger_request(check, ledger, request, options.result_selector)
     extra = dict(result_extra or {})
     path = options.result_path or "$"
+    # With a ledger the call works in an envelope (ledger_steps.ENVELOPE): the item as `input`, the
+    # hold's slot, the call's selection, the charge; the answer goes back where `path` says.
+    source = ENVELOPE_CALL if ledger is not None else path
     common: dict[str, Any] = {
-        "result_path": options.result_path,
+        "result_path": options.result_path if ledger is None else ENVELOPE_CALL,
+        "input_path": ENVELOPE_INPUT if ledger is not None else None,
         "task_timeout": sfn.Timeout.duration(options.timeout) if options.timeout else None,
         "heartbeat_timeout": sfn.Timeout.duration(options.heartbeat) if options.heartbeat else None,
     }
@@ -502,26 +524,49 @@ def model_call(
             "texts.$": "$.Output.Message.Content[?(@.Text)].Text",
             "stopReason.$": "$.StopReason",
             "usage": {"inputTokens.$": "$.Usage.InputTokens", "outputTokens.$": "$.Usage.OutputTokens"},
+            # the settlement's input (Converse's whole Usage: cache writes are optional in it)
+            **({LEDGER_USAGE + ".$": "$.Usage"} if ledger is not None else {}),
         },
         **common,
     )
     retry.apply_to(task)
     if selected:
         return task, task
-    answer = {"stopReason.$": f"{_join(path, 'stopReason')}", "usage.$": f"{_join(path, 'usage')}", **extra}
+    # Without a ledger the answer replaces the selection in place; with one it goes from the envelope
+    # to `path` of the item (ledger_steps.LedgerCall.place).
+    placed = ledger is not None and path != "$"
+    target = ENVELOPE_ANSWER if placed else path
+    answer = {"stopReason.$": f"{_join(source, 'stopReason')}", "usage.$": f"{_join(source, 'usage')}", **extra}
     first_text = sfn.Pass(
         scope, f"{id} answer",
-        parameters={"text.$": f"States.ArrayGetItem({_join(path, 'texts')}, 0)", **answer},
-        result_path=path,
+        parameters={"text.$": f"States.ArrayGetItem({_join(source, 'texts')}, 0)", **answer},
+        result_path=target,
     )
-    no_text = sfn.Pass(scope, f"{id} no text", parameters={"text": "", **answer}, result_path=path)
+    no_text = sfn.Pass(scope, f"{id} no text", parameters={"text": "", **answer}, result_path=target)
     pick = (
         sfn.Choice(scope, f"{id} has text?")
-        .when(sfn.Condition.is_present(_join(path, "texts[0]")), first_text)
+        .when(sfn.Condition.is_present(_join(source, "texts[0]")), first_text)
         .otherwise(no_text)
-        .afterwards()
     )
-    return task, task.next(pick)
+    if ledger is None:
+        return task, task.next(pick.afterwards())
+    # ledger_steps: slot, reserve, the call (a failure releases, then fails as before), charge, settle
+    call = LedgerCall(ledger, scope, id, int(request.max_tokens))  # type: ignore[arg-type]
+    failed = sfn.Fail(scope, f"{id} failed", error_path=f"{ENVELOPE_ERROR}.Error", cause_path=f"{ENVELOPE_ERROR}.Cause")
+    release = call.release()
+    release.add_catch(failed, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
+    release.next(failed)
+    task.add_catch(release, errors=["States.ALL"], result_path=ENVELOPE_ERROR)
+    settle = call.settle()
+    settle.add_catch(pick, errors=[CONDITIONAL_CHECK_FAILED], result_path=sfn.JsonPath.DISCARD)
+    settle.next(pick)
+    task.next(call.charge(_join(source, LEDGER_USAGE), settle))
+    slot = call.slot()
+    slot.next(call.reserve()).next(task)
+    answered = pick.afterwards()
+    if placed:
+        answered = answered.next(call.place(path))
+    return task, sfn.Chain.custom(slot, answered.end_states, answered)
 
 
 def _warn_above_documented_output(scope: Construct, max_tokens: Any) -> None:

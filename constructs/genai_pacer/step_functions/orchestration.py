@@ -42,6 +42,8 @@ from .._internal.s3 import (
 )
 from ..models import BedrockModel, as_bedrock_model
 from ..quota import planning
+from ..quota.ledger import QuotaLedger
+from .ledger_steps import LedgerConsumer, check_ledger_request, ledger_consumer
 from .model_tasks import (
     ANSWER_BYTES_OVERHEAD,
     DEFAULT_RETRY_ERRORS,
@@ -125,6 +127,7 @@ class _MapBase(_ExecutionMetrics, Construct):
 
     map_state: sfn.MapBase
     state_machine: sfn.StateMachine
+    ledger_consumer: LedgerConsumer | None = None
 
     def _processor(
         self,
@@ -135,6 +138,8 @@ class _MapBase(_ExecutionMetrics, Construct):
         item_processor: sfn.IChainable | None,
         retry: BedrockRetry,
         task_options: TaskOptions | None,
+        ledger: QuotaLedger | None = None,
+        plan: Any = None,
     ) -> tuple[sfn.IChainable | None, list[BedrockModel]]:
         model = as_bedrock_model(model)
         model_ok = check.instance("model", model, BedrockModel, _MODEL_HINT, optional=True)
@@ -151,6 +156,8 @@ class _MapBase(_ExecutionMetrics, Construct):
         ):
             return None, []
         if item_processor is not None:
+            check.rule(ledger is None, "ledger is set with item_processor; the ledger paces the model call the Map "
+                       "builds from model and request: drop ledger, or pass model and request", id="ledger.with-item-processor")
             check.rule(request is None, "request is set with item_processor; the processor makes its own calls: drop request", id="request.with-item-processor")
             check.rule(task_options is None, "task_options is set with item_processor; set them on your own tasks instead", id="task_options.with-item-processor")
             # A user's own InvokeModel tasks get the Retry unless they already carry one.
@@ -165,8 +172,12 @@ class _MapBase(_ExecutionMetrics, Construct):
             "ConverseRequest(prompt=..., max_tokens=...) or NativeRequest(body=...)",
         ):
             return None, []
+        self.ledger_consumer = ledger_consumer(check, self, ledger, model=model, plan=plan)
+        if ledger is not None:
+            check_ledger_request(check, self.ledger_consumer, request, task_options.result_selector if task_options else None)
         check.raise_if_any()  # model_call needs valid inputs
-        _, chain = model_call(self, "InvokeModel", model=model, request=request, retry=retry, options=task_options)  # type: ignore[arg-type]
+        _, chain = model_call(self, "InvokeModel", model=model, request=request, retry=retry, options=task_options,  # type: ignore[arg-type]
+                              ledger=self.ledger_consumer)
         return chain, [model]
 
 
@@ -197,8 +208,17 @@ class BoundedMap(_MapBase):
         STANDARD type, 24-hour timeout.
     alarm_actions: actions for the alarms (`alarms`: FailedExecutions and TimedOutExecutions, any
         in 5 minutes: a failed run's items are lost unless it is run again). Default: none.
+    ledger: a `QuotaLedger` of the model's ModelQuota: each item's call then takes part in the
+        quota's shared ledger, beside every other consumer (step_functions.ledger_steps): it
+        reserves the share profile's prompt + max_tokens x burndown before the call (a refusal waits
+        and tries again, up to about 10 minutes, without calling the model), settles to input + cache
+        writes + output x burndown after it, and returns its hold when the call fails. Needs the
+        Map's share of the quota (max_concurrency=quota.share(...), or a share named after this
+        construct), a ConverseRequest with a max_tokens known at synth and the default selection.
+        The state machine may UpdateItem the quota's item only. Default: none.
 
-    Attributes: `map_state`, `state_machine`, `alarms`. Metrics: `metric_failed_executions`,
+    Attributes: `map_state`, `state_machine`, `alarms`, `ledger_consumer` (the Map's name, floor
+    and reservation in the ledger; None without one). Metrics: `metric_failed_executions`,
     `metric_throttled_executions`, `metric_timed_out_executions`, `metric_started_executions`,
     `metric_execution_time`.
     """
@@ -219,6 +239,7 @@ class BoundedMap(_MapBase):
         expected_items: int | None = None,
         state_machine_options: StateMachineOptions | None = None,
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
+        ledger: QuotaLedger | None = None,
     ) -> None:
         super().__init__(scope, id)
         with Checks("BoundedMap", scope=self) as check:
@@ -243,7 +264,8 @@ class BoundedMap(_MapBase):
             check.raise_if_any()
             retry = retry or BedrockRetry()
             processor, models = self._processor(
-                check, model=model, request=request, item_processor=item_processor, retry=retry, task_options=task_options
+                check, model=model, request=request, item_processor=item_processor, retry=retry, task_options=task_options,
+                ledger=ledger, plan=max_concurrency,
             )
         self.map_state = sfn.Map(self, "Map", max_concurrency=cap, items_path=items_path)
         self.map_state.item_processor(processor)  # type: ignore[arg-type]
@@ -257,6 +279,8 @@ class BoundedMap(_MapBase):
             default_timeout=cdk.Duration.hours(24),
         )
         self.alarms = execution_alarms(self, self.state_machine, alarm_actions, what=f"BoundedMap {id}")
+        if self.ledger_consumer is not None:
+            self.ledger_consumer.grant(self.state_machine)
 
     def _warn_if_output_can_exceed_the_limit(
         self, items: int, request: ModelRequest, task_options: TaskOptions | None

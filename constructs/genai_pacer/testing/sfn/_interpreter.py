@@ -22,6 +22,11 @@ What each patch does and why:
   would need Docker. moto's own code still turns the response into the Task result or failure.
 - Distributed Map: JSONL item readers, ItemBatcher, the tolerated-failure threshold (moto parses it
   but lets every failed item pass) and ResultWriter files (moto writes an empty manifest).
+- DynamoDB: "Individual write operations such as UpdateItem are atomic and always operate on the most
+  recent version of the item, regardless of concurrency" (DynamoDB developer guide,
+  BestPractices_ImplementingVersionControl.html); moto evaluates a condition, creates a missing item and
+  applies each action in Python with no lock, so a Map's iterations writing one item (the shared quota
+  ledger's) lose updates. The runner runs moto's item writes and reads one at a time.
 - Intrinsic functions: moto parses an intrinsic from the definition's JSON text undecoded, so the JSON
   escape of a literal's backslash (`'today\\'s'` in JSON for `'today\'s'`) ends the literal early, ANTLR
   prints "mismatched input" and the rest of the function is dropped. The patched parser decodes the JSON
@@ -859,6 +864,22 @@ def _handle_put_object(env, resource_runtime_part, state_credentials) -> None:
     })
 
 
+# ---- DynamoDB ----------------------------------------------------------------------------------
+
+#: moto's DynamoDB backend operations on one item, run one at a time while a runner is active.
+_DYNAMODB_ITEM_OPERATIONS = ("get_item", "put_item", "update_item", "delete_item")
+_DYNAMODB_LOCK = threading.RLock()
+
+
+def _atomic(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def operation(*args: Any, **kwargs: Any) -> Any:
+        with _DYNAMODB_LOCK:
+            return original(*args, **kwargs)
+
+    return operation
+
+
 # ---- installation ------------------------------------------------------------------------------
 
 
@@ -917,6 +938,10 @@ def install(runtime: Runtime) -> None:
         _set(StringFormat, "_eval_body", _string_format)
         for module in [*_json_path_users(), json_path]:
             _set(module, "extract_json", _extract_json)
+        from moto.dynamodb.models import DynamoDBBackend
+
+        for name in _DYNAMODB_ITEM_OPERATIONS:
+            _set(DynamoDBBackend, name, _atomic(getattr(DynamoDBBackend, name)))
 
 
 def uninstall() -> None:

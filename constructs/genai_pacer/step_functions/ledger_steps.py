@@ -1,0 +1,356 @@
+"""A Step Functions model task that takes part in the shared quota ledger, without a Lambda per call.
+
+`QuotaLedger` keeps one model quota's reserve-then-settle ledger in one DynamoDB item that every
+consumer writes (the item layout and protocol: pacer_runtime.ledger, whose docstring is the design).
+A process consumer (QuotaPacer, the QueuedInference worker) reads the item, decides in Python and
+writes a conditional UpdateItem. A state machine cannot read an item's attribute names (JSONPath has
+no keys(); the offline runner does not execute JSONata, so this library keeps its state machines on
+JSONPath), cannot multiply (the only arithmetic intrinsic is States.MathAdd) and cannot do date
+arithmetic. So a model task with `ledger=` writes the same item with the same three updates, every
+number that needs a product computed at synth:
+
+    <call> ledger slot   Pass: the hold's slot, s#<second the state was entered>#<consumer>, from the
+                         context object's EnteredTime ("2019-03-26T20:14:13.192Z": the fraction and
+                         zone split off with States.StringSplit), in an envelope beside the item
+                         ({"input": <item>, "slot": ...}: any JSON item works, and comes back as
+                         it was; see ENVELOPE_INPUT).
+    <call> reserve       DynamoDB UpdateItem (the optimized integration, no Lambda):
+                           ADD held :r, h#<consumer> :r, <slot> :r   REMOVE expires_at
+                           IF (held is absent OR held <= Q - r) AND (h#<consumer> is absent OR
+                              h#<consumer> <= burst - r)
+                         r, Q - r and burst - r are numbers written at synth: r is the pacer's
+                         reservation, the share profile's prompt (input + cache writes + cache reads)
+                         + ceil(max_tokens x burndown). A refusal (DynamoDB.ConditionalCheckFailed
+                         Exception) is retried by the task's Retry: it waits, with full jitter and a
+                         capped backoff, and tries again; it never calls the model meanwhile, so the
+                         wait costs no throttle.
+    <call>               the Converse task, unchanged but for one more field in its selection (the
+                         whole Usage); it reads the item from the envelope and puts its selection
+                         beside it. Its own Retry still retries throttles while the hold is kept.
+    <call> release       on any failure left after its Retry: ADD -r to the same three attributes, IF
+                         the slot exists; then the call fails as before (<call> failed: a Fail state
+                         with the original error and cause). The hold comes back at once.
+    <call> charge...     the settlement's delta, input + cache writes + output x burndown - r, summed
+                         with nested States.MathAdd (at most 10 intrinsics in a field: the output is
+                         added ceil(burndown) times, ten at a time); cache writes are optional in
+                         Converse's usage, so a Choice picks the sum with or without them.
+    <call> settle        ADD delta to the same three attributes, IF the slot exists: a slot that
+                         already left the window takes nothing (DynamoDB.ConditionalCheckFailed
+                         Exception is caught and the answer goes on), as Bedrock ignores a late
+                         settlement. Then the answer states, as without a ledger; with a
+                         result_path below $, <call> ledger answer puts the answer into the item.
+
+Why this mechanism and not another:
+- The same item and attributes as every process consumer, so each sees the others' holds: the
+  pacers' admission reads `held` and h#, and their writes remove expired slots of every consumer,
+  the state machine's included (subtracting them from held and its h#).
+- A conditional write per reservation, one per settlement: the pacer's cost per call. Leases of token
+  blocks need a consumer that remembers its lease between calls; a Map's iterations share nothing but
+  the item, and an admission step of their own would add a Lambda (or a second write) per call.
+- The burndown is applied at synth (r) and by repeated addition (the settlement), so no
+  multiplication is needed anywhere: an update expression can only add and subtract.
+- Raw per-consumer output counters with the burndown applied where the ledger is read would need
+  every reader to know every consumer's burndown and a second attribute per slot; one quota has one
+  burndown, known at synth, so charging it at write time keeps the item the pacers already read.
+- The slot, the charge and the answer travel in the state (an envelope), not in workflow variables:
+  the offline runner's interpreter (moto's) resolves a variable reference only through JSONata.
+
+What a state machine cannot do, and what covers it:
+- It does not remove expired slots (no date arithmetic, no attribute listing): its holds leave the
+  window when any process consumer writes the item. A ledger whose only consumers are state
+  machines keeps each hold until then; give it one process consumer (a QuotaPacer anywhere).
+- It does not read other consumers' wants, so beyond its floor it borrows without leaving room for a
+  floor owner who waits. It is admitted while the window holds Q (its burst cap is the quota's
+  allocatable TPM), and its MaxConcurrency (or branch count) bounds it in calls. It writes no want
+  either, so its floor is kept free for it only by the other consumers' burst caps.
+- It does not set the item's TTL (no clock it can add to): it removes expires_at, so an item a state
+  machine holds tokens in is never dropped by TTL; a process consumer's next write sets it again.
+- Each refused try adds a task's failure events to the execution history (Step Functions stops a
+  STANDARD execution at 25,000 events): an inline Map of many items that waits long should be a
+  distributed one, whose child executions each have their own history.
+
+The reservation uses the share profile's prompt size, not each item's (a state machine cannot count
+tokens): a longer prompt holds less than Bedrock reserves for it until it settles, and the call's
+own Retry covers the rare throttle that can follow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+
+from constructs import Construct
+
+from .._internal.checks import Checks, is_token, token_kind
+from .._internal.sfn_dynamodb import CONDITIONAL_CHECK_FAILED, DYNAMODB_ERROR_PREFIX, DYNAMODB_RETRY_ERRORS
+from .._internal.tables import grant_table_key
+from ..quota.ledger import LEADING_KEYS, LEDGER_KEY_PREFIX, LEDGER_TTL_ATTRIBUTE, QuotaLedger
+
+__all__ = [
+    "CONDITIONAL_CHECK_FAILED",
+    "DYNAMODB_ERROR_PREFIX",
+    "DYNAMODB_RETRY_ERRORS",
+    "LEDGER_RETRY_ATTEMPTS",
+    "LedgerConsumer",
+]
+
+#: A refused reservation's Retry: the first wait 1 s (Step Functions' smallest), doubling, capped at 8 s
+#: (slots leave the window every second, so a long cap only idles the quota), full jitter. 150 tries wait
+#: about 10 minutes in all (7 s, then about 4 s a try on average), then the call fails as a throttle that
+#: outlived its Retry does.
+LEDGER_RETRY_INTERVAL_SECONDS = 1
+LEDGER_RETRY_MAX_DELAY_SECONDS = 8
+LEDGER_RETRY_ATTEMPTS = 150
+#: A throttled or failing DynamoDB call of a ledger task (DYNAMODB_RETRY_ERRORS) is retried as
+#: ScheduledPrecompute's DynamoDB tasks are: 1 s doubling, 6 tries, full jitter.
+DYNAMODB_RETRY_ATTEMPTS = 6
+#: "You can nest up to 10 intrinsic functions within a field"
+#: (https://docs.aws.amazon.com/step-functions/latest/dg/intrinsic-functions.html); States.MathAdd takes
+#: two integers, so one field adds at most 11 terms.
+MAX_NESTED_INTRINSICS = 10
+#: The envelope a ledger-paced call works in, so the item is never changed and any JSON item works: the
+#: slot Pass wraps the item as `input` beside the hold's `slot`; the model task reads `input` and puts
+#: its selection in `call`; the charge goes in `charge`, a failure in `error`; the answer in `answer`
+#: until it is put back where the task's result_path says. (Workflow variables would need no envelope,
+#: but the offline runner's interpreter resolves a variable reference only through JSONata.)
+ENVELOPE_INPUT = "$.input"
+ENVELOPE_SLOT = "$.slot"
+ENVELOPE_CALL = "$.call"
+ENVELOPE_CHARGE = "$.charge"
+ENVELOPE_ERROR = "$.error"
+ENVELOPE_ANSWER = "$.answer"
+#: The item's attributes a state machine writes (pacer_runtime.ledger: HELD, CONSUMER_PREFIX, SLOT_PREFIX).
+HELD = "held"
+CONSUMER_PREFIX = "h#"
+SLOT_PREFIX = "s#"
+#: Characters States.Format takes literally only escaped (\' \{ \} \\: the developer guide's intrinsic
+#: functions page, "Reserved characters in intrinsic functions").
+_INTRINSIC_ESCAPES = {"'": "\\'", "{": "\\{", "}": "\\}", "\\": "\\\\"}
+
+
+@dataclass(frozen=True)
+class LedgerConsumer:
+    """How one state machine's model calls take part in a QuotaLedger (built by the constructs)."""
+
+    ledger: QuotaLedger
+    name: str  # the consumer's name in the item (its share's)
+    floor_tpm: float
+    burst_tpm: float
+    input_tokens: int  # the share profile's prompt: input + cache writes + cache reads
+
+    def reservation(self, max_tokens: int) -> int:
+        """r: what a call holds while it runs (QuotaPacer.reservation with hold_output_burndown)."""
+        return self.input_tokens + math.ceil(max_tokens * self.ledger.quota.burndown)
+
+    def grant(self, grantee: Any) -> None:
+        """KMS on a customer-managed table key (the UpdateItem tasks grant UpdateItem themselves, on
+        this quota's item only)."""
+        grant_table_key(self.ledger.table, grantee, ("kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"))
+
+
+def ledger_consumer(
+    check: Checks,
+    scope: Construct,
+    ledger: Any,
+    *,
+    model: Any,
+    plan: Any = None,
+) -> LedgerConsumer | None:
+    """The consumer a construct's model calls are in `ledger`: the share it holds (given as
+    max_concurrency=quota.share(...), or drawn under the construct's id). None (with the problem
+    recorded) without a ledger or when a check failed."""
+    if ledger is None or not check.instance(
+        "ledger", ledger, QuotaLedger, "a QuotaLedger of the ModelQuota of this construct's model", optional=True
+    ):
+        return None
+    quota = ledger.quota
+    ours, theirs = getattr(model, "model_id", None), quota.model.model_id
+    if isinstance(ours, str) and not is_token(ours) and not is_token(theirs):
+        check.rule(
+            ours == theirs,
+            f"ledger=QuotaLedger {ledger.node.id} keeps the quota of model {theirs!r}, but this construct calls "
+            f"{ours!r}: each model has its own quota; pass the ledger of its model's ModelQuota",
+            id="ledger.state-machine-other-model",
+        )
+    issued = {id(p): name for p, name in quota._issued.values()}
+    share = issued.get(id(plan)) if plan is not None else None
+    if share is None and scope.node.id in quota.shares:
+        share = scope.node.id
+    if share is None:
+        check.fail(
+            f"ledger: no share of ModelQuota {quota.node.id} is this construct's; a state machine reserves the "
+            "share profile's prompt size for each call (it cannot count tokens), so draw one: pass "
+            f"max_concurrency=quota.share(...) or draw a share named {scope.node.id!r}",
+            id="ledger.no-share",
+        )
+        return None
+    if not check.rule(
+        "#" not in share and len(share) <= 80,
+        f"ledger: the share {share!r} names this consumer in the ledger's attribute names, which allow at most "
+        "80 characters and no '#'; draw the share under such a name",
+        id="ledger.state-machine-share-name",
+    ):
+        return None
+    floor = quota.shares[share].tpm
+    # A state machine reads no wants (see the module docstring): its burst cap is the allocatable quota,
+    # and its MaxConcurrency (or branch count) bounds it in calls.
+    burst = ledger.quota_tpm
+    profile = quota.shares[share].profile
+    prompt = int(profile.input_tokens + profile.cache_write_tokens + profile.cache_read_tokens)
+    return LedgerConsumer(ledger=ledger, name=share, floor_tpm=floor, burst_tpm=burst, input_tokens=prompt)
+
+
+def check_ledger_request(check: Checks, consumer: LedgerConsumer | None, request: Any, result_selector: Any,
+                         name: str = "request") -> None:
+    """What a ledger-paced call needs at synth: a Converse request (its usage is the settlement), the
+    default selection (the settlement reads the usage from it), a max_tokens known at synth (r is)."""
+    from .model_tasks import ConverseRequest
+
+    if consumer is None:
+        return
+    if not isinstance(request, ConverseRequest):
+        check.fail(f"{name}: ledger= settles each call from Converse's usage; a NativeRequest's body is the model's "
+                   "own format: use ConverseRequest(...) or drop ledger", id="request.native-with-ledger")
+        return
+    if result_selector is not None:
+        check.fail("task_options.result_selector with ledger=: the settlement reads the call's usage from the "
+                   "default selection; drop result_selector (the answer keeps text, stopReason and usage) or drop ledger",
+                   id="task_options.result-selector-with-ledger")
+    if is_token(request.max_tokens):
+        check.fail(f"{name}.max_tokens is a deploy-time {token_kind(request.max_tokens)}, but with ledger= each call's "
+                   "reservation (input + max_tokens x burndown) is written into the state machine at synth: pass an int",
+                   id="request.max-tokens-deploy-time-with-ledger")
+        return
+    if not isinstance(request.max_tokens, int):  # ConverseRequest refused it already
+        return
+    r = consumer.reservation(request.max_tokens)
+    check.rule(
+        r <= consumer.burst_tpm,
+        f"{name}: a call reserves {r:,} tokens (the share's prompt + max_tokens={request.max_tokens:,} x burndown "
+        f"{consumer.ledger.quota.burndown:g}), more than the consumer may hold ({consumer.burst_tpm:,.0f} TPM): it "
+        "could never be admitted; lower max_tokens or raise the cap",
+        id="request.reservation-above-burst",
+    )
+
+
+def _escaped(text: str) -> str:
+    return "".join(_INTRINSIC_ESCAPES.get(c, c) for c in text)
+
+
+def _sum(terms: list[str]) -> str:
+    """Nested States.MathAdd of the terms (at most MAX_NESTED_INTRINSICS + 1)."""
+    expression = terms[0]
+    for term in terms[1:]:
+        expression = f"States.MathAdd({expression}, {term})"
+    return expression
+
+
+@dataclass
+class LedgerCall:
+    """The ledger's states around one model task (model_call builds it)."""
+
+    consumer: LedgerConsumer
+    scope: Construct
+    id: str
+    max_tokens: int
+
+    def __post_init__(self) -> None:
+        self.r = self.consumer.reservation(self.max_tokens)
+
+    # the states --------------------------------------------------------------------------------------
+
+    def slot(self) -> sfn.Pass:
+        """The hold's slot from the second the state was entered: "2019-03-26T20:14:13.192Z" loses its
+        fraction ('.') and its zone ('Z', or '+' in an offset form) to States.StringSplit."""
+        entered = "$$.State.EnteredTime"
+        second = entered
+        for delimiter in (".", "Z", "+"):
+            second = f"States.ArrayGetItem(States.StringSplit({second}, '{delimiter}'), 0)"
+        name = f"{SLOT_PREFIX}{{}}#{_escaped(self.consumer.name)}"
+        return sfn.Pass(self.scope, f"{self.id} ledger slot", parameters={
+            "input.$": "$", "slot.$": f"States.Format('{name}', {second})"})
+
+    def place(self, path: str) -> sfn.Pass:
+        """The item with the answer at `path` (a reference path below $): ResultPath writes into the
+        raw input, here the envelope, whose `input` OutputPath then returns."""
+        return sfn.Pass(self.scope, f"{self.id} ledger answer", input_path=ENVELOPE_ANSWER,
+                        result_path=ENVELOPE_INPUT + path[1:], output_path=ENVELOPE_INPUT)
+
+    def reserve(self) -> tasks.DynamoUpdateItem:
+        ledger = self.consumer.ledger
+        task = self._update(
+            f"{self.id} reserve",
+            update="ADD #held :r, #mine :r, #slot :r REMOVE #ttl",
+            condition=("(attribute_not_exists(#held) OR (attribute_type(#held, :number) AND #held <= :total)) AND "
+                       "(attribute_not_exists(#mine) OR (attribute_type(#mine, :number) AND #mine <= :mine))"),
+            values={":r": tasks.DynamoAttributeValue.from_number(self.r),
+                    ":total": tasks.DynamoAttributeValue.from_number(ledger.quota_tpm - self.r),
+                    ":mine": tasks.DynamoAttributeValue.from_number(self.consumer.burst_tpm - self.r),
+                    ":number": tasks.DynamoAttributeValue.from_string("N")},
+            extra_names={"#ttl": LEDGER_TTL_ATTRIBUTE},
+        )
+        task.add_retry(errors=[CONDITIONAL_CHECK_FAILED], interval=cdk.Duration.seconds(LEDGER_RETRY_INTERVAL_SECONDS),
+                       backoff_rate=2.0, max_attempts=LEDGER_RETRY_ATTEMPTS,
+                       max_delay=cdk.Duration.seconds(LEDGER_RETRY_MAX_DELAY_SECONDS), jitter_strategy=sfn.JitterType.FULL)
+        return task
+
+    def release(self) -> tasks.DynamoUpdateItem:
+        return self._update(f"{self.id} release", update="ADD #held :d, #mine :d, #slot :d",
+                            values={":d": tasks.DynamoAttributeValue.from_number(-self.r)})
+
+    def settle(self) -> tasks.DynamoUpdateItem:
+        delta = tasks.DynamoAttributeValue.number_from_string(
+            sfn.JsonPath.format("{}", sfn.JsonPath.string_at(f"{ENVELOPE_CHARGE}.delta")))
+        return self._update(f"{self.id} settle", update="ADD #held :d, #mine :d, #slot :d", values={":d": delta})
+
+    def charge(self, usage: str, then: sfn.IChainable) -> sfn.IChainable:
+        """The settlement's delta in the envelope: input (+ cache writes) - r, then + output x burndown."""
+        delta = f"{ENVELOPE_CHARGE}.delta"
+
+        def step(name: str, terms: list[str]) -> sfn.Pass:
+            return sfn.Pass(self.scope, name, parameters={"delta.$": _sum(terms)}, result_path=ENVELOPE_CHARGE)
+
+        with_writes = step(f"{self.id} charge with cache writes",
+                           [f"{usage}.InputTokens", f"{usage}.CacheWriteInputTokens", str(-self.r)])
+        without = step(f"{self.id} charge", [f"{usage}.InputTokens", str(-self.r)])
+        output = f"{usage}.OutputTokens"
+        count = math.ceil(self.consumer.ledger.quota.burndown)
+        steps: list[sfn.Pass] = []
+        while count > 0:
+            take = min(count, MAX_NESTED_INTRINSICS)
+            steps.append(step(f"{self.id} charge output {len(steps) + 1}", [delta, *([output] * take)]))
+            count -= take
+        for before, after in zip(steps, steps[1:], strict=False):
+            before.next(after)
+        steps[-1].next(then)
+        with_writes.next(steps[0])
+        without.next(steps[0])
+        return (sfn.Choice(self.scope, f"{self.id} cache writes?")
+                .when(sfn.Condition.is_present(f"{usage}.CacheWriteInputTokens"), with_writes)
+                .otherwise(without))
+
+    def _update(self, id: str, *, update: str, values: Mapping[str, tasks.DynamoAttributeValue],
+                condition: str = "attribute_exists(#slot)",
+                extra_names: Mapping[str, str] | None = None) -> tasks.DynamoUpdateItem:
+        ledger = self.consumer.ledger
+        key = LEDGER_KEY_PREFIX + ledger.ledger_id
+        task = tasks.DynamoUpdateItem(
+            self.scope, id, table=ledger.table, key={"pk": tasks.DynamoAttributeValue.from_string(key)},
+            update_expression=update, condition_expression=condition,
+            expression_attribute_names={"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer.name,
+                                        "#slot": sfn.JsonPath.string_at(ENVELOPE_SLOT), **(extra_names or {})},
+            expression_attribute_values=dict(values),
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        task.add_retry(errors=list(DYNAMODB_RETRY_ERRORS), interval=cdk.Duration.seconds(1), backoff_rate=2.0,
+                       max_attempts=DYNAMODB_RETRY_ATTEMPTS, jitter_strategy=sfn.JitterType.FULL)
+        # aws-cdk-lib grants UpdateItem on the whole table: narrowed to this quota's item, as QuotaLedger's grants are.
+        for statement in task._task_policies or []:
+            statement.add_condition("ForAllValues:StringEquals", {LEADING_KEYS: [key]})
+        return task

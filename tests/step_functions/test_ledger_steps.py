@@ -1,0 +1,287 @@
+"""Step Functions model tasks in the shared quota ledger (issue 25, layer 3), executed offline with
+StateMachineRunner against moto's DynamoDB and the Bedrock emulator: a call reserves before it runs,
+settles to input + cache writes + output x burndown, returns its hold when it fails, waits when the
+ledger is full and goes on once there is room, and shares the item with a process consumer
+(pacer_runtime's SharedLedger) in both directions. Then what synth writes and refuses."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_stepfunctions as sfn
+from genai_pacer import (
+    BedrockModel,
+    BoundedMap,
+    ConverseRequest,
+    ModelQuota,
+    NativeRequest,
+    QuotaLedger,
+    TaskOptions,
+)
+from genai_pacer.quota.ledger import LEADING_KEYS
+from genai_pacer.step_functions.ledger_steps import CONDITIONAL_CHECK_FAILED, LEDGER_RETRY_ATTEMPTS
+from genai_pacer.testing import BedrockEmulator, ModelSpec, StateMachineRunner
+from genai_pacer.testing.sfn import _interpreter
+from helpers import new_stack, policy_statements, refused, resources, template_of
+from pacer_runtime.ledger import LedgerHold, LedgerRefusal, SharedLedger
+
+MODEL_ID = "us.amazon.nova-lite-v1:0"
+MODEL = BedrockModel.from_id(MODEL_ID)
+BURNDOWN = 5
+MAX_TOKENS = 400
+PROMPT_TOKENS = 1_000  # the share profile's input: what a state machine reserves for the prompt
+RESERVED = PROMPT_TOKENS + MAX_TOKENS * BURNDOWN  # 3,000
+QUOTA_TPM = 400_000
+KEY = {"pk": {"S": "quota#" + MODEL_ID}}
+
+
+def ledger_stack(stack: cdk.Stack | None = None, *, request: ConverseRequest | None = None, **props):
+    stack = stack or new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
+    profile = quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS)
+    plan = quota.share("Summaries", profile, fraction=0.5, call_seconds=4)
+    quota.share("Interactive", profile, fraction=0.4, call_seconds=4)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    request = request or ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=MAX_TOKENS)
+    props = {"model": MODEL, "ledger": ledger, **props}
+    summaries = BoundedMap(stack, "Summaries", max_concurrency=plan, request=request, **props)
+    return stack, ledger, summaries
+
+
+def emulator(**spec):
+    return BedrockEmulator([ModelSpec(MODEL_ID, tpm_quota=1_000_000, burndown=BURNDOWN, answer_tokens=120, **spec)],
+                           time_scale=50)
+
+
+def item_of(runner: StateMachineRunner, ledger: QuotaLedger) -> dict:
+    return runner.dynamodb.get_item(TableName=runner.physical_name(ledger.table), Key=KEY, ConsistentRead=True)["Item"]
+
+
+def slots(item: dict) -> dict[str, int]:
+    return {name: int(value["N"]) for name, value in item.items() if name.startswith("s#")}
+
+
+def process_consumer(runner: StateMachineRunner, ledger: QuotaLedger, **options) -> SharedLedger:
+    """Another consumer of the same quota: a QuotaPacer's ledger in some process (the Interactive share)."""
+    return SharedLedger(runner.physical_name(ledger.table), ledger_id=MODEL_ID, consumer="Interactive",
+                        quota_tpm=ledger.quota_tpm, floor_tpm=160_000, client=runner.dynamodb,
+                        **{"poll_seconds": 0.01, "max_poll_seconds": 0.02, **options})
+
+
+def states_entered(run) -> list[str]:
+    return [e["stateEnteredEventDetails"]["name"] for e in run.history if "stateEnteredEventDetails" in e]
+
+
+def failed_errors(run) -> list[str]:
+    return [e["taskFailedEventDetails"]["error"] for e in run.history if "taskFailedEventDetails" in e]
+
+
+# --- executed -----------------------------------------------------------------------------------
+
+
+def test_a_call_reserves_then_settles_to_input_plus_cache_writes_plus_output_times_burndown():
+    cached = "Background: " + "the quarterly report covers revenue and costs. " * 60
+    request = ConverseRequest(messages=[{"Role": "user", "Content": [
+        {"Text": cached}, {"CachePoint": {"Type": "default"}}, {"Text": "Summarize it."}]}], max_tokens=MAX_TOKENS)
+    stack, ledger, _ = ledger_stack(request=request)
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({"items": [{"id": 1}]}).raise_for_status()
+        item = item_of(runner, ledger)
+    (call,) = run.invocations
+    assert call.cache_write_tokens > 0  # the branch that adds cache writes ran
+    charged = call.input_tokens + call.cache_write_tokens + call.output_tokens * BURNDOWN
+    assert list(slots(item).values()) == [charged]
+    assert item["held"] == {"N": str(charged)} and item["h#Summaries"] == {"N": str(charged)}
+    assert "expires_at" not in item  # a state machine cannot set the TTL, so it never lets TTL drop its holds
+    # the answer is the call's narrowed answer, as without a ledger
+    assert run.output == [{"text": run.output[0]["text"], "stopReason": "end_turn",
+                           "usage": {"inputTokens": call.input_tokens, "outputTokens": call.output_tokens}}]
+
+
+def test_the_slot_is_the_second_the_call_started_and_the_reservation_is_the_pacers():
+    stack, ledger, _ = ledger_stack()
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        before = time.time()
+        run = runner.run({"items": [{"prompt": "Summarize: " + "good battery, " * 40}]}).raise_for_status()
+        item = item_of(runner, ledger)
+    (name,) = slots(item)
+    stamp, consumer = name.removeprefix("s#").split("#")
+    started = time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S")) - time.timezone
+    assert consumer == "Summaries" and int(before) - 1 <= started <= time.time()
+    (call,) = run.invocations
+    # settled = reserved + delta: the settle step's delta is what the charge adds to the 3,000 reserved
+    assert slots(item)[name] == call.input_tokens + call.output_tokens * BURNDOWN
+    assert states_entered(run).index("InvokeModel reserve") < states_entered(run).index("InvokeModel")
+
+
+def test_a_failed_call_returns_its_hold_and_fails_with_the_calls_error():
+    stack, ledger, _ = ledger_stack()
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        bedrock.fail_next("ValidationException")  # not retried: the call fails after its hold was taken
+        run = runner.run({"items": [{"prompt": "Summarize this."}]})
+        item = item_of(runner, ledger)
+    assert not run.succeeded and run.error == "BedrockRuntime.ValidationException"
+    assert "InvokeModel release" in states_entered(run)
+    # reserved 3,000 (the slot exists), then returned at once: nothing is held
+    assert list(slots(item).values()) == [0] and item["held"] == {"N": "0"} and item["h#Summaries"] == {"N": "0"}
+
+
+def test_a_refused_reservation_waits_without_calling_the_model_and_proceeds_once_there_is_room(monkeypatch):
+    stack, ledger, _ = ledger_stack()
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        other = process_consumer(runner, ledger)
+        hold = other.try_reserve(int(ledger.quota_tpm) - RESERVED + 1)  # one token too many for the state machine
+        assert isinstance(hold, LedgerHold)
+        waits: list[float] = []
+        original = _interpreter._ScaledTime.sleep
+
+        def wait(self, seconds: float) -> None:  # the Retry's wait: the other consumer's call ends meanwhile
+            waits.append(seconds)
+            if len(waits) == 2:
+                other.release(hold)
+            original(self, seconds)
+
+        monkeypatch.setattr(_interpreter._ScaledTime, "sleep", wait)
+        run = runner.run({"items": [{"prompt": "Summarize this."}]}).raise_for_status()
+        item = item_of(runner, ledger)
+    assert failed_errors(run) == [CONDITIONAL_CHECK_FAILED] * 2  # refused twice, then admitted
+    assert len(waits) == 2 and run.model_calls == 1 and run.throttled == 0  # waited in the ledger, not in a throttle
+    (call,) = run.invocations
+    assert int(item["h#Summaries"]["N"]) == call.input_tokens + call.output_tokens * BURNDOWN
+    assert int(item["held"]["N"]) == int(item["h#Summaries"]["N"])  # the released hold is gone
+
+
+def test_a_process_consumer_sees_the_state_machines_holds_and_removes_them_once_they_leave_the_window():
+    stack, ledger, _ = ledger_stack()
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        runner.run({"items": [{"prompt": "Summarize this."}, {"prompt": "And this."}]}).raise_for_status()
+        item = item_of(runner, ledger)
+        settled = int(item["h#Summaries"]["N"])
+        other = process_consumer(runner, ledger)
+        view = other.view(refresh=True)
+        assert view.problems == [] and other.live_tokens(view, time.time(), "Summaries") == settled
+        room = int(ledger.quota_tpm) - settled
+        assert isinstance(other.try_reserve(room + 1), LedgerRefusal)  # the state machine's holds count
+        # A consumer whose clock is past the window removes them (what a crashed execution's hold relies on):
+        later = process_consumer(runner, ledger, clock=lambda: time.time() + 120)
+        assert isinstance(later.try_reserve(room + 1), LedgerHold)
+        item = item_of(runner, ledger)
+    assert int(item["h#Summaries"]["N"]) == 0 and not any(name.endswith("#Summaries") for name in slots(item))
+    assert int(item["held"]["N"]) == room + 1
+
+
+def test_a_non_object_item_and_an_answer_kept_beside_the_input_both_work():
+    stack, ledger, _ = ledger_stack(request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=MAX_TOKENS),
+                                    task_options=TaskOptions(result_path="$.answer"))
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({"items": [{"prompt": "Summarize this.", "id": 7}]}).raise_for_status()
+    (answer,) = run.output
+    assert answer["id"] == 7 and answer["prompt"] == "Summarize this."  # the item is back, unchanged
+    assert set(answer) == {"id", "prompt", "answer"} and answer["answer"]["stopReason"] == "end_turn"
+    # an item that is a plain string: the envelope wraps it, and the prompt reads it as $
+    stack, ledger, _ = ledger_stack(request=ConverseRequest(prompt=sfn.JsonPath.string_at("$"), max_tokens=MAX_TOKENS))
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({"items": ["Summarize this."]}).raise_for_status()
+        item = item_of(runner, ledger)
+    assert set(run.output[0]) == {"text", "stopReason", "usage"} and len(slots(item)) == 1
+    assert run.invocations[0].input_tokens == run.output[0]["usage"]["inputTokens"]
+
+
+# --- synth --------------------------------------------------------------------------------------
+
+
+def test_the_state_machine_may_update_only_its_quotas_item():
+    stack, ledger, summaries = ledger_stack()
+    template = template_of(stack).to_json()
+    table_id = next(iter(resources(template, "AWS::DynamoDB::Table")))
+    on_ledger = [s for s in policy_statements(template) if table_id in json.dumps(s["Resource"])]
+    assert on_ledger and all(s["Action"] == "dynamodb:UpdateItem" for s in on_ledger)
+    assert all(s["Condition"] == {"ForAllValues:StringEquals": {LEADING_KEYS: ["quota#" + MODEL_ID]}} for s in on_ledger)
+    consumer = summaries.ledger_consumer
+    assert (consumer.name, consumer.floor_tpm, consumer.reservation(MAX_TOKENS)) == ("Summaries", 200_000, RESERVED)
+
+
+def test_a_customer_managed_table_key_is_granted_through_dynamodb_only():
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
+    plan = quota.share("Summaries", quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS),
+                       fraction=0.5, call_seconds=4)
+    key = kms.Key(stack, "Key", enable_key_rotation=True)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota, encryption_key=key)
+    BoundedMap(stack, "Summaries", max_concurrency=plan, model=MODEL, ledger=ledger,
+               request=ConverseRequest(prompt="Hi", max_tokens=MAX_TOKENS))
+    kms_statements = [s for s in policy_statements(template_of(stack)) if str(s["Action"]).startswith("['kms:")
+                      or (isinstance(s["Action"], list) and s["Action"][0].startswith("kms:"))]
+    assert [s["Condition"] for s in kms_statements] == [{"StringEquals": {"kms:ViaService": "dynamodb.us-east-1.amazonaws.com"}}]
+
+
+def test_the_reservation_is_retried_on_refusal_with_full_jitter_and_a_capped_backoff():
+    stack, _, _ = ledger_stack()
+    definition = json.dumps(template_of(stack).to_json())
+    states = json.loads(_flat_definition(stack))["States"]["Map"]["ItemProcessor"]["States"]
+    (refusal,) = [r for r in states["InvokeModel reserve"]["Retry"] if r["ErrorEquals"] == [CONDITIONAL_CHECK_FAILED]]
+    assert refusal["MaxAttempts"] == LEDGER_RETRY_ATTEMPTS and refusal["JitterStrategy"] == "FULL"
+    assert refusal["MaxDelaySeconds"] == 8 and refusal["IntervalSeconds"] == 1
+    assert states["InvokeModel reserve"]["Parameters"]["ExpressionAttributeValues"][":total"] == {"N": str(QUOTA_TPM - RESERVED)}
+    assert "InvokeModel settle" in definition
+
+
+def _flat_definition(stack: cdk.Stack) -> str:
+    (machine,) = resources(template_of(stack), "AWS::StepFunctions::StateMachine").values()
+    body = machine["Properties"]["DefinitionString"]
+    return body if isinstance(body, str) else "".join(p if isinstance(p, str) else "X" for p in body["Fn::Join"][1])
+
+
+def test_each_prop_combination_the_ledger_cannot_pace_is_refused_by_name():
+    # no share of the quota is the Map's: a state machine reserves the share profile's prompt
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    problems = refused(lambda: BoundedMap(stack, "Map", max_concurrency=4, model=MODEL, ledger=ledger,
+                                          request=ConverseRequest(prompt="Hi", max_tokens=MAX_TOKENS)))
+    assert any(p.startswith("ledger: no share of ModelQuota Quota") for p in problems), problems
+    # a native body, a selection of one's own, a deploy-time max_tokens, another model's ledger, an item processor
+    for build, start in (
+        (lambda s: {"request": NativeRequest({"prompt": "Hi"})}, "request: ledger= settles"),
+        (lambda s: {"task_options": TaskOptions(result_selector={"t.$": "$.Output"})}, "task_options.result_selector with ledger="),
+        (lambda s: {"request": ConverseRequest(prompt="Hi", max_tokens=cdk.CfnParameter(s, "Max", type="Number").value_as_number)},
+         "request.max_tokens is a deploy-time number"),
+        (lambda s: {"model": BedrockModel.from_id("us.amazon.nova-pro-v1:0")}, "ledger=QuotaLedger Ledger keeps the quota of model"),
+        (lambda s: {"ledger": "table"}, "ledger='table' is a str"),
+    ):
+        stack = new_stack()
+        problems = refused(lambda stack=stack, build=build: ledger_stack(stack, **build(stack)))
+        assert any(p.startswith(start) for p in problems), (start, problems)
+
+
+def test_a_reservation_above_the_quota_is_refused_at_synth():
+    problems = refused(lambda: ledger_stack(request=ConverseRequest(prompt="Hi", max_tokens=100_000)))
+    assert any("a call reserves 501,000 tokens" in p for p in problems), problems
+
+
+def test_an_item_processor_with_a_ledger_is_refused():
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    problems = refused(lambda: BoundedMap(stack, "Map", max_concurrency=4, ledger=ledger,
+                                          item_processor=sfn.Pass(stack, "Mine")))
+    assert any(p.startswith("ledger is set with item_processor") for p in problems), problems
+
+
+@pytest.mark.parametrize("name", ["Summaries", "O'Brien {team}"])
+def test_a_share_name_with_intrinsic_reserved_characters_names_its_slot_exactly(name):
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
+    plan = quota.share(name, quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS),
+                       fraction=0.5, call_seconds=4)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    BoundedMap(stack, "Map", max_concurrency=plan, model=MODEL, ledger=ledger,
+               request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=MAX_TOKENS))
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        runner.run({"items": [{"prompt": "Hi"}]}).raise_for_status()
+        item = item_of(runner, ledger)
+    assert [s.split("#", 2)[2] for s in slots(item)] == [name]
