@@ -517,14 +517,30 @@ def _bounded_map(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
     return BoundedMap(stack, "Map", max_concurrency=concurrency, state_machine_options=options, **call)
 
 
+def _ledger_share(stack: cdk.Stack, model: Any, kind: str, r: Resources, share: str) -> tuple[Any, Any]:
+    """The quota's shared ledger ("default" table or one with the user's "kms" key) and the plan of a share
+    drawn under `share` (the consumer's construct id); (None, None) for "none"."""
+    if kind == "none":
+        return None, None
+    from genai_pacer import ModelQuota, QuotaLedger
+
+    quota = ModelQuota(stack, "Quota", model=model, tpm_quota=400_000, burndown=5)
+    plan = quota.share(share, quota.profile(input_tokens=2_500, output_tokens=300, max_tokens=300),
+                       fraction=0.5, call_seconds=6)
+    return QuotaLedger(stack, "Ledger", quota=quota, encryption_key=r.key("new") if kind == "kms" else None), plan
+
+
 def _bounded_distributed_map(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
     from genai_pacer import BoundedDistributedMap
 
+    model = r.model(o["model"])
+    ledger, plan = _ledger_share(stack, model, o.get("ledger", "none"), r, "DistMap")
     return BoundedDistributedMap(
         stack,
         "DistMap",
-        max_concurrency=8,
-        model=r.model(o["model"]),
+        max_concurrency=plan or 8,
+        ledger=ledger,
+        model=model,
         request=converse(),
         items_bucket=r.bucket(o["items_bucket"]),  # type: ignore[arg-type]
         items_key=o["items_key"],
@@ -955,6 +971,7 @@ MATRICES: tuple[Matrix, ...] = (
             "child_execution_type": ("STANDARD", "EXPRESS"),
             "model": MODELS3,
             "state_machine_options": SM_OPTIONS,
+            "ledger": ("none", "default", "kms"),
         },
         _bounded_distributed_map,
     ),

@@ -12,9 +12,11 @@ import time
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from genai_pacer import (
     BedrockModel,
+    BoundedDistributedMap,
     BoundedMap,
     ConverseRequest,
     ModelQuota,
@@ -285,3 +287,27 @@ def test_a_share_name_with_intrinsic_reserved_characters_names_its_slot_exactly(
         runner.run({"items": [{"prompt": "Hi"}]}).raise_for_status()
         item = item_of(runner, ledger)
     assert [s.split("#", 2)[2] for s in slots(item)] == [name]
+
+
+def test_a_distributed_maps_child_executions_reserve_and_settle_in_the_ledger():
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
+    plan = quota.share("Catalog", quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS),
+                       fraction=0.5, call_seconds=4)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    bucket = s3.Bucket(stack, "Items")
+    catalog = BoundedDistributedMap(stack, "Catalog", max_concurrency=plan, model=MODEL, ledger=ledger, items_bucket=bucket,
+                                    items_key="items.jsonl",
+                                    request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=MAX_TOKENS))
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        runner.s3.put_object(Bucket=runner.physical_name(bucket), Key="items.jsonl",
+                             Body="".join(json.dumps({"prompt": f"Describe product {i}."}) + "\n" for i in range(3)))
+        bedrock.fail_next("ValidationException")  # one call fails: its hold comes back, the others settle
+        run = runner.run({}, state_machine=catalog.state_machine)
+        item = item_of(runner, ledger)
+    assert not run.succeeded  # tolerated_failure_percentage=0: the failed item fails the run, as without a ledger
+    settled = [call for call in run.invocations if call.outcome == "ok"]
+    assert len(settled) == 2
+    charged = sum(call.input_tokens + call.output_tokens * BURNDOWN for call in settled)
+    assert int(item["h#Catalog"]["N"]) == charged == int(item["held"]["N"])
+    assert sum(slots(item).values()) == charged

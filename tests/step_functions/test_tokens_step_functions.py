@@ -184,7 +184,7 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Build, Synth, dict[t
         ("max_concurrency", "items_bucket", "items_key", "allow_unbounded", "model", "request", "item_processor",
          "retry", "task_options", "items_format", "results_bucket", "results_prefix", "tolerated_failure_percentage",
          "batch_max_items", "child_execution_type", "state_machine_options", "alarm_actions", "items_bucket_key",
-         "results_bucket_key"),
+         "results_bucket_key", "ledger"),
         lambda stack, **p: distributed_map(stack, **p),
         _direct,
         {

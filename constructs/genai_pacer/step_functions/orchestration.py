@@ -341,12 +341,15 @@ class BoundedDistributedMap(_MapBase):
         throttled call retrying with backoff can exceed).
     state_machine_options: Default: encrypted logs, X-Ray, STANDARD type, 24-hour timeout.
     alarm_actions: actions for the alarms, as BoundedMap's. Default: none.
+    ledger: as BoundedMap's: each item's call reserves and settles in the quota's shared ledger. A
+        child execution has a history of its own, so a long wait for the ledger fits here better
+        than in an inline Map (25,000 events per execution). Default: none.
 
     The role may read every object of items_bucket and write every object of results_bucket:
     aws-cdk-lib's item reader and result writer grant `bucket/*`. Pass your own role in
     state_machine_options to narrow it.
 
-    Attributes: `map_state`, `state_machine`, `alarms`. Metrics: as BoundedMap's. With
+    Attributes: `map_state`, `state_machine`, `alarms`, `ledger_consumer`. Metrics: as BoundedMap's. With
     tolerated_failure_percentage above 0, failed items no longer fail the execution, so
     metric_failed_executions counts Map Runs that failed beyond the tolerance.
     """
@@ -375,6 +378,7 @@ class BoundedDistributedMap(_MapBase):
         child_execution_type: sfn.StateMachineType = sfn.StateMachineType.STANDARD,
         state_machine_options: StateMachineOptions | None = None,
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
+        ledger: QuotaLedger | None = None,
     ) -> None:
         super().__init__(scope, id)
         # Without this flag aws-cdk-lib silently drops result_writer_v2 and nothing is written to S3.
@@ -433,7 +437,8 @@ class BoundedDistributedMap(_MapBase):
             check.raise_if_any()
             retry = retry or BedrockRetry()
             processor, models = self._processor(
-                check, model=model, request=request, item_processor=item_processor, retry=retry, task_options=task_options
+                check, model=model, request=request, item_processor=item_processor, retry=retry, task_options=task_options,
+                ledger=ledger, plan=max_concurrency,
             )
         reader_cls = sfn.S3JsonLItemReader if items_format == "jsonl" else sfn.S3JsonItemReader
         map_props: dict[str, Any] = dict(
@@ -460,6 +465,8 @@ class BoundedDistributedMap(_MapBase):
             default_timeout=cdk.Duration.hours(24),
         )
         self.alarms = execution_alarms(self, self.state_machine, alarm_actions, what=f"BoundedDistributedMap {id}")
+        if self.ledger_consumer is not None:
+            self.ledger_consumer.grant(self.state_machine)
         if state_machine_options is not None and state_machine_options.state_machine_type == sfn.StateMachineType.EXPRESS:
             # Whether a Distributed Map may run inside an EXPRESS parent is not stated by any AWS page
             # found (Express workflows support only the Request Response integration pattern:
