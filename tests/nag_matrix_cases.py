@@ -561,10 +561,20 @@ def _parallel_prompts(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
         "same-model": {"synthesis": converse("$.answers.A")},
         "other-model": {"synthesis": converse("$.answers.A"), "synthesis_model": r.model("us-profile")},
     }[o["synthesis"]]
+    model = r.model(o["model"])
+    ledger = None
+    if o.get("ledger", "none") != "none":  # a share drawn under the construct's id, of the two branches' calls
+        from genai_pacer import ModelQuota, QuotaLedger
+
+        quota = ModelQuota(stack, "Quota", model=model, tpm_quota=400_000, burndown=5)
+        quota.share("Parallel", quota.profile(input_tokens=2_500, output_tokens=300, max_tokens=300), calls=2,
+                    call_seconds=6)
+        ledger = QuotaLedger(stack, "Ledger", quota=quota, encryption_key=r.key("new") if o["ledger"] == "kms" else None)
     return ParallelPrompts(
         stack,
         "Parallel",
-        model=r.model(o["model"]),
+        model=model,
+        ledger=ledger,
         prompts={"A": converse(), "B": converse()},
         state_machine_options=state_machine_options(o["state_machine_options"], r, express=o["type"] == "EXPRESS"),
         **synthesis,
@@ -980,6 +990,7 @@ MATRICES: tuple[Matrix, ...] = (
         {
             "model": MODELS3,
             "synthesis": ("none", "same-model", "other-model"),
+            "ledger": ("none", "default", "kms"),
             "state_machine_options": SM_OPTIONS,
             "type": ("STANDARD", "EXPRESS"),
         },

@@ -21,6 +21,7 @@ from genai_pacer import (
     ConverseRequest,
     ModelQuota,
     NativeRequest,
+    ParallelPrompts,
     QuotaLedger,
     TaskOptions,
 )
@@ -311,3 +312,56 @@ def test_a_distributed_maps_child_executions_reserve_and_settle_in_the_ledger():
     charged = sum(call.input_tokens + call.output_tokens * BURNDOWN for call in settled)
     assert int(item["h#Catalog"]["N"]) == charged == int(item["held"]["N"])
     assert sum(slots(item).values()) == charged
+
+
+def parallel_stack(*, synthesis_model: BedrockModel | None = None):
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
+    quota.share("Review", quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS),
+                calls=2, call_seconds=4)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    review = ParallelPrompts(
+        stack, "Review", model=MODEL, ledger=ledger, synthesis_model=synthesis_model,
+        prompts={"Pros": ConverseRequest(prompt="List the pros.", max_tokens=MAX_TOKENS),
+                 "Cons": ConverseRequest(prompt="List the cons.", max_tokens=MAX_TOKENS)},
+        synthesis=ConverseRequest(prompt=sfn.JsonPath.format(
+            "Weigh these: {}", sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$.answers"))), max_tokens=MAX_TOKENS),
+    )
+    return stack, ledger, review
+
+
+def test_parallel_prompts_branches_and_their_synthesis_reserve_and_settle_in_the_ledger():
+    stack, ledger, review = parallel_stack()
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({"topic": "the plan"}, state_machine=review.state_machine).raise_for_status()
+        item = item_of(runner, ledger)
+    assert set(run.output) == {"answers", "synthesis"} and set(run.output["answers"]) == {"Pros", "Cons"}
+    assert set(run.output["synthesis"]) == {"text", "stopReason", "usage"}
+    assert len(run.invocations) == 3
+    charged = sum(call.input_tokens + call.output_tokens * BURNDOWN for call in run.invocations)
+    assert int(item["h#Review"]["N"]) == charged == int(item["held"]["N"]) == sum(slots(item).values())
+
+
+def test_a_synthesis_on_another_model_is_not_charged_to_this_quota():
+    other = BedrockModel.from_id("us.amazon.nova-pro-v1:0")
+    stack, ledger, review = parallel_stack(synthesis_model=other)
+    spec = ModelSpec(other.model_id, tpm_quota=1_000_000, answer_tokens=50)
+    with BedrockEmulator([ModelSpec(MODEL_ID, tpm_quota=1_000_000, burndown=BURNDOWN, answer_tokens=120), spec],
+                         time_scale=50) as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({}, state_machine=review.state_machine).raise_for_status()
+        item = item_of(runner, ledger)
+    ours = [call for call in run.invocations if call.model_id == MODEL_ID]
+    assert len(ours) == 2 and len(run.invocations) == 3
+    assert int(item["held"]["N"]) == sum(call.input_tokens + call.output_tokens * BURNDOWN for call in ours)
+
+
+def test_a_prompt_named_like_a_ledger_state_is_refused():
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
+    quota.share("Review", quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS),
+                calls=2, call_seconds=4)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    request = ConverseRequest(prompt="Hi", max_tokens=MAX_TOKENS)
+    problems = refused(lambda: ParallelPrompts(stack, "Review", model=MODEL, ledger=ledger,
+                                               prompts={"Pros": request, "Pros settle": request}))
+    assert any(p.startswith("prompt name 'Pros settle' ends like the ledger's own states") for p in problems), problems

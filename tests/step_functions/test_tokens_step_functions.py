@@ -198,7 +198,7 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Build, Synth, dict[t
     ),
     "ParallelPrompts": (
         ParallelPrompts,
-        ("prompts", "model", "synthesis", "synthesis_model", "retry", "state_machine_options", "alarm_actions"),
+        ("prompts", "model", "synthesis", "synthesis_model", "retry", "state_machine_options", "alarm_actions", "ledger"),
         lambda stack, **p: parallel(stack, **p),
         _direct,
         {},

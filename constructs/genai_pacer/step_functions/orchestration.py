@@ -585,6 +585,10 @@ class _DeployTimeTolerance(sfn.DistributedMap):
 
 #: State names ParallelPrompts uses itself; a prompt may not take them.
 _PARALLEL_STATES = ("Prompts", "Synthesis", "Synthesis answer", "Synthesis no text", "Synthesis has text?")
+#: The suffixes of the states a ledger-paced call adds after its name (ledger_steps.LedgerCall, model_call).
+_LEDGER_STATE_SUFFIXES = (" ledger slot", " reserve", " release", " failed", " cache writes?", " charge",
+                          " charge with cache writes", " settle", " ledger answer") + tuple(
+                              f" charge output {i}" for i in range(1, 11))
 _STATE_NAME_FORBIDDEN = '<>{}[]?*"#%\\^|~`$&,;:/'
 
 
@@ -607,9 +611,13 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
     state_machine_options: Default: encrypted logs, X-Ray, STANDARD type, 15-minute timeout. For a
         caller that waits for the answer, use EXPRESS (at most 5 minutes) and StartSyncExecution.
     alarm_actions: actions for the alarms, as BoundedMap's. Default: none.
+    ledger: a `QuotaLedger` of `model`'s ModelQuota: each branch's call (and the synthesis, when it calls
+        `model`) reserves and settles in the quota's shared ledger, as BoundedMap's calls do. Needs a
+        share drawn under this construct's id (quota.share("<id>", profile, calls=<branches>, ...)) and
+        ConverseRequest prompts. Default: none.
 
-    Attributes: `parallel_state`, `synthesis_task` (or None), `state_machine`, `alarms`. Metrics: as
-    BoundedMap's.
+    Attributes: `parallel_state`, `synthesis_task` (or None), `state_machine`, `alarms`,
+    `ledger_consumer`. Metrics: as BoundedMap's.
     """
 
     def __init__(
@@ -624,6 +632,7 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
         retry: BedrockRetry | None = None,
         state_machine_options: StateMachineOptions | None = None,
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
+        ledger: QuotaLedger | None = None,
     ) -> None:
         super().__init__(scope, id)
         model = as_bedrock_model(model)
@@ -645,6 +654,21 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
                 for name, request in prompts.items():
                     _check_state_name(check, name)
                     check.instance(f"prompts[{name!r}]", request, (ConverseRequest, NativeRequest), "ConverseRequest(prompt=..., max_tokens=...)")
+            self.ledger_consumer = ledger_consumer(check, self, ledger, model=model)
+            # The synthesis takes part when it calls the ledger's model (another model has its own quota).
+            self._synthesis_paced = synthesis is not None and (
+                synthesis_model is None or getattr(synthesis_model, "model_id", None) == getattr(model, "model_id", None))
+            if self.ledger_consumer is not None and isinstance(prompts, Mapping):
+                for name, request in prompts.items():
+                    check_ledger_request(check, self.ledger_consumer, request, None, name=f"prompts[{name!r}]")
+                    check.rule(
+                        not (isinstance(name, str) and name.endswith(_LEDGER_STATE_SUFFIXES)),
+                        f"prompt name {name!r} ends like the ledger's own states ("
+                        f"{', '.join(repr('<name>' + x) for x in _LEDGER_STATE_SUFFIXES)}); rename the prompt",
+                        id="prompts.ledger-state-name",
+                    )
+                if self._synthesis_paced:
+                    check_ledger_request(check, self.ledger_consumer, synthesis, None, name="synthesis")
         retry = retry or BedrockRetry()
         if len(prompts) == 1:
             warn(
@@ -662,7 +686,7 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
         # this construct (StateMachine, Logs, LogsKey...). States create no resources: no logical id moves.
         branches = Construct(self, "Branches")
         for name, request in prompts.items():
-            _, chain = model_call(branches, name, model=model, request=request, retry=retry)
+            _, chain = model_call(branches, name, model=model, request=request, retry=retry, ledger=self.ledger_consumer)
             self.parallel_state.branch(chain)
         definition: sfn.IChainable = self.parallel_state
         models = [model]
@@ -672,6 +696,7 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
             self.synthesis_task, chain = model_call(
                 self, "Synthesis", model=synthesis_model, request=synthesis, retry=retry,
                 options=TaskOptions(result_path="$.synthesis"),
+                ledger=self.ledger_consumer if self._synthesis_paced else None,
             )
             definition = self.parallel_state.next(chain)
             models.append(synthesis_model)
@@ -683,6 +708,8 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
             default_timeout=cdk.Duration.minutes(15),
         )
         self.alarms = execution_alarms(self, self.state_machine, alarm_actions, what=f"ParallelPrompts {id}")
+        if self.ledger_consumer is not None:
+            self.ledger_consumer.grant(self.state_machine)
 
 
 def _check_state_name(check: Checks, name: Any) -> None:
