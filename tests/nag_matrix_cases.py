@@ -429,13 +429,16 @@ def _scheduled_precompute(stack: cdk.Stack, o: dict[str, str], r: Resources) -> 
     else:
         where = o["items"].split(":", 1)[1]
         items = {"items_bucket": r.bucket(where), "items_key": "tickers/items.jsonl", "items_bucket_key": r.bucket_key(where)}
+    model = r.model(o["model"])
+    ledger, plan = _ledger_share(stack, model, o.get("ledger", "none"), r, "Precompute")
     return ScheduledPrecompute(
         stack,
         "Precompute",
         answer_store=store(o["answer_store"], r, stack),
-        model=r.model(o["model"]),
+        model=model,
+        ledger=ledger,
         request=converse("$.item.ticker"),
-        max_concurrency=4,
+        max_concurrency=plan or 4,
         schedule=scheduler.ScheduleExpression.cron(minute="0", hour="6", time_zone=cdk.TimeZone.AMERICA_NEW_YORK),
         dead_letter_queue=r.queue(o["dead_letter_queue"], with_dlq=False),
         state_machine_options=state_machine_options(o["state_machine_options"], r),
@@ -936,6 +939,7 @@ MATRICES: tuple[Matrix, ...] = (
             "state_machine_options": SM_OPTIONS,
             "answer_store": STORES3,
             "model": MODELS3,
+            "ledger": ("none", "default", "kms"),
         },
         _scheduled_precompute,
     ),

@@ -93,7 +93,8 @@ QUEUED_PROPS = ("model", "max_concurrency", "queue", "dead_letter_queue", "max_r
                 "worker_throttle_threshold", "dead_letter_threshold", "alarm_actions", "ledger")
 PRECOMPUTE_PROPS = ("answer_store", "model", "request", "max_concurrency", "schedule", "items", "items_bucket",
                     "items_key", "items_format", "tolerated_failed_keys", "retry", "schedule_retry_attempts",
-                    "schedule_max_event_age", "dead_letter_queue", "state_machine_options", "alarm_actions", "items_bucket_key")
+                    "schedule_max_event_age", "dead_letter_queue", "state_machine_options", "alarm_actions", "items_bucket_key",
+                    "ledger")
 BATCH_PROPS = ("model", "answer_store", "max_tokens", "system_prompt", "temperature", "invocation_type", "input_bucket",
                "output_bucket", "items_bucket", "items_prefix", "input_prefix", "output_prefix", "encryption_key",
                "access_logs_bucket", "object_expiration", "min_records_per_job", "max_records_per_job",

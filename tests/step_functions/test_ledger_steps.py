@@ -365,3 +365,32 @@ def test_a_prompt_named_like_a_ledger_state_is_refused():
     problems = refused(lambda: ParallelPrompts(stack, "Review", model=MODEL, ledger=ledger,
                                                prompts={"Pros": request, "Pros settle": request}))
     assert any(p.startswith("prompt name 'Pros settle' ends like the ledger's own states") for p in problems), problems
+
+
+def test_a_scheduled_precompute_run_reserves_and_settles_each_key_and_a_failed_key_returns_its_hold():
+    from aws_cdk import aws_scheduler as scheduler
+    from genai_pacer import AnswerStore, ScheduledPrecompute
+
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
+    plan = quota.share("Notes", quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS),
+                       fraction=0.3, call_seconds=4)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    store = AnswerStore(stack, "Store")
+    items = [{"key": f"ticker-morning#t{i}", "ticker": f"T{i}"} for i in range(3)]
+    notes = ScheduledPrecompute(
+        stack, "Notes", answer_store=store, model=MODEL, max_concurrency=plan, items=items, ledger=ledger,
+        request=ConverseRequest(prompt=sfn.JsonPath.format("Write the note for {}.", sfn.JsonPath.string_at("$.item.ticker")),
+                                max_tokens=MAX_TOKENS),
+        schedule=scheduler.ScheduleExpression.cron(minute="0", hour="6", time_zone=cdk.TimeZone.EUROPE_LONDON),
+        tolerated_failed_keys=1,
+    )
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        bedrock.fail_next("ValidationException")  # one key's call fails: its hold comes back, the key is listed
+        run = runner.run({"items": items}, state_machine=notes.state_machine).raise_for_status()
+        item = item_of(runner, ledger)
+    assert (run.output["written"], run.output["failed"]) == (2, 1)
+    settled = [call for call in run.invocations if call.outcome == "ok"]
+    charged = sum(call.input_tokens + call.output_tokens * BURNDOWN for call in settled)
+    assert int(item["h#Notes"]["N"]) == charged == int(item["held"]["N"]) == sum(slots(item).values())
+    assert notes.ledger_consumer is not None and notes.ledger_consumer.name == "Notes"

@@ -90,6 +90,8 @@ from .._internal.sfn_dynamodb import (
 )
 from ..models import BedrockModel, as_bedrock_model
 from ..quota import planning
+from ..quota.ledger import QuotaLedger
+from ..step_functions.ledger_steps import LedgerCall, check_ledger_request, ledger_consumer
 from ..step_functions.model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
 from ..step_functions.orchestration import (
     DISTRIBUTED_MAP_LIMIT,
@@ -141,6 +143,8 @@ MIN_FAILED_KEY_BYTES = len('{"key":"k","error":"E"},')
 MAX_TOLERATED_FAILED_KEYS = STATE_PAYLOAD_LIMIT_BYTES // MIN_FAILED_KEY_BYTES
 _MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')"
 _ERROR = "$.error"
+#: Where a key's ledger hold (its slot) and settlement (its charge) are kept (ledger=).
+_LEDGER = "$.ledger"
 
 
 @dataclass(frozen=True)
@@ -221,9 +225,15 @@ class ScheduledPrecompute(Construct):
         in 5 minutes: a failed run leaves keys unanswered, and nothing runs it again before the next
         schedule), MissedStarts (a start in the dead-letter queue: that run never happened).
         Default: none.
+    ledger: a `QuotaLedger` of the model's ModelQuota: each key's call reserves and settles in the
+        quota's shared ledger beside the quota's other consumers (step_functions.ledger_steps), so a
+        nightly run takes what the day's traffic leaves instead of a static share. A refusal waits in
+        the reservation's Retry (about 10 minutes at most, then the key fails and is listed); a failed
+        call returns its hold. Needs the run's share (max_concurrency=quota.share(...), or a share
+        named after this construct). Default: none.
 
     Attributes: `state_machine`, `schedule`, `dead_letter_queue`, `prepare_function`, `map_state`,
-    `alarms`.
+    `alarms`, `ledger_consumer`.
     Metrics: `metric_failed_keys()`.
     """
 
@@ -249,6 +259,7 @@ class ScheduledPrecompute(Construct):
         dead_letter_queue: sqs.IQueue | None = None,
         state_machine_options: StateMachineOptions | None = None,
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
+        ledger: QuotaLedger | None = None,
     ) -> None:
         super().__init__(scope, id)
         store = answer_store
@@ -337,6 +348,8 @@ class ScheduledPrecompute(Construct):
             in_unit(check, "schedule_max_event_age", schedule_max_event_age, "seconds",
                     why="EventBridge Scheduler's MaximumEventAgeInSeconds is")
             check.instance("dead_letter_queue", dead_letter_queue, sqs.IQueue, "an sqs.Queue", optional=True)
+            self.ledger_consumer = ledger_consumer(check, self, ledger, model=model, plan=max_concurrency)
+            check_ledger_request(check, self.ledger_consumer, request, None)
             check.instance("state_machine_options", options, StateMachineOptions, "StateMachineOptions(...)")
             check.alarm_actions("alarm_actions", alarm_actions)
             if isinstance(options, StateMachineOptions):
@@ -570,6 +583,8 @@ class ScheduledPrecompute(Construct):
             cfn_schedule.add_property_override(
                 "Target.RetryPolicy.MaximumEventAgeInSeconds", schedule_max_event_age.to_seconds()
             )
+        if self.ledger_consumer is not None:
+            self.ledger_consumer.grant(self.state_machine)
         self.alarms = {
             **execution_alarms(self, self.state_machine, alarm_actions, what=f"ScheduledPrecompute {id}"),
             "MissedStarts": threshold_alarm(
@@ -611,7 +626,16 @@ class ScheduledPrecompute(Construct):
                 result_path="$.response",
             ),
         )
-        call.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
+        ledger = None
+        if self.ledger_consumer is not None:  # step_functions.ledger_steps, its slot and charge under $.ledger
+            ledger = LedgerCall(self.ledger_consumer, self, "Call model", int(request.max_tokens),  # type: ignore[arg-type]
+                                slot_path=f"{_LEDGER}.slot", charge_path=f"{_LEDGER}.charge")
+            release = ledger.release()  # the call failed: its hold comes back, then the key fails as before
+            release.add_catch(key_failed, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
+            release.next(key_failed)
+            call.add_catch(release, errors=["States.ALL"], result_path=_ERROR)
+        else:
+            call.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
         empty = sfn.Pass(self, "Answer is empty", parameters={"key.$": "$.item.key", "error": "EmptyAnswer"})
         answer = sfn.Pass(
             self, "Answer",
@@ -681,11 +705,27 @@ class ScheduledPrecompute(Construct):
             .when(sfn.Condition.is_present("$.response.texts[0]"), answer.next(write))
             .otherwise(empty)
         )
+        start: sfn.IChainable = call
+        if ledger is None:
+            call.next(has_text)
+        else:
+            # reserve (a refusal waits in its Retry; one that never fits fails the key) -> call -> settle
+            reserve = ledger.reserve()
+            reserve.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
+            settle = ledger.settle()
+            # A slot that left the window, or DynamoDB failing past its Retry: the answer is paid for and is
+            # written; the hold then counts until its window passes (never less).
+            settle.add_catch(has_text, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
+            settle.next(has_text)
+            call.next(ledger.charge("$.response.usage", settle))
+            slot = ledger.slot()
+            slot.next(reserve).next(call)
+            start = slot
         return (
             sfn.Choice(self, "Has key?")
             .when(
                 sfn.Condition.and_(sfn.Condition.is_present("$.item.key"), sfn.Condition.is_string("$.item.key")),
-                call.next(has_text),
+                start,
             )
             .otherwise(no_key)
         )

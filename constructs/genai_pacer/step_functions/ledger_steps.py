@@ -259,6 +259,10 @@ class LedgerCall:
     scope: Construct
     id: str
     max_tokens: int
+    #: Where the hold's slot and the charge are kept in the state: the envelope's by default; a construct
+    #: whose state is its own object (ScheduledPrecompute's items) keeps them in a field of it.
+    slot_path: str = ENVELOPE_SLOT
+    charge_path: str = ENVELOPE_CHARGE
 
     def __post_init__(self) -> None:
         self.r = self.consumer.reservation(self.max_tokens)
@@ -273,8 +277,12 @@ class LedgerCall:
         for delimiter in (".", "Z", "+"):
             second = f"States.ArrayGetItem(States.StringSplit({second}, '{delimiter}'), 0)"
         name = f"{SLOT_PREFIX}{{}}#{_escaped(self.consumer.name)}"
-        return sfn.Pass(self.scope, f"{self.id} ledger slot", parameters={
-            "input.$": "$", "slot.$": f"States.Format('{name}', {second})"})
+        slot = f"States.Format('{name}', {second})"
+        if self.slot_path == ENVELOPE_SLOT:
+            return sfn.Pass(self.scope, f"{self.id} ledger slot", parameters={"input.$": "$", "slot.$": slot})
+        field, _, parent = self.slot_path[::-1].partition(".")
+        return sfn.Pass(self.scope, f"{self.id} ledger slot", parameters={f"{field[::-1]}.$": slot},
+                        result_path=parent[::-1])
 
     def place(self, path: str) -> sfn.Pass:
         """The item with the answer at `path` (a reference path below $): ResultPath writes into the
@@ -306,15 +314,15 @@ class LedgerCall:
 
     def settle(self) -> tasks.DynamoUpdateItem:
         delta = tasks.DynamoAttributeValue.number_from_string(
-            sfn.JsonPath.format("{}", sfn.JsonPath.string_at(f"{ENVELOPE_CHARGE}.delta")))
+            sfn.JsonPath.format("{}", sfn.JsonPath.string_at(f"{self.charge_path}.delta")))
         return self._update(f"{self.id} settle", update="ADD #held :d, #mine :d, #slot :d", values={":d": delta})
 
     def charge(self, usage: str, then: sfn.IChainable) -> sfn.IChainable:
         """The settlement's delta in the envelope: input (+ cache writes) - r, then + output x burndown."""
-        delta = f"{ENVELOPE_CHARGE}.delta"
+        delta = f"{self.charge_path}.delta"
 
         def step(name: str, terms: list[str]) -> sfn.Pass:
-            return sfn.Pass(self.scope, name, parameters={"delta.$": _sum(terms)}, result_path=ENVELOPE_CHARGE)
+            return sfn.Pass(self.scope, name, parameters={"delta.$": _sum(terms)}, result_path=self.charge_path)
 
         with_writes = step(f"{self.id} charge with cache writes",
                            [f"{usage}.InputTokens", f"{usage}.CacheWriteInputTokens", str(-self.r)])
@@ -344,7 +352,7 @@ class LedgerCall:
             self.scope, id, table=ledger.table, key={"pk": tasks.DynamoAttributeValue.from_string(key)},
             update_expression=update, condition_expression=condition,
             expression_attribute_names={"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer.name,
-                                        "#slot": sfn.JsonPath.string_at(ENVELOPE_SLOT), **(extra_names or {})},
+                                        "#slot": sfn.JsonPath.string_at(self.slot_path), **(extra_names or {})},
             expression_attribute_values=dict(values),
             result_path=sfn.JsonPath.DISCARD,
         )

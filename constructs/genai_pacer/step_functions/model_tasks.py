@@ -24,7 +24,6 @@ from .._internal.checks import Checks, Default, in_unit, is_token, resolved, tok
 from .._internal.runtime_constants import metrics_constants
 from ..models import INVOKE_ACTIONS, BedrockModel, as_bedrock_model
 from .ledger_steps import (
-    CONDITIONAL_CHECK_FAILED,
     ENVELOPE_ANSWER,
     ENVELOPE_CALL,
     ENVELOPE_ERROR,
@@ -558,7 +557,9 @@ def model_call(
     release.next(failed)
     task.add_catch(release, errors=["States.ALL"], result_path=ENVELOPE_ERROR)
     settle = call.settle()
-    settle.add_catch(pick, errors=[CONDITIONAL_CHECK_FAILED], result_path=sfn.JsonPath.DISCARD)
+    # A slot that left the window (ConditionalCheckFailed), or DynamoDB failing past its Retry: the
+    # answer is paid for and goes on; the hold then counts until its window passes (never less).
+    settle.add_catch(pick, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
     settle.next(pick)
     task.next(call.charge(_join(source, LEDGER_USAGE), settle))
     slot = call.slot()
