@@ -15,8 +15,9 @@ consumer leaves unused the others borrow:
     # in the worker: pacer = QuotaPacer.from_environment(); pacer.converse(client, request)
 
 The item layout and the protocol (reserve, settle, release, expiry, floors and borrowing,
-contention, failures, clock skew, and how a Step Functions DynamoDB task takes part) are the
-runtime's: `pacer_runtime.ledger` (genai_pacer.runtime.ledger), whose docstring is the design.
+contention, failures, clock skew) are the runtime's: `pacer_runtime.ledger`
+(genai_pacer.runtime.ledger), whose docstring is the design. The Step Functions constructs take part
+with `ledger=` through DynamoDB tasks of their own: `step_functions.ledger_steps`.
 The table holds one item per quota, keyed "quota#<ledger_id>" under the string partition key
 "pk", so one table may serve several quotas, each consumer granted only its own quota's item.
 
