@@ -394,3 +394,21 @@ def test_a_scheduled_precompute_run_reserves_and_settles_each_key_and_a_failed_k
     charged = sum(call.input_tokens + call.output_tokens * BURNDOWN for call in settled)
     assert int(item["h#Notes"]["N"]) == charged == int(item["held"]["N"]) == sum(slots(item).values())
     assert notes.ledger_consumer is not None and notes.ledger_consumer.name == "Notes"
+
+
+def ledger_warnings(stack: cdk.Stack) -> list[str]:
+    from aws_cdk.assertions import Annotations, Match
+
+    return [str(m.entry.data) for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
+            if "genai-pacer:ledger-state-machines-only" in str(m.entry.data)]
+
+
+def test_a_ledger_only_state_machines_use_is_warned_and_one_process_consumer_ends_the_warning():
+    from aws_cdk import aws_iam as iam
+
+    stack, _, _ = ledger_stack()
+    (warning,) = ledger_warnings(stack)
+    assert warning.startswith("QuotaLedger Ledger is used by state machines only (Test/Summaries)")
+    stack, ledger, _ = ledger_stack()
+    ledger.grant_use(iam.Role(stack, "Worker", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
+    assert ledger_warnings(stack) == []

@@ -36,11 +36,12 @@ they settle and leave Bedrock's one-minute window, and borrowers keep free what 
 from __future__ import annotations
 
 import aws_cdk as cdk
+import jsii
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from .._internal.checks import Checks, Default, _show, is_token, resolved, warn
 from .._internal.docs import constructor_doc
@@ -148,6 +149,10 @@ class QuotaLedger(Construct):
         self.ledger_id: str = ledger_id or (model_id if not cdk.Token.is_unresolved(model_id) else cdk.Names.unique_id(quota))
         self.table = table_or_new(self, table, partition_key=LEDGER_PARTITION_KEY, ttl_attribute=LEDGER_TTL_ATTRIBUTE,
                                   encryption_key=encryption_key, removal_policy=cdk.RemovalPolicy.DESTROY)
+        # Who takes part, for the warning at synth: a state machine removes no expired slot (ledger_steps).
+        self._process_consumers = False
+        self._state_machines: list[str] = []
+        cdk.Aspects.of(self).add(_WarnStateMachinesOnly(self))
 
     @property
     def quota_tpm(self) -> float:
@@ -192,7 +197,13 @@ class QuotaLedger(Construct):
 
     def grant_use(self, grantee: iam.IGrantable) -> iam.Grant:
         """Reserve, settle and release in this quota's ledger (UpdateItem, GetItem on its item only)."""
+        self._process_consumers = True
         return self._grant(grantee, _USE_ACTIONS, _KEY_USE_ACTIONS)
+
+    def note_state_machine(self, path: str) -> None:
+        """A Step Functions construct takes part (step_functions.ledger_steps): its holds leave the window
+        only when a process consumer writes the item, which synth warns about when none is granted."""
+        self._state_machines.append(path)
 
     def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
         """Read this quota's ledger item (GetItem): for dashboards and tools."""
@@ -220,6 +231,31 @@ class QuotaLedger(Construct):
                 f"table {table.node.path} has " + (f"its TTL on {ttl!r}" if ttl else "no TTL") + f": set "
                 f"time_to_live_attribute='{LEDGER_TTL_ATTRIBUTE}' so DynamoDB drops the items of quotas nobody uses",
             )
+
+
+@jsii.implements(cdk.IAspect)
+class _WarnStateMachinesOnly:
+    """At synth, after every consumer took part: a ledger only state machines use stalls once their
+    holds reach the quota, since none of them removes a slot that left the window."""
+
+    def __init__(self, ledger: QuotaLedger) -> None:
+        self.ledger = ledger
+        self.warned = False
+
+    def visit(self, node: IConstruct) -> None:
+        ledger = self.ledger
+        if node is not ledger or self.warned or not ledger._state_machines or ledger._process_consumers:
+            return
+        self.warned = True
+        warn(
+            ledger, "ledger-state-machines-only",
+            f"QuotaLedger {ledger.node.id} is used by state machines only ({', '.join(ledger._state_machines)}): a state "
+            "machine cannot remove the holds that left the quota's one-minute window (JSONPath has no date arithmetic), "
+            "so they count until a process consumer writes the item, and once they reach the quota every reservation "
+            "waits and then fails. Give the ledger one process consumer (a function with ledger.environment(share) and "
+            "ledger.grant_use, or QueuedInference(ledger=...)); if one in another app uses this table and ledger_id, "
+            "acknowledge this warning",
+        )
 
 
 def _ttl_attribute(table: dynamodb.ITable) -> str | None:

@@ -203,6 +203,7 @@ def ledger_consumer(
     burst = ledger.quota_tpm
     profile = quota.shares[share].profile
     prompt = int(profile.input_tokens + profile.cache_write_tokens + profile.cache_read_tokens)
+    ledger.note_state_machine(scope.node.path)
     return LedgerConsumer(ledger=ledger, name=share, floor_tpm=floor, burst_tpm=burst, input_tokens=prompt)
 
 
