@@ -412,3 +412,13 @@ def test_a_ledger_only_state_machines_use_is_warned_and_one_process_consumer_end
     stack, ledger, _ = ledger_stack()
     ledger.grant_use(iam.Role(stack, "Worker", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
     assert ledger_warnings(stack) == []
+
+
+def test_the_state_machines_attribute_names_are_the_runtimes():
+    """A state machine writes the item SharedLedger reads: the same names, kept equal here."""
+    from genai_pacer.step_functions import ledger_steps
+    from pacer_runtime import ledger as runtime
+
+    assert (ledger_steps.HELD, ledger_steps.CONSUMER_PREFIX, ledger_steps.SLOT_PREFIX) == (
+        runtime.HELD, runtime.CONSUMER_PREFIX, runtime.SLOT_PREFIX)
+    assert runtime.SLOT_FORMAT == "%Y-%m-%dT%H:%M:%S"  # what the slot Pass cuts EnteredTime to

@@ -35,10 +35,12 @@ number that needs a product computed at synth:
                          added ceil(burndown) times, ten at a time); cache writes are optional in
                          Converse's usage, so a Choice picks the sum with or without them.
     <call> settle        ADD delta to the same three attributes, IF the slot exists: a slot that
-                         already left the window takes nothing (DynamoDB.ConditionalCheckFailed
-                         Exception is caught and the answer goes on), as Bedrock ignores a late
-                         settlement. Then the answer states, as without a ledger; with a
-                         result_path below $, <call> ledger answer puts the answer into the item.
+                         already left the window takes nothing, as Bedrock ignores a late
+                         settlement. Any failure here (that refusal, or DynamoDB failing past the
+                         task's Retry) is caught and the answer goes on: it is paid for, and the
+                         hold then counts until its window passes, never less. Then the answer
+                         states, as without a ledger; with a result_path below $, <call> ledger
+                         answer puts the answer into the item.
 
 Why this mechanism and not another:
 - The same item and attributes as every process consumer, so each sees the others' holds: the
@@ -63,6 +65,9 @@ What a state machine cannot do, and what covers it:
   floor owner who waits. It is admitted while the window holds Q (its burst cap is the quota's
   allocatable TPM), and its MaxConcurrency (or branch count) bounds it in calls. It writes no want
   either, so its floor is kept free for it only by the other consumers' burst caps.
+- It does not repair an item that does not add up: a `held` or h# that is not a number fails its
+  condition (attribute_type), so it waits, as on a full window, until a process consumer repairs
+  the item (SharedLedger repairs from the valid slots).
 - It does not set the item's TTL (no clock it can add to): it removes expires_at, so an item a state
   machine holds tokens in is never dropped by TTL; a process consumer's next write sets it again.
 - Each refused try adds a task's failure events to the execution history (Step Functions stops a
