@@ -130,6 +130,13 @@ ENVELOPE_CALL = "$.call"
 ENVELOPE_CHARGE = "$.charge"
 ENVELOPE_ERROR = "$.error"
 ENVELOPE_ANSWER = "$.answer"
+#: The context object's $$.State.EnteredTime is "Format: ISO 8601"
+#: (https://docs.aws.amazon.com/step-functions/latest/dg/input-output-contextobject.html), in UTC with a
+#: fraction on AWS ("2019-03-26T20:14:13.192Z"); moto's interpreter writes Python's isoformat
+#: ("...T20:14:13.192000+00:00", no fraction at a whole second). Cutting at the first '.', 'Z' and '+'
+#: leaves the whole second in every one of these forms: the ledger's slot name (pacer_runtime.ledger
+#: SLOT_FORMAT). A '-hh:mm' offset is not cut (the date has '-' too): Step Functions writes UTC.
+ENTERED_TIME_CUTS = (".", "Z", "+")
 #: The item's attributes a state machine writes (pacer_runtime.ledger: HELD, CONSUMER_PREFIX, SLOT_PREFIX).
 HELD = "held"
 CONSUMER_PREFIX = "h#"
@@ -280,7 +287,7 @@ class LedgerCall:
         fraction ('.') and its zone ('Z', or '+' in an offset form) to States.StringSplit."""
         entered = "$$.State.EnteredTime"
         second = entered
-        for delimiter in (".", "Z", "+"):
+        for delimiter in ENTERED_TIME_CUTS:
             second = f"States.ArrayGetItem(States.StringSplit({second}, '{delimiter}'), 0)"
         name = f"{SLOT_PREFIX}{{}}#{_escaped(self.consumer.name)}"
         slot = f"States.Format('{name}', {second})"
