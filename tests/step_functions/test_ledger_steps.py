@@ -422,3 +422,32 @@ def test_the_state_machines_attribute_names_are_the_runtimes():
     assert (ledger_steps.HELD, ledger_steps.CONSUMER_PREFIX, ledger_steps.SLOT_PREFIX) == (
         runtime.HELD, runtime.CONSUMER_PREFIX, runtime.SLOT_PREFIX)
     assert runtime.SLOT_FORMAT == "%Y-%m-%dT%H:%M:%S"  # what the slot Pass cuts EnteredTime to
+
+
+@pytest.mark.parametrize("burndown", [1, 15])
+def test_the_settlement_multiplies_output_by_any_published_burndown_with_additions_alone(burndown):
+    """15 needs two charge states (at most 10 intrinsics in a field); 1 needs one."""
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=burndown)
+    plan = quota.share("Summaries", quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS),
+                       fraction=0.5, call_seconds=4)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    BoundedMap(stack, "Summaries", max_concurrency=plan, model=MODEL, ledger=ledger,
+               request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=MAX_TOKENS))
+    spec = ModelSpec(MODEL_ID, tpm_quota=1_000_000, burndown=burndown, answer_tokens=120)
+    with BedrockEmulator([spec], time_scale=50) as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({"items": [{"prompt": "Summarize this."}]}).raise_for_status()
+        item = item_of(runner, ledger)
+    (call,) = run.invocations
+    assert int(item["h#Summaries"]["N"]) == call.input_tokens + call.output_tokens * burndown
+    charges = [name for name in states_entered(run) if name.startswith("InvokeModel charge output")]
+    assert len(charges) == (2 if burndown == 15 else 1)
+
+
+def test_every_ledger_task_retries_dynamodbs_throttles():
+    from genai_pacer.step_functions.ledger_steps import DYNAMODB_RETRY_ERRORS
+
+    stack, _, _ = ledger_stack()
+    states = json.loads(_flat_definition(stack))["States"]["Map"]["ItemProcessor"]["States"]
+    for name in ("InvokeModel reserve", "InvokeModel settle", "InvokeModel release"):
+        assert [r for r in states[name]["Retry"] if set(r["ErrorEquals"]) == set(DYNAMODB_RETRY_ERRORS)], name
