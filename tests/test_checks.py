@@ -128,3 +128,26 @@ def test_every_warning_is_a_genai_pacer_id_on_the_construct():
 def test_a_custom_rule_without_an_id_is_a_programming_error():
     with pytest.raises(TypeError, match="id"):
         Checks("Thing").rule(False, "count=0 is below 1")  # type: ignore[call-arg]
+
+
+def test_docs_errors_lists_every_rule_the_shared_checks_name():
+    """docs/errors.md tells a user what a shared check's id means; a kind the shared checks build an id from
+    (`_broke(name, "<kind>")` or `id=f"{_prop(name)}.<kind>"` in checks.py) but the page does not list leaves
+    that user searching for `ModelQuota.tpm_quota.duration-unit` with no explanation."""
+    import ast
+    import re
+    from pathlib import Path
+
+    import genai_pacer._internal.checks as checks
+
+    kinds = set()
+    for node in ast.walk(ast.parse(Path(checks.__file__).read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "_broke":
+            kinds.add(node.args[1].value)
+        if isinstance(node, ast.keyword) and node.arg == "id" and isinstance(node.value, ast.JoinedStr):
+            tail = node.value.values[-1]
+            if isinstance(tail, ast.Constant) and "_prop(name)" in ast.unparse(node.value):
+                kinds.add(tail.value.lstrip("."))
+    listed = set(re.findall(r"`([a-z-]+)`", (Path(__file__).parent.parent / "docs" / "errors.md").read_text()))
+    assert len(kinds) >= 12
+    assert sorted(kinds - listed) == []
