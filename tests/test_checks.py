@@ -151,3 +151,27 @@ def test_docs_errors_lists_every_rule_the_shared_checks_name():
     listed = set(re.findall(r"`([a-z-]+)`", (Path(__file__).parent.parent / "docs" / "errors.md").read_text()))
     assert len(kinds) >= 12
     assert sorted(kinds - listed) == []
+
+
+def test_a_token_of_the_wrong_kind_is_one_problem_when_its_prop_is_checked_twice():
+    """A construct names a wrong-kind token with its own fix (token_of_kind), then checks the number: the user
+    reads one problem, not the same one twice (AnswerRouter's server_error_threshold listed it twice)."""
+    from genai_pacer._internal.checks import token_of_kind
+
+    with pytest.raises(InvalidPropsError) as raised, Checks("Thing") as check:
+        if not token_of_kind(check, "count", _tokens()["string"], "number", fix="pass parameter.value_as_number"):
+            check.integer("count", _tokens()["string"], minimum=0)
+    assert raised.value.ids == ["Thing.count.token-kind"]
+    assert "parameter.value_as_number" in str(raised.value)
+
+
+def test_the_router_names_a_wrong_kind_threshold_once():
+    from genai_pacer import AnswerRouter, AnswerStore, BedrockModel
+
+    stack = cdk.Stack(cdk.App(), "Probe")
+    threshold = cdk.CfnParameter(stack, "Threshold", default="x").value_as_string
+    with pytest.raises(InvalidPropsError) as raised:
+        AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), prompts={"n#{x}": "Note for {x}"},
+                     model=BedrockModel.from_id("us.amazon.nova-2-lite-v1:0"), server_error_threshold=threshold)
+    assert raised.value.ids == ["AnswerRouter.server_error_threshold.token-kind"]
+    assert raised.value.path == "Probe/Router"

@@ -344,8 +344,14 @@ class Checks:
 
     def _broke(self, name: str, kind: str, message: str) -> bool:
         """A generic check's problem: its id is `<owner>.<prop>.<kind>` (required, type, token-kind,
-        too-large, not-finite, not-integer, above, minimum, maximum, choice, empty, too-long)."""
-        return self.fail(message, id=f"{_prop(name)}.{kind}")
+        too-large, not-finite, not-integer, above, minimum, maximum, choice, empty, too-long).
+
+        A deploy-time value of the wrong kind is one problem: a construct that named it first
+        (token_of_kind, with its own fix) is not told again by the number or string check after it."""
+        id = f"{_prop(name)}.{kind}"
+        if kind == "token-kind" and f"{_subject(self.owner)}.{id}" in (p.id for p in self.problems):
+            return False
+        return self.fail(message, id=id)
 
     def number(
         self,
