@@ -586,6 +586,27 @@ def test_a_caller_with_no_cap_is_reported_as_unbounded_and_a_reserved_concurrenc
     assert "up to 5 calls in flight (its function's reserved concurrency of 5)" in capped
 
 
+def test_each_caller_without_a_share_is_warned_on_itself_so_it_is_acknowledged_alone():
+    """docs/errors.md: acknowledge a warning on the construct it is about. A caller without a share is
+    warned about on that caller (the quota only found it), in its own stack, so accepting one of them
+    (an unbounded router of another team) leaves the others shown."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "Test", env=cdk.Environment(account="111111111111", region="us-east-1"))
+    other = cdk.Stack(app, "Other", env=cdk.Environment(account="111111111111", region="us-east-1"))
+    haiku_quota(stack).share("Nightly", PROFILE, fraction=0.3, call_seconds=6)
+    accepted = AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=HAIKU)
+    cdk.Annotations.of(accepted).acknowledge_warning("genai-pacer:quota-unshared-consumer", "another team's router")
+    notes(other)
+    assembly = app.synth()
+
+    def unshared(name: str) -> list[str]:
+        return [m.id for m in assembly.get_stack_by_name(name).messages
+                if m.level == cdk.cx_api.SynthesisMessageLevel.WARNING and "holds no share" in str(m.entry.data)]
+
+    assert unshared("Test") == []
+    assert unshared("Other") == ["/Other/Notes"]
+
+
 def test_require_shares_makes_an_unshared_caller_a_synth_error():
     stack = new_stack()
     quota = haiku_quota(stack, require_shares=True)

@@ -1027,8 +1027,11 @@ class _PublishPlan:
             if held is not None and consumer.deploy_time_cap:
                 warn(quota, "quota-deploy-time-cap", _deploy_time_cap_message(quota, plan, consumer, held))
         if not quota.require_shares:
+            # on the construct without a share (the quota when it is not found), so a user who accepts one
+            # acknowledges it there, and the others still show
+            nodes = {node.node.path: node for node in quota.node.root.node.find_all()} if plan.unshared else {}
             for consumer in plan.unshared:
-                warn(quota, "quota-unshared-consumer", _unshared_message(quota, plan, consumer))
+                warn(nodes.get(consumer.path, quota), "quota-unshared-consumer", _unshared_message(quota, plan, consumer))
             for share in plan.unheld:
                 warn(quota, "quota-unheld-share", _unheld_message(quota, plan, share))
         twins = quota._twins()
