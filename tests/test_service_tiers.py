@@ -694,6 +694,18 @@ def test_without_a_tier_or_with_a_deploy_time_one_no_role_is_fenced():
     assert denies(stack) == []
 
 
+def test_tier_fence_on_your_own_role_is_none_for_a_deploy_time_tier_as_docs_tiers_says():
+    """docs/tiers.md guards add_to_principal_policy: a deploy-time tier leaves nothing to deny at synth."""
+    from aws_cdk import aws_iam as iam
+
+    stack = cdk.Stack(cdk.App(), "Roles")
+    model = BedrockModel.from_id(NOVA)
+    assert model.tier_fence(stack, cdk.CfnParameter(stack, "Tier", type="String").value_as_string) is None
+    role = iam.Role(stack, "Batch", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    with pytest.raises(TypeError):  # what the unguarded call gives: the reason docs/tiers.md guards it
+        role.add_to_principal_policy(model.tier_fence(stack, ["priority", "default", "flex", "reserved"]))  # type: ignore[arg-type]
+
+
 def test_a_quota_still_finds_a_fenced_consumer_by_its_grant():
     """ModelQuota reads the roles' Allow statements; the tier Deny on the same model is not a caller."""
     from genai_pacer import ModelQuota, QueuedInference
