@@ -175,3 +175,16 @@ def test_the_router_names_a_wrong_kind_threshold_once():
                      model=BedrockModel.from_id("us.amazon.nova-2-lite-v1:0"), server_error_threshold=threshold)
     assert raised.value.ids == ["AnswerRouter.server_error_threshold.token-kind"]
     assert raised.value.path == "Probe/Router"
+
+
+def test_a_warning_is_acknowledged_by_the_id_cdk_synth_prints_as_well():
+    """`cdk synth` says "Acknowledge with 'Annotation::genai-pacer:<id>'"; docs/errors.md says that works too."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "Shop")
+    accepted, shown = Construct(stack, "Accepted"), Construct(stack, "Shown")
+    for scope in (accepted, shown):
+        warn(scope, "queue-unverified", "queue Shop/Q is imported")
+    cdk.Validations.of(accepted).acknowledge(
+        cdk.Acknowledgment(id="Annotation::genai-pacer:queue-unverified", reason="checked by hand"))
+    messages = app.synth().get_stack_by_name("Shop").messages
+    assert [m.id for m in messages if m.level == cdk.cx_api.SynthesisMessageLevel.WARNING] == ["/Shop/Shown"]
