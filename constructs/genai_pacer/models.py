@@ -587,14 +587,8 @@ class BedrockModel:
                 if not is_token(tier):
                     check.one_of("service_tier" if one else f"service_tier[{i}]", tier, _SERVICE_TIER_VALUES,
                                  fix="the tier the role was given")
-        denied = [t for t in _SERVICE_TIER_VALUES if t not in given]
-        if any(is_token(tier) for tier in given) or not denied:
-            return None
-        return iam.PolicyStatement(
-            effect=iam.Effect.DENY, actions=_actions(streaming, "BedrockModel.tier_fence"),
-            resources=self.resource_arns(scope),
-            conditions={"StringEquals": {SERVICE_TIER_KEY: denied}},
-        )
+        fences = tier_fences(scope, [(self, tier) for tier in given], streaming=streaming)
+        return fences[0] if fences else None
 
     def as_imodel(self, scope: Construct, id: str) -> bedrock.IModel:
         """The aws-cdk-lib IModel whose ARN the Step Functions Bedrock task puts in ModelId."""
@@ -707,6 +701,34 @@ _ID_FIX = (
     "'us.amazon.nova-lite-v1:0', or an ARN"
 )
 _PROFILE_FIX = "pass a profile id such as 'us.amazon.nova-lite-v1:0' or 'global.anthropic.claude-sonnet-4-5-20250929-v1:0'"
+
+
+def tier_fences(scope: Construct, calls: Sequence[tuple[BedrockModel, Any]], *,
+                streaming: bool = False) -> list[iam.PolicyStatement]:
+    """The Denies that keep a role to the tiers of its calls, `calls` being (model, tier) pairs (tier None:
+    the caller chooses). Fenced per resource ARN, not per model: two models can share an ARN (a profile
+    and its foundation model, or two profiles routing to one model), and a Deny per model would deny
+    that ARN the union of both models' other tiers, i.e. every tier. An ARN a call reaches with no tier
+    or a deploy-time one is not fenced; the others are denied every tier no call on them names, one
+    statement per set of denied tiers. Tiers are checked by the caller (tier_fence, ExperimentVariant)."""
+    reach: dict[str, set[Any]] = {}
+    for model, tier in calls:
+        for arn in model.resource_arns(scope):
+            reach.setdefault(arn, set()).add(tier)
+    fenced: dict[tuple[str, ...], list[str]] = {}
+    for arn, tiers in reach.items():
+        if None in tiers or any(is_token(t) for t in tiers):
+            continue
+        denied = tuple(t for t in _SERVICE_TIER_VALUES if t not in tiers)
+        if denied:
+            fenced.setdefault(denied, []).append(arn)
+    return [
+        iam.PolicyStatement(
+            effect=iam.Effect.DENY, actions=_actions(streaming, "BedrockModel.tier_fence"), resources=arns,
+            conditions={"StringEquals": {SERVICE_TIER_KEY: list(denied)}},
+        )
+        for denied, arns in fenced.items()
+    ]
 
 
 def _actions(streaming: Any, owner: str) -> list[str]:

@@ -363,6 +363,30 @@ def test_grant_evaluate_denies_the_tiers_no_variant_of_a_model_asks_for():
         assert fence["Resource"] == stack.resolve(model.resource_arns(stack))  # what the grant allows, all of it
 
 
+def test_grant_evaluate_fences_each_arn_to_every_tier_that_reaches_it():
+    """A base model at default and its US profile at flex share the foundation-model ARN: a Deny per model
+    denied that ARN default (the profile's fence) and flex (the base model's), so neither arm could be
+    served there. Each ARN is fenced to the union of the tiers of the variants that reach it."""
+    stack = new_stack()
+    base, profile = BedrockModel.from_id("amazon.nova-lite-v1:0"), BedrockModel.from_id("us.amazon.nova-lite-v1:0")
+    _, experiment = build(stack, variants=[
+        ExperimentVariant("base", base, 50, TextPrompt("q"), service_tier="default"),
+        ExperimentVariant("profile", profile, 50, TextPrompt("q"), service_tier="flex"),
+    ])
+    experiment.grant_evaluate(iam.Role(stack, "Evaluator", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
+    denied: dict[str, set[str]] = {}
+    for fence in tier_denies(Template.from_stack(stack).to_json()):
+        for arn in fence["Resource"] if isinstance(fence["Resource"], list) else [fence["Resource"]]:
+            denied.setdefault(json.dumps(arn), set()).update(fence["Condition"]["StringEquals"][SERVICE_TIER_KEY])
+    reached = {json.dumps(a): set() for a in stack.resolve(profile.resource_arns(stack) + base.resource_arns(stack))}
+    for model, tier in ((base, "default"), (profile, "flex")):
+        for arn in stack.resolve(model.resource_arns(stack)):
+            reached[json.dumps(arn)].add(tier)
+    assert denied == {arn: {"priority", "default", "flex", "reserved"} - tiers for arn, tiers in reached.items()}
+    shared = [arn for arn, tiers in reached.items() if tiers == {"default", "flex"}]
+    assert shared and all(denied[arn] == {"priority", "reserved"} for arn in shared)
+
+
 def test_grant_evaluate_fences_no_model_a_variant_leaves_to_the_handler():
     """A variant naming no tier is called at the tier the handler passes, a deploy-time tier is not known
     at synth: their models keep every tier (as a construct given no tier does)."""

@@ -91,7 +91,7 @@ from .._internal.docs import constructor_doc
 from .._internal.metrics import variant_metric
 from .._internal.runtime_constants import metrics_constants
 from .._internal.secure import encrypted_log_group, log_key
-from ..models import BedrockModel, as_bedrock_model
+from ..models import BedrockModel, as_bedrock_model, tier_fences
 from ..step_functions.model_tasks import SERVICE_TIERS, ServiceTier, check_service_tier
 from ..step_functions.state_machine import StateMachineOptions, model_state_machine
 
@@ -942,10 +942,9 @@ class PromptExperiment(Construct):
         grants = [self._grant_read(grantee)]
         for model in dict.fromkeys(v.model for v in self.variants):
             grants.append(model.grant_invoke(grantee, streaming=streaming))
-            tiers = [v.service_tier for v in self.variants if v.model == model]
-            scope = grantee if isinstance(grantee, Construct) else self  # the ARNs the grant renders
-            if None not in tiers and (fence := model.tier_fence(scope, cast(list[str], tiers), streaming=streaming)):
-                grantee.grant_principal.add_to_principal_policy(fence)  # no other tier, whatever the handler sends
+        scope = grantee if isinstance(grantee, Construct) else self  # the ARNs the grant renders
+        for fence in tier_fences(scope, [(v.model, v.service_tier) for v in self.variants], streaming=streaming):
+            grantee.grant_principal.add_to_principal_policy(fence)  # no other tier, whatever the handler sends
         prompts = sorted({v.prompt.version_arn for v in self.variants if isinstance(v.prompt, ManagedPrompt)})
         if prompts:
             # Converse with a prompt version ARN renders the prompt: Bedrock's "Prerequisites for running model
