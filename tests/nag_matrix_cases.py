@@ -556,6 +556,38 @@ def _bounded_distributed_map(stack: cdk.Stack, o: dict[str, str], r: Resources) 
     )
 
 
+def _load_replay(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
+    from genai_pacer import LoadReplay, ModelQuota, planning
+
+    model = r.model(o["model"])
+    profile = planning.TokenProfile(input_tokens=1_000, output_tokens=200, max_tokens=400)
+    share = None
+    if o["share"] == "quota":
+        share = ModelQuota(stack, "Quota", model=model, tpm_quota=1_000_000).share(
+            "Replay", profile, call_seconds=6, fraction=0.5)
+    results = r.bucket(o["results_bucket"])
+    load = {"concurrency": 4} if o["loop"] == "closed" else {"rate_per_minute": 30}
+    return LoadReplay(
+        stack,
+        "Replay",
+        model=model,
+        prompts_bucket=r.bucket(o["prompts_bucket"]),  # type: ignore[arg-type]
+        prompts_key="prompts/recorded.jsonl",
+        prompts_bucket_key=r.bucket_key(o["prompts_bucket"]),
+        requests=100,
+        profile=profile,
+        api=o["api"],  # type: ignore[arg-type]
+        share=share,
+        results_bucket=results,
+        results_bucket_key=r.bucket_key(o["results_bucket"]),
+        retention=None if o["results_bucket"].startswith("imported") else cdk.Duration.days(7),
+        encryption_key=r.key(o["encryption_key"]) if results is None else None,
+        encryption_key_for_logs=r.key(o["encryption_key_for_logs"]),
+        state_machine_options=state_machine_options(o["state_machine_options"], r),
+        **load,
+    )
+
+
 def _parallel_prompts(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
     from genai_pacer import ParallelPrompts
 
@@ -1096,6 +1128,23 @@ MATRICES: tuple[Matrix, ...] = (
         _vector_index_settings,
         # the key configures the domain handler's log group; a collection's index has no function
         valid=lambda o: not (o.get("target") == "collection" and o.get("encryption_key", "none") != "none"),
+    ),
+    Matrix(
+        "LoadReplay",
+        {
+            "model": MODELS3,
+            "prompts_bucket": ("imported", "new", "kms", "imported-kms", "other-stack"),
+            "results_bucket": ("default", "new", "imported", "imported-kms"),
+            "encryption_key": KEYS3,
+            "loop": ("closed", "open"),
+            "api": ("ConverseStream", "Converse"),
+            "share": ("none", "quota"),
+            "encryption_key_for_logs": KEYS3,
+            "state_machine_options": SM_OPTIONS,
+        },
+        _load_replay,
+        # the key is the new results bucket's: with your own bucket it is refused as ignored
+        valid=lambda o: o.get("results_bucket", "default") == "default" or o.get("encryption_key", "none") == "none",
     ),
     Matrix(
         "RuntimeLayer",

@@ -58,6 +58,8 @@ DEFAULTS: dict[str, tuple[dict[str, str], int]] = {
     "ModelQuota": ({}, 0),
     "QuotaLedger": ({}, 0),  # AWS-managed encryption (DynamoDB): no key of its own
     "PromptExperiment": ({}, 1),
+    # its own prompts bucket imported by name; the results bucket S3-managed, so the logs' key alone
+    "LoadReplay": ({"prompts_bucket": "imported"}, 1),
     "HybridSearchPipeline": ({}, 1),  # the stack's shared search handler's log group
     "VectorIndexSettings": ({"target": "domain-imported"}, 1),  # the same shared handler
     "RuntimeLayer": ({}, 0),

@@ -30,6 +30,7 @@ TABLE_MODULES = (
     "quota/test_tokens_quota",
     "test_tokens_value_objects",
     "retrieval/test_retrieval",
+    "benchmark/test_tokens_benchmark",
 )
 TESTS = Path(__file__).parent
 

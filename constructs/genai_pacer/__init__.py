@@ -12,6 +12,7 @@ from ._internal.lazy import lazy_exports
 if TYPE_CHECKING:
     from . import runtime as runtime
     from ._internal.checks import InvalidPropsError as InvalidPropsError
+    from .benchmark import LoadReplay as LoadReplay
     from .endpoints import EndpointScaling as EndpointScaling
     from .endpoints import InferenceComponentOptions as InferenceComponentOptions
     from .endpoints import LlmEndpoint as LlmEndpoint
@@ -96,6 +97,7 @@ _EXPORTS = {
     "ManagedPrompt": ".experiments",
     "experiment_verdict": ".experiments.verdict",
     "RuntimeLayer": ".runtime_layer",
+    "LoadReplay": ".benchmark",
 }
 
 #: Modules that need more than aws-cdk-lib and constructs (runtime needs boto3) stay out of

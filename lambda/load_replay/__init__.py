@@ -1,1 +1,1 @@
-"""The Lambda behind genai_pacer.bench.LoadReplay: plans a run, replays a worker's share, summarizes."""
+"""The Lambda behind genai_pacer.benchmark.LoadReplay: plans a run, replays a worker's share, summarizes."""

@@ -1,6 +1,6 @@
 """The load replay's one function: plan a run, replay one worker's share of it, summarize it.
 
-The `LoadReplay` state machine (genai_pacer.bench.LoadReplay) calls this function three ways, told
+The `LoadReplay` state machine (genai_pacer.benchmark.LoadReplay) calls this function three ways, told
 apart by the event's "action":
 
 - {"action": "plan", "run": "<execution name>"}: reads the prompts object once, keeps its ETag so
@@ -94,7 +94,7 @@ class Settings:
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Settings:
         raw = environ.get("LOAD_REPLAY")
         if not raw:
-            raise ReplayInputError("LOAD_REPLAY is not set: the function runs inside genai_pacer.bench.LoadReplay")
+            raise ReplayInputError("LOAD_REPLAY is not set: the function runs inside genai_pacer.benchmark.LoadReplay")
         values = json.loads(raw)
         config = BenchConfig(**values.pop("config"))
         return cls(config=config, **values)
@@ -113,7 +113,7 @@ _PROMPTS: dict[tuple[str, str, str], tuple[list[Prompt], list[str]]] = {}
 
 def handler(event: Any, context: Any) -> dict[str, Any]:
     if SETTINGS is None:
-        raise ReplayInputError("LOAD_REPLAY is not set: the function runs inside genai_pacer.bench.LoadReplay")
+        raise ReplayInputError("LOAD_REPLAY is not set: the function runs inside genai_pacer.benchmark.LoadReplay")
     if not isinstance(event, dict) or event.get("action") not in ("plan", "replay", "summarize"):
         raise ReplayInputError("the event is {'action': 'plan' | 'replay' | 'summarize', ...}")
     if event["action"] == "plan":

@@ -11,7 +11,8 @@ FakeAppConfig()})`, whose methods are botocore's snake_case operation names and 
 `ServiceError("ConflictException", "...")` to fail a task with `AppConfig.ConflictException`.
 
 Lambda tasks: genai-pacer's own functions (recognized by their handler asset) are called in this
-process with the template's environment; yours run through `functions={"<logical id or construct
+process with the template's environment (and, with `bedrock=`, AWS_ENDPOINT_URL_BEDROCK_RUNTIME, so
+the bedrock-runtime client a handler creates calls the emulator); yours run through `functions={"<logical id or construct
 path>": handler}`, handler(event, context). A failed run's `raise_for_status()` says where and why in
 a few lines; moto's interpreter log is kept in `run.moto_log`, not in Python logging.
 

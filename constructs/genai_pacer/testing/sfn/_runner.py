@@ -33,6 +33,10 @@ TERMINAL = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 #: moto's interpreter logs every failed state at ERROR with the repr of its whole subtree (tens of KB for
 #: one failed run); the runner keeps those records (run.moto_log) instead of passing them on.
 MOTO_LOGGER = "moto.stepfunctions.parser"
+#: The variable that points an SDK client of one service at another endpoint: AWS_ENDPOINT_URL_<SERVICE ID>,
+#: the service id upper-cased with spaces as underscores ("Bedrock Runtime"); boto3 reads it when a
+#: client is created (https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html).
+BEDROCK_ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL_BEDROCK_RUNTIME"
 #: How much of a run's failure a message shows: the cause's first characters, the last states entered.
 CAUSE_CHARS = 600
 STATES_SHOWN = 5
@@ -593,7 +597,10 @@ class StateMachineRunner:
             if function.logical_id in self._callables:
                 continue
             if function.library:
-                self._lambdas.environments[function.logical_id] = function_environment(self.template, function)
+                environment = function_environment(self.template, function)
+                if self.bedrock is not None:  # the handler's own bedrock-runtime client calls the emulator
+                    environment[BEDROCK_ENDPOINT_VARIABLE] = self.bedrock.endpoint_url
+                self._lambdas.environments[function.logical_id] = environment
                 continue
             elsewhere = (
                 f" Its Handler {function.handler!r} is a genai-pacer handler, but its code is not the handler asset of "

@@ -1,0 +1,510 @@
+"""LoadReplay: replay recorded prompts against Bedrock from the target Region, at production load.
+
+"Ten short prompts run one at a time from a laptop say almost nothing about a 50-user, long-prompt
+workload": a useful benchmark replays representative prompts at production concurrency, from the
+Region production runs in, in the API mode production uses, and reports the percentiles users feel.
+`genai-pacer bench` does that from the machine it runs on; a LoadReplay does it from the account:
+
+    Plan (Lambda: reads the prompts object once and pins its ETag; the run's start time; run.json)
+      -> Workers (Distributed Map over the virtual users, MaxConcurrency = the target concurrency;
+         open loop: over the workers the seeded Poisson schedule is split across); per worker:
+           Replay (Lambda: the worker's share until done or its time budget runs low; records to
+           S3) -> Done? -> no: Replay again, from where the last call stopped
+      -> Summarize (Lambda: bench.json and bench.csv beside the records, computed by the local
+         bench's own code) -> Replayed, or "Replay incomplete" when a worker failed (the summary of
+         what was recorded is written either way)
+
+One Lambda invocation runs at most 15 minutes (MAX_LAMBDA_SECONDS), so a worker's share continues
+over as many calls as it needs. Records hold measurements only (times, token counts, attempts,
+throttles, the served latency mode and tier, error codes, the prompt's id), never prompt or answer
+text, and expire with the results prefix (`retention`). Start a run with
+`aws stepfunctions start-execution --state-machine-arn <state_machine_arn>` (its name names the
+run's folder); stop it with `aws stepfunctions stop-execution --execution-arn <arn>`, one call; read
+it with `genai-pacer bench report s3://<bucket>/<results_prefix><execution name>/`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any, Literal, cast
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+
+from constructs import Construct
+
+from .._internal.checks import Checks, Default, resolved, token_kind
+from .._internal.docs import constructor_doc
+from .._internal.nag import acknowledge_exact_resources, flattened, principal_policy
+from .._internal.runtime_constants import replay_module
+from .._internal.s3 import KMS_READ_ACTIONS, KMS_WRITE_ACTIONS, bucket_key, check_key_bytes, grant_keys
+from .._internal.secure import handler_function, log_key
+from ..models import BedrockModel, as_bedrock_model
+from ..quota import planning
+from ..step_functions.orchestration import DISTRIBUTED_MAP_LIMIT
+from ..step_functions.state_machine import StateMachineOptions, model_state_machine
+
+__all__ = [
+    "API_MODES",
+    "DEFAULT_CALL_BUDGET",
+    "DEFAULT_CALL_SECONDS",
+    "DEFAULT_IN_FLIGHT_PER_WORKER",
+    "DEFAULT_REQUEST_CAP",
+    "DEFAULT_RETENTION",
+    "LATENCY_MODES",
+    "LoadReplay",
+    "MAX_LAMBDA_SECONDS",
+]
+
+#: One Lambda invocation runs at most 900 seconds: "Code can run for up to 15 minutes in a single
+#: invocation" (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html); the Timeout
+#: setting's maximum is 900 seconds (https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html).
+#: The replay function runs that long; a worker's share continues over as many calls as it needs.
+MAX_LAMBDA_SECONDS = 900
+#: The seconds the function keeps after its last request to write that call's records
+#: (load_replay.handler.WRITE_SECONDS; a test holds them equal).
+WRITE_SECONDS = 10
+#: The API modes a run replays in: the Converse operations of botocore's bedrock-runtime model.
+API_MODES = ("ConverseStream", "Converse")
+#: PerformanceConfiguration.latency's enum (botocore bedrock-runtime model; pacer_runtime.prompts.LATENCY_MODES).
+LATENCY_MODES = ("standard", "optimized")
+#: The most requests (warm-up included) a run sends unless request_cap says otherwise: a typo in
+#: `requests` must not become a bill.
+DEFAULT_REQUEST_CAP = 10_000
+#: How long one request may take, SDK retries and their backoff included; no request starts in a
+#: call with less time left (plus WRITE_SECONDS), so a call never times out mid-request.
+DEFAULT_CALL_BUDGET = cdk.Duration.minutes(5)
+_CALL_BUDGET = Default("cdk.Duration.minutes(5)", lambda: DEFAULT_CALL_BUDGET)
+#: How long the results prefix keeps a run's records and report.
+DEFAULT_RETENTION = cdk.Duration.days(30)
+_RETENTION = Default("cdk.Duration.days(30)", lambda: DEFAULT_RETENTION)
+#: The open loop's requests in flight per worker: a worker sends each arrival on time while earlier
+#: answers are still streaming.
+DEFAULT_IN_FLIGHT_PER_WORKER = 10
+#: The average call duration the synth annotation turns a closed loop's concurrency into a rate with.
+DEFAULT_CALL_SECONDS = 10.0
+_PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!-_.*'()/")
+_MODEL_HINT = "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-micro-v1:0')"
+
+
+@constructor_doc
+class LoadReplay(Construct):
+    """A deployable load replay: recorded prompts sent to the model from this stack's Region at a
+    closed-loop concurrency or an open-loop rate, measured and reported as `genai-pacer bench`
+    reports (see the module docstring).
+
+    model: the model or inference profile to measure; the function may invoke only it.
+    prompts_bucket / prompts_key: the prompts object, JSONL in either of the bench's formats (text
+        lines or recorded Converse requests, bench/README.md "Prompts"). The function may read only
+        that object. A line that cannot be replayed is left out and listed in the run's run.json.
+    prompts_bucket_key: the KMS key of an SSE-KMS prompts_bucket that does not know it. Default: the
+        bucket's own encryption_key; none for a bucket imported by name (SSE-S3).
+    requests: measured requests per run (1..request_cap - warmup).
+    profile: the TokenProfile of one request (planning.TokenProfile, or quota.profile(...)): its
+        max_tokens is what a request without one reserves, its burndown the report's, and the synth
+        annotation of what the run reserves and costs is computed from it.
+    concurrency: closed loop: that many virtual users, each sending its next request when its answer
+        ends (1..10,000, the Distributed Map's limit). Give exactly one of concurrency and rate_per_minute.
+    rate_per_minute: open loop: Poisson arrivals at this rate (seeded: the same schedule each run).
+    workers: open loop: the workers the schedule is split across, each holding up to
+        in_flight_per_worker requests in flight. Default: enough for the rate at call_seconds per
+        call (rate x call_seconds / 60 / in_flight_per_worker, at least 1). Closed loop: refused
+        (the workers are the virtual users).
+    in_flight_per_worker: open loop: requests one worker holds in flight (1..100). Default: 10.
+    api: "ConverseStream" (TTFT and output tokens per second measured) or "Converse". Default: ConverseStream.
+    latency: performanceConfig.latency sent with every request ("standard" or "optimized"). Default:
+        none (each recorded request's own, else the model's standard).
+    max_tokens: maxTokens sent with every request, replacing the recorded one. Default: the recorded one.
+    warmup: requests sent first and left out of the report. Default: 8.
+    seed: the open loop's schedule. Default: 0.
+    request_cap: the most requests (warm-up included) one run may send; above it synth refuses and
+        the function refuses. Default: 10,000.
+    share: the plan a ModelQuota share returns (quota.share("LoadReplay", profile, call_seconds=...,
+        fraction=0.2)): the run then holds that share, and synth refuses a concurrency (or rate) above
+        what it sustains, naming both. Default: none.
+    call_seconds: the average duration of one call, for the synth annotation of a closed loop's
+        rate and the open loop's default workers. Default: the share's, else 10 s.
+    input_price_per_million / output_price_per_million: USD per million input / output tokens, for
+        the synth annotation of the run's rough cost (no price table is built in). Default: none (no
+        cost is annotated).
+    call_budget: how long one request may take, retries included: no request starts in a call with
+        less time left. 10 s..14 minutes. Default: 5 minutes.
+    results_bucket: where runs are written, under results_prefix + the execution's name. Default: a
+        new bucket, encrypted (S3-managed, or encryption_key), TLS-only, public access blocked,
+        access-logged.
+    results_bucket_key: the KMS key of an SSE-KMS results_bucket that does not know it.
+    results_prefix: ends with "/". Default: "load-replay/".
+    retention: how long the results prefix keeps a run (a lifecycle rule on the prefix, whole days).
+        Default: 30 days. None keeps them; an imported results_bucket, whose lifecycle this stack
+        cannot set, needs None.
+    encryption_key: KMS key of the new results bucket. Default: S3-managed encryption.
+    access_logs_bucket: receives the new results bucket's access logs. Default: a new bucket.
+    encryption_key_for_logs: KMS key of the function's and state machine's log groups. Default: the
+        construct's one KMS key, with rotation, retained on delete ($1 a month while it exists, AWS KMS
+        pricing page; docs/security.md, "KMS keys").
+    log_retention: of the function's log group. Default: one month.
+    state_machine_options: Default: STANDARD, encrypted logs, X-Ray, a 24-hour timeout. EXPRESS is
+        refused (5 minutes).
+
+    Attributes: `state_machine`, `function`, `results_bucket`, `results_prefix`, `workers`,
+    `reserved_tpm` (what the run reserves per minute, from the profile), `estimated_cost_usd`
+    (None without prices).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        model: BedrockModel,
+        prompts_bucket: s3.IBucket,
+        prompts_key: str,
+        requests: int,
+        profile: planning.TokenProfile,
+        concurrency: int | None = None,
+        rate_per_minute: float | None = None,
+        workers: int | None = None,
+        in_flight_per_worker: int = DEFAULT_IN_FLIGHT_PER_WORKER,
+        api: Literal["ConverseStream", "Converse"] = "ConverseStream",
+        latency: Literal["standard", "optimized"] | None = None,
+        max_tokens: int | None = None,
+        warmup: int = 8,
+        seed: int = 0,
+        request_cap: int = DEFAULT_REQUEST_CAP,
+        share: planning.RatePlan | None = None,
+        call_seconds: float | None = None,
+        input_price_per_million: float | None = None,
+        output_price_per_million: float | None = None,
+        call_budget: cdk.Duration | Default = _CALL_BUDGET,
+        prompts_bucket_key: kms.IKey | None = None,
+        results_bucket: s3.IBucket | None = None,
+        results_bucket_key: kms.IKey | None = None,
+        results_prefix: str = "load-replay/",
+        retention: cdk.Duration | Default | None = _RETENTION,
+        encryption_key: kms.IKey | None = None,
+        access_logs_bucket: s3.IBucket | None = None,
+        encryption_key_for_logs: kms.IKey | None = None,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        state_machine_options: StateMachineOptions | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
+        model = as_bedrock_model(model)
+        budget: cdk.Duration = resolved(call_budget)
+        expiry: cdk.Duration | None = resolved(retention)
+        with Checks("LoadReplay", scope=self) as check:
+            self._refuse_tokens(check, {
+                "prompts_key": prompts_key, "requests": requests, "concurrency": concurrency,
+                "rate_per_minute": rate_per_minute, "workers": workers, "in_flight_per_worker": in_flight_per_worker,
+                "api": api, "latency": latency, "max_tokens": max_tokens, "warmup": warmup, "seed": seed,
+                "request_cap": request_cap, "call_seconds": call_seconds,
+                "input_price_per_million": input_price_per_million,
+                "output_price_per_million": output_price_per_million, "call_budget": budget,
+                "results_prefix": results_prefix, "retention": expiry,
+            })
+            check.instance("model", model, BedrockModel, _MODEL_HINT)
+            check.instance("prompts_bucket", prompts_bucket, s3.IBucket, "an s3.Bucket (or s3.Bucket.from_bucket_name)")
+            if check.text("prompts_key", prompts_key, fix="the key of the JSONL prompts object, e.g. 'prompts/chat.jsonl'"):
+                check_key_bytes(check, "prompts_key", prompts_key, "the key of the prompts object")
+            profile_ok = check.instance("profile", profile, planning.TokenProfile,
+                                        "planning.TokenProfile(input_tokens=..., output_tokens=..., max_tokens=...)")
+            check.integer("request_cap", request_cap, minimum=1, maximum=10_000_000,
+                          fix="the most requests one run may send, warm-up included")
+            check.integer("warmup", warmup, minimum=0, maximum=10_000, fix="requests sent first and left out of the report")
+            if (check.integer("requests", requests, minimum=1, maximum=10_000_000, fix="measured requests per run")
+                    and isinstance(request_cap, int) and isinstance(warmup, int)):
+                check.rule(requests + warmup <= request_cap,
+                           f"requests={requests:,} + warmup={warmup:,} = {requests + warmup:,} requests is above "
+                           f"request_cap={request_cap:,}; lower requests, or raise request_cap if you mean it", id="requests.above-request-cap")
+            check.integer("seed", seed, minimum=0, maximum=2**63 - 1, fix="any whole number >= 0")
+            check.one_of("api", api, API_MODES)
+            if latency is not None:
+                check.one_of("latency", latency, LATENCY_MODES, fix="performanceConfig.latency")
+            check.integer("max_tokens", max_tokens, minimum=1, maximum=planning.MAX_REQUEST_TOKENS, optional=True,
+                          fix="maxTokens sent with every request")
+            check.number("call_seconds", call_seconds, above=0, maximum=MAX_LAMBDA_SECONDS, optional=True,
+                         fix="the average duration of one call in seconds, e.g. 6")
+            for name, price in (("input_price_per_million", input_price_per_million),
+                                ("output_price_per_million", output_price_per_million)):
+                check.number(name, price, minimum=0, maximum=100_000, optional=True,
+                             fix="USD per million tokens, from the model's Bedrock pricing page")
+            check.rule((input_price_per_million is None) == (output_price_per_million is None),
+                       "input_price_per_million and output_price_per_million go together (the cost needs both); "
+                       "pass both or neither", id="input_price_per_million.without-output-price")
+            closed = concurrency is not None
+            loop_ok = check.rule(closed != (rate_per_minute is not None),
+                                 f"{'both' if closed else 'neither of'} concurrency and rate_per_minute given; pass "
+                                 "exactly one: concurrency (closed loop: virtual users) or rate_per_minute (open loop: "
+                                 "Poisson arrivals)", id="concurrency.one-load")
+            if closed:
+                loop_ok &= check.integer("concurrency", concurrency, minimum=1, maximum=DISTRIBUTED_MAP_LIMIT,
+                                         fix=f"virtual users, at most the Distributed Map's {DISTRIBUTED_MAP_LIMIT:,}")
+                check.rule(workers is None, f"workers={workers!r} applies to the open loop (rate_per_minute); in a "
+                           "closed loop each virtual user is a worker: drop it", id="workers.closed-loop")
+            else:
+                loop_ok &= check.number("rate_per_minute", rate_per_minute, above=0, maximum=1_000_000, optional=True,
+                                        fix="requests per minute, e.g. 120")
+                check.integer("workers", workers, minimum=1, maximum=DISTRIBUTED_MAP_LIMIT, optional=True,
+                              fix=f"workers the open loop's schedule is split across, at most {DISTRIBUTED_MAP_LIMIT:,}")
+            check.integer("in_flight_per_worker", in_flight_per_worker, minimum=1, maximum=100,
+                          fix="requests one open-loop worker holds in flight")
+            if closed and in_flight_per_worker != DEFAULT_IN_FLIGHT_PER_WORKER:
+                check.fail(f"in_flight_per_worker={in_flight_per_worker!r} applies to the open loop; a closed loop's "
+                           "virtual user holds one request at a time: drop it", id="in_flight_per_worker.closed-loop")
+            share_ok = check.instance("share", share, planning.RatePlan,
+                                      "the plan quota.share(...) returns", optional=True) and share is not None
+            if share_ok and loop_ok:
+                self._check_share(check, cast(planning.RatePlan, share), concurrency, rate_per_minute)
+            check.duration("call_budget", budget, minimum=cdk.Duration.seconds(10),
+                           maximum=cdk.Duration.seconds(MAX_LAMBDA_SECONDS - 60),
+                           fix=f"one request's longest time, retries included; a Lambda call runs at most "
+                           f"{MAX_LAMBDA_SECONDS // 60} minutes")
+            for name, bucket in (("results_bucket", results_bucket), ("access_logs_bucket", access_logs_bucket)):
+                check.instance(name, bucket, s3.IBucket, "an s3.Bucket (or s3.Bucket.from_bucket_name)", optional=True)
+            prompts_kms = bucket_key(check, bucket_name="prompts_bucket", bucket=prompts_bucket,
+                                     key_name="prompts_bucket_key", key=prompts_bucket_key)
+            results_kms = bucket_key(
+                check, bucket_name="results_bucket", bucket=results_bucket, key_name="results_bucket_key",
+                key=results_bucket_key,
+                without="results_bucket_key is set without results_bucket; the results bucket this construct creates "
+                "is encrypted with encryption_key: pass results_bucket too, or use encryption_key")
+            check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
+            check.instance("encryption_key_for_logs", encryption_key_for_logs, kms.IKey, "a kms.Key", optional=True)
+            check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
+            if results_bucket is not None:
+                for name, value in (("encryption_key", encryption_key), ("access_logs_bucket", access_logs_bucket)):
+                    check.rule(value is None, f"{name} configures the results bucket this construct creates, but "
+                               "results_bucket is yours, so it would be ignored: set it on your bucket instead", id=f"{name}.ignored-with-results-bucket")
+                check.rule(expiry is None or isinstance(results_bucket, s3.Bucket),
+                           "retention expires the results prefix with a lifecycle rule, which this stack cannot add to "
+                           "an imported results_bucket: pass retention=None and expire the prefix in your bucket's own "
+                           "lifecycle, or pass an s3.Bucket of this app", id="retention.imported-bucket")
+            if expiry is not None and check.duration("retention", expiry, minimum=cdk.Duration.days(1),
+                                                     fix="S3 expires objects in whole days; None keeps them"):
+                check.rule(expiry.to_seconds() % 86_400 == 0,
+                           f"retention={expiry.to_hours():g} hours is not whole days (S3 lifecycle ExpirationInDays): "
+                           "use cdk.Duration.days(...)", id="retention.whole-days")
+            if check.text("results_prefix", results_prefix):
+                check.rule(results_prefix.endswith("/") and not results_prefix.startswith("/")
+                           and set(results_prefix) <= _PREFIX_CHARS and "//" not in results_prefix,
+                           f"results_prefix={results_prefix!r} must end with '/' and hold letters, digits and "
+                           "!-_.*'() between single slashes, e.g. 'load-replay/'", id="results_prefix.pattern")
+            if check.instance("state_machine_options", state_machine_options, StateMachineOptions,
+                              "StateMachineOptions(...)", optional=True) and state_machine_options is not None:
+                check.rule(state_machine_options.state_machine_type != sfn.StateMachineType.EXPRESS,
+                           "state_machine_options.state_machine_type=EXPRESS runs at most 5 minutes, and a run's "
+                           "workers continue over 15-minute calls: use STANDARD (the default)", id="state_machine_options.express-replay")
+            check.raise_if_any()
+            profile = cast(planning.TokenProfile, profile) if profile_ok else profile
+        if share is not None:
+            self.concurrency_plan = share  # how ModelQuota tells which construct holds which share
+        seconds = float(call_seconds if call_seconds is not None else (share.call_seconds if share else DEFAULT_CALL_SECONDS))
+        if closed:
+            self.workers = int(cast(int, concurrency))
+            in_flight = 1
+            rate = self.workers * 60 / seconds
+        else:
+            rate = float(cast(float, rate_per_minute))
+            in_flight = in_flight_per_worker
+            self.workers = workers or max(1, math.ceil(rate / 60 * seconds / in_flight))
+        self.results_prefix = results_prefix
+        self.reserved_tpm = rate * profile.reserved
+        self.estimated_cost_usd = (
+            None if input_price_per_million is None or output_price_per_million is None
+            else (requests + warmup) * ((profile.input_tokens + profile.cache_write_tokens) * input_price_per_million
+                                        + profile.output_tokens * output_price_per_million) / 1_000_000)
+
+        # ---- the results bucket ---------------------------------------------------------------------
+        if results_bucket is None:
+            results_bucket = self._bucket(encryption_key, access_logs_bucket)
+            results_kms = results_bucket.encryption_key
+        if expiry is not None:
+            cast(s3.Bucket, results_bucket).add_lifecycle_rule(
+                id=f"ExpireLoadReplay{cdk.Names.unique_id(self)[-12:]}", prefix=results_prefix, expiration=expiry,
+                abort_incomplete_multipart_upload_after=cdk.Duration.days(1))
+        self.results_bucket = results_bucket
+
+        # ---- the function ---------------------------------------------------------------------------
+        config = replay_module().BenchConfig(
+            model_id=model.model_id, requests=requests, concurrency=concurrency, rate_per_minute=rate_per_minute,
+            streaming=api == "ConverseStream", warmup=warmup, max_tokens=max_tokens, model_max_tokens=profile.max_tokens,
+            latency=latency, burndown=profile.burndown, seed=seed, answer_hint=False)
+        settings = {
+            "config": asdict(config),
+            "prompts_bucket": prompts_bucket.bucket_name, "prompts_key": prompts_key,
+            "results_bucket": results_bucket.bucket_name, "results_prefix": results_prefix,
+            "workers": self.workers, "in_flight": in_flight, "call_budget_s": budget.to_seconds(),
+            "request_cap": request_cap,
+        }
+        log_encryption = log_key(self, "LogsKey", encryption_key_for_logs)
+        self.function = handler_function(
+            self, "Replay", handler="load_replay.handler.handler", timeout=cdk.Duration.seconds(MAX_LAMBDA_SECONDS),
+            memory_size=1024, environment={"LOAD_REPLAY": cdk.Stack.of(self).to_json_string(settings)},
+            encryption_key=log_encryption, log_retention=log_retention,
+        )
+        model.grant_invoke(self.function, streaming=api == "ConverseStream")
+        self.function.add_to_role_policy(iam.PolicyStatement(
+            actions=["s3:GetObject"], resources=[prompts_bucket.arn_for_objects(prompts_key)]))
+        self.function.add_to_role_policy(iam.PolicyStatement(
+            actions=["s3:GetObject", "s3:PutObject"], resources=[results_bucket.arn_for_objects(f"{results_prefix}*")]))
+        self.function.add_to_role_policy(iam.PolicyStatement(
+            actions=["s3:ListBucket"], resources=[results_bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{results_prefix}*"]}}))
+        grant_keys(self.function, (prompts_kms, KMS_READ_ACTIONS), (results_kms, KMS_WRITE_ACTIONS))
+
+        # ---- the state machine ------------------------------------------------------------------------
+        options = state_machine_options or StateMachineOptions()
+        if options.log_group is None and options.encryption_key is None:
+            options = StateMachineOptions(**{**options.__dict__, "encryption_key": log_encryption})
+        self.state_machine = model_state_machine(
+            self, definition=self._definition(), models=[], options=options, default_timeout=cdk.Duration.hours(24))
+        self._acknowledge(results_bucket, results_prefix)
+        self._annotate(rate, seconds, closed, profile, requests + warmup)
+
+    # ---- definition ----------------------------------------------------------------------------------
+
+    def _definition(self) -> sfn.IChainable:
+        plan = tasks.LambdaInvoke(
+            self, "Plan", lambda_function=self.function,
+            payload=sfn.TaskInput.from_object({"action": "plan", "run": sfn.JsonPath.string_at("$$.Execution.Name")}),
+            result_selector={"run.$": "$.Payload.run", "workers.$": "$.Payload.workers"},
+            result_path="$.plan",
+        )
+        replay = tasks.LambdaInvoke(
+            self, "Replay share", lambda_function=self.function,
+            payload=sfn.TaskInput.from_json_path_at("$"), output_path="$.Payload",
+        )
+        done = sfn.Choice(self, "Share done?").when(
+            sfn.Condition.boolean_equals("$.done", True),
+            sfn.Pass(self, "Worker done", parameters={"worker.$": "$.worker"}),
+        ).otherwise(replay)
+        workers = sfn.DistributedMap(
+            self, "Workers",
+            items_path="$.plan.workers",
+            item_selector={
+                "action": "replay", "worker": sfn.JsonPath.number_at("$$.Map.Item.Value"), "cursor": 0, "part": 0,
+                "run": sfn.JsonPath.object_at("$.plan.run"),
+            },
+            max_concurrency=self.workers,
+            map_execution_type=sfn.StateMachineType.STANDARD,
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        workers.item_processor(replay.next(done))
+        summarize = tasks.LambdaInvoke(
+            self, "Summarize", lambda_function=self.function,
+            payload=sfn.TaskInput.from_object({"action": "summarize", "run": sfn.JsonPath.object_at("$.plan.run")}),
+            result_selector={"report.$": "$.Payload"}, result_path="$.summary",
+        )
+        workers.add_catch(summarize, errors=["States.ALL"], result_path="$.failure")
+        outcome = sfn.Choice(self, "Complete?").when(
+            sfn.Condition.is_present("$.failure"),
+            sfn.Fail(self, "Replay incomplete", error="LoadReplay.WorkerFailed",
+                     cause="a worker failed: the report covers the requests recorded before it did (read the Workers "
+                           "Map Run's failed child execution for the error)"),
+        ).otherwise(sfn.Succeed(self, "Replayed"))
+        return plan.next(workers).next(summarize).next(outcome)
+
+    # ---- checks ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _refuse_tokens(check: Checks, values: dict[str, Any]) -> None:
+        """The run's settings are one JSON document the function reads, computed at synth (the
+        workers, the Map's cap, the share check and the annotations use them): a deploy-time value
+        cannot be one of them."""
+        for name, value in values.items():
+            kind = token_kind(value)
+            if kind is not None:
+                check.fail(f"{name} is a deploy-time {kind}, but the replay's settings are computed at synth (the "
+                           "workers, the Map's cap, the share check, the cost annotation): pass the value itself", id=f"{name}.replay-setting-deploy-time")
+
+    @staticmethod
+    def _check_share(check: Checks, share: planning.RatePlan, concurrency: int | None, rate: float | None) -> None:
+        if concurrency is not None:
+            check.rule(concurrency <= share.max_concurrency,
+                       f"concurrency={concurrency:,} is above the {share.max_concurrency:,} calls in flight the share "
+                       f"sustains ({share.requests_per_minute:,.1f} requests a minute at {share.call_seconds:g} s a call): "
+                       "lower concurrency, or draw a larger share", id="concurrency.above-share")
+        elif rate is not None:
+            check.rule(rate <= share.requests_per_minute + 1e-9,
+                       f"rate_per_minute={rate:,g} is above the {share.requests_per_minute:,.1f} requests a minute the "
+                       "share sustains: lower rate_per_minute, or draw a larger share", id="rate_per_minute.above-share")
+
+    # ---- resources ------------------------------------------------------------------------------------
+
+    def _bucket(self, key: kms.IKey | None, access_logs: s3.IBucket | None) -> s3.Bucket:
+        if access_logs is None:
+            access_logs = s3.Bucket(
+                self, "AccessLogs",
+                encryption=s3.BucketEncryption.S3_MANAGED,  # the only encryption S3 log delivery supports
+                enforce_ssl=True,
+                block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+                removal_policy=cdk.RemovalPolicy.RETAIN,
+                lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(365))],
+            )
+            cdk.Validations.of(access_logs).acknowledge(cdk.Acknowledgment(
+                id="AwsSolutions-S1",
+                reason="this bucket receives the results bucket's server access logs; logging it too would log its own "
+                "log deliveries",
+            ))
+        return s3.Bucket(
+            self, "Results",
+            encryption=s3.BucketEncryption.KMS if key is not None else s3.BucketEncryption.S3_MANAGED,
+            encryption_key=key,
+            bucket_key_enabled=key is not None or None,
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            server_access_logs_bucket=access_logs,
+            server_access_logs_prefix="Results/",
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+
+    def _acknowledge(self, results_bucket: s3.IBucket, results_prefix: str) -> None:
+        """Exactly this construct's own wildcards: the results prefix (record keys are generated per run,
+        worker and call), the function's versions (aws-cdk-lib's LambdaInvoke) and the Distributed Map's
+        child executions (names Step Functions generates)."""
+        role = cast(iam.IRole, self.function.role)  # handler_function gives every function a role
+        acknowledge_exact_resources(
+            cast(Construct, role.node.find_child("DefaultPolicy")),
+            resources=[flattened(self, results_bucket.arn_for_objects(f"{results_prefix}*"))],
+            reason="a run's records and report, whose keys are generated per run, worker and call, under the results "
+            "prefix only",
+        )
+        policy = principal_policy(self.state_machine.role)
+        if policy is not None:
+            acknowledge_exact_resources(
+                policy, resources=[flattened(self, f"{self.function.function_arn}:*")],
+                reason="aws-cdk-lib's LambdaInvoke grants the function's versions and aliases (<function arn>:*) beside "
+                "the function; only this construct's own function is granted",
+            )
+        child_policy = self.state_machine.node.try_find_child("DistributedMapPolicy")
+        if child_policy is not None:
+            stack = cdk.Stack.of(self)
+            executions = stack.format_arn(
+                service="states", resource="execution", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+                resource_name=cdk.Arn.split(self.state_machine.state_machine_arn,
+                                            cdk.ArnFormat.COLON_RESOURCE_NAME).resource_name,
+            )
+            acknowledge_exact_resources(
+                child_policy,
+                resources=[flattened(self, f"{executions}:*"), flattened(self, f"{executions}/*:*")],
+                reason="a distributed Map starts, describes and stops child executions whose names Step Functions "
+                "generates; the grant is scoped to this state machine's executions",
+            )
+
+    def _annotate(self, rate: float, seconds: float, closed: bool, profile: planning.TokenProfile, total: int) -> None:
+        how = (f"{self.workers:,} virtual users at about {seconds:g} s a call (call_seconds) is about {rate:,.1f} "
+               "requests a minute" if closed else f"{rate:,g} requests a minute")
+        cost = ("" if self.estimated_cost_usd is None else
+                f"; {total:,} requests (warm-up included) cost roughly ${self.estimated_cost_usd:,.2f} at the given prices "
+                f"({profile.input_tokens + profile.cache_write_tokens:,} input and {profile.output_tokens:,} output tokens "
+                "a request, from the profile)")
+        cdk.Annotations.of(self).add_info(
+            f"LoadReplay {self.node.id}: {how}, which reserves about {self.reserved_tpm:,.0f} tokens a minute of the "
+            f"model's quota while it runs ({profile.reserved:,} a request: input + max_tokens, the profile's){cost}",
+        )

@@ -1,0 +1,209 @@
+"""LoadReplay (issue 26): the deployable load replay's template (least privilege, the results
+prefix's expiry, the share refusal, the annotation) and its state machine executed offline with
+StateMachineRunner, its function run in process against the Bedrock emulator and moto's S3."""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+import pacer_runtime.replay as replay
+import pytest
+from aws_cdk import aws_s3 as s3
+from aws_cdk.assertions import Template
+from genai_pacer import BedrockModel, InvalidPropsError, LoadReplay, ModelQuota, planning
+from genai_pacer.benchmark import load_replay
+from genai_pacer.testing import BedrockEmulator, ModelSpec, bench
+from genai_pacer.testing.sfn import StateMachineRunner
+from helpers import new_stack, resources
+
+MODEL = "us.amazon.nova-micro-v1:0"
+NOVA = BedrockModel.from_id(MODEL)
+PROFILE = planning.TokenProfile(input_tokens=1_000, output_tokens=200, max_tokens=400)
+SECRET = "the customer's private question"
+
+
+def replay_stack(**props):
+    stack = new_stack()
+    prompts = s3.Bucket.from_bucket_name(stack, "Prompts", "prompts-bucket")
+    construct = LoadReplay(stack, "Replay", **{
+        "model": NOVA, "prompts_bucket": prompts, "prompts_key": "prompts/chat.jsonl", "requests": 200,
+        "concurrency": 20, "profile": PROFILE, **props})
+    return stack, construct
+
+
+def statements(template: dict, policy_part: str) -> list[dict]:
+    found = [r["Properties"]["PolicyDocument"]["Statement"] for k, r in resources(template, "AWS::IAM::Policy").items()
+             if policy_part in k]
+    assert len(found) == 1, policy_part
+    return found[0]
+
+
+def test_the_function_may_invoke_only_the_model_and_touch_only_the_prompts_object_and_the_results_prefix():
+    stack, construct = replay_stack()
+    template = Template.from_stack(stack).to_json()
+    granted = statements(template, "ReplayReplayRoleDefaultPolicy")
+    text = json.dumps(stack.resolve(granted))
+    actions = sorted({a for s in granted for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])})
+    assert actions == ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream", "logs:CreateLogStream",
+                       "logs:PutLogEvents", "s3:GetObject", "s3:ListBucket", "s3:PutObject"]
+    assert "prompts-bucket/prompts/chat.jsonl" in text and "prompts-bucket/*" not in text
+    assert "/load-replay/*" in text and '"s3:prefix": ["load-replay/*"]' in text
+    bedrock = [s for s in granted if "bedrock:InvokeModel" in s["Action"]]
+    assert all("nova-micro" in json.dumps(s["Resource"]) for s in bedrock)
+    assert construct.workers == 20
+
+
+def test_converse_mode_gets_no_streaming_permission():
+    stack, _ = replay_stack(api="Converse")
+    text = json.dumps(Template.from_stack(stack).to_json())
+    assert "InvokeModelWithResponseStream" not in text
+
+
+def test_the_results_prefix_expires_after_the_retention():
+    stack, construct = replay_stack(retention=cdk.Duration.days(7))
+    bucket = [r["Properties"] for r in resources(Template.from_stack(stack).to_json(), "AWS::S3::Bucket").values()
+              if "ServerAccessLogsUseBucketPolicy" not in json.dumps(r) and "LoggingConfiguration" in r["Properties"]]
+    rules = bucket[0]["LifecycleConfiguration"]["Rules"]
+    assert [(r["Prefix"], r["ExpirationInDays"]) for r in rules if "Prefix" in r] == [("load-replay/", 7)]
+    assert bucket[0]["BucketEncryption"] and bucket[0]["PublicAccessBlockConfiguration"]["BlockPublicAcls"]
+
+
+def test_the_map_runs_one_child_per_virtual_user_at_the_target_concurrency():
+    stack, _ = replay_stack(concurrency=50)
+    definition = json.loads("".join(
+        part if isinstance(part, str) else "X" for part in
+        next(iter(resources(Template.from_stack(stack).to_json(), "AWS::StepFunctions::StateMachine").values()))
+        ["Properties"]["DefinitionString"]["Fn::Join"][1]))
+    workers = definition["States"]["Workers"]
+    assert workers["MaxConcurrency"] == 50 and workers["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
+    function = next(r["Properties"] for r in resources(Template.from_stack(stack).to_json(), "AWS::Lambda::Function").values()
+                    if r["Properties"].get("Handler") == "load_replay.handler.handler")
+    assert function["Timeout"] == load_replay.MAX_LAMBDA_SECONDS == 900
+
+
+def test_synth_annotates_what_the_run_reserves_and_roughly_costs():
+    stack, construct = replay_stack(input_price_per_million=0.035, output_price_per_million=0.14, call_seconds=6)
+    messages = [m.entry.data for m in cdk.App.of(stack).synth().get_stack_by_name(stack.stack_name).messages]
+    # 20 users at 6 s a call: 200 requests a minute, each reserving 1,000 + 400 tokens.
+    assert construct.reserved_tpm == 200 * 1_400
+    assert construct.estimated_cost_usd == pytest.approx(208 * (1_000 * 0.035 + 200 * 0.14) / 1e6)
+    assert any("reserves about 280,000 tokens a minute" in m and "$0.01" in m for m in messages), messages
+
+
+def test_a_share_refuses_a_load_above_what_it_sustains_naming_both_numbers():
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=NOVA, tpm_quota=100_000)
+    share = quota.share("Replay", PROFILE, call_seconds=6, fraction=0.5)  # 50,000 TPM
+    prompts = s3.Bucket.from_bucket_name(stack, "Prompts", "prompts-bucket")
+    common = {"model": NOVA, "prompts_bucket": prompts, "prompts_key": "p.jsonl", "requests": 10, "profile": PROFILE,
+              "share": share}
+    with pytest.raises(InvalidPropsError) as refused:
+        LoadReplay(stack, "Closed", concurrency=share.max_concurrency + 1, **common)
+    assert f"concurrency={share.max_concurrency + 1} is above the {share.max_concurrency} calls" in str(refused.value)
+    assert [p.id for p in refused.value.problems] == ["LoadReplay.concurrency.above-share"]
+    assert "Closed" in str(refused.value)  # the construct's path names which replay
+    with pytest.raises(InvalidPropsError) as refused:
+        LoadReplay(stack, "Open", rate_per_minute=share.requests_per_minute * 2, **common)
+    assert f"the {share.requests_per_minute:,.1f} requests a minute the share sustains" in str(refused.value)
+    assert [p.id for p in refused.value.problems] == ["LoadReplay.rate_per_minute.above-share"]
+    held = LoadReplay(stack, "Held", concurrency=share.max_concurrency, **common)
+    assert held.concurrency_plan is share
+
+
+@pytest.mark.parametrize(("props", "message"), [
+    ({"concurrency": None}, "neither of concurrency and rate_per_minute given"),
+    ({"rate_per_minute": 60}, "both concurrency and rate_per_minute given"),
+    ({"requests": 9_995, "request_cap": 10_000}, "requests=9,995 + warmup=8 = 10,003 requests is above request_cap=10,000"),
+    ({"concurrency": 10_001}, "concurrency=10001"),
+    ({"workers": 3}, "workers=3 applies to the open loop"),
+    ({"api": "InvokeModel"}, "api="),
+    ({"latency": "fast"}, "latency="),
+    ({"input_price_per_million": 1.0}, "go together"),
+    ({"call_budget": cdk.Duration.minutes(15)}, "call_budget="),
+    ({"results_prefix": "no-slash"}, "results_prefix='no-slash' must end with '/'"),
+    ({"retention": cdk.Duration.hours(36)}, "retention=36 hours is not whole days"),
+])
+def test_bad_props_are_refused_by_name(props, message):
+    with pytest.raises(InvalidPropsError, match=message.replace("(", r"\(").replace("+", r"\+")):
+        replay_stack(**props)
+
+
+def test_an_imported_results_bucket_needs_retention_none():
+    stack = new_stack()
+    mine = s3.Bucket.from_bucket_name(stack, "Mine", "my-results")
+    prompts = s3.Bucket.from_bucket_name(stack, "Prompts", "prompts-bucket")
+    common = {"model": NOVA, "prompts_bucket": prompts, "prompts_key": "p.jsonl", "requests": 10, "concurrency": 2,
+              "profile": PROFILE, "results_bucket": mine}
+    with pytest.raises(InvalidPropsError, match="retention expires the results prefix with a lifecycle rule"):
+        LoadReplay(stack, "R", **common)
+    LoadReplay(stack, "R2", retention=None, **common)
+
+
+def test_the_function_keeps_the_same_write_margin_as_the_construct(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    sys.modules.pop("load_replay.handler", None)
+    handler = importlib.import_module("load_replay.handler")
+    assert handler.WRITE_SECONDS == load_replay.WRITE_SECONDS
+    assert handler.MAX_LAMBDA_SECONDS == load_replay.MAX_LAMBDA_SECONDS
+
+
+def prompts_text() -> str:
+    return "".join(json.dumps({"id": f"chat-{i}", "messages": [{"role": "user", "content": [{"text": f"{SECRET} {i}"}]}],
+                               "inferenceConfig": {"maxTokens": 60}}) + "\n" for i in range(4)) + "not json\n"
+
+
+@pytest.mark.parametrize("api", ["ConverseStream", "Converse"])
+def test_a_run_executes_offline_and_reports_as_the_local_bench(monkeypatch, api):
+    """Plan, 20 virtual users each replaying its share, the summary (200 requests and 2 warm-up): every request recorded once,
+    the report the local bench's code computes from the same records, no prompt text anywhere."""
+    stack = new_stack()
+    prompts = s3.Bucket(stack, "Prompts")
+    construct = LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="prompts/chat.jsonl",
+                           requests=200, warmup=2, concurrency=20, profile=PROFILE, api=api)
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=200) as bedrock, \
+            StateMachineRunner(stack, bedrock=bedrock) as runner:
+        bucket = runner.physical_name(prompts)
+        runner.s3.put_object(Bucket=bucket, Key="prompts/chat.jsonl", Body=prompts_text().encode())
+        run = runner.run({}, name="run-1").raise_for_status()
+        results = runner.physical_name(construct.results_bucket)
+        listed = sorted(o["Key"] for o in runner.s3.list_objects_v2(Bucket=results)["Contents"])
+        read = {key: runner.s3.get_object(Bucket=results, Key=key)["Body"].read().decode() for key in listed}
+    records = sorted((replay.Sample(**json.loads(line)) for key, body in read.items() if "/records/" in key
+                      for line in body.splitlines()), key=lambda s: s.index)
+    assert [s.index for s in records] == list(range(202)) and run.model_calls == 202
+    assert all(s.ok for s in records) and all((s.ttft_s is not None) == (api == "ConverseStream") for s in records)
+    document = json.loads(read["load-replay/run-1/bench.json"])
+    config = replay.BenchConfig(**document["config"])
+    assert document["summary"] == json.loads(json.dumps(bench.summarize(records, config)))
+    assert document["summary"]["requests"] == 200 and config.concurrency == 20
+    assert json.loads(read["load-replay/run-1/run.json"])["run"]["rejected_lines"] == 1
+    assert not any(SECRET in body for body in read.values())
+
+
+def test_a_run_under_a_quota_that_throttles_records_every_request_and_counts_the_throttles():
+    """30 requests at 10 virtual users against a quota they exceed: each request is one record, the
+    throttles the SDK retried are counted in the report, and the report is the local bench's
+    computation over the same records."""
+    stack = new_stack()
+    prompts = s3.Bucket(stack, "Prompts")
+    construct = LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="p.jsonl",
+                           requests=30, warmup=0, concurrency=10, profile=PROFILE, api="Converse")
+    # ~70 tokens reserved a call: the quota holds ~7 calls a model minute, 3 s of wall time at x20, and
+    # the users send more than that even one call at a time (the runner calls in-process functions in turn).
+    spec = ModelSpec(MODEL, tpm_quota=500, max_output_tokens=4_096)
+    with BedrockEmulator([spec], time_scale=20) as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        runner.s3.put_object(Bucket=runner.physical_name(prompts), Key="p.jsonl", Body=prompts_text().encode())
+        run = runner.run({}, name="busy").raise_for_status()
+        results = runner.physical_name(construct.results_bucket)
+        document = json.loads(runner.s3.get_object(Bucket=results, Key="load-replay/busy/bench.json")["Body"].read())
+        csv_rows = runner.s3.get_object(Bucket=results, Key="load-replay/busy/bench.csv")["Body"].read().decode()
+    summary = document["summary"]
+    throttled = sum(1 for i in run.invocations if i.outcome == "throttled")
+    assert summary["requests"] == 30 and len(csv_rows.splitlines()) == 31
+    assert throttled > 0 and summary["throttles"] == throttled
+    assert summary["attempts"] == run.model_calls
+    assert summary["succeeded"] + summary["failed"] == 30
