@@ -37,6 +37,7 @@ __all__ = [
     "load_prompts",
     "percentile",
     "percentiles",
+    "replay_report",
     "run_benchmark",
     "summarize",
     "write_report",
@@ -190,6 +191,59 @@ def write_report(report: BenchReport, outdir: str | Path, name: str = "bench") -
     if png:
         written.append(png)
     return written
+
+
+#: Where a deployed run (genai_pacer.benchmark.LoadReplay) keeps its files under the run's prefix
+#: (lambda/load_replay/handler.py: RECORDS, RUN_FILE, REPORT_NAME; a test holds them equal).
+RUN_RECORDS, RUN_FILE, RUN_REPORT = "records/", "run.json", "bench.json"
+
+
+def replay_report(uri: str, outdir: str | Path, name: str = "bench", *, s3: Any = None) -> tuple[BenchReport, list[Path]]:
+    """Render a deployed LoadReplay run's report into outdir exactly as a local run's (write_report:
+    <name>.json, <name>.csv, and the PNG chart when matplotlib is installed), from the run's folder
+    `s3://<bucket>/<results_prefix><execution name>/`. The summary is the run's own (bench.json) when
+    its summary step ran, else it is computed from the per-request records by the same code
+    (replay.summarize), so a run stopped before its last step reports what it recorded.
+    s3: a boto3 S3 client. Default: boto3.client("s3") with your AWS configuration."""
+    bucket, prefix = _s3_location(uri)
+    if s3 is None:
+        import boto3
+
+        s3 = boto3.client("s3")
+    found = _s3_json(s3, bucket, prefix + RUN_REPORT) or _s3_json(s3, bucket, prefix + RUN_FILE)
+    if found is None:
+        raise PromptError(f"{uri}: no LoadReplay run here (neither {RUN_REPORT} nor {RUN_FILE}); give the run's "
+                          "folder, s3://<bucket>/<results_prefix><execution name>/")
+    config = BenchConfig(**found["config"])
+    samples: list[Sample] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + RUN_RECORDS):
+        for item in page.get("Contents", []):
+            text = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read().decode("utf-8")
+            samples.extend(Sample(**json.loads(line)) for line in text.splitlines() if line.strip())
+    samples.sort(key=lambda sample: sample.index)
+    summary = found.get("summary") or summarize(samples, config)
+    report = BenchReport(config, samples, summary)
+    return report, write_report(report, outdir, name)
+
+
+def _s3_location(uri: str) -> tuple[str, str]:
+    if not isinstance(uri, str) or not uri.startswith("s3://") or "/" not in uri[5:].strip("/"):
+        raise PromptError(f"{uri!r} is not a run's folder: pass s3://<bucket>/<results_prefix><execution name>/")
+    bucket, _, prefix = uri[5:].partition("/")
+    return bucket, prefix.rstrip("/") + "/"
+
+
+def _s3_json(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
+    from botocore.exceptions import ClientError
+
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            return None
+        raise
+    document: dict[str, Any] = json.loads(body)
+    return document
 
 
 def _chart(report: BenchReport, path: Path) -> Path | None:

@@ -184,6 +184,8 @@ def _bench(args: argparse.Namespace) -> int:
         write_report,
     )
 
+    if args.model_id is None:  # not argparse's required=: `bench report` takes none
+        raise InputError("the following arguments are required: --model-id")
     if not args.emulator:
         given = [f"--{name.replace('_', '-')}" for name in EMULATOR_ONLY if getattr(args, name) is not None]
         if given:
@@ -239,6 +241,20 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_report(args: argparse.Namespace) -> int:
+    from .bench import replay_report
+
+    s3 = None
+    if args.region:
+        import boto3
+
+        s3 = boto3.client("s3", region_name=args.region)
+    report, paths = replay_report(args.uri, args.out, args.name, s3=s3)
+    print(json.dumps(report.summary, indent=2))
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
+
+
 def _experiments(args: argparse.Namespace) -> int:
     from .bench import SAMPLE_PROMPTS, load_prompts
     from .experiments import pool_experiment, quota_experiment, side_by_side_experiment, write_summary
@@ -277,7 +293,8 @@ def register(commands: Any) -> None:
 
     bench = commands.add_parser("bench", help="replay a JSONL workload and report latency percentiles")
     bench.add_argument("--prompts", help=PROMPTS_HELP)
-    bench.add_argument("--model-id", required=True, help="model or inference profile id to call (required)")
+    bench.add_argument("--model-id", help="model or inference profile id to call (required to run a benchmark; "
+                       "no default)")
     target = bench.add_mutually_exclusive_group()
     target.add_argument("--emulator", action="store_true", help="start an emulator in-process and use it (default: off)")
     target.add_argument("--endpoint-url",
@@ -308,6 +325,15 @@ def register(commands: Any) -> None:
     bench.add_argument("--name", default="bench", help="file name stem of the report (default bench)")
     _model_args(bench)
     bench.set_defaults(run=_bench)
+    reports = bench.add_subparsers(dest="bench_command", metavar="{report}",
+                                   help="report: a deployed run's report (default: none, run a benchmark)")
+    report = reports.add_parser(
+        "report", help="render a deployed LoadReplay run's report (JSON, CSV, chart) as a local run's")
+    report.add_argument("uri", help="the run's folder: s3://<bucket>/<results_prefix><execution name>/")
+    report.add_argument("--out", default="bench-results", help="directory of the reports (default bench-results)")
+    report.add_argument("--name", default="bench", help="file name stem of the report (default bench)")
+    report.add_argument("--region", help="the bucket's Region (default: your AWS configuration's)")
+    report.set_defaults(run=_bench_report)
 
     experiments = commands.add_parser("experiments", help="quota and connection-pool experiments on the emulator")
     experiments.add_argument("--prompts", help=PROMPTS_HELP)
