@@ -61,6 +61,7 @@ def test_every_family_has_an_app():
     assert IDS == [
         "integ_endpoint_scaling",
         "integ_experiment",
+        "integ_load_replay",
         "integ_observability",
         "integ_orchestration",
         "integ_precompute",
