@@ -92,3 +92,53 @@ def test_the_report_reads_the_files_where_the_function_writes_them(monkeypatch):
     handler = importlib.import_module("load_replay.handler")
     written_by_the_function = (handler.RECORDS, handler.RUN_FILE, f"{handler.REPORT_NAME}.json")
     assert written_by_the_function == (bench.RUN_RECORDS, bench.RUN_FILE, bench.RUN_REPORT)
+
+
+def summary_with(ttft_p90: float, otps_p90: float) -> dict:
+    return {"ttft_s": {"p50": 0.3, "p90": ttft_p90, "p99": None}, "otps": {"p90": otps_p90}, "throttles": 0}
+
+
+def test_runs_are_compared_unpaired_and_differ_only_beyond_the_spread():
+    from genai_pacer.testing.experiments import RUNS_DIFFERENCE_RULE, compare_runs
+
+    before = [summary_with(0.50, 40.0), summary_with(0.56, 44.0)]
+    after = [summary_with(0.40, 43.0), summary_with(0.44, 47.0)]
+    result = compare_runs(before, after, metrics=("ttft_s.p90", "otps.p90", "ttft_s.p99"))
+    ttft, otps, missing = (result["metrics"][m] for m in ("ttft_s.p90", "otps.p90", "ttft_s.p99"))
+    assert (ttft["differs"], ttft["difference"]) == (True, -0.11)  # 0.40-0.44 against 0.50-0.56: apart
+    assert (otps["differs"], otps["ranges_overlap"]) == (False, True)  # 43-47 against 40-44: within the spread
+    assert (missing["difference"], missing["differs"]) == (None, False)  # no figure, no verdict
+    assert result["rule"] == RUNS_DIFFERENCE_RULE and result["runs"] == {"before": 2, "after": 2}
+    with pytest.raises(ValueError, match=r"1 run\(s\) before the change; .* at least two runs a side"):
+        compare_runs(before[:1], after)
+
+
+def test_the_compare_command_reads_deployed_and_local_runs(s3, tmp_path, capsys):
+    """Two deployed runs (one stopped before its summary) against two local reports."""
+    s3.copy_object(Bucket=BUCKET, Key="load-replay/run-8/run.json", CopySource={"Bucket": BUCKET, "Key": RUN + "run.json"})
+    for item in s3.list_objects_v2(Bucket=BUCKET, Prefix=RUN + "records/")["Contents"]:
+        s3.copy_object(Bucket=BUCKET, Key=item["Key"].replace("run-7", "run-8"),
+                       CopySource={"Bucket": BUCKET, "Key": item["Key"]})
+    local = []
+    for name, slower in (("a", 2.0), ("b", 2.2)):
+        samples = [replay.Sample(**{**asdict(s), "ttft_s": (s.ttft_s or 0) * slower}) for s in records()]
+        report = bench.BenchReport(CONFIG, samples, replay.summarize(samples, CONFIG))
+        local.append(str(bench.write_report(report, tmp_path, name)[0]))
+    code = main(["bench", "compare", "--before", f"s3://{BUCKET}/{RUN}", f"s3://{BUCKET}/load-replay/run-8/",
+                 "--after", *local])
+    captured = capsys.readouterr()
+    assert code == 0
+    ttft = json.loads(captured.out)["metrics"]["ttft_s.p90"]
+    assert ttft["differs"] and ttft["difference"] > 0
+    assert "ttft_s.p90: " in captured.err and ": differs" in captured.err
+
+
+def test_a_local_report_loads_back_with_its_records(tmp_path):
+    samples = records()
+    report = bench.BenchReport(CONFIG, samples, replay.summarize(samples, CONFIG))
+    json_path = bench.write_report(report, tmp_path, "local")[0]
+    loaded = bench.load_run(json_path)
+    # bench.Sample is the runtime file loaded by its path (another class object): compare the fields
+    assert [asdict(s) for s in loaded.samples] == [asdict(s) for s in samples]
+    assert asdict(loaded.config) == asdict(CONFIG)
+    assert loaded.summary == json.loads(json.dumps(report.summary))

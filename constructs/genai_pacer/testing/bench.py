@@ -35,6 +35,7 @@ __all__ = [
     "error_code",
     "expected_output_tokens",
     "load_prompts",
+    "load_run",
     "percentile",
     "percentiles",
     "replay_report",
@@ -205,6 +206,48 @@ def replay_report(uri: str, outdir: str | Path, name: str = "bench", *, s3: Any 
     its summary step ran, else it is computed from the per-request records by the same code
     (replay.summarize), so a run stopped before its last step reports what it recorded.
     s3: a boto3 S3 client. Default: boto3.client("s3") with your AWS configuration."""
+    _s3_location(uri)  # a run's folder in S3, nothing else
+    report = load_run(uri, s3=s3)
+    return report, write_report(report, outdir, name)
+
+
+def load_run(source: str | Path, *, s3: Any = None) -> BenchReport:
+    """A run's settings, records and summary: a deployed run's S3 folder (s3://..., as replay_report
+    reads it) or a local report's JSON file (<name>.json, with <name>.csv beside it when present)."""
+    if isinstance(source, str) and source.startswith("s3://"):
+        return _load_deployed(source, s3)
+    path = Path(source)
+    document = json.loads(path.read_text())
+    if not isinstance(document, dict) or "config" not in document or "summary" not in document:
+        raise PromptError(f"{path}: not a benchmark report (a <name>.json with 'config' and 'summary')")
+    samples: list[Sample] = []
+    table = path.with_suffix(".csv")
+    if table.is_file():
+        import csv
+
+        with table.open(newline="") as handle:
+            samples = [_sample_from_row(row) for row in csv.DictReader(handle)]
+    return BenchReport(BenchConfig(**document["config"]), samples, document["summary"])
+
+
+def _sample_from_row(row: dict[str, str]) -> Sample:
+    values: dict[str, Any] = {}
+    for name, field_type in ((f.name, str(f.type)) for f in Sample.__dataclass_fields__.values()):
+        text = row.get(name, "")
+        if text == "":
+            continue
+        if "bool" in field_type:
+            values[name] = text == "True"
+        elif field_type.startswith("int") or field_type == "int":
+            values[name] = int(text)
+        elif "float" in field_type:
+            values[name] = float(text)
+        else:
+            values[name] = text
+    return Sample(**values)
+
+
+def _load_deployed(uri: str, s3: Any) -> BenchReport:
     bucket, prefix = _s3_location(uri)
     if s3 is None:
         import boto3
@@ -221,9 +264,7 @@ def replay_report(uri: str, outdir: str | Path, name: str = "bench", *, s3: Any 
             text = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read().decode("utf-8")
             samples.extend(Sample(**json.loads(line)) for line in text.splitlines() if line.strip())
     samples.sort(key=lambda sample: sample.index)
-    summary = found.get("summary") or summarize(samples, config)
-    report = BenchReport(config, samples, summary)
-    return report, write_report(report, outdir, name)
+    return BenchReport(config, samples, found.get("summary") or summarize(samples, config))
 
 
 def _s3_location(uri: str) -> tuple[str, str]:

@@ -255,6 +255,27 @@ def _bench_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_compare(args: argparse.Namespace) -> int:
+    from .bench import load_run
+    from .experiments import compare_runs
+
+    s3 = None
+    if args.region:
+        import boto3
+
+        s3 = boto3.client("s3", region_name=args.region)
+    before = [load_run(source, s3=s3).summary for source in args.before]
+    after = [load_run(source, s3=s3).summary for source in args.after]
+    result = compare_runs(before, after)
+    print(json.dumps(result, indent=2))
+    for metric, row in result["metrics"].items():
+        if row["difference"] is not None:
+            verdict = "differs" if row["differs"] else "within the spread"
+            print(f"{metric}: {row['before']['mean']} -> {row['after']['mean']} ({row['difference']:+g}): {verdict}",
+                  file=sys.stderr)
+    return 0
+
+
 def _experiments(args: argparse.Namespace) -> int:
     from .bench import SAMPLE_PROMPTS, load_prompts
     from .experiments import pool_experiment, quota_experiment, side_by_side_experiment, write_summary
@@ -325,8 +346,9 @@ def register(commands: Any) -> None:
     bench.add_argument("--name", default="bench", help="file name stem of the report (default bench)")
     _model_args(bench)
     bench.set_defaults(run=_bench)
-    reports = bench.add_subparsers(dest="bench_command", metavar="{report}",
-                                   help="report: a deployed run's report (default: none, run a benchmark)")
+    reports = bench.add_subparsers(dest="bench_command", metavar="{report,compare}",
+                                   help="report: a deployed run's report; compare: runs before and after a change "
+                                   "(default: none, run a benchmark)")
     report = reports.add_parser(
         "report", help="render a deployed LoadReplay run's report (JSON, CSV, chart) as a local run's")
     report.add_argument("uri", help="the run's folder: s3://<bucket>/<results_prefix><execution name>/")
@@ -334,6 +356,13 @@ def register(commands: Any) -> None:
     report.add_argument("--name", default="bench", help="file name stem of the report (default bench)")
     report.add_argument("--region", help="the bucket's Region (default: your AWS configuration's)")
     report.set_defaults(run=_bench_report)
+    compare = reports.add_parser(
+        "compare", help="compare runs before and after a change; a difference only beyond the spread")
+    compare.add_argument("--before", nargs="+", required=True,
+                         help="two or more runs before the change: s3:// run folders or local <name>.json reports")
+    compare.add_argument("--after", nargs="+", required=True, help="two or more runs after it, the same way")
+    compare.add_argument("--region", help="the buckets' Region (default: your AWS configuration's)")
+    compare.set_defaults(run=_bench_compare)
 
     experiments = commands.add_parser("experiments", help="quota and connection-pool experiments on the emulator")
     experiments.add_argument("--prompts", help=PROMPTS_HELP)

@@ -58,7 +58,9 @@ __all__ = [
     "EXPERIMENT_MODEL",
     "NAIVE_MAX_TOKENS",
     "QuotaStrategy",
+    "RUNS_DIFFERENCE_RULE",
     "compare",
+    "compare_runs",
     "pool_experiment",
     "quota_experiment",
     "quota_plan",
@@ -153,6 +155,47 @@ def compare(a: Sequence[float | None], b: Sequence[float | None]) -> dict[str, A
     result.update(ci95=[_round(low), _round(high)], ranges_overlap=overlap,
                   differs=not overlap and (low > 0 or high < 0))
     return result
+
+
+#: Runs against real Bedrock have no seed, so a run before a change and one after it are not paired: a
+#: difference is stated only where the two sides' spreads are apart (DIFFERENCE_RULE's first half).
+RUNS_DIFFERENCE_RULE = ("differs: at least two runs a side, and the two sides' min-max ranges over the runs do not "
+                        "overlap (runs against Bedrock have no seed, so they are not paired)")
+#: The summary figures compare_runs compares by default (paths into a report's summary).
+RUN_METRICS = ("ttft_s.p50", "ttft_s.p90", "ttft_s.p99", "otps.p50", "otps.p90", "otps.p99", "e2e_s.p50",
+               "e2e_s.p90", "e2e_s.p99", "goodput.fraction", "throttles", "failed")
+
+
+def compare_runs(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]],
+                 metrics: Sequence[str] = RUN_METRICS) -> dict[str, Any]:
+    """Compare benchmark runs before and after a change (each a report's summary: bench.summarize's, a
+    local run's <name>.json "summary" or a deployed run's): per metric, each side's spread (mean, min,
+    max) and the difference of the means (after minus before), `differs` by RUNS_DIFFERENCE_RULE. Fewer
+    than two runs on a side is refused: one run's figure has no spread to beat."""
+    for side, runs in (("before", before), ("after", after)):
+        if len(runs) < 2:
+            raise ValueError(f"compare_runs: {len(runs)} run(s) {side} the change; a difference is stated only "
+                             "beyond the spread, which takes at least two runs a side")
+    compared: dict[str, Any] = {}
+    for metric in metrics:
+        a = [_at(summary, metric) for summary in before]
+        b = [_at(summary, metric) for summary in after]
+        xs, ys = [float(v) for v in a if v is not None], [float(v) for v in b if v is not None]
+        row: dict[str, Any] = {"before": spread(a), "after": spread(b), "difference": None, "ranges_overlap": None,
+                               "differs": False}
+        if len(xs) >= 2 and len(ys) >= 2:
+            overlap = max(xs) >= min(ys) and max(ys) >= min(xs)
+            row.update(difference=_round(statistics.fmean(ys) - statistics.fmean(xs)), ranges_overlap=overlap,
+                       differs=not overlap)
+        compared[metric] = row
+    return {"rule": RUNS_DIFFERENCE_RULE, "runs": {"before": len(before), "after": len(after)}, "metrics": compared}
+
+
+def _at(summary: Mapping[str, Any], path: str) -> float | None:
+    value: Any = summary
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _aggregate(trials: Sequence[Mapping[str, Mapping[str, Any]]], variant: str, metrics: Sequence[str]) -> dict[str, Any]:
