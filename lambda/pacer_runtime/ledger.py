@@ -121,7 +121,8 @@ Step Functions (genai_pacer.step_functions.ledger_steps)
     EnteredTime (whole seconds via States.StringSplit), reserve and settle as UpdateItem ADD with the
     ceilings computed at synth (r includes max_tokens x burndown), the settlement's output x burndown
     as a States.MathAdd chain. A state machine cannot remove expired slots (no date arithmetic): the
-    process consumers' writes remove them, the state machines' included.
+    process consumers' writes remove them, the state machines' included, and so does sweep(), which
+    QuotaLedger's sweeper function (lambda/quota_sweeper) calls every few seconds.
 """
 
 from __future__ import annotations
@@ -200,6 +201,9 @@ MAX_EXPRESSION_OPERATORS = 300
 #: condition has at most 15 + 2 x 40 = 95 operators however many consumers the item holds, and
 #: stays under 1 KB (names and values are placeholders).
 MAX_CLEANUP = 40
+#: A sweep's writes after the conflicts it retries: MAX_CLEANUP slots each, so 25 writes remove the
+#: 1,000 slots of a minute of 16 consumers starting a call every second; more are left to the next sweep.
+MAX_EXPIRED_WRITES = 25
 CONSUMER_NAME_LIMIT = 80
 #: A writer adopts the item's newest slot when its own clock is behind it by at most this many
 #: skew_seconds: a lagging clock's holds then start with the others'; a slot further ahead (a clock
@@ -396,7 +400,7 @@ class SharedLedger:
         self._refusals = 0  # refusals in a row: the poll backoff's exponent
         self._want_written = -math.inf
         self.counts = {"reads": 0, "writes": 0, "conflicts": 0, "refusals": 0, "throttled": 0, "repairs": 0, "reserved": 0,
-                       "borrowed": 0, "settled": 0, "released": 0, "late": 0, "wants": 0}
+                       "borrowed": 0, "settled": 0, "released": 0, "late": 0, "wants": 0, "swept": 0}
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> SharedLedger:
@@ -475,6 +479,46 @@ class SharedLedger:
         """Return a hold at once: the call never reached Bedrock, or Bedrock throttled it."""
         self._adjust(hold, -hold.tokens, "released")
 
+    def sweep(self) -> float:
+        """Remove every slot that left the window, of every consumer, without reserving anything: what
+        each reservation does on the way (the same removal, _expired_slots and _removal), for an item
+        no process consumer writes (QuotaLedger's sweeper, for ledgers state machines use: a state
+        machine cannot remove a slot). Reads the item (strongly consistent), repairs it first when it
+        does not add up, then removes MAX_CLEANUP slots per write, each pinned to the value read, until
+        none is left; sets the TTL as every process write does. Returns the tokens removed."""
+        removed = 0.0
+        self.view(refresh=True)
+        for _ in range(self.conflict_retries + 2 + MAX_EXPIRED_WRITES):
+            now = self.clock()
+            with self._lock:
+                view = self._view
+            view = self._without_future_slots(view, now)
+            if view.problems:
+                self._repair(view)
+                continue
+            expired, freed_all, freed = self._expired_slots(view, now)
+            if not expired:
+                return removed
+            names = {"#held": HELD, "#ttl": TTL_ATTRIBUTE}
+            values: dict[str, Any] = {":number": {"S": "N"}, ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)}
+            deltas: dict[str, float] = {"#held": -freed_all}
+            clauses = ["(attribute_not_exists(#held) OR attribute_type(#held, :number))"]
+            removes = self._removal(view, expired, freed, None, names, values, deltas, clauses)
+            for placeholder in deltas:  # an h# turned into text since the read fails the write, not the ADD
+                if placeholder != "#held":
+                    clauses.append(f"(attribute_not_exists({placeholder}) OR attribute_type({placeholder}, :number))")
+            adds = []
+            for placeholder, delta in deltas.items():
+                values[f":d{placeholder[1:]}"] = _n(delta)
+                adds.append(f"{placeholder} :d{placeholder[1:]}")
+            update = "ADD " + ", ".join(adds) + " SET #ttl = :ttl REMOVE " + ", ".join(removes)
+            if self._write(update, " AND ".join(clauses), names, values) is None:
+                self.counts["conflicts"] += 1  # another writer moved first; its item is the new view
+                continue
+            removed += freed_all
+            self.counts["swept"] += len(expired)
+        return removed
+
     def view(self, *, refresh: bool = False) -> LedgerView:
         """The item as last seen (refresh: read it now, a strongly consistent GetItem)."""
         if refresh:
@@ -495,13 +539,34 @@ class SharedLedger:
     def _expired(self, start: float, now: float) -> bool:
         return start + SLOT_SECONDS + self.window_seconds + self.skew_seconds <= now
 
-    def _decide(self, view: LedgerView, tokens: int, now: float) -> Any:
+    def _expired_slots(self, view: LedgerView, now: float) -> tuple[list[str], float, dict[str, float]]:
+        """The slots that left the window at `now`, oldest first (at most MAX_CLEANUP), their tokens in
+        all and per consumer: what a write removes on the way (_decide) or a sweep removes alone."""
         expired = sorted((name for name, (start, _, _) in view.slots.items() if self._expired(start, now)),
                          key=lambda n: view.slots[n][0])[:MAX_CLEANUP]
-        freed_all = sum(view.slots[n][2] for n in expired)
         freed: dict[str, float] = {}
         for n in expired:
             freed[view.slots[n][1]] = freed.get(view.slots[n][1], 0.0) + view.slots[n][2]
+        return expired, sum(view.slots[n][2] for n in expired), freed
+
+    @staticmethod
+    def _removal(view: LedgerView, expired: list[str], freed: Mapping[str, float], skip: str | None,
+                 names: dict[str, str], values: dict[str, Any], deltas: dict[str, float], clauses: list[str]) -> list[str]:
+        """Fill in the removal of `expired`: each slot pinned to the value seen (#e = :e), each other
+        consumer's h# lowered by its freed tokens (`skip`'s is the caller's own delta); returns the
+        REMOVE operands. The caller adds -freed to held with its own delta."""
+        for i, consumer in enumerate(sorted(c for c in freed if c != skip)):
+            names[f"#h{i}"] = CONSUMER_PREFIX + consumer
+            deltas[f"#h{i}"] = -freed[consumer]
+        removes = []
+        for i, name in enumerate(expired):
+            names[f"#e{i}"], values[f":e{i}"] = name, view.raw[name]
+            clauses.append(f"#e{i} = :e{i}")
+            removes.append(f"#e{i}")
+        return removes
+
+    def _decide(self, view: LedgerView, tokens: int, now: float) -> Any:
+        expired, freed_all, freed = self._expired_slots(view, now)
         held = view.held - freed_all
         mine = view.consumers.get(self.consumer, 0.0) - freed.get(self.consumer, 0.0)
         within_floor = mine + tokens <= self.floor_tpm
@@ -527,15 +592,8 @@ class SharedLedger:
         names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": slot, "#ttl": TTL_ATTRIBUTE}
         values: dict[str, Any] = {":r": _n(tokens), ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)}
         deltas = {"#held": tokens - freed_all, "#mine": tokens - freed.get(self.consumer, 0.0)}
-        clauses = []
-        for i, consumer in enumerate(sorted(c for c in freed if c != self.consumer)):
-            names[f"#h{i}"] = CONSUMER_PREFIX + consumer
-            deltas[f"#h{i}"] = -freed[consumer]
-        removes = []
-        for i, name in enumerate(expired):
-            names[f"#e{i}"], values[f":e{i}"] = name, view.raw[name]
-            clauses.append(f"#e{i} = :e{i}")
-            removes.append(f"#e{i}")
+        clauses: list[str] = []
+        removes = self._removal(view, expired, freed, self.consumer, names, values, deltas, clauses)
         values[":total"] = _n(self.quota_tpm - tokens + freed_all - (0.0 if within_floor else kept))
         # attribute_type first: a value that is not a number fails the condition (and is repaired),
         # never compares as something else

@@ -76,7 +76,7 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Callable[..., Any], 
     # The ledger's settings reach each consumer's environment and grant at synth, checked against the plan.
     "QuotaLedger": (
         QuotaLedger,
-        ("quota", "table", "encryption_key", "ledger_id", "clock_skew"),
+        ("quota", "table", "encryption_key", "ledger_id", "clock_skew", "sweeper"),
         ledger,
         {},
     ),

@@ -201,8 +201,10 @@ def test_the_state_machine_may_update_only_its_quotas_item():
     stack, ledger, summaries = ledger_stack()
     template = template_of(stack).to_json()
     table_id = next(iter(resources(template, "AWS::DynamoDB::Table")))
-    on_ledger = [s for s in policy_statements(template) if table_id in json.dumps(s["Resource"])]
-    assert on_ledger and all(s["Action"] == "dynamodb:UpdateItem" for s in on_ledger)
+    sweeper_role = {"Ref": stack.get_logical_id(ledger.sweeper_function.role.node.default_child)}
+    on_ledger = [s for p in resources(template, "AWS::IAM::Policy").values() if sweeper_role not in p["Properties"]["Roles"]
+                 for s in p["Properties"]["PolicyDocument"]["Statement"] if table_id in json.dumps(s["Resource"])]
+    assert on_ledger and all(s["Action"] == "dynamodb:UpdateItem" for s in on_ledger)  # the sweeper's: tests/quota
     assert all(s["Condition"] == {"ForAllValues:StringEquals": {LEADING_KEYS: ["quota#" + MODEL_ID]}} for s in on_ledger)
     consumer = summaries.ledger_consumer
     assert (consumer.name, consumer.floor_tpm, consumer.reservation(MAX_TOKENS)) == ("Summaries", 200_000, RESERVED)
@@ -219,7 +221,8 @@ def test_a_customer_managed_table_key_is_granted_through_dynamodb_only():
                request=ConverseRequest(prompt="Hi", max_tokens=MAX_TOKENS))
     kms_statements = [s for s in policy_statements(template_of(stack)) if str(s["Action"]).startswith("['kms:")
                       or (isinstance(s["Action"], list) and s["Action"][0].startswith("kms:"))]
-    assert [s["Condition"] for s in kms_statements] == [{"StringEquals": {"kms:ViaService": "dynamodb.us-east-1.amazonaws.com"}}]
+    # the state machine's and the sweeper's (which removes the expired slots): each through DynamoDB only
+    assert [s["Condition"] for s in kms_statements] == [{"StringEquals": {"kms:ViaService": "dynamodb.us-east-1.amazonaws.com"}}] * 2
 
 
 def test_the_reservation_is_retried_on_refusal_with_full_jitter_and_a_capped_backoff():
@@ -403,15 +406,60 @@ def ledger_warnings(stack: cdk.Stack) -> list[str]:
             if "genai-pacer:ledger-state-machines-only" in str(m.entry.data)]
 
 
-def test_a_ledger_only_state_machines_use_is_warned_and_one_process_consumer_ends_the_warning():
+def test_a_ledger_only_state_machines_use_gets_a_sweeper_and_without_it_is_warned_until_a_process_consumer_exists():
     from aws_cdk import aws_iam as iam
 
-    stack, _, _ = ledger_stack()
+    stack, ledger, _ = ledger_stack()
+    assert ledger.sweeper_function is not None and ledger_warnings(stack) == []
+
+    def without_sweeper() -> tuple[cdk.Stack, QuotaLedger]:
+        stack = new_stack()
+        quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
+        plan = quota.share("Summaries", quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200,
+                                                      max_tokens=MAX_TOKENS), fraction=0.5, call_seconds=4)
+        ledger = QuotaLedger(stack, "Ledger", quota=quota, sweeper=False)
+        BoundedMap(stack, "Summaries", max_concurrency=plan, model=MODEL, ledger=ledger,
+                   request=ConverseRequest(prompt="Hi", max_tokens=MAX_TOKENS))
+        return stack, ledger
+
+    stack, _ = without_sweeper()
     (warning,) = ledger_warnings(stack)
     assert warning.startswith("QuotaLedger Ledger is used by state machines only (Test/Summaries)")
-    stack, ledger, _ = ledger_stack()
+    stack, ledger = without_sweeper()
     ledger.grant_use(iam.Role(stack, "Worker", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
     assert ledger_warnings(stack) == []
+
+
+def test_with_only_a_state_machine_in_the_ledger_the_sweeper_frees_old_holds_and_the_next_reservation_is_admitted():
+    """Holds a crashed or finished execution left a few minutes ago fill the quota; no process consumer
+    writes the item. The sweeper's handler (invoked here directly, on the test's clock) removes them, and
+    the state machine's next reservation goes through at its first try."""
+    from quota_sweeper import handler as sweeper
+
+    stack, ledger, _ = ledger_stack()
+    function = ledger.sweeper_function
+    assert function is not None
+    env = template_of(stack).to_json()["Resources"][stack.get_logical_id(function.node.default_child)]["Properties"][
+        "Environment"]["Variables"]
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        table = runner.physical_name(ledger.table)
+        old = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 180))
+        full = int(ledger.quota_tpm) - RESERVED + 1  # one token too many for the next reservation
+        runner.dynamodb.put_item(TableName=table, Item={**KEY, "held": {"N": str(full)}, "h#Summaries": {"N": str(full)},
+                                                        f"s#{old}#Summaries": {"N": str(full)}})
+
+        class Context:
+            def get_remaining_time_in_millis(self) -> int:
+                return 1_000  # one sweep
+
+        result = sweeper.handler({}, Context(), environ={**env, "GENAI_PACER_LEDGER_TABLE": table},
+                                 client=runner.dynamodb, clock=time.time)
+        assert result == {"sweeps": 1, "tokensRemoved": full}
+        run = runner.run({"items": [{"prompt": "Summarize this."}]}).raise_for_status()
+        item = item_of(runner, ledger)
+    assert failed_errors(run) == []  # admitted at once: the stale holds no longer count
+    (call,) = run.invocations
+    assert list(slots(item).values()) == [call.input_tokens + call.output_tokens * BURNDOWN] == [int(item["held"]["N"])]
 
 
 def test_the_state_machines_attribute_names_are_the_runtimes():

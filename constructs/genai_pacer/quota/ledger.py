@@ -38,13 +38,17 @@ from __future__ import annotations
 import aws_cdk as cdk
 import jsii
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 
 from constructs import Construct, IConstruct
 
 from .._internal.checks import Checks, Default, _show, is_token, resolved, warn
 from .._internal.docs import constructor_doc
+from .._internal.secure import handler_function
 from .._internal.tables import check_existing_table, grant_table_key, table_or_new
 from .model_quota import ModelQuota
 
@@ -80,6 +84,18 @@ _DEFAULT_SKEW = Default("cdk.Duration.seconds(1)", lambda: cdk.Duration.seconds(
 #: A share name is part of the ledger's attribute names (pacer_runtime.ledger.CONSUMER_NAME_LIMIT).
 _CONSUMER_LIMIT = 80
 _LEDGER_ID_LIMIT = 200  # a label, well inside the item key (a design choice, not a service limit)
+#: The sweeper's schedule: EventBridge's finest. A rate expression is "rate(value unit)" with a positive
+#: whole value and the unit minute | minutes | hour | hours | day | days (EventBridge user guide, "Rate
+#: expressions reference", https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rate-expressions.html;
+#: aws-cdk-lib's events.Schedule: "rates cannot be defined in fractions of minutes"), so once a minute.
+SWEEP_RATE = cdk.Duration.minutes(1)
+#: Each invocation sweeps every few seconds until its time runs low (lambda/quota_sweeper: why), and
+#: runs a little longer than the schedule's minute so the next invocation overlaps it rather than
+#: leaving a gap. Kept with quota_sweeper.handler's SWEEP_INTERVAL_SECONDS + MARGIN_SECONDS by a test.
+SWEEP_TIMEOUT = cdk.Duration.seconds(70)
+#: The consumer name the sweeper's environment carries (quota_sweeper.handler.SWEEPER_CONSUMER): it
+#: holds nothing, so the name is never written into the item.
+SWEEPER_CONSUMER = "quota-sweeper"
 
 
 @constructor_doc
@@ -101,8 +117,17 @@ class QuotaLedger(Construct):
         much longer than Bedrock's window, so a clock that far ahead never frees a charge early.
         Lambda functions are synchronized by AWS; more than a few seconds means a broken clock.
         Between 0 and 30 seconds. Default: 1 second.
+    sweeper: whether a state machine's use of the ledger adds a function that removes the slots that
+        left the window (a state machine cannot: step_functions.ledger_steps), run by an EventBridge
+        rule once a minute, sweeping every 5 seconds within each invocation; granted UpdateItem and
+        GetItem on this quota's item only. Without it, a ledger that only state machines use keeps
+        every hold until a process consumer writes the item, and stalls once the holds reach the
+        quota (warned at synth). Default: True (it costs a function running about a minute each
+        minute and a GetItem every 5 seconds; False when a process consumer of this quota is busy
+        at all times).
 
-    Attributes: `table`, `quota`, `ledger_id`, `clock_skew`. Grants: `grant_use` (UpdateItem,
+    Attributes: `table`, `quota`, `ledger_id`, `clock_skew`, `sweeper_function` (the sweeper, once a
+    state machine uses the ledger, else None). Grants: `grant_use` (UpdateItem,
     GetItem), `grant_read` (GetItem), each limited to this quota's item. Consumers receive
     `environment(share)`.
     """
@@ -117,6 +142,7 @@ class QuotaLedger(Construct):
         encryption_key: kms.IKey | None = None,
         ledger_id: str | None = None,
         clock_skew: cdk.Duration | Default = _DEFAULT_SKEW,
+        sweeper: bool = True,
     ) -> None:
         super().__init__(scope, id)
         skew: cdk.Duration = resolved(clock_skew)
@@ -125,6 +151,7 @@ class QuotaLedger(Construct):
             check.instance("table", table, dynamodb.ITable, "a dynamodb.Table or dynamodb.Table.from_table_name(...)",
                            optional=True)
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
+            check.instance("sweeper", sweeper, bool, "True (the default) or False")
             check.rule(table is None or encryption_key is None,
                        "encryption_key configures a new table, but table is an existing one: encrypt your table yourself", id="encryption_key.existing-ledger-table")
             if is_token(ledger_id):
@@ -152,6 +179,8 @@ class QuotaLedger(Construct):
         # Who takes part, for the warning at synth: a state machine removes no expired slot (ledger_steps).
         self._process_consumers = False
         self._state_machines: list[str] = []
+        self._sweeper = sweeper is True
+        self.sweeper_function: lambda_.Function | None = None
         cdk.Aspects.of(self).add(_WarnStateMachinesOnly(self))
 
     @property
@@ -204,6 +233,21 @@ class QuotaLedger(Construct):
         """A Step Functions construct takes part (step_functions.ledger_steps): its holds leave the window
         only when a process consumer writes the item, which synth warns about when none is granted."""
         self._state_machines.append(path)
+        if self._sweeper and self.sweeper_function is None:
+            self.sweeper_function = self._add_sweeper()
+
+    def _add_sweeper(self) -> lambda_.Function:
+        """The function that removes expired slots for the state machines (lambda/quota_sweeper), once a
+        minute; granted exactly what a process consumer is, on this quota's item."""
+        function = handler_function(
+            self, "Sweeper", handler="quota_sweeper.handler.handler",
+            environment=self.consumer_variables(SWEEPER_CONSUMER, 0.0), timeout=SWEEP_TIMEOUT, memory_size=128,
+        )
+        self._grant(function, _USE_ACTIONS, _KEY_USE_ACTIONS)
+        # retry_attempts=0: a failed sweep is not repeated, the next minute's invocation sweeps anyway
+        events.Rule(self, "SweepSchedule", schedule=events.Schedule.rate(SWEEP_RATE),
+                    targets=[targets.LambdaFunction(function, retry_attempts=0)])
+        return function
 
     def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
         """Read this quota's ledger item (GetItem): for dashboards and tools."""
@@ -235,8 +279,8 @@ class QuotaLedger(Construct):
 
 @jsii.implements(cdk.IAspect)
 class _WarnStateMachinesOnly:
-    """At synth, after every consumer took part: a ledger only state machines use stalls once their
-    holds reach the quota, since none of them removes a slot that left the window."""
+    """At synth, after every consumer took part: a ledger only state machines use, with sweeper=False,
+    stalls once their holds reach the quota, since none of them removes a slot that left the window."""
 
     def __init__(self, ledger: QuotaLedger) -> None:
         self.ledger = ledger
@@ -244,7 +288,8 @@ class _WarnStateMachinesOnly:
 
     def visit(self, node: IConstruct) -> None:
         ledger = self.ledger
-        if node is not ledger or self.warned or not ledger._state_machines or ledger._process_consumers:
+        if (node is not ledger or self.warned or not ledger._state_machines or ledger._process_consumers
+                or ledger.sweeper_function is not None):
             return
         self.warned = True
         warn(
@@ -252,7 +297,8 @@ class _WarnStateMachinesOnly:
             f"QuotaLedger {ledger.node.id} is used by state machines only ({', '.join(ledger._state_machines)}): a state "
             "machine cannot remove the holds that left the quota's one-minute window (JSONPath has no date arithmetic), "
             "so they count until a process consumer writes the item, and once they reach the quota every reservation "
-            "waits and then fails. Give the ledger one process consumer (a function with ledger.environment(share) and "
+            "waits and then fails. sweeper=False turned off the function that removes them: drop sweeper=False, or give "
+            "the ledger one process consumer that is always busy (a function with ledger.environment(share) and "
             "ledger.grant_use, or QueuedInference(ledger=...)); if one in another app uses this table and ledger_id, "
             "acknowledge this warning",
         )

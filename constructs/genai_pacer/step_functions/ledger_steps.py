@@ -59,8 +59,9 @@ Why this mechanism and not another:
 
 What a state machine cannot do, and what covers it:
 - It does not remove expired slots (no date arithmetic, no attribute listing): its holds leave the
-  window when any process consumer writes the item. A ledger whose only consumers are state
-  machines keeps each hold until then; give it one process consumer (a QuotaPacer anywhere).
+  window when any process consumer writes the item, or when QuotaLedger's sweeper runs (added by
+  ledger_consumer through note_state_machine; lambda/quota_sweeper calls SharedLedger.sweep every
+  5 s, so a hold counts at most about 5 s past its window, well inside the reservation's Retry).
 - It does not read other consumers' wants, so beyond its floor it borrows without leaving room for a
   floor owner who waits. It is admitted while the window holds Q (its burst cap is the quota's
   allocatable TPM), and its MaxConcurrency (or branch count) bounds it in calls. It writes no want
