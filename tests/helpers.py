@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
@@ -218,3 +219,42 @@ def check_token_case(table: dict[str, tuple[Any, ...]], name: str, prop: str, ki
     text = json.dumps(template["Resources"])
     found = ENCODED_NUMBER.search(text)
     assert not found, text[max(0, found.start() - 300):][:400] if found else ""
+
+
+def warning_ids() -> dict[str, str]:
+    """Every warning id the package emits, `genai-pacer:` dropped, with where: warn(scope, "<id>", ...),
+    warn_above_reservable_concurrency, fit_concurrency's "<prop>-clamped" (kebab-case) for each prop it clamps,
+    and the annotations modules not yet on warn() add by hand."""
+    import genai_pacer
+
+    package = Path(genai_pacer.__file__).parent
+    found: dict[str, str] = {}
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        tree = ast.parse(path.read_text())
+        constants = {target.id: node.value.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                     and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+                     for target in node.targets if isinstance(target, ast.Name)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            ids: list[object] = []
+            if name == "warn" and len(node.args) >= 2:
+                ids = [node.args[1]]
+            elif name == "warn_above_reservable_concurrency":
+                ids = ["reserved-concurrency-quota"]
+            elif name == "fit_concurrency" and isinstance(node.args[2], ast.Constant):  # no maximum, no clamp
+                maximum = next((k.value for k in node.keywords if k.arg == "maximum"), None)
+                if not (isinstance(maximum, ast.Constant) and maximum.value is None):
+                    ids = [f"{node.args[2].value.replace('_', '-')}-clamped"]
+            elif name == "add_warning_v2" and node.args:
+                ids = [node.args[0]]
+            for id in ids:
+                if isinstance(id, ast.Constant):
+                    id = id.value
+                elif isinstance(id, ast.Name):
+                    id = constants.get(id.id)
+                if isinstance(id, str):
+                    found.setdefault(id.removeprefix("genai-pacer:"), f"{relative}:{node.lineno}")
+    return found

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from helpers import readme_blocks
+from helpers import readme_blocks, warning_ids
 
 README = ROOT / "README.md"
 #: The front door, one page per capability (docs/<capability>.md, matching the package's folders) and the
@@ -123,50 +122,11 @@ def test_wheel_names_in_the_readme_carry_the_current_version():
     assert named == {version}, f"README names wheels of versions {sorted(named)}; pyproject.toml says {version}"
 
 
-def _warning_ids() -> dict[str, str]:
-    """Every warning id the package emits, `genai-pacer:` dropped, with where: warn(scope, "<id>", ...),
-    warn_above_reservable_concurrency, fit_concurrency's "<prop>-clamped" for each prop it is called with,
-    and the annotations modules not yet on warn() add by hand."""
-    import genai_pacer
-
-    package = Path(genai_pacer.__file__).parent
-    found: dict[str, str] = {}
-    for path in sorted(package.rglob("*.py")):
-        relative = path.relative_to(package).as_posix()
-        tree = ast.parse(path.read_text())
-        constants = {target.id: node.value.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
-                     and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-                     for target in node.targets if isinstance(target, ast.Name)}
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-            ids: list[object] = []
-            if name == "warn" and len(node.args) >= 2:
-                ids = [node.args[1]]
-            elif name == "warn_above_reservable_concurrency":
-                ids = ["reserved-concurrency-quota"]
-            elif name == "fit_concurrency" and isinstance(node.args[2], ast.Constant):  # no maximum, no clamp
-                maximum = next((k.value for k in node.keywords if k.arg == "maximum"), None)
-                if not (isinstance(maximum, ast.Constant) and maximum.value is None):
-                    ids = [f"{node.args[2].value}-clamped"]
-            elif name == "add_warning_v2" and node.args:
-                ids = [node.args[0]]
-            for id in ids:
-                if isinstance(id, ast.Constant):
-                    id = id.value
-                elif isinstance(id, ast.Name):
-                    id = constants.get(id.id)
-                if isinstance(id, str):
-                    found.setdefault(id.removeprefix("genai-pacer:"), f"{relative}:{node.lineno}")
-    return found
-
-
 #: Warnings not yet named on their construct's page: modules still moving to rule ids (issue 36) and the
 #: Step Functions page, being rewritten with the ledger. Delete an id here when its page names it.
 WARNINGS_NOT_YET_ON_A_PAGE = {
-    "cpu-instance", "deprecated-model", "engine-version-unknown", "experimentGuardSlowerThanBake",
-    "experimentVariantWithoutTraffic", "invocation-logging-bucket-policy", "invocation-logging-environment",
+    "cpu-instance", "deprecated-model", "engine-version-unknown", "experiment-guard-slower-than-bake",
+    "experiment-variant-without-traffic", "invocation-logging-bucket-policy", "invocation-logging-environment",
     "invocation-logging-key-policy", "nmslib-post-filters", "non-concurrency-metric", "peak-in-the-past",
     "peak-overlap-unchecked", "profile-region", "scale-in-disabled-with-peaks", "scale-to-zero", "table-unverified",
     "volume-key-local-storage", "distributed-map-in-express", "map-output-size", "map-output-size-unknown",
@@ -177,7 +137,7 @@ WARNINGS_NOT_YET_ON_A_PAGE = {
 def test_every_warning_id_is_named_on_a_docs_page():
     """docs/errors.md: "Each construct's page names its warnings", so an id `cdk synth` prints can be looked up."""
     pages = "\n".join(page.read_text() for page in PAGES)
-    ids = _warning_ids()
+    ids = warning_ids()
     assert len(ids) >= 40
     missing = {id: where for id, where in ids.items() if f"`{id}`" not in pages and f"genai-pacer:{id}`" not in pages}
     assert sorted(set(missing) - WARNINGS_NOT_YET_ON_A_PAGE) == []

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import genai_pacer
 import pytest
 from genai_pacer._internal.moved import MOVED, SPLIT
+from helpers import warning_ids
 
 PACKAGE = Path(genai_pacer.__file__).parent
 
@@ -250,3 +252,33 @@ def test_no_two_warnings_share_an_id():
                     clashes.append(f"{id}: {seen[id][0]} and {where}")
                 seen.setdefault(id, (where, message))
     assert clashes == []
+
+
+#: A warning id: lowercase words joined by hyphens (`quota-unused`), as cdk-nag's and aws-cdk's own are.
+KEBAB_CASE = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
+
+
+def test_every_warning_id_is_kebab_case():
+    """One spelling for every id a user acknowledges: the experiments' camelCase ids
+    (`experimentGuardSlowerThanBake`) and the clamp's prop name (`max_concurrency-clamped`) read as
+    another library's, and a user guessing the spelling of one from another got it wrong."""
+    ids = warning_ids()
+    assert len(ids) >= 40
+    assert sorted(f"{id} ({where})" for id, where in ids.items() if not KEBAB_CASE.fullmatch(id)) == []
+
+
+def test_every_warning_id_is_read_from_the_source():
+    """Every warn() names its id as a string or a module constant (the clamp's is built from the prop), so
+    the id tests above see every id the package can emit."""
+    dynamic = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        tree = ast.parse(path.read_text())
+        constants = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) for t in node.targets
+                     if isinstance(t, ast.Name) and isinstance(node.value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "warn":
+                id = node.args[1]
+                if not (isinstance(id, ast.Constant) or (isinstance(id, ast.Name) and id.id in constants)):
+                    dynamic.append((relative, ast.unparse(id)))
+    assert dynamic == [("_internal/checks.py", "f\"{_prop(name).replace('_', '-')}-clamped\"")]  # fit_concurrency

@@ -631,11 +631,11 @@ def test_a_failed_status_read_re_enables_the_guards(built):
 def test_a_guard_window_longer_than_the_bake_time_is_warned():
     stack, _ = build(bake_time=cdk.Duration.minutes(2))
     warnings = [m for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
-                if "experimentGuardSlowerThanBake" in json.dumps(m.entry.data)]
+                if "genai-pacer:experiment-guard-slower-than-bake" in json.dumps(m.entry.data)]
     assert len(warnings) == 1 and "bake_time is 2 minutes" in json.dumps(warnings[0].entry.data)
     stack, _ = build()  # 10 minutes against 3 x 1 minute
     assert not [m for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
-                if "experimentGuardSlowerThanBake" in json.dumps(m.entry.data)]
+                if "genai-pacer:experiment-guard-slower-than-bake" in json.dumps(m.entry.data)]
 
 
 def test_a_treatment_with_no_traffic_is_warned_naming_it():
@@ -644,11 +644,11 @@ def test_a_treatment_with_no_traffic_is_warned_naming_it():
     parked[0] = dataclasses.replace(parked[0], share=100)
     stack, _ = build(variants=parked)
     warnings = [json.dumps(m.entry.data) for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
-                if "experimentVariantWithoutTraffic" in json.dumps(m.entry.data)]
+                if "genai-pacer:experiment-variant-without-traffic" in json.dumps(m.entry.data)]
     assert len(warnings) == 1 and "variant 'managed' has share 0: no user is assigned to it" in warnings[0]
     stack, _ = build()
     assert not [m for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
-                if "experimentVariantWithoutTraffic" in json.dumps(m.entry.data)]
+                if "genai-pacer:experiment-variant-without-traffic" in json.dumps(m.entry.data)]
 
 
 # ---- add_to_function: what a handler needs, in one call ------------------------------------------

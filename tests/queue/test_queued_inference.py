@@ -424,6 +424,7 @@ def test_a_plan_above_the_event_source_limit_is_clamped_with_a_warning():
         "/Test/Q",
         Match.string_like_regexp("the plan sustains 5000 calls at once but the SQS event source's maximum concurrency allows at most 1000"),
     )
+    Annotations.from_stack(stack).has_warning("/Test/Q", Match.string_like_regexp(r"\[ack: genai-pacer:max-concurrency-clamped\]"))
 
 
 def test_a_plan_below_the_event_source_minimum_is_refused_with_the_numbers():

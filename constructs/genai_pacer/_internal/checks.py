@@ -561,7 +561,7 @@ def fit_concurrency(
         if maximum is not None and plan_cap > maximum:
             warn(
                 scope,
-                f"{name}-clamped",
+                f"{_prop(name).replace('_', '-')}-clamped",  # kebab-case, as every warning id
                 f"{name}: the plan sustains {plan_cap} calls at once but {limit} allows at most {maximum}; "
                 f"{maximum} is used and the rest of the quota stays unused",
             )

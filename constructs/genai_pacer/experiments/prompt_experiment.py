@@ -535,7 +535,7 @@ class PromptExperiment(Construct):
             if variant.share == 0 and variant.name != control:
                 warn(
                     self,
-                    "experimentVariantWithoutTraffic",
+                    "experiment-variant-without-traffic",
                     f"variant {variant.name!r} has share 0: no user is assigned to it, so it is never called, its "
                     "guards never see a call and the experiment measures nothing about it. Give it a share, or drop "
                     "it until an AppConfig deployment gives it users.",
@@ -545,7 +545,7 @@ class PromptExperiment(Construct):
         if deployment_strategy is None and not bake_time.is_unresolved() and 0 < bake_time.to_seconds(integral=False) < window:
             warn(
                 self,
-                "experimentGuardSlowerThanBake",
+                "experiment-guard-slower-than-bake",
                 f"the guards need {guard_evaluation_periods} breaching periods of {guard_period.to_human_string()} but "
                 f"bake_time is {bake_time.to_human_string()}: a split change cannot be rolled back before the bake ends "
                 "(the fallback still acts afterwards). Raise bake_time or shorten guard_period x guard_evaluation_periods.",
