@@ -878,6 +878,37 @@ def test_a_holder_whose_requests_reserve_more_than_the_profile_is_planned_at_its
     assert "each call reserves 10,000 quota tokens, not 2,400" in warning and "373,500 TPM at its cap" in warning
 
 
+def test_a_holder_whose_requests_reserve_more_is_warned_on_itself_so_it_is_acknowledged_alone():
+    """docs/quota.md: a warning about one holder is on that holder, so accepting it for one Map (its long
+    answers are measured) leaves the other's shown; on the quota, acknowledging one silenced both."""
+    stack, quota = reserving_app(8_000, fraction=0.4)
+    profile = quota.profile(input_tokens=2_000, output_tokens=300, max_tokens=400)
+    BoundedMap(stack, "Digest", model=HAIKU, request=ConverseRequest(prompt="Write a digest", max_tokens=8_000),
+               max_concurrency=quota.share("Digest", profile, fraction=0.4, call_seconds=6))
+    cdk.Annotations.of(stack.node.find_child("Notes")).acknowledge_warning(
+        "genai-pacer:quota-max-tokens-beyond-profile", "its long notes are measured")
+    found = [(m.id, str(m.entry.data)) for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
+             if "genai-pacer:quota-max-tokens-beyond-profile" in str(m.entry.data)]
+    assert [id for id, _ in found] == ["/Test/Digest"]
+    assert "share 'Digest' was drawn with a profile of max_tokens=400, but its holder's requests set more: " \
+           "BoundedMap Test/Digest (max_tokens=8,000)" in found[0][1]
+
+
+def test_a_holder_with_a_deploy_time_cap_is_warned_on_itself():
+    stack = new_stack()
+    cap = cdk.CfnParameter(stack, "Cap", type="Number", default=5).value_as_number
+    quota = haiku_quota(stack)
+    for name in ("Router", "Faq"):
+        quota.share(name, PROFILE, calls=2, call_seconds=6)
+        AnswerRouter(stack, name, answer_store=AnswerStore(stack, f"{name}Store"), model=HAIKU, reserved_concurrency=cap,
+                     max_output_tokens=440)
+    cdk.Annotations.of(stack.node.find_child("Faq")).acknowledge_warning("genai-pacer:quota-deploy-time-cap",
+                                                                         "deployed at 2")
+    found = [m.id for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
+             if "genai-pacer:quota-deploy-time-cap" in str(m.entry.data)]
+    assert found == ["/Test/Router"]
+
+
 def test_a_holder_whose_requests_reserve_what_the_profile_says_is_planned_as_before():
     stack, _ = reserving_app(400)
     data = plan_file(synth(stack))

@@ -1017,22 +1017,31 @@ class _PublishPlan:
                 "(input length, output p99, call duration); lower a share or raise the quota if the estimates are "
                 "not measured",
             )
+        # A warning about one consumer is on that consumer (the quota when it is not in this app), so a user
+        # who accepts it for one acknowledges it there and the others still show; one about a share no
+        # construct holds, or about the quota as a whole, is on the quota.
+        nodes: dict[str, IConstruct] = {}
+
+        def on(consumer: Consumer) -> IConstruct:
+            if not nodes:
+                nodes.update({node.node.path: node for node in quota.node.root.node.find_all()})
+            return nodes.get(consumer.path, quota)
+
         for share in plan.shares:
             if share.draws_beyond_profile:
-                warn(quota, "quota-max-tokens-beyond-profile", _max_tokens_message(quota, plan, share))
+                for holder in plan.holders(share):
+                    if holder.max_tokens is not None and holder.max_tokens > share.profile.max_tokens:
+                        warn(on(holder), "quota-max-tokens-beyond-profile", _max_tokens_message(quota, plan, share, holder))
         for warning in plan.daily().warnings:
             warn(quota, "quota-daily", f"ModelQuota {quota.node.id} ({plan.model_id}): {warning}")
         for consumer in plan.consumers:
             held = plan.shares_by_name.get(consumer.share or "")
             if held is not None and consumer.deploy_time_cap:
-                warn(quota, "quota-deploy-time-cap", _deploy_time_cap_message(quota, plan, consumer, held))
+                warn(on(consumer), "quota-deploy-time-cap", _deploy_time_cap_message(quota, plan, consumer, held))
         if not quota.require_shares:
-            # on the construct without a share (the quota when it is not found), so a user who accepts one
-            # acknowledges it there, and the others still show
-            nodes = {node.node.path: node for node in quota.node.root.node.find_all()} if plan.unshared else {}
             for consumer in plan.unshared:
-                warn(nodes.get(consumer.path, quota), "quota-unshared-consumer", _unshared_message(quota, plan, consumer))
-            for share in plan.unheld:
+                warn(on(consumer), "quota-unshared-consumer", _unshared_message(quota, plan, consumer))
+            for share in plan.unheld:  # no construct to put it on: a share is a name in the plan
                 warn(quota, "quota-unheld-share", _unheld_message(quota, plan, share))
         twins = quota._twins()
         if twins:
@@ -1058,14 +1067,13 @@ def _beyond_share(plan: QuotaPlan, share: Share) -> str:
     return f"; but {' and '.join(why) or 'its caps draw more'}, drawing {share.tpm_at_cap:,.0f} TPM: {holders}"
 
 
-def _max_tokens_message(quota: ModelQuota, plan: QuotaPlan, share: Share) -> str:
-    """A share whose holders' requests reserve more max_tokens than its profile, with both numbers."""
-    holders = ", ".join(f"{c.kind} {c.path} (max_tokens={c.max_tokens:,})" for c in plan.holders(share)
-                        if c.max_tokens is not None and c.max_tokens > share.profile.max_tokens)
+def _max_tokens_message(quota: ModelQuota, plan: QuotaPlan, share: Share, holder: Consumer) -> str:
+    """A holder of a share whose requests reserve more max_tokens than the share's profile, with both numbers."""
     profile, real = share.profile, share.reserving
     return (
         f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} was drawn with a profile of "
-        f"max_tokens={profile.max_tokens:,}, but its holder's requests set more: {holders}. Bedrock reserves a request's "
+        f"max_tokens={profile.max_tokens:,}, but its holder's requests set more: {holder.kind} {holder.path} "
+        f"(max_tokens={holder.max_tokens:,}). Bedrock reserves a request's "
         f"input plus its max_tokens when the call starts, so each call reserves {real.reserved:,} quota tokens, not "
         f"{profile.reserved:,}; the plan counts the share at that real reservation ({share.tpm_at_cap:,.0f} TPM at its "
         f"cap, {plan.allocation:.1%} allocated). Fix: size max_tokens from the p99 answer (planning.size_max_tokens) "
