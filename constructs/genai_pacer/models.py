@@ -991,10 +991,13 @@ def _validate_copies(check: Checks, model: BedrockModel) -> None:
 
 def _scope_of(grantee: iam.IGrantable) -> Construct:
     """A construct in the grantee's stack, needed to render ARNs with its partition and Region."""
-    for candidate in (grantee, grantee.grant_principal):
-        if isinstance(candidate, Construct):
-            return candidate
-    raise TypeError(f"cannot grant to {grantee!r}: pass a role, function or other construct")
+    found = next((c for c in (grantee, getattr(grantee, "grant_principal", None)) if isinstance(c, Construct)), None)
+    with Checks("BedrockModel.grant_invoke") as check:
+        check.rule(found is not None,
+                   f"cannot grant to grantee={_show(grantee)}: it is not a construct and its principal is not one, so "
+                   "there is no stack to render the model's ARNs in; pass a role, function or other construct",
+                   id="grantee.not-a-construct")
+    return cast(Construct, found)
 
 
 def as_bedrock_model(value: Any, name: str = "model") -> Any:

@@ -545,8 +545,11 @@ def test_tokens_are_accepted_where_the_kind_is_given():
 
 
 def test_grant_to_a_non_construct_is_refused():
-    with pytest.raises(TypeError, match="cannot grant to"):
+    """Refused through Checks with its rule id (issue 36), still a TypeError for code that caught one."""
+    with pytest.raises(TypeError, match="cannot grant to") as caught:
         BedrockModel.foundation(NOVA).grant_invoke(iam.AccountRootPrincipal())  # type: ignore[arg-type]
+    assert isinstance(caught.value, InvalidPropsError)
+    assert caught.value.ids == ["BedrockModel.grant_invoke.grantee.not-a-construct"]
 
 
 def test_a_geographic_profile_from_outside_its_geography_warns_at_synth():

@@ -118,6 +118,7 @@ def read_log(
         else:
             text = raw.decode() if isinstance(raw, bytes) else raw
             if not isinstance(text, str):
+                # runtime input (a log read after deployment), not a prop: a plain ValueError naming the line
                 raise ValueError(f"line {number} is {type(raw).__name__}; pass lines of text (str or bytes) or dicts")
             start = text.find("{")
             if start < 0:
@@ -152,6 +153,7 @@ def read_log(
 def _latency(value: Any, line: int, name: str) -> float:
     """A latency from a record: a finite number >= 0, or a ValueError naming the line."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        # a damaged log line (runtime input, not a prop): a plain ValueError naming the line, not Checks
         raise ValueError(f"line {line}: {name}={value!r} is not a latency in ms (a finite number >= 0); the record is "
                          "damaged or latency_field names the wrong field")
     return float(value)
@@ -159,6 +161,7 @@ def _latency(value: Any, line: int, name: str) -> float:
 
 def _count(value: Any, line: int, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
+        # a damaged log line (runtime input, not a prop): a plain ValueError naming the line, not Checks
         raise ValueError(f"line {line}: {name}={value!r} is not a count (a whole number >= 0); the record is damaged")
     return int(value)
 
@@ -348,7 +351,7 @@ class Verdict:
         for c in self.comparisons:
             if c.treatment == treatment and c.metric == metric:
                 return c.significant
-        raise KeyError(f"no comparison of {treatment!r} on {metric!r}")
+        raise KeyError(f"no comparison of {treatment!r} on {metric!r}")  # a lookup in a result, as a dict's
 
     def report(self) -> str:
         """The verdict as plain text, the sample-ratio check first."""

@@ -170,6 +170,7 @@ def _combine(values: Sequence[float], weights: Sequence[float], technique: str) 
         return math.exp(sum(w * math.log(s) for w, s in pairs) / total)
     if technique == "harmonic_mean":
         return total / sum(w / s for w, s in pairs)
+    # unreachable from user input: combine_scores refuses an unknown technique through Checks first
     raise ValueError(f"combination technique {technique!r} must be one of {', '.join(COMBINATIONS)}")
 
 
