@@ -340,3 +340,24 @@ def test_ef_search_tuning_refuses_inputs_that_would_crash_or_mislead(args, kwarg
     with pytest.raises(InvalidPropsError, match=message) as raised:
         t.tune_ef_search(engine, *args[1:], **kwargs)
     assert not any("start=512 is below k" in p for p in raised.value.problems)  # no follow-on noise from a bad k
+
+
+@pytest.mark.parametrize(("props", "id"), [
+    ({"metric": "cosine"}, "FaissHnswEngine.metric.choice"),
+    ({"m": 1}, "FaissHnswEngine.m.minimum"),
+    ({"ef_construction": 0}, "FaissHnswEngine.ef_construction.minimum"),
+])
+def test_an_offline_engine_validates_its_props_once_when_built(props, id):
+    """Issue 36: a value object validates in __post_init__ through Checks. metric="cosine" was silently an
+    L2 index (every recall measured against the wrong distance), m=1 a crash inside faiss."""
+    vectors = np.random.default_rng(1).standard_normal((50, 8)).astype("float32")
+    with pytest.raises(InvalidPropsError) as caught:
+        t.FaissHnswEngine(vectors, **props)
+    assert caught.value.ids == [id]
+
+
+def test_an_offline_engine_refuses_vectors_that_are_not_rows_of_numbers():
+    with pytest.raises(InvalidPropsError) as caught:
+        t.FaissHnswEngine([1.0, 2.0, 3.0])
+    assert caught.value.ids == ["FaissHnswEngine.vectors.not-a-matrix"]
+    assert "pass a 2-D array, one row per vector" in str(caught.value)

@@ -33,6 +33,7 @@ ef_search
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -470,6 +471,10 @@ def tune_ef_search(
     return EfSearchTuning(tuple(steps), target_recall, k, chosen)
 
 
+#: FaissHnswEngine's metrics: faiss's METRIC_L2 and METRIC_INNER_PRODUCT.
+METRICS = ("l2", "innerproduct")
+
+
 @dataclass
 class FaissHnswEngine:
     """An offline HNSW index (faiss-cpu), so the tuning loop and filtering can be measured without a
@@ -482,11 +487,24 @@ class FaissHnswEngine:
     _index: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        import faiss
         import numpy as np
 
+        # validated once, here: "cosine" was silently an L2 index, a bad m a crash inside faiss
+        with Checks("FaissHnswEngine") as check:
+            check.integer("m", self.m, minimum=2, maximum=100,
+                          fix="HNSW links per node, the range VectorIndexSettings allows; 16 is OpenSearch's default")
+            check.integer("ef_construction", self.ef_construction, minimum=2, maximum=4096,
+                          fix="the range VectorIndexSettings allows; 100 is OpenSearch's default")
+            check.one_of("metric", self.metric, METRICS)
+            data: Any = None
+            with contextlib.suppress(TypeError, ValueError):  # not numbers: refused just below
+                data = np.ascontiguousarray(np.asarray(self.vectors, dtype="float32"))
+            check.rule(data is not None and data.ndim == 2 and min(data.shape) >= 1,
+                       f"vectors is {kind_of(self.vectors)}, not rows of numbers; pass a 2-D array, one row per vector "
+                       "(numpy.ndarray of shape (count, dimension))", id="vectors.not-a-matrix")
+        import faiss
+
         faiss.omp_set_num_threads(1)
-        data = np.ascontiguousarray(np.asarray(self.vectors, dtype="float32"))
         self.vectors = data
         kind = faiss.METRIC_INNER_PRODUCT if self.metric == "innerproduct" else faiss.METRIC_L2
         self._index = faiss.IndexHNSWFlat(data.shape[1], self.m, kind)
