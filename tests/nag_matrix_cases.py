@@ -561,10 +561,14 @@ def _load_replay(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
 
     model = r.model(o["model"])
     profile = planning.TokenProfile(input_tokens=1_000, output_tokens=200, max_tokens=400)
-    share = None
-    if o["share"] == "quota":
-        share = ModelQuota(stack, "Quota", model=model, tpm_quota=1_000_000).share(
-            "Replay", profile, call_seconds=6, fraction=0.5)
+    share = ledger = None
+    if o["share"] in ("quota", "ledger"):
+        quota = ModelQuota(stack, "Quota", model=model, tpm_quota=1_000_000)
+        share = quota.share("Replay", profile, call_seconds=6, fraction=0.5)
+        if o["share"] == "ledger":  # the run as a process consumer of the quota's shared ledger
+            from genai_pacer import QuotaLedger
+
+            ledger = QuotaLedger(stack, "Ledger", quota=quota)
     results = r.bucket(o["results_bucket"])
     load = {"concurrency": 4} if o["loop"] == "closed" else {"rate_per_minute": 30}
     return LoadReplay(
@@ -578,6 +582,7 @@ def _load_replay(stack: cdk.Stack, o: dict[str, str], r: Resources) -> Any:
         profile=profile,
         api=o["api"],  # type: ignore[arg-type]
         share=share,
+        ledger=ledger,
         results_bucket=results,
         results_bucket_key=r.bucket_key(o["results_bucket"]),
         retention=None if o["results_bucket"].startswith("imported") else cdk.Duration.days(7),
@@ -1138,7 +1143,7 @@ MATRICES: tuple[Matrix, ...] = (
             "encryption_key": KEYS3,
             "loop": ("closed", "open"),
             "api": ("ConverseStream", "Converse"),
-            "share": ("none", "quota"),
+            "share": ("none", "quota", "ledger"),
             "encryption_key_for_logs": KEYS3,
             "state_machine_options": SM_OPTIONS,
         },

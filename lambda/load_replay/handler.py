@@ -23,6 +23,14 @@ apart by the event's "action":
   `genai-pacer bench` run writes, computed by the same code (pacer_runtime.replay): `bench.json`
   (settings and summary) and `bench.csv` (one row per request), beside the records.
 
+With LoadReplay(ledger=...) the function's environment holds the quota ledger's variables
+(QuotaLedger.environment(share)) and every request is admitted by a QuotaPacer on the quota's shared
+ledger (pacer_runtime.ledger.SharedLedger) before it is sent: it holds input + maxTokens x burndown
+there and settles to its usage after (a throttle, or a call that never left the client, returns the
+hold), so a run never holds more than its share's floor plus what the other consumers leave free.
+A closed-loop request the ledger cannot admit before the call's time runs low is not sent and is
+replayed by the next call; an open-loop arrival is recorded as failed (AdmissionRejected).
+
 Records hold measurements only (times, token counts, attempts, throttles, error codes, the prompt's
 id), never prompt or answer text. A throttle, a timeout or any other failed call is a record with
 its error code, never a crash. The run's settings come from the LOAD_REPLAY variable (JSON, set by
@@ -43,8 +51,12 @@ from typing import Any
 
 import boto3
 from pacer_runtime import bedrock_client
+from pacer_runtime.ledger import ENVIRONMENT as LEDGER_ENVIRONMENT
+from pacer_runtime.ledger import SharedLedger
 from pacer_runtime.prompts import Prompt, PromptError, parse_each
+from pacer_runtime.quota_pacer import NEVER_SENT, AdmissionRejected, QuotaPacer, estimate_input_tokens
 from pacer_runtime.replay import (
+    THROTTLE_CODES,
     AttemptCounter,
     BenchConfig,
     Sample,
@@ -108,6 +120,22 @@ BEDROCK = bedrock_client(
     read_timeout=60,
 )
 S3 = boto3.client("s3")
+
+
+def ledger_pacer(settings: Settings, environ: Mapping[str, str] = os.environ, **options: Any) -> QuotaPacer | None:
+    """With LoadReplay(ledger=...): the pacer every request of this process is admitted through, on the
+    quota's shared ledger (the variables QuotaLedger.environment(share) sets). While the ledger cannot
+    be used, the process falls back to its part of the run's floor: the floor over the run's workers."""
+    if not environ.get(LEDGER_ENVIRONMENT[0]):
+        return None
+    ledger = options.pop("ledger", None) or SharedLedger.from_environment(environ)
+    fallback = max(ledger.floor_tpm / max(settings.workers, 1), 1.0)
+    return QuotaPacer.from_environment(environ, ledger=ledger, fallback_tpm=fallback, **options)
+
+
+PACER = ledger_pacer(SETTINGS) if SETTINGS else None
+#: The error code of a never-sent call (pacer_runtime.replay.error_code names it by its class).
+_NEVER_SENT_CODES = frozenset(cls.__name__ for cls in NEVER_SENT)
 _PROMPTS: dict[tuple[str, str, str], tuple[list[Prompt], list[str]]] = {}
 
 
@@ -120,7 +148,7 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
         return plan(event, SETTINGS, s3=S3)
     if event["action"] == "summarize":
         return summarize_run(event, SETTINGS, s3=S3)
-    return replay_share(event, SETTINGS, client=BEDROCK, s3=S3,
+    return replay_share(event, SETTINGS, client=BEDROCK, s3=S3, pacer=PACER,
                         remaining_s=lambda: context.get_remaining_time_in_millis() / 1000)
 
 
@@ -182,11 +210,12 @@ def share(worker: int, workers: int, total: int) -> list[int]:
 def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s3: Any,
                  remaining_s: Callable[[], float], clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
-                 perf: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+                 perf: Callable[[], float] = time.perf_counter, pacer: QuotaPacer | None = None) -> dict[str, Any]:
     """Replay worker event["worker"]'s share from event["cursor"]; the event of the next call.
 
     clock (epoch seconds, the run's shared clock), sleep and perf (the measurement's own clock) are
-    the process's; a test passes its own."""
+    the process's; a test passes its own. pacer: with LoadReplay(ledger=...), each request is admitted
+    by it (the quota's shared ledger) before it is sent and settled with its usage after."""
     worker, cursor, part, run = _replay_event(event, settings)
     config = settings.config
     prompts, _ = _prompts(s3, settings, run["etag"])
@@ -203,11 +232,27 @@ def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s
         prompt = prompts[index % len(prompts)]
         counter.take()
         request = prompt.converse_request(config.model_id, max_tokens=config.max_tokens, latency=config.latency)
+        max_tokens = config.max_tokens or prompt.max_tokens or config.model_max_tokens
+        ticket = None
+        if pacer is not None:  # raises AdmissionRejected when the ledger has no room before the call's time runs low
+            ticket = pacer.admit(pacer.reservation(pacer.estimate_input_tokens(request), max_tokens),
+                                 max_wait_seconds=max(remaining_s() - settings.call_budget_s - WRITE_SECONDS, 0.0))
+            ticket.text_estimate = estimate_input_tokens(request, chars_per_token=pacer.chars_per_token)
         measure(client, request, sample, streaming=config.streaming, now=now, counter=counter,
-                max_tokens=config.max_tokens or prompt.max_tokens or config.model_max_tokens, burndown=config.burndown,
-                clock=perf)
+                max_tokens=max_tokens, burndown=config.burndown, clock=perf)
+        if ticket is not None:
+            end_ticket(ticket, sample)
         with lock:
             samples.append(sample)
+
+    def send_or_shed(index: int, sample: Sample) -> None:
+        """The open loop's arrival: one the ledger cannot admit in time is recorded as failed, never sent."""
+        try:
+            send(index, sample)
+        except AdmissionRejected as rejected:
+            sample.error, sample.e2e_s = type(rejected).__name__, round(now() - sample.started_s, 4)
+            with lock:
+                samples.append(sample)
 
     def room_for(wait_s: float = 0.0) -> bool:
         return remaining_s() - wait_s >= settings.call_budget_s + WRITE_SECONDS
@@ -221,7 +266,10 @@ def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s
             if wait > 0:
                 sleep(wait)
             index = indices[position]
-            send(index, Sample(index, prompts[index % len(prompts)].id, index < config.warmup, now()))
+            try:
+                send(index, Sample(index, prompts[index % len(prompts)].id, index < config.warmup, now()))
+            except AdmissionRejected:
+                break  # not sent: the next call replays it, once the ledger has room
             position += 1
     else:  # open loop: each request at its arrival, up to in_flight at once
         schedule = arrivals((config.rate_per_minute or 0) / 60, config.warmup + config.requests, config.seed)
@@ -235,7 +283,7 @@ def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s
                 if wait > 0:
                     sleep(wait)
                 sample = Sample(index, prompts[index % len(prompts)].id, index < config.warmup, round(now(), 4))
-                futures.append(pool.submit(send, index, sample))
+                futures.append(pool.submit(send_or_shed, index, sample))
                 position += 1
         for future in futures:
             future.result()  # measure() records a failed call; anything else is a bug to surface
@@ -246,6 +294,19 @@ def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s
                       Body=body.encode(), ContentType="application/x-ndjson")
     return {"action": "replay", "worker": worker, "cursor": position, "part": part + 1, "run": run,
             "records": len(samples), "done": position >= len(indices)}
+
+
+def end_ticket(ticket: Any, sample: Sample) -> None:
+    """Settle a request's hold with its usage, as QuotaPacer.converse does: a throttle returns it (Bedrock
+    charged nothing), a call that never left the client too; an answer without usage, or any other error
+    (Bedrock may have charged it), keeps the hold until the window forgets it."""
+    if sample.ok and sample.input_tokens + sample.cache_write_tokens + sample.cache_read_tokens > 0:
+        ticket.settle(input_tokens=sample.input_tokens, output_tokens=sample.output_tokens,
+                      cache_write_tokens=sample.cache_write_tokens, cache_read_tokens=sample.cache_read_tokens)
+    elif sample.error in THROTTLE_CODES:
+        ticket.throttled()
+    elif sample.error in _NEVER_SENT_CODES:
+        ticket.release()
 
 
 def _replay_event(event: Mapping[str, Any], settings: Settings) -> tuple[int, int, int, dict[str, Any]]:

@@ -279,3 +279,78 @@ def test_the_open_loop_stops_before_an_arrival_it_could_not_finish(load):
     starts = [s.started_s for s in module.read_records(s3, BUCKET, "runs/run-1/")]
     assert starts == [round(t, 4) for t in replay.arrivals(0.1, 4, seed=1)]
     assert asdict(module.SETTINGS)["in_flight"] == 2
+
+
+# ---- LoadReplay(ledger=...): each request admitted by the quota's shared ledger -----------------------
+
+LEDGER_TABLE, QUOTA_TPM = "ledger-table", 100_000
+
+
+def shared_ledger(consumer: str, floor_tpm: float):
+    from pacer_runtime.ledger import SharedLedger
+
+    return SharedLedger(LEDGER_TABLE, ledger_id=MODEL, consumer=consumer, quota_tpm=QUOTA_TPM, floor_tpm=floor_tpm,
+                        client=boto3.client("dynamodb", region_name="us-east-1"), poll_seconds=0.01,
+                        max_poll_seconds=0.02)
+
+
+def full_ledger_pacer(module):
+    """The run's pacer (the Replay share, a quarter floor) on a ledger another consumer has filled."""
+    boto3.client("dynamodb", region_name="us-east-1").create_table(
+        TableName=LEDGER_TABLE, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
+    assert shared_ledger("Interactive", 0.75 * QUOTA_TPM).try_reserve(QUOTA_TPM).tokens == QUOTA_TPM
+    return module.ledger_pacer(module.SETTINGS, {"GENAI_PACER_LEDGER_TABLE": LEDGER_TABLE},
+                               ledger=shared_ledger("Replay", 0.25 * QUOTA_TPM))
+
+
+def test_a_closed_loop_user_the_ledger_cannot_admit_in_time_sends_nothing_and_continues_next_call(load):
+    """The quota is full (another consumer holds it): a request is not sent past the call's time, its
+    user's cursor stays where it was, and no record is written, so the next call replays it."""
+    module, s3 = load(concurrency=1, requests=3, warmup=0)
+    pacer = full_ledger_pacer(module)
+    planned = module.handler({"action": "plan", "run": "run-1"}, Context(900))
+    event = {"action": "replay", "worker": 0, "cursor": 1, "part": 0, "run": planned["run"]}
+    left = module.SETTINGS.call_budget_s + module.WRITE_SECONDS  # room to start, none to wait
+    result = module.replay_share(event, module.SETTINGS, client=module.BEDROCK, s3=s3, pacer=pacer,
+                                 remaining_s=lambda: left)
+    assert (result["cursor"], result["records"], result["done"]) == (1, 0, False)
+    assert objects(s3, "runs/run-1/records/") == []
+    stats = pacer.stats()
+    assert stats.admitted == 0 and stats.ledger_refusals >= 1 and stats.rejected_late + stats.rejected_at_once == 1
+
+
+def test_an_open_loop_arrival_the_ledger_cannot_admit_is_recorded_as_shed_never_sent(load):
+    module, s3 = load(concurrency=None, rate_per_minute=6_000, workers=1, in_flight=2, requests=2, warmup=0)
+    pacer = full_ledger_pacer(module)
+    planned = module.plan({"run": "run-1"}, module.SETTINGS, s3=s3, clock=lambda: 1_000.0)
+    event = {"action": "replay", "worker": 0, "cursor": 0, "part": 0, "run": planned["run"]}
+    moments = [1_000.0]
+    left = module.SETTINGS.call_budget_s + module.WRITE_SECONDS + 1
+    result = module.replay_share(event, module.SETTINGS, client=module.BEDROCK, s3=s3, pacer=pacer,
+                                 remaining_s=lambda: left, clock=lambda: moments[0],
+                                 sleep=lambda s: moments.__setitem__(0, moments[0] + s))
+    records = module.read_records(s3, BUCKET, "runs/run-1/")
+    assert result["done"] and [(s.index, s.error, s.attempts) for s in records] == [
+        (0, "AdmissionRejected", 0), (1, "AdmissionRejected", 0)]
+    assert pacer.stats().admitted == 0
+
+
+def test_an_admitted_request_settles_its_hold_to_what_its_record_says_bedrock_charged(load):
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=100) as emulator:
+        module, s3 = load(emulator.endpoint_url, concurrency=1, requests=3, warmup=0)
+        boto3.client("dynamodb", region_name="us-east-1").create_table(
+            TableName=LEDGER_TABLE, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
+        pacer = module.ledger_pacer(module.SETTINGS, {"GENAI_PACER_LEDGER_TABLE": LEDGER_TABLE},
+                                    ledger=shared_ledger("Replay", 0.25 * QUOTA_TPM))
+        planned = module.handler({"action": "plan", "run": "run-1"}, Context(900))
+        event = {"action": "replay", "worker": 0, "cursor": 0, "part": 0, "run": planned["run"]}
+        result = module.replay_share(event, module.SETTINGS, client=module.BEDROCK, s3=s3, pacer=pacer,
+                                     remaining_s=lambda: 900.0)
+    records = module.read_records(s3, BUCKET, "runs/run-1/")
+    item = boto3.client("dynamodb", region_name="us-east-1").get_item(
+        TableName=LEDGER_TABLE, Key={"pk": {"S": "quota#" + MODEL}}, ConsistentRead=True)["Item"]
+    assert result["done"] and len(records) == 3 and all(s.ok for s in records)
+    assert int(item["h#Replay"]["N"]) == sum(s.settled for s in records) == pacer.stats().settled_tokens
+    assert pacer.stats().admitted == 3 and pacer.fallback_tpm == 0.25 * QUOTA_TPM / 1  # the floor over 1 worker

@@ -21,15 +21,14 @@ NOVA = BedrockModel.from_id("us.amazon.nova-micro-v1:0")
 PROFILE = planning.TokenProfile(input_tokens=1_000, output_tokens=200, max_tokens=400)
 
 PROPS = ("model", "prompts_bucket", "prompts_key", "requests", "profile", "concurrency", "rate_per_minute", "workers",
-         "in_flight_per_worker", "api", "latency", "max_tokens", "warmup", "seed", "request_cap", "share",
-         "call_seconds", "input_price_per_million", "output_price_per_million", "call_budget", "prompts_bucket_key",
+         "in_flight_per_worker", "api", "latency", "max_tokens", "warmup", "seed", "request_cap", "share", "ledger", "call_seconds", "input_price_per_million", "output_price_per_million", "call_budget", "prompts_bucket_key",
          "results_bucket", "results_bucket_key", "results_prefix", "retention", "encryption_key", "access_logs_bucket",
          "encryption_key_for_logs", "log_retention", "state_machine_options")
 TABLE = {"load_replay": (LoadReplay, PROPS)}
 #: Props that take an object: every kind of token is refused by type, with this fix.
 BY_TYPE = {
     "model": "pass a BedrockModel", "prompts_bucket": "pass an s3.Bucket", "profile": "pass planning.TokenProfile",
-    "share": "pass the plan quota.share", "prompts_bucket_key": "pass a kms.Key", "results_bucket": "pass an s3.Bucket",
+    "share": "pass the plan quota.share", "ledger": "pass a QuotaLedger", "prompts_bucket_key": "pass a kms.Key", "results_bucket": "pass an s3.Bucket",
     "results_bucket_key": "pass a kms.Key", "encryption_key": "pass a kms.Key", "access_logs_bucket": "pass an s3.Bucket",
     "encryption_key_for_logs": "pass a kms.Key", "log_retention": "pass a logs.RetentionDays",
     "state_machine_options": "pass StateMachineOptions",

@@ -47,6 +47,7 @@ from .._internal.s3 import KMS_READ_ACTIONS, KMS_WRITE_ACTIONS, bucket_key, chec
 from .._internal.secure import handler_function, log_key
 from ..models import BedrockModel, as_bedrock_model
 from ..quota import planning
+from ..quota.ledger import _CONSUMER_LIMIT, QuotaLedger
 from ..step_functions.orchestration import DISTRIBUTED_MAP_LIMIT
 from ..step_functions.state_machine import StateMachineOptions, model_state_machine
 
@@ -128,6 +129,19 @@ class LoadReplay(Construct):
     share: the plan a ModelQuota share returns (quota.share("LoadReplay", profile, call_seconds=...,
         fraction=0.2)): the run then holds that share, and synth refuses a concurrency (or rate) above
         what it sustains, naming both. Default: none.
+    ledger: a `QuotaLedger` of the replayed model's ModelQuota: the run then takes part in the quota's
+        shared ledger like any consumer. Each request holds its reservation there (input estimate +
+        max_tokens x burndown) before it is sent and settles it with the real usage after (a throttle
+        returns it at once), through pacer_runtime's QuotaPacer with the quota's SharedLedger, so a
+        run never holds more than its floor (the share's TPM) plus what the other consumers leave free,
+        and their floors stay theirs. Needs share= drawn from that quota (the run's floor; refused
+        without). A request waits for the ledger's room; the wait counts in its e2e_s (as the open
+        loop's wait for a free slot does), not in its TTFT. A closed-loop user that cannot be admitted
+        before its call's time runs low continues in the next call; an open-loop arrival that cannot is
+        recorded as failed with the error AdmissionRejected (it was never sent). While DynamoDB cannot
+        be used, each worker falls back to its part of the floor (floor / workers). The function gets
+        UpdateItem and GetItem on the quota's item only. Default: none (the run is not paced; a share
+        only limits its load at synth).
     call_seconds: the average duration of one call, for the synth annotation of a closed loop's
         rate and the open loop's default workers. Default: the share's, else 10 s.
     input_price_per_million / output_price_per_million: USD per million input / output tokens, for
@@ -154,7 +168,8 @@ class LoadReplay(Construct):
 
     Attributes: `state_machine`, `function`, `results_bucket`, `results_prefix`, `workers`,
     `reserved_tpm` (what the run reserves per minute, from the profile), `estimated_cost_usd`
-    (None without prices).
+    (None without prices), `ledger`, `ledger_consumer` and `ledger_floor_tpm` (the run's name and
+    floor in it; None without).
     """
 
     def __init__(
@@ -178,6 +193,7 @@ class LoadReplay(Construct):
         seed: int = 0,
         request_cap: int = DEFAULT_REQUEST_CAP,
         share: planning.RatePlan | None = None,
+        ledger: QuotaLedger | None = None,
         call_seconds: float | None = None,
         input_price_per_million: float | None = None,
         output_price_per_million: float | None = None,
@@ -261,6 +277,7 @@ class LoadReplay(Construct):
                                       "the plan quota.share(...) returns", optional=True) and share is not None
             if share_ok and loop_ok:
                 self._check_share(check, cast(planning.RatePlan, share), concurrency, rate_per_minute)
+            consumer = self._check_ledger(check, ledger, model, share if share_ok else None)
             check.duration("call_budget", budget, minimum=cdk.Duration.seconds(10),
                            maximum=cdk.Duration.seconds(MAX_LAMBDA_SECONDS - 60),
                            fix=f"one request's longest time, retries included; a Lambda call runs at most "
@@ -357,6 +374,16 @@ class LoadReplay(Construct):
             actions=["s3:ListBucket"], resources=[results_bucket.bucket_arn],
             conditions={"StringLike": {"s3:prefix": [f"{results_prefix}*"]}}))
         grant_keys(self.function, (prompts_kms, KMS_READ_ACTIONS), (results_kms, KMS_WRITE_ACTIONS))
+        self.ledger = ledger
+        self.ledger_consumer: str | None = None
+        self.ledger_floor_tpm: float | None = None
+        if ledger is not None and consumer is not None:
+            # The quota's own wiring for a process consumer: its variables (the share's static TPM, the
+            # pacer's fallback, and GENAI_PACER_LEDGER_*) and UpdateItem/GetItem on its item only.
+            for variable, setting in ledger.environment(consumer).items():
+                self.function.add_environment(variable, setting)
+            ledger.grant_use(self.function)
+            self.ledger_consumer, self.ledger_floor_tpm = consumer, ledger.quota.shares[consumer].tpm
 
         # ---- the state machine ------------------------------------------------------------------------
         options = state_machine_options or StateMachineOptions()
@@ -422,6 +449,36 @@ class LoadReplay(Construct):
             if kind is not None:
                 check.fail(f"{name} is a deploy-time {kind}, but the replay's settings are computed at synth (the "
                            "workers, the Map's cap, the share check, the cost annotation): pass the value itself", id=f"{name}.replay-setting-deploy-time")
+
+    @staticmethod
+    def _check_ledger(check: Checks, ledger: Any, model: Any, share: planning.RatePlan | None) -> str | None:
+        """The run's name in the ledger: the share it holds of the ledger's quota, its floor. A run without a
+        share would only borrow, and a benchmark that only borrows measures whatever the others leave: refused."""
+        if ledger is None or not check.instance("ledger", ledger, QuotaLedger,
+                                                "a QuotaLedger of the ModelQuota of the replayed model", optional=True):
+            return None
+        quota = ledger.quota
+        ours, theirs = getattr(model, "model_id", None), quota.model.model_id
+        if isinstance(ours, str) and not token_kind(ours) and not token_kind(theirs):
+            check.rule(ours == theirs,
+                       f"ledger=QuotaLedger {ledger.node.id} keeps the quota of model {theirs!r}, but this run replays "
+                       f"{ours!r}: each model has its own quota; pass the ledger of its model's ModelQuota",
+                       id="ledger.replay-other-model")
+        issued = {id(plan): name for plan, name in quota._issued.values()}
+        name = issued.get(id(share)) if share is not None else None
+        if name is None:
+            check.fail(
+                f"ledger= needs share= drawn from ModelQuota {quota.node.id} (the ledger's quota): the share is the "
+                "run's floor in the ledger, what it may hold whatever others do; pass share=quota.share('LoadReplay', "
+                "profile, call_seconds=..., fraction=...)" + (" (the share given is another quota's)" if share else ""),
+                id="ledger.replay-no-share")
+            return None
+        if not check.rule("#" not in name and len(name) <= _CONSUMER_LIMIT,
+                          f"ledger: the share {name!r} names the run in the ledger's attribute names, which allow at "
+                          f"most {_CONSUMER_LIMIT} characters and no '#'; draw the share under such a name",
+                          id="ledger.replay-share-name"):
+            return None
+        return name
 
     @staticmethod
     def _check_share(check: Checks, share: planning.RatePlan, concurrency: int | None, rate: float | None) -> None:

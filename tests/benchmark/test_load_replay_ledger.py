@@ -1,0 +1,115 @@
+"""LoadReplay(ledger=...) (issue 26: "the shared quota ledger ... gives it a floor like any consumer"):
+the run takes part in the quota's QuotaLedger as a process consumer, wired by the ledger's own
+environment(share) and grant_use; refused without a share of that quota; and, executed offline with
+StateMachineRunner, a run's holds are in the one item another consumer (a SharedLedger) reads and
+is admitted against."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pacer_runtime.replay as replay
+import pytest
+from aws_cdk import aws_s3 as s3
+from aws_cdk.assertions import Template
+from genai_pacer import BedrockModel, InvalidPropsError, LoadReplay, ModelQuota, QuotaLedger
+from genai_pacer.testing import BedrockEmulator, ModelSpec, StateMachineRunner
+from helpers import new_stack, resources
+from pacer_runtime.ledger import LedgerHold, LedgerRefusal, SharedLedger
+
+MODEL_ID = "us.amazon.nova-micro-v1:0"
+NOVA = BedrockModel.from_id(MODEL_ID)
+QUOTA_TPM = 200_000
+KEY = {"pk": {"S": "quota#" + MODEL_ID}}
+
+
+def ledger_stack(*, share_name: str = "Replay", with_share: bool = True, **props):
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=NOVA, tpm_quota=QUOTA_TPM)
+    profile = quota.profile(input_tokens=200, output_tokens=60, max_tokens=100)
+    share = quota.share(share_name, profile, fraction=0.25, call_seconds=2) if with_share else None
+    quota.share("Interactive", profile, fraction=0.5, call_seconds=2)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    prompts = s3.Bucket(stack, "Prompts")
+    construct = LoadReplay(stack, "Replay", **{
+        "model": NOVA, "prompts_bucket": prompts, "prompts_key": "p.jsonl", "requests": 8, "warmup": 0,
+        "concurrency": 2, "profile": profile, "share": share, "ledger": ledger, **props})
+    return stack, ledger, construct, prompts
+
+
+def prompts_text() -> str:
+    return "".join(json.dumps({"id": f"chat-{i}", "messages": [{"role": "user", "content": [{"text": f"Question {i}?"}]}],
+                               "inferenceConfig": {"maxTokens": 60}}) + "\n" for i in range(4))
+
+
+def test_the_function_gets_the_ledgers_own_environment_and_its_grant_on_the_quotas_item_only():
+    stack, ledger, construct, _ = ledger_stack()
+    template = Template.from_stack(stack).to_json()
+    function = next(r["Properties"] for r in resources(template, "AWS::Lambda::Function").values()
+                    if r["Properties"].get("Handler") == "load_replay.handler.handler")
+    variables = stack.resolve(function["Environment"]["Variables"])
+    expected = stack.resolve(ledger.environment("Replay"))
+    assert {name: variables[name] for name in expected} == expected
+    assert variables["GENAI_PACER_LEDGER_CONSUMER"] == "Replay"
+    assert float(variables["GENAI_PACER_LEDGER_FLOOR_TPM"]) == pytest.approx(0.25 * QUOTA_TPM)
+    assert construct.ledger_consumer == "Replay" and construct.ledger_floor_tpm == pytest.approx(0.25 * QUOTA_TPM)
+    granted = [s for k, r in resources(template, "AWS::IAM::Policy").items() if "ReplayReplayRole" in k
+               for s in r["Properties"]["PolicyDocument"]["Statement"]]
+    dynamodb = [s for s in granted if any(str(a).startswith("dynamodb:") for a in
+                                          ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
+    assert len(dynamodb) == 1 and sorted(dynamodb[0]["Action"]) == ["dynamodb:GetItem", "dynamodb:UpdateItem"]
+    assert dynamodb[0]["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["quota#" + MODEL_ID]}}
+
+
+def test_a_ledger_without_a_share_of_its_quota_is_refused_by_name():
+    with pytest.raises(InvalidPropsError) as refused:
+        ledger_stack(with_share=False)
+    assert [p.id for p in refused.value.problems] == ["LoadReplay.ledger.replay-no-share"]
+    assert "ledger= needs share= drawn from ModelQuota Quota" in str(refused.value)
+
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=NOVA, tpm_quota=QUOTA_TPM)
+    other = ModelQuota(stack, "Other", model=BedrockModel.from_id("us.amazon.nova-lite-v1:0"), tpm_quota=QUOTA_TPM)
+    profile = quota.profile(input_tokens=200, output_tokens=60, max_tokens=100)
+    theirs = other.share("Replay", profile, fraction=0.25, call_seconds=2)
+    prompts = s3.Bucket.from_bucket_name(stack, "Prompts", "prompts")
+    common = {"prompts_bucket": prompts, "prompts_key": "p.jsonl", "requests": 8, "concurrency": 2, "profile": profile}
+    with pytest.raises(InvalidPropsError) as refused:
+        LoadReplay(stack, "R1", model=NOVA, share=theirs, ledger=QuotaLedger(stack, "L1", quota=quota), **common)
+    assert "(the share given is another quota's)" in str(refused.value)
+    with pytest.raises(InvalidPropsError) as refused:
+        LoadReplay(stack, "R2", model=NOVA, share=theirs, ledger=QuotaLedger(stack, "L2", quota=other), **common)
+    assert [p.id for p in refused.value.problems] == ["LoadReplay.ledger.replay-other-model"]
+    with pytest.raises(InvalidPropsError, match=r"ledger=.* pass a QuotaLedger"):
+        LoadReplay(stack, "R3", model=NOVA, ledger=quota, **common)  # type: ignore[arg-type]
+
+
+def test_a_runs_holds_are_in_the_shared_item_another_consumer_is_admitted_against():
+    """A LoadReplay run and a process consumer (the Interactive share's SharedLedger) share one ledger:
+    every request of the run was held and settled there under the run's share, to what its record
+    says Bedrock charged, and the other consumer's room is the quota less those holds."""
+    stack, ledger, construct, prompts = ledger_stack()
+    with BedrockEmulator([ModelSpec(MODEL_ID, answer_tokens=40)], time_scale=200) as bedrock, \
+            StateMachineRunner(stack, bedrock=bedrock) as runner:
+        runner.s3.put_object(Bucket=runner.physical_name(prompts), Key="p.jsonl", Body=prompts_text().encode())
+        run = runner.run({}, name="paced").raise_for_status()
+        results = runner.physical_name(construct.results_bucket)
+        keys = [o["Key"] for o in runner.s3.list_objects_v2(Bucket=results, Prefix="load-replay/paced/records/")["Contents"]]
+        records = [replay.Sample(**json.loads(line)) for key in keys
+                   for line in runner.s3.get_object(Bucket=results, Key=key)["Body"].read().decode().splitlines()]
+        table = runner.physical_name(ledger.table)
+        item = runner.dynamodb.get_item(TableName=table, Key=KEY, ConsistentRead=True)["Item"]
+        other = SharedLedger(table, ledger_id=MODEL_ID, consumer="Interactive", quota_tpm=ledger.quota_tpm,
+                             floor_tpm=0.5 * QUOTA_TPM, client=runner.dynamodb, poll_seconds=0.01, max_poll_seconds=0.02)
+        view = other.view(refresh=True)
+        held = int(item["h#Replay"]["N"])
+        room = int(ledger.quota_tpm) - held
+        refused = other.try_reserve(room + 1)
+        admitted = other.try_reserve(room)
+    assert len(records) == 8 and all(s.ok for s in records) and run.model_calls == 8
+    # each request settled to input + cache writes + output x burndown: the record's own charge
+    assert held == sum(s.settled for s in records) > 0
+    assert sum(1 for name in item if name.startswith("s#") and name.endswith("#Replay")) >= 1
+    assert view.problems == [] and other.live_tokens(view, time.time(), "Replay") == held
+    assert isinstance(refused, LedgerRefusal) and isinstance(admitted, LedgerHold)
