@@ -207,3 +207,58 @@ def test_a_run_under_a_quota_that_throttles_records_every_request_and_counts_the
     assert throttled > 0 and summary["throttles"] == throttled
     assert summary["attempts"] == run.model_calls
     assert summary["succeeded"] + summary["failed"] == 30
+
+
+def test_goodput_targets_and_the_shares_quota_reach_the_deployed_report():
+    """Targets in the props and the ModelQuota's tpm_quota (from the share) are the report's: its goodput
+    counts the requests within every target, and its tpm percentages are read against the quota, as a
+    local `genai-pacer bench --ttft-target --otps-target --e2e-target --tpm` reports them."""
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=NOVA, tpm_quota=400_000)
+    share = quota.share("Replay", PROFILE, call_seconds=6, fraction=0.5)
+    prompts = s3.Bucket(stack, "Prompts")
+    construct = LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="p.jsonl", requests=20,
+                           warmup=0, concurrency=4, profile=PROFILE, share=share,
+                           ttft_target=cdk.Duration.millis(250), otps_target=20, e2e_target=cdk.Duration.seconds(30))
+    assert construct.tpm_quota == 400_000
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=200) as bedrock, \
+            StateMachineRunner(stack, bedrock=bedrock) as runner:
+        runner.s3.put_object(Bucket=runner.physical_name(prompts), Key="p.jsonl", Body=prompts_text().encode())
+        runner.run({}, name="goodput").raise_for_status()
+        results = runner.physical_name(construct.results_bucket)
+        document = json.loads(runner.s3.get_object(Bucket=results, Key="load-replay/goodput/bench.json")["Body"].read())
+        records = [replay.Sample(**json.loads(line)) for item in runner.s3.list_objects_v2(
+            Bucket=results, Prefix="load-replay/goodput/records/")["Contents"]
+            for line in runner.s3.get_object(Bucket=results, Key=item["Key"])["Body"].read().decode().splitlines()]
+    summary, config = document["summary"], replay.BenchConfig(**document["config"])
+    assert (config.ttft_target_s, config.otps_target, config.e2e_target_s, config.tpm_quota) == (0.25, 20, 30, 400_000)
+    assert summary["goodput"]["targets"] == {"ttft_s": 0.25, "otps": 20.0, "e2e_s": 30.0}
+    assert summary["tpm"]["quota"] == 400_000
+    assert summary["tpm"]["settled_pct_of_quota"] == round(100 * summary["tpm"]["settled"] / 400_000, 1) > 0
+    assert summary["tpm"]["reserved_pct_of_quota"] is not None
+    # goodput counts exactly the records within every target: the local bench's own arithmetic
+    within = sum(1 for s in records if s.ok and s.ttft_s <= 0.25 and s.otps >= 20 and s.e2e_s <= 30)
+    assert summary["goodput"]["requests"] == within == bench.summarize(records, config)["goodput"]["requests"]
+
+
+@pytest.mark.parametrize(("props", "message"), [
+    ({"api": "Converse", "ttft_target": cdk.Duration.millis(500)}, "ttft_target needs api='ConverseStream'"),
+    ({"api": "Converse", "otps_target": 30}, "otps_target needs api='ConverseStream'"),
+    ({"e2e_target": cdk.Duration.minutes(20)}, "e2e_target=20 minutes exceeds the maximum"),
+    ({"otps_target": 0}, "otps_target="),
+])
+def test_goodput_targets_no_request_could_meet_are_refused_by_name(props, message):
+    with pytest.raises(InvalidPropsError, match=message):
+        replay_stack(**props)
+
+
+def test_without_a_share_the_report_has_no_quota_and_the_targets_stay_empty():
+    stack, construct = replay_stack()
+    function = next(r["Properties"] for r in resources(Template.from_stack(stack).to_json(), "AWS::Lambda::Function").values()
+                    if r["Properties"].get("Handler") == "load_replay.handler.handler")
+    value = function["Environment"]["Variables"]["LOAD_REPLAY"]
+    text = value if isinstance(value, str) else "".join(p if isinstance(p, str) else "X" for p in value["Fn::Join"][1])
+    config = json.loads(text)["config"]
+    assert construct.tpm_quota is None
+    names = ("tpm_quota", "ttft_target_s", "otps_target", "e2e_target_s")
+    assert {name: config.get(name) for name in names} == dict.fromkeys(names)  # to_json_string drops nulls

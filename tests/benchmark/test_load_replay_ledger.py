@@ -53,6 +53,7 @@ def test_the_function_gets_the_ledgers_own_environment_and_its_grant_on_the_quot
     assert {name: variables[name] for name in expected} == expected
     assert variables["GENAI_PACER_LEDGER_CONSUMER"] == "Replay"
     assert float(variables["GENAI_PACER_LEDGER_FLOOR_TPM"]) == pytest.approx(0.25 * QUOTA_TPM)
+    assert construct.tpm_quota == QUOTA_TPM  # the report's tpm.quota: the ledger's ModelQuota
     assert construct.ledger_consumer == "Replay" and construct.ledger_floor_tpm == pytest.approx(0.25 * QUOTA_TPM)
     granted = [s for k, r in resources(template, "AWS::IAM::Policy").items() if "ReplayReplayRole" in k
                for s in r["Properties"]["PolicyDocument"]["Statement"]]

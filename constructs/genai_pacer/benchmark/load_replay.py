@@ -48,6 +48,7 @@ from .._internal.secure import handler_function, log_key
 from ..models import BedrockModel, as_bedrock_model
 from ..quota import planning
 from ..quota.ledger import _CONSUMER_LIMIT, QuotaLedger
+from ..quota.model_quota import _QUOTAS, ModelQuota
 from ..step_functions.orchestration import DISTRIBUTED_MAP_LIMIT
 from ..step_functions.state_machine import StateMachineOptions, model_state_machine
 
@@ -124,6 +125,12 @@ class LoadReplay(Construct):
     max_tokens: maxTokens sent with every request, replacing the recorded one. Default: the recorded one.
     warmup: requests sent first and left out of the report. Default: 8.
     seed: the open loop's schedule. Default: 0.
+    ttft_target / otps_target / e2e_target: goodput targets, as `genai-pacer bench --ttft-target
+        --otps-target --e2e-target` takes them: a request counts toward the report's goodput when it
+        succeeded with a TTFT at most ttft_target, at least otps_target output tokens a second and an
+        end-to-end time at most e2e_target (each only when given; e.g. cdk.Duration.millis(800)).
+        TTFT and OTPS need api="ConverseStream" (refused with Converse). Default: none (goodput counts
+        every request that succeeded).
     request_cap: the most requests (warm-up included) one run may send; above it synth refuses and
         the function refuses. Default: 10,000.
     share: the plan a ModelQuota share returns (quota.share("LoadReplay", profile, call_seconds=...,
@@ -168,8 +175,9 @@ class LoadReplay(Construct):
 
     Attributes: `state_machine`, `function`, `results_bucket`, `results_prefix`, `workers`,
     `reserved_tpm` (what the run reserves per minute, from the profile), `estimated_cost_usd`
-    (None without prices), `ledger`, `ledger_consumer` and `ledger_floor_tpm` (the run's name and
-    floor in it; None without).
+    (None without prices), `tpm_quota` (the ModelQuota's tpm_quota the report's tpm.quota and its
+    percentages are read against, from the share's or the ledger's quota; None without either),
+    `ledger`, `ledger_consumer` and `ledger_floor_tpm` (the run's name and floor in it; None without).
     """
 
     def __init__(
@@ -191,6 +199,9 @@ class LoadReplay(Construct):
         max_tokens: int | None = None,
         warmup: int = 8,
         seed: int = 0,
+        ttft_target: cdk.Duration | None = None,
+        otps_target: float | None = None,
+        e2e_target: cdk.Duration | None = None,
         request_cap: int = DEFAULT_REQUEST_CAP,
         share: planning.RatePlan | None = None,
         ledger: QuotaLedger | None = None,
@@ -219,6 +230,7 @@ class LoadReplay(Construct):
                 "prompts_key": prompts_key, "requests": requests, "concurrency": concurrency,
                 "rate_per_minute": rate_per_minute, "workers": workers, "in_flight_per_worker": in_flight_per_worker,
                 "api": api, "latency": latency, "max_tokens": max_tokens, "warmup": warmup, "seed": seed,
+                "ttft_target": ttft_target, "otps_target": otps_target, "e2e_target": e2e_target,
                 "request_cap": request_cap, "call_seconds": call_seconds,
                 "input_price_per_million": input_price_per_million,
                 "output_price_per_million": output_price_per_million, "call_budget": budget,
@@ -278,6 +290,8 @@ class LoadReplay(Construct):
             if share_ok and loop_ok:
                 self._check_share(check, cast(planning.RatePlan, share), concurrency, rate_per_minute)
             consumer = self._check_ledger(check, ledger, model, share if share_ok else None)
+            targets = self._check_targets(check, api, ttft_target=ttft_target, otps_target=otps_target,
+                                          e2e_target=e2e_target)
             check.duration("call_budget", budget, minimum=cdk.Duration.seconds(10),
                            maximum=cdk.Duration.seconds(MAX_LAMBDA_SECONDS - 60),
                            fix=f"one request's longest time, retries included; a Lambda call runs at most "
@@ -321,6 +335,10 @@ class LoadReplay(Construct):
             profile = cast(planning.TokenProfile, profile) if profile_ok else profile
         if share is not None:
             self.concurrency_plan = share  # how ModelQuota tells which construct holds which share
+        #: The quota the report's tpm.quota (and its percentages) is read against: the ledger's, or the
+        #: ModelQuota the share was drawn from.
+        quota = ledger.quota if ledger is not None else _quota_of(self, share)
+        self.tpm_quota: float | None = quota.tpm_quota if quota is not None else None
         seconds = float(call_seconds if call_seconds is not None else (share.call_seconds if share else DEFAULT_CALL_SECONDS))
         if closed:
             self.workers = int(cast(int, concurrency))
@@ -351,7 +369,8 @@ class LoadReplay(Construct):
         config = replay_module().BenchConfig(
             model_id=model.model_id, requests=requests, concurrency=concurrency, rate_per_minute=rate_per_minute,
             streaming=api == "ConverseStream", warmup=warmup, max_tokens=max_tokens, model_max_tokens=profile.max_tokens,
-            latency=latency, burndown=profile.burndown, seed=seed, answer_hint=False)
+            latency=latency, burndown=profile.burndown, seed=seed, answer_hint=False, tpm_quota=self.tpm_quota,
+            **targets)
         settings = {
             "config": asdict(config),
             "prompts_bucket": prompts_bucket.bucket_name, "prompts_key": prompts_key,
@@ -481,6 +500,32 @@ class LoadReplay(Construct):
         return name
 
     @staticmethod
+    def _check_targets(check: Checks, api: Any, **targets: Any) -> dict[str, float | None]:
+        """The goodput targets as the report's BenchConfig takes them (seconds; output tokens a second).
+        TTFT and OTPS are measured from the stream only: with api="Converse" no request could meet them."""
+        given = {name: value for name, value in targets.items() if token_kind(value) is None}  # tokens: refused above
+        for name in ("ttft_target", "e2e_target"):
+            check.duration(name, given.get(name), minimum=cdk.Duration.millis(1),
+                           maximum=cdk.Duration.seconds(MAX_LAMBDA_SECONDS), optional=True,
+                           fix=f"goodput: {name.split('_')[0].upper()} at most this long, e.g. cdk.Duration.millis(800)")
+        check.number("otps_target", given.get("otps_target"), above=0, maximum=100_000, optional=True,
+                     fix="goodput: at least this many output tokens a second, e.g. 40")
+        if api == "Converse":
+            for name in ("ttft_target", "otps_target"):
+                check.rule(targets[name] is None,
+                           f"{name} needs api='ConverseStream': Converse returns the answer whole, so no time to first "
+                           "token or output rate is measured and no request could meet it; stream, or drop it",
+                           id=f"{name}.not-streaming")
+
+        def seconds(value: Any) -> float | None:
+            ok = isinstance(value, cdk.Duration) and not value.is_unresolved()
+            return value.to_milliseconds(integral=False) / 1000 if ok else None
+
+        otps = targets["otps_target"]
+        return {"ttft_target_s": seconds(targets["ttft_target"]), "e2e_target_s": seconds(targets["e2e_target"]),
+                "otps_target": float(otps) if isinstance(otps, int | float) and not isinstance(otps, bool) else None}
+
+    @staticmethod
     def _check_share(check: Checks, share: planning.RatePlan, concurrency: int | None, rate: float | None) -> None:
         if concurrency is not None:
             check.rule(concurrency <= share.max_concurrency,
@@ -565,3 +610,10 @@ class LoadReplay(Construct):
             f"LoadReplay {self.node.id}: {how}, which reserves about {self.reserved_tpm:,.0f} tokens a minute of the "
             f"model's quota while it runs ({profile.reserved:,} a request: input + max_tokens, the profile's){cost}",
         )
+
+
+def _quota_of(scope: Construct, share: planning.RatePlan | None) -> ModelQuota | None:
+    """The ModelQuota of this app that drew `share` (plans are known by identity), if any."""
+    if share is None:
+        return None
+    return next((q for q in _QUOTAS.get(scope.node.root, []) if id(share) in q._issued), None)
