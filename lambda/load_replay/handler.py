@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import boto3
@@ -108,7 +108,11 @@ class Settings:
         if not raw:
             raise ReplayInputError("LOAD_REPLAY is not set: the function runs inside genai_pacer.benchmark.LoadReplay")
         values = json.loads(raw)
-        config = BenchConfig(**values.pop("config"))
+        # LoadReplay writes every BenchConfig field (dataclasses.asdict) through Stack.to_json_string,
+        # which leaves out null values: a field that may be None and is missing here was None, never
+        # the field's default (the open loop's concurrency=None would come back as 8 and refuse the run).
+        nullable = {field.name: None for field in fields(BenchConfig) if "None" in str(field.type)}
+        config = BenchConfig(**{**nullable, **values.pop("config")})
         return cls(config=config, **values)
 
 

@@ -262,3 +262,23 @@ def test_without_a_share_the_report_has_no_quota_and_the_targets_stay_empty():
     assert construct.tpm_quota is None
     names = ("tpm_quota", "ttft_target_s", "otps_target", "e2e_target_s")
     assert {name: config.get(name) for name in names} == dict.fromkeys(names)  # to_json_string drops nulls
+
+
+def test_an_open_loop_run_executes_offline():
+    """The run's settings reach the function through Stack.to_json_string, which leaves out null values:
+    the open loop's concurrency=None must not come back as BenchConfig's default of 8 (every open-loop
+    run failed at the function's cold start: 'set exactly one of concurrency ... or rate_per_minute')."""
+    stack = new_stack()
+    prompts = s3.Bucket(stack, "Prompts")
+    construct = LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="prompts/chat.jsonl",
+                           requests=20, warmup=0, rate_per_minute=600, workers=2, in_flight_per_worker=4,
+                           profile=PROFILE, api="Converse")
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=200) as bedrock, \
+            StateMachineRunner(stack, bedrock=bedrock) as runner:
+        runner.s3.put_object(Bucket=runner.physical_name(prompts), Key="prompts/chat.jsonl", Body=prompts_text().encode())
+        run = runner.run({}, name="open-1").raise_for_status()
+        results = runner.physical_name(construct.results_bucket)
+        document = json.loads(runner.s3.get_object(Bucket=results, Key="load-replay/open-1/bench.json")["Body"].read())
+    config = replay.BenchConfig(**document["config"])
+    assert (config.concurrency, config.rate_per_minute) == (None, 600)
+    assert document["summary"]["requests"] == 20 and run.model_calls == 20
