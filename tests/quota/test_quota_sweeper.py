@@ -7,6 +7,7 @@ its invocation while time remains. Then what synth builds: the function, its sch
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import boto3
 import pytest
@@ -222,3 +223,24 @@ def test_a_customer_managed_table_key_is_granted_to_the_sweeper_through_dynamodb
     assert len(on_key) == 2 and all(s["Action"] == ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
                                     and s["Condition"] == {"StringEquals": {"kms:ViaService": "dynamodb.us-east-1.amazonaws.com"}}
                                     for s in on_key)
+
+
+def test_the_sweepers_monthly_cost_is_what_it_runs_and_docs_quota_states_it(dynamodb):
+    """The sweeper runs every minute whether or not a state machine does: a user must read its cost
+    before deploying a ledger (docs/quota.md, the QuotaLedger docstring), computed from what an
+    invocation really runs (the handler against its 70 s timeout) and the memory the template sets."""
+    context = Context(construct_ledger.SWEEP_TIMEOUT.to_seconds())
+    sweeper.handler({}, context, environ=ENVIRON, sleep=context.sleep, client=dynamodb, clock=lambda: EPOCH)
+    assert construct_ledger.SWEEP_TIMEOUT.to_seconds() - context.remaining == construct_ledger.SWEEPER_BILLED_SECONDS
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=BedrockModel.from_id("us.amazon.nova-2-lite-v1:0"), tpm_quota=100_000)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    BoundedMap(stack, "Map", max_concurrency=quota.share("Map", quota.profile(input_tokens=100, output_tokens=10,
+                                                                                    max_tokens=50), fraction=0.5, call_seconds=4),
+               model=quota.model, ledger=ledger, request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.p"), max_tokens=50))
+    (function,) = [f["Properties"] for f in resources(template_of(stack), "AWS::Lambda::Function").values()
+                   if f["Properties"].get("Handler") == "quota_sweeper.handler.handler"]
+    assert (function["MemorySize"], function["Architectures"]) == (construct_ledger.SWEEPER_MEMORY_MB, ["arm64"])
+    monthly = f"about ${construct_ledger.SWEEPER_MONTHLY_USD:.2f} a month"
+    docs = (Path(__file__).parents[2] / "docs" / "quota.md").read_text().replace("**", "")
+    assert monthly in " ".join(docs.split()) and monthly in " ".join((QuotaLedger.__doc__ or "").split())

@@ -93,6 +93,24 @@ SWEEP_RATE = cdk.Duration.minutes(1)
 #: runs a little longer than the schedule's minute so the next invocation overlaps it rather than
 #: leaving a gap. Kept with quota_sweeper.handler's SWEEP_INTERVAL_SECONDS + MARGIN_SECONDS by a test.
 SWEEP_TIMEOUT = cdk.Duration.seconds(70)
+#: The sweeper's memory, the smallest Lambda takes: it sends a read and a few writes every 5 s.
+SWEEPER_MEMORY_MB = 128
+#: What an invocation runs, and is billed for: it stops once less than SWEEP_INTERVAL_SECONDS +
+#: MARGIN_SECONDS (10 s) of its 70 s remain, after its sweep at about 65 s (kept with the handler by a test).
+SWEEPER_BILLED_SECONDS = 65
+#: Lambda's us-east-1 on-demand prices (AWS Lambda pricing page, https://aws.amazon.com/lambda/pricing/,
+#: "Arm price", first 7.5 billion GB-seconds a month, and "Requests"; the page fills its tables in from a
+#: price list, which artillery's lib/platform/aws-lambda/prices.js copies: arm64 1333340 x 1e-11): USD per
+#: GB-second on Arm (handler_function's architecture) and per request. The free tier (400,000 GB-seconds and
+#: 1 million requests a month, the same page) is the account's, shared by all its functions.
+LAMBDA_ARM_GB_SECOND_USD = 0.0000133334
+LAMBDA_REQUEST_USD = 0.20 / 1_000_000
+_MINUTES_A_MONTH = 365.25 * 24 * 60 / 12
+#: What the sweeper's function costs a month at those prices, before the free tier: it runs every minute
+#: whether or not a state machine runs (about $4.76; its log group's KMS key adds KEY_MONTHLY_PRICE_USD,
+#: its GetItem every 5 s about half a million read request units). docs/quota.md states it (a test).
+SWEEPER_MONTHLY_USD = _MINUTES_A_MONTH * (
+    SWEEPER_MEMORY_MB / 1024 * SWEEPER_BILLED_SECONDS * LAMBDA_ARM_GB_SECOND_USD + LAMBDA_REQUEST_USD)
 #: The consumer name the sweeper's environment carries (quota_sweeper.handler.SWEEPER_CONSUMER): it
 #: holds nothing, so the name is never written into the item.
 SWEEPER_CONSUMER = "quota-sweeper"
@@ -122,9 +140,11 @@ class QuotaLedger(Construct):
         rule once a minute, sweeping every 5 seconds within each invocation; granted UpdateItem and
         GetItem on this quota's item only. Without it, a ledger that only state machines use keeps
         every hold until a process consumer writes the item, and stalls once the holds reach the
-        quota (warned at synth). Default: True (it costs a function running about a minute each
-        minute and a GetItem every 5 seconds; False when a process consumer of this quota is busy
-        at all times).
+        quota (warned at synth). Default: True. It runs every minute whether or not a state machine
+        runs: a 128 MB Arm function for about 65 s a minute, about $4.76 a month at us-east-1's
+        Lambda prices before the account's free tier (SWEEPER_MONTHLY_USD), plus its log group's
+        KMS key ($1 a month) and a GetItem every 5 seconds. False when a process consumer of this
+        quota is busy at all times.
 
     Attributes: `table`, `quota`, `ledger_id`, `clock_skew`, `sweeper_function` (the sweeper, once a
     state machine uses the ledger, else None). Grants: `grant_use` (UpdateItem,
@@ -241,7 +261,8 @@ class QuotaLedger(Construct):
         minute; granted exactly what a process consumer is, on this quota's item."""
         function = handler_function(
             self, "Sweeper", handler="quota_sweeper.handler.handler",
-            environment=self.consumer_variables(SWEEPER_CONSUMER, 0.0), timeout=SWEEP_TIMEOUT, memory_size=128,
+            environment=self.consumer_variables(SWEEPER_CONSUMER, 0.0), timeout=SWEEP_TIMEOUT,
+            memory_size=SWEEPER_MEMORY_MB,
         )
         self._grant(function, _USE_ACTIONS, _KEY_USE_ACTIONS)
         # retry_attempts=0: a failed sweep is not repeated, the next minute's invocation sweeps anyway
