@@ -282,3 +282,21 @@ def test_an_open_loop_run_executes_offline():
     config = replay.BenchConfig(**document["config"])
     assert (config.concurrency, config.rate_per_minute) == (None, 600)
     assert document["summary"]["requests"] == 20 and run.model_calls == 20
+
+
+def test_a_share_refuses_a_closed_loop_whose_call_seconds_send_more_than_it_sustains():
+    """The share's calls in flight are counted at its own call_seconds; a replay told its calls last 1 s
+    sends 50 x 60 / 1 = 3,000 requests a minute, four times what a share drawn at 4 s sustains, though
+    its 50 users are below the share's 51 calls in flight: refused, not run against production's quota."""
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=NOVA, tpm_quota=2_000_000)
+    profile = planning.TokenProfile(input_tokens=1_800, output_tokens=250, max_tokens=400)
+    share = quota.share("Replay", profile, call_seconds=4, fraction=0.8)
+    prompts = s3.Bucket.from_bucket_name(stack, "Prompts", "prompts-bucket")
+    common = {"model": NOVA, "prompts_bucket": prompts, "prompts_key": "p.jsonl", "requests": 10, "profile": profile,
+              "share": share, "concurrency": 50}
+    with pytest.raises(InvalidPropsError) as refused:
+        LoadReplay(stack, "Fast", call_seconds=1, **common)
+    assert refused.value.ids == ["LoadReplay.call_seconds.above-share"]
+    assert "concurrency=50 at call_seconds=1 is 3,000 requests a minute" in str(refused.value)
+    assert LoadReplay(stack, "AtTheShares", call_seconds=4, **common).reserved_tpm <= share.requests_per_minute * 2_200

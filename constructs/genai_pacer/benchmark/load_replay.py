@@ -288,7 +288,7 @@ class LoadReplay(Construct):
             share_ok = check.instance("share", share, planning.RatePlan,
                                       "the plan quota.share(...) returns", optional=True) and share is not None
             if share_ok and loop_ok:
-                self._check_share(check, cast(planning.RatePlan, share), concurrency, rate_per_minute)
+                self._check_share(check, cast(planning.RatePlan, share), concurrency, rate_per_minute, call_seconds)
             consumer = self._check_ledger(check, ledger, model, share if share_ok else None)
             targets = self._check_targets(check, api, ttft_target=ttft_target, otps_target=otps_target,
                                           e2e_target=e2e_target)
@@ -526,12 +526,21 @@ class LoadReplay(Construct):
                 "otps_target": float(otps) if isinstance(otps, int | float) and not isinstance(otps, bool) else None}
 
     @staticmethod
-    def _check_share(check: Checks, share: planning.RatePlan, concurrency: int | None, rate: float | None) -> None:
+    def _check_share(check: Checks, share: planning.RatePlan, concurrency: int | None, rate: float | None,
+                     call_seconds: float | None) -> None:
         if concurrency is not None:
-            check.rule(concurrency <= share.max_concurrency,
-                       f"concurrency={concurrency:,} is above the {share.max_concurrency:,} calls in flight the share "
-                       f"sustains ({share.requests_per_minute:,.1f} requests a minute at {share.call_seconds:g} s a call): "
-                       "lower concurrency, or draw a larger share", id="concurrency.above-share")
+            if check.rule(concurrency <= share.max_concurrency,
+                          f"concurrency={concurrency:,} is above the {share.max_concurrency:,} calls in flight the share "
+                          f"sustains ({share.requests_per_minute:,.1f} requests a minute at {share.call_seconds:g} s a call): "
+                          "lower concurrency, or draw a larger share", id="concurrency.above-share") \
+                    and isinstance(call_seconds, (int, float)) and call_seconds > 0:
+                # The share's calls in flight hold its rate only at its own call_seconds: shorter calls send more.
+                sent = concurrency * 60 / call_seconds
+                check.rule(sent <= share.requests_per_minute + 1e-9,
+                           f"concurrency={concurrency:,} at call_seconds={call_seconds:g} is {sent:,.0f} requests a minute, "
+                           f"above the {share.requests_per_minute:,.1f} the share sustains (drawn at {share.call_seconds:g} s "
+                           f"a call): lower concurrency, or draw the share with call_seconds={call_seconds:g}",
+                           id="call_seconds.above-share")
         elif rate is not None:
             check.rule(rate <= share.requests_per_minute + 1e-9,
                        f"rate_per_minute={rate:,g} is above the {share.requests_per_minute:,.1f} requests a minute the "
