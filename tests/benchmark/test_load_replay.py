@@ -300,3 +300,14 @@ def test_a_share_refuses_a_closed_loop_whose_call_seconds_send_more_than_it_sust
     assert refused.value.ids == ["LoadReplay.call_seconds.above-share"]
     assert "concurrency=50 at call_seconds=1 is 3,000 requests a minute" in str(refused.value)
     assert LoadReplay(stack, "AtTheShares", call_seconds=4, **common).reserved_tpm <= share.requests_per_minute * 2_200
+
+
+def test_max_tokens_above_the_profiles_is_refused_since_the_share_and_the_annotation_count_the_profile():
+    """Bedrock reserves input + maxTokens when a call starts; the share, reserved_tpm and the synth
+    annotation count the profile's max_tokens. max_tokens=4,000 on a profile of 400 reserved 5,800 a
+    request while the annotation said 2,200: refused by name rather than under-stated."""
+    with pytest.raises(InvalidPropsError) as refused:
+        replay_stack(max_tokens=4_000)
+    assert refused.value.ids == ["LoadReplay.max_tokens.above-profile"]
+    assert "max_tokens=4,000 is above the profile's max_tokens=400" in str(refused.value)
+    assert replay_stack(max_tokens=PROFILE.max_tokens)[1].reserved_tpm == replay_stack()[1].reserved_tpm

@@ -254,8 +254,15 @@ class LoadReplay(Construct):
             check.one_of("api", api, API_MODES)
             if latency is not None:
                 check.one_of("latency", latency, LATENCY_MODES, fix="performanceConfig.latency")
-            check.integer("max_tokens", max_tokens, minimum=1, maximum=planning.MAX_REQUEST_TOKENS, optional=True,
-                          fix="maxTokens sent with every request")
+            if (check.integer("max_tokens", max_tokens, minimum=1, maximum=planning.MAX_REQUEST_TOKENS, optional=True,
+                              fix="maxTokens sent with every request")
+                    and max_tokens is not None and profile_ok and isinstance(max_tokens, int)):
+                # Bedrock reserves input + maxTokens as a call starts; the share, reserved_tpm and the annotation
+                # count the profile's max_tokens, so a larger max_tokens would reserve more than they say.
+                check.rule(max_tokens <= profile.max_tokens,
+                           f"max_tokens={max_tokens:,} is above the profile's max_tokens={profile.max_tokens:,}, which the "
+                           "share and the reserved-tokens annotation count each request reserving: raise the profile's "
+                           "max_tokens, or lower max_tokens", id="max_tokens.above-profile")
             check.number("call_seconds", call_seconds, above=0, maximum=MAX_LAMBDA_SECONDS, optional=True,
                          fix="the average duration of one call in seconds, e.g. 6")
             for name, price in (("input_price_per_million", input_price_per_million),
