@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
@@ -26,6 +27,7 @@ from genai_pacer import (
     TaskOptions,
 )
 from genai_pacer.quota.ledger import LEADING_KEYS
+from genai_pacer.step_functions import ledger_steps
 from genai_pacer.step_functions.ledger_steps import CONDITIONAL_CHECK_FAILED, LEDGER_RETRY_ATTEMPTS
 from genai_pacer.testing import BedrockEmulator, ModelSpec, StateMachineRunner
 from genai_pacer.testing.sfn import _interpreter
@@ -499,3 +501,28 @@ def test_every_ledger_task_retries_dynamodbs_throttles():
     states = json.loads(_flat_definition(stack))["States"]["Map"]["ItemProcessor"]["States"]
     for name in ("InvokeModel reserve", "InvokeModel settle", "InvokeModel release"):
         assert [r for r in states[name]["Retry"] if set(r["ErrorEquals"]) == set(DYNAMODB_RETRY_ERRORS)], name
+
+
+def test_what_the_ledger_adds_to_the_bill_is_what_docs_quota_states():
+    """A Standard workflow pays per state transition, retries included: the states the ledger adds to
+    each call, counted offline against the same BoundedMap without it, and the Retry's ceiling are
+    what docs/quota.md prices for the user."""
+    entered = {}
+    for with_ledger in (False, True):
+        stack = new_stack()
+        if with_ledger:
+            _, _, summaries = ledger_stack(stack)
+        else:
+            summaries = BoundedMap(stack, "Summaries", max_concurrency=4, model=MODEL,
+                                   request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=MAX_TOKENS))
+        with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+            run = runner.run({"items": [{"prompt": "a"}, {"prompt": "b"}]}, state_machine=summaries.state_machine)
+        entered[with_ledger] = len(run.raise_for_status().states_entered)
+    assert (entered[True] - entered[False]) / 2 == ledger_steps.LEDGER_STATES_PER_CALL
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "quota.md").read_text().split())
+    price = ledger_steps.STATE_TRANSITION_USD
+    assert f"${price * 1_000:.3f} per 1,000 state transitions" in docs
+    assert f"each call enters {ledger_steps.LEDGER_STATES_PER_CALL} more states, about " \
+           f"${ledger_steps.LEDGER_STATES_PER_CALL * price * 1_000:.2f} per 1,000 calls" in docs
+    assert f"up to {LEDGER_RETRY_ATTEMPTS} for a call that waits the whole 10 minutes, up to " \
+           f"${LEDGER_RETRY_ATTEMPTS * price * 1_000:.2f} per 1,000 such calls" in docs

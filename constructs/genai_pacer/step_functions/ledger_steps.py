@@ -113,6 +113,14 @@ __all__ = [
 LEDGER_RETRY_INTERVAL_SECONDS = 1
 LEDGER_RETRY_MAX_DELAY_SECONDS = 8
 LEDGER_RETRY_ATTEMPTS = 150
+#: What the ledger adds to a Standard workflow's bill (docs/quota.md states both, a test counts the states
+#: offline): the states a successful call enters beyond the call itself (slot, reserve, cache writes?,
+#: charge, charge output, settle), and one state transition for each Retry of a refused reservation, up
+#: to LEDGER_RETRY_ATTEMPTS. Step Functions pricing page (https://aws.amazon.com/step-functions/pricing/,
+#: stored copy): "You are charged for the total number of state transitions across all your state
+#: machines, including retries"; US East (N. Virginia): $0.0250 per 1,000 state transitions.
+LEDGER_STATES_PER_CALL = 6
+STATE_TRANSITION_USD = 0.025 / 1_000
 #: A throttled or failing DynamoDB call of a ledger task (DYNAMODB_RETRY_ERRORS) is retried as
 #: ScheduledPrecompute's DynamoDB tasks are: 1 s doubling, 6 tries, full jitter.
 DYNAMODB_RETRY_ATTEMPTS = 6
