@@ -100,7 +100,8 @@ SWEEPER_MEMORY_MB = 128
 SWEEPER_BILLED_SECONDS = 65
 #: Lambda's us-east-1 on-demand prices (AWS Lambda pricing page, https://aws.amazon.com/lambda/pricing/,
 #: "Arm price", first 7.5 billion GB-seconds a month, and "Requests"; the page fills its tables in from a
-#: price list, which artillery's lib/platform/aws-lambda/prices.js copies: arm64 1333340 x 1e-11): USD per
+#: price list, which artillery's lib/platform/aws-lambda/prices.js copies: arm64 1333340 x 1e-11; the figure is
+#: confirmed only by that third-party copy, not by AWS's own text, so treat it as an estimate): USD per
 #: GB-second on Arm (handler_function's architecture) and per request. The free tier (400,000 GB-seconds and
 #: 1 million requests a month, the same page) is the account's, shared by all its functions.
 LAMBDA_ARM_GB_SECOND_USD = 0.0000133334
