@@ -86,6 +86,14 @@ __all__ = [
 
 #: Bedrock's quotas for the bedrock-runtime endpoint (the TPM, daily and cross-model daily quotas).
 QUOTAS_DOC = "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-runtime.html"
+#: "Quotas for the bedrock-mantle endpoint" (OpenAI Responses / Chat Completions and Anthropic
+#: Messages APIs): per model and Region, input tokens per minute (input + max_tokens, or the model's
+#: maximum when max_tokens is unset, checked at admission; cached reads do not count) and output
+#: tokens per minute (counted as the model generates); no RPM quota, and no daily quota listed. The
+#: stored copies searched were the page's translations (ja_jp, fr_fr, de_de, it_it, each saying the
+#: English page prevails); what Bedrock does once the output quota is spent was cut off in them, and
+#: the page says nothing of burndown there: sustainable_mantle_rate counts output 1:1.
+MANTLE_QUOTAS_DOC = "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-mantle.html"
 #: "How tokens are counted in Amazon Bedrock": the burndown rate converts output tokens into quota
 #: usage; the page lists the models whose rate is 5x ("1 output token consumes 5 tokens from your
 #: quotas"), every other model counting output 1:1.

@@ -104,9 +104,10 @@ INVOKE_BODY_LIMIT = 25_000_000
 _WORDS = ("the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was",
           "one", "our", "out", "day", "get", "has", "him", "his", "how", "man", "new", "now", "old",
           "see", "two", "way", "who", "boy", "did", "its", "let", "put", "say", "she", "too", "use")
-#: A model's quotas: the on-demand pool (priority, default, flex), the latency-optimized mode's own,
-#: and the Reserved tier reservation's input and output budgets.
-QUOTA_POOLS = ("standard", "optimized", "reserved-input", "reserved-output")
+#: A model's quotas: the on-demand pool (priority, default, flex; on bedrock-mantle its input tokens
+#: per minute), the latency-optimized mode's own, the Reserved tier reservation's input and output
+#: budgets, the bedrock-runtime daily token quota and the bedrock-mantle output tokens per minute.
+QUOTA_POOLS = ("standard", "optimized", "reserved-input", "reserved-output", "daily", "output")
 _PATH = re.compile(r"/model/(?P<model>.+)/(?P<op>converse|converse-stream|invoke|invoke-with-response-stream|count-tokens)")
 
 
@@ -130,13 +131,14 @@ DEFAULT_MODEL = ModelSpec("us.amazon.nova-lite-v1:0", context_window=300_000)
 @dataclass
 class _Hold:
     """What an admitted request holds until it settles: the tier and latency that serve it, and its
-    charges, each with what it settles to ("quota": input + cache writes + output x burndown, "input":
-    input + cache writes, "output": output)."""
+    charges, each with what it settles to ("quota": input + cache writes + output x burndown, "day":
+    the same on the daily token quota, "input": input + cache writes, "output": output)."""
 
     tier: str | None
     latency: str
     charges: list[tuple[Ledger, Charge, str]]
     reserved: int  # tokens reserved at the start, over all charges
+    output: Ledger | None = None  # bedrock-mantle's output tokens per minute, counted as generated
 
     @property
     def from_reservation(self) -> bool:
@@ -185,15 +187,15 @@ class BedrockEmulator:
             for name, value in (("max_body_bytes", max_body_bytes), ("max_invocations", max_invocations)):
                 if check.instance(name, value, int, "a whole number"):
                     check.number(name, value, minimum=1)
-            check.instance("quota", quota, QuotaModel, "QuotaModel(window=..., reserve_output_with_burndown=...)",
-                           optional=True)
+            quota_ok = quota is None or check.instance("quota", quota, QuotaModel, "QuotaModel(window=..., endpoint=...)")
             if clock is not None:
                 check.rule(all(callable(getattr(clock, m, None)) for m in ("now", "sleep", "wall_seconds")),
                            f"clock={clock!r} is not a clock: pass ManualClock(...) or WallClock(time_scale)", id="clock.type")
                 check.rule(time_scale == 1.0, f"time_scale={time_scale!r} and clock= were both given: time_scale "
                            "sets the default wall clock, so give one or the other", id="time_scale.with-clock")
             for i, spec in enumerate(specs):
-                check.instance(f"models[{i}]", spec, ModelSpec, "ModelSpec(model_id, ...)")
+                if check.instance(f"models[{i}]", spec, ModelSpec, "ModelSpec(model_id, ...)") and quota_ok:
+                    _check_endpoint(check, spec, quota or QuotaModel())
             ids = [str(getattr(spec, "model_id", "")) for spec in specs]
             check.rule(len(set(ids)) == len(ids), f"models has duplicate model ids {sorted({i for i in ids if ids.count(i) > 1})}; "
                        "give each ModelSpec its own id", id="models.duplicate-id")
@@ -209,6 +211,11 @@ class BedrockEmulator:
         self._slots: dict[str, ServingSlots] = {}
         for spec in self.models.values():
             self._ledgers[(spec.model_id, "standard")] = self.quota.ledger(spec.tpm_quota, spec.rpm_quota)
+            if self.quota.mantle:
+                assert spec.output_tpm_quota is not None
+                self._ledgers[(spec.model_id, "output")] = self.quota.ledger(spec.output_tpm_quota, None)
+            else:
+                self._ledgers[(spec.model_id, "daily")] = self.quota.daily_ledger(spec.daily_quota)
             if spec.latency_optimized:
                 self._ledgers[(spec.model_id, "optimized")] = self.quota.ledger(spec.latency_optimized.tpm_quota, None)
             if spec.has_reservation:
@@ -353,9 +360,11 @@ class BedrockEmulator:
     def quota_used(self, model_id: str, pool: str = "standard") -> float:
         """Tokens a quota of the model holds right now (reservations of requests in flight included).
 
-        pool (QUOTA_POOLS): "standard", the on-demand pool priority, default and flex share;
-        "optimized", the latency-optimized mode's; "reserved-input" and "reserved-output", the
-        Reserved tier reservation's budgets.
+        pool (QUOTA_POOLS): "standard", the on-demand pool priority, default and flex share (on
+        bedrock-mantle, its input tokens per minute); "optimized", the latency-optimized mode's;
+        "reserved-input" and "reserved-output", the Reserved tier reservation's budgets; "daily",
+        the bedrock-runtime daily token quota's day so far; "output", bedrock-mantle's output tokens
+        generated in the window.
         """
         key = (model_id, pool)
         if key not in self._ledgers:
@@ -363,7 +372,9 @@ class BedrockEmulator:
                 check.one_of("pool", pool, QUOTA_POOLS)
                 check.rule(model_id in self.models, f"model_id={model_id!r} is not a model this emulator serves "
                            f"({', '.join(self.models)})", id="model_id.not-served-quota")
-                check.fail(f"{model_id} has no {pool!r} quota (no latency-optimized mode or reservation in its ModelSpec)", id="pool.no-such-quota")
+                check.fail(f"{model_id} has no {pool!r} quota (no latency-optimized mode or reservation in its ModelSpec; "
+                           f"'daily' is a bedrock-runtime quota and 'output' a bedrock-mantle one, and this emulator "
+                           f"charges {self.quota.endpoint}'s)", id="pool.no-such-quota")
         with self._lock:
             return self._ledgers[key].used(self.model_seconds())
 
@@ -432,16 +443,36 @@ class BedrockEmulator:
                 if held is not None:
                     return _Hold("reserved", "standard", held, charged_input + req.max_tokens)
             tier = DEFAULT_TIER if req.service_tier == "reserved" else req.service_tier  # the overflow is served at default
+            if self.quota.mantle:
+                return self._admit_mantle(tier, model_id, charged_input + req.max_tokens, now)
             tokens = self.quota.reservation(prompt_tokens, req.max_tokens, spec.burndown)
+            daily = self._ledgers[(model_id, "daily")]
             if req.latency == "optimized" and (model_id, "optimized") in self._ledgers:
-                held = self._reserve_all(now, [((model_id, "optimized"), tokens, "quota")])
+                held = self._reserve_all(now, [((model_id, "optimized"), tokens, "quota"), ((model_id, "daily"), tokens, "day")])
                 if held is not None:
                     return _Hold(tier, "optimized", held, tokens)
             ledger = self._ledgers[(model_id, "standard")]
             charge = ledger.reserve(tokens, now)
-        if isinstance(charge, str):
+            day = daily.reserve(tokens, now) if not isinstance(charge, str) else charge
+            if isinstance(day, str) and not isinstance(charge, str):
+                ledger.settle(charge, 0, now)  # the minute had room but the day did not: release it
+                charge = DAILY_THROTTLE
+        if isinstance(charge, str) or isinstance(day, str):
             raise EmulatorError("ThrottlingException", f"Too many {charge}, please wait before trying again.")
-        return _Hold(tier, "standard", [(ledger, charge, "quota")], tokens)
+        return _Hold(tier, "standard", [(ledger, charge, "quota"), (daily, day, "day")], tokens)
+
+    def _admit_mantle(self, tier: str | None, model_id: str, tokens: int, now: float) -> _Hold:
+        """bedrock-mantle: input + cache writes + max_tokens against the input tokens per minute, and
+        no new call while the output tokens per minute are spent (quota.MANTLE_QUOTAS_DOC); call
+        with the lock held."""
+        output = self._ledgers[(model_id, "output")]
+        if output.full(now):
+            raise EmulatorError("ThrottlingException", f"Too many {MANTLE_OUTPUT_THROTTLE}, please wait before trying again.")
+        ledger = self._ledgers[(model_id, "standard")]
+        charge = ledger.reserve(tokens, now)
+        if isinstance(charge, str):
+            raise EmulatorError("ThrottlingException", f"Too many {MANTLE_INPUT_THROTTLE}, please wait before trying again.")
+        return _Hold(tier, "standard", [(ledger, charge, "input")], tokens, output=output)
 
     def _reserve_all(self, now: float, asks: list[tuple[tuple[str, str], int, str]]) -> list[tuple[Ledger, Charge, str]] | None:
         """Reserve on every ledger or on none (a partial hold is released); call with the lock held."""
@@ -537,7 +568,8 @@ class BedrockEmulator:
         input_tokens = max(approx_tokens(req.prompt) - cache_read - cache_write, 0)
         record.input_tokens, record.cache_read_tokens, record.cache_write_tokens = input_tokens, cache_read, cache_write
         prompt_tokens = input_tokens + cache_write + cache_read
-        record.reserved = self.quota.reservation(prompt_tokens, req.max_tokens, spec.burndown)  # what a throttle refused
+        record.reserved = (input_tokens + cache_write + req.max_tokens if self.quota.mantle  # what a throttle refused
+                           else self.quota.reservation(prompt_tokens, req.max_tokens, spec.burndown))
         hold = self._admit(req, prompt_tokens, input_tokens + cache_write)
         record.reserved, record.served_latency, record.served_tier = hold.reserved, hold.latency, hold.tier
         wanted = req.answer_hint or (
@@ -555,6 +587,15 @@ class BedrockEmulator:
         settled = False
         slots = None if hold.from_reservation else self._slots.get(spec.model_id)
         holding: ServingSlots | None = None  # the slots a serving slot was taken from
+        metered = 0  # output tokens counted on bedrock-mantle's output quota so far
+
+        def meter(generated: int) -> None:
+            """Count output tokens on the output quota as they are generated (bedrock-mantle only)."""
+            nonlocal metered
+            if hold.output is not None and generated > metered:
+                with self._lock:
+                    hold.output.count(generated - metered, self.model_seconds())
+                metered = generated
 
         def settle(nothing: bool = False) -> None:
             """Free the serving slot and charge what was generated, once: before the last byte goes
@@ -564,10 +605,13 @@ class BedrockEmulator:
                 settled = True
                 if holding is not None:
                     holding.release()  # before the record completes, so a completed call holds no slot
-                owed = {"quota": input_tokens + cache_write + record.output_tokens * spec.burndown,
-                        "input": input_tokens + cache_write, "output": record.output_tokens}
+                if not nothing:
+                    meter(record.output_tokens)
+                quota = input_tokens + cache_write + record.output_tokens * spec.burndown
+                owed = {"quota": quota, "day": quota, "input": input_tokens + cache_write, "output": record.output_tokens}
                 amounts = [(ledger, charge, 0 if nothing else owed[kind]) for ledger, charge, kind in hold.charges]
-                record.settled = sum(amount for _, _, amount in amounts)
+                record.settled = sum(amount for (_, _, amount), (_, _, kind) in zip(amounts, hold.charges, strict=True)
+                                     if kind != "day")  # the day's charge repeats the minute's
                 with self._lock:
                     for ledger, charge, amount in amounts:
                         ledger.settle(charge, amount, self.model_seconds())
@@ -586,7 +630,7 @@ class BedrockEmulator:
             record.queued_ms = round(waited * 1000)
         try:
             if req.streaming:
-                self._stream(req, out, words, ttft, otps, cut, record, fault, settle, waited)
+                self._stream(req, out, words, ttft, otps, cut, record, fault, settle, waited, meter)
             else:
                 self._sleep(ttft + output_tokens / otps)
                 record.output_tokens, record.outcome = output_tokens, "ok"
@@ -603,7 +647,8 @@ class BedrockEmulator:
             settle()
 
     def _stream(self, req: v.Request, out: Response, words: list[str], ttft: float, otps: float, cut: bool,
-                record: Invocation, fault: _Fault | None, settle: Callable[[], None], waited: float) -> None:
+                record: Invocation, fault: _Fault | None, settle: Callable[[], None], waited: float,
+                meter: Callable[[int], None]) -> None:
         """Send the answer as event-stream frames paced at the decode rate (record.output_tokens
         counts what was sent; the reported times include `waited`, the wait for a serving slot)."""
         dialect = responses.stream_for(req)
@@ -619,6 +664,7 @@ class BedrockEmulator:
             due = min(limit, 1 + int((self.model_seconds() - begin - ttft) * otps))
             if due > sent:
                 record.output_tokens = due
+                meter(due)
                 out.chunk(dialect.delta("".join(words[sent:due]), record))
                 sent = due
             if sent < limit:
@@ -635,6 +681,29 @@ class BedrockEmulator:
 
 
 _PATH_SEGMENT = {name: segment for segment, name in v.OPERATIONS.items()}
+#: What the emulator's throttle messages say ran out. Bedrock's own wording for these quotas is not
+#: documented; the emulator's error is ThrottlingException (429) with "Too many <this>, ...".
+DAILY_THROTTLE = "tokens per day"
+MANTLE_INPUT_THROTTLE = "input tokens"
+MANTLE_OUTPUT_THROTTLE = "output tokens"
+
+
+def _check_endpoint(check: Checks, spec: ModelSpec, quota: QuotaModel) -> None:
+    """Refuse a ModelSpec whose quotas the emulator's quota model would not charge."""
+    where = f"ModelSpec {spec.model_id!r}"
+    if quota.mantle:
+        check.rule(spec.output_tpm_quota is not None, f"{where} has no output_tpm_quota: QuotaModel(endpoint="
+                   "'bedrock-mantle') charges separate input (tpm_quota) and output tokens per minute; give "
+                   "output_tpm_quota", id="output_tpm_quota.missing-mantle")
+        check.rule(spec.rpm_quota is None, f"{where} has rpm_quota={spec.rpm_quota!r}, but the bedrock-mantle endpoint "
+                   "applies no requests-per-minute quota; drop it", id="rpm_quota.mantle")
+        check.rule(spec.daily_token_quota is None, f"{where} has daily_token_quota={spec.daily_token_quota!r}, a "
+                   "bedrock-runtime quota; bedrock-mantle has input and output tokens per minute only; drop it",
+                   id="daily_token_quota.mantle")
+    else:
+        check.rule(spec.output_tpm_quota is None, f"{where} has output_tpm_quota={spec.output_tpm_quota!r}, a "
+                   "bedrock-mantle quota, but the emulator charges bedrock-runtime's combined tokens per minute: "
+                   "pass quota=QuotaModel(endpoint='bedrock-mantle') or drop it", id="output_tpm_quota.runtime")
 
 
 def _jitter(rng: random.Random, sigma: float) -> float:

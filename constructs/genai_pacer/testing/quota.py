@@ -14,6 +14,26 @@ completion the charge settles to input + cache writes + output x burndown. What 
   reserves max_tokens x burndown, the reading some public sources give.
 
 An RPM quota, when set, counts requests the same way (a request bucket for "token-bucket").
+
+Which of Bedrock's two quota models a model is charged under is `endpoint`:
+
+- "bedrock-runtime" (default; planning.QUOTAS_DOC): one combined tokens-per-minute quota per model,
+  charged as above, plus the per-model daily token quota ("Model invocation max tokens per day",
+  ModelSpec.daily_token_quota, by default the TPM quota x 1,440). The day is charged the same two
+  steps as the minute (reserve, then settle with burndown: the page does not say whether the daily
+  quota applies the burndown; counting it can only throttle early, never late, and
+  `planning.DailyLoad` counts it the same way). When the day resets is not documented either: the
+  emulator's days are whole days of model time since it started (DAY_SECONDS), like the
+  "clock-minute" window.
+- "bedrock-mantle" (planning.MANTLE_QUOTAS_DOC): two per-model quotas and no RPM. Input tokens per minute
+  (ModelSpec.tpm_quota): input + cache writes + max_tokens is checked against it at admission
+  (cache reads do not count) and settles to input + cache writes at completion (the page says the
+  sum is checked; that the max_tokens part is held until the call completes is this emulator's
+  reading). Output tokens per minute (ModelSpec.output_tpm_quota): output tokens are counted as
+  the model generates them (a streamed call as each chunk goes out, a whole answer when it is
+  sent). What Bedrock does once the output quota is spent was cut off in the stored copy of the
+  page: the emulator throttles new calls while the output window is full and never cuts off a call
+  in flight. No burndown applies (there is no combined quota) and there is no daily quota.
 """
 
 from __future__ import annotations
@@ -24,11 +44,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .._internal.checks import Checks
+from ..quota.planning import MANTLE_QUOTAS_DOC
 
-__all__ = ["QUOTA_WINDOWS", "QuotaModel"]
+__all__ = ["QUOTA_ENDPOINTS", "QUOTA_WINDOWS", "QuotaModel"]
 
 WINDOW_SECONDS = 60.0
+#: One day of model time: the daily token quota's window (its reset time is not documented).
+DAY_SECONDS = 86_400.0
 QUOTA_WINDOWS = ("sliding", "clock-minute", "token-bucket")
+QUOTA_ENDPOINTS = ("bedrock-runtime", "bedrock-mantle")
 
 
 @dataclass(frozen=True)
@@ -37,11 +61,22 @@ class QuotaModel:
 
     window: str = "sliding"
     reserve_output_with_burndown: bool = False
+    endpoint: str = "bedrock-runtime"
 
     def __post_init__(self) -> None:
         with Checks("QuotaModel") as check:
             check.one_of("window", self.window, QUOTA_WINDOWS)
             check.instance("reserve_output_with_burndown", self.reserve_output_with_burndown, bool, "True or False")
+            check.one_of("endpoint", self.endpoint, QUOTA_ENDPOINTS)
+            check.rule(not (self.mantle and self.reserve_output_with_burndown),
+                       "reserve_output_with_burndown=True has no meaning for endpoint='bedrock-mantle': its input "
+                       "quota holds max_tokens without burndown and its output quota counts tokens generated "
+                       f"({MANTLE_QUOTAS_DOC}); drop it", id="reserve_output_with_burndown.mantle")
+
+    @property
+    def mantle(self) -> bool:
+        """Whether models are charged the bedrock-mantle way (input and output tokens per minute)."""
+        return self.endpoint == "bedrock-mantle"
 
     def reservation(self, prompt_tokens: int, max_tokens: int, burndown: float) -> int:
         """Tokens reserved at the start: prompt (input, cache writes and reads) + max_tokens [x burndown]."""
@@ -52,6 +87,10 @@ class QuotaModel:
         if self.window == "token-bucket":
             return _TokenBucket(tpm, rpm)
         return _Window(tpm, rpm, clock_minute=self.window == "clock-minute")
+
+    def daily_ledger(self, tokens_per_day: int) -> Ledger:
+        """The daily token quota: charges count toward the day (of model time) their request started in."""
+        return _Window(tokens_per_day, None, clock_minute=True, seconds=DAY_SECONDS)
 
 
 class Charge:
@@ -76,19 +115,27 @@ class Ledger(Protocol):
         """Tokens held right now (reservations in flight included)."""
         ...
 
+    def count(self, tokens: int, now: float) -> None:
+        """Charge tokens already spent, without a check (bedrock-mantle's output, as it is generated)."""
+        ...
+
+    def full(self, now: float) -> bool:
+        """Whether the quota holds nothing more right now."""
+        ...
+
 
 class _Window:
     """Charges keyed by request start, forgotten when their window passes (sliding or clock minute)."""
 
-    def __init__(self, tpm: int, rpm: int | None, *, clock_minute: bool):
-        self.tpm, self.rpm, self.clock_minute = tpm, rpm, clock_minute
+    def __init__(self, tpm: int, rpm: int | None, *, clock_minute: bool, seconds: float = WINDOW_SECONDS):
+        self.tpm, self.rpm, self.clock_minute, self.seconds = tpm, rpm, clock_minute, seconds
         self.charges: deque[Charge] = deque()  # in start order, so expiry is from the left
         self.total = 0.0
 
     def _expired(self, charge: Charge, now: float) -> bool:
-        if self.clock_minute:  # it started before the current minute
-            return charge.started < math.floor(now / WINDOW_SECONDS) * WINDOW_SECONDS
-        return charge.started <= now - WINDOW_SECONDS  # it started a full window ago
+        if self.clock_minute:  # it started before the current minute (or day)
+            return charge.started < math.floor(now / self.seconds) * self.seconds
+        return charge.started <= now - self.seconds  # it started a full window ago
 
     def _expire(self, now: float) -> None:
         while self.charges and self._expired(self.charges[0], now):
@@ -115,6 +162,14 @@ class _Window:
     def used(self, now: float) -> float:
         self._expire(now)
         return self.total
+
+    def count(self, tokens: int, now: float) -> None:
+        self._expire(now)
+        self.charges.append(Charge(now, float(tokens)))
+        self.total += tokens
+
+    def full(self, now: float) -> bool:
+        return self.used(now) >= self.tpm
 
 
 class _TokenBucket:
@@ -149,3 +204,11 @@ class _TokenBucket:
     def used(self, now: float) -> float:
         self._refill(now)
         return self.tpm - self.tokens
+
+    def count(self, tokens: int, now: float) -> None:
+        self._refill(now)
+        self.tokens -= tokens
+
+    def full(self, now: float) -> bool:
+        self._refill(now)
+        return self.tokens <= 0

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._internal.checks import Checks
+from ..quota.planning import MINUTES_PER_DAY
 
 __all__ = [
     "ANSWER_TOKENS_KEY",
@@ -155,6 +156,12 @@ class ModelSpec:
     bedrock-runtime quotas are token-based (genai_pacer.planning.RPM_RULE), so leave it unset to
     emulate today's Bedrock.
 
+    daily_token_quota is the model's "Model invocation max tokens per day" on bedrock-runtime
+    (default None: tpm_quota x 1,440, the AWS default, `daily_quota`); the emulator refuses calls
+    beyond it on its own clock (QuotaModel). output_tpm_quota is the model's bedrock-mantle output
+    tokens per minute: with QuotaModel(endpoint="bedrock-mantle") tpm_quota is the input tokens per
+    minute and output_tpm_quota is required; with the default bedrock-runtime model it is refused.
+
     Service tiers (botocore's ServiceTierType: priority, default, flex, reserved), as the Bedrock
     user guide's service tiers page describes them
     (https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html):
@@ -209,12 +216,18 @@ class ModelSpec:
     reserved_output_tpm: int | None = None
     serving_slots: int | None = None
     max_queue_seconds: float = 60.0
+    daily_token_quota: int | None = None
+    output_tpm_quota: int | None = None
 
     def __post_init__(self) -> None:
         with Checks(f"ModelSpec {self.model_id!r}") as check:
             check.text("model_id", self.model_id, fix="the id clients send, e.g. 'us.amazon.nova-lite-v1:0'")
             _count(check, "tpm_quota", self.tpm_quota)
             _count(check, "rpm_quota", self.rpm_quota, optional=True, fix="or None (no RPM quota)")
+            _count(check, "daily_token_quota", self.daily_token_quota, optional=True,
+                   fix="or None for tpm_quota x 1,440 (the AWS default)")
+            _count(check, "output_tpm_quota", self.output_tpm_quota, optional=True,
+                   fix="the bedrock-mantle output tokens per minute, or None on bedrock-runtime")
             check.number("burndown", self.burndown, minimum=1, fix="quota tokens per output token: 1, or 5 for older Claude models")
             _count(check, "max_output_tokens", self.max_output_tokens)
             _count(check, "context_window", self.context_window, fix="the model's published context window in tokens")
@@ -262,6 +275,11 @@ class ModelSpec:
         _count(check, "serving_slots", self.serving_slots, optional=True,
                fix="or None (every admitted call is served at once)")
         _seconds(check, "max_queue_seconds", self.max_queue_seconds)
+
+    @property
+    def daily_quota(self) -> int:
+        """The bedrock-runtime daily token quota: daily_token_quota, or tpm_quota x 1,440 (the AWS default)."""
+        return self.daily_token_quota if self.daily_token_quota is not None else self.tpm_quota * MINUTES_PER_DAY
 
     @property
     def has_reservation(self) -> bool:
