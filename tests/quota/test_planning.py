@@ -517,6 +517,10 @@ PARAMETERS: list[tuple[str, str, dict[str, Any], set[str]]] = [
     ("sustainable_rate", "tpm_quota", NUMBERS, set()),  # 1.5 TPM cannot hold one call (holds_one_call)
     ("sustainable_rate", "call_seconds", NUMBERS, {"1.5"}),
     ("sustainable_rate", "rpm_quota", NUMBERS, {"None", "1.5"}),
+    ("sustainable_mantle_rate", "profile", OBJECTS, set()),
+    ("sustainable_mantle_rate", "input_tpm_quota", NUMBERS, set()),  # 1.5 cannot admit one call
+    ("sustainable_mantle_rate", "output_tpm_quota", NUMBERS, set()),  # 1.5 cannot sustain one call at a time
+    ("sustainable_mantle_rate", "call_seconds", NUMBERS, {"1.5"}),
     ("one_call_tpm", "profile", OBJECTS, set()),
     ("one_call_tpm", "call_seconds", NUMBERS, {"1.5"}),
     ("max_concurrency", "requests_per_minute", NUMBERS, {"1.5"}),
@@ -565,6 +569,8 @@ def valid_arguments(module: Any, target: str) -> dict[str, Any]:
                               reserved_output_tpm=10_000, call_seconds=6),
         "size_max_tokens": dict(p99_output_tokens=900, current_max_tokens=16_000),
         "sustainable_rate": dict(profile=profile, tpm_quota=1_000_000, call_seconds=6),
+        "sustainable_mantle_rate": dict(profile=profile, input_tpm_quota=1_000_000, output_tpm_quota=100_000,
+                                        call_seconds=6),
         "one_call_tpm": dict(profile=profile, call_seconds=6),
         "max_concurrency": dict(requests_per_minute=400, call_seconds=6),
         "as_max_concurrency": dict(value=8),
@@ -714,6 +720,47 @@ def test_sustainable_rate_spends_exactly_the_quota(profile, tpm, seconds):
     )
     assert window.required_tpm == pytest.approx(tpm, rel=1e-9)
     assert rate.max_concurrency >= 1
+
+
+def test_mantle_rate_is_bound_by_whichever_of_its_input_and_output_quotas_runs_out_first():
+    # A 5x model on bedrock-runtime: 2,500 in, 300 out, max_tokens 440, 6 s calls. On bedrock-mantle the
+    # input quota charges 2,500 + 440 x 6/60 = 2,544 a call and the output quota 300 (no burndown).
+    by_input = planning.sustainable_mantle_rate(PROFILE_5X, input_tpm_quota=1_000_000, output_tpm_quota=1_000_000,
+                                                call_seconds=6)
+    assert by_input.requests_per_minute == pytest.approx(1_000_000 / 2_544)
+    assert (by_input.limited_by, by_input.max_concurrency) == ("input-tpm", 39)  # 393 a minute x 6 s
+    by_output = planning.sustainable_mantle_rate(PROFILE_5X, input_tpm_quota=1_000_000, output_tpm_quota=60_000,
+                                                 call_seconds=6)
+    assert (by_output.requests_per_minute, by_output.limited_by, by_output.max_concurrency) == (200, "output-tpm", 20)
+    assert "output tokens-per-minute" in by_output.binding
+    # The same profile on bedrock-runtime's combined quota settles input + 300 x 5 = 4,000 a call.
+    combined = planning.sustainable_rate(PROFILE_5X, tpm_quota=1_000_000, call_seconds=6)
+    assert combined.requests_per_minute < by_input.requests_per_minute
+
+
+def test_mantle_rate_refuses_quotas_that_cannot_hold_one_call():
+    with pytest.raises(InvalidPropsError, match=r"input_tpm_quota=2000 cannot admit one call: .* = 2,940"):
+        planning.sustainable_mantle_rate(PROFILE_5X, input_tpm_quota=2_000, output_tpm_quota=100_000, call_seconds=6)
+    with pytest.raises(InvalidPropsError, match=r"output_tpm_quota=1000 cannot sustain one call at a time"):
+        planning.sustainable_mantle_rate(PROFILE_5X, input_tpm_quota=100_000, output_tpm_quota=1_000, call_seconds=6)
+
+
+@given(profiles(), st.floats(min_value=10_000, max_value=10_000_000), st.floats(min_value=1_000, max_value=10_000_000),
+       st.floats(min_value=0.1, max_value=120))
+def test_mantle_rate_spends_at_most_each_quota_and_exactly_the_binding_one(profile, input_tpm, output_tpm, seconds):
+    try:
+        plan = planning.sustainable_mantle_rate(profile, input_tpm_quota=input_tpm, output_tpm_quota=output_tpm,
+                                                call_seconds=seconds)
+    except InvalidPropsError as error:
+        assert "cannot" in str(error)
+        return
+    rate = plan.requests_per_minute
+    held = min(seconds / 60, 1) * profile.max_tokens
+    input_used = rate * (profile.input_tokens + profile.cache_write_tokens + held)
+    output_used = rate * profile.output_tokens
+    assert input_used <= input_tpm * (1 + 1e-9) and output_used <= output_tpm * (1 + 1e-9)
+    spent = input_used / input_tpm if plan.limited_by == "input-tpm" else output_used / output_tpm
+    assert spent == pytest.approx(1, rel=1e-9)
 
 
 @given(

@@ -72,6 +72,7 @@ __all__ = [
     "plan_tpm",
     "size_max_tokens",
     "sustainable_rate",
+    "sustainable_mantle_rate",
     "one_call_tpm",
     "max_concurrency",
     "as_max_concurrency",
@@ -147,6 +148,9 @@ _CALL_FIX = (
     f"the average duration of one model call in seconds, {MIN_CALL_SECONDS:g}..{MAX_CALL_SECONDS:,.0f} "
     "(a larger value is usually milliseconds passed as seconds)"
 )
+#: What can bind a RatePlan's rate: bedrock-runtime's TPM (or a legacy RPM figure), or one of
+#: bedrock-mantle's two quotas.
+RATE_LIMITS = ("tpm", "rpm", "input-tpm", "output-tpm")
 _RATE_FIX = f"requests per minute, more than 0 and at most {MAX_RATE:.0e}"
 _ROUNDING = {  # how to make a whole count of each unit, and which way to round
     "tokens": "round a mean with round(x) or a percentile up with math.ceil(x)",
@@ -463,7 +467,9 @@ class RatePlan:
 
     limited_by: "tpm" when the tokens-per-minute quota binds; "rpm" only when a legacy rpm_quota was
     passed and is lower than the rate the TPM quota sustains: Bedrock does not enforce that figure on
-    bedrock-runtime (RPM_RULE), only tooling that tracks it does. `binding` says so in words.
+    bedrock-runtime (RPM_RULE), only tooling that tracks it does. On bedrock-mantle
+    (sustainable_mantle_rate), "input-tpm" or "output-tpm": which of its two quotas binds.
+    `binding` says so in words.
     """
 
     requests_per_minute: float
@@ -483,7 +489,7 @@ class RatePlan:
                 maximum=MAX_RATE,
                 fix=_RATE_FIX,
             )
-            check.one_of("limited_by", self.limited_by, ("tpm", "rpm"), fix="the quota that binds the rate")
+            check.one_of("limited_by", self.limited_by, RATE_LIMITS, fix="the quota that binds the rate")
             _count(
                 check,
                 "max_concurrency",
@@ -501,6 +507,10 @@ class RatePlan:
         if self.limited_by == "rpm":
             return (f"the legacy rpm_quota of {self.requests_per_minute:,.6g} requests per minute, lower than the TPM "
                     f"quota sustains; {RPM_RULE}")
+        if self.limited_by == "input-tpm":
+            return "the bedrock-mantle input tokens-per-minute quota, max_tokens held while a call runs"
+        if self.limited_by == "output-tpm":
+            return "the bedrock-mantle output tokens-per-minute quota"
         return "the tokens-per-minute quota, reservations included"
 
 
@@ -550,6 +560,64 @@ def sustainable_rate(
     if rpm_quota is not None and rpm_quota < rate:
         rate, limited_by = rpm_quota, "rpm"
     return RatePlan(rate, limited_by, _cap(rate, call_seconds), call_seconds)
+
+
+def sustainable_mantle_rate(
+    profile: TokenProfile,
+    *,
+    input_tpm_quota: float,
+    output_tpm_quota: float,
+    call_seconds: float,
+) -> RatePlan:
+    """The steady request rate bedrock-mantle's two quotas sustain (MANTLE_QUOTAS_DOC).
+
+    Input tokens per minute: a call is admitted against input + cache writes + max_tokens (cache
+    reads do not count) and, as on bedrock-runtime, this assumes the max_tokens part is held while the
+    call runs and returned when it completes, so one call charges the window
+    input + cache writes + min(call_seconds/60, 1) x max_tokens and
+    r_in = input_tpm_quota / that. Output tokens per minute: output tokens are counted as generated,
+    without burndown (the page names none; profile.burndown is not used here),
+    r_out = output_tpm_quota / output_tokens. The rate is the smaller; limited_by names the quota
+    that binds ("input-tpm" or "output-tpm"). There is no RPM quota on bedrock-mantle.
+
+    Refused: a call whose input + cache writes + max_tokens exceeds input_tpm_quota (never admitted,
+    however idle the quota), and quotas below what one call at a time draws (no concurrency cap is
+    lower than one call).
+    """
+    with Checks("sustainable_mantle_rate") as check:
+        profile_ok = _profile(check, profile)
+        quotas_ok = all([_number(check, name, value, minimum=1, maximum=MAX_TPM_QUOTA,
+                                 fix=f"the model's Bedrock Mantle {kind} tokens per minute (Service Quotas), "
+                                 f"1..{MAX_TPM_QUOTA:.0e}")
+                         for name, value, kind in (("input_tpm_quota", input_tpm_quota, "input"),
+                                                   ("output_tpm_quota", output_tpm_quota, "output"))])
+        seconds_ok = _call_seconds(check, "call_seconds", call_seconds)
+        if profile_ok and quotas_ok and seconds_ok:
+            admitted = profile.input_tokens + profile.cache_write_tokens + profile.max_tokens
+            per_call_in = _mantle_input(profile, call_seconds)
+            admits = check.rule(admitted <= input_tpm_quota,
+                       f"input_tpm_quota={_short(input_tpm_quota)} cannot admit one call: bedrock-mantle checks "
+                       f"input + cache writes + max_tokens = {admitted:,} against it ({MANTLE_QUOTAS_DOC}); lower "
+                       "max_tokens or raise the quota", id="input_tpm_quota.below-one-call")
+            one_at_a_time = 60 / call_seconds
+            check.rule(not admits or one_at_a_time * per_call_in <= input_tpm_quota,
+                       f"input_tpm_quota={_short(input_tpm_quota)} cannot sustain one call at a time: one after "
+                       f"another ({one_at_a_time:,.4g} a minute) draw {one_at_a_time * per_call_in:,.0f} input "
+                       "tokens a minute; raise the quota or lower max_tokens", id="input_tpm_quota.below-one-at-a-time")
+            check.rule(one_at_a_time * profile.output_tokens <= output_tpm_quota,
+                       f"output_tpm_quota={_short(output_tpm_quota)} cannot sustain one call at a time: one after "
+                       f"another ({one_at_a_time:,.4g} a minute) generate {one_at_a_time * profile.output_tokens:,.0f} "
+                       "output tokens a minute; raise the quota", id="output_tpm_quota.below-one-at-a-time")
+    # Bounded as sustainable_rate is: per_call_in >= max_tokens x 1 ms / 60 s > 0.
+    rate, limited_by = input_tpm_quota / _mantle_input(profile, call_seconds), "input-tpm"
+    if profile.output_tokens and output_tpm_quota / profile.output_tokens < rate:
+        rate, limited_by = output_tpm_quota / profile.output_tokens, "output-tpm"
+    return RatePlan(rate, limited_by, _cap(rate, call_seconds), call_seconds)
+
+
+def _mantle_input(profile: TokenProfile, call_seconds: float) -> float:
+    """Input tokens one call charges bedrock-mantle's one-minute input window (cache reads are free)."""
+    return profile.input_tokens + profile.cache_write_tokens + min(call_seconds / 60, 1) * profile.max_tokens
 
 
 def _per_request(profile: TokenProfile, call_seconds: float) -> float:
