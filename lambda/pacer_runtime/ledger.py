@@ -18,6 +18,9 @@ The item (table key "pk" = "quota#<ledger id>", one item per model quota, accoun
     wanted, wanted_by         S  the time of the latest want write and whose it is: a borrower's
                                  condition pins them, so a want written after the borrower's view
                                  fails the borrow, which is retried on the fresh item
+    d#<UTC day>               N  the day's tokens ("YYYY-MM-DD"): every charge of the calls that
+                                 started that day, settled or still held, every consumer together
+                                 (see "The daily token quota")
     expires_at                N  epoch seconds: DynamoDB's TTL attribute (see "Expiry")
 
 Invariant: held = sum of every s# attribute, and h#c = sum of c's. Every write keeps it, because
@@ -116,6 +119,18 @@ Clock skew
     and EC2 keep their clocks within a millisecond of UTC (Amazon Time Sync Service); a process more
     than seconds off has a broken clock.
 
+The daily token quota
+    bedrock-runtime also has a per-model daily token quota, "Model invocation max tokens per day",
+    by default the TPM quota x 1,440 (DAILY_QUOTA_DOC). Each reservation adds r to d#<its slot's
+    UTC day> in the same write, IF d# <= daily_tokens - r, and each settlement or release adds the
+    same delta to it as to the slot: no write more per call. A reservation the day cannot hold is
+    refused ("the day's tokens are spent"), with retry_in at the next UTC midnight. When Bedrock's
+    day resets is not documented: UTC days are this ledger's reading. A settlement arriving after its
+    slot left the window is not counted (the day keeps the reservation, the larger figure as a rule).
+    A reservation removes the d# attributes of days before yesterday (unpinned: nothing adds to them
+    any more). Step Functions consumers do not add to d# yet: their charges count in the window,
+    not in the day.
+
 Step Functions (genai_pacer.step_functions.ledger_steps)
     A JSONPath DynamoDB task takes part without a Lambda: a slot name from the context object's
     EnteredTime (whole seconds via States.StringSplit), reserve and settle as UpdateItem ADD with the
@@ -171,6 +186,14 @@ CONSUMER_PREFIX = "h#"
 SLOT_PREFIX = "s#"
 WANT_PREFIX = "w#"
 WANTED, WANTED_BY = "wanted", "wanted_by"
+DAY_PREFIX = "d#"
+DAY_FORMAT = "%Y-%m-%d"
+SECONDS_PER_DAY = 86_400
+#: "Model invocation max tokens per day for ${model}": "By default, this value is the per-minute
+#: quota multiplied by 24 x 60. New AWS accounts might receive reduced quotas." (Quotas for the
+#: bedrock-runtime endpoint.)
+DAILY_QUOTA_DOC = "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-runtime.html"
+MINUTES_PER_DAY = 24 * 60
 #: Slots are whole UTC seconds: the finest start time a JSONPath state can name (see the docstring).
 SLOT_SECONDS = 1.0
 SLOT_FORMAT = "%Y-%m-%dT%H:%M:%S"
@@ -253,6 +276,7 @@ class LedgerView:
     consumers: dict[str, float] = field(default_factory=dict)
     slots: dict[str, tuple[float, str, float]] = field(default_factory=dict)  # name -> (start, consumer, tokens)
     wants: dict[str, tuple[str, float]] = field(default_factory=dict)  # consumer -> (ISO time, tokens it waits for)
+    days: dict[str, float] = field(default_factory=dict)  # UTC day "YYYY-MM-DD" -> tokens that day
     raw: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
@@ -276,6 +300,12 @@ class LedgerView:
                     view.problems.append(f"{name} is not a want ('<time> <tokens>'): {_shown(value)}")
                 continue
             number = _number(value)
+            if name.startswith(DAY_PREFIX):
+                if number is None or not _is_day(name[len(DAY_PREFIX):]):
+                    view.problems.append(f"{name} is not a day's tokens (d#YYYY-MM-DD, a number): {_shown(value)}")
+                else:
+                    view.days[name[len(DAY_PREFIX):]] = number
+                continue
             if name == HELD:
                 if number is None:
                     view.problems.append(f"held is not a finite number: {_shown(value)}")
@@ -315,6 +345,9 @@ class SharedLedger:
     quota_tpm: Q, the allocatable quota every consumer shares. floor_tpm: the consumer's guaranteed
         floor (its share). Default: 0 (it only borrows). burst_tpm: the most the consumer may hold
         at once, borrowing included. Default: quota_tpm.
+    daily_tokens: the model's daily token quota the consumers share ("Model invocation max tokens
+        per day"). Default: None, quota_tpm x 1,440 (the AWS default is the TPM quota x 1,440; Q is
+        the allocatable part of it, so the default stays inside it).
     skew_seconds: the clock skew between consumers it tolerates (slots are kept that much longer
         than the window). Default: 1.0. want_seconds: how long a floor owner's waiting call stops
         others from borrowing. Default: 5.0. window_seconds: the quota window. Default: 60.
@@ -338,6 +371,7 @@ class SharedLedger:
         quota_tpm: float,
         floor_tpm: float = 0.0,
         burst_tpm: float | None = None,
+        daily_tokens: float | None = None,
         skew_seconds: float = 1.0,
         want_seconds: float = 5.0,
         window_seconds: float = WINDOW_SECONDS,
@@ -353,6 +387,7 @@ class SharedLedger:
         max_poll_seconds: float = 2.0,
     ):
         burst = quota_tpm if burst_tpm is None else burst_tpm
+        daily: Any = quota_tpm * MINUTES_PER_DAY if daily_tokens is None and _finite(quota_tpm) else daily_tokens
         problems = []
         for label, text in (("table_name", table_name), ("ledger_id", ledger_id), ("consumer", consumer)):
             if not isinstance(text, str) or not text.strip():
@@ -361,6 +396,7 @@ class SharedLedger:
             problems.append(f"consumer={consumer!r} must have at most {CONSUMER_NAME_LIMIT} characters and no '#' "
                             "(it is part of the ledger's attribute names)")
         for name, value, low in (("quota_tpm", quota_tpm, 1), ("floor_tpm", floor_tpm, 0), ("burst_tpm", burst, 1),
+                                 ("daily_tokens", daily, 1),
                                  ("skew_seconds", skew_seconds, 0), ("want_seconds", want_seconds, 0),
                                  ("window_seconds", window_seconds, 1e-3), ("backoff_seconds", backoff_seconds, 0),
                                  ("max_backoff_seconds", max_backoff_seconds, 0), ("poll_seconds", poll_seconds, 1e-3),
@@ -381,6 +417,7 @@ class SharedLedger:
             raise ValueError("SharedLedger: " + "; ".join(problems))
         self.table_name, self.ledger_id, self.consumer = table_name, ledger_id, consumer
         self.quota_tpm, self.floor_tpm, self.burst_tpm = float(quota_tpm), float(floor_tpm), float(burst)
+        self.daily_tokens = float(daily)
         self.skew_seconds, self.want_seconds, self.window_seconds = float(skew_seconds), float(want_seconds), float(window_seconds)
         self.clock, self.sleep, self.rng = clock, sleep, rng or random.Random()
         self.conflict_retries, self.dynamodb_retries = conflict_retries, dynamodb_retries
@@ -400,7 +437,8 @@ class SharedLedger:
         self._refusals = 0  # refusals in a row: the poll backoff's exponent
         self._want_written = -math.inf
         self.counts = {"reads": 0, "writes": 0, "conflicts": 0, "refusals": 0, "throttled": 0, "repairs": 0, "reserved": 0,
-                       "borrowed": 0, "settled": 0, "released": 0, "late": 0, "wants": 0, "swept": 0}
+                       "borrowed": 0, "settled": 0, "released": 0, "late": 0, "wants": 0, "swept": 0,
+                       "day_refusals": 0}
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> SharedLedger:
@@ -428,7 +466,10 @@ class SharedLedger:
         for room; retries only a write that lost a race, and DynamoDB's throttles)."""
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
             raise ValueError(f"SharedLedger.try_reserve: tokens={tokens!r} must be a whole number >= 1")
-        if tokens > self.burst_tpm:
+        if tokens > min(self.burst_tpm, self.daily_tokens):
+            if tokens > self.daily_tokens:
+                raise ValueError(f"SharedLedger: a reservation of {tokens:,} tokens exceeds the daily token quota of "
+                                 f"{self.daily_tokens:,.0f}, so it can never be held: lower maxTokens or raise daily_tokens")
             raise ValueError(f"SharedLedger: a reservation of {tokens:,} tokens exceeds the consumer's burst cap of "
                              f"{self.burst_tpm:,.0f} TPM, so it can never be held: lower maxTokens or raise the cap")
         refreshed = False
@@ -574,6 +615,20 @@ class SharedLedger:
         # What other consumers recently waited for within their floors: a borrower leaves it free.
         wanting = {c: need for c, (when, need) in view.wants.items() if c != self.consumer and when >= since and need > 0}
         kept = sum(wanting.values())
+        # The slot: this writer's second, never older than the newest slot in the item (a clock
+        # behind the others' then only keeps its holds longer). Its UTC day is the hold's day.
+        own = math.floor(now / SLOT_SECONDS) * SLOT_SECONDS
+        newest = view.newest_start()
+        start = newest if own < newest <= own + ADOPTED_SKEW_FACTOR * max(self.skew_seconds, SLOT_SECONDS) else own
+        day = _day(start)
+        spent = view.days.get(day, 0.0)
+        if spent + tokens > self.daily_tokens:
+            midnight = (math.floor(now / SECONDS_PER_DAY) + 1) * SECONDS_PER_DAY - now
+            self.counts["day_refusals"] += 1
+            return LedgerRefusal(max(midnight, self._poll_delay()), midnight,
+                                 f"the day's tokens are spent: {spent:,.0f} of the daily token quota of "
+                                 f"{self.daily_tokens:,.0f} on {day} (UTC), and this call reserves {tokens:,}; the "
+                                 f"ledger's day ends at 00:00 UTC ({DAILY_QUOTA_DOC})", False)
         if held + tokens > self.quota_tpm:
             return self._refusal(view, tokens, now, "the quota's window is full", within_floor, held)
         if not within_floor:
@@ -583,17 +638,18 @@ class SharedLedger:
             if held + tokens > self.quota_tpm - kept:
                 return LedgerRefusal(self._poll_delay(), None, f"{', '.join(sorted(wanting))} wait within their floors: "
                                      f"{kept:,.0f} tokens are kept for them", False)
-        # The slot: this writer's second, never older than the newest slot in the item (a clock
-        # behind the others' then only keeps its holds longer).
-        own = math.floor(now / SLOT_SECONDS) * SLOT_SECONDS
-        newest = view.newest_start()
-        start = newest if own < newest <= own + ADOPTED_SKEW_FACTOR * max(self.skew_seconds, SLOT_SECONDS) else own
-        slot = f"{SLOT_PREFIX}{_slot_name(start)}#{self.consumer}"
-        names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": slot, "#ttl": TTL_ATTRIBUTE}
-        values: dict[str, Any] = {":r": _n(tokens), ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)}
+        slot = f"{SLOT_PREFIX}{_slot_name(start)}#{self.consumer}"  # settle() finds the day in its name
+        names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": slot, "#ttl": TTL_ATTRIBUTE,
+                 "#day": DAY_PREFIX + day}
+        values: dict[str, Any] = {":r": _n(tokens), ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS),
+                                  ":day": _n(self.daily_tokens - tokens)}
         deltas = {"#held": tokens - freed_all, "#mine": tokens - freed.get(self.consumer, 0.0)}
         clauses: list[str] = []
         removes = self._removal(view, expired, freed, self.consumer, names, values, deltas, clauses)
+        yesterday = _day(start - SECONDS_PER_DAY)
+        for i, old in enumerate(sorted(d for d in view.days if d < yesterday)[:MAX_CLEANUP]):
+            names[f"#o{i}"] = DAY_PREFIX + old  # nothing adds to a day before yesterday any more
+            removes.append(f"#o{i}")
         values[":total"] = _n(self.quota_tpm - tokens + freed_all - (0.0 if within_floor else kept))
         # attribute_type first: a value that is not a number fails the condition (and is repaired),
         # never compares as something else
@@ -602,6 +658,7 @@ class SharedLedger:
         ceiling = (self.floor_tpm if within_floor else self.burst_tpm) - tokens + freed.get(self.consumer, 0.0)
         values[":mine"] = _n(ceiling)
         clauses.append("(attribute_not_exists(#mine) OR (attribute_type(#mine, :number) AND #mine <= :mine))")
+        clauses.append("(attribute_not_exists(#day) OR (attribute_type(#day, :number) AND #day <= :day))")
         if not within_floor:  # a want written after this view changes "wanted": the write fails and is retried
             names["#wanted"] = WANTED
             if WANTED in view.raw and WANTED_BY in view.raw:
@@ -615,7 +672,7 @@ class SharedLedger:
         if within_floor and own_want is not None and own_want[1] > 0:  # served: borrowers need not keep it any more
             names["#want"], values[":want"] = WANT_PREFIX + self.consumer, {"S": f"{own_want[0]} 0"}
             sets.append("#want = :want")
-        adds = ["#slot :r"]
+        adds = ["#slot :r", "#day :r"]
         for placeholder, delta in deltas.items():
             values[f":d{placeholder[1:]}"] = _n(delta)
             adds.append(f"{placeholder} :d{placeholder[1:]}")
@@ -667,8 +724,12 @@ class SharedLedger:
             return
         names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": hold.slot}
         values = {":d": _n(delta)}
-        outcome = self._write("ADD #held :d, #mine :d, #slot :d", "attribute_exists(#slot)", names, values,
-                              repeatable=False)
+        update = "ADD #held :d, #mine :d, #slot :d"
+        day = hold.slot[len(SLOT_PREFIX):len(SLOT_PREFIX) + len("YYYY-MM-DD")]
+        if _is_day(day):  # the day the hold was reserved on (a hold from before days were kept adds it too)
+            names["#day"] = DAY_PREFIX + day
+            update += ", #day :d"
+        outcome = self._write(update, "attribute_exists(#slot)", names, values, repeatable=False)
         self.counts[kind if outcome is not None else "late"] += 1
 
     def _without_future_slots(self, view: LedgerView, now: float) -> LedgerView:
@@ -682,7 +743,7 @@ class SharedLedger:
             return view
         kept = {name: slot for name, slot in view.slots.items() if name not in future}
         return LedgerView(held=view.held, consumers=dict(view.consumers), slots=kept, wants=dict(view.wants),
-                          raw=view.raw, problems=[*view.problems, *(f"{name} starts more than "
+                          days=dict(view.days), raw=view.raw, problems=[*view.problems, *(f"{name} starts more than "
                           f"{FUTURE_SLOT_FACTOR * self.window_seconds:g} s ahead of this clock" for name in future)])
 
     def _repair(self, view: LedgerView) -> None:
@@ -704,6 +765,7 @@ class SharedLedger:
             names[f"#a{i}"], values[f":a{i}"] = name, raw
             clauses.append(f"#a{i} = :a{i}")
             valid = (name in view.slots or name in targets or (name.startswith(WANT_PREFIX) and name[2:] in view.wants)
+                     or (name.startswith(DAY_PREFIX) and name[len(DAY_PREFIX):] in view.days)
                      or (name in (WANTED, WANTED_BY) and isinstance(raw, Mapping) and isinstance(raw.get("S"), str)))
             if not valid:
                 removes.append(f"#a{i}")
@@ -808,6 +870,18 @@ def _parse_slot(name: str) -> tuple[float | None, str | None]:
         return datetime.strptime(stamp, SLOT_FORMAT).replace(tzinfo=UTC).timestamp(), consumer
     except ValueError:
         return None, None
+
+
+def _day(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime(DAY_FORMAT)
+
+
+def _is_day(text: str) -> bool:
+    try:
+        datetime.strptime(text, DAY_FORMAT)
+    except ValueError:
+        return False
+    return True
 
 
 def _iso_ms(epoch: float) -> str:

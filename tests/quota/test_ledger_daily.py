@@ -1,0 +1,94 @@
+"""The shared ledger's daily token quota (bedrock-runtime's "Model invocation max tokens per day",
+TPM x 1,440 by default): a per-day counter in the quota item, added in the same writes as the window,
+against moto's DynamoDB on a fake epoch clock."""
+
+from __future__ import annotations
+
+import pytest
+from pacer_runtime import ledger as runtime_ledger
+from pacer_runtime.ledger import LedgerHold, LedgerRefusal, LedgerView
+from test_ledger import Clock, consistent, dynamodb, item, ledger
+
+__all__ = ["dynamodb"]  # the fixture, shared with test_ledger
+
+DAY = "2027-01-15"  # EPOCH's UTC day
+MIDNIGHT = 1_800_057_600.0  # 2027-01-16T00:00:00Z
+
+
+def test_the_daily_quota_defaults_to_the_tpm_x_1440(dynamodb):
+    assert ledger(dynamodb, Clock()).daily_tokens == 1_000 * 24 * 60
+    assert ledger(dynamodb, Clock(), daily_tokens=5_000).daily_tokens == 5_000
+
+
+def test_a_reservation_and_its_settlement_count_on_the_day_in_the_same_writes(dynamodb):
+    clock = Clock()
+    a = ledger(dynamodb, clock, daily_tokens=5_000)
+    hold = a.try_reserve(300)
+    assert isinstance(hold, LedgerHold)
+    assert consistent(dynamodb).days == {DAY: 300}
+    writes = a.counts["writes"]
+    a.settle(hold, 120)
+    assert a.counts["writes"] == writes + 1  # the day rides on the settlement's write
+    clock.now += 120  # the window is empty again; the day keeps what was charged
+    view = consistent(dynamodb)
+    assert view.days == {DAY: 120} and a.live_tokens(view, clock.now) == 0
+    released = a.try_reserve(200)
+    a.release(released)
+    assert consistent(dynamodb).days == {DAY: 120}
+
+
+def test_a_call_past_the_days_tokens_is_refused_until_midnight_utc_with_the_minute_free(dynamodb):
+    clock = Clock()
+    a, b = ledger(dynamodb, clock, daily_tokens=1_000), ledger(dynamodb, clock, consumer="b", daily_tokens=1_000)
+    for owner in (a, b):  # two consumers spend the day between them, a minute apart
+        hold = owner.try_reserve(400)
+        assert isinstance(hold, LedgerHold)
+        owner.settle(hold, 400)
+        clock.now += 120
+    refusal = a.try_reserve(300)  # a's view missed b's charge: its write fails, and the fresh item refuses
+    assert isinstance(refusal, LedgerRefusal)
+    assert refusal.reason.startswith("the day's tokens are spent: 800 of the daily token quota of 1,000 on 2027-01-15 (UTC)")
+    assert refusal.ready_in == pytest.approx(MIDNIGHT - clock.now)
+    assert refusal.retry_in >= refusal.ready_in  # no polling all night
+    assert a.live_tokens(consistent(dynamodb), clock.now) == 0  # the minute is free: the day refused it
+    assert isinstance(a.try_reserve(200), LedgerHold)  # what still fits the day is admitted
+    clock.now = MIDNIGHT + 5
+    assert isinstance(a.try_reserve(300), LedgerHold)
+    assert consistent(dynamodb).days == {DAY: 1_000, "2027-01-16": 300}
+
+
+def test_a_concurrent_writer_cannot_overdraw_the_day(dynamodb):
+    """The day is in the reservation's condition: a writer whose view missed the other's charge fails
+    its write and is refused on the fresh item."""
+    clock = Clock()
+    a, b = ledger(dynamodb, clock, daily_tokens=1_000), ledger(dynamodb, clock, consumer="b", daily_tokens=1_000)
+    assert isinstance(b.try_reserve(10), LedgerHold)  # b has seen the item (an empty day)
+    assert isinstance(a.try_reserve(600), LedgerHold)
+    refused = b.try_reserve(500)  # b's view says 10 of the day are spent: its write fails, the fresh view refuses
+    assert isinstance(refused, LedgerRefusal) and "the day's tokens are spent" in refused.reason
+    assert consistent(dynamodb).days == {DAY: 610}
+
+
+def test_days_before_yesterday_are_removed_and_a_malformed_day_is_repaired(dynamodb):
+    clock = Clock()
+    a = ledger(dynamodb, clock)
+    dynamodb.update_item(TableName="ledger", Key={"pk": {"S": "quota#m"}},
+                         UpdateExpression="SET #old = :n, #yesterday = :n",
+                         ExpressionAttributeNames={"#old": "d#2027-01-13", "#yesterday": "d#2027-01-14"},
+                         ExpressionAttributeValues={":n": {"N": "50"}})
+    assert isinstance(a.try_reserve(100), LedgerHold)
+    assert consistent(dynamodb).days == {"2027-01-14": 50, DAY: 100}
+    dynamodb.update_item(TableName="ledger", Key={"pk": {"S": "quota#m"}}, UpdateExpression="SET #d = :s",
+                         ExpressionAttributeNames={"#d": f"d#{DAY}"}, ExpressionAttributeValues={":s": {"S": "lots"}})
+    assert any(p.startswith(f"d#{DAY} is not a day's tokens") for p in LedgerView.parse(item(dynamodb)).problems)
+    assert isinstance(a.try_reserve(100), LedgerHold)  # repaired (the bad day dropped), then admitted
+    assert consistent(dynamodb).days == {"2027-01-14": 50, DAY: 100}
+    assert a.counts["repairs"] == 1
+
+
+def test_a_reservation_beyond_the_whole_day_is_refused_by_name(dynamodb):
+    with pytest.raises(ValueError, match="exceeds the daily token quota of 500"):
+        ledger(dynamodb, Clock(), daily_tokens=500).try_reserve(600)
+    with pytest.raises(ValueError, match="daily_tokens=0 must be a finite number >= 1"):
+        ledger(dynamodb, Clock(), daily_tokens=0)
+    assert runtime_ledger.DAILY_QUOTA_DOC.startswith("https://docs.aws.amazon.com/bedrock/")
