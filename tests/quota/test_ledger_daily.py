@@ -92,3 +92,18 @@ def test_a_reservation_beyond_the_whole_day_is_refused_by_name(dynamodb):
     with pytest.raises(ValueError, match="daily_tokens=0 must be a finite number >= 1"):
         ledger(dynamodb, Clock(), daily_tokens=0)
     assert runtime_ledger.DAILY_QUOTA_DOC.startswith("https://docs.aws.amazon.com/bedrock/")
+
+
+def test_a_quota_pacer_on_the_ledger_rejects_at_once_a_call_the_day_cannot_hold(dynamodb):
+    from pacer_runtime import AdmissionRejected, QuotaPacer
+
+    clock = Clock()
+    shared = ledger(dynamodb, clock, daily_tokens=1_000, poll_seconds=0.01, max_poll_seconds=0.01)
+    pacer = QuotaPacer(1_000, clock=clock, poll_seconds=0.005, ledger=shared, fallback_tpm=100)
+    pacer.admit(800).settle(input_tokens=500, output_tokens=300)
+    clock.now += 120  # the minute is free again
+    with pytest.raises(AdmissionRejected, match=r"the shared ledger: the day's tokens are spent: 800 of the daily "
+                       r"token quota of 1,000") as rejected:
+        pacer.admit(300, max_wait_seconds=600)
+    assert rejected.value.earliest_start_seconds == pytest.approx(MIDNIGHT - clock.now)
+    assert pacer.admit(200, max_wait_seconds=0).hold is not None  # what the day still holds goes at once
