@@ -151,10 +151,11 @@ class PacerStats:
 class _Charge:
     """One call's hold on the window: what it holds now, and whether the window still counts it."""
 
-    __slots__ = ("expired", "seq", "started", "tokens")
+    __slots__ = ("day", "expired", "seq", "started", "tokens")
 
-    def __init__(self, started: float, tokens: float, seq: int):
+    def __init__(self, started: float, tokens: float, seq: int, day: int | None = None):
         self.started, self.tokens, self.seq, self.expired = started, tokens, seq, False
+        self.day = day  # the UTC day (days since the epoch) its tokens count on, with daily_tokens
 
 
 class _Waiter:
@@ -270,6 +271,13 @@ class QuotaPacer:
         reservation, in input and output tokens per minute (both or neither; the module docstring
         says how reserved calls are held). Default: none: a call asking for `reserved` is held
         against tpm like any other (the pacer cannot know the reservation's room).
+    daily_tokens: this process's part of the model's daily token quota ("Model invocation max tokens
+        per day", by default the TPM quota x 1,440 for the whole model): every call admitted on a UTC
+        day counts its reservation, then its settlement, on that day, and a call the day cannot hold
+        waits for 00:00 UTC or is rejected at once when its deadline is sooner. Default: None (no day
+        kept in process; with a ledger the shared ledger keeps the model's day). When Bedrock's day
+        resets is not documented: UTC days are this pacer's reading. wall_clock: epoch seconds for
+        the day. Default: time.time.
     clock: a monotonic clock in seconds. Default: time.monotonic. A reading earlier than the last
         is taken as no time passing (charges keep their age instead of waiting out the step); a
         reading that is not a finite number raises RuntimeError. poll_seconds: the longest a
@@ -298,6 +306,8 @@ class QuotaPacer:
         ledger_retry_seconds: float = 5.0,
         reserved_input_tpm: float | None = None,
         reserved_output_tpm: float | None = None,
+        daily_tokens: float | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ):
         problems = [
             *_positive("tpm", tpm, "the share's tokens per minute, e.g. 300000"),
@@ -318,7 +328,10 @@ class QuotaPacer:
                        optional=True),
             *_positive("reserved_output_tpm", reserved_output_tpm, "the reservation's output tokens per minute, or None",
                        optional=True),
+            *_positive("daily_tokens", daily_tokens, "this process's tokens a day, or None", optional=True),
         ]
+        if not callable(wall_clock):
+            problems.append(f"wall_clock={wall_clock!r} must be a function returning epoch seconds")
         if ledger is not None and not isinstance(ledger, SharedLedger):
             problems.append(f"ledger={ledger!r} must be a pacer_runtime.ledger.SharedLedger or None")
         if (reserved_input_tpm is None) != (reserved_output_tpm is None):
@@ -364,6 +377,9 @@ class QuotaPacer:
                              else _Reservation(reserved_input_tpm, reserved_output_tpm))
         self._tiers: dict[str, int] = {}
         self._tier_counts = {"served_below_requested": 0, "reserved_overflows": 0}
+        self.daily_tokens = None if daily_tokens is None else float(daily_tokens)
+        self.wall_clock = wall_clock
+        self._day, self._day_tokens = -1, 0.0  # the UTC day (days since the epoch) and its tokens so far
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> QuotaPacer:
@@ -441,6 +457,9 @@ class QuotaPacer:
         """
         if not _is_int(reservation) or reservation < 1:
             raise ValueError(f"reservation={reservation!r} must be a positive whole number of tokens")
+        if self.daily_tokens is not None and reservation > self.daily_tokens:
+            raise ValueError(f"QuotaPacer: a reservation of {reservation:,} tokens exceeds daily_tokens="
+                             f"{self.daily_tokens:,.0f}, so it can never be admitted: lower maxTokens or raise daily_tokens")
         if reservation > self.tpm:
             raise ValueError(
                 f"QuotaPacer: a reservation of {reservation:,} tokens exceeds the share's {self.tpm:,.0f} TPM, so it "
@@ -466,7 +485,8 @@ class QuotaPacer:
                 while True:
                     now = self._now()
                     self._expire(now)
-                    if self._waiters[0] is waiter and self._fits(reservation) and not self._ledger_busy:
+                    to_midnight = self._day_wait(reservation)
+                    if self._waiters[0] is waiter and self._fits(reservation) and not self._ledger_busy and not to_midnight:
                         if self.ledger is None:
                             return self._admit(waiter, now)
                         if now < self._ledger_down_until:  # the ledger cannot be used: the static share
@@ -496,10 +516,13 @@ class QuotaPacer:
                         if (self.ledger is not None and self._ledger_ready_at is not None and now >= self._ledger_down_until
                                 and (waiter.asked or self._waiters[0] is not waiter)):
                             eta = max(eta, self._ledger_ready_at)  # the shared window's own prediction
+                        eta = max(eta, now + to_midnight)
                         if eta > deadline:
                             self._counts["rejected_late" if waited else "rejected_at_once"] += 1
-                            raise self._rejection(waiter, now, eta, deadline, late=waited)
+                            raise self._rejection(waiter, now, eta, deadline, late=waited, day=bool(to_midnight))
                     wake = self._next_expiry()
+                    if to_midnight:
+                        wake = min(wake, now + to_midnight)
                     if self.ledger is not None and self._ledger_retry_at > now:
                         wake = min(wake, self._ledger_retry_at)
                     if deadline is not None:
@@ -721,10 +744,27 @@ class QuotaPacer:
                 self._ledger_retry_at = -math.inf
                 self._cond.notify_all()
 
+    def _day_wait(self, tokens: int) -> float:
+        """0 when the day holds `tokens` more (or no day is kept), else the seconds until 00:00 UTC."""
+        if self.daily_tokens is None:
+            return 0.0
+        wall = self.wall_clock()
+        day = math.floor(wall / SECONDS_PER_DAY)
+        if day > self._day:  # a new UTC day: the tokens of the last one no longer count
+            self._day, self._day_tokens = day, 0.0
+        if self._day_tokens + tokens <= self.daily_tokens:
+            return 0.0
+        return max((day + 1) * SECONDS_PER_DAY - wall, 1e-3)
+
+    def _day_add(self, charge: _Charge, delta: float) -> None:
+        if charge.day is not None and charge.day == self._day:
+            self._day_tokens += delta
+
     def _admit(self, waiter: _Waiter, now: float, hold: LedgerHold | None = None) -> Ticket:
         self._waiters.popleft()
         self._seq += 1
-        charge = _Charge(now, float(waiter.tokens), self._seq)
+        charge = _Charge(now, float(waiter.tokens), self._seq, None if self.daily_tokens is None else self._day)
+        self._day_add(charge, waiter.tokens)
         self._charges.append(charge)
         self._held += waiter.tokens
         self._counts["admitted"] += 1
@@ -762,7 +802,8 @@ class QuotaPacer:
         last = self._charges[-1].started + lifetime if self._charges else now
         return last + (math.ceil(excess_calls / self.rpm) * lifetime if self.rpm and excess_calls > len(self._charges) else 0)
 
-    def _rejection(self, waiter: _Waiter, now: float, eta: float, deadline: float, *, late: bool) -> AdmissionRejected:
+    def _rejection(self, waiter: _Waiter, now: float, eta: float, deadline: float, *, late: bool,
+                   day: bool = False) -> AdmissionRejected:
         wait = eta - now
         ahead = self._waiters.index(waiter)
         when = "waited and its deadline passed" if late else f"cannot start within {max(deadline - now, 0):.2f} s"
@@ -771,6 +812,8 @@ class QuotaPacer:
             f"of {self._limit:,.0f} tokens per minute (share {self.tpm:,.0f}) with {ahead} call(s) waiting ahead, "
             f"so the earliest start is in {wait:.2f} s"
             + (f" (the shared ledger: {self._ledger_reason})" if self.ledger is not None and self._ledger_reason else "")
+            + (f" (the day's tokens are spent: {self._day_tokens:,.0f} of daily_tokens={self.daily_tokens:,.0f}; "
+               "the pacer's day ends at 00:00 UTC)" if day else "")
             + ". It was not sent: shed it (a fallback answer, or ask the "
             "caller to retry later), or allow a longer max_wait_seconds"
         )
@@ -796,6 +839,7 @@ class QuotaPacer:
                 raise RuntimeError("Ticket.settle: this ticket is already settled, throttled or released")
             charge = ticket._charge
             settled = self.settlement(input_tokens, output_tokens, cache_write_tokens=cache_write_tokens)
+            self._day_add(charge, settled - charge.tokens)
             if not charge.expired:  # still counted in its window, as Bedrock does
                 self._held += settled - charge.tokens
             charge.tokens = settled
@@ -823,6 +867,7 @@ class QuotaPacer:
 
     def _drop(self, ticket: Ticket) -> None:
         charge = ticket._charge
+        self._day_add(charge, -charge.tokens)  # Bedrock charged nothing, on the day either
         if not charge.expired:
             self._charges.remove(charge)
             self._held -= charge.tokens
@@ -851,6 +896,9 @@ class QuotaPacer:
             self._drop(ticket)
             self._counts["released"] += 1
         self._ledger_end(ticket, None)
+
+
+SECONDS_PER_DAY = 86_400
 
 
 def settled_tokens(input_tokens: int, output_tokens: int, *, cache_write_tokens: int = 0, burndown: float = 1.0) -> float:
