@@ -107,3 +107,11 @@ def test_a_quota_pacer_on_the_ledger_rejects_at_once_a_call_the_day_cannot_hold(
         pacer.admit(300, max_wait_seconds=600)
     assert rejected.value.earliest_start_seconds == pytest.approx(MIDNIGHT - clock.now)
     assert pacer.admit(200, max_wait_seconds=0).hold is not None  # what the day still holds goes at once
+
+
+def test_the_runtime_and_the_planner_agree_on_the_daily_quota():
+    """The runtime cannot import genai_pacer: its copies of the planner's figures are held equal here."""
+    from genai_pacer import planning
+
+    assert runtime_ledger.MINUTES_PER_DAY == planning.MINUTES_PER_DAY
+    assert runtime_ledger.DAILY_QUOTA_DOC == planning.QUOTAS_DOC
