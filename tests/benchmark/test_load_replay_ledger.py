@@ -81,7 +81,7 @@ def test_a_ledger_without_a_share_of_its_quota_is_refused_by_name():
     assert "(the share given is another quota's)" in str(refused.value)
     with pytest.raises(InvalidPropsError) as refused:
         LoadReplay(stack, "R2", model=NOVA, share=theirs, ledger=QuotaLedger(stack, "L2", quota=other), **common)
-    assert [p.id for p in refused.value.problems] == ["LoadReplay.ledger.replay-other-model"]
+    assert [p.id for p in refused.value.problems] == ["LoadReplay.ledger.other-model"]
     with pytest.raises(InvalidPropsError, match=r"ledger=.* pass a QuotaLedger"):
         LoadReplay(stack, "R3", model=NOVA, ledger=quota, **common)  # type: ignore[arg-type]
 

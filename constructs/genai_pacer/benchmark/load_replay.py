@@ -480,18 +480,10 @@ class LoadReplay(Construct):
     def _check_ledger(check: Checks, ledger: Any, model: Any, share: planning.RatePlan | None) -> str | None:
         """The run's name in the ledger: the share it holds of the ledger's quota, its floor. A run without a
         share would only borrow, and a benchmark that only borrows measures whatever the others leave: refused."""
-        if ledger is None or not check.instance("ledger", ledger, QuotaLedger,
-                                                "a QuotaLedger of the ModelQuota of the replayed model", optional=True):
+        if QuotaLedger.of_model(check, ledger, model, consumer="this run") is None:
             return None
         quota = ledger.quota
-        ours, theirs = getattr(model, "model_id", None), quota.model.model_id
-        if isinstance(ours, str) and not token_kind(ours) and not token_kind(theirs):
-            check.rule(ours == theirs,
-                       f"ledger=QuotaLedger {ledger.node.id} keeps the quota of model {theirs!r}, but this run replays "
-                       f"{ours!r}: each model has its own quota; pass the ledger of its model's ModelQuota",
-                       id="ledger.replay-other-model")
-        issued = {id(plan): name for plan, name in quota._issued.values()}
-        name = issued.get(id(share)) if share is not None else None
+        name = QuotaLedger.share_name(quota, share)
         if name is None:
             check.fail(
                 f"ledger= needs share= drawn from ModelQuota {quota.node.id} (the ledger's quota): the share is the "

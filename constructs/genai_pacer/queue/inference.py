@@ -570,19 +570,9 @@ class QueuedInference(Construct):
         """The worker's name and floor in the ledger: the share it holds of the ledger's quota (given
         as max_concurrency=quota.share(...), or drawn under this construct's id), else a name of its
         own and no floor (it only borrows). None without a ledger or when a check failed."""
-        if ledger is None or not check.instance(
-            "ledger", ledger, QuotaLedger, "a QuotaLedger of the ModelQuota of this worker's model", optional=True
-        ):
+        if QuotaLedger.of_model(check, ledger, model, consumer="this worker") is None:
             return None
         quota = ledger.quota
-        ours, theirs = getattr(model, "model_id", None), quota.model.model_id
-        if isinstance(ours, str) and not is_token(ours) and not is_token(theirs):
-            check.rule(
-                ours == theirs,
-                f"ledger=QuotaLedger {ledger.node.id} keeps the quota of model {theirs!r}, but this worker calls "
-                f"{ours!r}: each model has its own quota; give the worker the ledger of its model's ModelQuota",
-                id="ledger.other-model",
-            )
         check.rule(
             getattr(queue, "fifo", False) is not True,
             "ledger= needs a standard queue: a message the ledger refuses is sent back to the queue with a delay "
@@ -590,8 +580,7 @@ class QueuedInference(Construct):
             "delay one message; use a standard queue or drop ledger",
             id="ledger.fifo-queue",
         )
-        issued = {id(plan): name for plan, name in quota._issued.values()}
-        share = issued.get(id(max_concurrency)) if max_concurrency is not None else None
+        share = QuotaLedger.share_name(quota, max_concurrency)
         if share is None and self.node.id in quota.shares:
             share = self.node.id
         if share is None:

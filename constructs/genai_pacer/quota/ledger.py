@@ -35,6 +35,8 @@ they settle and leave Bedrock's one-minute window, and borrowers keep free what 
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import aws_cdk as cdk
 import jsii
 from aws_cdk import aws_dynamodb as dynamodb
@@ -208,6 +210,30 @@ class QuotaLedger(Construct):
     def quota_tpm(self) -> float:
         """What the consumers share: the quota's allocatable TPM (tpm_quota x (1 - keep_free))."""
         return self.quota.tpm_quota * (1 - self.quota.keep_free)
+
+    @staticmethod
+    def of_model(check: Checks, ledger: Any, model: Any, *, consumer: str) -> QuotaLedger | None:
+        """`ledger` when it is a QuotaLedger of `model`'s quota (the problem recorded otherwise; None
+        without a ledger): the one check every `ledger=` prop makes. `consumer` says what calls the model
+        ("this worker"), for the message."""
+        if ledger is None or not check.instance(
+            "ledger", ledger, QuotaLedger, f"a QuotaLedger of the ModelQuota of {consumer}'s model", optional=True
+        ):
+            return None
+        ours, theirs = getattr(model, "model_id", None), ledger.quota.model.model_id
+        if isinstance(ours, str) and not is_token(ours) and not is_token(theirs):
+            check.rule(
+                ours == theirs,
+                f"ledger=QuotaLedger {ledger.node.id} keeps the quota of model {theirs!r}, but {consumer} calls "
+                f"{ours!r}: each model has its own quota; pass the ledger of its model's ModelQuota",
+                id="ledger.other-model",
+            )
+        return cast(QuotaLedger, ledger)
+
+    @staticmethod
+    def share_name(quota: ModelQuota, plan: Any) -> str | None:
+        """The name `plan` was drawn under from `quota` (None: not one of its shares)."""
+        return next((name for issued, name in quota._issued.values() if issued is plan), None) if plan is not None else None
 
     def environment(self, share: str, *, burst_tpm: float | None = None) -> dict[str, str]:
         """The variables a consumer's processes need: the quota's pacer_environment(share) (its static

@@ -186,21 +186,10 @@ def ledger_consumer(
     """The consumer a construct's model calls are in `ledger`: the share it holds (given as
     max_concurrency=quota.share(...), or drawn under the construct's id). None (with the problem
     recorded) without a ledger or when a check failed."""
-    if ledger is None or not check.instance(
-        "ledger", ledger, QuotaLedger, "a QuotaLedger of the ModelQuota of this construct's model", optional=True
-    ):
+    if QuotaLedger.of_model(check, ledger, model, consumer="this construct") is None:
         return None
     quota = ledger.quota
-    ours, theirs = getattr(model, "model_id", None), quota.model.model_id
-    if isinstance(ours, str) and not is_token(ours) and not is_token(theirs):
-        check.rule(
-            ours == theirs,
-            f"ledger=QuotaLedger {ledger.node.id} keeps the quota of model {theirs!r}, but this construct calls "
-            f"{ours!r}: each model has its own quota; pass the ledger of its model's ModelQuota",
-            id="ledger.state-machine-other-model",
-        )
-    issued = {id(p): name for p, name in quota._issued.values()}
-    share = issued.get(id(plan)) if plan is not None else None
+    share = QuotaLedger.share_name(quota, plan)
     if share is None and scope.node.id in quota.shares:
         share = scope.node.id
     if share is None:
