@@ -37,6 +37,14 @@ def _silence_node_end_of_life_banner() -> None:
 
 _silence_node_end_of_life_banner()
 
+#: aws-cdk-lib (2.275) runs its built-in CloudFormation validation on every synth unless CDK_VALIDATION=false
+#: (AppProps.builtin_cloud_formation_validation's docstring lists this variable; aws-cdk-lib's
+#: core/lib/private/synthesis-validation.js `defaultValidationEnabled` reads it). It cost about 0.3 s per stack
+#: here, and the suite synthesizes well over a thousand stacks. The user's own flow keeps it: the classic-flow
+#: test runs `cdk synth` without this variable and requires the validation to report nothing.
+BUILTIN_VALIDATION_ENV = "CDK_VALIDATION"
+os.environ.setdefault(BUILTIN_VALIDATION_ENV, "false")  # CDK_VALIDATION=true turns it back on
+
 
 # Property tests: the gate (`make test`, which sets HYPOTHESIS_PROFILE=ci, and any run with CI=true)
 # replays the same examples on every run, so a change never fails for a random new example it did not
