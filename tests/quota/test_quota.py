@@ -570,6 +570,23 @@ def test_a_capped_caller_without_a_share_is_reported_with_its_worst_case_draw():
             "share named 'Notes' with calls= the cap it has") in warning
 
 
+def test_callers_are_found_in_stages_and_nested_stacks_of_the_quotas_account_and_region_only():
+    """The census reads only the stacks of the quota's account (and its Region for the callers): a caller in a
+    Stage or a nested stack counts, one in another account or Region does not."""
+    app = cdk.App()
+    stage = cdk.Stage(app, "Prod", env=cdk.Environment(account="111111111111", region="us-east-1"))
+    stack = cdk.Stack(stage, "Test")
+    quota = haiku_quota(stack)
+    store = AnswerStore(stack, "Store")
+    AnswerRouter(cdk.NestedStack(stack, "Nested"), "Nested", answer_store=store, model=HAIKU, reserved_concurrency=2)
+    AnswerRouter(cdk.Stack(stage, "Same"), "Same", answer_store=store, model=HAIKU, reserved_concurrency=3)
+    for name, account, region in (("OtherAccount", "222222222222", "us-east-1"), ("OtherRegion", "111111111111", "us-west-2")):
+        other = cdk.Stack(app, name, env=cdk.Environment(account=account, region=region))
+        AnswerRouter(other, "Router", answer_store=AnswerStore(other, "Store"), model=HAIKU, reserved_concurrency=4)
+    found = {c.path: c.calls_in_flight for c in quota.plan(consumers=True).consumers}
+    assert found == {"Prod/Test/Nested/Nested": 2, "Prod/Same/Same": 3}
+
+
 def test_a_caller_with_no_cap_is_reported_as_unbounded_and_a_reserved_concurrency_is_its_cap():
     stack = new_stack()
     quota = haiku_quota(stack)

@@ -61,7 +61,7 @@ import math
 import os
 import re
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
@@ -1020,12 +1020,8 @@ class _PublishPlan:
         # A warning about one consumer is on that consumer (the quota when it is not in this app), so a user
         # who accepts it for one acknowledges it there and the others still show; one about a share no
         # construct holds, or about the quota as a whole, is on the quota.
-        nodes: dict[str, IConstruct] = {}
-
         def on(consumer: Consumer) -> IConstruct:
-            if not nodes:
-                nodes.update({node.node.path: node for node in quota.node.root.node.find_all()})
-            return nodes.get(consumer.path, quota)
+            return _construct_at(quota.node.root, consumer.path) or quota
 
         for share in plan.shares:
             if share.draws_beyond_profile:
@@ -1117,16 +1113,16 @@ def _unheld_message(quota: ModelQuota, plan: QuotaPlan, share: Share) -> str:
 def _census(quota: ModelQuota) -> list[Consumer]:
     """Every construct of the app that may call the quota's model in its account and Region, once."""
     key = quota._key()[1:]
-    root = quota.node.root
-    users = _role_users(root)
+    # Only the stacks of the quota's account can hold its callers or the functions running with their roles (a
+    # role is an account's): reading every construct of a many-stack app once per quota was most of its synth.
+    stacks = [stack for stack in _top_stacks(quota.node.root) if str(stack.account) == key[0]]
+    users = _role_users(node for stack in stacks for node in stack.node.find_all())
     found: dict[str, tuple[IConstruct, list[iam.IRole | None]]] = {}
-    for node in root.node.find_all():
+    for node in (node for stack in stacks if str(stack.region) == key[1] for node in stack.node.find_all()):
         documents = _policy_documents(node)
         if not documents:
             continue
-        stack = cdk.Stack.of(node)
-        if (str(stack.account), str(stack.region)) != key:
-            continue
+        stack = cdk.Stack.of(node)  # a nested stack's, which has its parent's account and Region
         role = _role_of(node, users)
         if role is not None and _assumed_by_bedrock(role):
             continue  # a batch inference job's service role: the batch quotas, not this one
@@ -1146,14 +1142,34 @@ def _census(quota: ModelQuota) -> list[Consumer]:
     return consumers
 
 
-def _role_users(root: IConstruct) -> dict[str, list[IConstruct]]:
-    """The app's functions and state machines by the construct path of the role they run with. By path,
-    not identity: an imported role (iam.Role.from_role_arn) reaches Python as a new proxy object each time."""
+def _top_stacks(scope: IConstruct) -> list[cdk.Stack]:
+    """The stacks under scope that are not nested in another stack (whose find_all() covers its nested ones)."""
+    stacks: list[cdk.Stack] = []
+    for child in scope.node.children:
+        if isinstance(child, cdk.Stack):
+            stacks.append(child)
+        else:  # a Stage, or any construct a user put stacks under
+            stacks.extend(_top_stacks(child))
+    return stacks
+
+
+def _role_users(nodes: Iterable[IConstruct]) -> dict[str, list[IConstruct]]:
+    """The functions and state machines among `nodes` by the construct path of the role they run with. By
+    path, not identity: an imported role (iam.Role.from_role_arn) reaches Python as a new proxy object each time."""
     users: dict[str, list[IConstruct]] = {}
-    for node in root.node.find_all():
+    for node in nodes:
         if isinstance(node, lambda_.Function | sfn.StateMachine) and node.role is not None:
             users.setdefault(node.role.node.path, []).append(node)
     return users
+
+
+def _construct_at(root: IConstruct, path: str) -> IConstruct | None:
+    """The construct at a path, found child by child (a walk of the whole app per lookup was most of a
+    large app's synth time)."""
+    node: IConstruct | None = root
+    for part in filter(None, path.split("/")):
+        node = node.node.try_find_child(part) if node is not None else None
+    return node
 
 
 def _policy_documents(node: IConstruct) -> list[Any]:
