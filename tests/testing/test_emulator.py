@@ -139,6 +139,21 @@ def test_a_reservation_above_the_quota_is_throttled_with_the_service_error_shape
     assert bedrock_emulator.quota_used(NOVA) == 0  # a throttled request charges nothing
 
 
+def test_a_client_finds_the_record_of_its_own_call_by_request_id(bedrock_emulator, client):
+    """Among concurrent calls the records' order is the emulator's, not the client's: the response's
+    RequestId (a success's, a stream's or a throttle's) names the one record that is that call's."""
+    answered = client.converse(**ask(answer=30))
+    streamed = client.converse_stream(**ask(answer=40))
+    list(streamed["stream"])
+    with pytest.raises(ClientError) as excinfo:
+        client.converse(**ask("x" * 8_000, model=NOVA, max_tokens=3_500))
+    ids = [r["ResponseMetadata"]["RequestId"] for r in (answered, streamed, excinfo.value.response)]
+    records = {i.request_id: i for i in bedrock_emulator.invocations}
+    assert len(set(ids)) == 3 and all(ids)
+    assert [(records[i].operation, records[i].output_tokens, records[i].outcome) for i in ids] == [
+        ("Converse", 30, "ok"), ("ConverseStream", 40, "ok"), ("Converse", 0, "throttled")]
+
+
 def test_settlement_matches_the_planner_for_the_same_request(bedrock_emulator, client):
     response = client.converse(**ask(max_tokens=600, answer=120))
     usage = response["usage"]

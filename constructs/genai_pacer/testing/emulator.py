@@ -520,7 +520,8 @@ class BedrockEmulator:
 
     def _handle(self, operation: str, model_path: str, raw: bytes, headers: dict[str, str], out: Response) -> None:
         """Serve one request onto `out`; every failure becomes the service's error shape."""
-        record = Invocation(model_id=model_path, operation=operation, started=self.model_seconds())
+        record = Invocation(model_id=model_path, operation=operation, started=self.model_seconds(),
+                            request_id=out.request_id)
         self._record(record)
         try:
             req = self._parse(operation, model_path, raw, headers)

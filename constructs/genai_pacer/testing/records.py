@@ -20,7 +20,9 @@ class Invocation:
     is the tier the request named (None: none), served_tier the tier that served it and that the
     response echoed (`default` when a reserved call overflowed). queued_ms is how long it waited for a
     serving slot (ModelSpec.serving_slots; None when it did not wait for one); ttft_ms and latency_ms
-    include that wait. message is the error message when the request failed.
+    include that wait. message is the error message when the request failed. request_id is the
+    `x-amzn-RequestId` the response carried (botocore's ResponseMetadata["RequestId"]), so a client
+    can find the record of its own call among concurrent ones.
     """
 
     model_id: str
@@ -42,6 +44,7 @@ class Invocation:
     latency_ms: float | None = None
     queued_ms: float | None = None
     message: str = ""
+    request_id: str = ""
     counted: bool = field(default=False, init=False, repr=False, compare=False)  # added to the totals yet
 
 
