@@ -72,6 +72,7 @@ bench: $(VENV)/.dev-installed
 		--out $(BENCH_OUT)/quota_pacer_experiment_sliding.json > /dev/null
 	$(VENV)/bin/python bench/retrieval_tuning.py --trials 5 --out $(BENCH_OUT) > /dev/null
 	$(VENV)/bin/python bench/service_tier_experiment.py --out $(BENCH_OUT)/service_tier_experiment.json > /dev/null
+	$(VENV)/bin/python bench/priority_flex_experiment.py --out $(BENCH_OUT)/priority_flex_experiment.json > /dev/null
 	$(VENV)/bin/python bench/load_replay_offline.py --out $(BENCH_OUT) > /dev/null
 	@echo "reports: $$(ls $(BENCH_OUT) | tr '\n' ' ')"
 

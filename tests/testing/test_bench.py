@@ -364,3 +364,65 @@ def test_the_tier_benchmark_sends_the_same_arrivals_at_each_class_tier_then_all_
     figures = bench.summary(tiered)
     assert sum(figures[k]["requests"] for k in bench.TIERS) == 9
     assert all(figures[k]["refused"] == 0 and figures[k]["ttft_s_p50"] is not None for k in bench.TIERS)
+
+
+def _priority_flex_bench():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "priority_flex_experiment.py"
+    spec = importlib.util.spec_from_file_location("priority_flex_experiment", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_priority_flex_benchmark_reports_each_regime_load_and_arm_and_shows_what_the_tiers_do(tmp_path):
+    """A tiny run on the ManualClock (model time moves only once every call is blocked, so the figures
+    are the seed's, on any machine): the report's structure, and the two effects the scenario is built
+    to show. Serving-bound (one slot), Priority's interactive calls jump the queue the untiered ones
+    wait in; quota-bound, the one on-demand quota throttles Priority too. One attempt per call: no
+    client backoff, so no two calls wake at the same step and race."""
+    bench = _priority_flex_bench()
+    out = tmp_path / "pf.json"
+    assert bench.main(["--loads", "2", "--seeds", "1", "--requests", "24", "--slots", "1", "--quota-tpm", "20000",
+                       "--attempts", "1", "--manual-clock", "0.1", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["settings"]["clock"] == "ManualClock, 0.1 model s a step"
+    assert set(report["results"]) == {"quota-bound", "serving-bound"}
+    for regime in report["results"].values():
+        entry = regime["loads"]["2x"]
+        assert regime["capacity_calls_per_minute"] > 0
+        for arm in bench.ARMS:
+            (run,) = entry["runs"][arm]
+            assert run["seed"] == 0
+            assert sum(run[k]["requests"] for k in bench.CLASSES) == 24
+            for klass in bench.CLASSES:
+                assert set(entry["spread"][arm][klass]) == set(bench.METRICS)
+                assert {"mean", "min", "max", "ci95"} <= set(entry["spread"][arm][klass]["ttft_s_p99"])
+        assert set(entry["tiered_minus_untiered"]["interactive"]) == set(bench.METRICS)
+    table = out.with_suffix(".md").read_text().splitlines()
+    assert len(table) == 2 + 2 * 2 and table[2].startswith("| quota-bound | 2x | tiered |")
+
+    serving = report["results"]["serving-bound"]["loads"]["2x"]["runs"]
+    tiered, untiered = serving["tiered"][0]["interactive"], serving["untiered"][0]["interactive"]
+    assert tiered["ttft_s_p50"] < untiered["ttft_s_p50"] and tiered["ttft_s_p99"] < untiered["ttft_s_p99"]
+    quota = report["results"]["quota-bound"]["loads"]["2x"]["runs"]["tiered"][0]
+    assert quota["interactive"]["throttled_attempts"] > 0  # Priority has no room of its own in the quota
+    assert quota["interactive"]["failed"] == quota["interactive"]["throttled_attempts"]  # one attempt each
+
+
+def test_the_priority_flex_benchmark_sends_the_same_arrivals_to_both_arms_at_their_tiers():
+    """The arms are paired: the same seed gives the same arrivals, classes and prompts; the tiered arm
+    asks (and is served, or the run raises) priority for interactive calls and flex for background ones,
+    the untiered arm default for both."""
+    bench = _priority_flex_bench()
+    prompts = bench.load_prompts(bench.DEFAULT_PROMPTS)
+    plan = bench.arrivals(3, 10, 120, 0.5, prompts)
+    assert plan == bench.arrivals(3, 10, 120, 0.5, prompts)
+    assert {klass for _, klass, _ in plan} == set(bench.CLASSES)
+    spec = bench.model_spec("serving-bound", quota_tpm=80_000, slots=2, max_queue_seconds=600)
+    for arm, asked in (("tiered", bench.TIERS), ("untiered", {k: "default" for k in bench.CLASSES})):
+        records = bench.run(arm, plan, spec, seed=3, attempts=1, time_scale=1, step=0.1)
+        assert [(r["class"], r["asked"], r["arrived_s"]) for r in records] == [
+            (klass, asked[klass], round(at, 4)) for at, klass, _ in plan]
+        assert all("error" not in r and r["ttft_s"] <= r["e2e_s"] for r in records)
