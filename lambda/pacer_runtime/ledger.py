@@ -128,13 +128,13 @@ The daily token quota
     day resets is not documented: UTC days are this ledger's reading. A settlement arriving after its
     slot left the window is not counted (the day keeps the reservation, the larger figure as a rule).
     A reservation removes the d# attributes of days before yesterday (unpinned: nothing adds to them
-    any more). Step Functions consumers do not add to d# yet: their charges count in the window,
-    not in the day.
+    any more). Step Functions consumers count the day the same way, in the same attribute
+    (their slot Pass names d#<the date of EnteredTime>; QuotaLedger.daily_tokens is their D).
 
 Step Functions (genai_pacer.step_functions.ledger_steps)
     A JSONPath DynamoDB task takes part without a Lambda: a slot name from the context object's
-    EnteredTime (whole seconds via States.StringSplit), reserve and settle as UpdateItem ADD with the
-    ceilings computed at synth (r includes max_tokens x burndown), the settlement's output x burndown
+    EnteredTime (whole seconds via States.StringSplit) and its day, reserve and settle as UpdateItem
+    ADD with the ceilings (the window's, the consumer's and the day's) computed at synth (r includes max_tokens x burndown), the settlement's output x burndown
     as a States.MathAdd chain. A state machine cannot remove expired slots (no date arithmetic): the
     process consumers' writes remove them, the state machines' included, and so does sweep(), which
     QuotaLedger's sweeper function (lambda/quota_sweeper) calls every few seconds.

@@ -35,6 +35,7 @@ they settle and leave Bedrock's one-minute window, and borrowers keep free what 
 
 from __future__ import annotations
 
+import math
 from typing import Any, cast
 
 import aws_cdk as cdk
@@ -52,6 +53,7 @@ from .._internal.checks import Checks, Default, _show, is_token, resolved, warn
 from .._internal.docs import constructor_doc
 from .._internal.secure import handler_function
 from .._internal.tables import check_existing_table, grant_table_key, table_or_new
+from . import planning
 from .model_quota import ModelQuota
 
 __all__ = ["LEDGER_ENVIRONMENT", "LEDGER_KEY_PREFIX", "LEDGER_PARTITION_KEY", "LEDGER_TTL_ATTRIBUTE", "QuotaLedger"]
@@ -149,8 +151,9 @@ class QuotaLedger(Construct):
         KMS key ($1 a month) and a GetItem every 5 seconds. False when a process consumer of this
         quota is busy at all times.
 
-    Attributes: `table`, `quota`, `ledger_id`, `clock_skew`, `sweeper_function` (the sweeper, once a
-    state machine uses the ledger, else None). Grants: `grant_use` (UpdateItem,
+    Attributes: `table`, `quota`, `ledger_id`, `clock_skew`, `quota_tpm` and `daily_tokens` (the minute
+    and the day every consumer shares), `sweeper_function` (the sweeper, once a state machine uses the
+    ledger, else None). Grants: `grant_use` (UpdateItem,
     GetItem), `grant_read` (GetItem), each limited to this quota's item. Consumers receive
     `environment(share)`.
     """
@@ -210,6 +213,16 @@ class QuotaLedger(Construct):
     def quota_tpm(self) -> float:
         """What the consumers share: the quota's allocatable TPM (tpm_quota x (1 - keep_free))."""
         return self.quota.tpm_quota * (1 - self.quota.keep_free)
+
+    @property
+    def daily_tokens(self) -> int:
+        """The day's tokens the consumers share: the allocatable part of the model's daily token quota,
+        (daily_token_quota, default tpm_quota x 1,440) x (1 - keep_free), as quota_tpm is of the minute.
+        Every consumer counts the day in the same d#<UTC day> counter of the item: the processes'
+        SharedLedger and the state machines' reservations (step_functions.ledger_steps)."""
+        daily = self.quota.daily_token_quota
+        whole = self.quota.tpm_quota * planning.MINUTES_PER_DAY if daily is None else daily
+        return math.floor(whole * (1 - self.quota.keep_free))
 
     @staticmethod
     def of_model(check: Checks, ledger: Any, model: Any, *, consumer: str) -> QuotaLedger | None:

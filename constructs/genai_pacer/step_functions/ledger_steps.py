@@ -11,14 +11,16 @@ number that needs a product computed at synth:
 
     <call> ledger slot   Pass: the hold's slot, s#<second the state was entered>#<consumer>, from the
                          context object's EnteredTime ("2019-03-26T20:14:13.192Z": the fraction and
-                         zone split off with States.StringSplit), in an envelope beside the item
-                         ({"input": <item>, "slot": ...}: any JSON item works, and comes back as
-                         it was; see ENVELOPE_INPUT).
+                         zone split off with States.StringSplit), and its day, d#<the date before
+                         the 'T'>, in an envelope beside the item ({"input": <item>, "slot": ...,
+                         "day": ...}: any JSON item works, and comes back as it was; see
+                         ENVELOPE_INPUT).
     <call> reserve       DynamoDB UpdateItem (the optimized integration, no Lambda):
-                           ADD held :r, h#<consumer> :r, <slot> :r   REMOVE expires_at
+                           ADD held :r, h#<consumer> :r, <slot> :r, <day> :r   REMOVE expires_at
                            IF (held is absent OR held <= Q - r) AND (h#<consumer> is absent OR
-                              h#<consumer> <= burst - r)
-                         r, Q - r and burst - r are numbers written at synth: r is the pacer's
+                              h#<consumer> <= burst - r) AND (<day> is absent OR <day> <= D - r)
+                         r, Q - r, burst - r and D - r are numbers written at synth (D: the
+                         ledger's daily token quota, QuotaLedger.daily_tokens): r is the pacer's
                          reservation, the share profile's prompt (input + cache writes + cache reads)
                          + ceil(max_tokens x burndown). A refusal (DynamoDB.ConditionalCheckFailed
                          Exception) is retried by the task's Retry: it waits, with full jitter and a
@@ -27,14 +29,14 @@ number that needs a product computed at synth:
     <call>               the Converse task, unchanged but for one more field in its selection (the
                          whole Usage); it reads the item from the envelope and puts its selection
                          beside it. Its own Retry still retries throttles while the hold is kept.
-    <call> release       on any failure left after its Retry: ADD -r to the same three attributes, IF
+    <call> release       on any failure left after its Retry: ADD -r to the same four attributes, IF
                          the slot exists; then the call fails as before (<call> failed: a Fail state
                          with the original error and cause). The hold comes back at once.
     <call> charge...     the settlement's delta, input + cache writes + output x burndown - r, summed
                          with nested States.MathAdd (at most 10 intrinsics in a field: the output is
                          added ceil(burndown) times, ten at a time); cache writes are optional in
                          Converse's usage, so a Choice picks the sum with or without them.
-    <call> settle        ADD delta to the same three attributes, IF the slot exists: a slot that
+    <call> settle        ADD delta to the same four attributes, IF the slot exists: a slot that
                          already left the window takes nothing, as Bedrock ignores a late
                          settlement. Any failure here (that refusal, or DynamoDB failing past the
                          task's Retry) is caught and the answer goes on: it is paid for, and the
@@ -56,6 +58,15 @@ Why this mechanism and not another:
   burndown, known at synth, so charging it at write time keeps the item the pacers already read.
 - The slot, the charge and the answer travel in the state (an envelope), not in workflow variables:
   the offline runner's interpreter (moto's) resolves a variable reference only through JSONata.
+
+The daily token quota: the day is counted as SharedLedger counts it (pacer_runtime.ledger, "The daily
+token quota"): the same d#<UTC day> attribute, the day of the hold's slot, the reservation checked
+against the ledger's daily tokens in the same conditional write, its settlement and release added in
+theirs (no write more per call), a settlement after the slot left the window not counted. So a Map
+cannot run past a daily quota the processes respect, nor they past what its calls spent. A
+reservation the day cannot hold is refused like one the window cannot hold: it waits in its Retry
+(about 10 minutes) and then fails with DynamoDB.ConditionalCheckFailedException, having called
+nothing; the day only frees at 00:00 UTC, so it fails rather than wait for it.
 
 What a state machine cannot do, and what covers it:
 - It does not remove expired slots (no date arithmetic, no attribute listing): its holds leave the
@@ -135,6 +146,7 @@ MAX_NESTED_INTRINSICS = 10
 #: but the offline runner's interpreter resolves a variable reference only through JSONata.)
 ENVELOPE_INPUT = "$.input"
 ENVELOPE_SLOT = "$.slot"
+ENVELOPE_DAY = "$.day"
 ENVELOPE_CALL = "$.call"
 ENVELOPE_CHARGE = "$.charge"
 ENVELOPE_ERROR = "$.error"
@@ -146,10 +158,15 @@ ENVELOPE_ANSWER = "$.answer"
 #: leaves the whole second in every one of these forms: the ledger's slot name (pacer_runtime.ledger
 #: SLOT_FORMAT). A '-hh:mm' offset is not cut (the date has '-' too): Step Functions writes UTC.
 ENTERED_TIME_CUTS = (".", "Z", "+")
-#: The item's attributes a state machine writes (pacer_runtime.ledger: HELD, CONSUMER_PREFIX, SLOT_PREFIX).
+#: The item's attributes a state machine writes (pacer_runtime.ledger: HELD, CONSUMER_PREFIX, SLOT_PREFIX,
+#: DAY_PREFIX).
 HELD = "held"
 CONSUMER_PREFIX = "h#"
 SLOT_PREFIX = "s#"
+DAY_PREFIX = "d#"
+#: The day of $$.State.EnteredTime: the date before its 'T' (ISO 8601's date and time separator, in every
+#: form ENTERED_TIME_CUTS lists), the UTC day pacer_runtime.ledger names d#<day> by (DAY_FORMAT "%Y-%m-%d").
+ENTERED_DAY_CUT = "T"
 #: Characters States.Format takes literally only escaped (\' \{ \} \\: the developer guide's intrinsic
 #: functions page, "Reserved characters in intrinsic functions").
 _INTRINSIC_ESCAPES = {"'": "\\'", "{": "\\{", "}": "\\}", "\\": "\\\\"}
@@ -164,6 +181,7 @@ class LedgerConsumer:
     floor_tpm: float
     burst_tpm: float
     input_tokens: int  # the share profile's prompt: input + cache writes + cache reads
+    daily_tokens: int  # the day's tokens every consumer shares (QuotaLedger.daily_tokens)
 
     def reservation(self, max_tokens: int) -> int:
         """r: what a call holds while it runs (QuotaPacer.reservation with hold_output_burndown)."""
@@ -214,7 +232,8 @@ def ledger_consumer(
     profile = quota.shares[share].profile
     prompt = int(profile.input_tokens + profile.cache_write_tokens + profile.cache_read_tokens)
     ledger.note_state_machine(scope.node.path)
-    return LedgerConsumer(ledger=ledger, name=share, floor_tpm=floor, burst_tpm=burst, input_tokens=prompt)
+    return LedgerConsumer(ledger=ledger, name=share, floor_tpm=floor, burst_tpm=burst, input_tokens=prompt,
+                          daily_tokens=ledger.daily_tokens)
 
 
 def check_ledger_request(check: Checks, consumer: LedgerConsumer | None, request: Any, result_selector: Any,
@@ -248,6 +267,13 @@ def check_ledger_request(check: Checks, consumer: LedgerConsumer | None, request
         "could never be admitted; lower max_tokens or raise the cap",
         id="request.reservation-above-burst",
     )
+    check.rule(
+        r <= consumer.daily_tokens,
+        f"{name}: a call reserves {r:,} tokens, more than the ledger's whole day ({consumer.daily_tokens:,} tokens: "
+        "the ModelQuota's daily_token_quota x (1 - keep_free)): it could never be admitted; lower max_tokens or raise "
+        "daily_token_quota",
+        id="request.reservation-above-daily",
+    )
 
 
 def _escaped(text: str) -> str:
@@ -277,6 +303,8 @@ class LedgerCall:
 
     def __post_init__(self) -> None:
         self.r = self.consumer.reservation(self.max_tokens)
+        #: The hold's day attribute (d#<UTC day>) sits beside its slot: the slot Pass writes both.
+        self.day_path = self.slot_path.rpartition(".")[0] + ".day"
 
     # the states --------------------------------------------------------------------------------------
 
@@ -289,11 +317,13 @@ class LedgerCall:
             second = f"States.ArrayGetItem(States.StringSplit({second}, '{delimiter}'), 0)"
         name = f"{SLOT_PREFIX}{{}}#{_escaped(self.consumer.name)}"
         slot = f"States.Format('{name}', {second})"
+        # The same EnteredTime's date: the slot's UTC day, as SharedLedger counts a hold on its slot's day.
+        day = f"States.Format('{DAY_PREFIX}{{}}', States.ArrayGetItem(States.StringSplit({entered}, '{ENTERED_DAY_CUT}'), 0))"
         if self.slot_path == ENVELOPE_SLOT:
-            return sfn.Pass(self.scope, f"{self.id} ledger slot", parameters={"input.$": "$", "slot.$": slot})
-        field, _, parent = self.slot_path[::-1].partition(".")
-        return sfn.Pass(self.scope, f"{self.id} ledger slot", parameters={f"{field[::-1]}.$": slot},
-                        result_path=parent[::-1])
+            return sfn.Pass(self.scope, f"{self.id} ledger slot", parameters={"input.$": "$", "slot.$": slot, "day.$": day})
+        parent, _, field = self.slot_path.rpartition(".")
+        return sfn.Pass(self.scope, f"{self.id} ledger slot", parameters={f"{field}.$": slot, "day.$": day},
+                        result_path=parent)
 
     def place(self, path: str) -> sfn.Pass:
         """The item with the answer at `path` (a reference path below $): ResultPath writes into the
@@ -305,12 +335,14 @@ class LedgerCall:
         ledger = self.consumer.ledger
         task = self._update(
             f"{self.id} reserve",
-            update="ADD #held :r, #mine :r, #slot :r REMOVE #ttl",
+            update="ADD #held :r, #mine :r, #slot :r, #day :r REMOVE #ttl",
             condition=("(attribute_not_exists(#held) OR (attribute_type(#held, :number) AND #held <= :total)) AND "
-                       "(attribute_not_exists(#mine) OR (attribute_type(#mine, :number) AND #mine <= :mine))"),
+                       "(attribute_not_exists(#mine) OR (attribute_type(#mine, :number) AND #mine <= :mine)) AND "
+                       "(attribute_not_exists(#day) OR (attribute_type(#day, :number) AND #day <= :day))"),
             values={":r": tasks.DynamoAttributeValue.from_number(self.r),
                     ":total": tasks.DynamoAttributeValue.from_number(ledger.quota_tpm - self.r),
                     ":mine": tasks.DynamoAttributeValue.from_number(self.consumer.burst_tpm - self.r),
+                    ":day": tasks.DynamoAttributeValue.from_number(self.consumer.daily_tokens - self.r),
                     ":number": tasks.DynamoAttributeValue.from_string("N")},
             extra_names={"#ttl": LEDGER_TTL_ATTRIBUTE},
         )
@@ -320,13 +352,13 @@ class LedgerCall:
         return task
 
     def release(self) -> tasks.DynamoUpdateItem:
-        return self._update(f"{self.id} release", update="ADD #held :d, #mine :d, #slot :d",
+        return self._update(f"{self.id} release", update="ADD #held :d, #mine :d, #slot :d, #day :d",
                             values={":d": tasks.DynamoAttributeValue.from_number(-self.r)})
 
     def settle(self) -> tasks.DynamoUpdateItem:
         delta = tasks.DynamoAttributeValue.number_from_string(
             sfn.JsonPath.format("{}", sfn.JsonPath.string_at(f"{self.charge_path}.delta")))
-        return self._update(f"{self.id} settle", update="ADD #held :d, #mine :d, #slot :d", values={":d": delta})
+        return self._update(f"{self.id} settle", update="ADD #held :d, #mine :d, #slot :d, #day :d", values={":d": delta})
 
     def charge(self, usage: str, then: sfn.IChainable) -> sfn.IChainable:
         """The settlement's delta in the envelope: input (+ cache writes) - r, then + output x burndown."""
@@ -363,7 +395,8 @@ class LedgerCall:
             self.scope, id, table=ledger.table, key={"pk": tasks.DynamoAttributeValue.from_string(key)},
             update_expression=update, condition_expression=condition,
             expression_attribute_names={"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer.name,
-                                        "#slot": sfn.JsonPath.string_at(self.slot_path), **(extra_names or {})},
+                                        "#slot": sfn.JsonPath.string_at(self.slot_path),
+                                        "#day": sfn.JsonPath.string_at(self.day_path), **(extra_names or {})},
             expression_attribute_values=dict(values),
             result_path=sfn.JsonPath.DISCARD,
         )
