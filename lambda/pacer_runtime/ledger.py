@@ -155,6 +155,18 @@ from typing import Any
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as NotConnected
 
+# The names the constructs write too (QuotaLedger's environment, the Step Functions ledger steps), one file
+# for both sides: ENVIRONMENT is what QuotaLedger.environment(share) sets and from_environment reads.
+from .ledger_layout import (
+    CONSUMER_PREFIX,
+    DAY_PREFIX,
+    ENVIRONMENT,
+    HELD,
+    KEY_PREFIX,
+    PARTITION_KEY,
+    SLOT_PREFIX,
+    TTL_ATTRIBUTE,
+)
 from .structured_log import log
 
 __all__ = [
@@ -167,26 +179,8 @@ __all__ = [
     "SharedLedger",
 ]
 
-#: The environment variables genai_pacer.quota.QuotaLedger.environment(...) sets (the construct's
-#: LEDGER_ENVIRONMENT; a test keeps the two equal).
-ENVIRONMENT = (
-    "GENAI_PACER_LEDGER_TABLE",
-    "GENAI_PACER_LEDGER_ID",
-    "GENAI_PACER_LEDGER_CONSUMER",
-    "GENAI_PACER_LEDGER_QUOTA_TPM",
-    "GENAI_PACER_LEDGER_FLOOR_TPM",
-    "GENAI_PACER_LEDGER_BURST_TPM",
-    "GENAI_PACER_LEDGER_SKEW_SECONDS",
-)
-PARTITION_KEY = "pk"
-TTL_ATTRIBUTE = "expires_at"
-KEY_PREFIX = "quota#"
-HELD = "held"
-CONSUMER_PREFIX = "h#"
-SLOT_PREFIX = "s#"
 WANT_PREFIX = "w#"
 WANTED, WANTED_BY = "wanted", "wanted_by"
-DAY_PREFIX = "d#"
 DAY_FORMAT = "%Y-%m-%d"
 SECONDS_PER_DAY = 86_400
 #: "Model invocation max tokens per day for ${model}": "By default, this value is the per-minute
@@ -442,15 +436,18 @@ class SharedLedger:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> SharedLedger:
-        """A ledger configured by the variables QuotaLedger.environment(share) sets (ENVIRONMENT)."""
+        """A ledger configured by the variables QuotaLedger.environment(share) sets (ENVIRONMENT), the
+        day every consumer shares (ledger_layout.DAILY_TOKENS_VARIABLE, QuotaLedger.daily_tokens)
+        included; a variable not set takes the parameter's default. `options` override them."""
         env = os.environ if environ is None else environ
-        table, ledger_id, consumer, quota, floor, burst, skew = ENVIRONMENT
+        table, ledger_id, consumer, quota, floor, burst, skew, daily = ENVIRONMENT
         missing = [name for name in (table, ledger_id, consumer, quota) if not env.get(name)]
         if missing:
             raise ValueError(f"SharedLedger.from_environment: {', '.join(missing)} not set; QuotaLedger.environment(share) "
                              "gives every variable")
         numbers: dict[str, float] = {}
-        for key, name in ((quota, "quota_tpm"), (floor, "floor_tpm"), (burst, "burst_tpm"), (skew, "skew_seconds")):
+        for key, name in ((quota, "quota_tpm"), (floor, "floor_tpm"), (burst, "burst_tpm"), (skew, "skew_seconds"),
+                          (daily, "daily_tokens")):
             text = env.get(key)
             if text:
                 try:

@@ -14,7 +14,7 @@ from genai_pacer.quota.model_quota import PACER_ENVIRONMENT
 from helpers import new_stack, only, policy_statements, refused, resources, template_of
 
 MODEL = BedrockModel.from_id("us.anthropic.claude-3-5-haiku-20241022-v1:0")
-TABLE, LEDGER_ID, CONSUMER, QUOTA_TPM, FLOOR_TPM, BURST_TPM, SKEW = LEDGER_ENVIRONMENT
+TABLE, LEDGER_ID, CONSUMER, QUOTA_TPM, FLOOR_TPM, BURST_TPM, SKEW, DAILY = LEDGER_ENVIRONMENT
 
 
 def quota(stack: cdk.Stack, model: BedrockModel = MODEL) -> ModelQuota:
@@ -40,7 +40,7 @@ def test_a_worker_holding_a_share_takes_part_with_the_share_as_its_floor():
     queue_id = next(k for k, v in resources(template_of(stack), "AWS::SQS::Queue").items() if "RedrivePolicy" in v["Properties"])
     assert {name: env[name] for name in LEDGER_ENVIRONMENT} == {
         TABLE: {"Ref": table_id}, LEDGER_ID: MODEL.model_id, CONSUMER: "Reviews", QUOTA_TPM: "400000",
-        FLOOR_TPM: "200000", BURST_TPM: "400000", SKEW: "1",
+        FLOOR_TPM: "200000", BURST_TPM: "400000", SKEW: "1", DAILY: str(400_000 * 1_440),
     }
     assert env[PACER_ENVIRONMENT[2]] == "5"  # the burndown the settlement multiplies output by
     assert env[QUEUE_URL_VARIABLE] == {"Ref": queue_id}

@@ -46,7 +46,8 @@ def create_ledger_table() -> None:
 
 def start(monkeypatch, *, floor: int = FLOOR):
     """The worker as QueuedInference(ledger=...) configures it (a share of `floor` TPM, 2 processes)."""
-    ledger_env = dict(zip(LEDGER_ENVIRONMENT, (LEDGER_TABLE, MODEL, "Queued", str(QUOTA), str(floor), str(QUOTA), "1"),
+    ledger_env = dict(zip(LEDGER_ENVIRONMENT, (LEDGER_TABLE, MODEL, "Queued", str(QUOTA), str(floor), str(QUOTA), "1",
+                                              str(QUOTA * 1_440)),
                           strict=True))
     worker_environment(monkeypatch, **ledger_env, GENAI_PACER_BURNDOWN=str(BURNDOWN), MAX_CONCURRENCY=str(PROCESSES))
     create_table()

@@ -88,6 +88,11 @@ def consistent(client) -> LedgerView:
 
 
 def test_the_construct_and_the_runtime_agree_on_names():
+    """Both read one file, lambda/pacer_runtime/ledger_layout.py (the constructs by its path, without boto3)."""
+    from genai_pacer._internal.runtime_constants import ledger_layout
+    from pacer_runtime import ledger_layout as runtime_layout
+
+    assert ledger_layout().__file__ == runtime_layout.__file__
     assert runtime_ledger.ENVIRONMENT == LEDGER_ENVIRONMENT
     assert (runtime_ledger.PARTITION_KEY, runtime_ledger.KEY_PREFIX, runtime_ledger.TTL_ATTRIBUTE) == (
         LEDGER_PARTITION_KEY, LEDGER_KEY_PREFIX, LEDGER_TTL_ATTRIBUTE)

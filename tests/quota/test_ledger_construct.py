@@ -164,6 +164,7 @@ def test_the_environment_gives_each_consumer_its_floor_burst_and_fallback():
         "GENAI_PACER_LEDGER_FLOOR_TPM": "200000",  # the share (half the quota), every process of it together
         "GENAI_PACER_LEDGER_BURST_TPM": "300000",
         "GENAI_PACER_LEDGER_SKEW_SECONDS": "1",
+        "GENAI_PACER_LEDGER_DAILY_TOKENS": str(360_000 * 1_440),  # the day, less keep_free too
     }
     assert env["GENAI_PACER_TPM"] == "50000"  # the static per-process share: the fallback (4 executions)
     assert ledger.environment("Batch")["GENAI_PACER_LEDGER_BURST_TPM"] == "360000"  # default: the whole quota

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pacer_runtime import ledger as runtime_ledger
 from pacer_runtime.ledger import LedgerHold, LedgerRefusal, LedgerView
-from test_ledger import Clock, consistent, dynamodb, item, ledger
+from test_ledger import TABLE, Clock, consistent, dynamodb, item, ledger
 
 __all__ = ["dynamodb"]  # the fixture, shared with test_ledger
 
@@ -115,3 +115,40 @@ def test_the_runtime_and_the_planner_agree_on_the_daily_quota():
 
     assert runtime_ledger.MINUTES_PER_DAY == planning.MINUTES_PER_DAY
     assert runtime_ledger.DAILY_QUOTA_DOC == planning.QUOTAS_DOC
+
+
+def test_a_consumer_built_from_a_granted_functions_environment_enforces_the_daily_quota(dynamodb):
+    """What a deployed worker builds: QuotaPacer.from_environment() on the variables QuotaLedger gave its
+    function (the template's, the table's Ref aside) keeps the ModelQuota's daily_token_quota, the
+    day the Step Functions consumers count too (QuotaLedger.daily_tokens)."""
+    from aws_cdk import aws_lambda as lambda_
+    from genai_pacer import BedrockModel, ModelQuota, QuotaLedger
+    from genai_pacer.quota.ledger import LEDGER_DAILY_TOKENS_VARIABLE
+    from helpers import new_stack, template_of
+    from pacer_runtime import AdmissionRejected, QuotaPacer
+    from pacer_runtime.ledger import SharedLedger
+
+    stack = new_stack()
+    model = BedrockModel.from_id("us.amazon.nova-lite-v1:0")
+    quota = ModelQuota(stack, "Quota", model=model, tpm_quota=10_000, daily_token_quota=2_000, keep_free=0.1)
+    quota.share("Worker", quota.profile(input_tokens=100, output_tokens=50, max_tokens=100), fraction=0.5,
+                call_seconds=6, hours_per_day=0.01)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota, ledger_id="m")
+    worker = lambda_.Function(stack, "Worker", runtime=lambda_.Runtime.PYTHON_3_12, handler="index.handler",
+                              code=lambda_.Code.from_inline("def handler(event, context): pass"),
+                              environment=ledger.environment("Worker"))
+    ledger.grant_use(worker)
+    function = template_of(stack).to_json()["Resources"][stack.get_logical_id(worker.node.default_child)]
+    env = {**function["Properties"]["Environment"]["Variables"], "GENAI_PACER_LEDGER_TABLE": TABLE}
+    assert env[LEDGER_DAILY_TOKENS_VARIABLE] == "1800" == str(ledger.daily_tokens)  # 2,000 less keep_free
+
+    clock = Clock()
+    shared = SharedLedger.from_environment(env, client=dynamodb, clock=clock, sleep=lambda _: None,
+                                           poll_seconds=0.01, max_poll_seconds=0.01)
+    pacer = QuotaPacer.from_environment(env, ledger=shared, clock=clock, poll_seconds=0.005)
+    pacer.admit(1_000).settle(input_tokens=700, output_tokens=300)  # burndown 1: 1,000 of the day
+    clock.now += 120  # the minute is free again, the day is not
+    with pytest.raises(AdmissionRejected, match=r"the day's tokens are spent: 1,000 of the daily token quota of 1,800"):
+        pacer.admit(900, max_wait_seconds=600)
+    assert pacer.admit(800, max_wait_seconds=0).hold is not None  # what the day still holds goes at once
+    assert consistent(dynamodb).days == {DAY: 1_800}

@@ -135,12 +135,16 @@ def test_an_unusable_ledger_falls_back_to_the_static_share_never_to_unbounded(dy
 
 
 def test_from_environment_builds_the_pacer_and_its_ledger(dynamodb):
-    env = dict(zip(LEDGER_ENVIRONMENT, (TABLE, "m", "Interactive", "360000", "200000", "300000", "1"), strict=True))
+    env = dict(zip(LEDGER_ENVIRONMENT, (TABLE, "m", "Interactive", "360000", "200000", "300000", "1", "90000000"),
+                   strict=True))
     env.update(GENAI_PACER_TPM="50000", GENAI_PACER_BURNDOWN="5")
     shared = SharedLedger.from_environment(env, client=dynamodb)
     built = QuotaPacer.from_environment(env, ledger=shared)
     assert (built.tpm, built.fallback_tpm, built.burndown) == (300_000, 50_000, 5)
     assert (shared.quota_tpm, shared.floor_tpm, shared.burst_tpm, shared.skew_seconds) == (360_000, 200_000, 300_000, 1)
+    assert shared.daily_tokens == 90_000_000
+    del env[LEDGER_ENVIRONMENT[-1]]  # a function configured before the day was set: the default day
+    assert SharedLedger.from_environment(env, client=dynamodb).daily_tokens == 360_000 * 1_440
     assert shared.consumer == "Interactive" and shared.key == {"pk": {"S": "quota#m"}}
     with pytest.raises(ValueError, match="GENAI_PACER_LEDGER_ID"):
         SharedLedger.from_environment({LEDGER_ENVIRONMENT[0]: TABLE})

@@ -1,6 +1,6 @@
 """Runtime files the library uses without boto3 or a second copy: the handlers' metric names
-(`lambda/pacer_runtime/metrics.py`), the benchmark's prompts parser (`prompts.py`) and its
-measurement, summary and percentiles (`replay.py`).
+(`lambda/pacer_runtime/metrics.py`), the shared quota ledger's names (`ledger_layout.py`), the
+benchmark's prompts parser (`prompts.py`) and its measurement, summary and percentiles (`replay.py`).
 
 Each is the one place its content is written. Importing it as `pacer_runtime.<name>` would run
 `pacer_runtime/__init__.py`, which imports boto3 (not a dependency of the constructs, nor of the
@@ -17,17 +17,34 @@ from types import ModuleType
 
 from .assets import LAMBDA_DIR
 
-__all__ = ["MODULE_NAME", "PROMPTS_MODULE_NAME", "REPLAY_MODULE_NAME", "metrics_constants", "prompts_module", "replay_module"]
+__all__ = [
+    "LEDGER_LAYOUT_MODULE_NAME",
+    "MODULE_NAME",
+    "PROMPTS_MODULE_NAME",
+    "REPLAY_MODULE_NAME",
+    "ledger_layout",
+    "metrics_constants",
+    "prompts_module",
+    "replay_module",
+]
 
 MODULE_NAME = "genai_pacer._pacer_metrics"
 PROMPTS_MODULE_NAME = "genai_pacer._pacer_prompts"
 REPLAY_MODULE_NAME = "genai_pacer._pacer_replay"
+LEDGER_LAYOUT_MODULE_NAME = "genai_pacer._pacer_ledger_layout"
 
 
 @cache
 def metrics_constants() -> ModuleType:
     """lambda/pacer_runtime/metrics.py as a module (NAMESPACE, metric names, dimension names)."""
     return _load("metrics.py", MODULE_NAME, "metric names")
+
+
+@cache
+def ledger_layout() -> ModuleType:
+    """lambda/pacer_runtime/ledger_layout.py as a module (ENVIRONMENT, the item's key and attribute
+    names): what QuotaLedger and the Step Functions ledger steps write and SharedLedger reads."""
+    return _load("ledger_layout.py", LEDGER_LAYOUT_MODULE_NAME, "shared quota ledger's names")
 
 
 @cache

@@ -51,27 +51,31 @@ from constructs import Construct, IConstruct
 
 from .._internal.checks import Checks, Default, _show, is_token, resolved, warn
 from .._internal.docs import constructor_doc
+from .._internal.runtime_constants import ledger_layout
 from .._internal.secure import handler_function
 from .._internal.tables import check_existing_table, grant_table_key, table_or_new
 from . import planning
 from .model_quota import ModelQuota
 
-__all__ = ["LEDGER_ENVIRONMENT", "LEDGER_KEY_PREFIX", "LEDGER_PARTITION_KEY", "LEDGER_TTL_ATTRIBUTE", "QuotaLedger"]
+__all__ = [
+    "LEDGER_DAILY_TOKENS_VARIABLE",
+    "LEDGER_ENVIRONMENT",
+    "LEDGER_KEY_PREFIX",
+    "LEDGER_PARTITION_KEY",
+    "LEDGER_TTL_ATTRIBUTE",
+    "QuotaLedger",
+]
 
-#: Kept equal to pacer_runtime.ledger (PARTITION_KEY, KEY_PREFIX, TTL_ATTRIBUTE, ENVIRONMENT), which
-#: the constructs cannot import (it needs boto3); a test holds them together.
-LEDGER_PARTITION_KEY = "pk"
-LEDGER_KEY_PREFIX = "quota#"
-LEDGER_TTL_ATTRIBUTE = "expires_at"
-LEDGER_ENVIRONMENT = (
-    "GENAI_PACER_LEDGER_TABLE",
-    "GENAI_PACER_LEDGER_ID",
-    "GENAI_PACER_LEDGER_CONSUMER",
-    "GENAI_PACER_LEDGER_QUOTA_TPM",
-    "GENAI_PACER_LEDGER_FLOOR_TPM",
-    "GENAI_PACER_LEDGER_BURST_TPM",
-    "GENAI_PACER_LEDGER_SKEW_SECONDS",
-)
+#: The names SharedLedger reads, from the one file both sides load (lambda/pacer_runtime/ledger_layout.py;
+#: the constructs load it by its path: importing pacer_runtime needs boto3).
+_LAYOUT = ledger_layout()
+LEDGER_PARTITION_KEY: str = _LAYOUT.PARTITION_KEY
+LEDGER_KEY_PREFIX: str = _LAYOUT.KEY_PREFIX
+LEDGER_TTL_ATTRIBUTE: str = _LAYOUT.TTL_ATTRIBUTE
+#: The variables environment(share) sets, in SharedLedger.from_environment's order; the last is the day
+#: (LEDGER_DAILY_TOKENS_VARIABLE).
+LEDGER_ENVIRONMENT: tuple[str, ...] = _LAYOUT.ENVIRONMENT
+LEDGER_DAILY_TOKENS_VARIABLE: str = _LAYOUT.DAILY_TOKENS_VARIABLE
 #: Every call of the protocol is an UpdateItem (reserve, settle, release, a floor owner's want, a
 #: repair); GetItem reads the item before a refusal and for stats.
 _USE_ACTIONS = ("dynamodb:UpdateItem", "dynamodb:GetItem")
@@ -250,8 +254,9 @@ class QuotaLedger(Construct):
 
     def environment(self, share: str, *, burst_tpm: float | None = None) -> dict[str, str]:
         """The variables a consumer's processes need: the quota's pacer_environment(share) (its static
-        per-process share, the pacer's fallback) and the ledger's (GENAI_PACER_LEDGER_*), read by
-        `QuotaPacer.from_environment()`.
+        per-process share, the pacer's fallback) and the ledger's (GENAI_PACER_LEDGER_*: the table, the
+        quota's id, the consumer, the minute, its floor and burst cap, the clock skew and the day,
+        daily_tokens), read by `QuotaPacer.from_environment()`.
 
         burst_tpm: the most this consumer may hold at once, borrowing included, from its share's
             TPM up to the quota's allocatable TPM. Default: the allocatable TPM.
@@ -281,7 +286,7 @@ class QuotaLedger(Construct):
         return dict(zip(LEDGER_ENVIRONMENT, (
             self.table.table_name, self.ledger_id, consumer, f"{self.quota_tpm:.0f}", f"{floor_tpm:.0f}",
             f"{self.quota_tpm if burst_tpm is None else burst_tpm:.0f}",
-            f"{self.clock_skew.to_seconds(integral=False):g}",
+            f"{self.clock_skew.to_seconds(integral=False):g}", str(self.daily_tokens),
         ), strict=True))
 
     def grant_use(self, grantee: iam.IGrantable) -> iam.Grant:

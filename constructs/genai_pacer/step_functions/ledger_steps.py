@@ -105,9 +105,16 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from .._internal.checks import Checks, is_token, token_kind
+from .._internal.runtime_constants import ledger_layout
 from .._internal.sfn_dynamodb import CONDITIONAL_CHECK_FAILED, DYNAMODB_ERROR_PREFIX, DYNAMODB_RETRY_ERRORS
 from .._internal.tables import grant_table_key
-from ..quota.ledger import LEADING_KEYS, LEDGER_KEY_PREFIX, LEDGER_TTL_ATTRIBUTE, QuotaLedger
+from ..quota.ledger import (
+    LEADING_KEYS,
+    LEDGER_KEY_PREFIX,
+    LEDGER_PARTITION_KEY,
+    LEDGER_TTL_ATTRIBUTE,
+    QuotaLedger,
+)
 
 __all__ = [
     "CONDITIONAL_CHECK_FAILED",
@@ -158,12 +165,12 @@ ENVELOPE_ANSWER = "$.answer"
 #: leaves the whole second in every one of these forms: the ledger's slot name (pacer_runtime.ledger
 #: SLOT_FORMAT). A '-hh:mm' offset is not cut (the date has '-' too): Step Functions writes UTC.
 ENTERED_TIME_CUTS = (".", "Z", "+")
-#: The item's attributes a state machine writes (pacer_runtime.ledger: HELD, CONSUMER_PREFIX, SLOT_PREFIX,
-#: DAY_PREFIX).
-HELD = "held"
-CONSUMER_PREFIX = "h#"
-SLOT_PREFIX = "s#"
-DAY_PREFIX = "d#"
+#: The item's attributes a state machine writes: SharedLedger's own names (lambda/pacer_runtime/ledger_layout.py,
+#: the one file both sides load).
+HELD: str = ledger_layout().HELD
+CONSUMER_PREFIX: str = ledger_layout().CONSUMER_PREFIX
+SLOT_PREFIX: str = ledger_layout().SLOT_PREFIX
+DAY_PREFIX: str = ledger_layout().DAY_PREFIX
 #: The day of $$.State.EnteredTime: the date before its 'T' (ISO 8601's date and time separator, in every
 #: form ENTERED_TIME_CUTS lists), the UTC day pacer_runtime.ledger names d#<day> by (DAY_FORMAT "%Y-%m-%d").
 ENTERED_DAY_CUT = "T"
@@ -392,7 +399,7 @@ class LedgerCall:
         ledger = self.consumer.ledger
         key = LEDGER_KEY_PREFIX + ledger.ledger_id
         task = tasks.DynamoUpdateItem(
-            self.scope, id, table=ledger.table, key={"pk": tasks.DynamoAttributeValue.from_string(key)},
+            self.scope, id, table=ledger.table, key={LEDGER_PARTITION_KEY: tasks.DynamoAttributeValue.from_string(key)},
             update_expression=update, condition_expression=condition,
             expression_attribute_names={"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer.name,
                                         "#slot": sfn.JsonPath.string_at(self.slot_path),

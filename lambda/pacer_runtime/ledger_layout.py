@@ -1,0 +1,47 @@
+"""The shared quota ledger's names, written once for both sides: the runtime (`pacer_runtime.ledger`,
+SharedLedger) and the constructs (`genai_pacer.quota.QuotaLedger`, which sets ENVIRONMENT in each
+consumer's environment, and `genai_pacer.step_functions.ledger_steps`, whose DynamoDB tasks write the
+item). The constructs load this file by its path (genai_pacer._internal.runtime_constants), since
+importing `pacer_runtime` needs boto3: standard library only, no imports.
+
+The item layout and protocol these names take part in are `pacer_runtime.ledger`'s docstring.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CONSUMER_PREFIX",
+    "DAILY_TOKENS_VARIABLE",
+    "DAY_PREFIX",
+    "ENVIRONMENT",
+    "HELD",
+    "KEY_PREFIX",
+    "PARTITION_KEY",
+    "SLOT_PREFIX",
+    "TTL_ATTRIBUTE",
+]
+
+#: The ledger's day for every consumer (QuotaLedger.daily_tokens): SharedLedger.from_environment's
+#: daily_tokens. Absent (a function configured before it was set), the runtime's default applies.
+DAILY_TOKENS_VARIABLE = "GENAI_PACER_LEDGER_DAILY_TOKENS"
+#: The variables QuotaLedger.environment(share) sets and SharedLedger.from_environment reads, in order.
+ENVIRONMENT = (
+    "GENAI_PACER_LEDGER_TABLE",
+    "GENAI_PACER_LEDGER_ID",
+    "GENAI_PACER_LEDGER_CONSUMER",
+    "GENAI_PACER_LEDGER_QUOTA_TPM",
+    "GENAI_PACER_LEDGER_FLOOR_TPM",
+    "GENAI_PACER_LEDGER_BURST_TPM",
+    "GENAI_PACER_LEDGER_SKEW_SECONDS",
+    DAILY_TOKENS_VARIABLE,
+)
+#: The table's string partition key, the quota item's key ("quota#<ledger id>") and its TTL attribute.
+PARTITION_KEY = "pk"
+KEY_PREFIX = "quota#"
+TTL_ATTRIBUTE = "expires_at"
+#: The item's attributes a state machine writes as well: the window's tokens, one consumer's, one slot's
+#: (s#<UTC second>#<consumer>) and one UTC day's (d#<YYYY-MM-DD>).
+HELD = "held"
+CONSUMER_PREFIX = "h#"
+SLOT_PREFIX = "s#"
+DAY_PREFIX = "d#"
