@@ -474,12 +474,8 @@ class SharedLedger:
             self.view(refresh=True)
             refreshed = True
         for _ in range(self.conflict_retries + 2):
-            now = self.clock()
-            with self._lock:
-                view = self._view
-            view = self._without_future_slots(view, now)
-            if view.problems:
-                self._repair(view)
+            now, view = self._trusted_view()
+            if view is None:  # repaired: try again on the item the repair returned
                 continue
             decision = self._decide(view, tokens, now)
             if isinstance(decision, LedgerRefusal):
@@ -527,12 +523,8 @@ class SharedLedger:
         removed = 0.0
         self.view(refresh=True)
         for _ in range(self.conflict_retries + 2 + MAX_EXPIRED_WRITES):
-            now = self.clock()
-            with self._lock:
-                view = self._view
-            view = self._without_future_slots(view, now)
-            if view.problems:
-                self._repair(view)
+            now, view = self._trusted_view()
+            if view is None:  # repaired: try again on the item the repair returned
                 continue
             expired, freed_all, freed = self._expired_slots(view, now)
             if not expired:
@@ -728,6 +720,20 @@ class SharedLedger:
             update += ", #day :d"
         outcome = self._write(update, "attribute_exists(#slot)", names, values, repeatable=False)
         self.counts[kind if outcome is not None else "late"] += 1
+
+    def _trusted_view(self) -> tuple[float, LedgerView | None]:
+        """Now, and the item as last seen, fit to decide on: the slots further ahead than any clock the
+        ledger follows left out. None when it does not add up: it is repaired (one conditional write,
+        whose returned item becomes the view) and the caller tries again. What every write decides on
+        (a reservation, a sweep) first."""
+        now = self.clock()
+        with self._lock:
+            view = self._view
+        view = self._without_future_slots(view, now)
+        if view.problems:
+            self._repair(view)
+            return now, None
+        return now, view
 
     def _without_future_slots(self, view: LedgerView, now: float) -> LedgerView:
         """The view, with every slot that starts further ahead of `now` than any clock the ledger
