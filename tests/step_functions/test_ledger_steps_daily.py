@@ -74,14 +74,19 @@ def no_waits(monkeypatch) -> list[float]:
     return waits
 
 
+def shares_and_ledger(stack, consumer: str, **quota_props):
+    """The quota (tpm_quota 400,000, burndown 5), the consumer's share (half of it, an hour a day), the
+    Interactive process's (0.4) and their ledger: the plan the consumer takes, and the ledger."""
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN, **quota_props)
+    profile = quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS)
+    plan = quota.share(consumer, profile, fraction=0.5, call_seconds=4, hours_per_day=1)
+    quota.share("Interactive", profile, fraction=0.4, call_seconds=4, hours_per_day=1)
+    return plan, QuotaLedger(stack, "Ledger", quota=quota)
+
+
 def daily_stack(daily_token_quota: float | None = None, *, keep_free: float = 0.0):
     stack = new_stack()
-    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN, keep_free=keep_free,
-                       daily_token_quota=daily_token_quota)
-    profile = quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS)
-    plan = quota.share("Summaries", profile, fraction=0.5, call_seconds=4, hours_per_day=1)
-    quota.share("Interactive", profile, fraction=0.4, call_seconds=4, hours_per_day=1)
-    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    plan, ledger = shares_and_ledger(stack, "Summaries", keep_free=keep_free, daily_token_quota=daily_token_quota)
     BoundedMap(stack, "Summaries", max_concurrency=plan, model=MODEL, ledger=ledger,
                request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=MAX_TOKENS))
     return stack, ledger
@@ -182,10 +187,7 @@ def test_a_scheduled_precompute_key_counts_on_the_day(entered):
     from genai_pacer import AnswerStore, ScheduledPrecompute
 
     stack = new_stack()
-    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
-    plan = quota.share("Notes", quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS),
-                       fraction=0.3, call_seconds=4)
-    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    plan, ledger = shares_and_ledger(stack, "Notes")
     items = [{"key": f"ticker-morning#t{i}", "ticker": f"T{i}"} for i in range(2)]
     notes = ScheduledPrecompute(
         stack, "Notes", answer_store=AnswerStore(stack, "Store"), model=MODEL, max_concurrency=plan, items=items,
