@@ -132,3 +132,13 @@ def reference_templates(reference_assembly) -> dict[str, dict]:
         path.name.removesuffix(".template.json"): json.loads(path.read_text())
         for path in sorted(reference_assembly.glob("*.template.json"))
     }
+
+
+@pytest.fixture
+def no_sdk_backoff(monkeypatch):
+    """The SDK retries a throttled call at once: botocore's standard-mode backoff (a real sleep of up to
+    1 s, then 2 s, before each retry: botocore/retries/standard.py ExponentialBackoff.delay_amount)
+    returns 0. The retries still happen and are counted; only the wall time between them goes."""
+    from botocore.retries.standard import ExponentialBackoff
+
+    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0.0)

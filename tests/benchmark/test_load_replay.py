@@ -13,7 +13,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Template
 from genai_pacer import BedrockModel, InvalidPropsError, LoadReplay, ModelQuota, planning
 from genai_pacer.benchmark import load_replay
-from genai_pacer.testing import BedrockEmulator, ModelSpec, bench
+from genai_pacer.testing import BedrockEmulator, ManualClock, ModelSpec, bench
 from genai_pacer.testing.sfn import StateMachineRunner
 from helpers import new_stack, resources
 
@@ -21,6 +21,9 @@ MODEL = "us.amazon.nova-micro-v1:0"
 NOVA = BedrockModel.from_id(MODEL)
 PROFILE = planning.TokenProfile(input_tokens=1_000, output_tokens=200, max_tokens=400)
 SECRET = "the customer's private question"
+#: Offline runs start at the plan (start_lead=0): the runner starts the Map's children in process, so
+#: the default 5 s lead would only be 5 s of real sleep per run.
+NOW = cdk.Duration.seconds(0)
 
 
 def replay_stack(**props):
@@ -32,6 +35,22 @@ def replay_stack(**props):
     return stack, construct
 
 
+@pytest.fixture(scope="module")
+def default_replay():
+    """replay_stack() with no props, synthesized once for the module's tests that only read it."""
+    stack, construct = replay_stack()
+    return stack, construct, Template.from_stack(stack).to_json()
+
+
+def replay_settings(template: dict) -> dict:
+    """The LOAD_REPLAY document the function reads (a deploy-time part, e.g. a bucket's name, as "X")."""
+    function = next(r["Properties"] for r in resources(template, "AWS::Lambda::Function").values()
+                    if r["Properties"].get("Handler") == "load_replay.handler.handler")
+    value = function["Environment"]["Variables"]["LOAD_REPLAY"]
+    return json.loads(value if isinstance(value, str) else
+                      "".join(p if isinstance(p, str) else "X" for p in value["Fn::Join"][1]))
+
+
 def statements(template: dict, policy_part: str) -> list[dict]:
     found = [r["Properties"]["PolicyDocument"]["Statement"] for k, r in resources(template, "AWS::IAM::Policy").items()
              if policy_part in k]
@@ -39,9 +58,8 @@ def statements(template: dict, policy_part: str) -> list[dict]:
     return found[0]
 
 
-def test_the_function_may_invoke_only_the_model_and_touch_only_the_prompts_object_and_the_results_prefix():
-    stack, construct = replay_stack()
-    template = Template.from_stack(stack).to_json()
+def test_the_function_may_invoke_only_the_model_and_touch_only_the_prompts_object_and_the_results_prefix(default_replay):
+    stack, construct, template = default_replay
     granted = statements(template, "ReplayReplayRoleDefaultPolicy")
     text = json.dumps(stack.resolve(granted))
     actions = sorted({a for s in granted for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])})
@@ -121,6 +139,9 @@ def test_a_share_refuses_a_load_above_what_it_sustains_naming_both_numbers():
     ({"latency": "fast"}, "latency="),
     ({"input_price_per_million": 1.0}, "go together"),
     ({"call_budget": cdk.Duration.minutes(15)}, "call_budget="),
+    ({"start_lead": cdk.Duration.minutes(6)}, "start_lead=6 minutes exceeds the maximum of 5 minutes"),
+    ({"start_lead": cdk.Duration.minutes(4), "call_budget": cdk.Duration.minutes(12)},
+     "start_lead=4 minutes + call_budget=12 minutes + 10 s to write the records is 970 s, above the 900 s"),
     ({"results_prefix": "no-slash"}, "results_prefix='no-slash' must end with '/'"),
     ({"retention": cdk.Duration.hours(36)}, "retention=36 hours is not whole days"),
 ])
@@ -149,6 +170,23 @@ def test_the_function_keeps_the_same_write_margin_as_the_construct(monkeypatch):
     handler = importlib.import_module("load_replay.handler")
     assert handler.WRITE_SECONDS == load_replay.WRITE_SECONDS
     assert handler.MAX_LAMBDA_SECONDS == load_replay.MAX_LAMBDA_SECONDS
+    assert load_replay.DEFAULT_START_LEAD.to_seconds() == handler.START_LEAD_SECONDS
+
+
+def test_the_start_lead_reaches_the_functions_settings(default_replay, monkeypatch):
+    """start_lead is how far ahead of the plan the run's shared clock starts (the plan's start_at):
+    the function reads it from the settings the construct writes, 5 s unless given."""
+    import importlib
+    import sys
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    sys.modules.pop("load_replay.handler", None)
+    handler = importlib.import_module("load_replay.handler")
+    _, _, template = default_replay
+    for template_of, lead in ((template, 5.0), (Template.from_stack(replay_stack(start_lead=cdk.Duration.millis(1_500))[0])
+                                                .to_json(), 1.5)):
+        settings = handler.Settings.from_environment({"LOAD_REPLAY": json.dumps(replay_settings(template_of))})
+        assert settings.start_lead_s == lead
 
 
 def prompts_text() -> str:
@@ -163,8 +201,10 @@ def test_a_run_executes_offline_and_reports_as_the_local_bench(monkeypatch, api)
     stack = new_stack()
     prompts = s3.Bucket(stack, "Prompts")
     construct = LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="prompts/chat.jsonl",
-                           requests=200, warmup=2, concurrency=20, profile=PROFILE, api=api)
-    with BedrockEmulator([ModelSpec(MODEL)], time_scale=200) as bedrock, \
+                           requests=200, warmup=2, concurrency=20, profile=PROFILE, api=api, start_lead=NOW)
+    # ManualClock(instant=True): each answer's model time passes at once, so the runner's 202 calls one
+    # after another cost no emulated latency (the report is the local bench's over whatever was measured).
+    with BedrockEmulator([ModelSpec(MODEL)], clock=ManualClock(instant=True)) as bedrock, \
             StateMachineRunner(stack, bedrock=bedrock) as runner:
         bucket = runner.physical_name(prompts)
         runner.s3.put_object(Bucket=bucket, Key="prompts/chat.jsonl", Body=prompts_text().encode())
@@ -184,18 +224,20 @@ def test_a_run_executes_offline_and_reports_as_the_local_bench(monkeypatch, api)
     assert not any(SECRET in body for body in read.values())
 
 
-def test_a_run_under_a_quota_that_throttles_records_every_request_and_counts_the_throttles():
-    """30 requests at 10 virtual users against a quota they exceed: each request is one record, the
+def test_a_run_under_a_quota_that_throttles_records_every_request_and_counts_the_throttles(no_sdk_backoff):
+    """12 requests at 4 virtual users against a quota they exceed: each request is one record, the
     throttles the SDK retried are counted in the report, and the report is the local bench's
     computation over the same records."""
     stack = new_stack()
     prompts = s3.Bucket(stack, "Prompts")
     construct = LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="p.jsonl",
-                           requests=30, warmup=0, concurrency=10, profile=PROFILE, api="Converse")
-    # ~70 tokens reserved a call: the quota holds ~7 calls a model minute, 3 s of wall time at x20, and
-    # the users send more than that even one call at a time (the runner calls in-process functions in turn).
+                           requests=12, warmup=0, concurrency=4, profile=PROFILE, api="Converse", start_lead=NOW)
+    # ~70 tokens reserved a call: the quota holds ~7 calls a model minute. On ManualClock(instant=True) model
+    # time moves only by the answers' own latency (a second or two each), so the 12 requests, even one at a
+    # time (the runner calls in-process functions in turn), exceed the window whatever the machine's speed.
     spec = ModelSpec(MODEL, tpm_quota=500, max_output_tokens=4_096)
-    with BedrockEmulator([spec], time_scale=20) as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+    with BedrockEmulator([spec], clock=ManualClock(instant=True)) as bedrock, \
+            StateMachineRunner(stack, bedrock=bedrock) as runner:
         runner.s3.put_object(Bucket=runner.physical_name(prompts), Key="p.jsonl", Body=prompts_text().encode())
         run = runner.run({}, name="busy").raise_for_status()
         results = runner.physical_name(construct.results_bucket)
@@ -203,10 +245,10 @@ def test_a_run_under_a_quota_that_throttles_records_every_request_and_counts_the
         csv_rows = runner.s3.get_object(Bucket=results, Key="load-replay/busy/bench.csv")["Body"].read().decode()
     summary = document["summary"]
     throttled = sum(1 for i in run.invocations if i.outcome == "throttled")
-    assert summary["requests"] == 30 and len(csv_rows.splitlines()) == 31
+    assert summary["requests"] == 12 and len(csv_rows.splitlines()) == 13
     assert throttled > 0 and summary["throttles"] == throttled
     assert summary["attempts"] == run.model_calls
-    assert summary["succeeded"] + summary["failed"] == 30
+    assert summary["succeeded"] + summary["failed"] == 12
 
 
 def test_goodput_targets_and_the_shares_quota_reach_the_deployed_report():
@@ -219,7 +261,8 @@ def test_goodput_targets_and_the_shares_quota_reach_the_deployed_report():
     prompts = s3.Bucket(stack, "Prompts")
     construct = LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="p.jsonl", requests=20,
                            warmup=0, concurrency=4, profile=PROFILE, share=share,
-                           ttft_target=cdk.Duration.millis(250), otps_target=20, e2e_target=cdk.Duration.seconds(30))
+                           ttft_target=cdk.Duration.millis(250), otps_target=20, e2e_target=cdk.Duration.seconds(30),
+                           start_lead=NOW)
     assert construct.tpm_quota == 400_000
     with BedrockEmulator([ModelSpec(MODEL)], time_scale=200) as bedrock, \
             StateMachineRunner(stack, bedrock=bedrock) as runner:
@@ -252,13 +295,9 @@ def test_goodput_targets_no_request_could_meet_are_refused_by_name(props, messag
         replay_stack(**props)
 
 
-def test_without_a_share_the_report_has_no_quota_and_the_targets_stay_empty():
-    stack, construct = replay_stack()
-    function = next(r["Properties"] for r in resources(Template.from_stack(stack).to_json(), "AWS::Lambda::Function").values()
-                    if r["Properties"].get("Handler") == "load_replay.handler.handler")
-    value = function["Environment"]["Variables"]["LOAD_REPLAY"]
-    text = value if isinstance(value, str) else "".join(p if isinstance(p, str) else "X" for p in value["Fn::Join"][1])
-    config = json.loads(text)["config"]
+def test_without_a_share_the_report_has_no_quota_and_the_targets_stay_empty(default_replay):
+    _, construct, template = default_replay
+    config = replay_settings(template)["config"]
     assert construct.tpm_quota is None
     names = ("tpm_quota", "ttft_target_s", "otps_target", "e2e_target_s")
     assert {name: config.get(name) for name in names} == dict.fromkeys(names)  # to_json_string drops nulls
@@ -271,8 +310,8 @@ def test_an_open_loop_run_executes_offline():
     stack = new_stack()
     prompts = s3.Bucket(stack, "Prompts")
     construct = LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="prompts/chat.jsonl",
-                           requests=20, warmup=0, rate_per_minute=600, workers=2, in_flight_per_worker=4,
-                           profile=PROFILE, api="Converse")
+                           requests=20, warmup=0, rate_per_minute=6_000, workers=2, in_flight_per_worker=4,
+                           profile=PROFILE, api="Converse", start_lead=NOW)
     with BedrockEmulator([ModelSpec(MODEL)], time_scale=200) as bedrock, \
             StateMachineRunner(stack, bedrock=bedrock) as runner:
         runner.s3.put_object(Bucket=runner.physical_name(prompts), Key="prompts/chat.jsonl", Body=prompts_text().encode())
@@ -280,7 +319,7 @@ def test_an_open_loop_run_executes_offline():
         results = runner.physical_name(construct.results_bucket)
         document = json.loads(runner.s3.get_object(Bucket=results, Key="load-replay/open-1/bench.json")["Body"].read())
     config = replay.BenchConfig(**document["config"])
-    assert (config.concurrency, config.rate_per_minute) == (None, 600)
+    assert (config.concurrency, config.rate_per_minute) == (None, 6_000)
     assert document["summary"]["requests"] == 20 and run.model_calls == 20
 
 
@@ -302,7 +341,7 @@ def test_a_share_refuses_a_closed_loop_whose_call_seconds_send_more_than_it_sust
     assert LoadReplay(stack, "AtTheShares", call_seconds=4, **common).reserved_tpm <= share.requests_per_minute * 2_200
 
 
-def test_max_tokens_above_the_profiles_is_refused_since_the_share_and_the_annotation_count_the_profile():
+def test_max_tokens_above_the_profiles_is_refused_since_the_share_and_the_annotation_count_the_profile(default_replay):
     """Bedrock reserves input + maxTokens when a call starts; the share, reserved_tpm and the synth
     annotation count the profile's max_tokens. max_tokens=4,000 on a profile of 400 reserved 5,800 a
     request while the annotation said 2,200: refused by name rather than under-stated."""
@@ -310,4 +349,4 @@ def test_max_tokens_above_the_profiles_is_refused_since_the_share_and_the_annota
         replay_stack(max_tokens=4_000)
     assert refused.value.ids == ["LoadReplay.max_tokens.above-profile"]
     assert "max_tokens=4,000 is above the profile's max_tokens=400" in str(refused.value)
-    assert replay_stack(max_tokens=PROFILE.max_tokens)[1].reserved_tpm == replay_stack()[1].reserved_tpm
+    assert replay_stack(max_tokens=PROFILE.max_tokens)[1].reserved_tpm == default_replay[1].reserved_tpm

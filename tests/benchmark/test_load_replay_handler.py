@@ -144,7 +144,7 @@ def test_a_call_with_no_time_left_sends_nothing_and_returns_its_cursor(load):
     assert objects(s3, "runs/run-1/records/") == []
 
 
-def test_throttles_are_counted_in_the_records_not_raised(load):
+def test_throttles_are_counted_in_the_records_not_raised(load, no_sdk_backoff):
     """A quota the run exceeds: throttled attempts are retried by the SDK and counted; a request still
     throttled after its retries is a record with its error code; the function does not fail."""
     spec = ModelSpec(MODEL, tpm_quota=300, max_output_tokens=4_096)  # each call reserves ~60: a few fit

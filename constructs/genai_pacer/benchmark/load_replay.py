@@ -59,9 +59,11 @@ __all__ = [
     "DEFAULT_IN_FLIGHT_PER_WORKER",
     "DEFAULT_REQUEST_CAP",
     "DEFAULT_RETENTION",
+    "DEFAULT_START_LEAD",
     "LATENCY_MODES",
     "LoadReplay",
     "MAX_LAMBDA_SECONDS",
+    "MAX_START_LEAD",
 ]
 
 #: One Lambda invocation runs at most 900 seconds: "Code can run for up to 15 minutes in a single
@@ -83,6 +85,15 @@ DEFAULT_REQUEST_CAP = 10_000
 #: call with less time left (plus WRITE_SECONDS), so a call never times out mid-request.
 DEFAULT_CALL_BUDGET = cdk.Duration.minutes(5)
 _CALL_BUDGET = Default("cdk.Duration.minutes(5)", lambda: DEFAULT_CALL_BUDGET)
+#: How far the run's start time (the plan's start_at, the shared clock's zero) is ahead of the plan: the
+#: Distributed Map starts its workers meanwhile, so every virtual user (and the open loop's first
+#: arrival) starts together rather than as the Map reaches it (load_replay.handler.START_LEAD_SECONDS,
+#: the function's own default; a test holds them equal).
+DEFAULT_START_LEAD = cdk.Duration.seconds(5)
+_START_LEAD = Default("cdk.Duration.seconds(5)", lambda: DEFAULT_START_LEAD)
+#: The longest start_lead this construct takes: a longer lead only idles the workers (this project's bound,
+#: not an AWS limit; a Map of 10,000 children starts them in far less).
+MAX_START_LEAD = cdk.Duration.minutes(5)
 #: How long the results prefix keeps a run's records and report.
 DEFAULT_RETENTION = cdk.Duration.days(30)
 _RETENTION = Default("cdk.Duration.days(30)", lambda: DEFAULT_RETENTION)
@@ -156,6 +167,11 @@ class LoadReplay(Construct):
         cost is annotated).
     call_budget: how long one request may take, retries included: no request starts in a call with
         less time left. 10 s..14 minutes. Default: 5 minutes.
+    start_lead: how far ahead of the plan the run starts (the shared clock's zero): the Distributed Map
+        starts its workers meanwhile, so all virtual users (and the open loop's schedule) start together.
+        0..5 minutes, and with call_budget at most a Lambda call's 15 minutes (a first call must have
+        room for a request after the lead). 0 starts each worker as the Map reaches it (offline tests).
+        Default: 5 seconds.
     results_bucket: where runs are written, under results_prefix + the execution's name. Default: a
         new bucket, encrypted (S3-managed, or encryption_key), TLS-only, public access blocked,
         access-logged.
@@ -209,6 +225,7 @@ class LoadReplay(Construct):
         input_price_per_million: float | None = None,
         output_price_per_million: float | None = None,
         call_budget: cdk.Duration | Default = _CALL_BUDGET,
+        start_lead: cdk.Duration | Default = _START_LEAD,
         prompts_bucket_key: kms.IKey | None = None,
         results_bucket: s3.IBucket | None = None,
         results_bucket_key: kms.IKey | None = None,
@@ -224,6 +241,7 @@ class LoadReplay(Construct):
         self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         model = as_bedrock_model(model)
         budget: cdk.Duration = resolved(call_budget)
+        lead: cdk.Duration = resolved(start_lead)
         expiry: cdk.Duration | None = resolved(retention)
         with Checks("LoadReplay", scope=self) as check:
             self._refuse_tokens(check, {
@@ -233,7 +251,7 @@ class LoadReplay(Construct):
                 "ttft_target": ttft_target, "otps_target": otps_target, "e2e_target": e2e_target,
                 "request_cap": request_cap, "call_seconds": call_seconds,
                 "input_price_per_million": input_price_per_million,
-                "output_price_per_million": output_price_per_million, "call_budget": budget,
+                "output_price_per_million": output_price_per_million, "call_budget": budget, "start_lead": lead,
                 "results_prefix": results_prefix, "retention": expiry,
             })
             check.instance("model", model, BedrockModel, _MODEL_HINT)
@@ -299,10 +317,21 @@ class LoadReplay(Construct):
             consumer = self._check_ledger(check, ledger, model, share if share_ok else None)
             targets = self._check_targets(check, api, ttft_target=ttft_target, otps_target=otps_target,
                                           e2e_target=e2e_target)
-            check.duration("call_budget", budget, minimum=cdk.Duration.seconds(10),
-                           maximum=cdk.Duration.seconds(MAX_LAMBDA_SECONDS - 60),
-                           fix=f"one request's longest time, retries included; a Lambda call runs at most "
-                           f"{MAX_LAMBDA_SECONDS // 60} minutes")
+            budget_ok = check.duration("call_budget", budget, minimum=cdk.Duration.seconds(10),
+                                       maximum=cdk.Duration.seconds(MAX_LAMBDA_SECONDS - 60),
+                                       fix=f"one request's longest time, retries included; a Lambda call runs at most "
+                                       f"{MAX_LAMBDA_SECONDS // 60} minutes")
+            if (check.duration("start_lead", lead, minimum=cdk.Duration.seconds(0), maximum=MAX_START_LEAD,
+                               fix="how far ahead of the plan the run starts, e.g. cdk.Duration.seconds(5)")
+                    and budget_ok):
+                # A worker's first call waits the lead, then starts a request only with call_budget + WRITE_SECONDS
+                # left: past MAX_LAMBDA_SECONDS no first call could, and each would return at once to be called again.
+                first = lead.to_seconds(integral=False) + budget.to_seconds(integral=False) + WRITE_SECONDS
+                check.rule(first <= MAX_LAMBDA_SECONDS,
+                           f"start_lead={lead.to_human_string()} + call_budget={budget.to_human_string()} + "
+                           f"{WRITE_SECONDS} s to write the records is {first:g} s, above the {MAX_LAMBDA_SECONDS} s one "
+                           "Lambda call runs: no worker's first call could start a request; shorten start_lead or "
+                           "call_budget", id="start_lead.above-call")
             for name, bucket in (("results_bucket", results_bucket), ("access_logs_bucket", access_logs_bucket)):
                 check.instance(name, bucket, s3.IBucket, "an s3.Bucket (or s3.Bucket.from_bucket_name)", optional=True)
             prompts_kms = bucket_key(check, bucket_name="prompts_bucket", bucket=prompts_bucket,
@@ -383,7 +412,7 @@ class LoadReplay(Construct):
             "prompts_bucket": prompts_bucket.bucket_name, "prompts_key": prompts_key,
             "results_bucket": results_bucket.bucket_name, "results_prefix": results_prefix,
             "workers": self.workers, "in_flight": in_flight, "call_budget_s": budget.to_seconds(),
-            "request_cap": request_cap,
+            "request_cap": request_cap, "start_lead_s": lead.to_seconds(integral=False),
         }
         log_encryption = log_key(self, "LogsKey", encryption_key_for_logs)
         self.function = handler_function(
