@@ -1,4 +1,5 @@
-"""What the constructs share about S3 objects: the key length limit, and the KMS key of an SSE-KMS bucket.
+"""What the constructs share about S3 objects: the key length limit, the KMS key of an SSE-KMS bucket,
+and the data buckets a construct creates with the bucket their server access logs go to.
 
 A bucket encrypted with a customer-managed KMS key (SSE-KMS) serves its objects only to a caller that
 may also use the key, so every role that reads or writes a bucket's objects is granted the bucket's
@@ -12,12 +13,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+
+from constructs import Construct
 
 from .checks import Checks, is_token
 
-__all__ = ["KMS_READ_ACTIONS", "KMS_WRITE_ACTIONS", "S3_MAX_KEY_BYTES", "bucket_key", "check_key_bytes", "grant_keys"]
+__all__ = [
+    "KMS_READ_ACTIONS",
+    "KMS_WRITE_ACTIONS",
+    "S3_MAX_KEY_BYTES",
+    "bucket_key",
+    "check_key_bytes",
+    "data_bucket",
+    "grant_keys",
+    "new_access_logs_bucket",
+]
 
 #: What a caller of S3 needs on the key of an SSE-KMS object. Amazon S3 user guide, "Using server-side
 #: encryption with AWS KMS keys (SSE-KMS)", Permissions (https://docs.aws.amazon.com/AmazonS3/latest/
@@ -102,3 +116,45 @@ def grant_keys(grantee: iam.IGrantable, *uses: tuple[kms.IKey | None, Sequence[s
             actions.setdefault(key.key_arn, (key, {}))[1].update(dict.fromkeys(wanted))
     for key, names in actions.values():
         grantee.grant_principal.add_to_principal_policy(iam.PolicyStatement(actions=list(names), resources=[key.key_arn]))
+
+
+def new_access_logs_bucket(scope: Construct, *, logged: str) -> s3.Bucket:
+    """A new bucket ("AccessLogs") for the server access logs of `scope`'s own buckets (`logged` names
+    them, for the cdk-nag acknowledgement: e.g. "the results bucket's"). S3-managed encryption, the
+    only one S3 log delivery supports; the logs expire after a year. `scope` sets the
+    @aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy context before its first child, so delivery is
+    granted by bucket policy, not an ACL."""
+    bucket = s3.Bucket(
+        scope, "AccessLogs",
+        encryption=s3.BucketEncryption.S3_MANAGED,  # the only encryption S3 log delivery supports
+        enforce_ssl=True,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+        removal_policy=cdk.RemovalPolicy.RETAIN,
+        lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(365))],
+    )
+    cdk.Validations.of(bucket).acknowledge(cdk.Acknowledgment(
+        id="AwsSolutions-S1",
+        reason=f"this bucket receives {logged} server access logs; logging it too would log its own log deliveries",
+    ))
+    return bucket
+
+
+def data_bucket(
+    scope: Construct, id: str, *, key: kms.IKey | None, access_logs: s3.IBucket,
+    lifecycle_rules: Sequence[s3.LifecycleRule] | None = None,
+) -> s3.Bucket:
+    """A bucket a construct creates for its data: encrypted with `key` (SSE-KMS, bucket key on) or
+    S3-managed, TLS only, public access blocked, its server access logs under "<id>/" in
+    `access_logs`, retained on delete."""
+    return s3.Bucket(
+        scope, id,
+        encryption=s3.BucketEncryption.KMS if key is not None else s3.BucketEncryption.S3_MANAGED,
+        encryption_key=key,
+        bucket_key_enabled=key is not None or None,
+        enforce_ssl=True,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+        server_access_logs_bucket=access_logs,
+        server_access_logs_prefix=f"{id}/",
+        removal_policy=cdk.RemovalPolicy.RETAIN,
+        lifecycle_rules=lifecycle_rules,
+    )

@@ -43,7 +43,15 @@ from .._internal.checks import Checks, Default, resolved, token_kind
 from .._internal.docs import constructor_doc
 from .._internal.nag import acknowledge_exact_resources, flattened, principal_policy
 from .._internal.runtime_constants import replay_module
-from .._internal.s3 import KMS_READ_ACTIONS, KMS_WRITE_ACTIONS, bucket_key, check_key_bytes, grant_keys
+from .._internal.s3 import (
+    KMS_READ_ACTIONS,
+    KMS_WRITE_ACTIONS,
+    bucket_key,
+    check_key_bytes,
+    data_bucket,
+    grant_keys,
+    new_access_logs_bucket,
+)
 from .._internal.secure import handler_function, log_key
 from ..models import BedrockModel, as_bedrock_model
 from ..quota import planning
@@ -393,7 +401,9 @@ class LoadReplay(Construct):
 
         # ---- the results bucket ---------------------------------------------------------------------
         if results_bucket is None:
-            results_bucket = self._bucket(encryption_key, access_logs_bucket)
+            results_bucket = data_bucket(
+                self, "Results", key=encryption_key,
+                access_logs=access_logs_bucket or new_access_logs_bucket(self, logged="the results bucket's"))
             results_kms = results_bucket.encryption_key
         if expiry is not None:
             cast(s3.Bucket, results_bucket).add_lifecycle_rule(
@@ -575,33 +585,6 @@ class LoadReplay(Construct):
                        "share sustains: lower rate_per_minute, or draw a larger share", id="rate_per_minute.above-share")
 
     # ---- resources ------------------------------------------------------------------------------------
-
-    def _bucket(self, key: kms.IKey | None, access_logs: s3.IBucket | None) -> s3.Bucket:
-        if access_logs is None:
-            access_logs = s3.Bucket(
-                self, "AccessLogs",
-                encryption=s3.BucketEncryption.S3_MANAGED,  # the only encryption S3 log delivery supports
-                enforce_ssl=True,
-                block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-                removal_policy=cdk.RemovalPolicy.RETAIN,
-                lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(365))],
-            )
-            cdk.Validations.of(access_logs).acknowledge(cdk.Acknowledgment(
-                id="AwsSolutions-S1",
-                reason="this bucket receives the results bucket's server access logs; logging it too would log its own "
-                "log deliveries",
-            ))
-        return s3.Bucket(
-            self, "Results",
-            encryption=s3.BucketEncryption.KMS if key is not None else s3.BucketEncryption.S3_MANAGED,
-            encryption_key=key,
-            bucket_key_enabled=key is not None or None,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            server_access_logs_bucket=access_logs,
-            server_access_logs_prefix="Results/",
-            removal_policy=cdk.RemovalPolicy.RETAIN,
-        )
 
     def _acknowledge(self, results_bucket: s3.IBucket, results_prefix: str) -> None:
         """Exactly this construct's own wildcards: the results prefix (record keys are generated per run,

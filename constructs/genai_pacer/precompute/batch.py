@@ -74,7 +74,14 @@ from .._internal.nag import (
     principal_policy,
 )
 from .._internal.runtime_constants import metrics_constants
-from .._internal.s3 import KMS_READ_ACTIONS, KMS_WRITE_ACTIONS, bucket_key, grant_keys
+from .._internal.s3 import (
+    KMS_READ_ACTIONS,
+    KMS_WRITE_ACTIONS,
+    bucket_key,
+    data_bucket,
+    grant_keys,
+    new_access_logs_bucket,
+)
 from .._internal.secure import handler_function, log_key
 from ..models import BedrockModel, as_bedrock_model
 from ..step_functions.state_machine import StateMachineOptions, model_state_machine
@@ -461,21 +468,10 @@ class BatchPrecompute(Construct):
 
         # ---- buckets -----------------------------------------------------------------------------
         if creates_bucket and access_logs_bucket is None:
-            access_logs_bucket = s3.Bucket(
-                self, "AccessLogs",
-                encryption=s3.BucketEncryption.S3_MANAGED,  # the only encryption S3 log delivery supports
-                enforce_ssl=True,
-                block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-                removal_policy=cdk.RemovalPolicy.RETAIN,
-                lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(365))],
-            )
-            cdk.Validations.of(access_logs_bucket).acknowledge(cdk.Acknowledgment(
-                id="AwsSolutions-S1",
-                reason="this bucket receives the input and output buckets' server access logs; logging it too would "
-                "log its own log deliveries",
-            ))
-        self.input_bucket = input_bucket or self._bucket("InputBucket", encryption_key, access_logs_bucket, expiration)
-        self.output_bucket = output_bucket or self._bucket("OutputBucket", encryption_key, access_logs_bucket, expiration)
+            access_logs_bucket = new_access_logs_bucket(self, logged="the input and output buckets'")
+        logs_to = cast(s3.IBucket, access_logs_bucket)  # given, or made just above when a bucket is created
+        self.input_bucket = input_bucket or self._bucket("InputBucket", encryption_key, logs_to, expiration)
+        self.output_bucket = output_bucket or self._bucket("OutputBucket", encryption_key, logs_to, expiration)
         self.items_bucket = items_bucket or self.input_bucket
         self._prefixes = {"items": items_prefix, "input": input_prefix, "output": output_prefix}
         self._buckets = {"items": self.items_bucket, "input": self.input_bucket, "output": self.output_bucket}
@@ -848,18 +844,10 @@ class BatchPrecompute(Construct):
     # ---- grants and buckets ---------------------------------------------------------------------------
 
     def _bucket(
-        self, id: str, key: kms.IKey | None, access_logs: s3.IBucket | None, expiration: cdk.Duration | None
+        self, id: str, key: kms.IKey | None, access_logs: s3.IBucket, expiration: cdk.Duration | None
     ) -> s3.Bucket:
-        return s3.Bucket(
-            self, id,
-            encryption=s3.BucketEncryption.KMS if key is not None else s3.BucketEncryption.S3_MANAGED,
-            encryption_key=key,
-            bucket_key_enabled=key is not None or None,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            server_access_logs_bucket=access_logs,
-            server_access_logs_prefix=f"{id}/",
-            removal_policy=cdk.RemovalPolicy.RETAIN,
+        return data_bucket(
+            self, id, key=key, access_logs=access_logs,
             lifecycle_rules=[
                 s3.LifecycleRule(
                     expiration=expiration, abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
