@@ -251,6 +251,56 @@ def test_a_run_under_a_quota_that_throttles_records_every_request_and_counts_the
     assert summary["succeeded"] + summary["failed"] == 12
 
 
+def test_a_run_is_stopped_by_the_one_call_the_docs_name():
+    """`aws stepfunctions stop-execution --execution-arn <arn>` (docs/benchmark.md) stops a run: the
+    execution ends ABORTED, as Step Functions ends a stopped one (not FAILED: the offline runner counted
+    the workers the stop ended as failed items, past the Map's tolerated failures), its Map Run is
+    ABORTED, the summary step never runs, and `bench report` computes the summary from the records the
+    workers wrote. The emulator's ManualClock holds the first answers until the stop is sent, so it
+    lands while the workers run whatever the machine's speed; a worker's call already running ends as
+    on AWS (Lambda's API has no operation that ends a running invocation)."""
+    import threading
+    import time
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "benchmark.md").read_text()
+    assert "aws stepfunctions stop-execution --execution-arn" in docs
+    stack = new_stack()
+    prompts = s3.Bucket(stack, "Prompts")
+    construct = LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="p.jsonl", requests=12,
+                           warmup=0, concurrency=2, profile=PROFILE, api="Converse", start_lead=NOW)
+    clock = ManualClock()
+    stopped: list[str] = []
+    with BedrockEmulator([ModelSpec(MODEL)], clock=clock) as bedrock, \
+            StateMachineRunner(stack, bedrock=bedrock) as runner:
+        runner.s3.put_object(Bucket=runner.physical_name(prompts), Key="p.jsonl", Body=prompts_text().encode())
+
+        def stop_while_the_workers_run() -> None:
+            deadline = time.monotonic() + 60
+            while clock.sleepers < 1 and time.monotonic() < deadline:  # an answer is held: the Map runs
+                time.sleep(0.01)
+            machine = runner.sfn.list_state_machines()["stateMachines"][0]["stateMachineArn"]  # created by run()
+            arn = runner.sfn.list_executions(stateMachineArn=machine)["executions"][0]["executionArn"]
+            runner.sfn.stop_execution(executionArn=arn)  # the one call
+            stopped.append(arn)
+            clock.instant = True  # release the held answers: the running calls end
+            clock.advance(3_600)
+
+        stopper = threading.Thread(target=stop_while_the_workers_run)
+        stopper.start()
+        run = runner.run({}, name="stopped")
+        stopper.join()
+        map_run = runner.sfn.list_map_runs(executionArn=run.execution_arn)["mapRuns"][0]["mapRunArn"]
+        map_status = runner.sfn.describe_map_run(mapRunArn=map_run)["status"]
+        results = runner.physical_name(construct.results_bucket)
+        keys = [o["Key"] for o in runner.s3.list_objects_v2(Bucket=results, Prefix="load-replay/stopped/")["Contents"]]
+        report = bench.load_run(f"s3://{results}/load-replay/stopped/", s3=runner.s3)
+    assert stopped == [run.execution_arn]
+    assert run.status == "ABORTED" and map_status == "ABORTED"
+    assert "Summarize" not in run.states_entered and not any(k.endswith("/bench.json") for k in keys)
+    assert 0 < report.summary["requests"] == len(report.samples) == run.model_calls <= 12
+
+
 def test_goodput_targets_and_the_shares_quota_reach_the_deployed_report():
     """Targets in the props and the ModelQuota's tpm_quota (from the share) are the report's: its goodput
     counts the requests within every target, and its tpm percentages are read against the quota, as a

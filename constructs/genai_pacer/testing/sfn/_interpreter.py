@@ -21,7 +21,13 @@ What each patch does and why:
   handlers called in this process, the user's `functions=` callables) instead of moto's Lambda, which
   would need Docker. moto's own code still turns the response into the Task result or failure.
 - Distributed Map: JSONL item readers, ItemBatcher, the tolerated-failure threshold (moto parses it
-  but lets every failed item pass) and ResultWriter files (moto writes an empty manifest).
+  but lets every failed item pass) and ResultWriter files (moto writes an empty manifest). A Map Run
+  whose execution is stopped (StopExecution) is ABORTED, its running children too, and the execution
+  ends ABORTED: the children a stop ended are not failures (the threshold would have failed the
+  execution, FAILED, which a stop never is), and moto would report the Map Run SUCCEEDED. The
+  statuses are botocore's stepfunctions model's: ExecutionStatus and MapRunStatus both have ABORTED,
+  and MapRunExecutionCounts.aborted counts the children that "were running, but were either stopped
+  by the user or by Step Functions because the Map Run failed" (STOPPED_BY_USER below).
 - DynamoDB: "Individual write operations such as UpdateItem are atomic and always operate on the most
   recent version of the item, regardless of concurrency" (DynamoDB developer guide,
   BestPractices_ImplementingVersionControl.html); moto evaluates a condition, creates a missing item and
@@ -55,7 +61,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.model import Shape, StructureShape
 from botocore.session import get_session
 from botocore.validate import ParamValidator
-from moto.stepfunctions.parser.api import HistoryEventType, MapRunFailedEventDetails, TaskFailedEventDetails
+from moto.stepfunctions.parser.api import (
+    HistoryEventType,
+    MapRunFailedEventDetails,
+    MapRunStatus,
+    TaskFailedEventDetails,
+)
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEvent,
@@ -98,6 +109,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state
 )
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails as _EventDetails
+from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.parser.asl.eval.program_state import (
     ProgramEnded,
     ProgramError,
@@ -729,6 +741,46 @@ def _batches(items: list[Any], settings: MapSettings) -> list[Any]:
     return [{**wrap, "Items": batch} for batch in batches]
 
 
+#: botocore's stepfunctions model (service-2.json): the status of an execution StopExecution ended
+#: (ExecutionStatus) and of its Map Runs (MapRunStatus).
+STOPPED_BY_USER = "ABORTED"
+#: The history event of a Map Run whose execution was stopped (HistoryEventType, same model).
+MAP_RUN_ABORTED = "MapRunAborted"
+
+
+def _stopped(env: Any) -> bool:
+    """Whether the execution `env` runs in was stopped (StopExecution: moto's ProgramStopped)."""
+    return isinstance(env.program_state(), ProgramStopped)
+
+
+def _distributed_eval_body(self, env) -> None:
+    """moto's Map Run, reporting a stopped execution's Map Run as ABORTED (its event, and DescribeMapRun's
+    status) rather than SUCCEEDED or FAILED."""
+    record = env.stack[-1].map_run_record
+    set_stop = record.set_stop
+
+    def stop_record(status):
+        set_stop(MapRunStatus(STOPPED_BY_USER) if _stopped(env) else status)
+
+    record.set_stop = stop_record
+    outer, _local.map_run_env = getattr(_local, "map_run_env", None), env
+    try:
+        _original(DistributedIterationComponent, "_eval_body")(self, env)
+    finally:
+        _local.map_run_env = outer
+        del record.set_stop  # back to the class's own
+
+
+def _add_event(self, context, event_type, event_details=None, *args, **kwargs):
+    """The Map Run's closing event of a stopped execution is MapRunAborted (set on the thread that
+    evaluates the Map state, by _distributed_eval_body)."""
+    env = getattr(_local, "map_run_env", None)
+    if env is not None and _stopped(env) and event_type in (HistoryEventType.MapRunSucceeded,
+                                                             HistoryEventType.MapRunFailed):
+        event_type, event_details = HistoryEventType(MAP_RUN_ABORTED), None
+    return _original(EventManager, "add_event")(self, context, event_type, event_details, *args, **kwargs)
+
+
 def _map_run(self, env, eval_input) -> None:
     runtime = active()
     settings = runtime.maps.get(eval_input.state_name) or MapSettings(distributed=True)
@@ -744,7 +796,7 @@ def _map_run(self, env, eval_input) -> None:
     with runtime.lock:
         results = dict(runtime.map_runs[arn])
     failed = sum(result.status != "SUCCEEDED" for result in results.values())
-    if failed and _exceeds(failed, len(items), settings):
+    if failed and not _stopped(env) and _exceeds(failed, len(items), settings):
         first = min((r for r in results.values() if r.status != "SUCCEEDED"), key=lambda r: r.index)
         raise FailureEventException(_map_run_failure(
             env, StatesErrorName(typ=StatesErrorNameType.StatesExceedToleratedFailureThreshold),
@@ -930,6 +982,8 @@ def install(runtime: Runtime) -> None:
         _set(InputType, "__init__", _input_type_init)
         _set(item_reader_decl, "resource_output_transformer_for", _transformer_for)
         _set(DistributedIterationComponent, "_map_run", _map_run)
+        _set(DistributedIterationComponent, "_eval_body", _distributed_eval_body)
+        _set(EventManager, "add_event", _add_event)
         _set(DistributedItemProcessorWorker, "_eval_job", _eval_job)
         _set(DistributedItemProcessorWorker, "_eval_input", _eval_input)
         _set(ResultWriterS3, "_handle_put_object", staticmethod(_handle_put_object))
