@@ -88,6 +88,35 @@ def test_a_ledger_without_a_share_of_its_quota_is_refused_by_name():
         LoadReplay(stack, "R3", model=NOVA, ledger=quota, **common)  # type: ignore[arg-type]
 
 
+def test_a_request_the_ledger_could_never_admit_is_refused_at_synth_naming_both_numbers(monkeypatch):
+    """Each request holds its prompt + max_tokens x burndown in the ledger; the run may hold at most the
+    quota's allocatable TPM there. 1,000 + 4,000 x 5 = 21,000 > 20,000: the share (which counts input +
+    max_tokens, 5,000) sustains it, but the ledger refuses every such request at run time (SharedLedger:
+    "can never be held"), so every worker would fail. Refused at synth, naming both numbers; max_tokens=3,000
+    (16,000 held) is taken."""
+    def build(stack, **props):
+        quota = ModelQuota(stack, "Quota", model=NOVA, tpm_quota=20_000, burndown=5)
+        profile = quota.profile(input_tokens=1_000, output_tokens=100, max_tokens=4_000)
+        share = quota.share("Replay", profile, fraction=1.0, call_seconds=60)
+        ledger = QuotaLedger(stack, "Ledger", quota=quota)
+        prompts = s3.Bucket.from_bucket_name(stack, "Prompts", "prompts-bucket")
+        return ledger, LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="p.jsonl",
+                                  requests=4, concurrency=1, profile=profile, share=share, ledger=ledger, **props)
+
+    with pytest.raises(InvalidPropsError) as refused:
+        build(new_stack())
+    assert refused.value.ids == ["LoadReplay.ledger.hold-above-burst"]
+    assert "each request holds 21,000 tokens in the ledger" in str(refused.value)
+    assert "more than the run may hold there (20,000 TPM" in str(refused.value)
+    ledger, construct = build(new_stack(), max_tokens=3_000)
+    assert construct.ledger_consumer == "Replay" and ledger.hold(1_000, 3_000) == 16_000
+    # the same numbers at run time: the run's SharedLedger (burst cap = the allocatable quota) refuses 21,000
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")  # the client is made, never called
+    runtime = SharedLedger("table", ledger_id=MODEL_ID, consumer="Replay", quota_tpm=ledger.quota_tpm)
+    with pytest.raises(ValueError, match="a reservation of 21,000 tokens exceeds the consumer's burst cap of 20,000"):
+        runtime.try_reserve(ledger.hold(1_000, 4_000))
+
+
 def test_a_runs_holds_are_in_the_shared_item_another_consumer_is_admitted_against():
     """A LoadReplay run and a process consumer (the Interactive share's SharedLedger) share one ledger:
     every request of the run was held and settled there under the run's share, to what its record

@@ -165,7 +165,9 @@ class LoadReplay(Construct):
         loop's wait for a free slot does), not in its TTFT. A closed-loop user that cannot be admitted
         before its call's time runs low continues in the next call; an open-loop arrival that cannot is
         recorded as failed with the error AdmissionRejected (it was never sent). While DynamoDB cannot
-        be used, each worker falls back to its part of the floor (floor / workers). The function gets
+        be used, each worker falls back to its part of the floor (floor / workers). A request holding more
+        than the run may hold in the ledger (the profile's prompt + max_tokens x burndown above the quota's
+        allocatable TPM) could never be admitted: refused, naming both. The function gets
         UpdateItem and GetItem on the quota's item only. Default: none (the run is not paced; a share
         only limits its load at synth).
     call_seconds: the average duration of one call, for the synth annotation of a closed loop's
@@ -323,6 +325,9 @@ class LoadReplay(Construct):
             if share_ok and loop_ok:
                 self._check_share(check, cast(planning.RatePlan, share), concurrency, rate_per_minute, call_seconds)
             consumer = self._check_ledger(check, ledger, model, share if share_ok else None)
+            if consumer is not None and profile_ok and (max_tokens is None or (
+                    type(max_tokens) is int and 1 <= max_tokens <= profile.max_tokens)):  # else refused above
+                self._check_hold(check, cast(QuotaLedger, ledger), cast(planning.TokenProfile, profile), max_tokens)
             targets = self._check_targets(check, api, ttft_target=ttft_target, otps_target=otps_target,
                                           e2e_target=e2e_target)
             budget_ok = check.duration("call_budget", budget, minimum=cdk.Duration.seconds(10),
@@ -536,6 +541,20 @@ class LoadReplay(Construct):
                           id="ledger.replay-share-name"):
             return None
         return name
+
+    @staticmethod
+    def _check_hold(check: Checks, ledger: QuotaLedger, profile: planning.TokenProfile, max_tokens: int | None) -> None:
+        """Each request holds its prompt + max_tokens x burndown in the ledger before it is sent; the run's
+        burst cap there is the ledger's allocatable quota (ledger.environment sets no smaller one). A request
+        holding more could never be admitted: every one would fail the worker (SharedLedger refuses it)."""
+        prompt = profile.input_tokens + profile.cache_write_tokens + profile.cache_read_tokens
+        sent = max_tokens if max_tokens is not None else profile.max_tokens
+        hold, burst = ledger.hold(prompt, sent), ledger.quota_tpm
+        check.rule(hold <= burst,
+                   f"ledger: each request holds {hold:,} tokens in the ledger (the profile's prompt {prompt:,} + "
+                   f"max_tokens={sent:,} x burndown {ledger.quota.burndown:g}), more than the run may hold there "
+                   f"({burst:,.0f} TPM, ModelQuota {ledger.quota.node.id}'s allocatable quota): no request could ever "
+                   "be admitted; lower max_tokens (or the profile's), or raise the quota", id="ledger.hold-above-burst")
 
     @staticmethod
     def _check_targets(check: Checks, api: Any, **targets: Any) -> dict[str, float | None]:

@@ -289,6 +289,13 @@ class QuotaLedger(Construct):
             f"{self.clock_skew.to_seconds(integral=False):g}", str(self.daily_tokens),
         ), strict=True))
 
+    def hold(self, prompt_tokens: int, max_tokens: int) -> int:
+        """What one call holds in the ledger while it runs: its prompt (input + cache writes + cache reads)
+        + max_tokens x the quota's burndown (pacer_runtime's QuotaPacer.reservation with
+        hold_output_burndown, as every consumer of the ledger holds it). A call holding more than a
+        consumer's burst cap can never be admitted (SharedLedger refuses it)."""
+        return int(prompt_tokens) + math.ceil(max_tokens * self.quota.burndown)
+
     def grant_use(self, grantee: iam.IGrantable) -> iam.Grant:
         """Reserve, settle and release in this quota's ledger (UpdateItem, GetItem on its item only)."""
         self._process_consumers = True

@@ -192,7 +192,7 @@ class LedgerConsumer:
 
     def reservation(self, max_tokens: int) -> int:
         """r: what a call holds while it runs (QuotaPacer.reservation with hold_output_burndown)."""
-        return self.input_tokens + math.ceil(max_tokens * self.ledger.quota.burndown)
+        return self.ledger.hold(self.input_tokens, max_tokens)
 
     def grant(self, grantee: Any) -> None:
         """KMS on a customer-managed table key (the UpdateItem tasks grant UpdateItem themselves, on
