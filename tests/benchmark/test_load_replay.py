@@ -107,6 +107,17 @@ def test_synth_annotates_what_the_run_reserves_and_roughly_costs():
     assert construct.reserved_tpm == 200 * 1_400
     assert construct.estimated_cost_usd == pytest.approx(208 * (1_000 * 0.035 + 200 * 0.14) / 1e6)
     assert any("reserves about 280,000 tokens a minute" in m and "$0.01" in m for m in messages), messages
+    # the replay function's own time, stated, not priced: 208 requests back to back at 6 s + 20 users' 5 s lead
+    assert construct.function_seconds == 208 * 6 + 20 * 5
+    assert any("the replay function itself runs about 1,348 s at 1,024 MB" in m and "no Lambda price is built in" in m
+               for m in messages), messages
+
+
+def test_an_open_loop_runs_its_workers_for_the_whole_schedule():
+    """60 requests a minute for 18 requests (warm-up included) is 18 s of arrivals; each worker runs that, its last
+    answer (call_seconds=10) and the 5 s lead: 33 s of the function per worker."""
+    _, construct = replay_stack(concurrency=None, rate_per_minute=60, requests=10, call_seconds=10)
+    assert construct.workers == 1 and construct.function_seconds == pytest.approx(33)
 
 
 def test_a_share_refuses_a_load_above_what_it_sustains_naming_both_numbers():

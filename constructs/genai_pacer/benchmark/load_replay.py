@@ -82,6 +82,11 @@ MAX_LAMBDA_SECONDS = 900
 #: The seconds the function keeps after its last request to write that call's records
 #: (load_replay.handler.WRITE_SECONDS; a test holds them equal).
 WRITE_SECONDS = 10
+#: The replay function's memory (MB): enough for the in-flight requests' threads and one call's records.
+REPLAY_MEMORY_MB = 1024
+#: Where the replay function's time is priced: no Lambda price is built in (prices are props, and this
+#: project keeps no price table), so the synth annotation states the function's seconds and points here.
+LAMBDA_PRICING = "https://aws.amazon.com/lambda/pricing/"
 #: The API modes a run replays in: the Converse operations of botocore's bedrock-runtime model.
 API_MODES = ("ConverseStream", "Converse")
 #: PerformanceConfiguration.latency's enum (botocore bedrock-runtime model; pacer_runtime.prompts.LATENCY_MODES).
@@ -201,7 +206,9 @@ class LoadReplay(Construct):
 
     Attributes: `state_machine`, `function`, `results_bucket`, `results_prefix`, `workers`,
     `reserved_tpm` (what the run reserves per minute, from the profile), `estimated_cost_usd`
-    (None without prices), `tpm_quota` (the ModelQuota's tpm_quota the report's tpm.quota and its
+    (the model's tokens at the given prices; None without prices), `function_seconds` (about how long the
+    replay function runs in a run, at REPLAY_MEMORY_MB: the requests' time and each worker's start_lead; not
+    priced, see the synth annotation), `tpm_quota` (the ModelQuota's tpm_quota the report's tpm.quota and its
     percentages are read against, from the share's or the ledger's quota; None without either),
     `ledger`, `ledger_consumer` and `ledger_floor_tpm` (the run's name and floor in it; None without).
     """
@@ -403,6 +410,12 @@ class LoadReplay(Construct):
             None if input_price_per_million is None or output_price_per_million is None
             else (requests + warmup) * ((profile.input_tokens + profile.cache_write_tokens) * input_price_per_million
                                         + profile.output_tokens * output_price_per_million) / 1_000_000)
+        # The function's own time: a closed-loop user's call lasts its requests back to back; an open-loop
+        # worker's lasts the whole schedule and its last answer; each worker first waits the start lead.
+        lead_s = lead.to_seconds(integral=False)
+        self.function_seconds = (
+            (requests + warmup) * seconds + self.workers * lead_s if closed
+            else self.workers * ((requests + warmup) / rate * 60 + seconds + lead_s))
 
         # ---- the results bucket ---------------------------------------------------------------------
         if results_bucket is None:
@@ -432,7 +445,7 @@ class LoadReplay(Construct):
         log_encryption = log_key(self, "LogsKey", encryption_key_for_logs)
         self.function = handler_function(
             self, "Replay", handler="load_replay.handler.handler", timeout=cdk.Duration.seconds(MAX_LAMBDA_SECONDS),
-            memory_size=1024, environment={"LOAD_REPLAY": cdk.Stack.of(self).to_json_string(settings)},
+            memory_size=REPLAY_MEMORY_MB, environment={"LOAD_REPLAY": cdk.Stack.of(self).to_json_string(settings)},
             encryption_key=log_encryption, log_retention=log_retention,
         )
         model.grant_invoke(self.function, streaming=api == "ConverseStream")
@@ -647,7 +660,10 @@ class LoadReplay(Construct):
                 "a request, from the profile)")
         cdk.Annotations.of(self).add_info(
             f"LoadReplay {self.node.id}: {how}, which reserves about {self.reserved_tpm:,.0f} tokens a minute of the "
-            f"model's quota while it runs ({profile.reserved:,} a request: input + max_tokens, the profile's){cost}",
+            f"model's quota while it runs ({profile.reserved:,} a request: input + max_tokens, the profile's){cost}; "
+            f"the replay function itself runs about {self.function_seconds:,.0f} s at {REPLAY_MEMORY_MB:,} MB "
+            f"({'the requests back to back at call_seconds' if closed else 'each worker for the whole schedule'}, "
+            f"and each worker's start_lead), not priced here (no Lambda price is built in: {LAMBDA_PRICING})",
         )
 
 
