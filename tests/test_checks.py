@@ -165,6 +165,22 @@ def test_a_token_of_the_wrong_kind_is_one_problem_when_its_prop_is_checked_twice
     assert "parameter.value_as_number" in str(raised.value)
 
 
+def test_a_prop_a_construct_refused_is_not_reported_again_by_its_own_checks():
+    """Checks.refuse: the construct's own refusal of a value (LoadReplay: a deploy-time value where the run's
+    settings are computed at synth) is that prop's one problem; the number, text, choice and duration checks
+    of it after say nothing, and other props are checked as ever."""
+    token = _tokens()["string"]
+    with pytest.raises(InvalidPropsError) as raised, Checks("Thing") as check:
+        check.refuse("count", "count is a deploy-time string, but it is needed at synth: pass the value itself",
+                     id="count.deploy-time")
+        check.integer("count", token, minimum=0)
+        check.text("count", 3)
+        check.one_of("count", [token], ("a", "b"))
+        check.duration("count", token)
+        check.integer("other", "x")
+    assert raised.value.ids == ["Thing.count.deploy-time", "Thing.other.type"]
+
+
 def test_the_router_names_a_wrong_kind_threshold_once():
     from genai_pacer import AnswerRouter, AnswerStore, BedrockModel
 

@@ -172,6 +172,14 @@ def test_an_imported_results_bucket_needs_retention_none():
     LoadReplay(stack, "R2", retention=None, **common)
 
 
+def test_a_results_bucket_of_another_type_is_one_problem():
+    """A results_bucket that is no bucket was also reported as an imported bucket that retention cannot
+    expire: the one problem is its type."""
+    with pytest.raises(InvalidPropsError) as refused:
+        replay_stack(results_bucket="my-results")
+    assert refused.value.ids == ["LoadReplay.results_bucket.type"]
+
+
 def test_the_function_keeps_the_same_write_margin_as_the_construct(monkeypatch):
     import importlib
     import sys

@@ -2,6 +2,7 @@
 value_as_string, cdk.Duration.seconds of a number, value_as_list) is refused by name (issue 23's rule:
 a token reaches the template correctly, or is refused naming the prop). None passes: the run's settings
 are one JSON document computed at synth (the workers, the Map's cap, the share check, the annotation).
+Each is one problem: the refusal, not again by the prop's own number, text, choice or type check.
 Props that take an object (a model, a bucket, a key, a profile, a plan) are refused by type."""
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ BY_TYPE = {
     "encryption_key_for_logs": "pass a kms.Key", "log_retention": "pass a logs.RetentionDays",
     "state_machine_options": "pass StateMachineOptions",
 }
+#: The prices go together: each is given with the other, so the token is the case's one problem.
+PAIRED = {"input_price_per_million": "output_price_per_million", "output_price_per_million": "input_price_per_million"}
 #: An open-loop prop is given with rate_per_minute instead of concurrency.
 OPEN_LOOP = ("rate_per_minute", "workers", "in_flight_per_worker")
 EVERY_TOKEN = [(prop, kind) for prop in PROPS for kind in KINDS]
@@ -45,6 +48,7 @@ def build(stack: cdk.Stack, **props: Any) -> LoadReplay:
                             "profile": PROFILE, "concurrency": 2}
     if any(name in props for name in OPEN_LOOP):
         base = {**base, "concurrency": None, "rate_per_minute": 60}
+    base.update({PAIRED[name]: 0.1 for name in props if name in PAIRED})
     return LoadReplay(stack, "Replay", **{**base, **props})
 
 
@@ -55,6 +59,8 @@ def test_every_prop_given_every_kind_of_token_is_refused_by_name(prop, kind):
         build(stack, **{prop: token_of(stack, kind, "Tok")})
     named = [p for p in refused.value.problems if p.startswith((f"{prop} ", f"{prop}=", f"{prop}:"))]
     assert named, refused.value.problems
+    # reported once: the construct's refusal, not again by the prop's own number, text, choice or type check
+    assert len(refused.value.problems) == 1, refused.value.ids
     assert not ENCODED_NUMBER.search(str(refused.value)), str(refused.value)
     assert any(re.search(r"\bpass\b", p) for p in named), named
     if prop in BY_TYPE:

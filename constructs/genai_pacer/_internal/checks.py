@@ -306,6 +306,7 @@ class Checks:
         self.scope = scope
         self.child = child
         self.problems: list[Problem] = []
+        self._refused: set[str] = set()  # props whose value refuse() reported: no generic check repeats it
 
     @property
     def path(self) -> str | None:
@@ -337,6 +338,14 @@ class Checks:
         self.problems.append(Problem(message, f"{_subject(self.owner)}.{id}"))
         return False
 
+    def refuse(self, name: str, message: str, *, id: str) -> bool:
+        """Record the one problem of prop `name`'s value, as fail() does, and leave it at that: the generic
+        checks of `name` run after it (number, text, one_of, duration, ...) report nothing more about it.
+        For a construct whose own rule says best what is wrong with a value (e.g. a deploy-time value
+        where only a value known at synth will do), so a user reads one problem per wrong prop."""
+        self._refused.add(name)
+        return self.fail(message, id=id)
+
     def rule(self, ok: bool, message: str, *, id: str) -> bool:
         """A relation between props (or any other rule): `message` says what is wrong and the fix; `id`
         names the rule as fail() does."""
@@ -349,6 +358,8 @@ class Checks:
         A deploy-time value of the wrong kind is one problem: a construct that named it first
         (token_of_kind, with its own fix) is not told again by the number or string check after it."""
         id = f"{_prop(name)}.{kind}"
+        if name in self._refused:
+            return False
         if kind == "token-kind" and f"{_subject(self.owner)}.{id}" in (p.id for p in self.problems):
             return False
         return self.fail(message, id=id)

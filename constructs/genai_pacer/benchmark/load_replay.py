@@ -352,8 +352,10 @@ class LoadReplay(Construct):
                            f"{WRITE_SECONDS} s to write the records is {first:g} s, above the {MAX_LAMBDA_SECONDS} s one "
                            "Lambda call runs: no worker's first call could start a request; shorten start_lead or "
                            "call_budget", id="start_lead.above-call")
-            for name, bucket in (("results_bucket", results_bucket), ("access_logs_bucket", access_logs_bucket)):
-                check.instance(name, bucket, s3.IBucket, "an s3.Bucket (or s3.Bucket.from_bucket_name)", optional=True)
+            results_ok = check.instance("results_bucket", results_bucket, s3.IBucket,
+                                        "an s3.Bucket (or s3.Bucket.from_bucket_name)", optional=True)
+            check.instance("access_logs_bucket", access_logs_bucket, s3.IBucket,
+                           "an s3.Bucket (or s3.Bucket.from_bucket_name)", optional=True)
             prompts_kms = bucket_key(check, bucket_name="prompts_bucket", bucket=prompts_bucket,
                                      key_name="prompts_bucket_key", key=prompts_bucket_key)
             results_kms = bucket_key(
@@ -364,7 +366,7 @@ class LoadReplay(Construct):
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
             check.instance("encryption_key_for_logs", encryption_key_for_logs, kms.IKey, "a kms.Key", optional=True)
             check.instance("log_retention", log_retention, logs.RetentionDays, "a logs.RetentionDays", optional=True)
-            if results_bucket is not None:
+            if results_ok:  # a results_bucket of another type is refused above, once
                 for name, value in (("encryption_key", encryption_key), ("access_logs_bucket", access_logs_bucket)):
                     check.rule(value is None, f"{name} configures the results bucket this construct creates, but "
                                "results_bucket is yours, so it would be ignored: set it on your bucket instead", id=f"{name}.ignored-with-results-bucket")
@@ -529,9 +531,10 @@ class LoadReplay(Construct):
         cannot be one of them."""
         for name, value in values.items():
             kind = token_kind(value)
-            if kind is not None:
-                check.fail(f"{name} is a deploy-time {kind}, but the replay's settings are computed at synth (the "
-                           "workers, the Map's cap, the share check, the cost annotation): pass the value itself", id=f"{name}.replay-setting-deploy-time")
+            if kind is not None:  # the one problem of this prop: its own checks below say nothing more
+                check.refuse(name, f"{name} is a deploy-time {kind}, but the replay's settings are computed at synth "
+                             "(the workers, the Map's cap, the share check, the cost annotation): pass the value itself",
+                             id=f"{name}.replay-setting-deploy-time")
 
     @staticmethod
     def _check_ledger(check: Checks, ledger: Any, model: Any, share: planning.RatePlan | None) -> str | None:
