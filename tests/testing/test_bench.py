@@ -123,7 +123,10 @@ def test_streaming_run_against_the_emulator_reports_server_usage(tmp_path):
     assert seen[-1] == (10, 10)
     by_prompt = {s.prompt_id: s.output_tokens for s in measured}
     assert by_prompt == {"a": 40, "b": 10}  # the expected lengths, as the server reported them
-    assert all(s.ttft_s is not None and s.otps > 0 and s.attempts == 1 for s in measured)
+    assert all(s.ttft_s is not None and s.attempts == 1 for s in measured)
+    # OTPS is undefined when a loaded machine reads a whole stream at once (first and last token at one
+    # instant): such a sample has none, as the report's arithmetic expects, and the others have a rate
+    assert all(s.otps is None or s.otps > 0 for s in measured) and any(s.otps is not None for s in measured)
     assert all(s.reserved == s.input_tokens + 100 for s in measured)
     assert report.summary["succeeded"] == 8 and report.summary["goodput"]["fraction"] == 1.0
     paths = write_report(report, tmp_path, "run")
