@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -74,7 +73,7 @@ sys.path[:0] = [str(ROOT / "constructs"), str(ROOT / "lambda")]
 from botocore.exceptions import ClientError  # noqa: E402
 from genai_pacer.testing import BedrockEmulator, ManualClock, ModelSpec  # noqa: E402
 from genai_pacer.testing.bench import Prompt, converse_request, error_code, load_prompts, percentiles  # noqa: E402
-from genai_pacer.testing.experiments import DIFFERENCE_RULE, compare, quota_plan, spread  # noqa: E402
+from genai_pacer.testing.experiments import DIFFERENCE_RULE, compare, machine_report, quota_plan, spread  # noqa: E402
 from genai_pacer.testing.slots import ASSUMED_TIER_ORDER  # noqa: E402
 from genai_pacer.testing.specs import approx_tokens  # noqa: E402
 from pacer_runtime import is_throttle  # noqa: E402
@@ -428,10 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "difference_rule": DIFFERENCE_RULE,
         "results": results,
     }
-    report["machine"] = {"wall_seconds": round(time.perf_counter() - began, 1), "cpus": os.cpu_count(),
-                         "load_average_before": [round(x, 2) for x in load_before],
-                         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-                         "python": platform.python_version()}
+    report["machine"] = machine_report(began, load_before)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     table = markdown(report)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -49,7 +48,7 @@ sys.path[:0] = [str(ROOT / "constructs"), str(ROOT / "lambda")]
 
 from genai_pacer.testing import BedrockEmulator, ModelSpec  # noqa: E402
 from genai_pacer.testing.bench import converse_request, load_prompts  # noqa: E402
-from genai_pacer.testing.experiments import compare, spread  # noqa: E402
+from genai_pacer.testing.experiments import compare, machine_report, spread  # noqa: E402
 from genai_pacer.testing.specs import approx_tokens  # noqa: E402
 from pacer_runtime import converse_stream  # noqa: E402
 
@@ -221,10 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             for klass in TIERS}
         entry["client_start_lag_s_p99"] = spread([r["client"]["start_lag_s_p99"] for s in SCENARIOS for r in runs[s]])
         report["loads"][f"{load:g}x"] = entry
-    report["machine"] = {"wall_seconds": round(time.perf_counter() - began, 1), "cpus": os.cpu_count(),
-                         "load_average_before": [round(x, 2) for x in load_before],
-                         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-                         "python": platform.python_version()}
+    report["machine"] = machine_report(began, load_before)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out} in {report['machine']['wall_seconds']} s")

@@ -342,14 +342,19 @@ def test_make_bench_emulates_the_reference_stacks_current_model_with_its_burndow
     assert bench_lines.count("--model-id $(BENCH_MODEL)") == bench_lines.count("--burndown $(BENCH_BURNDOWN)") == 2
 
 
-def _tier_bench():
+def _bench_script(name: str):
+    """A script of bench/ as a module (bench/ is no package)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[2] / "bench" / "service_tier_experiment.py"
-    spec = importlib.util.spec_from_file_location("service_tier_experiment", path)
+    path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     return bench
+
+
+def _tier_bench():
+    return _bench_script("service_tier_experiment")
 
 
 def test_the_tier_benchmark_sends_the_same_arrivals_at_each_class_tier_then_all_at_default():
@@ -370,13 +375,7 @@ def test_the_tier_benchmark_sends_the_same_arrivals_at_each_class_tier_then_all_
 
 
 def _priority_flex_bench():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "priority_flex_experiment.py"
-    spec = importlib.util.spec_from_file_location("priority_flex_experiment", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return _bench_script("priority_flex_experiment")
 
 
 def test_the_priority_flex_benchmark_reports_each_regime_load_and_arm_and_shows_what_the_tiers_do(tmp_path):

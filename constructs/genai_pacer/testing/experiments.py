@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import platform
 import random
 import statistics
 import threading
@@ -224,6 +225,15 @@ def _machine() -> dict[str, Any]:
     """Where the figures were measured: they depend on the machine and on what else it ran."""
     load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     return {"cpus": os.cpu_count(), "load_average_1_5_15_min_at_start": load}
+
+
+def machine_report(began: float, load_before: Sequence[float]) -> dict[str, Any]:
+    """A bench script's `machine` entry: its wall time since `began` (time.perf_counter()) and the load
+    average before and after, since figures measured beside other work differ."""
+    return {"wall_seconds": round(time.perf_counter() - began, 1), "cpus": os.cpu_count(),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            "python": platform.python_version()}
 
 
 def _cell(s: Mapping[str, Any], fmt: str = "{:.1f}", unit: str = "") -> str:
