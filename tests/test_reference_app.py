@@ -131,3 +131,30 @@ def test_the_planning_example_runs_and_its_comments_are_true():
     exec(block, scope)
     assert (scope["p"].reserved, scope["p"].settled, scope["p"].billed) == (8500, 4000, 2800)
     assert (scope["sizing"].max_tokens, scope["sizing"].reservation_saved_per_request) == (990, 15_010)
+
+
+def test_the_router_asks_priority_for_its_misses_and_the_morning_run_flex_on_a_model_listed_for_both(reference_templates):
+    """Issue 37's reference use of the tiers: a user waits on the router's miss (Priority), nobody waits
+    on the scheduled pre-computation (Flex), each role denied the other tiers, on the default model the
+    service tiers page lists for both (stacks/settings.py, with the page's date)."""
+    from stacks.settings import CONTEXT_DEFAULTS
+
+    assert CONTEXT_DEFAULTS["model_id"][0] == "us.amazon.nova-2-lite-v1:0"
+    template = reference_templates["GenaiPacerPrecompute"]
+    routers = [f for f in resources(template, "AWS::Lambda::Function").values()
+               if "answer_router" in json.dumps(f["Properties"].get("Handler", ""))]
+    assert [f["Properties"]["Environment"]["Variables"]["SERVICE_TIER"] for f in routers] == ["priority"]
+    converse_tiers = [
+        state["Parameters"].get("ServiceTier")
+        for machine in resources(template, "AWS::StepFunctions::StateMachine").values()
+        for state in all_states(definition(machine)).values()
+        if state["Type"] == "Task" and state["Resource"].endswith(":aws-sdk:bedrockruntime:converse")
+    ]
+    assert converse_tiers == [{"Type": "flex"}]  # the morning notes; the batch jobs take no tier
+    denied = sorted(
+        tuple(statement["Condition"]["StringEquals"]["bedrock:ServiceTier"])
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Effect"] == "Deny" and "bedrock:ServiceTier" in json.dumps(statement.get("Condition", {}))
+    )
+    assert denied == [("default", "flex", "reserved"), ("priority", "default", "reserved")]
