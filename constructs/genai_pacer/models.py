@@ -114,10 +114,12 @@ REQUESTED_REGION_KEY = "aws:RequestedRegion"
 #: service tiers" (https://docs.aws.amazon.com/bedrock/latest/userguide/security_iam_id-based-policy-examples-agent.html)
 #: documents it with a Deny on bedrock:InvokeModel and StringEquals over the tiers to refuse (values
 #: reserved, priority, default, flex), and notes that a call naming no tier is served by default without
-#: matching it; the Service Authorization Reference lists the key for Amazon Bedrock, but its actions
-#: table was not found to name InvokeModel for it. So genai-pacer uses it only in the documented form,
-#: a Deny that matches the tiers a role was not given: if the key were not set on a call, the Deny
-#: would match nothing and the role keeps the access it was granted (README, deploy-only facts).
+#: matching it; the Service Authorization Reference lists the key for Amazon Bedrock ("Filters access by
+#: the specified ServiceTier", String: https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonbedrock.html#amazonbedrock-policy-keys),
+#: but its actions table was not found to name InvokeModel for it (checked 2026-12-05). So genai-pacer
+#: uses it only in the documented form, a Deny that matches the tiers a role was not given: if the key
+#: were not set on a call, the Deny would match nothing and the role keeps the access it was granted
+#: (README, deploy-only facts).
 SERVICE_TIER_KEY = "bedrock:ServiceTier"
 #: The values it takes: botocore's ServiceTierType (the runtime's one list, checked by
 #: tests/test_aws_facts_bedrock.py).
