@@ -225,6 +225,19 @@ def test_a_routers_miss_asks_for_the_routers_tier(priority_router):
     assert priority_router.handler({"key": "k#7"})["answer"] == "fresh"
 
 
+def test_a_routers_miss_records_the_tier_it_asked_for_and_the_tier_that_served_it(priority_router, capsys):
+    """The reference stack's Priority caller: a miss Bedrock served at default is logged and counted as
+    served below its tier, so the dashboard's tier row and the TierDowngrades alarm see the router too."""
+    expected = {**converse_params("Answer 7."), "serviceTier": {"type": "priority"}}
+    served_default = {**converse_response("fresh"), "serviceTier": {"type": "default"}}
+    priority_router.stub.add_response("converse", served_default, expected)
+    assert priority_router.handler({"key": "k#7"})["answer"] == "fresh"
+    calls = [line for line in emf_lines(capsys) if "InputTokens" in line]
+    assert [(c["ModelId"], c["RequestedTier"], c["ServedTier"], c["ServedBelowRequestedTier"]) for c in calls] == [
+        (priority_router.MODEL_ID, "priority", "default", 1)]
+    assert ["FunctionName", "ModelId"] in [sorted(d) for d in calls[0]["_aws"]["CloudWatchMetrics"][0]["Dimensions"]]
+
+
 def test_a_queued_message_is_answered_at_the_workers_tier(flex_worker):
     expected = {"modelId": flex_worker.MODEL_ID, "messages": [{"role": "user", "content": [{"text": "p"}]}],
                 "inferenceConfig": {"maxTokens": 4096}, "serviceTier": {"type": "flex"}}

@@ -46,7 +46,8 @@ missing: a deployment problem), 500 InternalError. A function URL gets {"statusC
 class, code and HTTP status (structured_log.describe_error), never its message or the key.
 
 Every request that reaches the store emits one EMF count (AnswerHits, AnswerMisses or AnswerStale),
-and every 5xx answer but AnswerPending one AnswerServerErrors count. A write-back uses
+and every 5xx answer but AnswerPending one AnswerServerErrors count. Every model call that returns
+emits metrics.emit_call's line (tokens, latency, the tier asked for and the tier that served it). A write-back uses
 put_answer: sequence = now in milliseconds, or one more than the stored answer's if that is
 higher, so the write replaces what it read and never an answer written after it. A write-back
 that fails is logged; the answer is still returned.
@@ -449,6 +450,9 @@ def call_model(call: dict[str, Any]) -> Generated:
     except BotoCoreError as error:
         log("ERROR", "model call failed", **describe_error(error))
         raise Refusal(502, "ModelError", "the model call failed") from None
+    # The call's tokens, latency and tiers (asked for, served, served below), as the queue worker's:
+    # the router is the user's path, so a Priority miss served at default must reach the tier alarm.
+    metrics.emit_call(result, model_id=MODEL_ID, request=call, dimensions=metrics.lambda_dimensions())
     if not result.text.strip():
         log("WARN", "the model answered nothing; not stored", stopReason=str(result.stop_reason)[:40])
         raise Refusal(502, "EmptyAnswer", "the model returned an empty answer; nothing was stored")
