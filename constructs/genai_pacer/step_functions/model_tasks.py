@@ -105,7 +105,10 @@ SERVICE_TIERS: tuple[str, ...] = tuple(metrics_constants().SERVICE_TIERS)
 #: ASSUMPTION (deploy-only, docs/verified.md, "AWS facts no primary source confirms"): that Step
 #: Functions' AWS SDK integration `aws-sdk:bedrockruntime:converse` passes `ServiceTier` on to Converse. Its
 #: Parameters mirror the API (serviceTier: {"type": ...} becomes ServiceTier: {"Type": ...}), but no
-#: AWS page found says which SDK version the integration is built from. If it does not, the task
+#: AWS page found says which SDK version the integration is built from, and Step Functions says new
+#: parameters of an already supported action "might not be immediately available" (API action support
+#: is released quarterly: https://docs.aws.amazon.com/step-functions/latest/dg/change-log-supported-services.html,
+#: read 2026-12-05). If it does not, the task
 #: fails on its first call with an error naming the field; the state machine is never silently
 #: served at another tier.
 SFN_CONVERSE_PASSES_SERVICE_TIER = "assumed"
