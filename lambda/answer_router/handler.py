@@ -47,8 +47,8 @@ class, code and HTTP status (structured_log.describe_error), never its message o
 
 Every request that reaches the store emits one EMF count (AnswerHits, AnswerMisses or AnswerStale),
 and every 5xx answer but AnswerPending one AnswerServerErrors count. Every model call that returns
-emits metrics.emit_call's line (tokens, latency, the tier asked for and the tier that served it). A write-back uses
-put_answer: sequence = now in milliseconds, or one more than the stored answer's if that is
+emits metrics.emit_call's line (tokens, latency, the tier asked for and the tier that served it).
+A write-back uses put_answer: sequence = now in milliseconds, or one more than the stored answer's if that is
 higher, so the write replaces what it read and never an answer written after it. A write-back
 that fails is logged; the answer is still returned.
 
