@@ -316,6 +316,11 @@ def test_a_run_is_stopped_by_the_one_call_the_docs_name():
         report = bench.load_run(f"s3://{results}/load-replay/stopped/", s3=runner.s3)
     assert stopped == [run.execution_arn]
     assert run.status == "ABORTED" and map_status == "ABORTED"
+    # The history closes as a stopped execution's does: the Map Run and the Map state aborted, nothing after.
+    events = [event["type"] for event in run.history]
+    after = events[events.index("MapRunAborted"):]
+    assert after[:2] == ["MapRunAborted", "MapStateAborted"] and after[-1] == "ExecutionAborted"
+    assert not {"MapStateSucceeded", "MapStateFailed", "MapStateExited"} & set(after)
     assert "Summarize" not in run.states_entered and not any(k.endswith("/bench.json") for k in keys)
     assert 0 < report.summary["requests"] == len(report.samples) == run.model_calls <= 12
 

@@ -22,9 +22,10 @@ What each patch does and why:
   would need Docker. moto's own code still turns the response into the Task result or failure.
 - Distributed Map: JSONL item readers, ItemBatcher, the tolerated-failure threshold (moto parses it
   but lets every failed item pass) and ResultWriter files (moto writes an empty manifest). A Map Run
-  whose execution is stopped (StopExecution) is ABORTED, its running children too, and the execution
-  ends ABORTED: the children a stop ended are not failures (the threshold would have failed the
-  execution, FAILED, which a stop never is), and moto would report the Map Run SUCCEEDED. The
+  whose execution is stopped (StopExecution) is ABORTED (MapRunAborted, then MapStateAborted where moto
+  adds MapStateSucceeded), its running children too, and the execution ends ABORTED: the children a
+  stop ended are not failures (the threshold would have failed the execution, FAILED, which a stop
+  never is), and moto would report the Map Run SUCCEEDED. The
   statuses are botocore's stepfunctions model's: ExecutionStatus and MapRunStatus both have ABORTED,
   and MapRunExecutionCounts.aborted counts the children that "were running, but were either stopped
   by the user or by Step Functions because the Map Run failed" (STOPPED_BY_USER below).
@@ -746,6 +747,9 @@ def _batches(items: list[Any], settings: MapSettings) -> list[Any]:
 STOPPED_BY_USER = "ABORTED"
 #: The history event of a Map Run whose execution was stopped (HistoryEventType, same model).
 MAP_RUN_ABORTED = "MapRunAborted"
+#: The history event that closes the Map state of a stopped execution (HistoryEventType, same model),
+#: where moto, which evaluates the state to its end, adds MapStateSucceeded (or MapStateFailed).
+MAP_STATE_ABORTED = "MapStateAborted"
 
 
 def _stopped(env: Any) -> bool:
@@ -768,16 +772,22 @@ def _distributed_eval_body(self, env) -> None:
         _original(DistributedIterationComponent, "_eval_body")(self, env)
     finally:
         _local.map_run_env = outer
+        # The Map state's own closing event, which moto adds on this thread right after (StateMap._eval_execution).
+        _local.map_state_stopped = _stopped(env)
         del record.set_stop  # back to the class's own
 
 
 def _add_event(self, context, event_type, event_details=None, *args, **kwargs):
-    """The Map Run's closing event of a stopped execution is MapRunAborted (set on the thread that
-    evaluates the Map state, by _distributed_eval_body)."""
+    """The Map Run's closing event of a stopped execution is MapRunAborted, and its Map state's MapStateAborted
+    (set on the thread that evaluates the Map state, by _distributed_eval_body)."""
     env = getattr(_local, "map_run_env", None)
     if env is not None and _stopped(env) and event_type in (HistoryEventType.MapRunSucceeded,
                                                              HistoryEventType.MapRunFailed):
         event_type, event_details = HistoryEventType(MAP_RUN_ABORTED), None
+    elif event_type in (HistoryEventType.MapStateSucceeded, HistoryEventType.MapStateFailed) and \
+            getattr(_local, "map_state_stopped", False):
+        _local.map_state_stopped = False
+        event_type, event_details = HistoryEventType(MAP_STATE_ABORTED), None
     return _original(EventManager, "add_event")(self, context, event_type, event_details, *args, **kwargs)
 
 
