@@ -81,10 +81,21 @@ RUN_FILE = "run.json"
 REJECTED_SHOWN = 20
 #: Seconds between the plan and the open loop's first arrival: the Map starts its workers meanwhile.
 START_LEAD_SECONDS = 5.0
+#: How long a closed-loop user the quota ledger admits nothing gives up after (genai_pacer.benchmark.
+#: load_replay.DEFAULT_ADMISSION_TIMEOUT, the construct's admission_timeout; a test holds them equal).
+ADMISSION_TIMEOUT_SECONDS = 900.0
+#: Where a worker that gave up writes why, under the run's prefix; the summary lists them (summary["incomplete"]).
+INCOMPLETE = "incomplete/"
 
 
 class ReplayInputError(ValueError):
     """An event or setting the replay cannot act on (Step Functions shows this name as the error)."""
+
+
+class AdmissionTimeout(RuntimeError):
+    """A closed-loop user the quota ledger admitted no request for admission_timeout: the worker gives up,
+    which fails the Workers Map and ends the run "Replay incomplete", its summary naming this (Step
+    Functions shows this name as the error)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,7 @@ class Settings:
     call_budget_s: float  # seconds one request may take, retries included: no request starts with less left
     request_cap: int
     start_lead_s: float = START_LEAD_SECONDS  # the plan's start_at is this far ahead of the plan
+    admission_timeout_s: float = ADMISSION_TIMEOUT_SECONDS  # with a ledger: a user admitted nothing this long gives up
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -221,6 +233,7 @@ def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s
     the process's; a test passes its own. pacer: with LoadReplay(ledger=...), each request is admitted
     by it (the quota's shared ledger) before it is sent and settled with its usage after."""
     worker, cursor, part, run = _replay_event(event, settings)
+    called_at = clock()
     config = settings.config
     prompts, _ = _prompts(s3, settings, run["etag"])
     indices = share(worker, settings.workers, config.warmup + config.requests)
@@ -261,7 +274,7 @@ def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s
     def room_for(wait_s: float = 0.0) -> bool:
         return remaining_s() - wait_s >= settings.call_budget_s + WRITE_SECONDS
 
-    position = cursor
+    position, refused = cursor, False
     if config.concurrency is not None:  # closed loop: one request after another, all users from start_at
         while position < len(indices):
             wait = max(-now(), 0.0)  # before start_at (the plan's lead): every user starts at once
@@ -273,6 +286,7 @@ def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s
             try:
                 send(index, Sample(index, prompts[index % len(prompts)].id, index < config.warmup, now()))
             except AdmissionRejected:
+                refused = True
                 break  # not sent: the next call replays it, once the ledger has room
             position += 1
     else:  # open loop: each request at its arrival, up to in_flight at once
@@ -296,8 +310,33 @@ def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s
         body = "".join(json.dumps(asdict(sample)) + "\n" for sample in samples)
         s3.put_object(Bucket=settings.results_bucket, Key=f"{run['prefix']}{RECORDS}worker-{worker:05d}-part-{part:05d}.jsonl",
                       Body=body.encode(), ContentType="application/x-ndjson")
-    return {"action": "replay", "worker": worker, "cursor": position, "part": part + 1, "run": run,
-            "records": len(samples), "done": position >= len(indices)}
+    following = {"action": "replay", "worker": worker, "cursor": position, "part": part + 1, "run": run,
+                 "records": len(samples), "done": position >= len(indices)}
+    if refused and position == cursor:  # the ledger admitted nothing this call: since when, across calls
+        stalled_since = _stalled_since(event, called_at)
+        waited = clock() - stalled_since
+        if waited >= settings.admission_timeout_s:
+            give_up(s3, settings, run, worker, AdmissionTimeout(
+                f"worker {worker}: the quota ledger admitted none of its requests for {waited:,.0f} s (admission_timeout "
+                f"{settings.admission_timeout_s:,.0f} s; request {indices[position]} waits): the quota is held by others "
+                "beyond the run's floor, or the run's own holds are not returned; read the ledger's metrics"))
+        following["stalled_since"] = stalled_since
+    return following
+
+
+def _stalled_since(event: Mapping[str, Any], called_at: float) -> float:
+    since = event.get("stalled_since")
+    return float(since) if isinstance(since, int | float) and not isinstance(since, bool) else called_at
+
+
+def give_up(s3: Any, settings: Settings, run: Mapping[str, Any], worker: int, error: Exception) -> None:
+    """Write why worker `worker` gives up where the summary reads it (<run prefix>incomplete/), then raise
+    `error`: the worker's child execution fails with its name, the Workers Map with it, and the summary
+    step that follows lists the reason in the report (summary["incomplete"])."""
+    reason = {"worker": worker, "error": type(error).__name__, "cause": str(error)}
+    s3.put_object(Bucket=settings.results_bucket, Key=f"{run['prefix']}{INCOMPLETE}worker-{worker:05d}.json",
+                  Body=json.dumps(reason).encode(), ContentType="application/json")
+    raise error
 
 
 def end_ticket(ticket: Any, sample: Sample) -> None:
@@ -342,6 +381,15 @@ def read_records(s3: Any, bucket: str, prefix: str) -> list[Sample]:
     return sorted(samples, key=lambda s: s.index)
 
 
+def read_incomplete(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
+    """Why each worker that gave up did (give_up), in worker order."""
+    reasons: list[dict[str, Any]] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + INCOMPLETE):
+        for item in page.get("Contents", []):
+            reasons.append(json.loads(s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()))
+    return sorted(reasons, key=lambda reason: reason["worker"])
+
+
 def summarize_run(event: Mapping[str, Any], settings: Settings, *, s3: Any) -> dict[str, Any]:
     run = event.get("run")
     if not isinstance(run, dict) or not isinstance(run.get("prefix"), str):
@@ -349,6 +397,9 @@ def summarize_run(event: Mapping[str, Any], settings: Settings, *, s3: Any) -> d
     prefix = run["prefix"]
     samples = read_records(s3, settings.results_bucket, prefix)
     summary = summarize(samples, settings.config)
+    reasons = read_incomplete(s3, settings.results_bucket, prefix)
+    if reasons:  # why the run ended before its last request: the workers that gave up, by name
+        summary["incomplete"] = reasons
     s3.put_object(Bucket=settings.results_bucket, Key=f"{prefix}{REPORT_NAME}.json",
                   Body=(json.dumps(report_document(settings.config, summary), indent=2) + "\n").encode(),
                   ContentType="application/json")

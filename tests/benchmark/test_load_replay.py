@@ -155,6 +155,8 @@ def test_a_share_refuses_a_load_above_what_it_sustains_naming_both_numbers():
      "start_lead=4 minutes + call_budget=12 minutes + 10 s to write the records is 970 s, above the 900 s"),
     ({"results_prefix": "no-slash"}, "results_prefix='no-slash' must end with '/'"),
     ({"retention": cdk.Duration.hours(36)}, "retention=36 hours is not whole days"),
+    ({"admission_timeout": cdk.Duration.minutes(30)}, "admission_timeout applies with ledger="),
+    ({"admission_timeout": cdk.Duration.seconds(30)}, "admission_timeout=30 seconds"),
 ])
 def test_bad_props_are_refused_by_name(props, message):
     with pytest.raises(InvalidPropsError, match=message.replace("(", r"\(").replace("+", r"\+")):
@@ -190,6 +192,7 @@ def test_the_function_keeps_the_same_write_margin_as_the_construct(monkeypatch):
     assert handler.WRITE_SECONDS == load_replay.WRITE_SECONDS
     assert handler.MAX_LAMBDA_SECONDS == load_replay.MAX_LAMBDA_SECONDS
     assert load_replay.DEFAULT_START_LEAD.to_seconds() == handler.START_LEAD_SECONDS
+    assert load_replay.DEFAULT_ADMISSION_TIMEOUT.to_seconds() == handler.ADMISSION_TIMEOUT_SECONDS
 
 
 def test_the_start_lead_reaches_the_functions_settings(default_replay, monkeypatch):

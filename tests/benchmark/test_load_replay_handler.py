@@ -23,14 +23,14 @@ SECRET = "the customer's private question"
 
 
 def settings_json(*, concurrency=2, rate_per_minute=None, workers=None, in_flight=1, requests=6, warmup=2,
-                  streaming=True, call_budget_s=60.0, request_cap=1_000, seed=0, **config):
+                  streaming=True, call_budget_s=60.0, request_cap=1_000, seed=0, admission_timeout_s=900.0, **config):
     return json.dumps({
         "config": {"model_id": MODEL, "requests": requests, "warmup": warmup, "concurrency": concurrency,
                    "rate_per_minute": rate_per_minute, "streaming": streaming, "seed": seed, "answer_hint": False,
                    **config},
         "prompts_bucket": BUCKET, "prompts_key": PROMPTS_KEY, "results_bucket": BUCKET, "results_prefix": RESULTS,
         "workers": workers or concurrency, "in_flight": in_flight, "call_budget_s": call_budget_s,
-        "request_cap": request_cap, "start_lead_s": 0,
+        "request_cap": request_cap, "start_lead_s": 0, "admission_timeout_s": admission_timeout_s,
     })
 
 
@@ -318,6 +318,46 @@ def test_a_closed_loop_user_the_ledger_cannot_admit_in_time_sends_nothing_and_co
     assert objects(s3, "runs/run-1/records/") == []
     stats = pacer.stats()
     assert stats.admitted == 0 and stats.ledger_refusals >= 1 and stats.rejected_late + stats.rejected_at_once == 1
+
+
+def test_a_closed_loop_user_the_ledger_admits_nothing_for_admission_timeout_gives_up_and_the_report_says_why(load):
+    """A ledger that stays full: the user's calls carry since when it waits (stalled_since, on the run's clock);
+    once that reaches admission_timeout the worker fails with AdmissionTimeout (the run then ends "Replay
+    incomplete", not at the state machine's 24-hour timeout), and the summary names the worker and why."""
+    module, s3 = load(concurrency=1, requests=3, warmup=0, admission_timeout_s=600.0)
+    pacer = full_ledger_pacer(module)
+    planned = module.plan({"run": "run-1"}, module.SETTINGS, s3=s3, clock=lambda: 1_000.0)
+    event = {"action": "replay", "worker": 0, "cursor": 0, "part": 0, "run": planned["run"]}
+    left = module.SETTINGS.call_budget_s + module.WRITE_SECONDS  # room to start, none to wait
+
+    def call(at: float, event: dict) -> dict:
+        return module.replay_share(event, module.SETTINGS, client=module.BEDROCK, s3=s3, pacer=pacer,
+                                   remaining_s=lambda: left, clock=lambda: at)
+
+    first = call(1_000.0, event)
+    assert (first["cursor"], first["done"], first["stalled_since"]) == (0, False, 1_000.0)
+    second = call(1_599.0, first)  # 599 s without an admission: it keeps asking
+    assert (second["cursor"], second["stalled_since"]) == (0, 1_000.0)
+    with pytest.raises(module.AdmissionTimeout, match=r"worker 0: the quota ledger admitted none of its requests "
+                                                      r"for 600 s \(admission_timeout 600 s; request 0 waits\)"):
+        call(1_600.0, second)
+    summary = module.summarize_run({"run": planned["run"]}, module.SETTINGS, s3=s3)
+    document = json.loads(body(s3, "runs/run-1/bench.json"))
+    assert summary["requests"] == 0 and [(r["worker"], r["error"]) for r in document["summary"]["incomplete"]] == [
+        (0, "AdmissionTimeout")]
+    assert "admission_timeout 600 s" in document["summary"]["incomplete"][0]["cause"]
+
+
+def test_a_call_that_was_admitted_again_starts_its_wait_afresh(load):
+    """Progress ends a wait: a call that sent a request returns no stalled_since, so an earlier wait
+    never adds to a later one."""
+    with BedrockEmulator([ModelSpec(MODEL)], time_scale=100) as emulator:
+        module, s3 = load(endpoint=emulator.endpoint_url, concurrency=1, requests=1, warmup=0)
+        planned = module.handler({"action": "plan", "run": "run-1"}, Context(900))
+        event = {"action": "replay", "worker": 0, "cursor": 0, "part": 0, "run": planned["run"],
+                 "stalled_since": 1.0}
+        result = module.handler(event, Context(900))
+    assert result["done"] and result["records"] == 1 and "stalled_since" not in result
 
 
 def test_an_open_loop_arrival_the_ledger_cannot_admit_is_recorded_as_shed_never_sent(load):

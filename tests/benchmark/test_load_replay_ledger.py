@@ -65,6 +65,18 @@ def test_the_function_gets_the_ledgers_own_environment_and_its_grant_on_the_quot
     assert dynamodb[0]["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["quota#" + MODEL_ID]}}
 
 
+def test_admission_timeout_reaches_the_functions_settings_15_minutes_unless_given():
+    """How long a user the ledger admits nothing keeps asking: the function's setting, so a ledger that stays
+    full ends the run with a reason rather than at the state machine's 24-hour timeout."""
+    for props, seconds in (({}, 900.0), ({"admission_timeout": cdk.Duration.minutes(40)}, 2_400.0)):
+        stack, *_ = ledger_stack(**props)
+        function = next(r["Properties"] for r in resources(Template.from_stack(stack).to_json(), "AWS::Lambda::Function")
+                        .values() if r["Properties"].get("Handler") == "load_replay.handler.handler")
+        settings = json.loads("".join(p if isinstance(p, str) else "X" for p in
+                                      stack.resolve(function["Environment"]["Variables"]["LOAD_REPLAY"])["Fn::Join"][1]))
+        assert settings["admission_timeout_s"] == seconds
+
+
 def test_a_ledger_without_a_share_of_its_quota_is_refused_by_name():
     with pytest.raises(InvalidPropsError) as refused:
         ledger_stack(with_share=False)

@@ -62,6 +62,7 @@ from ..step_functions.state_machine import StateMachineOptions, model_state_mach
 
 __all__ = [
     "API_MODES",
+    "DEFAULT_ADMISSION_TIMEOUT",
     "DEFAULT_CALL_BUDGET",
     "DEFAULT_CALL_SECONDS",
     "DEFAULT_IN_FLIGHT_PER_WORKER",
@@ -107,6 +108,15 @@ _START_LEAD = Default("cdk.Duration.seconds(5)", lambda: DEFAULT_START_LEAD)
 #: The longest start_lead this construct takes: a longer lead only idles the workers (this project's bound,
 #: not an AWS limit; a Map of 10,000 children starts them in far less).
 MAX_START_LEAD = cdk.Duration.minutes(5)
+#: With ledger=: how long a closed-loop user the ledger admits no request waits before it gives up and the run
+#: ends "Replay incomplete", the report naming it (load_replay.handler.ADMISSION_TIMEOUT_SECONDS, the function's
+#: default; a test holds them equal). Without it a ledger that stays full would keep every user asking, call after
+#: call, until the state machine's 24-hour timeout. This project's choice: a run's floor (its share) is its own
+#: whatever the others hold, so a quarter hour without one admission means the run cannot run as configured.
+DEFAULT_ADMISSION_TIMEOUT = cdk.Duration.minutes(15)
+_ADMISSION_TIMEOUT = Default("cdk.Duration.minutes(15)", lambda: DEFAULT_ADMISSION_TIMEOUT)
+#: The longest admission_timeout: below the state machine's default 24-hour timeout (this project's bound).
+MAX_ADMISSION_TIMEOUT = cdk.Duration.hours(12)
 #: How long the results prefix keeps a run's records and report.
 DEFAULT_RETENTION = cdk.Duration.days(30)
 _RETENTION = Default("cdk.Duration.days(30)", lambda: DEFAULT_RETENTION)
@@ -170,11 +180,16 @@ class LoadReplay(Construct):
         loop's wait for a free slot does), not in its TTFT. A closed-loop user that cannot be admitted
         before its call's time runs low continues in the next call; an open-loop arrival that cannot is
         recorded as failed with the error AdmissionRejected (it was never sent). While DynamoDB cannot
-        be used, each worker falls back to its part of the floor (floor / workers). A request holding more
+        be used, each worker falls back to its part of the floor (floor / workers). A closed-loop user the ledger
+        admits nothing for admission_timeout gives up: the run ends "Replay incomplete" and its report's
+        summary["incomplete"] names the worker and why. A request holding more
         than the run may hold in the ledger (the profile's prompt + max_tokens x burndown above the quota's
         allocatable TPM) could never be admitted: refused, naming both. The function gets
         UpdateItem and GetItem on the quota's item only. Default: none (the run is not paced; a share
         only limits its load at synth).
+    admission_timeout: with ledger=: how long a closed-loop user the ledger admits no request keeps asking before
+        it gives up (and the run ends, its report naming why). 1 minute..12 hours. Default: 15 minutes. Refused
+        without ledger= (nothing waits for admission then).
     call_seconds: the average duration of one call, for the synth annotation of a closed loop's
         rate and the open loop's default workers. Default: the share's, else 10 s.
     input_price_per_million / output_price_per_million: USD per million input / output tokens, for
@@ -242,6 +257,7 @@ class LoadReplay(Construct):
         input_price_per_million: float | None = None,
         output_price_per_million: float | None = None,
         call_budget: cdk.Duration | Default = _CALL_BUDGET,
+        admission_timeout: cdk.Duration | Default = _ADMISSION_TIMEOUT,
         start_lead: cdk.Duration | Default = _START_LEAD,
         prompts_bucket_key: kms.IKey | None = None,
         results_bucket: s3.IBucket | None = None,
@@ -259,6 +275,7 @@ class LoadReplay(Construct):
         model = as_bedrock_model(model)
         budget: cdk.Duration = resolved(call_budget)
         lead: cdk.Duration = resolved(start_lead)
+        patience: cdk.Duration = resolved(admission_timeout)
         expiry: cdk.Duration | None = resolved(retention)
         with Checks("LoadReplay", scope=self) as check:
             self._refuse_tokens(check, {
@@ -269,6 +286,7 @@ class LoadReplay(Construct):
                 "request_cap": request_cap, "call_seconds": call_seconds,
                 "input_price_per_million": input_price_per_million,
                 "output_price_per_million": output_price_per_million, "call_budget": budget, "start_lead": lead,
+                "admission_timeout": patience,
                 "results_prefix": results_prefix, "retention": expiry,
             })
             check.instance("model", model, BedrockModel, _MODEL_HINT)
@@ -335,6 +353,13 @@ class LoadReplay(Construct):
             if consumer is not None and profile_ok and (max_tokens is None or (
                     type(max_tokens) is int and 1 <= max_tokens <= profile.max_tokens)):  # else refused above
                 self._check_hold(check, cast(QuotaLedger, ledger), cast(planning.TokenProfile, profile), max_tokens)
+            if check.duration("admission_timeout", patience, minimum=cdk.Duration.minutes(1),
+                              maximum=MAX_ADMISSION_TIMEOUT,
+                              fix="how long a user the ledger admits nothing keeps asking, e.g. cdk.Duration.minutes(15)"):
+                check.rule(ledger is not None or admission_timeout is _ADMISSION_TIMEOUT,
+                           "admission_timeout applies with ledger= (how long a user the quota ledger admits nothing "
+                           "waits); without a ledger no request waits for admission: drop it, or pass ledger=",
+                           id="admission_timeout.without-ledger")
             targets = self._check_targets(check, api, ttft_target=ttft_target, otps_target=otps_target,
                                           e2e_target=e2e_target)
             budget_ok = check.duration("call_budget", budget, minimum=cdk.Duration.seconds(10),
@@ -443,6 +468,7 @@ class LoadReplay(Construct):
             "results_bucket": results_bucket.bucket_name, "results_prefix": results_prefix,
             "workers": self.workers, "in_flight": in_flight, "call_budget_s": budget.to_seconds(),
             "request_cap": request_cap, "start_lead_s": lead.to_seconds(integral=False),
+            "admission_timeout_s": patience.to_seconds(integral=False),
         }
         log_encryption = log_key(self, "LogsKey", encryption_key_for_logs)
         self.function = handler_function(
@@ -517,8 +543,9 @@ class LoadReplay(Construct):
         outcome = sfn.Choice(self, "Complete?").when(
             sfn.Condition.is_present("$.failure"),
             sfn.Fail(self, "Replay incomplete", error="LoadReplay.WorkerFailed",
-                     cause="a worker failed: the report covers the requests recorded before it did (read the Workers "
-                           "Map Run's failed child execution for the error)"),
+                     cause="a worker failed: the report covers the requests recorded before it did, and its "
+                           "summary's 'incomplete' names a worker that gave up and why (else read the Workers Map "
+                           "Run's failed child execution for the error)"),
         ).otherwise(sfn.Succeed(self, "Replayed"))
         return plan.next(workers).next(summarize).next(outcome)
 
