@@ -12,7 +12,9 @@ apart by the event's "action":
   records of this call to `<run prefix>records/worker-<w>-part-<p>.jsonl` and returns the event for
   the next call ({"cursor": where it stopped, "part": p + 1, "done": ...}). One Lambda invocation
   runs at most 15 minutes (MAX_LAMBDA_SECONDS), so a share longer than that continues over several
-  calls; the state machine loops until "done".
+  calls; the state machine loops until "done". Between requests the call asks Step Functions whether
+  the run's execution (the plan's run["execution"]) is still running (StopWatch): once it was stopped,
+  the call sends no more and returns "stopped" (Lambda cannot end a running invocation).
   Closed loop (concurrency U): worker w sends requests w, w + U, w + 2U, ... one after another.
   Open loop (rate, W workers): one seeded Poisson schedule for the whole run (replay.arrivals);
   worker w sends requests w, w + W, ... each at its time on the run's shared clock ("start_at",
@@ -50,6 +52,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 from pacer_runtime import bedrock_client
 from pacer_runtime.ledger import ENVIRONMENT as LEDGER_ENVIRONMENT
 from pacer_runtime.ledger import SharedLedger
@@ -84,6 +88,17 @@ START_LEAD_SECONDS = 5.0
 #: How long a closed-loop user the quota ledger admits nothing gives up after (genai_pacer.benchmark.
 #: load_replay.DEFAULT_ADMISSION_TIMEOUT, the construct's admission_timeout; a test holds them equal).
 ADMISSION_TIMEOUT_SECONDS = 900.0
+#: A stopped run's replay calls stop sending: each asks Step Functions for its execution's status
+#: (DescribeExecution) between requests. That API's refill rate is 10 a second per account and Region where
+#: it is lowest ("Quotas related to API action throttling",
+#: https://docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html); a run's checks take at most
+#: STOP_CHECKS_PER_SECOND of it (each worker asks every workers / STOP_CHECKS_PER_SECOND s, at least every
+#: MIN_STOP_CHECK_SECONDS), the rest stays the account's. LoadReplay(stop_check_interval=...) sets another.
+DESCRIBE_EXECUTION_REFILL_PER_SECOND = 10
+STOP_CHECKS_PER_SECOND = 2.0
+MIN_STOP_CHECK_SECONDS = 10.0
+#: An execution still running (ExecutionStatus, botocore's stepfunctions model); any other status ended it.
+RUNNING = "RUNNING"
 #: Where a worker that gave up writes why, under the run's prefix; the summary lists them (summary["incomplete"]).
 INCOMPLETE = "incomplete/"
 
@@ -113,6 +128,13 @@ class Settings:
     request_cap: int
     start_lead_s: float = START_LEAD_SECONDS  # the plan's start_at is this far ahead of the plan
     admission_timeout_s: float = ADMISSION_TIMEOUT_SECONDS  # with a ledger: a user admitted nothing this long gives up
+    stop_check_s: float | None = None  # how often a call asks whether its run was stopped; None: stop_check_interval()
+
+    def stop_check_interval(self) -> float:
+        """Seconds between one process's DescribeExecution calls: the run's checks within STOP_CHECKS_PER_SECOND."""
+        if self.stop_check_s is not None:
+            return self.stop_check_s
+        return max(MIN_STOP_CHECK_SECONDS, self.workers / STOP_CHECKS_PER_SECOND)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -136,6 +158,36 @@ BEDROCK = bedrock_client(
     read_timeout=60,
 )
 S3 = boto3.client("s3")
+#: One attempt per stop check: a throttled check is retried by the next one, never backed off mid-run.
+SFN = boto3.client("stepfunctions", config=Config(retries={"total_max_attempts": 1}))
+
+
+class StopWatch:
+    """Whether the run's execution was stopped (StopExecution), asked of Step Functions at most every
+    `interval_s` on `clock`. Lambda cannot end a running invocation, so a replay call asks between its
+    requests and sends no more once its run has ended. A check that fails (throttled, not allowed) never
+    ends a run: the call goes on as if it were running."""
+
+    def __init__(self, execution: Any, interval_s: float, *, sfn: Any, clock: Callable[[], float]) -> None:
+        self.execution = execution if isinstance(execution, str) and execution else None
+        self.interval_s, self.sfn, self.clock = interval_s, sfn, clock
+        self.checked_at = clock()  # a call's first check is one interval in: workers start at once, checks spread
+        self.status: str | None = None
+
+    def stopped(self) -> bool:
+        if self.execution is None or self.sfn is None or self.status is not None:
+            return self.status is not None
+        now = self.clock()
+        if now - self.checked_at < self.interval_s:
+            return False
+        self.checked_at = now
+        try:
+            status = self.sfn.describe_execution(executionArn=self.execution)["status"]
+        except (BotoCoreError, ClientError):
+            return False
+        if status != RUNNING:
+            self.status = status
+        return self.status is not None
 
 
 def ledger_pacer(settings: Settings, environ: Mapping[str, str] = os.environ, **options: Any) -> QuotaPacer | None:
@@ -164,7 +216,7 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
         return plan(event, SETTINGS, s3=S3)
     if event["action"] == "summarize":
         return summarize_run(event, SETTINGS, s3=S3)
-    return replay_share(event, SETTINGS, client=BEDROCK, s3=S3, pacer=PACER,
+    return replay_share(event, SETTINGS, client=BEDROCK, s3=S3, pacer=PACER, sfn=SFN,
                         remaining_s=lambda: context.get_remaining_time_in_millis() / 1000)
 
 
@@ -184,6 +236,8 @@ def plan(event: Mapping[str, Any], settings: Settings, *, s3: Any, clock: Callab
     prompts, rejected = _prompts(s3, settings, etag)
     prefix = f"{settings.results_prefix}{run_id}/"
     run = {"id": run_id, "prefix": prefix, "etag": etag, "start_at": round(clock() + settings.start_lead_s, 3)}
+    if isinstance(event.get("execution"), str):  # the execution's ARN: each replay call asks whether it was stopped
+        run["execution"] = event["execution"]
     document = {
         "config": asdict(config),
         "run": {**run, "prompts": f"s3://{settings.prompts_bucket}/{settings.prompts_key}", "prompt_lines": len(prompts),
@@ -226,14 +280,18 @@ def share(worker: int, workers: int, total: int) -> list[int]:
 def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s3: Any,
                  remaining_s: Callable[[], float], clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
-                 perf: Callable[[], float] = time.perf_counter, pacer: QuotaPacer | None = None) -> dict[str, Any]:
+                 perf: Callable[[], float] = time.perf_counter, pacer: QuotaPacer | None = None,
+                 sfn: Any = None) -> dict[str, Any]:
     """Replay worker event["worker"]'s share from event["cursor"]; the event of the next call.
 
     clock (epoch seconds, the run's shared clock), sleep and perf (the measurement's own clock) are
     the process's; a test passes its own. pacer: with LoadReplay(ledger=...), each request is admitted
-    by it (the quota's shared ledger) before it is sent and settled with its usage after."""
+    by it (the quota's shared ledger) before it is sent and settled with its usage after. sfn: a Step
+    Functions client, asked between requests whether the run's execution (run["execution"]) was stopped:
+    once it was, the call sends no more, writes what it recorded and returns "stopped"."""
     worker, cursor, part, run = _replay_event(event, settings)
     called_at = clock()
+    watch = StopWatch(run.get("execution"), settings.stop_check_interval(), sfn=sfn, clock=clock)
     config = settings.config
     prompts, _ = _prompts(s3, settings, run["etag"])
     indices = share(worker, settings.workers, config.warmup + config.requests)
@@ -278,7 +336,7 @@ def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s
     if config.concurrency is not None:  # closed loop: one request after another, all users from start_at
         while position < len(indices):
             wait = max(-now(), 0.0)  # before start_at (the plan's lead): every user starts at once
-            if not room_for(wait):
+            if not room_for(wait) or watch.stopped():
                 break
             if wait > 0:
                 sleep(wait)
@@ -296,7 +354,7 @@ def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s
             while position < len(indices):
                 index = indices[position]
                 wait = schedule[index] - now()
-                if not room_for(max(wait, 0.0)):
+                if not room_for(max(wait, 0.0)) or watch.stopped():
                     break
                 if wait > 0:
                     sleep(wait)
@@ -312,6 +370,9 @@ def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s
                       Body=body.encode(), ContentType="application/x-ndjson")
     following = {"action": "replay", "worker": worker, "cursor": position, "part": part + 1, "run": run,
                  "records": len(samples), "done": position >= len(indices)}
+    if watch.status is not None:  # the run ended (StopExecution): nothing reads this event, but a log does
+        following["stopped"] = watch.status
+        return following
     if refused and position == cursor:  # the ledger admitted nothing this call: since when, across calls
         stalled_since = _stalled_since(event, called_at)
         waited = clock() - stalled_since

@@ -72,6 +72,40 @@ def test_the_function_may_invoke_only_the_model_and_touch_only_the_prompts_objec
     assert construct.workers == 20
 
 
+def references(value) -> set[str]:
+    """The logical ids a template value refers to (Ref, Fn::GetAtt)."""
+    if isinstance(value, dict):
+        found = {value["Ref"]} if isinstance(value.get("Ref"), str) else set()
+        if "Fn::GetAtt" in value:
+            target = value["Fn::GetAtt"]
+            found.add(target[0] if isinstance(target, list) else target.split(".")[0])
+        return found.union(*(references(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(references(v) for v in value))
+    return set()
+
+
+def test_a_replay_call_may_describe_only_its_own_state_machines_executions_without_a_dependency_cycle(default_replay):
+    """The function asks whether its run was stopped (DescribeExecution): granted on this state machine's
+    executions only, in a policy of its own, so the template has no cycle (the state machine depends on the
+    function; CloudFormation refuses a template whose resources depend on each other in a circle)."""
+    _, _, template = default_replay
+    machine = next(iter(resources(template, "AWS::StepFunctions::StateMachine")))
+    policy = next(r for k, r in resources(template, "AWS::IAM::Policy").items() if "StopCheckPolicy" in k)
+    [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert statement["Action"] == "states:DescribeExecution" and statement["Effect"] == "Allow"
+    resource = json.dumps(statement["Resource"])
+    assert ":execution:" in resource and machine in references(statement["Resource"]) and resource.endswith(':*"]]}')
+    role = next(k for k, r in resources(template, "AWS::IAM::Role").items() if "ReplayReplayRole" in k)
+    assert policy["Properties"]["Roles"] == [{"Ref": role}]
+    edges = {k: references(r.get("Properties", {})) | set(r.get("DependsOn", [])) for k, r in template["Resources"].items()}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or (n not in seen and not seen.add(n) and reaches(n, goal, seen)) for n in edges.get(start, ()))
+
+    assert not [k for k in edges if reaches(k, k, set())]
+
+
 def test_converse_mode_gets_no_streaming_permission():
     stack, _ = replay_stack(api="Converse")
     text = json.dumps(Template.from_stack(stack).to_json())
@@ -157,6 +191,7 @@ def test_a_share_refuses_a_load_above_what_it_sustains_naming_both_numbers():
     ({"retention": cdk.Duration.hours(36)}, "retention=36 hours is not whole days"),
     ({"admission_timeout": cdk.Duration.minutes(30)}, "admission_timeout applies with ledger="),
     ({"admission_timeout": cdk.Duration.seconds(30)}, "admission_timeout=30 seconds"),
+    ({"stop_check_interval": cdk.Duration.minutes(16)}, "stop_check_interval=16 minutes"),
 ])
 def test_bad_props_are_refused_by_name(props, message):
     with pytest.raises(InvalidPropsError, match=message.replace("(", r"\(").replace("+", r"\+")):
@@ -279,8 +314,10 @@ def test_a_run_is_stopped_by_the_one_call_the_docs_name():
     the workers the stop ended as failed items, past the Map's tolerated failures), its Map Run is
     ABORTED, the summary step never runs, and `bench report` computes the summary from the records the
     workers wrote. The emulator's ManualClock holds the first answers until the stop is sent, so it
-    lands while the workers run whatever the machine's speed; a worker's call already running ends as
-    on AWS (Lambda's API has no operation that ends a running invocation)."""
+    lands while the workers run whatever the machine's speed. Lambda's API has no operation that ends a
+    running invocation, so a replay call already running asks between requests (DescribeExecution, here
+    before each one: stop_check_interval=0) and sends no more: each worker sent at most the request it
+    held when the stop came, not its 6."""
     import threading
     import time
     from pathlib import Path
@@ -290,7 +327,8 @@ def test_a_run_is_stopped_by_the_one_call_the_docs_name():
     stack = new_stack()
     prompts = s3.Bucket(stack, "Prompts")
     construct = LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="p.jsonl", requests=12,
-                           warmup=0, concurrency=2, profile=PROFILE, api="Converse", start_lead=NOW)
+                           warmup=0, concurrency=2, profile=PROFILE, api="Converse", start_lead=NOW,
+                           stop_check_interval=NOW)
     clock = ManualClock()
     stopped: list[str] = []
     with BedrockEmulator([ModelSpec(MODEL)], clock=clock) as bedrock, \
@@ -325,7 +363,7 @@ def test_a_run_is_stopped_by_the_one_call_the_docs_name():
     assert after[:2] == ["MapRunAborted", "MapStateAborted"] and after[-1] == "ExecutionAborted"
     assert not {"MapStateSucceeded", "MapStateFailed", "MapStateExited"} & set(after)
     assert "Summarize" not in run.states_entered and not any(k.endswith("/bench.json") for k in keys)
-    assert 0 < report.summary["requests"] == len(report.samples) == run.model_calls <= 12
+    assert 0 < report.summary["requests"] == len(report.samples) == run.model_calls <= 2
 
 
 def test_goodput_targets_and_the_shares_quota_reach_the_deployed_report():

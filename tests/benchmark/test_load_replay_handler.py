@@ -23,7 +23,8 @@ SECRET = "the customer's private question"
 
 
 def settings_json(*, concurrency=2, rate_per_minute=None, workers=None, in_flight=1, requests=6, warmup=2,
-                  streaming=True, call_budget_s=60.0, request_cap=1_000, seed=0, admission_timeout_s=900.0, **config):
+                  streaming=True, call_budget_s=60.0, request_cap=1_000, seed=0, admission_timeout_s=900.0,
+                  stop_check_s=None, **config):
     return json.dumps({
         "config": {"model_id": MODEL, "requests": requests, "warmup": warmup, "concurrency": concurrency,
                    "rate_per_minute": rate_per_minute, "streaming": streaming, "seed": seed, "answer_hint": False,
@@ -31,6 +32,7 @@ def settings_json(*, concurrency=2, rate_per_minute=None, workers=None, in_fligh
         "prompts_bucket": BUCKET, "prompts_key": PROMPTS_KEY, "results_bucket": BUCKET, "results_prefix": RESULTS,
         "workers": workers or concurrency, "in_flight": in_flight, "call_budget_s": call_budget_s,
         "request_cap": request_cap, "start_lead_s": 0, "admission_timeout_s": admission_timeout_s,
+        **({} if stop_check_s is None else {"stop_check_s": stop_check_s}),
     })
 
 
@@ -358,6 +360,56 @@ def test_a_call_that_was_admitted_again_starts_its_wait_afresh(load):
                  "stalled_since": 1.0}
         result = module.handler(event, Context(900))
     assert result["done"] and result["records"] == 1 and "stalled_since" not in result
+
+
+class Executions:
+    """DescribeExecution of the run's execution: RUNNING until `stop_after` checks, then ABORTED; a
+    ThrottlingException where `throttled` says."""
+
+    def __init__(self, stop_after: int, throttled: tuple[int, ...] = ()) -> None:
+        self.asked: list[str] = []
+        self.stop_after, self.throttled = stop_after, throttled
+
+    def describe_execution(self, executionArn):
+        from botocore.exceptions import ClientError
+
+        self.asked.append(executionArn)
+        if len(self.asked) in self.throttled:
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "DescribeExecution")
+        return {"status": "ABORTED" if len(self.asked) > self.stop_after else "RUNNING"}
+
+
+def test_a_replay_call_stops_sending_once_its_run_was_stopped_asking_at_most_every_interval(load):
+    """Lambda cannot end a running call: it asks Step Functions between requests (every stop_check_s on the
+    run's clock, none at its start) and, once its execution is no longer RUNNING, sends no more, writes what
+    it recorded and says so. A check that fails (throttled) never ends a run."""
+    module, s3 = load(concurrency=1, requests=20, warmup=0, stop_check_s=5.0, streaming=False)
+    planned = module.plan({"run": "run-1", "execution": "arn:aws:states:us-east-1:1:execution:M:run-1"},
+                          module.SETTINGS, s3=s3, clock=lambda: 1_000.0)
+    assert planned["run"]["execution"] == "arn:aws:states:us-east-1:1:execution:M:run-1"
+    moments, executions = [1_000.0], Executions(stop_after=2, throttled=(1,))
+
+    class Timed(Instant):
+        def converse(self, **request):
+            moments[0] += 2.0  # each answer takes 2 s of the run's clock
+            return super().converse(**request)
+
+    event = {"action": "replay", "worker": 0, "cursor": 0, "part": 0, "run": planned["run"]}
+    result = module.replay_share(event, module.SETTINGS, client=Timed(), s3=s3, remaining_s=lambda: 900.0,
+                                 clock=lambda: moments[0], sleep=lambda s: None, sfn=executions)
+    # the call starts at 1000; checks before the requests at 1006 (throttled: it goes on), 1012 (RUNNING) and
+    # 1018 (ABORTED): requests 0..8 sent, 9 of 20
+    assert executions.asked == ["arn:aws:states:us-east-1:1:execution:M:run-1"] * 3
+    assert (result["cursor"], result["records"], result["stopped"], result["done"]) == (9, 9, "ABORTED", False)
+    assert len(module.read_records(s3, BUCKET, "runs/run-1/")) == 9
+
+
+def test_the_stop_checks_of_a_run_stay_within_two_describe_execution_calls_a_second(load):
+    module, _ = load(concurrency=50)
+    assert module.SETTINGS.stop_check_interval() == 25.0  # 50 workers / 2 a second
+    module, _ = load(concurrency=4)
+    assert module.SETTINGS.stop_check_interval() == module.MIN_STOP_CHECK_SECONDS == 10.0
+    assert module.STOP_CHECKS_PER_SECOND < module.DESCRIBE_EXECUTION_REFILL_PER_SECOND
 
 
 def test_an_open_loop_arrival_the_ledger_cannot_admit_is_recorded_as_shed_never_sent(load):

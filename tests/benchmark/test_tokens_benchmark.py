@@ -23,7 +23,7 @@ PROFILE = planning.TokenProfile(input_tokens=1_000, output_tokens=200, max_token
 
 PROPS = ("model", "prompts_bucket", "prompts_key", "requests", "profile", "concurrency", "rate_per_minute", "workers",
          "in_flight_per_worker", "api", "latency", "max_tokens", "warmup", "seed", "ttft_target", "otps_target", "e2e_target",
-         "request_cap", "share", "ledger", "call_seconds", "input_price_per_million", "output_price_per_million", "call_budget", "admission_timeout", "start_lead", "prompts_bucket_key",
+         "request_cap", "share", "ledger", "call_seconds", "input_price_per_million", "output_price_per_million", "call_budget", "admission_timeout", "stop_check_interval", "start_lead", "prompts_bucket_key",
          "results_bucket", "results_bucket_key", "results_prefix", "retention", "encryption_key", "access_logs_bucket",
          "encryption_key_for_logs", "log_retention", "state_machine_options")
 TABLE = {"load_replay": (LoadReplay, PROPS)}

@@ -19,7 +19,8 @@ over as many calls as it needs. Records hold measurements only (times, token cou
 throttles, the served latency mode and tier, error codes, the prompt's id), never prompt or answer
 text, and expire with the results prefix (`retention`). Start a run with
 `aws stepfunctions start-execution --state-machine-arn <state_machine_arn>` (its name names the
-run's folder); stop it with `aws stepfunctions stop-execution --execution-arn <arn>`, one call; read
+run's folder); stop it with `aws stepfunctions stop-execution --execution-arn <arn>`, one call (the replay
+calls running then send no more once they see it, within stop_check_interval); read
 it with `genai-pacer bench report s3://<bucket>/<results_prefix><execution name>/`.
 """
 
@@ -197,6 +198,11 @@ class LoadReplay(Construct):
         cost is annotated).
     call_budget: how long one request may take, retries included: no request starts in a call with
         less time left. 10 s..14 minutes. Default: 5 minutes.
+    stop_check_interval: how often a replay call asks Step Functions (DescribeExecution, on this state machine's
+        executions only) whether its run was stopped; once it was, the call sends no more requests (Lambda cannot
+        end a running invocation). 0..15 minutes; 0 asks before every request (offline tests). Default: every
+        workers / 2 seconds, at least every 10 s, so a run's checks stay within 2 a second of the API's
+        account-wide 10 a second (load_replay.handler.STOP_CHECKS_PER_SECOND).
     start_lead: how far ahead of the plan the run starts (the shared clock's zero): the Distributed Map
         starts its workers meanwhile, so all virtual users (and the open loop's schedule) start together.
         0..5 minutes, and with call_budget at most a Lambda call's 15 minutes (a first call must have
@@ -258,6 +264,7 @@ class LoadReplay(Construct):
         output_price_per_million: float | None = None,
         call_budget: cdk.Duration | Default = _CALL_BUDGET,
         admission_timeout: cdk.Duration | Default = _ADMISSION_TIMEOUT,
+        stop_check_interval: cdk.Duration | None = None,
         start_lead: cdk.Duration | Default = _START_LEAD,
         prompts_bucket_key: kms.IKey | None = None,
         results_bucket: s3.IBucket | None = None,
@@ -286,7 +293,7 @@ class LoadReplay(Construct):
                 "request_cap": request_cap, "call_seconds": call_seconds,
                 "input_price_per_million": input_price_per_million,
                 "output_price_per_million": output_price_per_million, "call_budget": budget, "start_lead": lead,
-                "admission_timeout": patience,
+                "admission_timeout": patience, "stop_check_interval": stop_check_interval,
                 "results_prefix": results_prefix, "retention": expiry,
             })
             check.instance("model", model, BedrockModel, _MODEL_HINT)
@@ -360,6 +367,9 @@ class LoadReplay(Construct):
                            "admission_timeout applies with ledger= (how long a user the quota ledger admits nothing "
                            "waits); without a ledger no request waits for admission: drop it, or pass ledger=",
                            id="admission_timeout.without-ledger")
+            check.duration("stop_check_interval", stop_check_interval, minimum=cdk.Duration.seconds(0),
+                           maximum=cdk.Duration.seconds(MAX_LAMBDA_SECONDS), optional=True,
+                           fix="how often a replay call asks whether its run was stopped, e.g. cdk.Duration.seconds(30)")
             targets = self._check_targets(check, api, ttft_target=ttft_target, otps_target=otps_target,
                                           e2e_target=e2e_target)
             budget_ok = check.duration("call_budget", budget, minimum=cdk.Duration.seconds(10),
@@ -469,6 +479,7 @@ class LoadReplay(Construct):
             "workers": self.workers, "in_flight": in_flight, "call_budget_s": budget.to_seconds(),
             "request_cap": request_cap, "start_lead_s": lead.to_seconds(integral=False),
             "admission_timeout_s": patience.to_seconds(integral=False),
+            "stop_check_s": None if stop_check_interval is None else stop_check_interval.to_seconds(integral=False),
         }
         log_encryption = log_key(self, "LogsKey", encryption_key_for_logs)
         self.function = handler_function(
@@ -502,6 +513,12 @@ class LoadReplay(Construct):
             options = StateMachineOptions(**{**options.__dict__, "encryption_key": log_encryption})
         self.state_machine = model_state_machine(
             self, definition=self._definition(), models=[], options=options, default_timeout=cdk.Duration.hours(24))
+        # The replay calls ask whether their run was stopped: DescribeExecution on this state machine's executions.
+        # A policy of its own, not the function's default one: the state machine depends on the function, so the
+        # function may not depend on the state machine's name (a dependency cycle); nothing depends on this one.
+        self._stop_check_policy = iam.Policy(self, "StopCheckPolicy", roles=[cast(iam.IRole, self.function.role)],
+                                             statements=[iam.PolicyStatement(actions=["states:DescribeExecution"],
+                                                                             resources=[f"{self._executions()}:*"])])
         self._acknowledge(results_bucket, results_prefix)
         self._annotate(rate, seconds, closed, profile, requests + warmup)
 
@@ -510,7 +527,8 @@ class LoadReplay(Construct):
     def _definition(self) -> sfn.IChainable:
         plan = tasks.LambdaInvoke(
             self, "Plan", lambda_function=self.function,
-            payload=sfn.TaskInput.from_object({"action": "plan", "run": sfn.JsonPath.string_at("$$.Execution.Name")}),
+            payload=sfn.TaskInput.from_object({"action": "plan", "run": sfn.JsonPath.string_at("$$.Execution.Name"),
+                                               "execution": sfn.JsonPath.string_at("$$.Execution.Id")}),
             result_selector={"run.$": "$.Payload.run", "workers.$": "$.Payload.workers"},
             result_path="$.plan",
         )
@@ -666,20 +684,27 @@ class LoadReplay(Construct):
                 reason="aws-cdk-lib's LambdaInvoke grants the function's versions and aliases (<function arn>:*) beside "
                 "the function; only this construct's own function is granted",
             )
+        executions = self._executions()
+        acknowledge_exact_resources(
+            self._stop_check_policy, resources=[flattened(self, f"{executions}:*")],
+            reason="a replay call asks whether its own run was stopped (DescribeExecution); the run's execution name "
+            "is the user's, so the grant is on this state machine's executions",
+        )
         child_policy = self.state_machine.node.try_find_child("DistributedMapPolicy")
         if child_policy is not None:
-            stack = cdk.Stack.of(self)
-            executions = stack.format_arn(
-                service="states", resource="execution", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
-                resource_name=cdk.Arn.split(self.state_machine.state_machine_arn,
-                                            cdk.ArnFormat.COLON_RESOURCE_NAME).resource_name,
-            )
             acknowledge_exact_resources(
                 child_policy,
                 resources=[flattened(self, f"{executions}:*"), flattened(self, f"{executions}/*:*")],
                 reason="a distributed Map starts, describes and stops child executions whose names Step Functions "
                 "generates; the grant is scoped to this state machine's executions",
             )
+
+    def _executions(self) -> str:
+        """arn:...:states:<region>:<account>:execution:<this state machine's name> (an execution's ARN less ':<name>')."""
+        return cdk.Stack.of(self).format_arn(
+            service="states", resource="execution", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+            resource_name=cdk.Arn.split(self.state_machine.state_machine_arn, cdk.ArnFormat.COLON_RESOURCE_NAME).resource_name,
+        )
 
     def _annotate(self, rate: float, seconds: float, closed: bool, profile: planning.TokenProfile, total: int) -> None:
         how = (f"{self.workers:,} virtual users at about {seconds:g} s a call (call_seconds) is about {rate:,.1f} "

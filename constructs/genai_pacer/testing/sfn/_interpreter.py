@@ -120,6 +120,8 @@ from moto.stepfunctions.parser.asl.eval.program_state import (
 from moto.stepfunctions.parser.asl.parse.intrinsic import preprocessor as intrinsic_preprocessor
 from moto.stepfunctions.parser.asl.parse.intrinsic.intrinsic_parser import IntrinsicParser
 from moto.stepfunctions.parser.asl.utils import json_path
+from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+from moto.stepfunctions.parser.backend.execution import Execution as _ParserExecution
 
 from ._batch import BatchJobSimulator, ServiceError
 from ._casing import ParameterError, operation_model, to_api, to_sfn
@@ -162,6 +164,7 @@ class Runtime:
     maps: dict[str, MapSettings] = field(default_factory=dict)  # of the state machine being run
     map_runs: dict[str, dict[int, JobResult]] = field(default_factory=dict)
     map_run_settings: dict[str, MapSettings] = field(default_factory=dict)
+    ended: set[str] = field(default_factory=set)  # the executions whose interpreter thread has finished
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -791,6 +794,23 @@ def _add_event(self, context, event_type, event_details=None, *args, **kwargs):
     return _original(EventManager, "add_event")(self, context, event_type, event_details, *args, **kwargs)
 
 
+def _stop(self, stop_date, error, cause) -> None:
+    """StopExecution: the execution is ABORTED as the call returns (DescribeExecution says so at once, so a
+    running task that asks sees it), where moto said RUNNING until its interpreter unwound the running
+    states. StateMachineRunner.run waits for that too (Runtime.ended)."""
+    _original(_ParserExecution, "stop")(self, stop_date=stop_date, error=error, cause=cause)
+    if self.exec_status is not None and self.exec_status.value == "RUNNING":
+        self.exec_status, self.stop_date = type(self.exec_status)(STOPPED_BY_USER), stop_date
+
+
+def _terminated(self) -> None:
+    _original(BaseExecutionWorkerCommunication, "terminated")(self)
+    runtime = _ACTIVE
+    if runtime is not None:
+        with runtime.lock:
+            runtime.ended.add(self.execution.exec_arn)
+
+
 def _map_run(self, env, eval_input) -> None:
     runtime = active()
     settings = runtime.maps.get(eval_input.state_name) or MapSettings(distributed=True)
@@ -994,6 +1014,8 @@ def install(runtime: Runtime) -> None:
         _set(DistributedIterationComponent, "_map_run", _map_run)
         _set(DistributedIterationComponent, "_eval_body", _distributed_eval_body)
         _set(EventManager, "add_event", _add_event)
+        _set(_ParserExecution, "stop", _stop)
+        _set(BaseExecutionWorkerCommunication, "terminated", _terminated)
         _set(DistributedItemProcessorWorker, "_eval_job", _eval_job)
         _set(DistributedItemProcessorWorker, "_eval_input", _eval_input)
         _set(ResultWriterS3, "_handle_put_object", staticmethod(_handle_put_object))

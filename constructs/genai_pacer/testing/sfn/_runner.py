@@ -453,7 +453,9 @@ class StateMachineRunner:
             input=payload,
         )["executionArn"]
         described = self.sfn.describe_execution(executionArn=execution_arn)
-        while described["status"] not in TERMINAL:
+        # A stopped execution is ABORTED at once, as on AWS; its interpreter still unwinds the states that ran
+        # (their calls end, the history closes): the run is over when that thread is.
+        while described["status"] not in TERMINAL or execution_arn not in runtime.ended:
             if time.monotonic() - began > timeout:
                 self.sfn.stop_execution(executionArn=execution_arn, error="Runner.Timeout")
                 tail = self._history(execution_arn)[-5:]
