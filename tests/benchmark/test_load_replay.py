@@ -217,6 +217,18 @@ def test_a_results_bucket_of_another_type_is_one_problem():
     assert refused.value.ids == ["LoadReplay.results_bucket.type"]
 
 
+def test_a_deploy_time_in_flight_per_worker_in_a_closed_loop_is_one_problem():
+    """A CfnParameter for in_flight_per_worker was also reported as an open-loop prop given to a closed loop:
+    the one problem is that it is deploy-time."""
+    stack = new_stack()
+    value = cdk.CfnParameter(stack, "InFlight", type="Number").value_as_number
+    prompts = s3.Bucket.from_bucket_name(stack, "Prompts", "prompts-bucket")
+    with pytest.raises(InvalidPropsError) as refused:
+        LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="p.jsonl", requests=10,
+                   concurrency=2, profile=PROFILE, in_flight_per_worker=value)
+    assert refused.value.ids == ["LoadReplay.in_flight_per_worker.replay-setting-deploy-time"]
+
+
 def test_the_function_keeps_the_same_write_margin_as_the_construct(monkeypatch):
     import importlib
     import sys

@@ -349,7 +349,7 @@ class LoadReplay(Construct):
                               fix=f"workers the open loop's schedule is split across, at most {DISTRIBUTED_MAP_LIMIT:,}")
             check.integer("in_flight_per_worker", in_flight_per_worker, minimum=1, maximum=100,
                           fix="requests one open-loop worker holds in flight")
-            if closed and in_flight_per_worker != DEFAULT_IN_FLIGHT_PER_WORKER:
+            if closed and in_flight_per_worker != DEFAULT_IN_FLIGHT_PER_WORKER and token_kind(in_flight_per_worker) is None:
                 check.fail(f"in_flight_per_worker={in_flight_per_worker!r} applies to the open loop; a closed loop's "
                            "virtual user holds one request at a time: drop it", id="in_flight_per_worker.closed-loop")
             share_ok = check.instance("share", share, planning.RatePlan,
