@@ -10,6 +10,8 @@ the rest. Strategies:
 - whole: each process paces to the whole quota, unaware of the others.
 - ledger: each process paces to the whole quota (its burst cap) and admits a call only once the
   shared ledger holds it; its floor (and its fallback) is 1/N of the quota.
+- unbounded: no pacer at all, each call sent on arrival (throttles retried with the same backoff):
+  the latency a pacer is measured against at light load (--load 0.5).
 
 The ledger lives in moto's DynamoDB server, run single-threaded in a process of its own: DynamoDB
 applies each UpdateItem atomically on the latest item, and moto only does so when its requests
@@ -35,16 +37,29 @@ at the median, closer to DynamoDB's in-Region latency against Bedrock's minute; 
 are measured there (bench/results/shared_quota_experiment.json). The strategies without a ledger do
 not depend on it (bench/results/shared_quota_experiment_baselines.json, time_scale 10).
 
+The simulation (--simulate; no processes, no emulator): --consumers consumers of one quota item,
+each the real SharedLedger against moto's DynamoDB backend in this process on the simulation's
+clock, at --calls-per-minute offered calls (see simulate()). It reports ledger writes per second,
+conditional-write conflicts, the quota used, and what DynamoDB would charge one item: its size
+against the 400 KB item limit and write units per second against a partition's 1,000
+(bench/results/shared_quota_simulation.json, the same layout).
+
 Run (about 2 minutes of wall time per run at time_scale 3; the static shares drain a long backlog):
     .venv/bin/python bench/shared_quota_experiment.py --seeds 2 --time-scale 3 --configurations 1:whole,4:ledger,2:ledger
     .venv/bin/python bench/shared_quota_experiment.py --seeds 3 --time-scale 10 --configurations 1:whole,2:static,4:static,4:whole \
         --out bench/results/shared_quota_experiment_baselines.json
+    .venv/bin/python bench/shared_quota_experiment.py --seeds 3 --time-scale 3 --load 0.5 \
+        --configurations 4:unbounded,4:ledger,4:static --out bench/results/shared_quota_experiment_half_load.json
+    .venv/bin/python bench/shared_quota_experiment.py --seeds 2 --time-scale 3 --configurations 16:ledger \
+        --out bench/results/shared_quota_experiment_16.json
+    .venv/bin/python bench/shared_quota_experiment.py --simulate --seeds 2   # 100 and 1,000 consumers
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -65,8 +80,9 @@ sys.path[:0] = [str(ROOT / "constructs"), str(ROOT / "lambda")]
 from genai_pacer.testing.bench import SAMPLE_PROMPTS, converse_request, error_code, load_prompts, percentiles  # noqa: E402
 from genai_pacer.testing.emulator import BedrockEmulator  # noqa: E402
 from genai_pacer.testing.experiments import EXPERIMENT_MODEL, quota_plan  # noqa: E402
+from pacer_runtime.ledger import HOT_PARTITION_WRITE_UNITS  # noqa: E402
 
-STRATEGIES = ("static", "whole", "ledger")
+STRATEGIES = ("static", "whole", "ledger", "unbounded")
 #: (processes, strategy) in the issue's table, plus the ledger.
 CONFIGURATIONS = ((1, "whole"), (2, "static"), (2, "ledger"), (4, "static"), (4, "whole"), (4, "ledger"))
 BUSIEST_SHARE = 0.7
@@ -134,7 +150,7 @@ class Timed:
 def consumer(job: dict[str, Any], out: Any) -> None:
     """A worker process: replay its arrivals through its own pacer; send back per-request results."""
     import boto3
-    from pacer_runtime.bedrock import bedrock_client
+    from pacer_runtime.bedrock import bedrock_client, converse
     from pacer_runtime.ledger import SharedLedger
     from pacer_runtime.quota_pacer import AdmissionRejected, QuotaPacer
     from pacer_runtime.side_by_side import Backoff, BoundedCalls
@@ -174,7 +190,8 @@ def consumer(job: dict[str, Any], out: Any) -> None:
             if wait > 0:
                 time.sleep(wait)
             arrived = time.time()
-            future = pool.submit(lambda i=index: pacer.converse(client, requests[i]))
+            future = pool.submit(lambda i=index: converse(client, requests[i]) if job["strategy"] == "unbounded"
+                                 else pacer.converse(client, requests[i]))
             future.add_done_callback(lambda done, i=index, a=arrived: finish(i, a, done))
     stats = pacer.stats()
     out.send({"index": job["index"], "results": results,
@@ -283,6 +300,200 @@ def measure(emulator: BedrockEmulator, reports: Sequence[dict[str, Any]], wall: 
     return row
 
 
+# --- the simulation (--simulate): where one ledger item stops scaling -----------------------------------
+
+#: DynamoDB's maximum item size, 400 KB of attribute names and values, 1 KB = 1,024 bytes (developer
+#: guide, Constraints: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Constraints.html#limits-items).
+MAX_ITEM_BYTES = 400 * 1024
+#: How an item's size is counted: a string is its name's UTF-8 bytes + its UTF-8 bytes; a number is
+#: its name's bytes + 1 byte per two significant digits + 1 byte (leading and trailing zeroes trimmed).
+ITEM_SIZE_DOC = "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html"
+#: One write unit per 1 KB written, rounded up; an UpdateItem is charged on the larger of the item
+#: before and after the update (developer guide, read-write-operations.html#write-operation-consumption).
+WRITE_UNIT_BYTES = 1024
+WRITE_UNITS_DOC = ("https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/"
+                   "read-write-operations.html#write-operation-consumption")
+#: One read unit per 4 KB of a strongly consistent read, rounded up (the same page, read operations).
+READ_UNIT_BYTES = 4096
+#: "each individual partition is limited to 1,000 write units per second and 3,000 read units per
+#: second" (developer guide, warm-throughput-scenarios.html): one item is one partition.
+HOT_PARTITION_READ_UNITS = 3_000
+#: The simulation's start: a fixed UTC second, so slot names (and so item sizes) repeat exactly.
+SIMULATION_EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+SIMULATED_CONSUMERS = (100, 1_000)
+SIMULATED_CALLS_PER_MINUTE = (1_000,)
+
+
+def attribute_bytes(name: str, value: dict[str, Any]) -> int:
+    """One attribute's size as DynamoDB counts it (ITEM_SIZE_DOC), for the S and N values the ledger writes."""
+    size = len(name.encode())
+    if "S" in value:
+        return size + len(value["S"].encode())
+    digits = value["N"].lstrip("-").replace(".", "").strip("0") or "0"
+    return size + math.ceil(len(digits) / 2) + 1
+
+
+def item_bytes(item: dict[str, Any] | None) -> int:
+    return sum(attribute_bytes(name, value) for name, value in (item or {}).items())
+
+
+class SimulatedDynamoDB:
+    """A DynamoDB client for SharedLedger over moto's DynamoDB backend in this process, with no HTTP and
+    no threads: moto evaluates each UpdateItem's condition and update as in the test suite, one call at
+    a time on the simulation's clock. It counts what DynamoDB would charge (write units on the larger
+    of the item before and after, read units per 4 KB) per simulated second; it never throttles, so the
+    seconds above a partition's limits are what the design asks of one item, not what it would get."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        from moto.dynamodb.models import DynamoDBBackend
+
+        self.clock = clock
+        self.backend = DynamoDBBackend("us-east-1", "123456789012")
+        self.backend.create_table(TABLE, schema=[{"AttributeName": "pk", "KeyType": "HASH"}], throughput=None,
+                                  attr=[{"AttributeName": "pk", "AttributeType": "S"}], global_indexes=None,
+                                  indexes=None, streams=None, billing_mode="PAY_PER_REQUEST", sse_specification=None,
+                                  tags=[], deletion_protection_enabled=False, warm_throughput=None)
+        self.writes: dict[int, int] = {}
+        self.write_units: dict[int, int] = {}
+        self.read_units: dict[int, int] = {}
+        self.conditional_failures = 0
+        self.largest_item = 0
+
+    def _item(self, key: dict[str, Any]) -> dict[str, Any] | None:
+        item = self.backend.get_item(TABLE, key)
+        return item.to_json()["Attributes"] if item is not None else None
+
+    def _charge(self, counter: dict[int, int], units: int, *, write: bool) -> None:
+        second = int(self.clock() - SIMULATION_EPOCH)
+        counter[second] = counter.get(second, 0) + units
+        if write:
+            self.writes[second] = self.writes.get(second, 0) + 1
+
+    def update_item(self, **request: Any) -> dict[str, Any]:
+        from botocore.exceptions import ClientError
+        from moto.dynamodb.exceptions import ConditionalCheckFailed
+
+        before = self._item(request["Key"])
+        try:
+            updated = self.backend.update_item(
+                request["TableName"], request["Key"], request["UpdateExpression"],
+                request.get("ExpressionAttributeNames", {}), request.get("ExpressionAttributeValues", {}),
+                condition_expression=request.get("ConditionExpression"),
+                return_values_on_condition_check_failure=request.get("ReturnValuesOnConditionCheckFailure"))
+        except ConditionalCheckFailed:
+            self.conditional_failures += 1
+            self._charge(self.write_units, max(1, math.ceil(item_bytes(before) / WRITE_UNIT_BYTES)), write=True)
+            raise ClientError({"Error": {"Code": "ConditionalCheckFailedException",
+                                         "Message": "The conditional request failed"}, "Item": before},
+                              "UpdateItem") from None
+        after = updated.to_json()["Attributes"]
+        size = max(item_bytes(before), item_bytes(after))
+        self.largest_item = max(self.largest_item, item_bytes(after))
+        self._charge(self.write_units, max(1, math.ceil(size / WRITE_UNIT_BYTES)), write=True)
+        return {"Attributes": after}
+
+    def get_item(self, **request: Any) -> dict[str, Any]:
+        item = self._item(request["Key"])
+        self._charge(self.read_units, max(1, math.ceil(item_bytes(item) / READ_UNIT_BYTES)), write=False)
+        return {"Item": item} if item is not None else {}
+
+
+def simulate(consumers: int, calls_per_minute: float, *, plan: dict[str, Any], load: float, minutes: float,
+             seed: int) -> dict[str, Any]:
+    """A deterministic event simulation of the ledger protocol's writes: `consumers` SharedLedger
+    consumers (the real code) on one quota item, Poisson arrivals of `calls_per_minute` with 70% to
+    consumer 0, each call reserving what QuotaPacer holds for the plan's mean call, lasting the plan's call_seconds and settling
+    to the plan's settled tokens. The quota is what sustains calls_per_minute / load (the settlement
+    binds: settled x rate). Each consumer asks the ledger for one call at a time, in arrival order (the
+    pacer's head waiter); a refusal waits its retry_in. Writes are instantaneous and in time order, so
+    a conflict is a write decided on a view older than another consumer's write (what DynamoDB's
+    round trips add to it is not modelled)."""
+    import heapq
+
+    from pacer_runtime.ledger import SharedLedger
+    from pacer_runtime.quota_pacer import QuotaPacer
+
+    quota = plan["settled_per_request"] * calls_per_minute / load
+    # what QuotaPacer holds for the plan's mean call (prompt + max_tokens x burndown), and what it settles to
+    reserve = QuotaPacer(quota, burndown=EXPERIMENT_MODEL.burndown).reservation(round(plan["mean_input_tokens"]),
+                                                                                  plan["max_tokens"])
+    settle, call_seconds = plan["settled_per_request"], plan["call_seconds"]
+    now = [SIMULATION_EPOCH]
+    table = SimulatedDynamoDB(lambda: now[0])
+    ledgers = [SharedLedger(TABLE, ledger_id="quota", consumer=f"c{i}", quota_tpm=quota, floor_tpm=quota / consumers,
+                            skew_seconds=LEDGER_SKEW_MODEL_SECONDS, client=table, clock=lambda: now[0],
+                            sleep=lambda seconds: None, rng=random.Random(seed * 1_000_003 + i))
+               for i in range(consumers)]
+    arrivals = workload([None], calls_per_minute, minutes, consumers, seed)
+    events: list[tuple[float, int, str, int, Any]] = []
+    order = 0
+
+    def push(when: float, kind: str, who: int, payload: Any = None) -> None:
+        nonlocal order
+        order += 1
+        heapq.heappush(events, (when, order, kind, who, payload))
+
+    for due, _, who in arrivals:
+        push(SIMULATION_EPOCH + due, "arrive", who, due)
+    waiting: list[list[float]] = [[] for _ in range(consumers)]  # arrival times, oldest first
+    asking = [False] * consumers  # a retry is scheduled for the consumer's head waiter
+    started: list[tuple[float, float]] = []  # (arrival, start) of each admitted call, seconds from the epoch
+    settled_saturated = 0.0
+    held_peak = 0.0
+    end = minutes * 60
+
+    def ask(who: int) -> None:
+        nonlocal held_peak
+        while waiting[who]:
+            decision = ledgers[who].try_reserve(reserve)
+            if not hasattr(decision, "slot"):  # a refusal: the head waits, the others behind it
+                asking[who] = True
+                push(now[0] + max(decision.retry_in, 1e-3), "retry", who)
+                return
+            arrived = waiting[who].pop(0)
+            started.append((arrived, now[0] - SIMULATION_EPOCH))
+            held_peak = max(held_peak, ledgers[who].view().held)
+            push(now[0] + call_seconds, "settle", who, decision)
+
+    while events:
+        when, _, kind, who, payload = heapq.heappop(events)
+        now[0] = when
+        if kind == "arrive":
+            waiting[who].append(payload)
+            if not asking[who]:
+                ask(who)
+        elif kind == "retry":
+            asking[who] = False
+            ask(who)
+        else:
+            ledgers[who].settle(payload, settle)
+            if 60 <= payload.started - SIMULATION_EPOCH < end:
+                settled_saturated += settle
+    counts = {k: sum(ledger.counts[k] for ledger in ledgers) for k in ("writes", "reads", "conflicts", "refusals")}
+    busy = [s for s in table.writes if 60 <= s < end] or [0]
+    waits = [start - arrived for arrived, start in started]
+    return {
+        "seed": seed, "consumers": consumers, "calls_per_minute": calls_per_minute, "load": load,
+        "quota_tpm": round(quota), "reserved_per_call": reserve, "settled_per_call": settle, "calls": len(started), "requests": len(arrivals),
+        "settled_pct_saturated": round(100 * settled_saturated / ((minutes - 1) * quota), 2),
+        "held_peak_pct_of_quota": round(100 * held_peak / quota, 2),
+        "ledger_writes_per_call": round(counts["writes"] / max(len(started), 1), 3),
+        "ledger_reads_per_call": round(counts["reads"] / max(len(started), 1), 3),
+        "ledger_conflicts": counts["conflicts"],
+        "conflicts_per_call": round(counts["conflicts"] / max(len(started), 1), 3),
+        "conditional_check_failures": table.conditional_failures,
+        "ledger_writes_per_second": round(statistics.fmean(table.writes.get(s, 0) for s in busy), 2),
+        "ledger_writes_per_second_max": max(table.writes.get(s, 0) for s in busy),
+        "write_units_per_second": round(statistics.fmean(table.write_units.get(s, 0) for s in busy), 1),
+        "write_units_per_second_max": max(table.write_units.get(s, 0) for s in busy),
+        "seconds_over_partition_write_limit": sum(1 for s in busy if table.write_units.get(s, 0) > HOT_PARTITION_WRITE_UNITS),
+        "read_units_per_second_max": max(table.read_units.get(s, 0) for s in busy),
+        "largest_item_kb": round(table.largest_item / 1024, 1),
+        "p50_wait_s": percentiles(waits).p50,
+        "p99_wait_s": percentiles(waits).p99,
+    }
+
+
 def spread(values: Sequence[float | None]) -> dict[str, float | None]:
     known = [v for v in values if v is not None]
     if not known:
@@ -298,45 +509,86 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--load", type=float, default=2.0, help="multiple of the sustainable rate (default 2)")
     parser.add_argument("--minutes", type=float, default=3.0, help="model minutes of arrivals (default 3)")
     parser.add_argument("--configurations", default=",".join(f"{n}:{s}" for n, s in CONFIGURATIONS),
-                        help="processes:strategy, comma-separated")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "shared_quota_experiment.json"))
+                        help=f"processes:strategy, comma-separated; strategies: {', '.join(STRATEGIES)}")
+    parser.add_argument("--simulate", action="store_true",
+                        help="run the event simulation of the ledger's writes instead of processes (no emulator)")
+    parser.add_argument("--consumers", default=",".join(map(str, SIMULATED_CONSUMERS)),
+                        help="--simulate: numbers of consumers, comma-separated (default 100,1000)")
+    parser.add_argument("--calls-per-minute", default=",".join(f"{c:g}" for c in SIMULATED_CALLS_PER_MINUTE),
+                        help="--simulate: offered calls a minute, comma-separated (default 1000)")
+    parser.add_argument("--out", default=None, help="the results JSON (default bench/results/shared_quota_experiment.json, "
+                        "or shared_quota_simulation.json with --simulate)")
     args = parser.parse_args(argv)
     log: Callable[[str], None] = lambda line: print(line, flush=True)  # noqa: E731
     prompts = load_prompts(str(SAMPLE_PROMPTS))
     plan = quota_plan(prompts, EXPERIMENT_MODEL)
-    rate = args.load * plan["sustainable_requests_per_minute"]
-    configurations = [(int(n), s) for n, s in (c.split(":") for c in args.configurations.split(","))]
     rows: dict[str, list[dict[str, Any]]] = {}
     began = time.time()
-    for seed in range(args.seeds):
-        for processes, strategy in configurations:
-            arrivals = workload(prompts, rate, args.minutes, processes, seed)
-            row = run(processes, strategy, arrivals, plan=plan, time_scale=args.time_scale, seed=seed,
-                      minutes=args.minutes)
-            rows.setdefault(f"{processes}:{strategy}", []).append(row)
-            log(f"[{time.time() - began:5.0f}s] seed {seed} {processes} x {strategy}: {row['settled_pct_saturated']}% "
-                f"saturated ({row['settled_pct_of_quota']}% whole run), {row['throttled_attempts']} throttled, "
-                f"{row['failed_requests']} failed, {row['shed_requests']} shed, busiest p99 {row['busiest_p99_s']} s, "
-                f"p50 {row['p50_s']} s" + (f", {row['ledger_writes_per_call']} ledger writes/call, ledger call p50/p99 {row['ledger_call_p50_model_s']}/{row['ledger_call_p99_model_s']} model s"
-                                           if "ledger_writes_per_call" in row else "") + f" (load {row['load_average']})")
+    if args.simulate:
+        sizes = [(int(n), float(c)) for n in args.consumers.split(",") for c in args.calls_per_minute.split(",")]
+        for seed in range(args.seeds):
+            for consumers, calls in sizes:
+                row = simulate(consumers, calls, plan=plan, load=args.load, minutes=args.minutes, seed=seed)
+                rows.setdefault(f"{consumers}:{calls:g}", []).append(row)
+                log(f"[{time.time() - began:5.0f}s] seed {seed} {consumers} consumers, {calls:g} calls/min: "
+                    f"{row['settled_pct_saturated']}% of the quota, {row['ledger_writes_per_second']} writes/s "
+                    f"(max {row['ledger_writes_per_second_max']}), {row['ledger_conflicts']} conflicts, "
+                    f"{row['write_units_per_second']} write units/s (max {row['write_units_per_second_max']}, "
+                    f"{row['seconds_over_partition_write_limit']} s over {HOT_PARTITION_WRITE_UNITS:,}), "
+                    f"item up to {row['largest_item_kb']} KB")
+    else:
+        configurations = parse_configurations(args.configurations)
+        rate = args.load * plan["sustainable_requests_per_minute"]
+        for seed in range(args.seeds):
+            for processes, strategy in configurations:
+                arrivals = workload(prompts, rate, args.minutes, processes, seed)
+                row = run(processes, strategy, arrivals, plan=plan, time_scale=args.time_scale, seed=seed,
+                          minutes=args.minutes)
+                rows.setdefault(f"{processes}:{strategy}", []).append(row)
+                log(f"[{time.time() - began:5.0f}s] seed {seed} {processes} x {strategy}: {row['settled_pct_saturated']}% "
+                    f"saturated ({row['settled_pct_of_quota']}% whole run), {row['throttled_attempts']} throttled, "
+                    f"{row['failed_requests']} failed, {row['shed_requests']} shed, busiest p99 {row['busiest_p99_s']} s, "
+                    f"p50 {row['p50_s']} s" + (f", {row['ledger_writes_per_call']} ledger writes/call, ledger call p50/p99 {row['ledger_call_p50_model_s']}/{row['ledger_call_p99_model_s']} model s"
+                                               if "ledger_writes_per_call" in row else "") + f" (load {row['load_average']})")
     summary = {name: {k: spread([r.get(k) for r in runs]) for k, v in runs[0].items()
-                      if isinstance(v, int | float) and k not in ("seed", "processes")}
+                      if isinstance(v, int | float) and k not in ("seed", "processes", "consumers")}
                for name, runs in rows.items()}
-    report = {
-        "experiment": "shared_quota",
-        "description": (__doc__ or "").split("\n\n")[0],
-        "conditions": {"time_scale": args.time_scale, "load": args.load, "arrival_minutes": args.minutes,
-                       "busiest_share": BUSIEST_SHARE, "seeds": list(range(args.seeds)), "pacer_threads": PACER_THREADS,
-                       "expiry_margin_model_s": EXPIRY_MARGIN_MODEL_SECONDS,
-                       "ledger_skew_model_s": LEDGER_SKEW_MODEL_SECONDS, "plan": plan,
-                       "machine": f"{platform.machine()}, {os.cpu_count()} CPUs shared with other work"},
-        "runs": rows, "summary": summary, "wall_seconds": round(time.time() - began, 1),
+    conditions: dict[str, Any] = {
+        "load": args.load, "arrival_minutes": args.minutes, "busiest_share": BUSIEST_SHARE,
+        "seeds": list(range(args.seeds)), "ledger_skew_model_s": LEDGER_SKEW_MODEL_SECONDS, "plan": plan,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs shared with other work",
     }
-    out = Path(args.out)
+    if args.simulate:
+        conditions.update({"simulated": True, "epoch": SIMULATION_EPOCH, "max_item_bytes": MAX_ITEM_BYTES,
+                           "partition_write_units_per_second": HOT_PARTITION_WRITE_UNITS,
+                           "partition_read_units_per_second": HOT_PARTITION_READ_UNITS,
+                           "sources": [ITEM_SIZE_DOC, WRITE_UNITS_DOC]})
+    else:
+        conditions.update({"time_scale": args.time_scale, "pacer_threads": PACER_THREADS,
+                           "expiry_margin_model_s": EXPIRY_MARGIN_MODEL_SECONDS})
+    report = {
+        "experiment": "shared_quota_simulation" if args.simulate else "shared_quota",
+        "description": (simulate.__doc__ or "").split(".")[0] if args.simulate else (__doc__ or "").split("\n\n")[0],
+        "conditions": conditions, "runs": rows, "summary": summary, "wall_seconds": round(time.time() - began, 1),
+    }
+    default = "shared_quota_simulation.json" if args.simulate else "shared_quota_experiment.json"
+    out = Path(args.out or ROOT / "bench" / "results" / default)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     log(f"wrote {out}")
     return 0
+
+
+def parse_configurations(text: str) -> list[tuple[int, str]]:
+    """"4:ledger,16:ledger" -> [(4, "ledger"), (16, "ledger")]; anything else is refused by name."""
+    out = []
+    for part in text.split(","):
+        processes, _, strategy = part.strip().partition(":")
+        if not processes.isdigit() or int(processes) < 1 or strategy not in STRATEGIES:
+            raise SystemExit(f"--configurations: {part!r} is not processes:strategy with processes >= 1 and a strategy "
+                             f"of {', '.join(STRATEGIES)}")
+        out.append((int(processes), strategy))
+    return out
 
 
 def _load() -> str:

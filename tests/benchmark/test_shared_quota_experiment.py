@@ -1,0 +1,111 @@
+"""bench/shared_quota_experiment.py's additions (issue 25): the event simulation of the ledger's
+writes (--simulate), which runs the real SharedLedger against moto's DynamoDB backend on its own
+clock, so its figures are exact and repeat; the size and write-unit accounting it reports against
+DynamoDB's limits; and the configurations the process benchmark accepts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[2] / "bench" / "shared_quota_experiment.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("shared_quota_experiment", PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def plan(bench):
+    return bench.quota_plan(bench.load_prompts(str(bench.SAMPLE_PROMPTS)), bench.EXPERIMENT_MODEL)
+
+
+def test_an_attribute_is_sized_as_dynamodb_counts_it(bench):
+    # a number: its name's bytes + 1 byte per two significant digits (zeroes at either end trimmed) + 1
+    assert bench.attribute_bytes("held", {"N": "3081"}) == 4 + 2 + 1
+    assert bench.attribute_bytes("held", {"N": "30810"}) == 4 + 2 + 1
+    assert bench.attribute_bytes("held", {"N": "-12345"}) == 4 + 3 + 1
+    assert bench.attribute_bytes("h#c1", {"N": "0"}) == 4 + 1 + 1
+    # a string: its name's bytes + its UTF-8 bytes
+    assert bench.attribute_bytes("wanted_by", {"S": "c1é"}) == 9 + 4
+
+
+def test_an_update_is_charged_on_the_larger_of_the_item_before_and_after(bench):
+    now = [bench.SIMULATION_EPOCH]
+    table = bench.SimulatedDynamoDB(lambda: now[0])
+    key = {"pk": {"S": "quota#q"}}
+    big = "x" * 3000  # about 3 KB: three write units
+    table.update_item(TableName=bench.TABLE, Key=key, UpdateExpression="SET #a = :a",
+                      ExpressionAttributeNames={"#a": "a"}, ExpressionAttributeValues={":a": {"S": big}})
+    now[0] += 1
+    table.update_item(TableName=bench.TABLE, Key=key, UpdateExpression="REMOVE #a", ExpressionAttributeNames={"#a": "a"})
+    # the removal shrinks the item to its key, and is still charged on the 3 KB it had before
+    assert table.write_units == {0: 3, 1: 3} and table.writes == {0: 1, 1: 1}
+
+
+def test_a_failed_condition_comes_back_as_the_ledger_expects_with_the_item(bench):
+    from botocore.exceptions import ClientError
+
+    table = bench.SimulatedDynamoDB(lambda: bench.SIMULATION_EPOCH)
+    key = {"pk": {"S": "quota#q"}}
+    table.update_item(TableName=bench.TABLE, Key=key, UpdateExpression="ADD #h :r", ExpressionAttributeNames={"#h": "held"},
+                      ExpressionAttributeValues={":r": {"N": "5"}})
+    with pytest.raises(ClientError) as failed:
+        table.update_item(TableName=bench.TABLE, Key=key, UpdateExpression="ADD #h :r", ConditionExpression="#h <= :c",
+                          ExpressionAttributeNames={"#h": "held"},
+                          ExpressionAttributeValues={":r": {"N": "5"}, ":c": {"N": "1"}},
+                          ReturnValuesOnConditionCheckFailure="ALL_OLD")
+    assert failed.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert failed.value.response["Item"] == {"pk": {"S": "quota#q"}, "held": {"N": "5"}}
+    assert table.conditional_failures == 1
+
+
+def test_one_consumer_at_light_load_costs_exactly_two_writes_a_call_and_never_conflicts(bench, plan):
+    """The protocol's steady-state cost: a reservation and a settlement per call, one read on first use."""
+    row = bench.simulate(1, 20, plan=plan, load=0.5, minutes=2, seed=0)
+    assert row["calls"] == row["requests"] > 0
+    assert row["ledger_writes_per_call"] == 2.0 and row["ledger_conflicts"] == row["conditional_check_failures"] == 0
+    assert row["ledger_reads_per_call"] == round(1 / row["calls"], 3)
+    assert row["p99_wait_s"] == 0.0  # nothing ever waited: the quota held every call at once
+
+
+def test_the_simulation_is_exact_repeatable_and_keeps_every_consumer_inside_the_quota(bench, plan):
+    """Several consumers at twice the load: the same seed gives the same figures to the last digit (no
+    wall clock, no threads); the window never holds more than the quota; stale views cause conflicts,
+    which the conditional writes catch (each one is a failed condition DynamoDB charged)."""
+    first = bench.simulate(3, 60, plan=plan, load=2.0, minutes=2, seed=1)
+    assert first == bench.simulate(3, 60, plan=plan, load=2.0, minutes=2, seed=1)
+    assert first["calls"] == first["requests"]  # every call got in, after waiting in the ledger
+    assert first["held_peak_pct_of_quota"] <= 100
+    assert first["p50_wait_s"] > 0  # at 2x load the ledger made calls wait
+    assert 0 < first["ledger_conflicts"] <= first["conditional_check_failures"]
+    assert first["ledger_writes_per_call"] >= 2
+    assert first["largest_item_kb"] * 1024 <= bench.MAX_ITEM_BYTES
+    assert first["seconds_over_partition_write_limit"] == 0  # three consumers are far from a partition's limit
+    assert first != bench.simulate(3, 60, plan=plan, load=2.0, minutes=2, seed=2)  # the seed matters
+
+
+def test_simulate_writes_the_results_layout_with_its_sources(bench, tmp_path):
+    out = tmp_path / "sim.json"
+    assert bench.main(["--simulate", "--seeds", "1", "--consumers", "2", "--calls-per-minute", "30", "--minutes", "1.5",
+                       "--load", "0.5", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert set(report) == {"experiment", "description", "conditions", "runs", "summary", "wall_seconds"}
+    assert report["experiment"] == "shared_quota_simulation" and list(report["runs"]) == ["2:30"]
+    assert report["conditions"]["partition_write_units_per_second"] == 1_000
+    assert report["conditions"]["max_item_bytes"] == 400 * 1024
+    assert report["summary"]["2:30"]["ledger_writes_per_call"]["mean"] == report["runs"]["2:30"][0]["ledger_writes_per_call"]
+
+
+def test_a_configuration_the_benchmark_cannot_run_is_refused_by_name(bench):
+    assert bench.parse_configurations("16:ledger, 4:unbounded") == [(16, "ledger"), (4, "unbounded")]
+    for wrong in ("4:shared", "0:ledger", "ledger"):
+        with pytest.raises(SystemExit, match="--configurations: .* static, whole, ledger, unbounded"):
+            bench.parse_configurations(wrong)
