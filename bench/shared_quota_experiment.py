@@ -37,6 +37,12 @@ at the median, closer to DynamoDB's in-Region latency against Bedrock's minute; 
 are measured there (bench/results/shared_quota_experiment.json). The strategies without a ledger do
 not depend on it (bench/results/shared_quota_experiment_baselines.json, time_scale 10).
 
+A BoundedMap beside the processes (--map-items K, ledger configurations): the main process builds a
+stack (ModelQuota, QuotaLedger, BoundedMap(ledger=...) on a share of MAP_SHARE_FRACTION of the
+quota) and executes it with StateMachineRunner against the run's emulator, K prompts from the
+common start; the processes reach the runner's DynamoDB table through a moto server thread and
+split the rest of the quota as their floors (see MapBeside).
+
 The simulation (--simulate; no processes, no emulator): --consumers consumers of one quota item,
 each the real SharedLedger against moto's DynamoDB backend in this process on the simulation's
 clock, at --calls-per-minute offered calls (see simulate()). It reports ledger writes per second,
@@ -52,12 +58,16 @@ Run (about 2 minutes of wall time per run at time_scale 3; the static shares dra
         --configurations 4:unbounded,4:ledger,4:static --out bench/results/shared_quota_experiment_half_load.json
     .venv/bin/python bench/shared_quota_experiment.py --seeds 2 --time-scale 3 --configurations 16:ledger \
         --out bench/results/shared_quota_experiment_16.json
+    .venv/bin/python bench/shared_quota_experiment.py --seeds 2 --time-scale 3 --configurations 4:ledger --map-items 60 \
+        --out bench/results/shared_quota_experiment_map.json
     .venv/bin/python bench/shared_quota_experiment.py --simulate --seeds 2   # 100 and 1,000 consumers
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
 import json
 import math
 import multiprocessing
@@ -164,7 +174,7 @@ def consumer(job: dict[str, Any], out: Any) -> None:
 
     ledger, timed = None, Timed(dynamodb_client(job["dynamodb"])) if job["dynamodb"] else None
     if job["strategy"] == "ledger":
-        ledger = SharedLedger(TABLE, ledger_id="quota", consumer=f"c{job['index']}", quota_tpm=job["quota_tpm"],
+        ledger = SharedLedger(job["table"], ledger_id=job["ledger_id"], consumer=f"c{job['index']}", quota_tpm=job["quota_tpm"],
                               floor_tpm=job["floor_tpm"], skew_seconds=LEDGER_SKEW_MODEL_SECONDS,
                               client=timed, clock=model_clock,
                               sleep=lambda seconds: time.sleep(seconds / scale))
@@ -203,6 +213,133 @@ def consumer(job: dict[str, Any], out: Any) -> None:
     out.close()
 
 
+# --- a BoundedMap beside the worker processes (--map-items) ------------------------------------------
+
+#: The BoundedMap's share of the quota: its floor, and the MaxConcurrency its share plans (2 here) is its
+#: deploy-time cap; the worker processes split the rest of the quota evenly as their floors.
+MAP_SHARE_FRACTION = 0.25
+MAP_SHARE = "Batch"
+
+
+class _ModelTime:
+    """Stands in for the `datetime` module where moto's interpreter stamps a state's EnteredTime: the
+    model-time clock every worker process uses, so the Map's slots are named in the same seconds."""
+
+    timezone = datetime.timezone
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        outer = clock
+
+        class _Datetime(datetime.datetime):
+            @classmethod
+            def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+                return datetime.datetime.fromtimestamp(outer(), tz)
+
+        self.datetime = _Datetime
+
+
+class MapBeside:
+    """A BoundedMap taking part in the ledger (ledger=QuotaLedger), executed offline by
+    StateMachineRunner in this process against the run's emulator, its ledger the runner's moto
+    DynamoDB table, which the worker processes reach through a moto server thread on the same
+    backend. moto applies an UpdateItem without a lock, so every DynamoDB item operation of this
+    process (the server's one request at a time, the interpreter's Map iterations) holds one lock:
+    each applies atomically, as DynamoDB's do."""
+
+    def __init__(self, emulator: BedrockEmulator, plan: dict[str, Any], items: Sequence[str]) -> None:
+        import aws_cdk as cdk
+        from aws_cdk import aws_stepfunctions as sfn
+        from genai_pacer import BedrockModel, BoundedMap, ConverseRequest, ModelQuota, QuotaLedger
+        from genai_pacer.testing import StateMachineRunner
+
+        spec = EXPERIMENT_MODEL
+        self.stack = cdk.Stack(cdk.App(), "SharedQuotaBench")
+        model = BedrockModel.from_id(spec.model_id)
+        quota = ModelQuota(self.stack, "Quota", model=model, tpm_quota=spec.tpm_quota, burndown=spec.burndown)
+        profile = quota.profile(input_tokens=round(plan["mean_input_tokens"]), output_tokens=round(plan["mean_output_tokens"]),
+                                max_tokens=plan["max_tokens"])
+        share = quota.share(MAP_SHARE, profile, fraction=MAP_SHARE_FRACTION, call_seconds=plan["call_seconds"])
+        self.ledger = QuotaLedger(self.stack, "Ledger", quota=quota)
+        BoundedMap(self.stack, MAP_SHARE, max_concurrency=share, model=model, ledger=self.ledger,
+                   request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=plan["max_tokens"]))
+        self.max_concurrency = share.max_concurrency
+        self.items = [{"prompt": text} for text in items]
+        self.runner = StateMachineRunner(self.stack, bedrock=emulator)
+        self.execution: Any = None
+        self.failure: BaseException | None = None
+
+    def __enter__(self) -> MapBeside:
+        from moto.dynamodb.models import DynamoDBBackend
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        lock = threading.RLock()
+        self._originals = {name: getattr(DynamoDBBackend, name) for name in ("update_item", "get_item")}
+        for name, original in self._originals.items():
+            def locked(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                with lock:
+                    return _original(*args, **kwargs)
+            setattr(DynamoDBBackend, name, locked)
+        self.runner.start()
+        self.table, self.ledger_id, self.quota_tpm = (self.runner.physical_name(self.ledger.table), self.ledger.ledger_id,
+                                                      self.ledger.quota_tpm)
+        class Quiet(MotoRequestHandler):
+            def log_request(self, *args: Any) -> None:  # one line per ledger call would drown the run's own
+                pass
+
+        self.server = make_server("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app), False,
+                                  request_handler=Quiet)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True, name="ledger-server").start()
+        return self
+
+    def start(self, clock: Callable[[], float], at: float) -> threading.Thread:
+        """Start the execution at wall time `at`, its EnteredTime on the workers' model clock."""
+        from moto.stepfunctions.parser.asl.component.state import state
+
+        self._state_module, self._datetime = state, state.datetime
+        state.datetime = _ModelTime(clock)  # type: ignore[assignment]
+
+        def execute() -> None:
+            time.sleep(max(0.0, at - time.time()))
+            try:
+                self.execution = self.runner.run({"items": self.items}, timeout=3_600)
+            except BaseException as error:  # reported in the row, never lost in a thread
+                self.failure = error
+        thread = threading.Thread(target=execute, daemon=True, name="bounded-map")
+        thread.start()
+        return thread
+
+    def figures(self, time_scale: float) -> dict[str, Any]:
+        """The Map's own figures, from its history (the runner's invocations are every call the emulator
+        served meanwhile, the processes' included): model calls scheduled, throttles, ledger refusals."""
+        run = self.execution
+        history = run.history if run is not None else []
+        scheduled = [e["taskScheduledEventDetails"] for e in history if "taskScheduledEventDetails" in e]
+        failed = [e["taskFailedEventDetails"].get("error", "") for e in history if "taskFailedEventDetails" in e]
+        return {"map_items": len(self.items), "map_max_concurrency": self.max_concurrency,
+                "map_succeeded": bool(run is not None and run.succeeded),
+                "map_error": repr(self.failure) if self.failure else (run.error if run is not None else None),
+                "map_model_calls": sum("bedrock" in d.get("resourceType", "").lower() for d in scheduled),
+                "map_throttled_attempts": sum("throttl" in error.lower() for error in failed),
+                "map_ledger_refusals": sum(error == "DynamoDB.ConditionalCheckFailedException" for error in failed),
+                "map_seconds": round(run.wall_seconds * time_scale, 1) if run is not None else None}
+
+    def __exit__(self, *exc: object) -> None:
+        from moto.dynamodb.models import DynamoDBBackend
+
+        self.server.shutdown()
+        self.runner.close()
+        if getattr(self, "_state_module", None) is not None:
+            self._state_module.datetime = self._datetime
+        for name, original in self._originals.items():
+            setattr(DynamoDBBackend, name, original)
+
+
 # --- one run -----------------------------------------------------------------------------------------
 
 
@@ -219,11 +356,13 @@ def workload(prompts: Sequence[Any], rate_per_minute: float, minutes: float, pro
 
 
 def run(processes: int, strategy: str, arrivals: Sequence[tuple[float, Any, int]], *, plan: dict[str, Any],
-        time_scale: float, seed: int, minutes: float) -> dict[str, Any]:
+        time_scale: float, seed: int, minutes: float, map_items: Sequence[str] = ()) -> dict[str, Any]:
+    """One run; with map_items (a ledger run), a BoundedMap on the same ledger runs those prompts from the
+    common start, its share MAP_SHARE_FRACTION of the quota and the processes' floors the rest."""
     spec = EXPERIMENT_MODEL
     quota = spec.tpm_quota
-    dynamodb, endpoint = (None, "")
-    if strategy == "ledger":
+    dynamodb, endpoint, table, ledger_id = None, "", TABLE, "quota"
+    if strategy == "ledger" and not map_items:
         dynamodb, endpoint = start_dynamodb()
         dynamodb_client(endpoint).create_table(
             TableName=TABLE, BillingMode="PAY_PER_REQUEST", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
@@ -231,7 +370,13 @@ def run(processes: int, strategy: str, arrivals: Sequence[tuple[float, Any, int]
     context = multiprocessing.get_context("spawn")
     load_before = _load()
     try:
-        with BedrockEmulator([spec], seed=seed, time_scale=time_scale) as emulator:
+        with contextlib.ExitStack() as stack:
+            emulator = stack.enter_context(BedrockEmulator([spec], seed=seed, time_scale=time_scale))
+            beside = stack.enter_context(MapBeside(emulator, plan, map_items)) if map_items else None
+            floors = quota * (1 - MAP_SHARE_FRACTION) if beside else quota
+            if beside is not None:
+                endpoint, table, ledger_id, quota_tpm = beside.endpoint, beside.table, beside.ledger_id, beside.quota_tpm
+                assert quota_tpm == quota, "the ledger's allocatable quota is the emulator's (keep_free=0)"
             pipes, workers = [], []
             for index in range(processes):
                 mine = [(due, prompt) for due, prompt, who in arrivals if who == index]
@@ -240,8 +385,8 @@ def run(processes: int, strategy: str, arrivals: Sequence[tuple[float, Any, int]
                     "arrivals": [due for due, _ in mine],
                     "requests": [converse_request(p, spec.model_id, max_tokens=plan["max_tokens"]) for _, p in mine],
                     "tpm": quota / processes if strategy == "static" else quota, "quota_tpm": quota,
-                    "floor_tpm": quota / processes, "burndown": spec.burndown,
-                    "emulator": emulator.endpoint_url, "dynamodb": endpoint,
+                    "floor_tpm": floors / processes, "burndown": spec.burndown,
+                    "emulator": emulator.endpoint_url, "dynamodb": endpoint, "table": table, "ledger_id": ledger_id,
                 }
                 mine_end, theirs = context.Pipe()
                 worker = context.Process(target=consumer, args=(job, theirs), daemon=True)
@@ -253,13 +398,20 @@ def run(processes: int, strategy: str, arrivals: Sequence[tuple[float, Any, int]
             start = time.time() + 1.0  # every process builds its pacer and clients, then replays from here
             for pipe in pipes:
                 pipe.send(start)
+            executing = (beside.start(lambda: start + (time.time() - start) * time_scale, start)
+                         if beside is not None else None)
             reports = [pipe.recv() for pipe in pipes]
             for worker in workers:
                 worker.join(timeout=60)
+            if executing is not None:
+                executing.join()
             wall = time.time() - start
-            return measure(emulator, reports, wall, time_scale, quota, minutes,
-                           {"seed": seed, "processes": processes, "strategy": strategy,
-                            "load_average": f"{load_before} before, {_load()} after"})
+            row = measure(emulator, reports, wall, time_scale, quota, minutes,
+                          {"seed": seed, "processes": processes, "strategy": strategy + ("+map" if beside else ""),
+                           "load_average": f"{load_before} before, {_load()} after"})
+            if beside is not None:
+                row.update(beside.figures(time_scale))
+            return row
     finally:
         if dynamodb is not None:
             dynamodb.terminate()
@@ -510,6 +662,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=3.0, help="model minutes of arrivals (default 3)")
     parser.add_argument("--configurations", default=",".join(f"{n}:{s}" for n, s in CONFIGURATIONS),
                         help=f"processes:strategy, comma-separated; strategies: {', '.join(STRATEGIES)}")
+    parser.add_argument("--map-items", type=int, default=0,
+                        help="ledger runs: a BoundedMap on the same ledger runs this many prompts beside the processes "
+                             "(executed by StateMachineRunner; default 0, none)")
     parser.add_argument("--simulate", action="store_true",
                         help="run the event simulation of the ledger's writes instead of processes (no emulator)")
     parser.add_argument("--consumers", default=",".join(map(str, SIMULATED_CONSUMERS)),
@@ -538,18 +693,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"item up to {row['largest_item_kb']} KB")
     else:
         configurations = parse_configurations(args.configurations)
+        if args.map_items < 0 or (args.map_items and any(s != "ledger" for _, s in configurations)):
+            raise SystemExit(f"--map-items={args.map_items}: a BoundedMap takes part through the ledger, so it runs "
+                             "beside ledger configurations only (N:ledger), with a whole number of items >= 1")
         rate = args.load * plan["sustainable_requests_per_minute"]
         for seed in range(args.seeds):
             for processes, strategy in configurations:
                 arrivals = workload(prompts, rate, args.minutes, processes, seed)
                 row = run(processes, strategy, arrivals, plan=plan, time_scale=args.time_scale, seed=seed,
-                          minutes=args.minutes)
-                rows.setdefault(f"{processes}:{strategy}", []).append(row)
+                          minutes=args.minutes, map_items=map_prompts(prompts, args.map_items, seed))
+                rows.setdefault(f"{processes}:{row['strategy']}", []).append(row)
                 log(f"[{time.time() - began:5.0f}s] seed {seed} {processes} x {strategy}: {row['settled_pct_saturated']}% "
                     f"saturated ({row['settled_pct_of_quota']}% whole run), {row['throttled_attempts']} throttled, "
                     f"{row['failed_requests']} failed, {row['shed_requests']} shed, busiest p99 {row['busiest_p99_s']} s, "
                     f"p50 {row['p50_s']} s" + (f", {row['ledger_writes_per_call']} ledger writes/call, ledger call p50/p99 {row['ledger_call_p50_model_s']}/{row['ledger_call_p99_model_s']} model s"
-                                               if "ledger_writes_per_call" in row else "") + f" (load {row['load_average']})")
+                                               if "ledger_writes_per_call" in row else "")
+                    + (f"; the Map's {row['map_items']} items: {row['map_model_calls']} calls, {row['map_throttled_attempts']} "
+                       f"throttled, {row['map_seconds']} s, succeeded {row['map_succeeded']} {row['map_error'] or ''}"
+                       if "map_items" in row else "") + f" (load {row['load_average']})")
     summary = {name: {k: spread([r.get(k) for r in runs]) for k, v in runs[0].items()
                       if isinstance(v, int | float) and k not in ("seed", "processes", "consumers")}
                for name, runs in rows.items()}
@@ -565,7 +726,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "sources": [ITEM_SIZE_DOC, WRITE_UNITS_DOC]})
     else:
         conditions.update({"time_scale": args.time_scale, "pacer_threads": PACER_THREADS,
-                           "expiry_margin_model_s": EXPIRY_MARGIN_MODEL_SECONDS})
+                           "expiry_margin_model_s": EXPIRY_MARGIN_MODEL_SECONDS, "map_items": args.map_items,
+                           "map_share_fraction": MAP_SHARE_FRACTION if args.map_items else None})
     report = {
         "experiment": "shared_quota_simulation" if args.simulate else "shared_quota",
         "description": (simulate.__doc__ or "").split(".")[0] if args.simulate else (__doc__ or "").split("\n\n")[0],
@@ -577,6 +739,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     log(f"wrote {out}")
     return 0
+
+
+def map_prompts(prompts: Sequence[Any], count: int, seed: int) -> list[str]:
+    """The BoundedMap's items: `count` prompt texts of the workload, drawn by the seed."""
+    rng = random.Random(f"map-{seed}")
+    picked = [prompts[rng.randrange(len(prompts))] for _ in range(count)]
+    return [converse_request(p, EXPERIMENT_MODEL.model_id)["messages"][0]["content"][0]["text"] for p in picked]
 
 
 def parse_configurations(text: str) -> list[tuple[int, str]]:

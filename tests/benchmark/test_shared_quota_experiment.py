@@ -109,3 +109,31 @@ def test_a_configuration_the_benchmark_cannot_run_is_refused_by_name(bench):
     for wrong in ("4:shared", "0:ledger", "ledger"):
         with pytest.raises(SystemExit, match="--configurations: .* static, whole, ledger, unbounded"):
             bench.parse_configurations(wrong)
+
+
+def test_a_bounded_map_beside_the_processes_reserves_in_their_ledger_item_on_their_model_clock(bench, plan):
+    """--map-items: the BoundedMap's execution (StateMachineRunner, the same emulator) writes the very
+    item the processes reach through the moto server, and names its slots on the processes' model
+    clock (here an hour ahead of the wall clock), or the processes would see its holds as long expired
+    and remove them. Then the patches are undone."""
+    from datetime import UTC, datetime
+
+    from genai_pacer.testing import BedrockEmulator
+    from moto.dynamodb.models import DynamoDBBackend
+
+    original = DynamoDBBackend.update_item
+    ahead = 3_600.0
+    with BedrockEmulator([bench.EXPERIMENT_MODEL], seed=0, time_scale=50) as emulator, \
+            bench.MapBeside(emulator, plan, ["Say hello.", "Say goodbye."]) as beside:
+        began = datetime.now(UTC).timestamp()
+        beside.start(lambda: datetime.now(UTC).timestamp() + ahead, began).join()
+        figures = beside.figures(50)
+        item = bench.dynamodb_client(beside.endpoint).get_item(  # as a worker process reads it
+            TableName=beside.table, Key={"pk": {"S": "quota#" + beside.ledger_id}}, ConsistentRead=True)["Item"]
+    assert figures["map_succeeded"] and figures["map_model_calls"] == 2 and figures["map_throttled_attempts"] == 0
+    slots = {name: int(value["N"]) for name, value in item.items() if name.startswith("s#")}
+    assert slots and all(name.endswith("#" + bench.MAP_SHARE) for name in slots)
+    starts = [datetime.strptime(name.split("#")[1], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp() for name in slots]
+    assert all(began + ahead - 2 <= start <= began + ahead + 600 for start in starts)
+    assert int(item["held"]["N"]) == sum(slots.values()) > 0
+    assert DynamoDBBackend.update_item is original
