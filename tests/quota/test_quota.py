@@ -356,10 +356,10 @@ def test_the_plan_is_written_into_the_cloud_assembly_and_the_construct_metadata(
     assert [(s["name"], s["tpm"], s["calls_per_execution"], s["executions"]) for s in data["shares"]] == [
         ("ReviewDigest", 120_000, 3, 1), ("TickerSummaries", 120_000, 3, 1),
     ]
-    assert data["table"][1].split() == ["consumer", "tier", "TPM", "of", "quota", "RPM", "calls/execution", "executions",
-                                        "in", "flight", "TPM", "at", "cap", "tokens/day"]
+    assert data["table"][1].split() == ["consumer", "tier", "TPM", "of", "quota", "burst", "TPM", "RPM", "calls/execution",
+                                        "executions", "in", "flight", "TPM", "at", "cap", "tokens/day"]
     # 3 calls of 6 s back to back all day: 30 a minute x 4,000 settled x 1,440 minutes
-    assert data["table"][2].split() == ["ReviewDigest", "-", "120,000", "30.0%", "-", "3", "1", "3", "120,000",
+    assert data["table"][2].split() == ["ReviewDigest", "-", "120,000", "30.0%", "-", "-", "3", "1", "3", "120,000",
                                         "172,800,000"]
     assert data["table"][-2].split()[:3] == ["(kept", "free)", "40,000"]
     assert data["table"][-1].split()[:3] == ["(headroom)", "120,000", "30.0%"]
@@ -815,7 +815,7 @@ def test_a_holder_whose_own_cap_is_above_its_share_draws_at_its_cap(kind):
     assert (share["holders"], share["tpm"], share["in_flight"], share["tpm_at_cap"]) == (["Test/Worker"], 80_000, 5, 200_000)
     assert (data["allocated_tpm"], data["in_flight"]) == (200_000, 5)
     assert (share["planned_in_flight"], share["drawn_tpm"]) == (2, 200_000)
-    assert data["table"][2].split()[7:10] == ["5", "(plan", "2)"]
+    assert data["table"][2].split()[8:11] == ["5", "(plan", "2)"]
 
 
 def test_a_construct_given_a_share_draws_the_lower_of_the_share_and_its_own_caps():
@@ -1078,7 +1078,7 @@ def _tokens() -> dict[str, object]:
 
 QUOTA_PROPS = ["tpm_quota", "rpm_quota", "burndown", "keep_free", "warn_at", "service_quota_code", "daily_token_quota",
                "cross_model_daily_tokens", "require_shares", "model"]
-SHARE_ARGS = ["name", "profile", "call_seconds", "fraction", "tpm", "calls", "executions", "hours_per_day"]
+SHARE_ARGS = ["name", "profile", "call_seconds", "fraction", "tpm", "calls", "executions", "hours_per_day", "burst_tpm"]
 
 
 @pytest.mark.parametrize("kind", ["number", "string", "Duration", "list"])

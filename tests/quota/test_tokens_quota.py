@@ -69,7 +69,8 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Callable[..., Any], 
     ),
     "ModelQuota.share": (
         ModelQuota.share,
-        ("name", "profile", "call_seconds", "fraction", "tpm", "calls", "executions", "hours_per_day", "service_tier"),
+        ("name", "profile", "call_seconds", "fraction", "tpm", "calls", "executions", "hours_per_day", "service_tier",
+         "burst_tpm"),
         share,
         {},
     ),
@@ -102,5 +103,5 @@ def test_every_prop_given_every_kind_of_token_reaches_the_template_or_is_refused
 
 
 def test_the_table_counts():
-    assert len(CASES) == 4 * (12 + 9 + 6 + 2 + 5)
+    assert len(CASES) == 4 * (12 + 10 + 6 + 2 + 5)
     assert sum(len(passes) for *_rest, passes in TABLE.values()) == 0

@@ -210,7 +210,8 @@ class QueuedInference(Construct):
         max_receive_count (its requestId and sequence ride along; a standard queue is needed). The
         worker's floor is the share it holds of the ledger's quota (max_concurrency=quota.share(...),
         or a share drawn under this construct's id before the worker is built); without one it only
-        borrows (floor 0). Above its floor it borrows up to the whole allocatable quota, and
+        borrows (floor 0). Above its floor it borrows up to its share's burst_tpm
+        (ModelQuota.share(..., burst_tpm=...); without one, the whole allocatable quota), and
         max_concurrency caps its calls in flight. While DynamoDB throttles or cannot be reached, each
         worker process falls back to its part of the floor (floor / max_concurrency), never
         unbounded, and publishes LedgerFallbacks (pacer_runtime.metrics); without a floor, messages
@@ -226,8 +227,8 @@ class QueuedInference(Construct):
     Attributes: `queue`, `dead_letter_queue` (an existing queue's own DLQ when it can be read, else
     None), `function`, `answer_store`, `table` (its table), `event_source`, `log_group`, `alarms` (name -> Alarm),
     `call_budget_seconds`, `timeout`, `model_id`, `max_output_tokens` (what each call may reserve; ModelQuota
-    plans its share with it), `ledger`, `ledger_consumer` and `ledger_floor_tpm` (the worker's name and
-    floor in the ledger; None without one).
+    plans its share with it), `ledger`, `ledger_consumer`, `ledger_floor_tpm` and `ledger_burst_tpm` (the
+    worker's name, floor and burst cap in the ledger; None without one).
 
     Metrics: the worker publishes each call's tokens, reservation, latency and served latency mode
     (pacer_runtime.metrics) per model and function; `metric_input_tokens`, `metric_output_tokens`,
@@ -397,6 +398,7 @@ class QueuedInference(Construct):
         self.ledger = ledger
         self.ledger_consumer: str | None = None
         self.ledger_floor_tpm: float | None = None
+        self.ledger_burst_tpm: float | None = None
         if ledger is not None and consumer is not None:
             self._take_part(ledger, consumer, cap, role)
 
@@ -566,10 +568,11 @@ class QueuedInference(Construct):
         return cdk.Duration.seconds(seconds)
 
     def _check_ledger(self, check: Checks, ledger: Any, model: Any, max_concurrency: Any,
-                      queue: Any) -> tuple[str, float] | None:
-        """The worker's name and floor in the ledger: the share it holds of the ledger's quota (given
-        as max_concurrency=quota.share(...), or drawn under this construct's id), else a name of its
-        own and no floor (it only borrows). None without a ledger or when a check failed."""
+                      queue: Any) -> tuple[str, float, float | None] | None:
+        """The worker's name, floor and burst cap in the ledger: the share it holds of the ledger's quota
+        (given as max_concurrency=quota.share(...), or drawn under this construct's id) and the share's
+        burst_tpm (None: the ledger's default, the allocatable quota), else a name of its own and no floor
+        (it only borrows). None without a ledger or when a check failed."""
         if QuotaLedger.of_model(check, ledger, model, consumer="this worker") is None:
             return None
         quota = ledger.quota
@@ -585,7 +588,7 @@ class QueuedInference(Construct):
             share = self.node.id
         if share is None:
             # No share: the worker only borrows, under a name unique in the app.
-            return cdk.Names.unique_resource_name(self, max_length=_CONSUMER_LIMIT), 0.0
+            return cdk.Names.unique_resource_name(self, max_length=_CONSUMER_LIMIT), 0.0, None
         if not check.rule(
             "#" not in share and len(share) <= _CONSUMER_LIMIT,
             f"ledger: the worker's share {share!r} names it in the ledger's attribute names, which allow at most "
@@ -593,12 +596,13 @@ class QueuedInference(Construct):
             id="ledger.share-name-too-long",
         ):
             return None
-        return share, quota.shares[share].tpm
+        return share, quota.shares[share].tpm, quota.shares[share].burst_tpm
 
-    def _take_part(self, ledger: QuotaLedger, consumer: tuple[str, float], cap: Any, role: iam.IRole) -> None:
+    def _take_part(self, ledger: QuotaLedger, consumer: tuple[str, float, float | None], cap: Any,
+                   role: iam.IRole) -> None:
         """The worker's grants and variables for the ledger: UpdateItem and GetItem on its quota's item
         (and the table's key), SendMessage on its own queue (a refused message goes back with a delay)."""
-        name, floor = consumer
+        name, floor, burst = consumer
         ledger.grant_use(role)
         # SendMessage alone, and the queue's own key with exactly what a producer needs:
         # queue.grant_send_messages adds GetQueueAttributes, GetQueueUrl and kms:ReEncrypt*/GenerateDataKey*.
@@ -607,7 +611,7 @@ class QueuedInference(Construct):
             self.queue.encryption_master_key.grant(role, *SEND_KEY_ACTIONS)
         burndown = PACER_ENVIRONMENT[2]
         for variable, value in {
-            **ledger.consumer_variables(name, floor),
+            **ledger.consumer_variables(name, floor, burst),
             burndown: f"{ledger.quota.burndown:g}",
             QUEUE_URL_VARIABLE: self.queue.queue_url,
             # a deploy-time cap reaches the worker as it is: it divides the floor at run time
@@ -615,6 +619,7 @@ class QueuedInference(Construct):
         }.items():
             self.function.add_environment(variable, value)
         self.ledger_consumer, self.ledger_floor_tpm = name, floor
+        self.ledger_burst_tpm = ledger.quota_tpm if burst is None else burst
 
     @staticmethod
     def _check_new_resource_props(check: Checks, queue: Any, **props: Any) -> None:

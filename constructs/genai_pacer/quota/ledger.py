@@ -28,7 +28,8 @@ quota's shares, so the plan stays the one source of truth.
 
 Shares as floors, precisely (the runtime enforces it): Q = tpm_quota x (1 - keep_free); a consumer
 holding less than its share's TPM is admitted while the window holds Q; above its share it
-borrows up to its burst cap, leaving free what other consumers wait for within their shares. A
+borrows up to its burst cap (the share's burst_tpm, ModelQuota.share(..., burst_tpm=...); default Q),
+leaving free what other consumers wait for within their shares. A
 share is guaranteed up to what was borrowed while its owner was idle: borrowed holds come back as
 they settle and leave Bedrock's one-minute window, and borrowers keep free what an owner waits for.
 """
@@ -216,7 +217,7 @@ class QuotaLedger(Construct):
     @property
     def quota_tpm(self) -> float:
         """What the consumers share: the quota's allocatable TPM (tpm_quota x (1 - keep_free))."""
-        return self.quota.tpm_quota * (1 - self.quota.keep_free)
+        return self.quota.allocatable_tpm
 
     @property
     def daily_tokens(self) -> int:
@@ -259,7 +260,9 @@ class QuotaLedger(Construct):
         daily_tokens), read by `QuotaPacer.from_environment()`.
 
         burst_tpm: the most this consumer may hold at once, borrowing included, from its share's
-            TPM up to the quota's allocatable TPM. Default: the allocatable TPM.
+            TPM up to the quota's allocatable TPM, for a share drawn without one (a value that differs
+            from the share's declared burst_tpm is refused: declare it once, on the share). Default:
+            the share's burst_tpm (ModelQuota.share(..., burst_tpm=...)), else the allocatable TPM.
         """
         shares = self.quota.shares
         with Checks(f"QuotaLedger.environment({_show(share)})", scope=self) as check:
@@ -269,8 +272,15 @@ class QuotaLedger(Construct):
             elif "#" in share or len(share) > _CONSUMER_LIMIT:
                 check.fail(f"share={share!r} names the consumer in the ledger's attribute names: at most "
                            f"{_CONSUMER_LIMIT} characters and no '#'; draw the share under such a name", id="share.name-too-long")
-            floor = shares[share].tpm if isinstance(share, str) and share in shares else 0.0
-            if burst_tpm is not None:
+            drawn = shares[share] if isinstance(share, str) and share in shares else None
+            floor = drawn.tpm if drawn is not None else 0.0
+            declared = drawn.burst_tpm if drawn is not None else None
+            if burst_tpm is not None and declared is not None and not is_token(burst_tpm):
+                check.rule(burst_tpm == declared,
+                           f"burst_tpm={_show(burst_tpm)} differs from the burst_tpm={declared:,.0f} share {share!r} was "
+                           "drawn with: the share's is the consumer's cap; drop burst_tpm here, or draw the share with "
+                           "the burst you want", id="burst_tpm.differs-from-share")
+            elif burst_tpm is not None:
                 if is_token(burst_tpm):
                     check.fail("burst_tpm is an unresolved CDK token; it is checked against the share at synth: pass "
                                "a number", id="burst_tpm.deploy-time")
@@ -278,7 +288,8 @@ class QuotaLedger(Construct):
                     check.number("burst_tpm", burst_tpm, minimum=floor, maximum=self.quota_tpm,
                                  fix=f"between the share's {floor:,.0f} TPM and the quota's allocatable "
                                  f"{self.quota_tpm:,.0f} TPM")
-        return {**self.quota.pacer_environment(share), **self.consumer_variables(share, floor, burst_tpm)}
+        return {**self.quota.pacer_environment(share),
+                **self.consumer_variables(share, floor, declared if burst_tpm is None else burst_tpm)}
 
     def consumer_variables(self, consumer: str, floor_tpm: float, burst_tpm: float | None = None) -> dict[str, str]:
         """The ledger's own variables (GENAI_PACER_LEDGER_*) for one consumer, unchecked: `environment`

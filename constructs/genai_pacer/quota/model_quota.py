@@ -163,6 +163,13 @@ class Share:
     #: A reserved share's part of the reservation, (input, output) tokens per minute: what the shares
     #: drawn at the Reserved tier before it left (None for every other tier).
     reserved_budget: tuple[float, float] | None = None
+    #: With a QuotaLedger, the most the consumer may hold at once, borrowing what others leave unused
+    #: (its burst cap; tpm is its guaranteed floor). None: none declared (the ledger's default, the
+    #: allocatable quota). The plan allocates tpm, never this.
+    burst_tpm: float | None = None
+    #: The plan one execution needs to draw burst_tpm (its slice of it, as per_execution is of tpm);
+    #: None without a burst.
+    burst_per_execution: planning.RatePlan | None = None
 
     def reserved_plan(self, in_flight: int | None = None) -> planning.ReservedPlan | None:
         """For a reserved share: what its part of the reservation holds of `in_flight` calls back to
@@ -367,14 +374,15 @@ class QuotaPlan:
     def table(self) -> str:
         """The plan as a plain-text table: consumers, TPM, concurrency and headroom."""
         quota = self.tpm_quota
-        header = ("consumer", "tier", "TPM", "of quota", "RPM", "calls/execution", "executions", "in flight",
-                  "TPM at cap", "tokens/day")
-        rows = [
+        header = ("consumer", "tier", "TPM", "of quota", "burst TPM", "RPM", "calls/execution", "executions",
+                  "in flight", "TPM at cap", "tokens/day")
+        rows: list[tuple[str, ...]] = [
             (
                 share.name,
                 _tier_cell(share),
                 f"{share.tpm:,.0f}",
                 f"{share.tpm / quota:.1%}",
+                "-" if share.burst_tpm is None else f"{share.burst_tpm:,.0f}",
                 "-" if share.rpm is None else f"{share.rpm:,.1f}",
                 str(share.per_execution.max_concurrency),
                 str(share.executions),
@@ -385,9 +393,8 @@ class QuotaPlan:
             )
             for share in self.shares
         ]
-        rows.append(("(kept free)", "", f"{self.kept_free_tpm:,.0f}", f"{self.keep_free:.1%}", "", "", "", "", "", ""))
-        rows.append(("(headroom)", "", f"{self.headroom_tpm:,.0f}", f"{self.headroom_tpm / quota:.1%}", "", "", "", "", "",
-                     ""))
+        rows.append(("(kept free)", "", f"{self.kept_free_tpm:,.0f}", f"{self.keep_free:.1%}", *[""] * 7))
+        rows.append(("(headroom)", "", f"{self.headroom_tpm:,.0f}", f"{self.headroom_tpm / quota:.1%}", *[""] * 7))
         widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
         day = self.daily()
         lines = [
@@ -440,6 +447,9 @@ class QuotaPlan:
                     "tpm": round(share.tpm, 1),
                     "rpm": None if share.rpm is None else round(share.rpm, 2),
                     "fraction_of_quota": round(share.tpm / self.tpm_quota, 4),
+                    "burst_tpm": None if share.burst_tpm is None else round(share.burst_tpm, 1),
+                    "burst_calls_per_execution": None if share.burst_per_execution is None
+                    else share.burst_per_execution.max_concurrency,
                     "executions": share.executions,
                     "calls_per_execution": share.per_execution.max_concurrency,
                     "in_flight": share.in_flight,
@@ -625,6 +635,7 @@ class ModelQuota(Construct):
         executions: int = 1,
         hours_per_day: float = 24.0,
         service_tier: str | None = None,
+        burst_tpm: float | None = None,
     ) -> planning.RatePlan:
         """Draw a named share and return the plan one execution of the consumer uses.
 
@@ -652,6 +663,14 @@ class ModelQuota(Construct):
             (reserved_input_tpm/reserved_output_tpm) and needs calls= (the rate it holds): what the
             part of the reservation the earlier reserved shares left cannot hold overflows to the
             on-demand quota, and that overflow is the share's TPM. Default: None (served at default).
+        burst_tpm: with a QuotaLedger, the share's TPM is the consumer's guaranteed floor and burst_tpm
+            its burst cap: the most it may hold in the ledger at once, borrowing what the other
+            consumers leave unused, from the share's TPM up to the allocatable quota (tpm_quota x
+            (1 - keep_free)). The plan allocates the floor (the bursts may add up past the quota: the
+            ledger holds them to it at run time) and shows the burst; QuotaLedger.environment(share)
+            and the constructs given ledger= make it the consumer's cap in the ledger. The plan
+            returned is still the floor's. Refused with calls= (a fixed width has nothing to borrow up
+            to) and with service_tier="reserved". Default: None (in a ledger, the allocatable quota).
         """
         with Checks(f"ModelQuota.share({_show(name)})", scope=self) as check:  # a token by its kind, never its encoding
             if is_token(name):
@@ -701,6 +720,9 @@ class ModelQuota(Construct):
                 check.rule(calls is not None,
                            "service_tier='reserved' needs calls= (the calls one execution has in flight), the rate "
                            "the reservation holds; fraction and tpm are parts of the on-demand quota", id="service_tier.reserved-needs-calls")
+            floor = None if not amount_ok or calls is not None else (
+                fraction * self.tpm_quota if fraction is not None else float(tpm))  # type: ignore[arg-type]
+            burst_ok = self._check_burst(check, burst_tpm, floor, calls=calls, service_tier=service_tier)
             share: Share | None = None
             if profile_ok and seconds_ok and kind_ok and amount_ok and executions_ok and not check.problems:
                 if calls is not None:
@@ -709,6 +731,8 @@ class ModelQuota(Construct):
                     budget = fraction * self.tpm_quota if fraction is not None else float(tpm)  # type: ignore[arg-type]
                     share = self._budget(check, name, "fraction" if fraction is not None else "tpm", profile, budget,
                                          int(executions), call_seconds)
+                    if share is not None and burst_ok and burst_tpm is not None:
+                        share = self._with_burst(share, float(burst_tpm))
         # None only on a path that recorded a problem, and Checks raised it on leaving the block.
         share = dataclasses.replace(cast(Share, share), hours_per_day=float(hours_per_day), service_tier=service_tier)
         if service_tier == "reserved":
@@ -749,6 +773,48 @@ class ModelQuota(Construct):
         ):
             return None
         return Share(name, kind, budget, rpm, executions, per_execution, profile)
+
+    @property
+    def allocatable_tpm(self) -> float:
+        """What the shares may allocate, and every consumer of a QuotaLedger shares: tpm_quota x (1 - keep_free)."""
+        # rounded: 400,000 x (1 - 0.7) is 120,000.00000000001 in floating point, and a burst of exactly the
+        # allocatable quota must pass
+        return round(self.tpm_quota * (1 - self.keep_free), 6)
+
+    def _check_burst(self, check: Checks, burst_tpm: Any, floor: float | None, *, calls: Any,
+                     service_tier: Any) -> bool:
+        """A share's burst cap: a number at synth, between its floor and the allocatable quota, on a share
+        that has a floor to borrow beyond (fraction or tpm, not reserved). True when it may be used."""
+        if burst_tpm is None:
+            return True
+        if is_token(burst_tpm):
+            return check.fail("burst_tpm is an unresolved CDK token (a deploy-time value); the plan shows it and the "
+                              "ledger's consumers are configured with it at synth: pass a number of tokens per minute",
+                              id="burst_tpm.deploy-time-share")
+        if service_tier == "reserved":
+            return check.fail("burst_tpm with service_tier='reserved': a reserved share's TPM is what overflows its part "
+                              "of the reservation to the on-demand quota, not a floor to borrow beyond; drop burst_tpm, "
+                              "or draw an on-demand share (fraction= or tpm=) with it", id="burst_tpm.reserved")
+        if calls is not None:
+            return check.fail("burst_tpm with calls=: a fixed-width share draws what its calls draw, so there is nothing "
+                              "to borrow up to; draw it with fraction= or tpm= (its floor) to give it a burst cap, or "
+                              "drop burst_tpm", id="burst_tpm.fixed-width")
+        allocatable = self.allocatable_tpm
+        if floor is None:  # the share's amount was refused already: only the burst's own range is checked
+            return check.number("burst_tpm", burst_tpm, above=0, maximum=allocatable,
+                                fix=f"at most the quota's allocatable {allocatable:,.0f} TPM")
+        return check.number("burst_tpm", burst_tpm, minimum=floor, maximum=allocatable,
+                            fix=f"between the share's {floor:,.0f} TPM (its floor) and the quota's allocatable "
+                            f"{allocatable:,.0f} TPM (tpm_quota x (1 - keep_free))")
+
+    def _with_burst(self, share: Share, burst_tpm: float) -> Share:
+        """The share with its burst cap and the plan one execution needs to draw its slice of it (the
+        floor's plan holds one call per execution, so a burst at least the floor does too)."""
+        rpm = None if self.rpm_quota is None else self.rpm_quota * burst_tpm / self.tpm_quota
+        burst = planning.sustainable_rate(
+            share.profile, tpm_quota=burst_tpm / share.executions, call_seconds=share.per_execution.call_seconds,
+            rpm_quota=None if rpm is None else rpm / share.executions)
+        return dataclasses.replace(share, burst_tpm=burst_tpm, burst_per_execution=burst)
 
     def _reserved(self, share: Share) -> Share:
         """A reserved share: its part of the reservation is what the reserved shares drawn before it left

@@ -74,8 +74,9 @@ What a state machine cannot do, and what covers it:
   ledger_consumer through note_state_machine; lambda/quota_sweeper calls SharedLedger.sweep every
   5 s, so a hold counts at most about 5 s past its window, well inside the reservation's Retry).
 - It does not read other consumers' wants, so beyond its floor it borrows without leaving room for a
-  floor owner who waits. It is admitted while the window holds Q (its burst cap is the quota's
-  allocatable TPM), and its MaxConcurrency (or branch count) bounds it in calls. It writes no want
+  floor owner who waits. It is admitted while the window holds Q and its own holds its burst cap (its
+  share's burst_tpm, default the quota's allocatable TPM), and its MaxConcurrency (or branch count)
+  bounds it in calls. It writes no want
   either, so its floor is kept free for it only by the other consumers' burst caps.
 - It does not repair an item that does not add up: a `held` or h# that is not a number fails its
   condition (attribute_type), so it waits, as on a full window, until a process consumer repairs
@@ -233,9 +234,10 @@ def ledger_consumer(
     ):
         return None
     floor = quota.shares[share].tpm
-    # A state machine reads no wants (see the module docstring): its burst cap is the allocatable quota,
-    # and its MaxConcurrency (or branch count) bounds it in calls.
-    burst = ledger.quota_tpm
+    # A state machine reads no wants (see the module docstring): its burst cap is its share's burst_tpm,
+    # else the allocatable quota, and its MaxConcurrency (or branch count) bounds it in calls.
+    declared = quota.shares[share].burst_tpm
+    burst = ledger.quota_tpm if declared is None else declared
     profile = quota.shares[share].profile
     prompt = int(profile.input_tokens + profile.cache_write_tokens + profile.cache_read_tokens)
     ledger.note_state_machine(scope.node.path)
@@ -271,7 +273,7 @@ def check_ledger_request(check: Checks, consumer: LedgerConsumer | None, request
         r <= consumer.burst_tpm,
         f"{name}: a call reserves {r:,} tokens (the share's prompt + max_tokens={request.max_tokens:,} x burndown "
         f"{consumer.ledger.quota.burndown:g}), more than the consumer may hold ({consumer.burst_tpm:,.0f} TPM): it "
-        "could never be admitted; lower max_tokens or raise the cap",
+        "could never be admitted; lower max_tokens or raise the share's burst_tpm",
         id="request.reservation-above-burst",
     )
     check.rule(
