@@ -228,3 +228,160 @@ def test_consumers_borrow_beyond_their_floors_up_to_their_bursts_and_an_owner_ge
     clock.now += 63
     assert isinstance(nightly.try_reserve(7_500), LedgerHold)
     assert isinstance(nightly.try_reserve(1), LedgerRefusal)
+
+
+# --- layer 2: the deploy-time cap is the burst's, and the plan counts a ledger holder at its floor ------
+
+
+def ledger_quota(stack: cdk.Stack, **props) -> tuple[ModelQuota, QuotaLedger]:
+    quota = nova_quota(stack, **props)
+    return quota, QuotaLedger(stack, "Ledger", quota=quota)
+
+
+LEDGER_REQUEST = ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=440)
+
+
+def scheduled(stack, id, cap, ledger):
+    from aws_cdk import aws_scheduler as scheduler
+    from genai_pacer import AnswerStore, ScheduledPrecompute
+
+    return ScheduledPrecompute(
+        stack, id, answer_store=AnswerStore(stack, f"{id}Store"), model=NOVA, max_concurrency=cap, ledger=ledger,
+        request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.item.prompt"), max_tokens=440),
+        schedule=scheduler.ScheduleExpression.cron(minute="0", hour="6"), items=[{"key": "note#a", "prompt": "a"}])
+
+
+def distributed(stack, id, cap, ledger):
+    from aws_cdk import aws_s3 as s3
+    from genai_pacer import BoundedDistributedMap
+
+    return BoundedDistributedMap(stack, id, model=NOVA, request=LEDGER_REQUEST, max_concurrency=cap, ledger=ledger,
+                                 items_bucket=s3.Bucket(stack, f"{id}Items"), items_key="k.jsonl")
+
+
+LEDGER_TAKERS = {
+    "BoundedMap": lambda stack, id, cap, ledger: BoundedMap(stack, id, model=NOVA, request=LEDGER_REQUEST,
+                                                            max_concurrency=cap, ledger=ledger),
+    "BoundedDistributedMap": distributed,
+    "ScheduledPrecompute": scheduled,
+    "QueuedInference": lambda stack, id, cap, ledger: QueuedInference(stack, id, model=NOVA, max_concurrency=cap,
+                                                                      max_output_tokens=440, ledger=ledger),
+}
+
+
+def deployed_caps(stack: cdk.Stack) -> list[int]:
+    """Each Map's MaxConcurrency and each event source's maximum concurrency in the template."""
+    text = json.dumps(template_of(stack).to_json())
+    maps = [int(n) for n in re.findall(r'\\"MaxConcurrency\\":(\d+)', text)]
+    sources = [int(n) for n in re.findall(r'"MaximumConcurrency": (\d+)', text)]
+    return maps + sources
+
+
+@pytest.mark.parametrize("kind", LEDGER_TAKERS)
+@pytest.mark.parametrize(("burst_tpm", "cap"), [(300_000, 10), (None, 3)])
+def test_a_construct_in_the_ledger_is_capped_at_the_calls_its_burst_sustains(kind, burst_tpm, cap):
+    stack = new_stack()
+    quota, ledger = ledger_quota(stack)
+    plan = quota.share("Nightly", profile(quota), fraction=0.25, call_seconds=6, burst_tpm=burst_tpm)
+    construct = LEDGER_TAKERS[kind](stack, "Nightly", plan, ledger)
+    assert deployed_caps(stack) == [cap]  # 3: the floor's calls, as without a burst
+    data = json.loads(next(Path(cdk.Stage.of(stack).synth().directory).glob(f"{PLAN_FILE_PREFIX}*.json")).read_text())
+    (share,) = data["shares"]
+    # held by the construct, in the ledger: counted at its floor whatever its cap
+    assert (share["holders"], share["in_ledger"], share["in_flight"], share["drawn_tpm"]) == (
+        [construct.node.path], True, cap, 100_000)
+    assert data["allocated_tpm"] == 100_000
+
+
+def test_bursts_that_together_pass_the_quota_synthesize_when_their_holders_are_in_the_ledger():
+    """Two Maps whose floors split the quota, each capped at the calls of the whole quota: counted at their
+    caps they would draw twice the quota (and did before the ledger counted floors)."""
+    stack = new_stack()
+    quota, ledger = ledger_quota(stack)
+    for name in ("Interactive", "Nightly"):
+        plan = quota.share(name, profile(quota), fraction=0.5, call_seconds=6, burst_tpm=400_000)
+        BoundedMap(stack, name, model=NOVA, request=LEDGER_REQUEST, max_concurrency=plan, ledger=ledger)
+    assert deployed_caps(stack) == [14, 14]  # each may borrow up to the whole quota
+    plan = quota.plan(consumers=True)
+    assert plan.allocated_tpm == 400_000 and plan.in_flight == 28
+    assert not plan.over_allocated()
+
+
+def function_holding(stack: cdk.Stack, ledger: QuotaLedger | None, share: str, reserved: int,
+                     quota: ModelQuota) -> lambda_.Function:
+    function = lambda_.Function(stack, share, runtime=lambda_.Runtime.PYTHON_3_12, handler="index.handler",
+                                code=lambda_.Code.from_inline("def handler(event, context): pass"),
+                                reserved_concurrent_executions=reserved)
+    quota.model.grant_invoke(function)
+    if ledger is not None:
+        for variable, value in ledger.environment(share).items():
+            function.add_environment(variable, value)
+        ledger.grant_use(function)
+    return function
+
+
+def test_a_function_of_yours_granted_the_ledger_is_counted_at_its_floor_and_without_the_grant_at_its_cap():
+    stack = new_stack()
+    quota, ledger = ledger_quota(stack)
+    quota.share("Worker", profile(quota), fraction=0.5, call_seconds=6)  # 7 calls; no burst: the whole quota
+    function_holding(stack, ledger, "Worker", 14, quota)
+    plan = quota.plan(consumers=True)
+    (share,) = plan.shares
+    assert (share.in_ledger, share.in_flight, share.drawn_tpm) == (True, 14, 200_000)
+    cdk.Stage.of(stack).synth()  # fits: the ledger, not its 14 calls, bounds it
+
+    stack = new_stack("Unpaced")
+    quota = nova_quota(stack)
+    quota.share("Worker", profile(quota), fraction=0.5, call_seconds=6)
+    function_holding(stack, None, "Worker", 14, quota)
+    plan = quota.plan(consumers=True)
+    (share,) = plan.shares  # 14 calls outside any ledger: counted at its cap, almost the whole quota
+    assert not share.in_ledger and share.drawn_tpm == share.tpm_at_cap > 390_000
+
+
+def synth_error(stack: cdk.Stack) -> str:
+    with pytest.raises(RuntimeError) as error:
+        cdk.Stage.of(stack).synth()
+    return str(error.value)
+
+
+def test_a_burst_share_held_outside_the_ledger_fails_synth_naming_its_holder():
+    from genai_pacer import AnswerRouter, AnswerStore
+
+    stack = new_stack()
+    quota, ledger = ledger_quota(stack)
+    plan = quota.share("Router", profile(quota), fraction=0.25, call_seconds=6, burst_tpm=300_000)
+    AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=NOVA, reserved_concurrency=plan,
+                 prompts={"note#{ticker}": "Write a note on {ticker}."})
+    quota.share("Map", profile(quota), fraction=0.25, call_seconds=6, burst_tpm=300_000)
+    BoundedMap(stack, "Map", model=NOVA, request=LEDGER_REQUEST, max_concurrency=3)  # by name, no ledger=
+    quota.share("Worker", profile(quota), fraction=0.25, call_seconds=6, burst_tpm=300_000)
+    function_holding(stack, ledger, "Worker", 10, quota)  # in the ledger: fine
+    text = synth_error(stack)
+    refusals = re.findall(r"\[ModelQuota\.share\.burst-outside-ledger\] ModelQuota Quota \(us\.amazon\.nova-lite-v1:0\): "
+                          r"share '(\w+)' was drawn with burst_tpm=300,000 \(its floor 100,000 TPM\), but its holder "
+                          r"(\w+) (\S+) takes part in no QuotaLedger", text)
+    assert refusals == [("Router", "AnswerRouter", "Test/Router"), ("Map", "BoundedMap", "Test/Map")], text
+    assert "Fix: give the holder ledger=QuotaLedger(...)" in text
+
+
+def test_a_load_replay_in_the_ledger_may_run_up_to_the_calls_its_burst_sustains():
+    from aws_cdk import aws_s3 as s3
+    from genai_pacer import LoadReplay
+
+    def replay(concurrency: int, *, with_ledger: bool = True, burst_tpm: float | None = 300_000) -> list[str]:
+        stack = new_stack()
+        quota, ledger = ledger_quota(stack)
+        share = quota.share("Replay", profile(quota), fraction=0.25, call_seconds=6, burst_tpm=burst_tpm)
+        try:
+            LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=s3.Bucket(stack, "Prompts"), prompts_key="p.jsonl",
+                       requests=8, warmup=0, concurrency=concurrency, profile=profile(quota), share=share,
+                       ledger=ledger if with_ledger else None)
+        except Exception as error:  # noqa: BLE001 - the refusal's problems are what the test reads
+            return [p.id for p in getattr(error, "problems", [error])]
+        return []
+
+    assert replay(10) == []  # the burst's 10 calls
+    assert replay(11) == ["LoadReplay.concurrency.above-share"]
+    assert replay(4, burst_tpm=None) == ["LoadReplay.concurrency.above-share"]  # the floor's 3
+    assert replay(4, with_ledger=False) == ["LoadReplay.concurrency.above-share"]  # outside a ledger: the floor's

@@ -170,7 +170,8 @@ class LoadReplay(Construct):
         the function refuses. Default: 10,000.
     share: the plan a ModelQuota share returns (quota.share("LoadReplay", profile, call_seconds=...,
         fraction=0.2)): the run then holds that share, and synth refuses a concurrency (or rate) above
-        what it sustains, naming both. Default: none.
+        what it sustains (with ledger= and a share drawn with burst_tpm, what its burst sustains),
+        naming both. Default: none.
     ledger: a `QuotaLedger` of the replayed model's ModelQuota: the run then takes part in the quota's
         shared ledger like any consumer. Each request holds its reservation there (input estimate +
         max_tokens x burndown) before it is sent and settles it with the real usage after (a throttle
@@ -355,7 +356,9 @@ class LoadReplay(Construct):
             share_ok = check.instance("share", share, planning.RatePlan,
                                       "the plan quota.share(...) returns", optional=True) and share is not None
             if share_ok and loop_ok:
-                self._check_share(check, cast(planning.RatePlan, share), concurrency, rate_per_minute, call_seconds)
+                # with ledger= and a share drawn with burst_tpm, the run may borrow up to the burst's calls
+                self._check_share(check, cast(planning.RatePlan, QuotaLedger.burst_plan(ledger, share)), concurrency,
+                                  rate_per_minute, call_seconds)
             consumer = self._check_ledger(check, ledger, model, share if share_ok else None)
             if consumer is not None and profile_ok and (max_tokens is None or (
                     type(max_tokens) is int and 1 <= max_tokens <= profile.max_tokens)):  # else refused above

@@ -230,7 +230,8 @@ class ScheduledPrecompute(Construct):
         nightly run takes what the day's traffic leaves instead of a static share. A refusal waits in
         the reservation's Retry (about 10 minutes at most, then the key fails and is listed); a failed
         call returns its hold. Needs the run's share (max_concurrency=quota.share(...), or a share
-        named after this construct). Default: none.
+        named after this construct); given one drawn with burst_tpm, the Map's MaxConcurrency is the
+        calls the burst sustains, and the ledger decides how many run. Default: none.
 
     Attributes: `state_machine`, `schedule`, `dead_letter_queue`, `prepare_function`, `map_state`,
     `alarms`, `ledger_consumer`.
@@ -321,7 +322,7 @@ class ScheduledPrecompute(Construct):
                 id="items_format.without-items-bucket",
             )
             cap = _cap(
-                self, check, max_concurrency, False,
+                self, check, QuotaLedger.burst_plan(ledger, max_concurrency), False,
                 DISTRIBUTED_MAP_LIMIT if distributed else INLINE_MAP_LIMIT,
                 "a distributed Map" if distributed else "an inline Map",
             )

@@ -212,7 +212,8 @@ class QueuedInference(Construct):
         or a share drawn under this construct's id before the worker is built); without one it only
         borrows (floor 0). Above its floor it borrows up to its share's burst_tpm
         (ModelQuota.share(..., burst_tpm=...); without one, the whole allocatable quota), and
-        max_concurrency caps its calls in flight. While DynamoDB throttles or cannot be reached, each
+        max_concurrency caps its calls in flight (given a share drawn with burst_tpm, at the calls the
+        burst sustains: the event source's maximum concurrency). While DynamoDB throttles or cannot be reached, each
         worker process falls back to its part of the floor (floor / max_concurrency), never
         unbounded, and publishes LedgerFallbacks (pacer_runtime.metrics); without a floor, messages
         wait in the queue until the ledger answers. The worker gets UpdateItem and GetItem on the
@@ -282,7 +283,7 @@ class QueuedInference(Construct):
         with Checks("QueuedInference", scope=self) as check:
             check.instance("model", model, BedrockModel, "a BedrockModel, e.g. BedrockModel.from_id('us.amazon.nova-lite-v1:0')")
             cap = fit_concurrency(
-                check, self, "max_concurrency", max_concurrency,
+                check, self, "max_concurrency", QuotaLedger.burst_plan(ledger, max_concurrency),
                 minimum=MIN_EVENT_SOURCE_CONCURRENCY, maximum=MAX_EVENT_SOURCE_CONCURRENCY,
                 limit="the SQS event source's maximum concurrency",
             )

@@ -37,6 +37,7 @@ they settle and leave Bedrock's one-minute window, and borrowers keep free what 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any, cast
 
 import aws_cdk as cdk
@@ -160,7 +161,10 @@ class QuotaLedger(Construct):
     and the day every consumer shares), `sweeper_function` (the sweeper, once a state machine uses the
     ledger, else None). Grants: `grant_use` (UpdateItem,
     GetItem), `grant_read` (GetItem), each limited to this quota's item. Consumers receive
-    `environment(share)`.
+    `environment(share)`. `takes_part(path)` says whether a construct takes part (granted by grant_use,
+    or a state machine given ledger=): the quota's plan counts a share its holders hold in the ledger at
+    its floor, and a construct given a share drawn with burst_tpm and ledger= caps its calls at the
+    burst's (`burst_plan`).
     """
 
     def __init__(
@@ -212,6 +216,10 @@ class QuotaLedger(Construct):
         self._state_machines: list[str] = []
         self._sweeper = sweeper is True
         self.sweeper_function: lambda_.Function | None = None
+        # The construct paths of who takes part (grant_use's grantees and their roles, the state machines'
+        # constructs): the quota's plan counts a share those hold at its floor, not at their caps.
+        self._members: set[str] = set()
+        quota._ledgers.append(self)
         cdk.Aspects.of(self).add(_WarnStateMachinesOnly(self))
 
     @property
@@ -252,6 +260,19 @@ class QuotaLedger(Construct):
     def share_name(quota: ModelQuota, plan: Any) -> str | None:
         """The name `plan` was drawn under from `quota` (None: not one of its shares)."""
         return next((name for issued, name in quota._issued.values() if issued is plan), None) if plan is not None else None
+
+    @staticmethod
+    def burst_plan(ledger: Any, plan: Any) -> Any:
+        """The plan a construct given `ledger` and a cap of `plan` sizes its deploy-time cap by: the share's
+        burst (Share.burst_per_execution) when `plan` is a share of the ledger's quota drawn with
+        burst_tpm, so the construct may borrow up to it while the ledger decides how much runs at once;
+        else `plan` itself (an int, a share without a burst, no ledger). The floor's plan stays the one
+        the quota knows the holder by, and the burst's plan is registered under the same share."""
+        if not isinstance(ledger, QuotaLedger):
+            return plan
+        name = QuotaLedger.share_name(ledger.quota, plan)
+        burst = ledger.quota.shares[name].burst_per_execution if name is not None else None
+        return plan if burst is None else burst
 
     def environment(self, share: str, *, burst_tpm: float | None = None) -> dict[str, str]:
         """The variables a consumer's processes need: the quota's pacer_environment(share) (its static
@@ -310,12 +331,21 @@ class QuotaLedger(Construct):
     def grant_use(self, grantee: iam.IGrantable) -> iam.Grant:
         """Reserve, settle and release in this quota's ledger (UpdateItem, GetItem on its item only)."""
         self._process_consumers = True
+        for member in (grantee, getattr(grantee, "grant_principal", None)):
+            if hasattr(member, "node"):  # a construct (a function, a role, an imported role), not a bare principal
+                self._members.add(member.node.path)  # type: ignore[union-attr]
         return self._grant(grantee, _USE_ACTIONS, _KEY_USE_ACTIONS)
+
+    def takes_part(self, path: str, role_paths: Iterable[str] = ()) -> bool:
+        """Whether the construct at `path` (or one of the roles it calls the model with) takes part in
+        this ledger: granted by grant_use, or a state machine's construct (note_state_machine)."""
+        return path in self._members or any(role in self._members for role in role_paths)
 
     def note_state_machine(self, path: str) -> None:
         """A Step Functions construct takes part (step_functions.ledger_steps): its holds leave the window
         only when a process consumer writes the item, which synth warns about when none is granted."""
         self._state_machines.append(path)
+        self._members.add(path)
         if self._sweeper and self.sweeper_function is None:
             self.sweeper_function = self._add_sweeper()
 

@@ -41,7 +41,11 @@ concurrency) and counts the share at the calls in flight they allow: for a const
 share, the lower of the share and its own caps; for one holding it by name, its own caps, which may
 be above the share (a router named after a share of 2 calls but built with reserved_concurrency=5
 has 5 in flight). A holder nothing readable caps counts as its share. Each share draws the larger of
-its TPM and what its holders' caps draw (`Share.drawn_tpm`); over-allocation and the warning
+its TPM and what its holders' caps draw (`Share.drawn_tpm`), except a share whose holders all take
+part in a QuotaLedger of the quota (`Share.in_ledger`): the ledger holds what they draw beyond the
+share to what the others leave free, so it draws its TPM, its guaranteed floor. A share drawn with
+burst_tpm (what a ledger consumer may borrow up to) held by a construct outside every ledger is an
+error naming it; over-allocation and the warning
 threshold are checked on those draws, and the error names each holder drawing beyond its share.
 Each call counts at the max_tokens its holder really sends (a state's MaxTokens, a construct's
 max_output_tokens) where that is above the share's profile, since Bedrock reserves it when a call
@@ -170,6 +174,10 @@ class Share:
     #: The plan one execution needs to draw burst_tpm (its slice of it, as per_execution is of tpm);
     #: None without a burst.
     burst_per_execution: planning.RatePlan | None = None
+    #: Whether every holder synth found takes part in a QuotaLedger of the quota: the ledger then holds
+    #: their draw beyond the share to what the others leave free, so the share draws its TPM (its floor)
+    #: whatever their caps (`ModelQuota.plan(consumers=True)`).
+    in_ledger: bool = False
 
     def reserved_plan(self, in_flight: int | None = None) -> planning.ReservedPlan | None:
         """For a reserved share: what its part of the reservation holds of `in_flight` calls back to
@@ -221,8 +229,9 @@ class Share:
 
     @property
     def drawn_tpm(self) -> float:
-        """What the share takes from the quota: its TPM, or what its holders draw at their caps if more."""
-        return max(self.tpm, self.tpm_at_cap)
+        """What the share takes from the quota: its TPM, or what its holders draw at their caps if more,
+        unless they all take part in a QuotaLedger (in_ledger): then its TPM, the floor the ledger keeps."""
+        return self.tpm if self.in_ledger else max(self.tpm, self.tpm_at_cap)
 
     @property
     def daily_load(self) -> planning.DailyLoad:
@@ -255,6 +264,9 @@ class Consumer:
     max_tokens: int | None = None
     per_execution: bool = False
     deploy_time_cap: bool = False
+    #: Whether it takes part in a QuotaLedger of this quota (ledger.grant_use, or a construct given ledger=):
+    #: the ledger, not its caps, then bounds what it draws.
+    in_ledger: bool = False
 
     def worst_case(self) -> str:
         """Its worst-case draw in words: calls in flight x each call's reservation, unknown, or unbounded."""
@@ -334,8 +346,9 @@ class QuotaPlan:
 
     @property
     def tpm_at_caps(self) -> float:
-        """TPM the consumers draw when all run at their caps together (at most allocated_tpm): the
-        plan line a quota graph draws (observe.TpmQuota(planned_tpm=...))."""
+        """TPM the consumers draw when all run at their caps together: the plan line a quota graph draws
+        (observe.TpmQuota(planned_tpm=...)). At most allocated_tpm, but for shares whose holders take part
+        in a QuotaLedger: their caps may draw their bursts, and the ledger holds them all to the quota."""
         return sum(share.tpm_at_cap for share in self.shares)
 
     def daily(self) -> planning.DailyPlan:
@@ -450,6 +463,7 @@ class QuotaPlan:
                     "burst_tpm": None if share.burst_tpm is None else round(share.burst_tpm, 1),
                     "burst_calls_per_execution": None if share.burst_per_execution is None
                     else share.burst_per_execution.max_concurrency,
+                    "in_ledger": share.in_ledger,
                     "executions": share.executions,
                     "calls_per_execution": share.per_execution.max_concurrency,
                     "in_flight": share.in_flight,
@@ -598,6 +612,7 @@ class ModelQuota(Construct):
             )
         self._shares: dict[str, Share] = {}
         self._issued: dict[int, tuple[planning.RatePlan, str]] = {}  # id(plan) -> (plan, share name)
+        self._ledgers: list[Any] = []  # the QuotaLedgers of this quota (each appends itself)
         _QUOTAS.setdefault(self.node.root, []).append(self)
         self.node.add_validation(_Enforced(self))
         cdk.Aspects.of(self).add(_PublishPlan(self))
@@ -740,6 +755,10 @@ class ModelQuota(Construct):
         self._shares[name] = share
         plan = dataclasses.replace(share.per_execution)  # its own object: the share it stands for is known by identity
         self._issued[id(plan)] = (plan, name)
+        if share.burst_per_execution is not None:
+            # A construct given ledger= sizes its cap by the burst's plan (QuotaLedger.burst_plan): holding
+            # it is holding the share.
+            self._issued[id(share.burst_per_execution)] = (share.burst_per_execution, name)
         return plan
 
     def _budget(
@@ -860,7 +879,8 @@ class ModelQuota(Construct):
                   and q._key() != self._key()]
         found = tuple(_census(self)) if consumers else ()
         shares = tuple(dataclasses.replace(share, held_in_flight=_held_in_flight(share, found),
-                                           held_max_tokens=_held_max_tokens(share, found))
+                                           held_max_tokens=_held_max_tokens(share, found),
+                                           in_ledger=_held_in_ledger(share, found))
                        for share in self._shares.values())
         return QuotaPlan(
             model_id=_shown(self.model.model_id, "the model's deploy-time ARN"),
@@ -952,6 +972,12 @@ def _held_in_flight(share: Share, consumers: tuple[Consumer, ...]) -> int | None
                else c.calls_in_flight * (share.executions if c.per_execution else 1) for c in holders)
 
 
+def _held_in_ledger(share: Share, consumers: tuple[Consumer, ...]) -> bool:
+    """Whether the share has holders and every one takes part in a QuotaLedger of the quota."""
+    holders = [c for c in consumers if c.share == share.name]
+    return bool(holders) and all(c.in_ledger for c in holders)
+
+
 def _held_max_tokens(share: Share, consumers: tuple[Consumer, ...]) -> int | None:
     """The largest max_tokens the share's holders' requests set, where synth read one."""
     read = [c.max_tokens for c in consumers if c.share == share.name and c.max_tokens is not None]
@@ -996,6 +1022,10 @@ class _Enforced:
                 "share, each sized as if it held it alone. Fix: draw one share per consumer, each with its own name",
                 id="share.held-twice",
             )
+            if share.burst_tpm is not None:
+                for holder in holders:
+                    check.rule(holder.in_ledger, _burst_outside_ledger_message(
+                        quota, plan, share, holder), id="share.burst-outside-ledger")
         if quota.require_shares:
             for consumer in plan.unshared:
                 check.fail(_unshared_message(quota, plan, consumer), id="consumer.unshared")
@@ -1162,6 +1192,17 @@ def _deploy_time_cap_message(quota: ModelQuota, plan: QuotaPlan, consumer: Consu
     )
 
 
+def _burst_outside_ledger_message(quota: ModelQuota, plan: QuotaPlan, share: Share, holder: Consumer) -> str:
+    return (
+        f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} was drawn with burst_tpm="
+        f"{share.burst_tpm:,.0f} (its floor {share.tpm:,.0f} TPM), but its holder {holder.kind} {holder.path} takes part in "
+        "no QuotaLedger of this quota: a burst is what a consumer of the ledger may borrow up to while the ledger "
+        "decides how much runs at once; outside it, nothing would check its draw beyond the floor, and the burst is "
+        "never used. Fix: give the holder ledger=QuotaLedger(...) (or ledger.grant_use(...) and "
+        f"ledger.environment({share.name!r}) for a function of yours), or drop burst_tpm"
+    )
+
+
 def _unheld_message(quota: ModelQuota, plan: QuotaPlan, share: Share) -> str:
     return (
         f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} ({share.tpm:,.0f} TPM, "
@@ -1204,7 +1245,10 @@ def _census(quota: ModelQuota) -> list[Consumer]:
         share = plans.get(id(given)) if given is not None else None
         if share is None:
             share = next((name for name in quota._shares if name in (owner.node.id, path)), None)
-        consumers.append(Consumer(path, type(owner).__name__, share, calls, cap, max_tokens, per_execution, deploy_time))
+        role_paths = [role.node.path for role in roles if role is not None]
+        in_ledger = any(ledger.takes_part(path, role_paths) for ledger in quota._ledgers)
+        consumers.append(Consumer(path, type(owner).__name__, share, calls, cap, max_tokens, per_execution, deploy_time,
+                                  in_ledger))
     return consumers
 
 

@@ -215,6 +215,8 @@ class BoundedMap(_MapBase):
         writes + output x burndown after it, and returns its hold when the call fails. Needs the
         Map's share of the quota (max_concurrency=quota.share(...), or a share named after this
         construct), a ConverseRequest with a max_tokens known at synth and the default selection.
+        Given a share drawn with burst_tpm (max_concurrency=quota.share(..., burst_tpm=...)), the
+        Map's MaxConcurrency is the calls the burst sustains, and the ledger decides how many run.
         The state machine may UpdateItem the quota's item only. Default: none.
 
     Attributes: `map_state`, `state_machine`, `alarms`, `ledger_consumer` (the Map's name, floor
@@ -243,7 +245,8 @@ class BoundedMap(_MapBase):
     ) -> None:
         super().__init__(scope, id)
         with Checks("BoundedMap", scope=self) as check:
-            cap = _cap(self, check, max_concurrency, allow_unbounded, INLINE_MAP_LIMIT, "an inline Map")
+            cap = _cap(self, check, QuotaLedger.burst_plan(ledger, max_concurrency), allow_unbounded, INLINE_MAP_LIMIT,
+                       "an inline Map")
             check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
             check.instance("allow_unbounded", allow_unbounded, bool, "True or False")
             if check.text("items_path", items_path):
@@ -385,7 +388,8 @@ class BoundedDistributedMap(_MapBase):
         # Set on this construct only, before any child exists, so the user's app is untouched.
         self.node.set_context("@aws-cdk/aws-stepfunctions:useDistributedMapResultWriterV2", True)
         with Checks("BoundedDistributedMap", scope=self) as check:
-            cap = _cap(self, check, max_concurrency, allow_unbounded, DISTRIBUTED_MAP_LIMIT, "a distributed Map")
+            cap = _cap(self, check, QuotaLedger.burst_plan(ledger, max_concurrency), allow_unbounded,
+                       DISTRIBUTED_MAP_LIMIT, "a distributed Map")
             check.instance("retry", retry, BedrockRetry, "BedrockRetry(...)", optional=True)
             check.instance("allow_unbounded", allow_unbounded, bool, "True or False")
             check.instance("items_bucket", items_bucket, s3.IBucket, "an s3 bucket (s3.Bucket or s3.Bucket.from_bucket_name)")
