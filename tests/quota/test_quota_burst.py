@@ -385,3 +385,23 @@ def test_a_load_replay_in_the_ledger_may_run_up_to_the_calls_its_burst_sustains(
     assert replay(11) == ["LoadReplay.concurrency.above-share"]
     assert replay(4, burst_tpm=None) == ["LoadReplay.concurrency.above-share"]  # the floor's 3
     assert replay(4, with_ledger=False) == ["LoadReplay.concurrency.above-share"]  # outside a ledger: the floor's
+
+
+def test_a_holder_in_the_ledger_with_a_deploy_time_cap_is_not_warned_that_the_plan_cannot_check_it():
+    from aws_cdk.assertions import Annotations, Match
+
+    stack = new_stack()
+    quota, ledger = ledger_quota(stack)
+    quota.share("Worker", profile(quota), fraction=0.25, call_seconds=6, burst_tpm=300_000)
+    quota.share("Other", profile(quota), fraction=0.25, call_seconds=6)
+    cap = cdk.CfnParameter(stack, "Cap", type="Number", default=5).value_as_number
+    for name, in_ledger in (("Worker", True), ("Other", False)):
+        function = lambda_.Function(stack, name, runtime=lambda_.Runtime.PYTHON_3_12, handler="index.handler",
+                                    code=lambda_.Code.from_inline("def handler(event, context): pass"),
+                                    reserved_concurrent_executions=cap)
+        quota.model.grant_invoke(function)
+        if in_ledger:
+            ledger.grant_use(function)
+    warned = [m.id for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
+              if "genai-pacer:quota-deploy-time-cap" in str(m.entry.data)]
+    assert warned == ["/Test/Other"]  # the ledger bounds the Worker's deployed cap; nothing bounds the Other's

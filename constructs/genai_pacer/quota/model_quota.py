@@ -1128,7 +1128,8 @@ class _PublishPlan:
             warn(quota, "quota-daily", f"ModelQuota {quota.node.id} ({plan.model_id}): {warning}")
         for consumer in plan.consumers:
             held = plan.shares_by_name.get(consumer.share or "")
-            if held is not None and consumer.deploy_time_cap:
+            # in a ledger, the ledger (not the plan's count of its calls) bounds what a deployed cap draws
+            if held is not None and consumer.deploy_time_cap and not consumer.in_ledger:
                 warn(on(consumer), "quota-deploy-time-cap", _deploy_time_cap_message(quota, plan, consumer, held))
         if not quota.require_shares:
             for consumer in plan.unshared:
