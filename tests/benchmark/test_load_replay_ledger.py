@@ -129,6 +129,36 @@ def test_a_request_the_ledger_could_never_admit_is_refused_at_synth_naming_both_
         runtime.try_reserve(ledger.hold(1_000, 4_000))
 
 
+def test_a_request_the_ledgers_day_could_never_admit_is_refused_at_synth_naming_both_numbers(monkeypatch):
+    """The ledger's day is the ModelQuota's daily_token_quota x (1 - keep_free) (QuotaLedger.daily_tokens),
+    and the run's SharedLedger refuses a reservation above it ("can never be held"), as the state machines'
+    ledger steps are refused at synth (request.reservation-above-daily). A daily quota of 2,000 x 0.5 =
+    1,000 tokens with requests holding 200 + 1,000 = 1,200: refused at synth naming both numbers, not
+    left for every worker to fail on; max_tokens=800 (1,000 held, the whole day) is taken."""
+    def build(stack, **props):
+        quota = ModelQuota(stack, "Quota", model=NOVA, tpm_quota=QUOTA_TPM, daily_token_quota=2_000, keep_free=0.5)
+        profile = quota.profile(input_tokens=200, output_tokens=60, max_tokens=1_000)
+        share = quota.share("Replay", profile, fraction=0.25, call_seconds=2)
+        ledger = QuotaLedger(stack, "Ledger", quota=quota)
+        prompts = s3.Bucket.from_bucket_name(stack, "Prompts", "prompts-bucket")
+        return ledger, LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="p.jsonl",
+                                  requests=4, concurrency=1, profile=profile, share=share, ledger=ledger, **props)
+
+    with pytest.raises(InvalidPropsError) as refused:
+        build(new_stack())
+    assert refused.value.ids == ["LoadReplay.ledger.hold-above-daily"]
+    assert "each request holds 1,200 tokens in the ledger" in str(refused.value)
+    assert "more than the ledger's whole day (1,000 tokens" in str(refused.value)
+    ledger, construct = build(new_stack(), max_tokens=800)
+    assert construct.ledger_consumer == "Replay" and ledger.daily_tokens == 1_000
+    # the same numbers at run time: the run's SharedLedger refuses 1,200 on a day of 1,000
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")  # the client is made, never called
+    runtime = SharedLedger("table", ledger_id=MODEL_ID, consumer="Replay", quota_tpm=ledger.quota_tpm,
+                           daily_tokens=ledger.daily_tokens)
+    with pytest.raises(ValueError, match="a reservation of 1,200 tokens exceeds the daily token quota of 1,000"):
+        runtime.try_reserve(ledger.hold(200, 1_000))
+
+
 def test_a_runs_holds_are_in_the_shared_item_another_consumer_is_admitted_against():
     """A LoadReplay run and a process consumer (the Interactive share's SharedLedger) share one ledger:
     every request of the run was held and settled there under the run's share, to what its record

@@ -609,8 +609,9 @@ class LoadReplay(Construct):
     @staticmethod
     def _check_hold(check: Checks, ledger: QuotaLedger, profile: planning.TokenProfile, max_tokens: int | None) -> None:
         """Each request holds its prompt + max_tokens x burndown in the ledger before it is sent; the run's
-        burst cap there is the ledger's allocatable quota (ledger.environment sets no smaller one). A request
-        holding more could never be admitted: every one would fail the worker (SharedLedger refuses it)."""
+        burst cap there is the ledger's allocatable quota (ledger.environment sets no smaller one), and its day
+        the ledger's daily_tokens. A request holding more than either could never be admitted: every one would
+        fail the worker (SharedLedger refuses it)."""
         prompt = profile.input_tokens + profile.cache_write_tokens + profile.cache_read_tokens
         sent = max_tokens if max_tokens is not None else profile.max_tokens
         hold, burst = ledger.hold(prompt, sent), ledger.quota_tpm
@@ -619,6 +620,14 @@ class LoadReplay(Construct):
                    f"max_tokens={sent:,} x burndown {ledger.quota.burndown:g}), more than the run may hold there "
                    f"({burst:,.0f} TPM, ModelQuota {ledger.quota.node.id}'s allocatable quota): no request could ever "
                    "be admitted; lower max_tokens (or the profile's), or raise the quota", id="ledger.hold-above-burst")
+        # The day likewise (QuotaLedger.daily_tokens): SharedLedger refuses a reservation above it, as the state
+        # machines' ledger steps are refused at synth (step_functions.ledger_steps, request.reservation-above-daily).
+        check.rule(hold <= ledger.daily_tokens,
+                   f"ledger: each request holds {hold:,} tokens in the ledger (the profile's prompt {prompt:,} + "
+                   f"max_tokens={sent:,} x burndown {ledger.quota.burndown:g}), more than the ledger's whole day "
+                   f"({ledger.daily_tokens:,} tokens: ModelQuota {ledger.quota.node.id}'s daily_token_quota x "
+                   "(1 - keep_free)): no request could ever be admitted; lower max_tokens (or the profile's), or raise "
+                   "daily_token_quota", id="ledger.hold-above-daily")
 
     @staticmethod
     def _check_targets(check: Checks, api: Any, **targets: Any) -> dict[str, float | None]:
