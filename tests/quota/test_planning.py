@@ -201,6 +201,16 @@ def test_a_nightly_run_and_daytime_traffic_against_the_daily_quotas():
     assert "(daytime 168,000,000, nightly 120,000,000)" in warning
 
 
+def test_a_day_far_above_the_daily_quota_states_its_percentage_with_thousands_separators():
+    """A daily quota set far too low (a typo, a test account's figure): the warning's percentage is read
+    as a number, "28,800,000.0%", not "28800000.0%" (found by the fresh-app trial of the ledger)."""
+    load = planning.DailyLoad("all day", tokens_per_minute=200_000)  # 288,000,000 tokens a day
+    (warning,) = planning.plan_daily_tokens([load], tpm_quota=400_000, daily_token_quota=1_000).warnings
+    assert "settle 288,000,000 tokens, 28,800,000.0% of the model's daily quota of 1,000 (given)" in warning
+    (cross,) = planning.plan_daily_tokens([load], tpm_quota=400_000, cross_model_daily_tokens=1_000).warnings
+    assert "the account settles 288,000,000 tokens a day in this Region, 28,800,000.0% of its cross-model" in cross
+
+
 def test_the_daily_quota_is_reached_at_the_limit_not_before():
     load = planning.DailyLoad("all day", tokens_per_minute=400_000)  # the whole TPM quota, 24 hours
     assert planning.plan_daily_tokens([load], tpm_quota=400_000).warnings == ()  # exactly the default quota

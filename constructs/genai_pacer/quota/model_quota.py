@@ -1036,7 +1036,7 @@ class _Enforced:
     def _over_allocated(self, plan: QuotaPlan) -> str:
         rpm = plan.rpm_allocation
         overdrawn = (
-            f"the shares draw {plan.allocated_tpm:,.0f} TPM, {plan.allocation:.1%} of the {plan.allocatable_tpm:,.0f} "
+            f"the shares draw {plan.allocated_tpm:,.0f} TPM, {plan.allocation:,.1%} of the {plan.allocatable_tpm:,.0f} "
             f"TPM allocatable"
             + (f" ({plan.tpm_quota:,.0f} TPM quota, {plan.keep_free:.0%} kept free)" if plan.keep_free else "")
         )

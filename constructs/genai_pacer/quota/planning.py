@@ -1004,14 +1004,14 @@ def plan_daily_tokens(
     if day > quota:
         source = "given" if daily_token_quota is not None else f"the default: {tpm_quota:,.0f} TPM x {MINUTES_PER_DAY:,}"
         warnings.append(
-            f"the day's workloads settle {day:,.0f} tokens, {day / quota:.1%} of the model's daily quota of {quota:,.0f} "
+            f"the day's workloads settle {day:,.0f} tokens, {day / quota:,.1%} of the model's daily quota of {quota:,.0f} "
             f"({source}), so calls are throttled before the day ends ({biggest}); move work to batch inference, "
             "shorten the runs or the answers, or request a higher daily quota")
     if cross_model_daily_tokens is not None and day + other_models_daily_tokens > cross_model_daily_tokens:
         total = day + other_models_daily_tokens
         warnings.append(
             f"with the other models' {other_models_daily_tokens:,.0f}, the account settles {total:,.0f} tokens a day in "
-            f"this Region, {total / cross_model_daily_tokens:.1%} of its cross-model daily cap of "
+            f"this Region, {total / cross_model_daily_tokens:,.1%} of its cross-model daily cap of "
             f"{cross_model_daily_tokens:,.0f}: every model is throttled once it is reached; move work to batch "
             "inference or request a higher cap")
     return DailyPlan(loads, day, quota, None if cross_model_daily_tokens is None else float(cross_model_daily_tokens),
