@@ -739,6 +739,9 @@ STATE_MACHINE_CAP_TAKERS = {
 USERS_ROLES = {
     "imported": lambda stack: iam.Role.from_role_arn(stack, "Runner", "arn:aws:iam::111122223333:role/runner"),
     "own": lambda stack: iam.Role(stack, "Runner", assumed_by=iam.ServicePrincipal("states.amazonaws.com")),
+    # the app cannot change it: no grant lands anywhere (the construct warns, immutable-role, listing them)
+    "immutable": lambda stack: iam.Role.from_role_arn(stack, "Runner", "arn:aws:iam::111122223333:role/runner",
+                                                      mutable=False),
 }
 
 
@@ -747,7 +750,9 @@ USERS_ROLES = {
 def test_a_share_is_held_by_the_construct_given_it_when_its_state_machine_runs_with_the_users_role(kind, role):
     """The model grant lands on the user's role, outside the construct (an imported role's policy is a child
     of the import): the construct given the share still holds it, capped by its Map's MaxConcurrency, and
-    the role is no unshared caller, so require_shares=True synthesizes."""
+    the role is no unshared caller, so require_shares=True synthesizes. A role the app cannot change
+    (mutable=False) gets no grant at all, and the construct given the share holds it all the same (the
+    fresh-app trial found it reported unheld: "none was given it")."""
     from genai_pacer import StateMachineOptions
 
     stack = new_stack()

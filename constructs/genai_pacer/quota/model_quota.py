@@ -1231,7 +1231,8 @@ def _census(quota: ModelQuota) -> list[Consumer]:
         if not documents:
             continue
         stack = cdk.Stack.of(node)  # a nested stack's, which has its parent's account and Region
-        role = _role_of(node, users)
+        # A node that is itself the role its users run with: an immutable role's recorder (_policy_documents)
+        role = _role_of(node, users) if node.node.path not in users else cast(iam.IRole, node)
         if role is not None and _assumed_by_bedrock(role):
             continue  # a batch inference job's service role: the batch quotas, not this one
         target = json.dumps(stack.resolve(quota.model._invoke_arn(stack, warn=False)), sort_keys=True)
@@ -1284,6 +1285,14 @@ def _construct_at(root: IConstruct, path: str) -> IConstruct | None:
 
 
 def _policy_documents(node: IConstruct) -> list[Any]:
+    from ..step_functions.state_machine import _RoleStatements  # here: step_functions imports this module
+
+    if isinstance(node, _RoleStatements):
+        # A role the app cannot change (iam.Role.from_role_arn(..., mutable=False)) gets no policy; the statements
+        # the construct would have granted it are kept here (and listed in its immutable-role warning, for the
+        # user to add), and they are what its state machine calls the model with.
+        return [{"Statement": [s.to_statement_json() for s in node.statements]},
+                *(policy.document.to_json() for policy in node.policies)]
     if isinstance(node, iam.CfnPolicy | iam.CfnManagedPolicy):
         return [node.policy_document]
     if isinstance(node, iam.CfnRole):
