@@ -45,7 +45,7 @@ split the rest of the quota as their floors (see MapBeside).
 
 The simulation (--simulate; no processes, no emulator): --consumers consumers of one quota item,
 each the real SharedLedger against moto's DynamoDB backend in this process on the simulation's
-clock, at --calls-per-minute offered calls (see simulate()). It reports ledger writes per second,
+clock, its quota admitting --calls-per-minute calls, --load times that arriving (see simulate()). It reports ledger writes per second,
 conditional-write conflicts, the quota used, and what DynamoDB would charge one item: its size
 against the 400 KB item limit and write units per second against a partition's 1,000
 (bench/results/shared_quota_simulation.json, the same layout).
@@ -553,10 +553,10 @@ class SimulatedDynamoDB:
 def simulate(consumers: int, calls_per_minute: float, *, plan: dict[str, Any], load: float, minutes: float,
              seed: int) -> dict[str, Any]:
     """A deterministic event simulation of the ledger protocol's writes: `consumers` SharedLedger
-    consumers (the real code) on one quota item, Poisson arrivals of `calls_per_minute` with 70% to
-    consumer 0, each call reserving what QuotaPacer holds for the plan's mean call, lasting the plan's call_seconds and settling
-    to the plan's settled tokens. The quota is what sustains calls_per_minute / load (the settlement
-    binds: settled x rate). Each consumer asks the ledger for one call at a time, in arrival order (the
+    consumers (the real code) on one quota item sized so that `calls_per_minute` calls go through it (the
+    quota: settled tokens x calls_per_minute, the settlement binding), Poisson arrivals of `load` x that
+    with 70% to consumer 0, each call reserving what QuotaPacer holds for the plan's mean call, lasting
+    the plan's call_seconds and settling to the plan's settled tokens. Each consumer asks the ledger for one call at a time, in arrival order (the
     pacer's head waiter); a refusal waits its retry_in. Writes are instantaneous and in time order, so
     a conflict is a write decided on a view older than another consumer's write (what DynamoDB's
     round trips add to it is not modelled)."""
@@ -565,7 +565,7 @@ def simulate(consumers: int, calls_per_minute: float, *, plan: dict[str, Any], l
     from pacer_runtime.ledger import SharedLedger
     from pacer_runtime.quota_pacer import QuotaPacer
 
-    quota = plan["settled_per_request"] * calls_per_minute / load
+    quota = plan["settled_per_request"] * calls_per_minute
     # what QuotaPacer holds for the plan's mean call (prompt + max_tokens x burndown), and what it settles to
     reserve = QuotaPacer(quota, burndown=EXPERIMENT_MODEL.burndown).reservation(round(plan["mean_input_tokens"]),
                                                                                   plan["max_tokens"])
@@ -576,7 +576,7 @@ def simulate(consumers: int, calls_per_minute: float, *, plan: dict[str, Any], l
                             skew_seconds=LEDGER_SKEW_MODEL_SECONDS, client=table, clock=lambda: now[0],
                             sleep=lambda seconds: None, rng=random.Random(seed * 1_000_003 + i))
                for i in range(consumers)]
-    arrivals = workload([None], calls_per_minute, minutes, consumers, seed)
+    arrivals = workload([None], calls_per_minute * load, minutes, consumers, seed)
     events: list[tuple[float, int, str, int, Any]] = []
     order = 0
 
@@ -670,7 +670,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--consumers", default=",".join(map(str, SIMULATED_CONSUMERS)),
                         help="--simulate: numbers of consumers, comma-separated (default 100,1000)")
     parser.add_argument("--calls-per-minute", default=",".join(f"{c:g}" for c in SIMULATED_CALLS_PER_MINUTE),
-                        help="--simulate: offered calls a minute, comma-separated (default 1000)")
+                        help="--simulate: calls a minute the quota admits, comma-separated (default 1000); "
+                             "--load times that arrive")
     parser.add_argument("--out", default=None, help="the results JSON (default bench/results/shared_quota_experiment.json, "
                         "or shared_quota_simulation.json with --simulate)")
     args = parser.parse_args(argv)
@@ -685,7 +686,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for consumers, calls in sizes:
                 row = simulate(consumers, calls, plan=plan, load=args.load, minutes=args.minutes, seed=seed)
                 rows.setdefault(f"{consumers}:{calls:g}", []).append(row)
-                log(f"[{time.time() - began:5.0f}s] seed {seed} {consumers} consumers, {calls:g} calls/min: "
+                log(f"[{time.time() - began:5.0f}s] seed {seed} {consumers} consumers, a quota of {calls:g} calls/min at "
+                    f"{args.load:g}x: "
                     f"{row['settled_pct_saturated']}% of the quota, {row['ledger_writes_per_second']} writes/s "
                     f"(max {row['ledger_writes_per_second_max']}), {row['ledger_conflicts']} conflicts, "
                     f"{row['write_units_per_second']} write units/s (max {row['write_units_per_second_max']}, "
