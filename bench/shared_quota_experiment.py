@@ -60,7 +60,8 @@ Run (about 2 minutes of wall time per run at time_scale 3; the static shares dra
         --out bench/results/shared_quota_experiment_16.json
     .venv/bin/python bench/shared_quota_experiment.py --seeds 2 --time-scale 3 --configurations 4:ledger --map-items 60 \
         --out bench/results/shared_quota_experiment_map.json
-    .venv/bin/python bench/shared_quota_experiment.py --simulate --seeds 2   # 100 and 1,000 consumers
+    .venv/bin/python bench/shared_quota_experiment.py --simulate --seeds 2 --consumers 100    # 16 min
+    .venv/bin/python bench/shared_quota_experiment.py --simulate --seeds 2 --consumers 1000   # 28 min
 """
 
 from __future__ import annotations

@@ -98,7 +98,11 @@ Contention and cost
     partition (HOT_PARTITION_WRITE_UNITS), and an UpdateItem costs one unit per KB of the larger
     of the item before and after; an item of 4 consumers x 62 live slots is about 7 KB, so the
     item sustains about 140 writes a second, 70 calls a second (4,200 a minute) on this protocol.
-    Past that, shard the item or lease token blocks (layer 2).
+    Many consumers change that: each call then starts its own slot, so the item grows with the calls
+    in the window, and stale views add conflicts. Simulated with this code (bench/shared_quota_experiment.py
+    --simulate; docs/quota.md), 100 consumers at 1,000 calls a minute ask about 1,070 write units a
+    second of the item (17 KB), 1,000 consumers 1,670-1,910: past a partition's limit. Past that,
+    shard the item or lease token blocks (layer 2).
 
 Failures
     Throttling and server errors (THROTTLING_CODES) are retried with full-jitter backoff
