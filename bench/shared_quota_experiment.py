@@ -535,6 +535,8 @@ class SimulatedDynamoDB:
                 return_values_on_condition_check_failure=request.get("ReturnValuesOnConditionCheckFailure"))
         except ConditionalCheckFailed:
             self.conditional_failures += 1
+            # ASSUMPTION, not found on an AWS page: a failed conditional write is charged as a write of the
+            # item as it was (it counts only in the write-unit figures; conflicts are counted apart)
             self._charge(self.write_units, max(1, math.ceil(item_bytes(before) / WRITE_UNIT_BYTES)), write=True)
             raise ClientError({"Error": {"Code": "ConditionalCheckFailedException",
                                          "Message": "The conditional request failed"}, "Item": before},
