@@ -100,6 +100,19 @@ def test_a_ledger_without_a_share_of_its_quota_is_refused_by_name():
         LoadReplay(stack, "R3", model=NOVA, ledger=quota, **common)  # type: ignore[arg-type]
 
 
+def _replay_in_ledger(stack, quota_props, tokens, share_props, **props):
+    """(the ledger, a 4-request LoadReplay holding share "Replay" in it): the quota's props, the profile's
+    (input, output, max_tokens) and the share's props vary by test."""
+    quota = ModelQuota(stack, "Quota", model=NOVA, **quota_props)
+    input_tokens, output_tokens, max_tokens = tokens
+    profile = quota.profile(input_tokens=input_tokens, output_tokens=output_tokens, max_tokens=max_tokens)
+    share = quota.share("Replay", profile, **share_props)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    prompts = s3.Bucket.from_bucket_name(stack, "Prompts", "prompts-bucket")
+    return ledger, LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="p.jsonl",
+                              requests=4, concurrency=1, profile=profile, share=share, ledger=ledger, **props)
+
+
 def test_a_request_the_ledger_could_never_admit_is_refused_at_synth_naming_both_numbers(monkeypatch):
     """Each request holds its prompt + max_tokens x burndown in the ledger; the run may hold at most the
     quota's allocatable TPM there. 1,000 + 4,000 x 5 = 21,000 > 20,000: the share (which counts input +
@@ -107,13 +120,8 @@ def test_a_request_the_ledger_could_never_admit_is_refused_at_synth_naming_both_
     "can never be held"), so every worker would fail. Refused at synth, naming both numbers; max_tokens=3,000
     (16,000 held) is taken."""
     def build(stack, **props):
-        quota = ModelQuota(stack, "Quota", model=NOVA, tpm_quota=20_000, burndown=5)
-        profile = quota.profile(input_tokens=1_000, output_tokens=100, max_tokens=4_000)
-        share = quota.share("Replay", profile, fraction=1.0, call_seconds=60)
-        ledger = QuotaLedger(stack, "Ledger", quota=quota)
-        prompts = s3.Bucket.from_bucket_name(stack, "Prompts", "prompts-bucket")
-        return ledger, LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="p.jsonl",
-                                  requests=4, concurrency=1, profile=profile, share=share, ledger=ledger, **props)
+        return _replay_in_ledger(stack, dict(tpm_quota=20_000, burndown=5), (1_000, 100, 4_000),
+                                 dict(fraction=1.0, call_seconds=60), **props)
 
     with pytest.raises(InvalidPropsError) as refused:
         build(new_stack())
@@ -136,13 +144,8 @@ def test_a_request_the_ledgers_day_could_never_admit_is_refused_at_synth_naming_
     1,000 tokens with requests holding 200 + 1,000 = 1,200: refused at synth naming both numbers, not
     left for every worker to fail on; max_tokens=800 (1,000 held, the whole day) is taken."""
     def build(stack, **props):
-        quota = ModelQuota(stack, "Quota", model=NOVA, tpm_quota=QUOTA_TPM, daily_token_quota=2_000, keep_free=0.5)
-        profile = quota.profile(input_tokens=200, output_tokens=60, max_tokens=1_000)
-        share = quota.share("Replay", profile, fraction=0.25, call_seconds=2)
-        ledger = QuotaLedger(stack, "Ledger", quota=quota)
-        prompts = s3.Bucket.from_bucket_name(stack, "Prompts", "prompts-bucket")
-        return ledger, LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=prompts, prompts_key="p.jsonl",
-                                  requests=4, concurrency=1, profile=profile, share=share, ledger=ledger, **props)
+        return _replay_in_ledger(stack, dict(tpm_quota=QUOTA_TPM, daily_token_quota=2_000, keep_free=0.5),
+                                 (200, 60, 1_000), dict(fraction=0.25, call_seconds=2), **props)
 
     with pytest.raises(InvalidPropsError) as refused:
         build(new_stack())
