@@ -186,3 +186,29 @@ def test_a_ledger_table_named_at_deploy_time_reaches_the_worker_and_its_grant():
     assert worker_env(stack)[TABLE] == {"Ref": "LedgerTable"}
     (on_ledger,) = [s for s in policy_statements(template_of(stack)) if "dynamodb:UpdateItem" in str(s["Action"])]
     assert "LedgerTable" in str(on_ledger["Resource"])
+
+
+def _ledger_warnings(stack: cdk.Stack) -> list[str]:
+    from aws_cdk.assertions import Annotations, Match
+
+    return [str(m.entry.data) for m in Annotations.from_stack(stack).find_warning("*", Match.any_value())
+            if "genai-pacer:ledger-hold-never-admitted" in str(m.entry.data)]
+
+
+def test_a_max_output_tokens_the_ledger_could_never_hold_is_warned_naming_both_numbers():
+    """max_output_tokens x burndown alone above the ledger's day (or the worker's burst cap): every message
+    without a smaller maxTokens would be refused at run time. A warning (messages may send a smaller
+    maxTokens), naming both numbers; within the limits, none."""
+    stack = new_stack()
+    q = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=400_000, burndown=5, daily_token_quota=10_000)
+    QueuedInference(stack, "Queued", model=MODEL, max_concurrency=2, max_output_tokens=2_100,
+                    ledger=QuotaLedger(stack, "Ledger", quota=q))
+    (warning,) = _ledger_warnings(stack)
+    assert "max_output_tokens=2,100 x burndown 5 = 10,500 tokens held per message" in warning
+    assert "more than the ledger's whole day (10,000 tokens)" in warning
+
+    fits = new_stack()
+    q = ModelQuota(fits, "Quota", model=MODEL, tpm_quota=400_000, burndown=5, daily_token_quota=10_000)
+    QueuedInference(fits, "Queued", model=MODEL, max_concurrency=2, max_output_tokens=2_000,
+                    ledger=QuotaLedger(fits, "Ledger", quota=q))
+    assert _ledger_warnings(fits) == []

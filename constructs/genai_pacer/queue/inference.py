@@ -621,6 +621,23 @@ class QueuedInference(Construct):
             self.function.add_environment(variable, value)
         self.ledger_consumer, self.ledger_floor_tpm = name, floor
         self.ledger_burst_tpm = ledger.quota_tpm if burst is None else burst
+        # A message that sets no maxTokens holds max_output_tokens x burndown (its prompt on top): if that
+        # alone is more than the ledger can ever hold for this worker, every such message is refused at run
+        # time. A warning, not a refusal: messages that send a smaller maxTokens still run.
+        held = 0 if is_token(self.max_output_tokens) else ledger.hold(0, self.max_output_tokens)
+        limits = [(self.ledger_burst_tpm, "the worker's burst cap in the ledger", "TPM"),
+                  (ledger.daily_tokens, "the ledger's whole day", "tokens")]
+        for limit, what, unit in limits:
+            if held > limit:
+                warn(
+                    self,
+                    "ledger-hold-never-admitted",
+                    f"max_output_tokens={self.max_output_tokens:,} x burndown {ledger.quota.burndown:g} = "
+                    f"{held:,} tokens held per message before its prompt, more than {what} ({limit:,.0f} {unit}): "
+                    "every message that sets no smaller maxTokens would be refused by the ledger and never "
+                    "answered. Lower max_output_tokens, or raise the quota's limit",
+                )
+                break
 
     @staticmethod
     def _check_new_resource_props(check: Checks, queue: Any, **props: Any) -> None:
