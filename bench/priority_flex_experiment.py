@@ -55,6 +55,7 @@ machine, 4 minutes with --manual-clock 0.05):
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import random
@@ -227,8 +228,7 @@ def call(client: Any, clock: Any, arm: str, klass: str, prompt: Prompt, arrived:
         try:
             response = client.converse_stream(**request)
             record["request_ids"].append(response["ResponseMetadata"]["RequestId"])
-            for _ in response["stream"]:
-                pass
+            collections.deque(response["stream"], maxlen=0)  # read the stream to its end, keeping nothing
         except ClientError as error:  # a refusal is counted, never hidden in a latency
             request_id = (error.response.get("ResponseMetadata") or {}).get("RequestId")
             if request_id:

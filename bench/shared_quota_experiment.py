@@ -289,8 +289,8 @@ class MapBeside:
         self.table, self.ledger_id, self.quota_tpm = (self.runner.physical_name(self.ledger.table), self.ledger.ledger_id,
                                                       self.ledger.quota_tpm)
         class Quiet(MotoRequestHandler):
-            def log_request(self, *args: Any) -> None:  # one line per ledger call would drown the run's own
-                pass
+            def log_request(self, *args: Any) -> None:
+                """No access log: one line per ledger call would drown the run's own output."""
 
         self.server = make_server("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app), False,
                                   request_handler=Quiet)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import boto3
-import pytest
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_stepfunctions as sfn
@@ -18,11 +16,12 @@ from aws_cdk.assertions import Annotations, Match
 from genai_pacer import BedrockModel, BoundedMap, ConverseRequest, ModelQuota, QuotaLedger
 from genai_pacer.quota import ledger as construct_ledger
 from helpers import new_stack, only, policy_statements, refused, resources, template_of
-from moto import mock_aws
 from pacer_runtime.ledger import SharedLedger
 from quota_sweeper import handler as sweeper
+from test_ledger import TABLE, dynamodb
 
-TABLE = "ledger"
+__all__ = ["dynamodb"]  # the fixture, shared with test_ledger
+
 EPOCH = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 KEY = {"pk": {"S": "quota#m"}}
 ENVIRON = {"GENAI_PACER_LEDGER_TABLE": TABLE, "GENAI_PACER_LEDGER_ID": "m",
@@ -44,16 +43,6 @@ class Context:
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.remaining -= seconds
-
-
-@pytest.fixture
-def dynamodb():
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        client.create_table(TableName=TABLE, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-                            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                            BillingMode="PAY_PER_REQUEST")
-        yield client
 
 
 def slot(offset: float, consumer: str) -> str:
