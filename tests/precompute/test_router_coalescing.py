@@ -76,6 +76,22 @@ class CaseClock:
         self.now += max(0.0, seconds)
 
 
+class StillClock:
+    """A clock that does not move while the case runs: waiters sleep for real between polls, but no
+    deadline (the coalesce wait, the function's remaining time) ever passes, so however loaded the
+    machine is, a waiter ends only when the one paid call's answer (or failure) is in the store."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def time(self) -> float:
+        return self.now
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds)
+
+
 @pytest.fixture
 def environment(monkeypatch) -> Iterator[Any]:
     for name, value in {
@@ -123,10 +139,13 @@ def load(model: CountingModel, count: int = ENVIRONMENTS, **env: str) -> list[An
 def call_all(modules: list[Any], callers: int = CALLERS, event: dict | None = None) -> list[dict]:
     barrier = threading.Barrier(callers)
     results: list[dict] = [{}] * callers
+    clock = StillClock()
+    for module in modules:
+        module.time = clock
 
     def call(n: int) -> None:
         barrier.wait(timeout=30)
-        results[n] = modules[n % len(modules)].handler(dict(event or {"key": KEY}), Context())
+        results[n] = modules[n % len(modules)].handler(dict(event or {"key": KEY}), Context(clock=clock))
 
     threads = [threading.Thread(target=call, args=(n,)) for n in range(callers)]
     for thread in threads:
