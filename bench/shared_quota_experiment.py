@@ -624,7 +624,8 @@ def simulate(consumers: int, calls_per_minute: float, *, plan: dict[str, Any], l
             ledgers[who].settle(payload, settle)
             if 60 <= payload.started - SIMULATION_EPOCH < end:
                 settled_saturated += settle
-    counts = {k: sum(ledger.counts[k] for ledger in ledgers) for k in ("writes", "reads", "conflicts", "refusals")}
+    counts = {k: sum(ledger.counts[k] for ledger in ledgers) for k in ledgers[0].counts}
+    busiest_calls = sum(1 for _, _, who in arrivals if who == 0)
     busy = [s for s in table.writes if 60 <= s < end] or [0]
     waits = [start - arrived for arrived, start in started]
     return {
@@ -635,6 +636,10 @@ def simulate(consumers: int, calls_per_minute: float, *, plan: dict[str, Any], l
         "ledger_writes_per_call": round(counts["writes"] / max(len(started), 1), 3),
         "ledger_reads_per_call": round(counts["reads"] / max(len(started), 1), 3),
         "ledger_conflicts": counts["conflicts"],
+        "busiest_writes_per_call": round(ledgers[0].counts["writes"] / max(busiest_calls, 1), 3),
+        "others_writes_per_call": round((counts["writes"] - ledgers[0].counts["writes"])
+                                        / max(len(arrivals) - busiest_calls, 1), 3),
+        "ledger_counts": counts,
         "conflicts_per_call": round(counts["conflicts"] / max(len(started), 1), 3),
         "conditional_check_failures": table.conditional_failures,
         "ledger_writes_per_second": round(statistics.fmean(table.writes.get(s, 0) for s in busy), 2),

@@ -41,6 +41,7 @@ the construct); the bedrock-runtime and S3 clients are created once, at module s
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -56,7 +57,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from pacer_runtime import bedrock_client
 from pacer_runtime.ledger import ENVIRONMENT as LEDGER_ENVIRONMENT
-from pacer_runtime.ledger import SharedLedger
+from pacer_runtime.ledger import LedgerError, SharedLedger
 from pacer_runtime.prompts import Prompt, PromptError, parse_each
 from pacer_runtime.quota_pacer import NEVER_SENT, AdmissionRejected, QuotaPacer, estimate_input_tokens
 from pacer_runtime.replay import (
@@ -363,6 +364,12 @@ def replay_share(event: Mapping[str, Any], settings: Settings, *, client: Any, s
                 position += 1
         for future in futures:
             future.result()  # measure() records a failed call; anything else is a bug to surface
+    if pacer is not None and pacer.ledger is not None:
+        # The ledger carries each settlement's return to this process's next reservation (pacer_runtime.ledger,
+        # "Deferred returns"); this invocation's calls end here and the process may stay frozen: one write
+        # gives them back now. Should it fail, the holds leave with their window, never sooner than Bedrock's.
+        with contextlib.suppress(LedgerError):
+            pacer.ledger.flush()
     if samples:
         samples.sort(key=lambda s: s.index)
         body = "".join(json.dumps(asdict(sample)) + "\n" for sample in samples)

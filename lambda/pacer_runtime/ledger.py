@@ -51,10 +51,31 @@ Reserve (before a call: the pacer's reservation, input + max_tokens, x burndown 
     REMOVE s#..., ADD -value to held and h#, each pinned by a clause s#... = :seen, and each ceiling
     is raised by what it removes (the condition reads the item before the update).
 Settle (input + cache writes + output x burndown, after it; cache reads are free)
-    UpdateItem ADD held :d, h#c :d, s#<start>#c :d with d = settled - held, IF attribute_exists(slot):
-    a slot that already left the window takes nothing, as Bedrock ignores a late settlement.
+    d = settled - held. Above the hold (d > 0: Bedrock charges more than was held), at once:
+    UpdateItem ADD held :d, h#c :d, s#<start>#c :d, IF attribute_exists(slot): a slot that already
+    left the window takes nothing, as Bedrock ignores a late settlement. Below it (d < 0, the
+    common case: the hold counts max_tokens), the return is deferred (below).
 Release (a call Bedrock never saw, or throttled: Bedrock charged nothing)
     The same write with d = -held: the hold comes back at once.
+Deferred returns (one write per call at steady state)
+    A settlement that returns tokens is kept by the consumer (slot -> tokens) and written with its
+    next write: the reservation's UpdateItem adds each carried return to its slot, to h#c, held and
+    its slot's day, IF attribute_exists(that slot), and raises its own ceilings by them (the returns
+    are this consumer's room too). So a busy consumer's call costs one write, and none after the
+    call: settle() returns without a round trip. A return is written at once (one write for all of
+    them, flush()) only when it matters: another consumer waits within its floor (a recent w#), or
+    this consumer is not waiting itself (no refusal in the last 2 x max_poll_seconds: its next try
+    carries them) and the window holds at least defer_below_fill of the quota (default 0.75) or its
+    oldest return is settle_delay_seconds old (default 2). Checked whenever this consumer settles
+    or is refused; no thread. A late return only holds tokens longer than Bedrock does (the safe
+    side): the window is never overdrawn. A return is dropped, never written, once its slot left
+    the window (Bedrock ignores a late settlement) or is removed by the same write as expired (the
+    removal pins the slot's value); a slot another writer removed meanwhile fails the write's
+    attribute_exists, and the retry, on the item that failure returned, leaves it out. A consumer
+    that dies carrying returns keeps its whole holds until their slots leave the window, as a dead
+    holder does. A write carrying returns is never repeated when its answer is lost: the returns
+    are dropped (they may have been applied) and a reservation is tried again without them.
+    settle_delay_seconds=0 writes every settlement at once (the protocol before deferral).
 Expiry (a holder that dies)
     Nothing to do: its slot leaves the window like every other, slot start + 1 s + window +
     skew_seconds after it began, and the next writer removes it. Readers enforce expiry themselves:
@@ -82,8 +103,10 @@ Shares are floors; unused capacity is borrowed (precisely)
     light ones, four processes used 58-62% of the quota in the saturated minutes.)
 
 Contention and cost
-    A call costs 2 conditional writes at steady state (reserve, settle; a release instead of a
-    settle), plus 1 for each retry on a stale view. A view that says the quota is full is checked
+    A busy consumer's call costs 1 conditional write at steady state (the reservation, carrying the
+    returns of the calls settled since: "Deferred returns"); a call whose return matters at once
+    (a nearly full window, someone waiting) or a release costs 2; plus 1 for each retry on a stale
+    view. A view that says the quota is full is checked
     with one strongly consistent GetItem (read units are cheaper than write units and a partition
     serves three times as many) before the call is refused; a waiting call costs one read per try.
     Writes never read first: each write returns the item (ReturnValues ALL_NEW on success,
@@ -222,6 +245,9 @@ MAX_EXPRESSION_OPERATORS = 300
 #: condition has at most 15 + 2 x 40 = 95 operators however many consumers the item holds, and
 #: stays under 1 KB (names and values are placeholders).
 MAX_CLEANUP = 40
+#: At most this many deferred returns ride along one write (each an ADD and an attribute_exists clause,
+#: 2 operators), the rest with the next: 15 + 2 x 40 + 2 x 40 = 175 operators at most, under 300.
+MAX_RETURNS = 40
 #: A sweep's writes after the conflicts it retries: MAX_CLEANUP slots each, so 25 writes remove the
 #: 1,000 slots of a minute of 16 consumers starting a call every second; more are left to the next sweep.
 MAX_EXPIRED_WRITES = 25
@@ -238,9 +264,10 @@ FUTURE_SLOT_FACTOR = 2
 class LedgerError(RuntimeError):
     """The ledger cannot be used: DynamoDB refused in a way no retry fixes, or kept throttling."""
 
-    def __init__(self, message: str, *, code: str | None = None, retryable: bool = False):
+    def __init__(self, message: str, *, code: str | None = None, retryable: bool = False, lost: bool = False):
         super().__init__(message)
-        self.code, self.retryable = code, retryable
+        #: lost: the request may have been applied (its answer was lost), so it was not repeated
+        self.code, self.retryable, self.lost = code, retryable, lost
 
 
 @dataclass(frozen=True)
@@ -358,6 +385,9 @@ class SharedLedger:
         from backoff_seconds up to max_backoff_seconds, before LedgerError. Default: 5, 0.05 s, 2 s.
     poll_seconds, max_poll_seconds: the wait before trying again after a refusal, doubling on each
         refusal in a row up to the maximum, jittered. Default: 0.25, 2.0.
+    settle_delay_seconds, defer_below_fill: how long a settlement's return may wait for this
+        consumer's next write, and the share of the quota the window may hold while it waits (see
+        "Deferred returns"). Default: 2.0, 0.75. settle_delay_seconds=0 writes every settlement at once.
     """
 
     def __init__(
@@ -383,6 +413,8 @@ class SharedLedger:
         max_backoff_seconds: float = 2.0,
         poll_seconds: float = 0.25,
         max_poll_seconds: float = 2.0,
+        settle_delay_seconds: float = 2.0,
+        defer_below_fill: float = 0.75,
     ):
         burst = quota_tpm if burst_tpm is None else burst_tpm
         daily: Any = quota_tpm * MINUTES_PER_DAY if daily_tokens is None and _finite(quota_tpm) else daily_tokens
@@ -398,7 +430,8 @@ class SharedLedger:
                                  ("skew_seconds", skew_seconds, 0), ("want_seconds", want_seconds, 0),
                                  ("window_seconds", window_seconds, 1e-3), ("backoff_seconds", backoff_seconds, 0),
                                  ("max_backoff_seconds", max_backoff_seconds, 0), ("poll_seconds", poll_seconds, 1e-3),
-                                 ("max_poll_seconds", max_poll_seconds, 1e-3)):
+                                 ("max_poll_seconds", max_poll_seconds, 1e-3),
+                                 ("settle_delay_seconds", settle_delay_seconds, 0), ("defer_below_fill", defer_below_fill, 0)):
             if not _finite(value) or value < low:
                 problems.append(f"{name}={value!r} must be a finite number >= {low:g}")
         for label, count in (("conflict_retries", conflict_retries), ("dynamodb_retries", dynamodb_retries)):
@@ -409,6 +442,8 @@ class SharedLedger:
                 problems.append(f"floor_tpm={floor_tpm:g} exceeds quota_tpm={quota_tpm:g}: a floor is a share of the quota")
             if burst < floor_tpm or burst > quota_tpm:
                 problems.append(f"burst_tpm={burst:g} must be between floor_tpm={floor_tpm:g} and quota_tpm={quota_tpm:g}")
+        if _finite(defer_below_fill) and defer_below_fill > 1:
+            problems.append(f"defer_below_fill={defer_below_fill!r} must be a fraction of the quota between 0 and 1")
         if not callable(clock) or not callable(sleep):
             problems.append("clock and sleep must be functions")
         if problems:
@@ -421,6 +456,7 @@ class SharedLedger:
         self.conflict_retries, self.dynamodb_retries = conflict_retries, dynamodb_retries
         self.backoff_seconds, self.max_backoff_seconds = float(backoff_seconds), float(max_backoff_seconds)
         self.poll_seconds, self.max_poll_seconds = float(poll_seconds), float(max_poll_seconds)
+        self.settle_delay_seconds, self.defer_below_fill = float(settle_delay_seconds), float(defer_below_fill)
         if client is None:
             import boto3
             from botocore.config import Config
@@ -434,9 +470,12 @@ class SharedLedger:
         self._seen = False  # whether this process has read or written the item yet
         self._refusals = 0  # refusals in a row: the poll backoff's exponent
         self._want_written = -math.inf
+        self._refused_at = -math.inf  # when a reservation was last refused (its caller is waiting), None once admitted
+        #: Deferred returns: slot -> [tokens to add (negative), when the first was deferred]; see "Deferred returns".
+        self._returns: dict[str, list[float]] = {}
         self.counts = {"reads": 0, "writes": 0, "conflicts": 0, "refusals": 0, "throttled": 0, "repairs": 0, "reserved": 0,
                        "borrowed": 0, "settled": 0, "released": 0, "late": 0, "wants": 0, "swept": 0,
-                       "day_refusals": 0}
+                       "day_refusals": 0, "deferred": 0, "carried": 0, "flushes": 0}
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> SharedLedger:
@@ -481,23 +520,39 @@ class SharedLedger:
             now, view = self._trusted_view()
             if view is None:  # repaired: try again on the item the repair returned
                 continue
-            decision = self._decide(view, tokens, now)
+            # This consumer's deferred returns ride along (see "Deferred returns"): taken out while the
+            # write is in flight (another thread's write cannot carry them too), put back if it fails.
+            carried = self._carried(view, now)
+            decision = self._decide(view, tokens, now, carried)
             if isinstance(decision, LedgerRefusal):
+                self._restore(carried)
                 if not refreshed:  # a refusal is decided on a fresh read (cheaper than a failing write)
                     self.view(refresh=True)
                     refreshed = True
                     continue
                 self._refused(decision, tokens, now)
+                if self._returns_matter(now):  # someone waits within its floor: what this consumer returns is theirs
+                    self.flush()
                 return decision
             borrowed, names, values, condition, update, slot = decision
-            outcome = self._write(update, condition, names, values)
+            try:  # a write carrying returns is never repeated: applied twice, it would return tokens twice
+                outcome = self._write(update, condition, names, values, repeatable=not carried)
+            except LedgerError as error:
+                if not (error.lost and carried):
+                    self._restore(carried)
+                    raise
+                self.counts["late"] += len(carried)  # applied or not, never again; the reservation is tried anew
+                continue
             if outcome is None:  # the condition failed: the view was stale; the error carried the fresh item
+                self._restore(carried)
                 self.counts["conflicts"] += 1
                 continue
+            self.counts["carried"] += len(carried)
             self.counts["reserved"] += 1
             self.counts["borrowed"] += borrowed
             with self._lock:
                 self._refusals = 0
+                self._refused_at = -math.inf
                 if not borrowed:
                     self._want_written = -math.inf  # served: the next wait says so at once
             return LedgerHold(tokens, slot, now, borrowed)
@@ -508,14 +563,51 @@ class SharedLedger:
 
     def settle(self, hold: LedgerHold, charge: float) -> None:
         """Turn a hold into its real charge (input + cache writes + output x burndown); a hold whose
-        slot already left the window is not charged again (Bedrock ignores a late settlement)."""
+        slot already left the window is not charged again (Bedrock ignores a late settlement).
+
+        A charge above the hold is written at once. A charge below it returns tokens: the return is
+        deferred (see "Deferred returns" in the module docstring) and rides along this consumer's next
+        write, unless it matters now: another consumer waits within its floor, or this consumer is not
+        waiting itself and the window holds defer_below_fill of the quota or the oldest deferred return
+        is settle_delay_seconds old; then every deferred return is written at once (one write)."""
         if not _finite(charge) or charge < 0:
             raise ValueError(f"SharedLedger.settle: charge={charge!r} must be a finite number >= 0")
-        self._adjust(hold, math.ceil(charge) - hold.tokens, "settled")
+        delta = math.ceil(charge) - hold.tokens
+        if delta >= 0 or self.settle_delay_seconds <= 0:
+            self._adjust(hold, delta, "settled")
+            return
+        now = self.clock()
+        start, _ = _parse_slot(hold.slot)
+        if start is None or self._expired(start, now):  # it left the window: Bedrock ignores it too
+            self.counts["late"] += 1
+            return
+        with self._lock:
+            self._returns.setdefault(hold.slot, [0.0, now])[0] += delta
+        self.counts["settled"] += 1
+        self.counts["deferred"] += 1
+        if self._returns_matter(now):
+            self.flush()
 
     def release(self, hold: LedgerHold) -> None:
-        """Return a hold at once: the call never reached Bedrock, or Bedrock throttled it."""
+        """Return a hold at once: the call never reached Bedrock, or Bedrock throttled it (the
+        deferred returns ride along)."""
         self._adjust(hold, -hold.tokens, "released")
+
+    def flush(self) -> None:
+        """Write every deferred return now (one write; MAX_RETURNS slots a write): what settle() does
+        when a return matters, and what a process about to stop may call (else its returns stay held
+        until their slots leave the window, as a dead holder's do)."""
+        with self._lock:
+            writes = math.ceil(len(self._returns) / MAX_RETURNS)
+        for _ in range(writes):
+            if not self._returns or self._apply({}, None) == 0:
+                return
+
+    @property
+    def deferred_tokens(self) -> float:
+        """The tokens this consumer's deferred returns will give back (>= 0), not yet written."""
+        with self._lock:
+            return -sum(entry[0] for entry in self._returns.values())
 
     def sweep(self) -> float:
         """Remove every slot that left the window, of every consumer, without reserving anything: what
@@ -599,10 +691,12 @@ class SharedLedger:
             removes.append(f"#e{i}")
         return removes
 
-    def _decide(self, view: LedgerView, tokens: int, now: float) -> Any:
+    def _decide(self, view: LedgerView, tokens: int, now: float, carried: Mapping[str, float]) -> Any:
         expired, freed_all, freed = self._expired_slots(view, now)
-        held = view.held - freed_all
-        mine = view.consumers.get(self.consumer, 0.0) - freed.get(self.consumer, 0.0)
+        # The deferred returns it carries (none of them in an expired slot) are this consumer's room too.
+        back = sum(carried.values())  # <= 0
+        held = view.held - freed_all + back
+        mine = view.consumers.get(self.consumer, 0.0) - freed.get(self.consumer, 0.0) + back
         within_floor = mine + tokens <= self.floor_tpm
         since = _iso_ms(now - self.want_seconds)
         # What other consumers recently waited for within their floors: a borrower leaves it free.
@@ -614,7 +708,12 @@ class SharedLedger:
         newest = view.newest_start()
         start = newest if own < newest <= own + ADOPTED_SKEW_FACTOR * max(self.skew_seconds, SLOT_SECONDS) else own
         day = _day(start)
-        spent = view.days.get(day, 0.0)
+        day_back: dict[str, float] = {}
+        for name, delta in carried.items():
+            returned_on = _slot_day(name)
+            if returned_on is not None:
+                day_back[returned_on] = day_back.get(returned_on, 0.0) + delta
+        spent = view.days.get(day, 0.0) + day_back.get(day, 0.0)
         if spent + tokens > self.daily_tokens:
             midnight = (math.floor(now / SECONDS_PER_DAY) + 1) * SECONDS_PER_DAY - now
             self.counts["day_refusals"] += 1
@@ -634,21 +733,22 @@ class SharedLedger:
         slot = f"{SLOT_PREFIX}{_slot_name(start)}#{self.consumer}"  # settle() finds the day in its name
         names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": slot, "#ttl": TTL_ATTRIBUTE,
                  "#day": DAY_PREFIX + day}
-        values: dict[str, Any] = {":r": _n(tokens), ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS),
-                                  ":day": _n(self.daily_tokens - tokens)}
-        deltas = {"#held": tokens - freed_all, "#mine": tokens - freed.get(self.consumer, 0.0)}
+        values: dict[str, Any] = {":r": _n(tokens + carried.get(slot, 0.0)), ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS),
+                                  ":day": _n(self.daily_tokens - tokens - day_back.get(day, 0.0)),
+                                  ":dd": _n(tokens + day_back.get(day, 0.0))}
+        deltas = {"#held": tokens - freed_all + back, "#mine": tokens - freed.get(self.consumer, 0.0) + back}
         clauses: list[str] = []
         removes = self._removal(view, expired, freed, self.consumer, names, values, deltas, clauses)
         yesterday = _day(start - SECONDS_PER_DAY)
         for i, old in enumerate(sorted(d for d in view.days if d < yesterday)[:MAX_CLEANUP]):
             names[f"#o{i}"] = DAY_PREFIX + old  # nothing adds to a day before yesterday any more
             removes.append(f"#o{i}")
-        values[":total"] = _n(self.quota_tpm - tokens + freed_all - (0.0 if within_floor else kept))
+        values[":total"] = _n(self.quota_tpm - tokens + freed_all - back - (0.0 if within_floor else kept))
         # attribute_type first: a value that is not a number fails the condition (and is repaired),
         # never compares as something else
         values[":number"] = {"S": "N"}
         clauses.append("(attribute_not_exists(#held) OR (attribute_type(#held, :number) AND #held <= :total))")
-        ceiling = (self.floor_tpm if within_floor else self.burst_tpm) - tokens + freed.get(self.consumer, 0.0)
+        ceiling = (self.floor_tpm if within_floor else self.burst_tpm) - tokens + freed.get(self.consumer, 0.0) - back
         values[":mine"] = _n(ceiling)
         clauses.append("(attribute_not_exists(#mine) OR (attribute_type(#mine, :number) AND #mine <= :mine))")
         clauses.append("(attribute_not_exists(#day) OR (attribute_type(#day, :number) AND #day <= :day))")
@@ -665,7 +765,16 @@ class SharedLedger:
         if within_floor and own_want is not None and own_want[1] > 0:  # served: borrowers need not keep it any more
             names["#want"], values[":want"] = WANT_PREFIX + self.consumer, {"S": f"{own_want[0]} 0"}
             sets.append("#want = :want")
-        adds = ["#slot :r", "#day :r"]
+        adds = ["#slot :r", "#day :dd"]
+        # the other slots' returns, each IF its slot is still there (one another writer removed as expired
+        # fails the write, which is retried on the fresh item without it); their days' too
+        for i, name in enumerate(sorted(n for n in carried if n != slot)):
+            names[f"#r{i}"], values[f":r{i}"] = name, _n(carried[name])
+            adds.append(f"#r{i} :r{i}")
+            clauses.append(f"attribute_exists(#r{i})")
+        for i, returned_on in enumerate(sorted(d for d in day_back if d != day)):
+            names[f"#y{i}"], values[f":y{i}"] = DAY_PREFIX + returned_on, _n(day_back[returned_on])
+            adds.append(f"#y{i} :y{i}")
         for placeholder, delta in deltas.items():
             values[f":d{placeholder[1:]}"] = _n(delta)
             adds.append(f"{placeholder} :d{placeholder[1:]}")
@@ -700,6 +809,7 @@ class SharedLedger:
         self.counts["refusals"] += 1
         with self._lock:
             self._refusals += 1
+            self._refused_at = now
             write_want = refusal.within_floor and now - self._want_written >= self.want_seconds / 2
             if write_want:
                 self._want_written = now
@@ -715,15 +825,109 @@ class SharedLedger:
         if delta == 0:
             self.counts[kind] += 1
             return
-        names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": hold.slot}
-        values = {":d": _n(delta)}
-        update = "ADD #held :d, #mine :d, #slot :d"
-        day = hold.slot[len(SLOT_PREFIX):len(SLOT_PREFIX) + len("YYYY-MM-DD")]
-        if _is_day(day):  # the day the hold was reserved on (a hold from before days were kept adds it too)
-            names["#day"] = DAY_PREFIX + day
-            update += ", #day :d"
-        outcome = self._write(update, "attribute_exists(#slot)", names, values, repeatable=False)
-        self.counts[kind if outcome is not None else "late"] += 1
+        self._apply({hold.slot: delta}, kind)
+
+    def _apply(self, own: Mapping[str, float], kind: str | None) -> int:
+        """Write `own` (slot -> tokens to add: a settlement above its hold, a release) with the deferred
+        returns riding along (at most MAX_RETURNS), each slot IF it still exists: a slot that left the
+        window takes nothing, as Bedrock ignores a late settlement. A failed condition (a slot another
+        writer removed) is retried on the fresh item without the slots it lacks. Never repeated when
+        its answer is lost (applied twice it would return tokens Bedrock still counts). Returns the
+        returns written or dropped."""
+        now = self.clock()
+        with self._lock:
+            view = self._view
+        carried = self._carried(view, now)
+        deltas: dict[str, float] = dict(carried)
+        for name, delta in own.items():
+            deltas[name] = deltas.get(name, 0.0) + delta
+        done = len(carried)
+        for _ in range(self.conflict_retries + 2):
+            live = {name: delta for name, delta in deltas.items() if delta != 0}
+            if not live:
+                break
+            names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer}
+            values: dict[str, Any] = {":d": _n(sum(live.values()))}
+            adds, clauses = ["#held :d", "#mine :d"], []
+            days: dict[str, float] = {}
+            for i, (name, delta) in enumerate(sorted(live.items())):
+                names[f"#s{i}"], values[f":s{i}"] = name, _n(delta)
+                adds.append(f"#s{i} :s{i}")
+                clauses.append(f"attribute_exists(#s{i})")
+                day = _slot_day(name)  # the day the hold was reserved on (a hold from before days were kept has none)
+                if day is not None:
+                    days[day] = days.get(day, 0.0) + delta
+            for i, (day, delta) in enumerate(sorted(days.items())):
+                names[f"#y{i}"], values[f":y{i}"] = DAY_PREFIX + day, _n(delta)
+                adds.append(f"#y{i} :y{i}")
+            try:
+                outcome = self._write("ADD " + ", ".join(adds), " AND ".join(clauses), names, values, repeatable=False)
+            except LedgerError as error:
+                if error.lost:
+                    self.counts["late"] += len(carried)  # applied or not: never again
+                else:
+                    self._restore(carried)
+                raise
+            if outcome is not None:
+                self.counts["carried"] += len(carried)
+                if kind is not None:
+                    self.counts[kind] += 1
+                if carried:
+                    self.counts["flushes"] += kind is None
+                return done
+            with self._lock:  # a slot is gone (it left the window): that part takes nothing
+                fresh = self._view
+            for name in [n for n in live if n not in fresh.slots]:
+                deltas.pop(name)
+                carried.pop(name, None)
+                self.counts["late"] += 1
+        self._restore(carried)  # the item kept changing: they wait for the next write
+        if kind is not None and any(name in deltas for name in own):
+            self.counts[kind] += 1
+        return done
+
+    def _carried(self, view: LedgerView, now: float) -> dict[str, float]:
+        """Take out the deferred returns the next write carries (slot -> tokens, < 0; at most
+        MAX_RETURNS): those whose slot the view still holds and that have not left the window at `now`
+        (so none is in a slot the write removes as expired: that removal pins the slot's value). The
+        others are dropped, counted as late: Bedrock ignores a late settlement. The caller puts back
+        (_restore) what its write did not apply."""
+        carried: dict[str, float] = {}
+        late = 0
+        with self._lock:
+            for name in sorted(self._returns):
+                slot = view.slots.get(name)
+                if slot is None or self._expired(slot[0], now):
+                    del self._returns[name]
+                    late += 1
+                elif len(carried) < MAX_RETURNS:
+                    carried[name] = self._returns.pop(name)[0]
+        self.counts["late"] += late
+        return carried
+
+    def _restore(self, carried: Mapping[str, float]) -> None:
+        """Put back returns a write took out and did not apply (they wait for the next write)."""
+        if not carried:
+            return
+        now = self.clock()
+        with self._lock:
+            for name, delta in carried.items():
+                self._returns.setdefault(name, [0.0, now])[0] += delta
+
+    def _returns_matter(self, now: float) -> bool:
+        """Whether the deferred returns are written now rather than with this consumer's next write."""
+        with self._lock:
+            if not self._returns:
+                return False
+            oldest = min(entry[1] for entry in self._returns.values())
+            view = self._view
+            waiting = now - self._refused_at <= 2 * self.max_poll_seconds
+        since = _iso_ms(now - self.want_seconds)
+        if any(c != self.consumer and when >= since and need > 0 for c, (when, need) in view.wants.items()):
+            return True  # someone waits within its floor: every token back counts
+        if waiting:  # this consumer's own next try carries them, and counts them as its room
+            return False
+        return now - oldest >= self.settle_delay_seconds or view.held >= self.defer_below_fill * self.quota_tpm
 
     def _trusted_view(self) -> tuple[float, LedgerView | None]:
         """Now, and the item as last seen, fit to decide on: the slots further ahead than any clock the
@@ -831,7 +1035,7 @@ class SharedLedger:
                 if not repeatable:
                     raise LedgerError(f"SharedLedger: DynamoDB {operation} on {self.table_name}: {code}; it may have been "
                                       "applied, so it is not repeated (the hold stays until its window passes)",
-                                      code=code, retryable=True) from error
+                                      code=code, retryable=True, lost=True) from error
             self.counts["throttled"] += 1
             if attempt < self.dynamodb_retries:
                 ceiling = min(self.max_backoff_seconds, self.backoff_seconds * 2 ** attempt)
@@ -877,6 +1081,12 @@ def _parse_slot(name: str) -> tuple[float | None, str | None]:
         return datetime.strptime(stamp, SLOT_FORMAT).replace(tzinfo=UTC).timestamp(), consumer
     except ValueError:
         return None, None
+
+
+def _slot_day(name: str) -> str | None:
+    """The UTC day a slot's hold was reserved on ("s#YYYY-MM-DDT...#c" -> "YYYY-MM-DD"), None if its name has none."""
+    day = name[len(SLOT_PREFIX):len(SLOT_PREFIX) + len("YYYY-MM-DD")]
+    return day if _is_day(day) else None
 
 
 def _day(epoch: float) -> str:

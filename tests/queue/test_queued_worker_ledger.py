@@ -103,6 +103,10 @@ def sent_back(worker) -> list[dict]:
 def test_a_call_holds_its_reservation_and_settles_to_the_real_usage(shared):
     shared.stub.add_response("converse", answer("ok", input_tokens=20, output_tokens=5))
     assert shared.handler({"Records": [record("m1", body())]}) == {"batchItemFailures": []}
+    # the return is carried to this process's next write (pacer_runtime.ledger, "Deferred returns")
+    assert ledger_item(shared) == {"held": 502, "h#Queued": 502}
+    assert shared.LEDGER.deferred_tokens == 502 - (20 + 5 * BURNDOWN)
+    shared.LEDGER.flush()
     # input + output x burndown; the reservation of 502 is gone
     assert ledger_item(shared) == {"held": 20 + 5 * BURNDOWN, "h#Queued": 20 + 5 * BURNDOWN}
     assert item(shared, "review#1")["answer"] == "ok"
@@ -113,6 +117,7 @@ def test_cache_writes_count_and_cache_reads_are_free_in_the_settlement(shared):
     response["usage"].update(cacheReadInputTokens=1_000, cacheWriteInputTokens=30)
     shared.stub.add_response("converse", response)
     shared.handler({"Records": [record("m1", body())]})
+    shared.LEDGER.flush()  # the return, carried to the next write (deferred returns), written now
     assert ledger_item(shared)["h#Queued"] == 20 + 30 + 5 * BURNDOWN
 
 

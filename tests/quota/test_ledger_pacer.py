@@ -105,6 +105,11 @@ def test_pacers_in_two_processes_with_many_threads_never_hold_more_than_the_quot
     for thread in threads:
         thread.join(timeout=60)
     assert seen and max(seen) <= 1_000
+    deferred = sum(p.ledger.deferred_tokens for p in pacers.values() if p.ledger is not None)
+    assert consistent(dynamodb).held == sum(math.ceil(k) for k in kept) + deferred  # returns not written yet
+    for p in pacers.values():
+        assert p.ledger is not None
+        p.ledger.flush()
     view = consistent(dynamodb)
     assert view.held == sum(math.ceil(k) for k in kept)
     assert sum(p.stats().admitted for p in pacers.values()) > 8  # the quota was shared, not one process's
