@@ -530,7 +530,7 @@ def test_the_pacer_reads_its_reservation_from_the_environment():
 
     pacer = QuotaPacer.from_environment({"GENAI_PACER_TPM": "50000", "GENAI_PACER_RESERVED_INPUT_TPM": "100000",
                                          "GENAI_PACER_RESERVED_OUTPUT_TPM": "10000"})
-    assert (pacer._reservation.input_tpm, pacer._reservation.output_tpm) == (100_000, 10_000)
+    assert (pacer._reservation.input.tpm, pacer._reservation.output.tpm) == (100_000, 10_000)
 
 
 # --- the planner: what a reservation holds of a load, and what overflows to the on-demand quota ---------
@@ -754,7 +754,7 @@ def test_settling_a_reserved_call_changes_only_its_own_hold():
     first, second = reservation.take(0.0, 100, 200), reservation.take(0.0, 100, 200)
     assert first is not None and second is not None
     reservation.settle(second, 100, 50)
-    assert (first[2], second[2], reservation.output_held) == (200, 50, 250)
+    assert (first[1][1], second[1][1], reservation.output_held) == (200, 50, 250)
     reservation.expire(1.0)
     reservation.release(first)  # already dropped by the window: nothing to give back
     assert (reservation.input_held, reservation.output_held) == (0, 0)

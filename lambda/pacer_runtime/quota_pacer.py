@@ -40,6 +40,27 @@ fits the share:
   LedgerFallbacks metric (EMF, by LedgerId).
   QuotaPacer.from_environment() builds both from the variables QuotaLedger.environment(share) sets.
 
+Both Bedrock quota models: QuotaPacer(tpm=...) keeps bedrock-runtime's one combined quota, as above.
+QuotaPacer(input_tpm=..., output_tpm=...) keeps bedrock-mantle's two (MANTLE_QUOTAS_DOC; the OpenAI
+Responses / Chat Completions and Anthropic Messages endpoint, which does not serve Converse, so such
+a pacer refuses converse(): wrap the call in reserve() and settle the ticket with its usage):
+
+    pacer = QuotaPacer(input_tpm=1_000_000, output_tpm=60_000, max_wait_seconds=20)
+    with pacer.reserve(input_tokens=900, max_tokens=400) as ticket:
+        answer = call_the_mantle_endpoint(...)
+        ticket.settle(input_tokens=..., output_tokens=..., cache_read_tokens=...)
+
+- Input window: a call is admitted when input + cache writes + max_tokens fits input_tpm (cache
+  reads do not count), held while it runs, and settled to input + cache writes.
+- Output window: output is counted as generated, so a call holds max_tokens on it from admission
+  (it may generate that much while it runs) and, once it returns, its output tokens count from that
+  moment for a window. A call is admitted only when both windows hold it: the pacer never relies on
+  what Bedrock does once the output quota is spent (not documented), and the output generated in
+  any window stays within output_tpm.
+- No RPM, burndown or daily quota applies there, and throttles lower both limits alike (a throttle
+  does not say which quota refused it); the rest (waiting, deadlines, AdmissionRejected, releases)
+  works as above.
+
 Service tiers (https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html):
 priority, default and flex calls share the model's one on-demand quota, so the pacer holds them all
 against `tpm` alike. A Reserved tier reservation is separate: given reserved_input_tpm and
@@ -104,6 +125,26 @@ NEVER_SENT: tuple[type[Exception], ...] = (EndpointConnectionError, ConnectTimeo
 ENVIRONMENT = ("GENAI_PACER_TPM", "GENAI_PACER_RPM", "GENAI_PACER_BURNDOWN")
 #: ... and, for a model with a Reserved tier reservation, its input and output tokens per minute.
 RESERVED_ENVIRONMENT = ("GENAI_PACER_RESERVED_INPUT_TPM", "GENAI_PACER_RESERVED_OUTPUT_TPM")
+#: ... and, for a bedrock-mantle quota, its input and output tokens per minute (instead of GENAI_PACER_TPM).
+MANTLE_ENVIRONMENT = ("GENAI_PACER_INPUT_TPM", "GENAI_PACER_OUTPUT_TPM")
+
+#: Bedrock's two quota models (genai_pacer.planning.QUOTAS_DOC and MANTLE_QUOTAS_DOC, which this
+#: runtime cannot import; a test keeps them equal).
+RUNTIME, MANTLE = "bedrock-runtime", "bedrock-mantle"
+#: Bedrock user guide, "Quotas for the bedrock-mantle endpoint" (English page; its translations say
+#: the English one prevails): two per-model, per-Region quotas, "input tokens per minute" and
+#: "output tokens per minute", shared by every API the endpoint serves (OpenAI Responses and Chat
+#: Completions, Anthropic Messages; not Converse). At admission "the number of input tokens in the
+#: request, plus the value of max_tokens (or the model-specific maximum if max_tokens is not set)"
+#: is checked against the input quota, and a request that would exceed it is throttled (HTTP 429);
+#: output tokens are counted against the output quota as the model streams or generates them.
+#: "Cached input tokens read through prompt caching do not count against the input-tokens-per-minute
+#: quota"; the page says nothing else of caching, so cache writes, input the request submits, count.
+#: It enforces no requests-per-minute quota, lists no daily quota and names no burndown. Readings,
+#: not on the page (the emulator's QuotaModel(endpoint="bedrock-mantle") shares them): the max_tokens
+#: part is held on the input window until the call completes, then returned; what Bedrock does once
+#: the output quota is spent was cut off in the stored copies.
+MANTLE_QUOTAS_DOC = "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-mantle.html"
 
 
 class AdmissionRejected(RuntimeError):
@@ -146,6 +187,10 @@ class PacerStats:
     reserved_overflows: int = 0  # reserved calls the reservation could not hold, sent against the on-demand quota
     reserved_input_held: float = 0.0  # the reservation's input budget held now
     reserved_output_held: float = 0.0  # ... and its output budget
+    #: bedrock-mantle (output_tpm): the output window now (max_tokens of each call in flight, the
+    #: output of each call settled in the last minute) and the output tokens settled so far.
+    output_held: float = 0.0
+    settled_output_tokens: float = 0.0
 
 
 class _Charge:
@@ -159,47 +204,102 @@ class _Charge:
 
 
 class _Waiter:
-    __slots__ = ("asked", "tokens")
+    __slots__ = ("asked", "output", "tokens")
 
-    def __init__(self, tokens: int):
+    def __init__(self, tokens: int, output: int = 0):
         self.tokens = tokens
+        self.output = output  # bedrock-mantle: the max_tokens it holds on the output window
         self.asked = False  # whether this call asked the shared ledger itself yet
+
+
+class _Budget:
+    """One minute budget kept client-side: [started, tokens] entries in time order, and what they hold.
+
+    The Reserved tier's two budgets are two of these, and so is bedrock-mantle's output tokens per
+    minute; an entry the window already dropped is never counted again."""
+
+    __slots__ = ("entries", "held", "tpm")
+
+    def __init__(self, tpm: float):
+        self.tpm = float(tpm)
+        self.entries: deque[list[float]] = deque()  # in time order, so they expire from the left
+        self.held = 0.0
+
+    def expire(self, horizon: float) -> bool:
+        """Forget the entries that started at or before `horizon`; True when any was forgotten."""
+        freed = False
+        while self.entries and self.entries[0][0] <= horizon:
+            self.held -= self.entries.popleft()[1]
+            freed = True
+        if not self.entries:
+            self.held = 0.0  # no float drift left behind by many additions and subtractions
+        return freed
+
+    def fits(self, tokens: float, limit: float | None = None) -> bool:
+        return self.held + tokens <= (self.tpm if limit is None else limit)
+
+    def add(self, now: float, tokens: float) -> list[float]:
+        entry = [now, float(tokens)]
+        self.entries.append(entry)
+        self.held += tokens
+        return entry
+
+    def settle(self, entry: list[float], tokens: float, *, at: float | None = None) -> None:
+        """Replace a held entry's tokens. With `at` (no earlier than any entry's time) the hold is
+        returned and the tokens counted anew from `at`, as bedrock-mantle counts output when it is
+        generated; without it, an entry the window already dropped changes nothing."""
+        if any(held is entry for held in self.entries):  # by identity: two calls may hold equal tokens
+            self.held += (0.0 if at is not None else tokens) - entry[1]
+            entry[1] = 0.0 if at is not None else float(tokens)
+        if at is not None and tokens:
+            self.add(at, tokens)
+
+    def earliest(self, need: float, limit: float, now: float, lifetime: float) -> float:
+        """When `need` more tokens fit under `limit` if nothing held settles lower (entries leave
+        `lifetime` after they started); past what the window holds, one window at a time."""
+        if need > limit:
+            last = self.entries[-1][0] + lifetime if self.entries else now
+            return max(now, last) + (math.ceil(need / limit) - 1) * lifetime
+        excess, freed = self.held + need - limit, 0.0
+        if excess <= 0:
+            return now
+        for started, tokens in self.entries:
+            freed += tokens
+            if freed >= excess:
+                return started + lifetime
+        return self.entries[-1][0] + lifetime if self.entries else now
 
 
 class _Reservation:
     """A Reserved tier reservation's two minute budgets, kept client-side: input and output tokens."""
 
     def __init__(self, input_tpm: float, output_tpm: float):
-        self.input_tpm, self.output_tpm = float(input_tpm), float(output_tpm)
-        self.entries: deque[list[float]] = deque()  # [started, input, output], in start order
-        self.input_held = self.output_held = 0.0
+        self.input, self.output = _Budget(input_tpm), _Budget(output_tpm)
+
+    @property
+    def input_held(self) -> float:
+        return self.input.held
+
+    @property
+    def output_held(self) -> float:
+        return self.output.held
 
     def expire(self, horizon: float) -> None:
-        while self.entries and self.entries[0][0] <= horizon:
-            _, taken_in, taken_out = self.entries.popleft()
-            self.input_held -= taken_in
-            self.output_held -= taken_out
-        if not self.entries:
-            self.input_held = self.output_held = 0.0
+        self.input.expire(horizon)
+        self.output.expire(horizon)
 
-    def take(self, now: float, input_tokens: float, output_tokens: float) -> list[float] | None:
+    def take(self, now: float, input_tokens: float, output_tokens: float) -> tuple[list[float], list[float]] | None:
         """Hold a call's tokens when both budgets can, else None (it overflows to the on-demand quota)."""
-        if self.input_held + input_tokens > self.input_tpm or self.output_held + output_tokens > self.output_tpm:
+        if not (self.input.fits(input_tokens) and self.output.fits(output_tokens)):
             return None
-        entry = [now, float(input_tokens), float(output_tokens)]
-        self.entries.append(entry)
-        self.input_held += input_tokens
-        self.output_held += output_tokens
-        return entry
+        return self.input.add(now, input_tokens), self.output.add(now, output_tokens)
 
-    def settle(self, entry: list[float], input_tokens: float, output_tokens: float) -> None:
+    def settle(self, entry: tuple[list[float], list[float]], input_tokens: float, output_tokens: float) -> None:
         """Replace a held call's tokens with its usage; an entry the window already dropped changes nothing."""
-        if any(held is entry for held in self.entries):  # by identity: two calls may hold equal tokens
-            self.input_held += input_tokens - entry[1]
-            self.output_held += output_tokens - entry[2]
-            entry[1], entry[2] = float(input_tokens), float(output_tokens)
+        self.input.settle(entry[0], input_tokens)
+        self.output.settle(entry[1], output_tokens)
 
-    def release(self, entry: list[float]) -> None:
+    def release(self, entry: tuple[list[float], list[float]]) -> None:
         self.settle(entry, 0, 0)
 
 
@@ -210,10 +310,12 @@ class Ticket:
     its hold until the window forgets it (the safe assumption: Bedrock may have charged it).
     """
 
-    __slots__ = ("_charge", "_pacer", "done", "hold", "reserved", "text_estimate")
+    __slots__ = ("_charge", "_output", "_pacer", "done", "hold", "reserved", "text_estimate")
 
-    def __init__(self, pacer: QuotaPacer, charge: _Charge, reserved: int, hold: LedgerHold | None = None):
+    def __init__(self, pacer: QuotaPacer, charge: _Charge, reserved: int, hold: LedgerHold | None = None,
+                 output: list[float] | None = None):
         self._pacer, self._charge, self.reserved = pacer, charge, reserved
+        self._output = output  # bedrock-mantle: its entry in the output window
         self.hold = hold  # the shared ledger's hold, when the pacer has a ledger and it was used
         self.done = False
         self.text_estimate: float | None = None  # prompt tokens by characters alone, when the pacer estimated them
@@ -241,8 +343,10 @@ class Ticket:
 class QuotaPacer:
     """Admits calls to one model only when the quota share can hold their reservation.
 
-    tpm: required; the tokens per minute this process may use (its share; see
-        genai_pacer.quota.ModelQuota.pacer_environment). rpm: optional, legacy requests-per-minute share, paced only when
+    tpm: the tokens per minute this process may use of bedrock-runtime's combined quota (its share;
+        see genai_pacer.quota.ModelQuota.pacer_environment). input_tpm and output_tpm instead: its
+        share of a bedrock-mantle quota's input and output tokens per minute (both; no tpm, rpm,
+        burndown, daily_tokens, model_max_tokens or reservation then; see the module docstring). rpm: optional, legacy requests-per-minute share, paced only when
         given (Bedrock's bedrock-runtime quotas are token-based; genai_pacer.planning.RPM_RULE).
     burndown: quota tokens per output token of the model (1, 5, 10, 15). Default: 1.
     max_wait_seconds: how long a call may wait to start before it is rejected; None waits as long
@@ -286,8 +390,10 @@ class QuotaPacer:
 
     def __init__(
         self,
-        tpm: float,
+        tpm: float | None = None,
         *,
+        input_tpm: float | None = None,
+        output_tpm: float | None = None,
         rpm: float | None = None,
         burndown: float = 1.0,
         max_wait_seconds: float | None = None,
@@ -309,8 +415,11 @@ class QuotaPacer:
         daily_tokens: float | None = None,
         wall_clock: Callable[[], float] = time.time,
     ):
+        mantle = input_tpm is not None or output_tpm is not None
         problems = [
-            *_positive("tpm", tpm, "the share's tokens per minute, e.g. 300000"),
+            *_positive("tpm", tpm, "the share's tokens per minute, e.g. 300000", optional=mantle),
+            *_positive("input_tpm", input_tpm, "the share's bedrock-mantle input tokens per minute", optional=True),
+            *_positive("output_tpm", output_tpm, "the share's bedrock-mantle output tokens per minute", optional=True),
             *_positive("rpm", rpm, "the share's requests per minute, or None", optional=True),
             *_bounded("burndown", burndown, 1, 100, "quota tokens per output token: 1, 5, 10 or 15"),
             *_bounded("max_wait_seconds", max_wait_seconds, 0, math.inf, "seconds a call may wait to start, or None",
@@ -332,6 +441,11 @@ class QuotaPacer:
         ]
         if not callable(wall_clock):
             problems.append(f"wall_clock={wall_clock!r} must be a function returning epoch seconds")
+        if mantle:
+            problems.extend(_mantle_conflicts(tpm=tpm, input_tpm=input_tpm, output_tpm=output_tpm, rpm=rpm,
+                                              burndown=burndown, daily_tokens=daily_tokens,
+                                              reserved_input_tpm=reserved_input_tpm, model_max_tokens=model_max_tokens,
+                                              ledger=ledger))
         if ledger is not None and not isinstance(ledger, SharedLedger):
             problems.append(f"ledger={ledger!r} must be a pacer_runtime.ledger.SharedLedger or None")
         if (reserved_input_tpm is None) != (reserved_output_tpm is None):
@@ -345,7 +459,16 @@ class QuotaPacer:
             problems.append(f"clock={clock!r} must be a function returning monotonic seconds")
         if problems:
             raise ValueError("QuotaPacer: " + "; ".join(problems))
-        self.tpm, self.rpm, self.burndown = float(tpm), None if rpm is None else float(rpm), float(burndown)
+        #: "bedrock-runtime" (tpm: one combined quota) or "bedrock-mantle" (input_tpm and output_tpm).
+        self.endpoint = MANTLE if mantle else RUNTIME
+        self.input_tpm = None if input_tpm is None else float(input_tpm)
+        self.output_tpm = None if output_tpm is None else float(output_tpm)
+        # The window every call is admitted on: the combined quota, or bedrock-mantle's input tokens.
+        primary = input_tpm if mantle else tpm
+        assert primary is not None
+        self.tpm, self.rpm, self.burndown = float(primary), None if rpm is None else float(rpm), float(burndown)
+        self._output = None if output_tpm is None else _Budget(output_tpm)
+        self._settled_output = 0.0
         self.max_wait_seconds, self.model_max_tokens = max_wait_seconds, model_max_tokens
         self.hold_output_burndown = hold_output_burndown
         self.decrease, self.recovery, self.min_fraction = decrease, recovery, min_fraction
@@ -384,7 +507,8 @@ class QuotaPacer:
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> QuotaPacer:
         """A pacer sized by the variables ModelQuota.pacer_environment sets (GENAI_PACER_TPM, _RPM, _BURNDOWN,
-        and _RESERVED_INPUT_TPM and _RESERVED_OUTPUT_TPM for a share of a Reserved tier reservation).
+        and _RESERVED_INPUT_TPM and _RESERVED_OUTPUT_TPM for a share of a Reserved tier reservation), or
+        GENAI_PACER_INPUT_TPM and _OUTPUT_TPM for a share of a bedrock-mantle quota (then no GENAI_PACER_TPM).
 
         With the variables QuotaLedger.environment(share) adds (GENAI_PACER_LEDGER_*), the pacer
         also uses the quota's shared ledger: its local cap is then the consumer's burst cap and
@@ -398,10 +522,13 @@ class QuotaPacer:
             ledger = SharedLedger.from_environment(env)
         values: dict[str, float | None] = {}
         reserved_input, reserved_output = RESERVED_ENVIRONMENT
-        for key, name, required in ((tpm_name, "tpm", ledger is None), (rpm_name, "rpm", False),
+        mantle_input, mantle_output = MANTLE_ENVIRONMENT
+        mantle = env.get(mantle_input) is not None or env.get(mantle_output) is not None
+        for key, name, required in ((tpm_name, "tpm", ledger is None and not mantle), (rpm_name, "rpm", False),
                                     (burndown_name, "burndown", False),
                                     (reserved_input, "reserved_input_tpm", False),
-                                    (reserved_output, "reserved_output_tpm", False)):
+                                    (reserved_output, "reserved_output_tpm", False),
+                                    (mantle_input, "input_tpm", False), (mantle_output, "output_tpm", False)):
             text = env.get(key)
             if text is None:
                 if required:
@@ -424,7 +551,10 @@ class QuotaPacer:
 
     def reservation(self, input_tokens: int, max_tokens: int, *, cache_write_tokens: int = 0,
                     cache_read_tokens: int = 0) -> int:
-        """What a call holds while it runs: its prompt + max_tokens (x burndown when hold_output_burndown)."""
+        """What a call holds while it runs: its prompt + max_tokens (x burndown when hold_output_burndown).
+
+        On bedrock-mantle, what it holds on the input window: input + cache writes + max_tokens (cache
+        reads do not count there, MANTLE_QUOTAS_DOC); it holds max_tokens on the output window too."""
         counts = {"input_tokens": input_tokens, "cache_write_tokens": cache_write_tokens,
                   "cache_read_tokens": cache_read_tokens}
         bad = [f"{name}={value!r}" for name, value in counts.items() if not _is_int(value) or value < 0]
@@ -433,11 +563,18 @@ class QuotaPacer:
         if bad:
             raise ValueError(f"QuotaPacer.reservation: {', '.join(bad)}: token counts are whole numbers >= 0 and "
                              "max_tokens >= 1 (a smaller count would shrink the hold below what Bedrock reserves)")
+        if self._output is not None:
+            return input_tokens + cache_write_tokens + max_tokens
         output = max_tokens * self.burndown if self.hold_output_burndown else max_tokens
         return input_tokens + cache_write_tokens + cache_read_tokens + math.ceil(output)
 
     def settlement(self, input_tokens: int, output_tokens: int, *, cache_write_tokens: int = 0) -> float:
-        """What a call finally costs: input + cache writes + output x burndown (cache reads are free)."""
+        """What a call finally costs: input + cache writes + output x burndown (cache reads are free).
+
+        On bedrock-mantle, what it costs the input window: input + cache writes (its output_tokens
+        count on the output window, from when the call returned)."""
+        if self._output is not None:
+            return float(input_tokens + cache_write_tokens)
         return settled_tokens(input_tokens, output_tokens, cache_write_tokens=cache_write_tokens, burndown=self.burndown)
 
     def estimate_input_tokens(self, request: Mapping[str, Any]) -> int:
@@ -448,21 +585,39 @@ class QuotaPacer:
 
     # --- admission ------------------------------------------------------------------------------
 
-    def admit(self, reservation: int, *, max_wait_seconds: float | None = None, start_by: float | None = None) -> Ticket:
+    def admit(self, reservation: int, *, max_tokens: int | None = None, max_wait_seconds: float | None = None,
+              start_by: float | None = None) -> Ticket:
         """Wait until `reservation` tokens fit the share, hold them, and return the call's Ticket.
 
         The deadline is start_by (a clock() time) or max_wait_seconds from now, else the pacer's
         max_wait_seconds. A call whose predicted start is past it raises AdmissionRejected at once.
         Calls are admitted in arrival order, so a large reservation is not starved by small ones.
+
+        max_tokens: bedrock-mantle only, and required there: the call's max_tokens, held on the
+        output window too until the call settles (`reservation`, from reservation(), is what it
+        holds on the input window).
         """
         if not _is_int(reservation) or reservation < 1:
             raise ValueError(f"reservation={reservation!r} must be a positive whole number of tokens")
+        if self._output is None and max_tokens is not None:
+            raise ValueError(f"QuotaPacer.admit: max_tokens={max_tokens!r} is for a bedrock-mantle pacer (input_tpm, "
+                             "output_tpm); this one keeps one combined quota, which `reservation` already sizes")
+        if self._output is not None:
+            if max_tokens is None or not _is_int(max_tokens) or max_tokens < 1:
+                raise ValueError(f"QuotaPacer.admit: max_tokens={max_tokens!r}: a bedrock-mantle pacer holds the call's "
+                                 "max_tokens (a whole number >= 1) on the output tokens per minute too; pass it")
+            if max_tokens > self._output.tpm:
+                raise ValueError(
+                    f"QuotaPacer: max_tokens={max_tokens:,} exceeds the share's output_tpm={self._output.tpm:,.0f}, so "
+                    "the call could never be admitted without spending more output than a minute holds: lower "
+                    "max_tokens or give the share more output TPM")
         if self.daily_tokens is not None and reservation > self.daily_tokens:
             raise ValueError(f"QuotaPacer: a reservation of {reservation:,} tokens exceeds daily_tokens="
                              f"{self.daily_tokens:,.0f}, so it can never be admitted: lower maxTokens or raise daily_tokens")
         if reservation > self.tpm:
             raise ValueError(
-                f"QuotaPacer: a reservation of {reservation:,} tokens exceeds the share's {self.tpm:,.0f} TPM, so it "
+                f"QuotaPacer: a reservation of {reservation:,} tokens exceeds the share's {self.tpm:,.0f} "
+                f"{'input_tpm' if self._output is not None else 'TPM'}, so it "
                 "can never be admitted (Bedrock would throttle it every time): lower maxTokens or the prompt, or "
                 "give the share more TPM")
         if max_wait_seconds is not None and start_by is not None:
@@ -473,7 +628,7 @@ class QuotaPacer:
             problems.append(f"start_by={start_by!r} must be a finite clock() time, or None")
         if problems:
             raise ValueError("QuotaPacer.admit: " + "; ".join(problems))
-        waiter = _Waiter(reservation)
+        waiter = _Waiter(reservation, max_tokens or 0)
         with self._cond:
             now = self._now()
             wait = self.max_wait_seconds if max_wait_seconds is None else max_wait_seconds
@@ -486,11 +641,11 @@ class QuotaPacer:
                     now = self._now()
                     self._expire(now)
                     to_midnight = self._day_wait(reservation)
-                    if self._waiters[0] is waiter and self._fits(reservation) and not self._ledger_busy and not to_midnight:
+                    if self._waiters[0] is waiter and self._fits(reservation, output=waiter.output) and not self._ledger_busy and not to_midnight:
                         if self.ledger is None:
                             return self._admit(waiter, now)
                         if now < self._ledger_down_until:  # the ledger cannot be used: the static share
-                            if self._fits(reservation, self.fallback_tpm):
+                            if self._fits(reservation, self.fallback_tpm, output=waiter.output):
                                 self._counts["ledger_fallbacks"] += 1
                                 return self._admit(waiter, now)
                         elif now >= self._ledger_retry_at or not waiter.asked:
@@ -545,7 +700,8 @@ class QuotaPacer:
         """
         reserved = self.reservation(input_tokens, max_tokens, cache_write_tokens=cache_write_tokens,
                                     cache_read_tokens=cache_read_tokens)
-        ticket = self.admit(reserved, max_wait_seconds=max_wait_seconds, start_by=start_by)
+        ticket = self.admit(reserved, max_tokens=max_tokens if self._output is not None else None,
+                            max_wait_seconds=max_wait_seconds, start_by=start_by)
         try:
             yield ticket
         except Exception as error:
@@ -562,8 +718,14 @@ class QuotaPacer:
 
         Raises AdmissionRejected when the call cannot start by its deadline (it is never sent), and
         the throttle itself when Bedrock throttles (retry with call_with_backoff: each attempt is
-        admitted again).
+        admitted again). A bedrock-mantle pacer refuses it: that endpoint does not serve Converse.
         """
+        if self._output is not None:
+            raise ValueError(
+                "QuotaPacer.converse calls bedrock-runtime's Converse, which the bedrock-mantle endpoint does not serve "
+                f"(it serves the OpenAI Responses and Chat Completions and Anthropic Messages APIs, {MANTLE_QUOTAS_DOC}): "
+                "wrap your call in `with pacer.reserve(input_tokens, max_tokens) as ticket:` and settle the ticket with "
+                "its usage")
         max_tokens = (request.get("inferenceConfig") or {}).get("maxTokens")
         if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
             raise ValueError(f"QuotaPacer.converse: inferenceConfig.maxTokens={max_tokens!r} must be a whole number >= 1 "
@@ -600,7 +762,7 @@ class QuotaPacer:
             self._record_tiers(requested, result)
             return result
 
-    def _converse_reserved(self, client: Any, request: Mapping[str, Any], entry: list[float], *,
+    def _converse_reserved(self, client: Any, request: Mapping[str, Any], entry: tuple[list[float], list[float]], *,
                            stream: bool) -> ConverseResult:
         """A call the reservation holds: it never waits for on-demand room. Served at another tier (the
         reservation is shared with other processes, or the estimate was low), its usage moves to the
@@ -620,7 +782,7 @@ class QuotaPacer:
             else:
                 reservation.release(entry)
                 self._seq += 1
-                charge = _Charge(entry[0], self.settlement(result.input_tokens, result.output_tokens,
+                charge = _Charge(entry[0][0], self.settlement(result.input_tokens, result.output_tokens,
                                                            cache_write_tokens=result.cache_write_tokens), self._seq)
                 self._charges.append(charge)
                 self._held += charge.tokens
@@ -659,6 +821,8 @@ class QuotaPacer:
                 tiers=MappingProxyType(dict(self._tiers)), **self._tier_counts,
                 reserved_input_held=self._reservation.input_held if self._reservation else 0.0,
                 reserved_output_held=self._reservation.output_held if self._reservation else 0.0,
+                output_held=self._output.held if self._output is not None else 0.0,
+                settled_output_tokens=self._settled_output,
             )
 
     # --- internals (called with the lock held unless they take it) ------------------------------
@@ -686,15 +850,26 @@ class QuotaPacer:
             self._held -= charge.tokens
         if not self._charges:
             self._held = 0.0  # no float drift left behind by many additions and subtractions
+        if self._output is not None and self._output.expire(horizon):
+            freed = True
         if freed:
             self._cond.notify_all()
 
-    def _fits(self, tokens: int, limit: float | None = None) -> bool:
+    def _fits(self, tokens: int, limit: float | None = None, *, output: int = 0) -> bool:
         if self.rpm is not None and len(self._charges) + 1 > self.rpm:
             return False
+        limit = self._limit if limit is None else min(limit, self._limit)
         # An empty window admits any reservation within the share, so a limit lowered below a large
         # reservation cannot stall it forever.
-        return not self._charges or self._held + tokens <= (self._limit if limit is None else min(limit, self._limit))
+        if self._output is not None and self._output.entries and not self._output.fits(output, self._output_limit(limit)):
+            return False
+        return not self._charges or self._held + tokens <= limit
+
+    def _output_limit(self, limit: float) -> float:
+        """bedrock-mantle's output tokens admitted now: output_tpm, lowered in step with the input limit
+        (a throttle does not say which quota it was)."""
+        assert self._output is not None
+        return self._output.tpm * limit / self.tpm
 
     def _ask_ledger(self, reservation: int) -> LedgerHold | LedgerRefusal | None:
         """Ask the shared ledger with the lock released (a DynamoDB round trip); None after a
@@ -769,19 +944,32 @@ class QuotaPacer:
         self._held += waiter.tokens
         self._counts["admitted"] += 1
         self._cond.notify_all()
-        return Ticket(self, charge, waiter.tokens, hold)
+        output = self._output.add(now, waiter.output) if self._output is not None else None
+        return Ticket(self, charge, waiter.tokens, hold, output)
 
     def _next_expiry(self) -> float:
-        if not self._charges:
-            return math.inf
-        return self._charges[0].started + self.window_seconds + self.expiry_margin_seconds
+        lifetime = self.window_seconds + self.expiry_margin_seconds
+        first = self._charges[0].started + lifetime if self._charges else math.inf
+        if self._output is not None and self._output.entries:
+            first = min(first, self._output.entries[0][0] + lifetime)
+        return first
 
     def _earliest_start(self, waiter: _Waiter, now: float, limit: float | None = None) -> float:
         """When the ledger could admit `waiter` after every call ahead of it, if nothing settles lower.
 
         Pessimistic on purpose: calls in flight usually settle below their hold, which frees room
-        sooner, but a prediction that is too early makes a caller wait for a rejection.
+        sooner, but a prediction that is too early makes a caller wait for a rejection. On
+        bedrock-mantle the later of the input and the output windows' predictions.
         """
+        eta = self._earliest_in_window(waiter, now, limit)
+        if self._output is not None:
+            ahead = list(self._waiters)[: self._waiters.index(waiter) + 1]
+            output_limit = self._output_limit(self._limit if limit is None else limit)
+            eta = max(eta, self._output.earliest(sum(w.output for w in ahead), output_limit, now,
+                                                 self.window_seconds + self.expiry_margin_seconds))
+        return eta
+
+    def _earliest_in_window(self, waiter: _Waiter, now: float, limit: float | None = None) -> float:
         ahead = list(self._waiters)[: self._waiters.index(waiter) + 1]
         need, count = sum(w.tokens for w in ahead), len(ahead)
         lifetime = self.window_seconds + self.expiry_margin_seconds
@@ -809,8 +997,10 @@ class QuotaPacer:
         when = "waited and its deadline passed" if late else f"cannot start within {max(deadline - now, 0):.2f} s"
         message = (
             f"QuotaPacer: a call reserving {waiter.tokens:,} tokens {when}: the window holds {self._held:,.0f} "
-            f"of {self._limit:,.0f} tokens per minute (share {self.tpm:,.0f}) with {ahead} call(s) waiting ahead, "
-            f"so the earliest start is in {wait:.2f} s"
+            f"of {self._limit:,.0f} tokens per minute (share {self.tpm:,.0f})"
+            + (f" and the output window {self._output.held:,.0f} of {self._output_limit(self._limit):,.0f} output "
+               f"tokens per minute for its max_tokens={waiter.output:,}" if self._output is not None else "")
+            + f" with {ahead} call(s) waiting ahead, so the earliest start is in {wait:.2f} s"
             + (f" (the shared ledger: {self._ledger_reason})" if self.ledger is not None and self._ledger_reason else "")
             + (f" (the day's tokens are spent: {self._day_tokens:,.0f} of daily_tokens={self.daily_tokens:,.0f}; "
                "the pacer's day ends at 00:00 UTC)" if day else "")
@@ -843,6 +1033,11 @@ class QuotaPacer:
             if not charge.expired:  # still counted in its window, as Bedrock does
                 self._held += settled - charge.tokens
             charge.tokens = settled
+            if self._output is not None and ticket._output is not None:
+                # Counted as generated: no later than now, so counting it from now keeps it in the
+                # window at least as long as Bedrock does; the max_tokens hold is returned.
+                self._output.settle(ticket._output, output_tokens, at=self._now())
+                self._settled_output += output_tokens
             self._counts["settled_calls"] += 1
             self._settled_tokens += settled
             self._limit = min(self.tpm, self._limit + self.recovery * settled)
@@ -874,6 +1069,8 @@ class QuotaPacer:
             charge.expired = True
             if not self._charges:
                 self._held = 0.0
+        if self._output is not None and ticket._output is not None:
+            self._output.settle(ticket._output, 0)  # nothing generated
         self._cond.notify_all()
 
     def _throttled(self, ticket: Ticket) -> None:
@@ -933,6 +1130,39 @@ def _text_chars(request: Mapping[str, Any]) -> int:
     if request.get("toolConfig"):
         total += len(json.dumps(request["toolConfig"], default=str))
     return total
+
+
+def _mantle_conflicts(*, tpm: Any, input_tpm: Any, output_tpm: Any, rpm: Any, burndown: Any, daily_tokens: Any,
+                      reserved_input_tpm: Any, model_max_tokens: Any, ledger: Any) -> list[str]:
+    """What a bedrock-mantle pacer (input_tpm, output_tpm) cannot take, each naming its argument."""
+    problems = []
+    if tpm is not None:
+        problems.append(f"tpm={tpm!r} with input_tpm/output_tpm: tpm is bedrock-runtime's one combined quota, "
+                        f"input_tpm and output_tpm bedrock-mantle's two ({MANTLE_QUOTAS_DOC}); pass one model")
+    if (input_tpm is None) != (output_tpm is None):
+        given, missing = ("input_tpm", "output_tpm") if output_tpm is None else ("output_tpm", "input_tpm")
+        problems.append(f"{given} without {missing}: a bedrock-mantle quota has both an input and an output tokens "
+                        "per minute quota (pass both)")
+    if rpm is not None:
+        problems.append(f"rpm={rpm!r}: bedrock-mantle enforces no requests-per-minute quota; drop it")
+    if burndown != 1:
+        problems.append(f"burndown={burndown!r}: bedrock-mantle's input and output quotas count tokens 1:1 (its "
+                        "page names no burndown); drop it")
+    if daily_tokens is not None:
+        problems.append(f"daily_tokens={daily_tokens!r}: the daily token quota is bedrock-runtime's; bedrock-mantle "
+                        "lists none; drop it")
+    if reserved_input_tpm is not None:
+        problems.append("reserved_input_tpm/reserved_output_tpm: the pacer holds a Reserved tier call only in "
+                        "QuotaPacer.converse (bedrock-runtime's Converse), which a bedrock-mantle pacer does not make; "
+                        "drop them")
+    if model_max_tokens is not None:
+        problems.append(f"model_max_tokens={model_max_tokens!r}: only QuotaPacer.converse reads it, which a "
+                        "bedrock-mantle pacer does not make; pass the model's maximum as max_tokens to reserve() or "
+                        "admit() for a request that sets none")
+    if ledger is not None:
+        problems.append("ledger: the shared ledger keeps bedrock-runtime's one combined quota, not bedrock-mantle's "
+                        "input and output quotas; pace each process on its own share (input_tpm, output_tpm)")
+    return problems
 
 
 def _is_int(value: Any) -> bool:
