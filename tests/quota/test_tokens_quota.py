@@ -27,7 +27,10 @@ NOVA = BedrockModel.from_id("us.amazon.nova-lite-v1:0")
 
 
 def quota(stack: cdk.Stack, **props: Any) -> ModelQuota:
-    return ModelQuota(stack, "Quota", **{"model": NOVA, "tpm_quota": 400_000, **props})
+    """A bedrock-runtime quota, or a bedrock-mantle one when a prop of that model is given."""
+    mantle = bool(set(props) & {"input_tpm_quota", "output_tpm_quota"})
+    base = {"input_tpm_quota": 1_000_000, "output_tpm_quota": 60_000} if mantle else {"tpm_quota": 400_000}
+    return ModelQuota(stack, "Quota", **{"model": NOVA, **base, **props})
 
 
 def share(stack: cdk.Stack, **props: Any) -> Any:
@@ -63,7 +66,8 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Callable[..., Any], 
     "ModelQuota": (
         ModelQuota,
         ("model", "tpm_quota", "rpm_quota", "burndown", "keep_free", "warn_at", "service_quota_code",
-         "daily_token_quota", "cross_model_daily_tokens", "require_shares", "reserved_input_tpm", "reserved_output_tpm"),
+         "daily_token_quota", "cross_model_daily_tokens", "require_shares", "reserved_input_tpm", "reserved_output_tpm",
+         "input_tpm_quota", "output_tpm_quota"),
         quota,
         {},
     ),
@@ -103,5 +107,5 @@ def test_every_prop_given_every_kind_of_token_reaches_the_template_or_is_refused
 
 
 def test_the_table_counts():
-    assert len(CASES) == 4 * (12 + 10 + 6 + 2 + 5)
+    assert len(CASES) == 4 * (14 + 10 + 6 + 2 + 5)
     assert sum(len(passes) for *_rest, passes in TABLE.values()) == 0

@@ -303,7 +303,11 @@ class TpmQuota:
         from ..quota import ModelQuota
 
         with Checks("TpmQuota.from_model_quota") as check:
-            check.instance("quota", quota, ModelQuota, "a ModelQuota")
+            if check.instance("quota", quota, ModelQuota, "a ModelQuota"):
+                check.rule(quota.endpoint == "bedrock-runtime",
+                           f"quota={quota.node.id} is a bedrock-mantle quota: the dashboard's quota graph and alarm read "
+                           "bedrock-runtime's EstimatedTPMQuotaUsage against one combined TPM; pass a bedrock-runtime "
+                           "ModelQuota, or TpmQuota(tpm_quota=...) yourself", id="quota.mantle-dashboard")
         plan = quota.plan()
         return cls(tpm_quota=plan.tpm_quota, alarm_fraction=alarm_fraction, planned_tpm=plan.tpm_at_caps or None,
                    burndown=plan.burndown)

@@ -89,6 +89,11 @@ NAME_PREFIXES = {
     "global": ("global cross-region model inference {unit} per minute for ",
                "global cross-region invokemodel {unit} per minute for "),
 }
+#: How Service Quotas names a bedrock-mantle quota's two quotas (lower case; planning.MANTLE_QUOTAS_DOC:
+#: "Bedrock Mantle input tokens per minute for ${model}" and "Bedrock Mantle output tokens per minute
+#: for ${model}", found under Amazon Bedrock by searching for "Bedrock Mantle").
+MANTLE_NAME_PREFIXES = {"input": "bedrock mantle input tokens per minute for ",
+                        "output": "bedrock mantle output tokens per minute for "}
 #: Why quota-check reports a declared RPM as information, never a failure (planning.RPM_DOC).
 RPM_LEGACY = planning.RPM_RULE
 
@@ -137,10 +142,18 @@ class DeclaredQuota:
     tiers: tuple[tuple[str, str], ...] = ()
     reservation: tuple[float, float] | None = None
     reserved: tuple[tuple[str, float, float], ...] = ()
+    #: A bedrock-mantle quota's output tokens per minute (tpm_quota is then its input tokens per minute),
+    #: and (name, output TPM drawn) of each share; None and () on bedrock-runtime.
+    output_tpm_quota: float | None = None
+    output_shares: tuple[tuple[str, float], ...] = ()
 
     @property
     def allocated_tpm(self) -> float:
         return sum(tpm for _, tpm in self.shares)
+
+    @property
+    def mantle(self) -> bool:
+        return self.output_tpm_quota is not None
 
     def day(self) -> planning.DailyPlan:
         loads = self.loads or tuple((name, tpm, 24.0) for name, tpm in self.shares)
@@ -273,6 +286,9 @@ def load_plans(assembly: str | Path) -> list[DeclaredQuota]:
                     float(data["reserved_input_tpm"]), float(data["reserved_output_tpm"])),
                 reserved=tuple((str(s["name"]), float(s["reserved_fraction"]), float(s["overflow_requests_per_minute"]))
                                for s in shares if "reserved_fraction" in s),
+                output_tpm_quota=None if data.get("output_tpm_quota") is None else float(data["output_tpm_quota"]),
+                output_shares=tuple((str(s["name"]), float(s["drawn_output_tpm"])) for s in shares
+                                    if data.get("output_tpm_quota") is not None),
             ))
         except (ValueError, KeyError, TypeError, ZeroDivisionError) as error:
             raise QuotaCheckError(f"{path}: not a genai-pacer quota plan ({error!r}); synthesize again") from None
@@ -292,6 +308,8 @@ def check_plan(declared: DeclaredQuota) -> list[Finding]:
     daily quotas, the callers holding no share, the shares no caller holds, and the legacy RPM
     (information, never a failure)."""
     where = f"{declared.model_id} in {declared.region or 'its Region'}"
+    if declared.output_tpm_quota is not None:
+        return _mantle_plan_findings(declared, declared.output_tpm_quota, where)
     findings = []
     allocatable = declared.tpm_quota * (1 - declared.keep_free)
     if declared.shares:
@@ -316,6 +334,27 @@ def check_plan(declared: DeclaredQuota) -> list[Finding]:
     if declared.rpm_quota is not None:
         findings.append(Finding("info", f"{where}: the plan declares {declared.rpm_quota:,.0f} RPM, which caps its rates "
                                         f"but binds nothing at Bedrock; {RPM_LEGACY}"))
+    return findings
+
+
+def _mantle_plan_findings(declared: DeclaredQuota, output_quota: float, where: str) -> list[Finding]:
+    """A bedrock-mantle plan's offline checks: its shares against the input and the output quota (it has
+    no RPM and no daily quota, and synth finds no callers of it)."""
+    findings = []
+    for kind, quota, shares in (("input", declared.tpm_quota, declared.shares),
+                                ("output", output_quota, declared.output_shares)):
+        if not shares:
+            continue
+        allocatable = quota * (1 - declared.keep_free)
+        allocated = sum(tpm for _, tpm in shares)
+        over = allocated > allocatable * (1 + 1e-9)
+        findings.append(Finding(
+            "error" if over else "ok",
+            f"{where} (bedrock-mantle): {len(shares)} share(s) allocate {allocated:,.0f} {kind} TPM, "
+            f"{allocated / allocatable:.1%} of the declared {quota:,.0f} {kind} tokens per minute"
+            + (f" less {declared.keep_free:.0%} kept free" if declared.keep_free else "")
+            + ("; together they overdraw it and Bedrock throttles them: lower the shares or raise the quota" if over
+               else "")))
     return findings
 
 
@@ -415,8 +454,57 @@ def find_account_quota(client: Any, model_id: str, *, code: str | None = None, u
     return AccountQuota(code, str(quota.get("QuotaName", code)), float(quota["Value"]), applied)
 
 
+def find_mantle_quota(client: Any, model_id: str, kind: str) -> AccountQuota:
+    """The account's value of a model's bedrock-mantle input or output (`kind`) tokens-per-minute quota,
+    found by its name (MANTLE_NAME_PREFIXES) among Bedrock's quotas."""
+    prefix = MANTLE_NAME_PREFIXES[kind]
+    defaults = [q for page in client.get_paginator("list_aws_default_service_quotas").paginate(ServiceCode=SERVICE_CODE)
+                for q in page.get("Quotas", [])]
+    _, words, provider = _model_words(model_id)
+    named = [q for q in defaults if str(q.get("QuotaName", "")).lower().startswith(prefix)]
+    covering = [q for q in named if words <= _words(q["QuotaName"][len(prefix):])]
+    matches = [q for q in covering if not (_words(q["QuotaName"][len(prefix):]) - words - {provider})] or covering
+    if len(matches) != 1:
+        listed = "; ".join(f"{q['QuotaCode']} {q['QuotaName']!r}" for q in (matches or named)[:10]) or "none"
+        raise QuotaCheckError(f"{'no' if not matches else len(matches)} Bedrock quota(s) named like {prefix!r} + <model> "
+                              f"match {model_id} ({listed}): compare it yourself with `aws service-quotas "
+                              "list-service-quotas --service-code bedrock`")
+    return find_account_quota(client, model_id, code=str(matches[0]["QuotaCode"]))
+
+
+def _check_mantle_quota(declared: DeclaredQuota, output_quota: float, client: Any) -> QuotaCheck:
+    """A bedrock-mantle plan against the account's input and output quotas."""
+    result = QuotaCheck(declared)
+    where = f"{declared.model_id} in {declared.region or 'the client Region'} (bedrock-mantle)"
+    for kind, quota, shares in (("input", declared.tpm_quota, declared.shares),
+                                ("output", output_quota, declared.output_shares)):
+        account = find_mantle_quota(client, declared.model_id, kind)
+        if kind == "input":
+            result.account = account
+        source = "applied" if account.applied else "AWS default; no applied value"
+        prop = f"{kind}_tpm_quota"
+        if quota > account.value:
+            result.findings.append(Finding(
+                "error", f"{where}: the plan declares {quota:,.0f} {kind} TPM but the account's quota {account.code} "
+                         f"({account.name}) is {account.value:,.0f} ({source}): set {prop}={account.value:,.0f} or "
+                         "request an increase in Service Quotas first"))
+        else:
+            result.findings.append(Finding(
+                "ok" if quota == account.value else "warning",
+                f"{where}: the declared {quota:,.0f} {kind} TPM " + ("is the account's quota" if quota == account.value
+                                                                     else f"is below the account's {account.value:,.0f}")
+                + f" {account.code} ({source})"))
+        allocated = sum(tpm for _, tpm in shares)
+        if shares and allocated > account.value * (1 - declared.keep_free) + 1e-6:
+            result.findings.append(Finding("error", f"{where}: the shares allocate {allocated:,.0f} {kind} TPM, more than "
+                                                    f"the account's {account.value:,.0f}; lower the shares"))
+    return result
+
+
 def check_quota(declared: DeclaredQuota, client: Any) -> QuotaCheck:
     """Compare one declared quota (and its shares) with the account's value; findings say what to do."""
+    if declared.output_tpm_quota is not None:
+        return _check_mantle_quota(declared, declared.output_tpm_quota, client)
     result = QuotaCheck(declared)
     account = result.account = find_account_quota(client, declared.model_id, code=declared.service_quota_code)
     where = f"{declared.model_id} in {declared.region or 'the client Region'}"

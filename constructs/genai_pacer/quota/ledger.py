@@ -182,7 +182,12 @@ class QuotaLedger(Construct):
         super().__init__(scope, id)
         skew: cdk.Duration = resolved(clock_skew)
         with Checks("QuotaLedger", scope=self) as check:
-            check.instance("quota", quota, ModelQuota, "the ModelQuota whose shares become floors")
+            if check.instance("quota", quota, ModelQuota, "the ModelQuota whose shares become floors"):
+                check.rule(quota.endpoint == "bedrock-runtime",
+                           f"quota={quota.node.id} is a bedrock-mantle quota (input_tpm_quota, output_tpm_quota), and "
+                           "the ledger's consumers (QuotaPacer, the queue worker, the Step Functions tasks) call "
+                           "bedrock-runtime: pace each mantle consumer on its share (ModelQuota.pacer_environment)",
+                           id="quota.mantle-ledger")
             check.instance("table", table, dynamodb.ITable, "a dynamodb.Table or dynamodb.Table.from_table_name(...)",
                            optional=True)
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)

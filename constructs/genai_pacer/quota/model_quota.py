@@ -51,6 +51,15 @@ Each call counts at the max_tokens its holder really sends (a state's MaxTokens,
 max_output_tokens) where that is above the share's profile, since Bedrock reserves it when a call
 starts; a warning names both numbers.
 
+Both quota models: tpm_quota plans bedrock-runtime's one combined tokens per minute (Converse and
+InvokeModel). input_tpm_quota and output_tpm_quota instead plan a bedrock-mantle quota
+(planning.MANTLE_QUOTAS_DOC: the OpenAI Responses / Chat Completions and Anthropic Messages
+endpoint): a fraction= share is that part of both, each execution planned with
+planning.sustainable_mantle_rate; a calls= share draws what its calls draw on each; over-allocation
+of either quota is an error; pacer_environment sizes QuotaPacer(input_tpm=..., output_tpm=...). A
+mantle caller's IAM grant (bedrock-mantle:CreateInference) names projects, not models, so synth
+finds no callers: a mantle share is held by declaration only.
+
 Days count too: Bedrock also has a per-model daily token quota (TPM x 1,440 by default) and a
 cross-model daily cap per account and Region (planning.QUOTAS_DOC). Each share says how many hours
 a day its consumer runs (`hours_per_day`), and synth warns when the day's tokens would pass either.
@@ -87,6 +96,7 @@ __all__ = [
     "DEFAULT_WARN_AT",
     "INVOKE_ACTIONS",
     "PACER_ENVIRONMENT",
+    "PACER_MANTLE_ENVIRONMENT",
     "PACER_RESERVED_ENVIRONMENT",
     "PLAN_FILE_PREFIX",
     "PLAN_METADATA_TYPE",
@@ -107,6 +117,19 @@ PACER_ENVIRONMENT = ("GENAI_PACER_TPM", "GENAI_PACER_RPM", "GENAI_PACER_BURNDOWN
 #: ... and, for a share drawn at the Reserved tier, its part of the reservation (pacer_runtime.quota_pacer
 #: RESERVED_ENVIRONMENT).
 PACER_RESERVED_ENVIRONMENT = ("GENAI_PACER_RESERVED_INPUT_TPM", "GENAI_PACER_RESERVED_OUTPUT_TPM")
+#: ... and, for a share of a bedrock-mantle quota, its input and output tokens per minute instead of
+#: GENAI_PACER_TPM (pacer_runtime.quota_pacer MANTLE_ENVIRONMENT).
+PACER_MANTLE_ENVIRONMENT = ("GENAI_PACER_INPUT_TPM", "GENAI_PACER_OUTPUT_TPM")
+#: Bedrock's two quota models: bedrock-runtime's one combined tokens per minute (planning.QUOTAS_DOC)
+#: and bedrock-mantle's input and output tokens per minute (planning.MANTLE_QUOTAS_DOC).
+ENDPOINTS = ("bedrock-runtime", "bedrock-mantle")
+#: The IAM action a call to the bedrock-mantle endpoint authorizes as, on project resources, not on a
+#: model (Bedrock user guide, "Making inference requests",
+#: https://docs.aws.amazon.com/bedrock/latest/userguide/inference.html, and the AWS managed policy
+#: AmazonBedrockMantleInferenceAccess: bedrock-mantle:CreateInference on
+#: arn:aws:bedrock-mantle:*:*:project/*). A grant names no model, so synth cannot tell which
+#: constructs call a mantle quota's model: such a quota's shares are held by declaration only.
+MANTLE_INVOKE_ACTION = "bedrock-mantle:CreateInference"
 #: Bedrock's service tiers (botocore's ServiceTierType, as model_tasks.SERVICE_TIERS): priority,
 #: default and flex draw on the one on-demand quota; reserved on the model's reservation
 #: (planning.SERVICE_TIERS_DOC).
@@ -178,6 +201,9 @@ class Share:
     #: their draw beyond the share to what the others leave free, so the share draws its TPM (its floor)
     #: whatever their caps (`ModelQuota.plan(consumers=True)`).
     in_ledger: bool = False
+    #: On a bedrock-mantle quota, the share's output tokens per minute (tpm is then its input tokens per
+    #: minute); None on bedrock-runtime.
+    output_tpm: float | None = None
 
     def reserved_plan(self, in_flight: int | None = None) -> planning.ReservedPlan | None:
         """For a reserved share: what its part of the reservation holds of `in_flight` calls back to
@@ -207,7 +233,25 @@ class Share:
     def draws_beyond_profile(self) -> bool:
         """Whether that larger reservation raises its draw at the cap (it does not while settlement binds)."""
         return self.reserves_beyond_profile and self.tpm_at_cap > _tpm_at(
-            self.profile, self.in_flight, self.per_execution.call_seconds) + 1e-6
+            self.profile, self.in_flight, self.per_execution.call_seconds, mantle=self.mantle) + 1e-6
+
+    @property
+    def mantle(self) -> bool:
+        """Whether it is a share of a bedrock-mantle quota (input and output tokens per minute)."""
+        return self.output_tpm is not None
+
+    @property
+    def output_tpm_at_cap(self) -> float | None:
+        """On bedrock-mantle, the output tokens per minute its calls in flight generate back to back."""
+        if self.output_tpm is None:
+            return None
+        return self.in_flight * 60 / self.per_execution.call_seconds * self.profile.output_tokens
+
+    @property
+    def drawn_output_tpm(self) -> float | None:
+        """On bedrock-mantle, what it takes from the output quota: its output TPM, or more at its caps."""
+        at_cap = self.output_tpm_at_cap
+        return None if self.output_tpm is None or at_cap is None else max(self.output_tpm, at_cap)
 
     @property
     def reserving(self) -> planning.TokenProfile:
@@ -225,7 +269,7 @@ class Share:
         reserved = self.reserved_plan()
         if reserved is not None:
             return 0.0 if reserved.overflow is None else reserved.overflow.required_tpm
-        return _tpm_at(self.reserving, self.in_flight, self.per_execution.call_seconds)
+        return _tpm_at(self.reserving, self.in_flight, self.per_execution.call_seconds, mantle=self.mantle)
 
     @property
     def drawn_tpm(self) -> float:
@@ -306,6 +350,37 @@ class QuotaPlan:
     stage: str = ""  # the name of the Stage holding the quota's stack ("": the app itself)
     reserved_input_tpm: float | None = None  # the model's Reserved tier reservation, apart from tpm_quota
     reserved_output_tpm: float | None = None
+    #: On a bedrock-mantle quota, its output tokens per minute (tpm_quota is then its input tokens per
+    #: minute); None on bedrock-runtime.
+    output_tpm_quota: float | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The quota model: "bedrock-runtime" or "bedrock-mantle"."""
+        return ENDPOINTS[0] if self.output_tpm_quota is None else ENDPOINTS[1]
+
+    @property
+    def allocatable_output_tpm(self) -> float | None:
+        return None if self.output_tpm_quota is None else self.output_tpm_quota * (1 - self.keep_free)
+
+    @property
+    def allocated_output_tpm(self) -> float | None:
+        """On bedrock-mantle, what the shares take from the output quota (each at its caps where more)."""
+        if self.output_tpm_quota is None:
+            return None
+        return sum(share.drawn_output_tpm or 0.0 for share in self.shares)
+
+    @property
+    def output_allocation(self) -> float | None:
+        allocatable, allocated = self.allocatable_output_tpm, self.allocated_output_tpm
+        if allocatable is None or allocated is None:
+            return None
+        return allocated / allocatable if allocatable > 0 else math.inf
+
+    @property
+    def binding_allocation(self) -> float:
+        """The larger allocation: the TPM's, or on bedrock-mantle the input's or the output's."""
+        return max(self.allocation, self.output_allocation or 0.0)
 
     @property
     def kept_free_tpm(self) -> float:
@@ -382,10 +457,12 @@ class QuotaPlan:
     def over_allocated(self) -> bool:
         # A hair of tolerance: fractions such as 0.1 + 0.2 do not add up exactly in floating point.
         rpm = self.rpm_allocation
-        return self.allocation > 1 + 1e-9 or (rpm is not None and rpm > 1 + 1e-9)
+        return self.binding_allocation > 1 + 1e-9 or (rpm is not None and rpm > 1 + 1e-9)
 
     def table(self) -> str:
         """The plan as a plain-text table: consumers, TPM, concurrency and headroom."""
+        if self.output_tpm_quota is not None:
+            return self._mantle_table(self.output_tpm_quota)
         quota = self.tpm_quota
         header = ("consumer", "tier", "TPM", "of quota", "burst TPM", "RPM", "calls/execution", "executions",
                   "in flight", "TPM at cap", "tokens/day")
@@ -424,8 +501,41 @@ class QuotaPlan:
             lines.append("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip())
         return "\n".join(lines)
 
+    def _mantle_table(self, output_quota: float) -> str:
+        """A bedrock-mantle plan: each share's input and output tokens per minute (no RPM, no day)."""
+        header = ("consumer", "tier", "input TPM", "of input", "output TPM", "of output", "calls/execution",
+                  "executions", "in flight", "input at cap", "output at cap")
+        rows: list[tuple[str, ...]] = [
+            (share.name, share.service_tier or "-", f"{share.tpm:,.0f}", f"{share.tpm / self.tpm_quota:.1%}",
+             f"{share.output_tpm or 0:,.0f}", f"{(share.output_tpm or 0) / output_quota:.1%}",
+             str(share.per_execution.max_concurrency), str(share.executions),
+             str(share.in_flight) if share.in_flight == share.planned_in_flight
+             else f"{share.in_flight} (plan {share.planned_in_flight})",
+             f"{share.tpm_at_cap:,.0f}", f"{share.output_tpm_at_cap or 0:,.0f}")
+            for share in self.shares
+        ]
+        kept_out = output_quota * self.keep_free
+        headroom_out = cast(float, self.allocatable_output_tpm) - cast(float, self.allocated_output_tpm)
+        rows.append(("(kept free)", "", f"{self.kept_free_tpm:,.0f}", f"{self.keep_free:.1%}", f"{kept_out:,.0f}",
+                     f"{self.keep_free:.1%}", *[""] * 5))
+        rows.append(("(headroom)", "", f"{self.headroom_tpm:,.0f}", f"{self.headroom_tpm / self.tpm_quota:.1%}",
+                     f"{headroom_out:,.0f}", f"{headroom_out / output_quota:.1%}", *[""] * 5))
+        widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+        lines = [
+            f"{self.model_id} in {self.region}: bedrock-mantle, {self.tpm_quota:,.0f} input and {output_quota:,.0f} "
+            f"output tokens per minute (no RPM, no daily quota); {self.allocated_tpm:,.0f} input TPM allocated "
+            f"({self.allocation:.1%} of {self.allocatable_tpm:,.0f} allocatable), {self.allocated_output_tpm:,.0f} "
+            f"output TPM allocated ({self.output_allocation:.1%} of {self.allocatable_output_tpm:,.0f} allocatable), "
+            f"{self.in_flight} calls in flight at the caps"
+        ]
+        for row in (header, *rows):
+            lines.append("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                                   for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip())
+        return "\n".join(lines)
+
     def as_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready data (what the cloud assembly file holds)."""
+        mantle = self.output_tpm_quota is not None
         return {
             "model_id": self.model_id,
             "region": self.region,
@@ -445,8 +555,13 @@ class QuotaPlan:
             "allocation": round(self.allocation, 4),
             "in_flight": self.in_flight,
             "tpm_at_caps": round(self.tpm_at_caps, 1),
-            "daily_token_quota": round(self.daily().daily_quota, 1),
-            "daily_tokens": round(self.daily().daily_tokens, 1),
+            "endpoint": self.endpoint,
+            "output_tpm_quota": self.output_tpm_quota,
+            "allocated_output_tpm": None if not mantle else round(cast(float, self.allocated_output_tpm), 1),
+            "allocatable_output_tpm": None if not mantle else round(cast(float, self.allocatable_output_tpm), 1),
+            "output_allocation": None if not mantle else round(cast(float, self.output_allocation), 4),
+            "daily_token_quota": None if mantle else round(self.daily().daily_quota, 1),
+            "daily_tokens": None if mantle else round(self.daily().daily_tokens, 1),
             "cross_model_daily_tokens": self.cross_model_daily_tokens,
             "other_models_daily_tokens": round(self.other_models_daily_tokens, 1),
             "unshared_consumers": [asdict(consumer) for consumer in self.unshared],
@@ -474,7 +589,10 @@ class QuotaPlan:
                     "drawn_tpm": round(share.drawn_tpm, 1),
                     "held_max_tokens": share.held_max_tokens,
                     "hours_per_day": share.hours_per_day,
-                    "daily_tokens": round(share.daily_load.daily_tokens, 1),
+                    **({"output_tpm": round(cast(float, share.output_tpm), 1),
+                        "output_tpm_at_cap": round(cast(float, share.output_tpm_at_cap), 1),
+                        "drawn_output_tpm": round(cast(float, share.drawn_output_tpm), 1)} if mantle
+                       else {"daily_tokens": round(share.daily_load.daily_tokens, 1)}),
                     "holders": [c.path for c in self.holders(share)],
                     "profile": asdict(share.profile),
                 }
@@ -494,9 +612,15 @@ class ModelQuota(Construct):
 
     model: required; the model or inference profile the consumers call. Bedrock keeps separate
         quotas for on-demand and cross-Region calls of one model: declare the one the consumers use.
-    tpm_quota: required; the tokens-per-minute quota (Service Quotas: "On-demand InvokeModel tokens
+    tpm_quota: the bedrock-runtime tokens-per-minute quota (Service Quotas: "On-demand InvokeModel tokens
         per minute for <model>" or "Cross-Region InvokeModel tokens per minute for <model>").
-        `genai-pacer quota-check` compares it with the account's value before you deploy.
+        `genai-pacer quota-check` compares it with the account's value before you deploy. Required,
+        unless the quota is bedrock-mantle's (then refused).
+    input_tpm_quota / output_tpm_quota: a bedrock-mantle quota instead (both; Service Quotas:
+        "Bedrock Mantle input tokens per minute for <model>" and "... output ...",
+        planning.MANTLE_QUOTAS_DOC). Shares are then drawn with fraction= (that part of both) or
+        calls=; rpm_quota, a burndown other than 1, the daily quotas, a reservation,
+        service_quota_code and require_shares are refused with it, naming each. Default: None.
     rpm_quota: legacy; a requests-per-minute figure for accounts or tooling that still track one. Bedrock
         no longer enforces RPM on the bedrock-runtime endpoint (planning.RPM_RULE), so a plan never
         needs it. Given, the shares split it, it caps their rates (each share's RatePlan then says
@@ -540,7 +664,7 @@ class ModelQuota(Construct):
         id: str,
         *,
         model: BedrockModel,
-        tpm_quota: float,
+        tpm_quota: float | None = None,
         rpm_quota: float | None = None,
         burndown: float = 1.0,
         keep_free: float = 0.0,
@@ -551,13 +675,27 @@ class ModelQuota(Construct):
         require_shares: bool = False,
         reserved_input_tpm: float | None = None,
         reserved_output_tpm: float | None = None,
+        input_tpm_quota: float | None = None,
+        output_tpm_quota: float | None = None,
     ) -> None:
         super().__init__(scope, id)
         model = as_bedrock_model(model)
+        mantle = input_tpm_quota is not None or output_tpm_quota is not None
         with Checks("ModelQuota", scope=self) as check:
             check.instance("model", model, BedrockModel, _MODEL_HINT)
-            _plan_number(check, "tpm_quota", tpm_quota, minimum=1, maximum=planning.MAX_TPM_QUOTA,
-                         fix="the model's tokens-per-minute quota from Service Quotas, e.g. 400000")
+            if mantle:
+                _mantle_props(check, tpm_quota=tpm_quota, input_tpm_quota=input_tpm_quota,
+                              output_tpm_quota=output_tpm_quota, rpm_quota=rpm_quota, burndown=burndown,
+                              daily_token_quota=daily_token_quota, cross_model_daily_tokens=cross_model_daily_tokens,
+                              reserved=(reserved_input_tpm, reserved_output_tpm),
+                              service_quota_code=service_quota_code, require_shares=require_shares)
+            elif tpm_quota is None:
+                check.fail("tpm_quota is required: the model's bedrock-runtime tokens-per-minute quota from Service "
+                           "Quotas, e.g. 400000 (or input_tpm_quota and output_tpm_quota for a bedrock-mantle quota, "
+                           f"{planning.MANTLE_QUOTAS_DOC})", id="tpm_quota.missing")
+            else:
+                _plan_number(check, "tpm_quota", tpm_quota, minimum=1, maximum=planning.MAX_TPM_QUOTA,
+                             fix="the model's tokens-per-minute quota from Service Quotas, e.g. 400000")
             _plan_number(check, "rpm_quota", rpm_quota, above=0, maximum=planning.MAX_RATE, optional=True,
                          fix="a legacy requests-per-minute figure, or None (bedrock-runtime no longer enforces RPM)")
             _plan_number(check, "burndown", burndown, minimum=1, maximum=planning.MAX_BURNDOWN,
@@ -592,7 +730,13 @@ class ModelQuota(Construct):
         self.model = model
         self.reserved_input_tpm = None if reserved_input_tpm is None else float(reserved_input_tpm)
         self.reserved_output_tpm = None if reserved_output_tpm is None else float(reserved_output_tpm)
-        self.tpm_quota = float(tpm_quota)
+        #: "bedrock-runtime" (tpm_quota) or "bedrock-mantle" (input_tpm_quota and output_tpm_quota).
+        self.endpoint = ENDPOINTS[1] if mantle else ENDPOINTS[0]
+        self.input_tpm_quota = None if input_tpm_quota is None else float(input_tpm_quota)
+        self.output_tpm_quota = None if output_tpm_quota is None else float(output_tpm_quota)
+        # The quota the plan allocates: the combined TPM, or bedrock-mantle's input tokens per minute
+        # (its output quota is allocated beside it: Share.output_tpm, QuotaPlan.output_allocation).
+        self.tpm_quota = float(cast(float, input_tpm_quota if mantle else tpm_quota))
         self.rpm_quota = None if rpm_quota is None else float(rpm_quota)
         self.burndown = float(burndown)
         self.keep_free = float(keep_free)
@@ -735,13 +879,23 @@ class ModelQuota(Construct):
                 check.rule(calls is not None,
                            "service_tier='reserved' needs calls= (the calls one execution has in flight), the rate "
                            "the reservation holds; fraction and tpm are parts of the on-demand quota", id="service_tier.reserved-needs-calls")
-            floor = None if not amount_ok or calls is not None else (
+            mantle = self.endpoint == ENDPOINTS[1]
+            if mantle:
+                check.rule(tpm is None, "tpm= on a bedrock-mantle quota: a share of it is a part of both its input and "
+                           "its output tokens per minute; draw fraction= (that part of each) or calls=", id="tpm.mantle")
+                check.rule(burst_tpm is None, "burst_tpm on a bedrock-mantle quota: a burst cap is what a consumer may "
+                           "borrow in a QuotaLedger, which keeps bedrock-runtime's combined quota; drop it",
+                           id="burst_tpm.mantle")
+            floor = None if not amount_ok or calls is not None or mantle else (
                 fraction * self.tpm_quota if fraction is not None else float(tpm))  # type: ignore[arg-type]
-            burst_ok = self._check_burst(check, burst_tpm, floor, calls=calls, service_tier=service_tier)
+            burst_ok = mantle or self._check_burst(check, burst_tpm, floor, calls=calls, service_tier=service_tier)
             share: Share | None = None
             if profile_ok and seconds_ok and kind_ok and amount_ok and executions_ok and not check.problems:
                 if calls is not None:
                     share = self._fixed_width(name, profile, int(calls), int(executions), call_seconds)
+                elif mantle:
+                    share = self._mantle_budget(check, name, profile, float(fraction),  # type: ignore[arg-type]
+                                                int(executions), call_seconds)
                 else:
                     budget = fraction * self.tpm_quota if fraction is not None else float(tpm)  # type: ignore[arg-type]
                     share = self._budget(check, name, "fraction" if fraction is not None else "tpm", profile, budget,
@@ -792,6 +946,38 @@ class ModelQuota(Construct):
         ):
             return None
         return Share(name, kind, budget, rpm, executions, per_execution, profile)
+
+    def _mantle_budget(self, check: Checks, name: str, profile: planning.TokenProfile, fraction: float,
+                       executions: int, call_seconds: float) -> Share | None:
+        """A share of a bedrock-mantle quota: `fraction` of both its quotas, each execution planned with
+        planning.sustainable_mantle_rate over its slice of each; what the planner would refuse is
+        refused here first, naming the share's arguments."""
+        input_quota, output_quota = cast(float, self.input_tpm_quota), cast(float, self.output_tpm_quota)
+        input_slice, output_slice = fraction * input_quota / executions, fraction * output_quota / executions
+        quota = "the share" if executions == 1 else f"each of the share's {executions} executions"
+        fix = "draw a larger fraction" + (", run fewer executions" if executions > 1 else "")
+        admitted = profile.input_tokens + profile.cache_write_tokens + profile.max_tokens
+        one_at_a_time = 60 / call_seconds
+        rules = (
+            (admitted <= input_slice,
+             f"fraction={fraction:g} gives {quota} {input_slice:,.0f} input tokens per minute, which cannot admit one "
+             f"call: bedrock-mantle checks input + cache writes + max_tokens = {admitted:,} against it "
+             f"({planning.MANTLE_QUOTAS_DOC}); {fix} or lower max_tokens", "fraction.below-one-call"),
+            (one_at_a_time * planning._mantle_input(profile, call_seconds) <= input_slice,
+             f"fraction={fraction:g} gives {quota} {input_slice:,.0f} input tokens per minute, less than one call at a "
+             f"time of {call_seconds:g} s draws ({one_at_a_time * planning._mantle_input(profile, call_seconds):,.0f}), "
+             f"so the construct's smallest cap would overdraw it; {fix} or lower max_tokens", "fraction.below-one-at-a-time"),
+            (output_slice >= 1 and one_at_a_time * profile.output_tokens <= output_slice,
+             f"fraction={fraction:g} gives {quota} {output_slice:,.0f} output tokens per minute, less than one call at a "
+             f"time of {call_seconds:g} s generates ({one_at_a_time * profile.output_tokens:,.0f}), so the construct's "
+             f"smallest cap would overdraw it; {fix}", "fraction.below-one-at-a-time-output"),
+        )
+        if not all([check.rule(ok, message, id=rule) for ok, message, rule in rules]):
+            return None
+        per_execution = planning.sustainable_mantle_rate(profile, input_tpm_quota=input_slice,
+                                                         output_tpm_quota=output_slice, call_seconds=call_seconds)
+        return Share(name, "fraction", fraction * input_quota, None, executions, per_execution, profile,
+                     output_tpm=fraction * output_quota)
 
     @property
     def allocatable_tpm(self) -> float:
@@ -856,10 +1042,12 @@ class ModelQuota(Construct):
                      call_seconds: float) -> Share:
         """A share sized by its calls in flight: the TPM they draw at one call per call_seconds each."""
         per_minute = calls * 60 / call_seconds
-        per_execution = planning.RatePlan(per_minute, "tpm", calls, call_seconds)
-        tpm = _tpm_at(profile, calls * executions, call_seconds)
+        mantle = self.endpoint == ENDPOINTS[1]
+        per_execution = planning.RatePlan(per_minute, "input-tpm" if mantle else "tpm", calls, call_seconds)
+        tpm = _tpm_at(profile, calls * executions, call_seconds, mantle=mantle)
         rpm = None if self.rpm_quota is None else per_minute * executions
-        return Share(name, "calls", tpm, rpm, executions, per_execution, profile)
+        output = per_minute * executions * profile.output_tokens if mantle else None
+        return Share(name, "calls", tpm, rpm, executions, per_execution, profile, output_tpm=output)
 
     # --- reading the plan ---------------------------------------------------------------------------
 
@@ -875,8 +1063,11 @@ class ModelQuota(Construct):
         share it holds (what synth checks): ask for it once the app is built. Default: False.
         """
         stack = cdk.Stack.of(self)
+        # the cross-model daily cap is bedrock-runtime's: other models' runtime quotas in this account and Region
         others = [q for q in _QUOTAS.get(self.node.root, []) if q is not self and q._key()[1:] == self._key()[1:]
-                  and q._key() != self._key()]
+                  and q._key() != self._key() and q.endpoint == ENDPOINTS[0]]
+        # A bedrock-mantle caller's grant names projects, not models (MANTLE_INVOKE_ACTION): none is looked for.
+        consumers = consumers and self.endpoint == ENDPOINTS[0]
         found = tuple(_census(self)) if consumers else ()
         shares = tuple(dataclasses.replace(share, held_in_flight=_held_in_flight(share, found),
                                            held_max_tokens=_held_max_tokens(share, found),
@@ -901,6 +1092,7 @@ class ModelQuota(Construct):
             stage=cdk.Stage.of(self).stage_name,  # type: ignore[union-attr]
             reserved_input_tpm=self.reserved_input_tpm,
             reserved_output_tpm=self.reserved_output_tpm,
+            output_tpm_quota=self.output_tpm_quota,
         )
 
     def pacer_environment(self, name: str) -> dict[str, str]:
@@ -913,6 +1105,9 @@ class ModelQuota(Construct):
         share = self._shares.get(name)
         if share is None:
             raise KeyError(f"ModelQuota {self.node.id}: no share named {name!r}; drawn: {', '.join(self._shares) or 'none'}")
+        if share.output_tpm is not None:  # bedrock-mantle: QuotaPacer(input_tpm=..., output_tpm=...)
+            return {variable: f"{value / share.executions:.0f}"
+                    for variable, value in zip(PACER_MANTLE_ENVIRONMENT, (share.tpm, share.output_tpm), strict=True)}
         tpm_name, rpm_name, burndown_name = PACER_ENVIRONMENT
         environment = {tpm_name: f"{share.tpm / share.executions:.0f}", burndown_name: f"{self.burndown:g}"}
         if share.rpm is not None:
@@ -929,8 +1124,10 @@ class ModelQuota(Construct):
         return (str(self.model.model_id), str(stack.account), str(stack.region))
 
     def _twins(self) -> list[ModelQuota]:
-        """Other quotas of this app for the same model, account and Region."""
-        return [q for q in _QUOTAS.get(self.node.root, []) if q is not self and q._key() == self._key()]
+        """Other quotas of this app for the same model, account and Region, on the same endpoint (the two
+        endpoints keep separate quotas for one model, planning.MANTLE_QUOTAS_DOC)."""
+        return [q for q in _QUOTAS.get(self.node.root, [])
+                if q is not self and q._key() == self._key() and q.endpoint == self.endpoint]
 
 
 def _tier_cell(share: Share) -> str:
@@ -956,9 +1153,12 @@ def _reserved_fields(share: Share) -> dict[str, Any]:
     }
 
 
-def _tpm_at(profile: planning.TokenProfile, in_flight: int, call_seconds: float) -> float:
-    """TPM drawn by `in_flight` calls back to back (Little's law), reservations included."""
+def _tpm_at(profile: planning.TokenProfile, in_flight: int, call_seconds: float, *, mantle: bool = False) -> float:
+    """TPM drawn by `in_flight` calls back to back (Little's law), reservations included; on
+    bedrock-mantle, the input tokens per minute (planning.sustainable_mantle_rate's charge per call)."""
     rate = in_flight * 60 / call_seconds
+    if mantle:
+        return rate * planning._mantle_input(profile, call_seconds)
     return planning.plan_tpm(profile, requests_per_minute=rate, headroom=0, call_seconds=call_seconds).required_tpm
 
 
@@ -982,6 +1182,42 @@ def _held_max_tokens(share: Share, consumers: tuple[Consumer, ...]) -> int | Non
     """The largest max_tokens the share's holders' requests set, where synth read one."""
     read = [c.max_tokens for c in consumers if c.share == share.name and c.max_tokens is not None]
     return max(read) if read else None
+
+
+def _mantle_props(check: Checks, *, tpm_quota: Any, input_tpm_quota: Any, output_tpm_quota: Any, rpm_quota: Any,
+                  burndown: Any, daily_token_quota: Any, cross_model_daily_tokens: Any, reserved: tuple[Any, Any],
+                  service_quota_code: Any, require_shares: Any) -> None:
+    """A bedrock-mantle quota's props: both of its quotas, and none of bedrock-runtime's, each named."""
+    page = planning.MANTLE_QUOTAS_DOC
+    for name, value, kind in (("input_tpm_quota", input_tpm_quota, "input"), ("output_tpm_quota", output_tpm_quota, "output")):
+        _plan_number(check, name, value, minimum=1, maximum=planning.MAX_TPM_QUOTA, optional=True,
+                     fix=f"the model's 'Bedrock Mantle {kind} tokens per minute' quota from Service Quotas")
+    check.rule(input_tpm_quota is not None and output_tpm_quota is not None,
+               "input_tpm_quota and output_tpm_quota go together: a bedrock-mantle quota is an input and an output "
+               f"tokens-per-minute quota per model ({page}); pass both", id="input_tpm_quota.without-output")
+    check.rule(tpm_quota is None, "tpm_quota with input_tpm_quota/output_tpm_quota: tpm_quota is bedrock-runtime's one "
+               f"combined quota, the other two bedrock-mantle's ({page}); declare one ModelQuota per endpoint",
+               id="tpm_quota.with-mantle")
+    check.rule(rpm_quota is None, f"rpm_quota with a bedrock-mantle quota: that endpoint enforces no requests-per-minute "
+               f"quota ({page}); drop it", id="rpm_quota.no-rpm-on-mantle")
+    check.rule(is_token(burndown) or burndown == 1,
+               f"burndown={_show(burndown)} with a bedrock-mantle quota: its input and output quotas count tokens 1:1 "
+               f"(the page names no burndown, {page}); drop it", id="burndown.mantle")
+    check.rule(daily_token_quota is None and cross_model_daily_tokens is None,
+               "daily_token_quota/cross_model_daily_tokens with a bedrock-mantle quota: the daily token quotas are "
+               f"bedrock-runtime's, and the bedrock-mantle page lists none ({page}); drop them", id="daily_token_quota.no-day-on-mantle")
+    check.rule(reserved == (None, None),
+               "reserved_input_tpm/reserved_output_tpm with a bedrock-mantle quota: the Reserved tier is planned for "
+               "bedrock-runtime calls (Converse and InvokeModel with a service tier); drop them",
+               id="reserved_input_tpm.mantle")
+    check.rule(service_quota_code is None,
+               "service_quota_code with a bedrock-mantle quota: it is two Service Quotas quotas, and quota-check finds "
+               "both by name ('Bedrock Mantle input/output tokens per minute for <model>'); drop it",
+               id="service_quota_code.mantle")
+    check.rule(require_shares is False,
+               f"require_shares=True with a bedrock-mantle quota: its callers' grants ({MANTLE_INVOKE_ACTION}) name "
+               "projects, not models, so synth cannot find the constructs that call it; drop it (its shares are held "
+               "by declaration)", id="require_shares.mantle")
 
 
 def _plan_number(check: Checks, name: str, value: Any, *, whole: bool = False, optional: bool = False, **limits: Any) -> bool:
@@ -1040,7 +1276,12 @@ class _Enforced:
             f"TPM allocatable"
             + (f" ({plan.tpm_quota:,.0f} TPM quota, {plan.keep_free:.0%} kept free)" if plan.keep_free else "")
         )
-        tpm_over = plan.allocation > 1 + 1e-9
+        output_over = (plan.output_allocation or 0) > 1 + 1e-9
+        if plan.output_tpm_quota is not None:  # bedrock-mantle: the input and output quotas
+            overdrawn = overdrawn.replace(" TPM", " input TPM", 2) + (
+                f", and {plan.allocated_output_tpm:,.0f} output TPM, {plan.output_allocation:,.1%} of the "
+                f"{plan.allocatable_output_tpm:,.0f} output TPM allocatable")
+        tpm_over = plan.allocation > 1 + 1e-9 or output_over
         rpm_over = rpm is not None and rpm > 1 + 1e-9
         if rpm_over:
             overdrawn = (overdrawn + ", and" if tpm_over else "the shares draw") + (
@@ -1104,12 +1345,17 @@ class _PublishPlan:
                 f"ModelQuota {quota.node.id} has no shares: no consumer draws from it, so nothing is checked; "
                 "pass quota.share(...) as each consumer's max_concurrency (or declare calls= for fixed-width ones)",
             )
-        elif not plan.over_allocated() and plan.allocation >= plan.warn_at:
+        elif not plan.over_allocated() and plan.binding_allocation >= plan.warn_at:
             warn(
                 quota,
                 "quota-nearly-allocated",
-                f"ModelQuota {quota.node.id}: the shares allocate {plan.allocation:.1%} of the allocatable quota "
-                f"(warn_at {plan.warn_at:.0%}), leaving {plan.headroom_tpm:,.0f} TPM of headroom for estimation error "
+                f"ModelQuota {quota.node.id}: the shares allocate "
+                + (f"{plan.allocation:.1%} of the allocatable quota (warn_at {plan.warn_at:.0%}), leaving "
+                   f"{plan.headroom_tpm:,.0f} TPM" if plan.output_tpm_quota is None else
+                   f"{plan.allocation:.1%} of the allocatable input quota and {plan.output_allocation:.1%} of the "
+                   f"output quota (warn_at {plan.warn_at:.0%}), leaving {plan.headroom_tpm:,.0f} input and "
+                   f"{cast(float, plan.allocatable_output_tpm) - cast(float, plan.allocated_output_tpm):,.0f} output TPM")
+                + " of headroom for estimation error "
                 "(input length, output p99, call duration); lower a share or raise the quota if the estimates are "
                 "not measured",
             )
@@ -1124,7 +1370,7 @@ class _PublishPlan:
                 for holder in plan.holders(share):
                     if holder.max_tokens is not None and holder.max_tokens > share.profile.max_tokens:
                         warn(on(holder), "quota-max-tokens-beyond-profile", _max_tokens_message(quota, plan, share, holder))
-        for warning in plan.daily().warnings:
+        for warning in plan.daily().warnings if plan.output_tpm_quota is None else ():
             warn(quota, "quota-daily", f"ModelQuota {quota.node.id} ({plan.model_id}): {warning}")
         for consumer in plan.consumers:
             held = plan.shares_by_name.get(consumer.share or "")
