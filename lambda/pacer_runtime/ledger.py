@@ -475,7 +475,7 @@ class SharedLedger:
         self._returns: dict[str, list[float]] = {}
         self.counts = {"reads": 0, "writes": 0, "conflicts": 0, "refusals": 0, "throttled": 0, "repairs": 0, "reserved": 0,
                        "borrowed": 0, "settled": 0, "released": 0, "late": 0, "wants": 0, "swept": 0,
-                       "day_refusals": 0, "deferred": 0, "carried": 0, "flushes": 0}
+                       "day_refusals": 0, "deferred": 0, "carried": 0, "flushes": 0, "charged": 0}
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> SharedLedger:
@@ -608,6 +608,40 @@ class SharedLedger:
         """The tokens this consumer's deferred returns will give back (>= 0), not yet written."""
         with self._lock:
             return -sum(entry[0] for entry in self._returns.values())
+
+    def charge(self, tokens: float) -> None:
+        """Count `tokens` Bedrock already charged to the on-demand quota without this ledger admitting
+        them: a Reserved tier call that Bedrock served at default (its reservation was full, service
+        tiers page: "overflows to default"). No ceiling is checked (the tokens are spent whatever the
+        ledger says); they go into this consumer's slot of the current second, so they leave the
+        window no earlier than Bedrock's charge of a call that started before, and into the day. An
+        item that does not add up is repaired first; a write that loses to another is retried."""
+        if not _finite(tokens) or tokens < 0:
+            raise ValueError(f"SharedLedger.charge: tokens={tokens!r} must be a finite number >= 0")
+        amount = math.ceil(tokens)
+        if amount == 0:
+            return
+        for _ in range(self.conflict_retries + 2):
+            now, view = self._trusted_view()
+            if view is None:  # repaired: try again on the item the repair returned
+                continue
+            start = math.floor(now / SLOT_SECONDS) * SLOT_SECONDS
+            newest = view.newest_start()
+            if start < newest <= start + ADOPTED_SKEW_FACTOR * max(self.skew_seconds, SLOT_SECONDS):
+                start = newest  # as a reservation names its slot: never older than the newest seen
+            names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer,
+                     "#slot": f"{SLOT_PREFIX}{_slot_name(start)}#{self.consumer}", "#day": DAY_PREFIX + _day(start),
+                     "#ttl": TTL_ATTRIBUTE}
+            values = {":t": _n(amount), ":number": {"S": "N"}, ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)}
+            condition = " AND ".join(f"(attribute_not_exists({p}) OR attribute_type({p}, :number))"
+                                     for p in ("#held", "#mine", "#slot", "#day"))
+            update = "ADD #held :t, #mine :t, #slot :t, #day :t SET #ttl = :ttl"
+            if self._write(update, condition, names, values) is not None:
+                self.counts["charged"] += 1
+                return
+            self.counts["conflicts"] += 1  # an attribute turned into text since the view: repaired next time
+        raise LedgerError(f"SharedLedger: a charge of {amount:,} tokens did not go through after "
+                          f"{self.conflict_retries + 2} tries", code="Conflict", retryable=True)
 
     def sweep(self) -> float:
         """Remove every slot that left the window, of every consumer, without reserving anything: what

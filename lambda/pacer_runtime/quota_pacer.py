@@ -74,11 +74,11 @@ served tier and those served below the tier they asked for.
 
 With a ledger too, the two features meet as Bedrock's quotas do: priority, default and flex calls,
 and a reserved call's overflow, are held locally and in the shared ledger; a reserved call the
-reservation holds never touches the ledger. The reservation itself is per process: it is not
-shared across processes yet, so give each process its own part of it (reserved_input_tpm and
-reserved_output_tpm are that part), and a reserved call Bedrock served at default anyway is
-charged to this process's on-demand window only, not to the shared ledger (the ledger takes
-charges only through a reservation it admitted).
+reservation holds never touches the ledger, and one Bedrock served at default anyway (the
+reservation was full: other processes use it too) is charged to this process's window and to the
+shared ledger (SharedLedger.charge: no admission, Bedrock already charged it), so every process
+sees it. The reservation itself is per process: it is not shared across processes yet, so give
+each process its own part of it (reserved_input_tpm and reserved_output_tpm are that part).
 
 Use one pacer per model quota per process, shared by every thread. With bedrock_client, set
 max_attempts=1: each SDK retry would be a new reservation the pacer never admitted; retry through
@@ -776,6 +776,7 @@ class QuotaPacer:
                 with self._cond:
                     reservation.release(entry)  # Bedrock charged nothing (or never saw it)
             raise
+        shared = None
         with self._cond:
             if result.served_tier in (None, "reserved"):
                 reservation.settle(entry, result.input_tokens + result.cache_write_tokens, result.output_tokens)
@@ -786,8 +787,24 @@ class QuotaPacer:
                                                            cache_write_tokens=result.cache_write_tokens), self._seq)
                 self._charges.append(charge)
                 self._held += charge.tokens
+                if self.ledger is not None and self._now() >= self._ledger_down_until:
+                    shared = charge.tokens  # every process's on-demand window: the shared ledger's
             self._record_tiers_locked("reserved", result)
+        if shared is not None:
+            self._ledger_charge(shared)
         return result
+
+    def _ledger_charge(self, tokens: float) -> None:
+        """Charge the shared ledger with tokens Bedrock took from the on-demand quota unasked (a reserved
+        call served at default), outside the lock; a failure is counted and logged, as a settlement's."""
+        assert self.ledger is not None
+        try:
+            self.ledger.charge(tokens)
+        except LedgerError as error:
+            with self._cond:
+                self._counts["ledger_errors"] += 1
+            log("WARNING", "QuotaPacer: the shared ledger did not take a reserved call served at default; only this "
+                "process's window counts it", error=str(error), code=error.code, tokens=tokens)
 
     def _record_tiers(self, requested: str | None, result: Any) -> None:
         with self._cond:

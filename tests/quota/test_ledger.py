@@ -356,3 +356,33 @@ def test_bad_settings_are_refused_by_name(dynamodb):
         assert name in str(refused.value)
     with pytest.raises(ValueError, match="burst_tpm"):
         SharedLedger(TABLE, ledger_id="m", consumer="a", quota_tpm=100, floor_tpm=50, burst_tpm=40, client=dynamodb)
+
+
+def test_a_charge_bedrock_already_took_is_counted_without_a_ceiling_and_leaves_with_its_window(dynamodb):
+    """SharedLedger.charge: tokens the ledger never admitted (a reserved call Bedrock served at default)
+    count for every consumer at once, even past the quota, and leave like any slot."""
+    clock = Clock()
+    a, b = ledger(dynamodb, clock), ledger(dynamodb, clock, "b")
+    assert isinstance(a.try_reserve(900), LedgerHold)
+    a.charge(300.2)  # spent whatever the ledger says: 1,201 held of a 1,000 quota
+    view = consistent(dynamodb)
+    assert (view.held, view.consumers, view.days) == (1_201, {"a": 1_201}, {"2027-01-15": 1_201})
+    assert isinstance(b.try_reserve(1), LedgerRefusal)  # every consumer sees it
+    clock.now += 62.1  # its second + the window + the skew
+    assert isinstance(b.try_reserve(1_000), LedgerHold)
+    assert consistent(dynamodb).held == 1_000 and a.counts["charged"] == 1
+    with pytest.raises(ValueError, match="tokens=-1 must be a finite number >= 0"):
+        a.charge(-1)
+
+
+def test_a_charge_on_a_malformed_item_repairs_it_first(dynamodb, capsys):
+    clock = Clock()
+    a = ledger(dynamodb, clock)
+    a.try_reserve(100)
+    dynamodb.update_item(TableName=TABLE, Key={"pk": {"S": "quota#m"}}, UpdateExpression="SET #h = :bad",
+                         ExpressionAttributeNames={"#h": "h#a"}, ExpressionAttributeValues={":bad": {"S": "many"}})
+    fresh = ledger(dynamodb, clock)
+    fresh.view(refresh=True)
+    fresh.charge(50)
+    assert consistent(dynamodb).held == 150 and fresh.counts["repairs"] == 1
+    assert "h#a is not a finite number" in capsys.readouterr().out

@@ -198,3 +198,18 @@ def test_a_reserved_call_is_held_only_in_the_reservation_and_its_overflow_in_the
     assert (stats.reserved_input_held, stats.reserved_output_held) == (10, 200)  # still only the first call
     assert dict(stats.tiers) == {"reserved->reserved": 1, "reserved->default": 1, "default->default": 1}
     assert client.calls == 3
+
+
+def test_a_reserved_call_bedrock_served_at_default_is_charged_to_the_shared_ledger(dynamodb):
+    """Issue 37.4: the reservation held it locally, but Bedrock served it at default (another process
+    used the reservation): every process must see that charge, so it goes into the shared ledger."""
+    clock = Clock()
+    one = pacer(dynamodb, clock, "a", reserved_input_tpm=1_000, reserved_output_tpm=1_000)
+    other = pacer(own_client(), clock, "b")
+    reserved = {"modelId": "m", "messages": [{"role": "user", "content": [{"text": "p"}]}],
+                "inferenceConfig": {"maxTokens": 200}, "serviceTier": {"type": "reserved"}}
+    result = one.converse(Answers("default"), reserved)
+    charged = math.ceil(one.settlement(result.input_tokens, result.output_tokens))
+    assert consistent(dynamodb).consumers == {"a": charged}  # before: 0, only process a's window knew
+    assert one.stats().held_tokens == charged and one.stats().reserved_input_held == 0
+    assert other.ledger is not None and other.ledger.view(refresh=True).held == charged
