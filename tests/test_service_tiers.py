@@ -203,7 +203,7 @@ def test_a_construct_refuses_a_tier_bedrock_does_not_have_naming_itself(construc
 
 from answer_router_harness import converse_params, converse_response  # noqa: E402
 from answer_router_harness import router as router  # noqa: E402,F401  (the fixture)
-from queued_worker_harness import answer, record, worker_environment  # noqa: E402
+from queued_worker_harness import answer, item, record, worker_environment  # noqa: E402
 from queued_worker_harness import worker as worker  # noqa: E402,F401  (the fixture)
 
 
@@ -232,6 +232,8 @@ def test_a_routers_miss_records_the_tier_it_asked_for_and_the_tier_that_served_i
     served_default = {**converse_response("fresh"), "serviceTier": {"type": "default"}}
     priority_router.stub.add_response("converse", served_default, expected)
     assert priority_router.handler({"key": "k#7"})["answer"] == "fresh"
+    stored = priority_router.DDB.get_item(TableName="answers", Key={"pk": {"S": "k#7"}})["Item"]
+    assert (stored["requested_tier"], stored["served_tier"]) == ({"S": "priority"}, {"S": "default"})  # written back
     calls = [line for line in emf_lines(capsys) if "InputTokens" in line]
     assert [(c["ModelId"], c["RequestedTier"], c["ServedTier"], c["ServedBelowRequestedTier"]) for c in calls] == [
         (priority_router.MODEL_ID, "priority", "default", 1)]
@@ -241,8 +243,10 @@ def test_a_routers_miss_records_the_tier_it_asked_for_and_the_tier_that_served_i
 def test_a_queued_message_is_answered_at_the_workers_tier(flex_worker):
     expected = {"modelId": flex_worker.MODEL_ID, "messages": [{"role": "user", "content": [{"text": "p"}]}],
                 "inferenceConfig": {"maxTokens": 4096}, "serviceTier": {"type": "flex"}}
-    flex_worker.stub.add_response("converse", answer("ok"), expected)
+    flex_worker.stub.add_response("converse", {**answer("ok"), "serviceTier": {"type": "flex"}}, expected)
     assert flex_worker.handler({"Records": [record("m1", {"key": "k", "prompt": "p"})]}) == {"batchItemFailures": []}
+    stored = item(flex_worker, "k")
+    assert stored is not None and (stored["requested_tier"], stored["served_tier"]) == ("flex", "flex")
 
 
 def test_a_message_cannot_choose_its_own_tier(flex_worker, capsys):

@@ -492,7 +492,7 @@ def write_back(key: str, answer: Generated, stored: answers.Answer | None, reque
             DDB, TABLE_NAME,
             answers.Answer.from_result(
                 answer.result, key=key, model_id=MODEL_ID, request_id=f"router#{request_id}",
-                sequence=sequence, ttl_seconds=ANSWER_TTL_SECONDS, now=answer.generated,
+                sequence=sequence, ttl_seconds=ANSWER_TTL_SECONDS, now=answer.generated, requested_tier=SERVICE_TIER,
             ),
         )
     except (ClientError, BotoCoreError, ValueError) as error:

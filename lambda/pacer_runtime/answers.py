@@ -16,7 +16,9 @@ Keys
 Answers (item under pk = the normalized key)
     answer, model_id, request_id, sequence (the order of the request that produced it), sent_at and
     generated_at (ISO-8601 UTC), stop_reason, input_tokens, output_tokens, cache_read_tokens,
-    cache_write_tokens, served_latency, and expires_at (epoch seconds) only when a TTL was asked for.
+    cache_write_tokens, served_latency, and expires_at (epoch seconds) only when a TTL was asked for;
+    requested_tier and served_tier only when the writer asked Bedrock for a service tier: the tier it
+    asked for, and the tier the response named as the one that served the call ("" when it named none).
 
 Validity (the store is input, not truth)
     `check_item` defines a valid answer: answer (a non-empty string), model_id and request_id
@@ -163,6 +165,8 @@ _NEWER_THAN_STORED = (
     "OR (attribute_exists(#cre) AND NOT attribute_type(#cre, :typeS)) "
     "OR (attribute_exists(#stop) AND NOT attribute_type(#stop, :typeS)) "
     "OR (attribute_exists(#lat) AND NOT attribute_type(#lat, :typeS)) "
+    "OR (attribute_exists(#rt) AND NOT attribute_type(#rt, :typeS)) "
+    "OR (attribute_exists(#st) AND NOT attribute_type(#st, :typeS)) "
     "OR (attribute_exists(#sent) AND NOT attribute_type(#sent, :typeS)) "
     "OR (attribute_exists(#in) AND NOT (attribute_type(#in, :typeN) AND #in >= :zero)) "
     "OR (attribute_exists(#out) AND NOT (attribute_type(#out, :typeN) AND #out >= :zero)) "
@@ -180,6 +184,7 @@ _NEWER_THAN_STORED = (
 _NEWER_THAN_STORED_NAMES = {
     "#pk": "pk", "#seq": "sequence", "#rid": "request_id", "#ans": "answer", "#mid": "model_id",
     "#gen": "generated_at", "#cre": "created_at", "#stop": "stop_reason", "#lat": "served_latency",
+    "#rt": "requested_tier", "#st": "served_tier",
     "#sent": "sent_at", "#in": "input_tokens", "#out": "output_tokens", "#cr": "cache_read_tokens",
     "#cw": "cache_write_tokens", "#exp": "expires_at",
 }
@@ -271,6 +276,8 @@ class Answer:
     cache_write_tokens: int = 0
     served_latency: str = "standard"
     generated_at: str = ""
+    requested_tier: str | None = None  # the service tier asked for; None: none was
+    served_tier: str | None = None  # the tier the response named ("" when it named none)
     sent_at: str | None = None
     expires_at: int | None = None
 
@@ -292,6 +299,9 @@ class Answer:
         }
         if self.sent_at is not None:
             item["sent_at"] = {"S": self.sent_at}
+        if self.requested_tier is not None:
+            item["requested_tier"] = {"S": self.requested_tier}
+            item["served_tier"] = {"S": self.served_tier or ""}
         if self.expires_at is not None:
             item[TTL_ATTRIBUTE] = {"N": str(self.expires_at)}
         return item
@@ -308,9 +318,11 @@ class Answer:
         sent_at: str | None = None,
         ttl_seconds: int | None = None,
         now: float | None = None,
+        requested_tier: str | None = None,
     ) -> Answer:
         """The answer a Converse call produced (a pacer_runtime ConverseResult), stamped now, expiring
-        ttl_seconds from now when the store has a TTL."""
+        ttl_seconds from now when the store has a TTL; with the tier the call asked for (requested_tier)
+        and the one its response named (result.served_tier) when it asked for one."""
         generated = time.time() if now is None else now
         return cls(
             key=key,
@@ -325,6 +337,8 @@ class Answer:
             cache_write_tokens=result.cache_write_tokens,
             served_latency=result.served_latency,
             generated_at=iso_utc(generated),
+            requested_tier=requested_tier,
+            served_tier=(getattr(result, "served_tier", None) or "") if requested_tier is not None else None,
             sent_at=sent_at,
             expires_at=math.ceil(generated + ttl_seconds) if ttl_seconds else None,
         )
@@ -356,6 +370,8 @@ class Answer:
             cache_write_tokens=number("cache_write_tokens"),
             served_latency=text("served_latency", "standard"),
             generated_at=text("generated_at") or text("created_at"),
+            requested_tier=item["requested_tier"]["S"] if "requested_tier" in item else None,
+            served_tier=item["served_tier"]["S"] if "served_tier" in item else None,
             sent_at=item["sent_at"]["S"] if "sent_at" in item else None,
             expires_at=int(item[TTL_ATTRIBUTE]["N"]) if TTL_ATTRIBUTE in item else None,
         )
@@ -370,8 +386,8 @@ _REQUIRED = {"answer": "S", "model_id": "S", "request_id": "S"}
 #: Attributes an answer may lack (older items), but never carries with another type.
 _OPTIONAL = {
     "sequence": "N", "generated_at": "S", "created_at": "S", "stop_reason": "S", "served_latency": "S",
-    "sent_at": "S", "input_tokens": "N", "output_tokens": "N", "cache_read_tokens": "N",
-    "cache_write_tokens": "N", TTL_ATTRIBUTE: "N",
+    "requested_tier": "S", "served_tier": "S", "sent_at": "S", "input_tokens": "N", "output_tokens": "N",
+    "cache_read_tokens": "N", "cache_write_tokens": "N", TTL_ATTRIBUTE: "N",
 }
 
 

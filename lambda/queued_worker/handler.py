@@ -441,6 +441,7 @@ def process(record: dict) -> bool:
             answers.Answer.from_result(
                 result, key=message.key, model_id=MODEL_ID, request_id=message.stored_id,
                 sequence=message.sequence, sent_at=message.sent_at, ttl_seconds=ANSWER_TTL_SECONDS,
+                requested_tier=SERVICE_TIER,
             ),
         )
         if not written:

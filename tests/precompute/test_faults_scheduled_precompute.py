@@ -366,6 +366,28 @@ def test_what_no_condition_can_judge_is_repaired_by_the_run_itself(monkeypatch, 
     assert run.lambda_calls == [prepare_id, prepare_id]  # both writes failed the condition: one second look each
 
 
+def test_the_second_look_keeps_the_tiers_of_the_answer_it_writes(monkeypatch):
+    """The second look rebuilds the answer from the run's item (answers.Answer.from_item): the tier the
+    call asked for and the tier that served it reach the store through it too."""
+    from pacer_runtime import answers
+    from test_precompute import REQUEST, emulator, offline, tickers
+    from test_precompute import build as build_reference
+
+    tiered = ConverseRequest(prompt=REQUEST.prompt, max_tokens=REQUEST.max_tokens, service_tier="flex")
+    stack, pre = build_reference(request=tiered)
+    items = tickers(1)
+    newer = _newer_than_the_run()
+    with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
+        table = runner.physical_name(pre.answer_store.table)
+        runner.dynamodb.put_item(TableName=table, Item={
+            "pk": {"S": "ticker-morning#t0"}, "answer": {"S": "newer"}, "model_id": {"S": NOVA}, "request_id": {"S": "router#1"},
+            "sequence": {"N": newer}, "generated_at": {"S": "2020-01-01T00:00:00Z"}, "output_tokens": {"N": "2.5"}})
+        run = runner.run({"items": items}, timeout=120).raise_for_status()
+        repaired = answers.get_answer(runner.dynamodb, table, "ticker-morning#t0")
+    assert run.output["written"] == 1 and len(run.lambda_calls) == 1  # written by the second look
+    assert repaired is not None and (repaired.requested_tier, repaired.served_tier) == ("flex", "flex")
+
+
 # ---- 27.3: what a run writes under its own names -----------------------------------------------------
 
 

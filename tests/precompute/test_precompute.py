@@ -601,3 +601,54 @@ def test_a_users_dead_letter_queue_is_the_one_watched():
                  if r["Properties"]["MetricName"] == "ApproximateNumberOfMessagesVisible"]
     mine_id = next(k for k in resources(template, "AWS::SQS::Queue") if k.startswith("MyDlq"))
     assert missed["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [mine_id, "QueueName"]}}]
+
+
+# ---- service tiers (issue 37): the tier asked for and the tier that served, in every stored answer ----------
+
+
+def test_a_tiered_run_stores_the_tier_each_answer_asked_for_and_the_tier_that_served_it(monkeypatch):
+    """A reservation that holds the first call only: the next key's answer was served at default, and its
+    item says so beside the tier the run asked for."""
+    stack, pre = build(max_concurrency=1, request=ConverseRequest(
+        prompt=sfn.JsonPath.format("Morning note for {}", sfn.JsonPath.string_at("$.item.ticker")), max_tokens=120,
+        service_tier="reserved"))
+    items = tickers(2)
+    with emulator(reserved_input_tpm=10_000, reserved_output_tpm=150) as bedrock, \
+            StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
+        run = runner.run({"items": items}, timeout=120).raise_for_status()
+        table = runner.physical_name(pre.answer_store.table)
+        stored = [answers.get_answer(runner.dynamodb, table, i["key"].lower()) for i in items]
+    served = [(call.service_tier, call.served_tier) for call in run.invocations]
+    assert served == [("reserved", "reserved"), ("reserved", "default")]
+    assert [(a.requested_tier, a.served_tier) for a in stored] == served
+    assert run.output["written"] == 2
+
+
+def test_a_response_that_names_no_tier_stores_an_empty_served_tier(monkeypatch):
+    from genai_pacer.testing import responses
+
+    monkeypatch.setattr(responses, "served_tier", lambda record: {})
+    stack, pre = build(request=ConverseRequest(prompt="Morning note", max_tokens=120, service_tier="flex"))
+    items = tickers(1)
+    with emulator() as bedrock, StateMachineRunner(offline(stack, items, monkeypatch), bedrock=bedrock) as runner:
+        runner.run({"items": items}, timeout=120).raise_for_status()
+        item = runner.dynamodb.get_item(TableName=runner.physical_name(pre.answer_store.table),
+                                        Key={"pk": {"S": "ticker-morning#t0"}})["Item"]
+    assert (item["requested_tier"], item["served_tier"]) == ({"S": "flex"}, {"S": ""})
+    assert answers.check_item(item) is None
+
+
+def test_an_untiered_run_writes_no_tier_attributes():
+    stack, _ = build()
+    attributes = states_of(stack)["Write answer"]["Parameters"]["Item"]
+    assert "requested_tier" not in attributes and "served_tier" not in attributes
+    assert not [name for name in states_of(stack) if "tier" in name.lower()]
+
+
+def test_a_deploy_time_tier_is_written_as_the_parameters_value():
+    stack = new_stack()
+    tier = cdk.CfnParameter(stack, "Tier", type="String").value_as_string
+    build(stack, request=ConverseRequest(prompt="Morning note", max_tokens=120, service_tier=tier))  # type: ignore[arg-type]
+    write = Template.from_stack(stack).to_json()
+    text = json.dumps(write)
+    assert '\\"requested_tier\\":{\\"S\\":\\"' in text and '{"Ref": "Tier"}' in text

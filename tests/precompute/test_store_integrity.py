@@ -119,6 +119,8 @@ CORRUPTIONS = {
     "stop_reason a number": ({"stop_reason": {"N": "1"}}, "stop_reason is of type N, not S", CONDITION),
     "served_latency a list": ({"served_latency": {"L": []}}, "served_latency is of type L, not S", CONDITION),
     "sent_at a number": ({"sent_at": {"N": "1"}}, "sent_at is of type N, not S", CONDITION),
+    "requested_tier a number": ({"requested_tier": {"N": "1"}}, "requested_tier is of type N, not S", CONDITION),
+    "served_tier a map": ({"served_tier": {"M": {}}}, "served_tier is of type M, not S", CONDITION),
     "created_at a number": ({"created_at": {"N": "1"}}, "created_at is of type N, not S", CONDITION),
     "created_at instead of generated_at": ({"generated_at": None, "created_at": {"S": answers.iso_utc(NOW)}},
                                            "generated_at is missing", CONDITION),

@@ -92,7 +92,14 @@ from ..models import BedrockModel, as_bedrock_model
 from ..quota import planning
 from ..quota.ledger import QuotaLedger
 from ..step_functions.ledger_steps import LedgerCall, check_ledger_request, ledger_consumer
-from ..step_functions.model_tasks import BedrockRetry, ConverseRequest, TaskOptions, model_call
+from ..step_functions.model_tasks import (
+    SERVED_TIER_PATH,
+    SERVED_TIERS,
+    BedrockRetry,
+    ConverseRequest,
+    TaskOptions,
+    model_call,
+)
 from ..step_functions.orchestration import (
     DISTRIBUTED_MAP_LIMIT,
     INLINE_MAP_LIMIT,
@@ -615,6 +622,7 @@ class ScheduledPrecompute(Construct):
             self, "Item has no key",
             parameters={"key.$": "States.Format('items[{}]', $.index)", "error": "MissingKey"},
         )
+        tiered = request.service_tier is not None
         call, _ = model_call(
             self, "Call model",
             model=model, request=request, retry=retry,
@@ -623,6 +631,7 @@ class ScheduledPrecompute(Construct):
                     "texts.$": "$.Output.Message.Content[?(@.Text)].Text",
                     "stopReason.$": "$.StopReason",
                     "usage.$": "$.Usage",
+                    **({SERVED_TIERS + ".$": SERVED_TIER_PATH} if tiered else {}),
                 },
                 result_path="$.response",
             ),
@@ -662,6 +671,11 @@ class ScheduledPrecompute(Construct):
             "cache_read_tokens": number(sfn.JsonPath.format("{}", sfn.JsonPath.string_at("$.answer.usage.CacheReadInputTokens"))),
             "cache_write_tokens": number(sfn.JsonPath.format("{}", sfn.JsonPath.string_at("$.answer.usage.CacheWriteInputTokens"))),
             "served_latency": text("standard"),  # latency="optimized" is refused above
+            **({
+                # the tier asked for, and the tier the response named ("" when it named none): answers.Answer
+                "requested_tier": text(cast(str, request.service_tier)),
+                "served_tier": text(sfn.JsonPath.string_at("$.tier.served")),
+            } if tiered else {}),
             "generated_at": text(sfn.JsonPath.string_at("$$.State.EnteredTime")),
         }
         if store.answer_ttl is not None:
@@ -701,9 +715,25 @@ class ScheduledPrecompute(Construct):
         second_look.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
         write.add_catch(second_look, errors=[CONDITIONAL_CHECK_FAILED], result_path=_ERROR)
         write.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
+        answered: sfn.IChainable = answer.next(write)
+        if tiered:  # the tier the response named, or "" (model_tasks.SERVED_TIER_PATH: a list, [] when none)
+            served = sfn.Pass(
+                self, "Served tier", result_path="$.tier",
+                parameters={"requested": request.service_tier,
+                            "served.$": f"States.ArrayGetItem($.response.{SERVED_TIERS}, 0)"},
+            )
+            unreported = sfn.Pass(self, "Served tier unreported", result_path="$.tier",
+                                  parameters={"requested": request.service_tier, "served": ""})
+            served.next(answer)
+            unreported.next(answer)
+            answered = (
+                sfn.Choice(self, "Served tier?")
+                .when(sfn.Condition.is_present(f"$.response.{SERVED_TIERS}[0]"), served)
+                .otherwise(unreported)
+            )
         has_text = (
             sfn.Choice(self, "Has text?")
-            .when(sfn.Condition.is_present("$.response.texts[0]"), answer.next(write))
+            .when(sfn.Condition.is_present("$.response.texts[0]"), answered)
             .otherwise(empty)
         )
         start: sfn.IChainable = call

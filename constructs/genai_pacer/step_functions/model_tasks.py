@@ -115,6 +115,21 @@ SFN_CONVERSE_PASSES_SERVICE_TIER = "assumed"
 
 #: Where a ledger-paced call's selection keeps Converse's whole Usage until it is settled.
 LEDGER_USAGE = "ledgerUsage"
+#: The tier that served a call, from the Converse response: ConverseResponse's serviceTier (a ServiceTier,
+#: whose type is the tier), optional in botocore 1.44.8's bedrock-runtime model (tests/test_aws_facts_bedrock.py
+#: checks the member), so PascalCase ServiceTier.Type in the SDK integration's result. Selected through a
+#: filter on the response object, which makes the path indefinite: Step Functions' JSONPath (Jayway
+#: JsonPath) answers a list, [] when the response names no tier, where the definite $.ServiceTier.Type
+#: would fail the task (States.Runtime) after the call was served and billed.
+SERVED_TIER_PATH = "$[?(@.ServiceTier)].ServiceTier.Type"
+#: Where a tiered call's selection keeps that list, and the field of the narrowed answer that holds
+#: {"requested": <the request's tier>, "served": <the response's tier, absent when it names none>}.
+SERVED_TIERS = "servedTiers"
+TIER_FIELD = "serviceTier"
+#: Bytes the tiers add to a tiered call's answer: ,"serviceTier":{"requested":"priority","served":"priority"}.
+TIER_BYTES_OVERHEAD = 64
+#: The states a tiered call adds after its name (ParallelPrompts keeps prompt names clear of them).
+TIER_STATE_SUFFIXES = (" served tier?", " served tier", " served tier unreported")
 #: Bytes a narrowed answer carries besides its text: field names, stop reason, usage.
 ANSWER_BYTES_OVERHEAD = 120
 
@@ -267,8 +282,10 @@ class ConverseRequest:
         tiers a model takes depends on the model and the Region: an unsupported tier fails every call
         (https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html). Whether
         Step Functions' Converse integration passes it on is confirmed only by a deploy
-        (SFN_CONVERSE_PASSES_SERVICE_TIER). A tier given at synth also denies the role that runs the
-        task every other tier (BedrockModel.tier_fence). Default: none (Bedrock serves at default).
+        (SFN_CONVERSE_PASSES_SERVICE_TIER). The task's answer records the tier asked for and the
+        tier that served the call (serviceTier: {"requested", "served"}; TaskOptions). The role that runs
+        the task is denied every other tier (BedrockModel.tier_fence), a deploy-time tier included.
+        Default: none (Bedrock serves at default).
     """
 
     prompt: str | None = None
@@ -407,7 +424,9 @@ class TaskOptions:
 
     result_selector: your own selection from the raw response (Converse: PascalCase, e.g.
         {"answer.$": "$.Output.Message.Content[0].Text"}). Default: text (first text block), stop
-        reason and token usage.
+        reason and token usage, and, for a request that names a service tier, serviceTier:
+        {"requested": <its tier>, "served": <the tier the response names>} ("served" absent when the
+        response names none).
     result_path: where the selected result goes in the state, e.g. "$.answer" to keep the input
         beside it. Default: "$" (the result replaces the input).
     timeout: the task's timeout. Default: none (the state machine's).
@@ -528,6 +547,7 @@ def model_call(
             "usage": {"inputTokens.$": "$.Usage.InputTokens", "outputTokens.$": "$.Usage.OutputTokens"},
             # the settlement's input (Converse's whole Usage: cache writes are optional in it)
             **({LEDGER_USAGE + ".$": "$.Usage"} if ledger is not None else {}),
+            **({SERVED_TIERS + ".$": SERVED_TIER_PATH} if request.service_tier is not None else {}),
         },
         **common,
     )
@@ -539,6 +559,8 @@ def model_call(
     placed = ledger is not None and path != "$"
     target = ENVELOPE_ANSWER if placed else path
     answer = {"stopReason.$": f"{_join(source, 'stopReason')}", "usage.$": f"{_join(source, 'usage')}", **extra}
+    if request.service_tier is not None:
+        answer[TIER_FIELD + ".$"] = _join(source, TIER_FIELD)
     first_text = sfn.Pass(
         scope, f"{id} answer",
         parameters={"text.$": f"States.ArrayGetItem({_join(source, 'texts')}, 0)", **answer},
@@ -550,8 +572,15 @@ def model_call(
         .when(sfn.Condition.is_present(_join(source, "texts[0]")), first_text)
         .otherwise(no_text)
     )
+    # A tiered call records the tier it asked for beside the tier that served it.
+    head: sfn.IChainable = pick if request.service_tier is None else served_tier_states(
+        scope, id, source, request.service_tier, pick)
     if ledger is None:
-        return task, task.next(pick.afterwards())
+        if head is pick:
+            return task, task.next(pick.afterwards())
+        task.next(head)
+        answered = pick.afterwards()
+        return task, sfn.Chain.custom(task, answered.end_states, answered)
     # ledger_steps: slot, reserve, the call (a failure releases, then fails as before), charge, settle
     call = LedgerCall(ledger, scope, id, int(request.max_tokens))  # type: ignore[arg-type]
     failed = sfn.Fail(scope, f"{id} failed", error_path=f"{ENVELOPE_ERROR}.Error", cause_path=f"{ENVELOPE_ERROR}.Cause")
@@ -562,8 +591,8 @@ def model_call(
     settle = call.settle()
     # A slot that left the window (ConditionalCheckFailed), or DynamoDB failing past its Retry: the
     # answer is paid for and goes on; the hold then counts until its window passes (never less).
-    settle.add_catch(pick, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
-    settle.next(pick)
+    settle.add_catch(head, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
+    settle.next(head)
     task.next(call.charge(_join(source, LEDGER_USAGE), settle))
     slot = call.slot()
     slot.next(call.reserve()).next(task)
@@ -571,6 +600,26 @@ def model_call(
     if placed:
         answered = answered.next(call.place(path))
     return task, sfn.Chain.custom(slot, answered.end_states, answered)
+
+
+def served_tier_states(scope: Construct, id: str, source: str, requested: Any, then: sfn.IChainable) -> sfn.Choice:
+    """`<source>.serviceTier` = {"requested": the request's tier, "served": the response's} (no "served" when
+    the response names none), from the selection's SERVED_TIERS list, then `then`. A deploy-time tier is
+    written into the definition as it is sent."""
+    target = _join(source, TIER_FIELD)
+    served = sfn.Pass(
+        scope, f"{id}{TIER_STATE_SUFFIXES[1]}",
+        parameters={"requested": requested, "served.$": f"States.ArrayGetItem({_join(source, SERVED_TIERS)}, 0)"},
+        result_path=target,
+    )
+    unreported = sfn.Pass(scope, f"{id}{TIER_STATE_SUFFIXES[2]}", parameters={"requested": requested}, result_path=target)
+    served.next(then)
+    unreported.next(then)
+    return (
+        sfn.Choice(scope, f"{id}{TIER_STATE_SUFFIXES[0]}")
+        .when(sfn.Condition.is_present(_join(source, f"{SERVED_TIERS}[0]")), served)
+        .otherwise(unreported)
+    )
 
 
 def _warn_above_documented_output(scope: Construct, max_tokens: Any) -> None:

@@ -47,6 +47,9 @@ from .ledger_steps import LedgerConsumer, check_ledger_request, ledger_consumer
 from .model_tasks import (
     ANSWER_BYTES_OVERHEAD,
     DEFAULT_RETRY_ERRORS,
+    TIER_BYTES_OVERHEAD,
+    TIER_FIELD,
+    TIER_STATE_SUFFIXES,
     BedrockRetry,
     ConverseRequest,
     ModelRequest,
@@ -187,7 +190,9 @@ class BoundedMap(_MapBase):
 
     Per item it calls `model` with `request` (JsonPath references such as `$.prompt` read the
     item), or runs your own `item_processor`. Each item's result is narrowed to the answer text,
-    stop reason and token usage, so the Map's output stays under Step Functions' 256 KiB limit.
+    stop reason and token usage, so the Map's output stays under Step Functions' 256 KiB limit; a
+    request that names a service tier adds the tier it asked for and the tier that served it
+    ({"serviceTier": {"requested", "served"}}).
 
     max_concurrency: required; an int 1..40 or a `planning.RatePlan` (fitted: above 40 it uses 40
         and warns; a plan sustaining less than one call at a time is refused). An int 1 runs every call
@@ -303,7 +308,8 @@ class BoundedMap(_MapBase):
         if isinstance(request, NativeRequest):
             per_item = max_tokens * BYTES_PER_TOKEN * 3  # a native body repeats ids, usage and JSON framing
         else:
-            per_item = max_tokens * BYTES_PER_TOKEN + ANSWER_BYTES_OVERHEAD
+            per_item = max_tokens * BYTES_PER_TOKEN + ANSWER_BYTES_OVERHEAD + (
+                TIER_BYTES_OVERHEAD if request.service_tier is not None else 0)
         worst = items * per_item
         if worst > STATE_PAYLOAD_LIMIT_BYTES:
             fits = max(1, STATE_PAYLOAD_LIMIT_BYTES // per_item)
@@ -588,7 +594,10 @@ class _DeployTimeTolerance(sfn.DistributedMap):
 
 
 #: State names ParallelPrompts uses itself; a prompt may not take them.
-_PARALLEL_STATES = ("Prompts", "Synthesis", "Synthesis answer", "Synthesis no text", "Synthesis has text?")
+_PARALLEL_STATES = ("Prompts", "Synthesis", "Synthesis answer", "Synthesis no text", "Synthesis has text?",
+                    *(f"Synthesis{suffix}" for suffix in TIER_STATE_SUFFIXES))
+#: What a prompt's name may not end with: the states model_call adds after a branch's name.
+_CALL_STATE_SUFFIXES = (" answer", " no text", " has text?", *TIER_STATE_SUFFIXES)
 #: The suffixes of the states a ledger-paced call adds after its name (ledger_steps.LedgerCall, model_call).
 _LEDGER_STATE_SUFFIXES = (" ledger slot", " reserve", " release", " failed", " cache writes?", " charge",
                           " charge with cache writes", " settle", " ledger answer") + tuple(
@@ -602,7 +611,10 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
 
     Run side by side, four 5-second prompts take about 5 seconds instead of 20. The output is
     {"answers": {<name>: <answer text>, ...}} and, with a synthesis, also
-    {"synthesis": {"text", "stopReason", "usage"}}. The synthesis receives the state with
+    {"synthesis": {"text", "stopReason", "usage"}}. Where a request names a service tier, the tier it
+    asked for and the tier that served it are beside the answers: {"tiers": {<name>: {"requested",
+    "served"}}} (and "serviceTier" in the synthesis; "served" is absent when the response names no
+    tier). The synthesis receives the state with
     `answers` (names and texts only, no response metadata), e.g.
     `sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$.answers"))` in its prompt.
 
@@ -685,7 +697,14 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
             f"{name}.$": f"$[{index}].{'body' if isinstance(request, NativeRequest) else 'text'}"
             for index, (name, request) in enumerate(prompts.items())
         }
-        self.parallel_state = sfn.Parallel(self, "Prompts", result_selector={"answers": answers})
+        # A branch that names a service tier adds {"requested", "served"} under its name in `tiers`.
+        tiers = {
+            f"{name}.$": f"$[{index}].{TIER_FIELD}"
+            for index, (name, request) in enumerate(prompts.items())
+            if isinstance(request, ConverseRequest) and request.service_tier is not None
+        }
+        self.parallel_state = sfn.Parallel(
+            self, "Prompts", result_selector={"answers": answers, **({"tiers": tiers} if tiers else {})})
         # The branches' states live in a scope of their own, so a prompt may be named like any child of
         # this construct (StateMachine, Logs, LogsKey...). States create no resources: no logical id moves.
         branches = Construct(self, "Branches")
@@ -732,8 +751,8 @@ def _check_state_name(check: Checks, name: Any) -> None:
         id="prompts.invalid-state-name",
     )
     check.rule(
-        name not in _PARALLEL_STATES and not name.endswith((" answer", " no text", " has text?")),
+        name not in _PARALLEL_STATES and not name.endswith(_CALL_STATE_SUFFIXES),
         f"prompt name {name!r} is taken by ParallelPrompts' own states ({', '.join(_PARALLEL_STATES)}, and "
-        "'<name> answer', '<name> no text', '<name> has text?'); rename the prompt",
+        f"{', '.join(repr('<name>' + x) for x in _CALL_STATE_SUFFIXES)}); rename the prompt",
         id="prompts.state-name-taken",
     )

@@ -16,7 +16,11 @@ What each patch does and why:
   keeps the backoff, the MaxDelaySeconds cap and the jitter exactly as defined, on the same clock as
   the emulator's quota window.
 - JSONPath: moto returns a list for a definite path through an index ($.Output.Message.Content[0].Text);
-  Step Functions returns the value.
+  Step Functions returns the value. A filter applied to an object ($[?(@.ServiceTier)]) tests the object
+  itself and keeps it whole when it matches, as Jayway JsonPath's PredicatePathToken does (AWS's
+  evaluator); jsonpath_ng filters the object's member values instead. A path with a filter is indefinite,
+  and "indefinite paths always return a list" (Jayway JsonPath's README), one match included, where moto
+  unwraps a single match that is not an array element.
 - Lambda: `lambda:invoke` and function-ARN tasks go to the runner's LambdaInvoker (genai-pacer's own
   handlers called in this process, the user's `functions=` callables) instead of moto's Lambda, which
   would need Docker. moto's own code still turns the response into the Task result or failure.
@@ -62,6 +66,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.model import Shape, StructureShape
 from botocore.session import get_session
 from botocore.validate import ParamValidator
+from jsonpath_ng.ext.filter import Filter
+from jsonpath_ng.jsonpath import DatumInContext
 from moto.stepfunctions.parser.api import (
     HistoryEventType,
     MapRunFailedEventDetails,
@@ -562,12 +568,15 @@ _INDEFINITE = re.compile(r"\.\.|\*|\?\(|\[[^\]]*[:,][^\]]*\]")
 
 def _extract_json(path: str, data: Any) -> Any:
     """A definite path (no wildcard, filter, slice, union or deep scan) selects one value, as on AWS;
-    a filter that matches nothing selects [] (moto raises)."""
+    a path with a filter selects a list, [] when it matches nothing (moto raises), and a filter on an
+    object tests the object itself (_filter_find)."""
     if _INDEFINITE.search(path) is None:
         matches = json_path.parse(path).find(data)
         if not matches:
             raise json_path.NoSuchJsonPathError(json_path=path, data=data)
         return matches[0].value
+    if "?(" in path:
+        return [match.value for match in json_path.parse(path).find(data)]
     try:
         return _original(json_path, "extract_json")(path, data)
     except json_path.NoSuchJsonPathError:
@@ -575,6 +584,18 @@ def _extract_json(path: str, data: Any) -> Any:
             return []
         raise
 
+
+
+def _filter_find(self: Filter, datum: Any) -> list[Any]:
+    """jsonpath_ng's Filter.find, but an object is tested as a whole and kept when it matches: Jayway
+    JsonPath's PredicatePathToken.evaluate accepts a map model itself (`if (jsonProvider.isMap(model)) {
+    if (accept(model, ...)) ... next().evaluate(currentPath, op, model, ctx)`), so
+    $[?(@.ServiceTier)].ServiceTier.Type is the response's served tier, or [] when it names none.
+    jsonpath_ng would test the object's member values instead. Arrays are filtered as before."""
+    datum = DatumInContext.wrap(datum)
+    if isinstance(datum.value, dict):
+        return [datum] if all(expression.find(datum) for expression in self.expressions) else []
+    return _original(Filter, "find")(self, datum)
 
 # ---- intrinsic functions -----------------------------------------------------------------------
 
@@ -1024,6 +1045,7 @@ def install(runtime: Runtime) -> None:
         _set(StringFormat, "_eval_body", _string_format)
         for module in [*_json_path_users(), json_path]:
             _set(module, "extract_json", _extract_json)
+        _set(Filter, "find", _filter_find)
         from moto.dynamodb.models import DynamoDBBackend
 
         for name in _DYNAMODB_ITEM_OPERATIONS:
