@@ -415,7 +415,7 @@ def test_calls_served_below_their_tier_are_graphed_as_a_count_and_a_share_and_al
     below = titled(template, "served below the tier they asked for")
     assert below["metrics"][0][:4] == ["GenaiPacer", "ServedBelowRequestedTier", "ModelId", NOVA]
     assert below["metrics"][0][-1]["stat"] == "Sum"
-    share = [row[0] for row in below["metrics"] if isinstance(row[0], dict)]
+    share = [row[0] for row in below["metrics"] if isinstance(row[0], dict) and "SEARCH" not in row[0]["expression"]]
     assert share[0]["expression"] == "100 * share" and below["annotations"]["horizontal"][0]["value"] == 2
     [alarm] = [a["Properties"] for k, a in resources(template, "AWS::CloudWatch::Alarm").items() if "TierDowngrades" in k]
     assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == ("GenaiPacer", "ServedBelowRequestedTier", "Sum")
@@ -701,26 +701,120 @@ def test_the_worker_and_the_router_roles_are_denied_every_tier_but_their_own():
         assert len(statement["Resource"]) == len(model.resource_arns(stack))
 
 
-def test_without_a_tier_or_with_a_deploy_time_one_no_role_is_fenced():
+def test_without_a_tier_no_role_is_fenced():
     from genai_pacer import QueuedInference
 
     stack = cdk.Stack(cdk.App(), "Tiers")
     QueuedInference(stack, "Plain", model=BedrockModel.from_id(NOVA), max_concurrency=2)
-    tier = cdk.CfnParameter(stack, "Tier", type="String").value_as_string
-    QueuedInference(stack, "Token", model=BedrockModel.from_id(NOVA), max_concurrency=2, service_tier=tier)  # type: ignore[arg-type]
     assert denies(stack) == []
 
 
-def test_tier_fence_on_your_own_role_is_none_for_a_deploy_time_tier_as_docs_tiers_says():
-    """docs/tiers.md guards add_to_principal_policy: a deploy-time tier leaves nothing to deny at synth."""
+def deny_applies(statement: dict, context: dict[str, str]) -> bool:
+    """Whether a rendered Deny's Condition matches a request context (the keys the call carries), by the
+    IAM user guide's condition operators page: a key absent from the request fails StringEquals and
+    passes a negated operator; Null "false" needs the key present; a statement's operators are ANDed, an
+    operator's values ORed (NOR-ed for a negated one)."""
+    results = []
+    for operator, keys in statement["Condition"].items():
+        for key, values in keys.items():
+            values = values if isinstance(values, list) else [values]
+            present = key in context
+            if operator == "StringEquals":
+                results.append(present and context[key] in values)
+            elif operator == "StringNotEquals":
+                results.append(not present or context[key] not in values)
+            elif operator == "Null":
+                results.append(present == (values == ["false"]))
+            else:
+                raise AssertionError(f"no rule here for {operator}")
+    return all(results)
+
+
+def resolved_deny(stack: cdk.Stack, parameter_value: str) -> dict:
+    """The one tier Deny of the stack, with the Tier parameter's Ref replaced by the value it takes at deploy."""
+    [statement] = denies(stack)
+    text = json.dumps(statement).replace('{"Ref": "Tier"}', json.dumps(parameter_value))
+    return json.loads(text)
+
+
+@pytest.mark.parametrize("construct", ["QueuedInference", "AnswerRouter", "BoundedMap"])
+def test_a_deploy_time_tier_fences_the_role_to_the_parameters_value_leaving_untiered_calls_allowed(construct):
+    """Part 3 with a CfnParameter: the other tiers are unknown at synth, so the Deny names the tier the role
+    may use (StringNotEquals on the parameter) and applies only where a call carries the key (Null false):
+    the parameter's own tier and untiered calls stay allowed, "default" included when it resolves so."""
+    from genai_pacer import AnswerRouter, AnswerStore, QueuedInference
+    from genai_pacer.models import SERVICE_TIER_KEY
+
+    stack = cdk.Stack(cdk.App(), "Tiers", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    tier = cdk.CfnParameter(stack, "Tier", type="String", allowed_values=["priority", "default", "flex"]).value_as_string
+    model = BedrockModel.from_id(f"us.{NOVA}")
+    if construct == "QueuedInference":
+        QueuedInference(stack, "It", model=model, max_concurrency=2, service_tier=tier)  # type: ignore[arg-type]
+    elif construct == "AnswerRouter":
+        AnswerRouter(stack, "It", answer_store=AnswerStore(stack, "Store"), model=model, service_tier=tier)  # type: ignore[arg-type]
+    else:
+        BoundedMap(stack, "It", max_concurrency=2, model=model,
+                   request=ConverseRequest(prompt="p", max_tokens=50, service_tier=tier))  # type: ignore[arg-type]
+    [statement] = denies(stack)
+    assert statement["Condition"] == {"StringNotEquals": {SERVICE_TIER_KEY: [{"Ref": "Tier"}]}, "Null": {SERVICE_TIER_KEY: "false"}}
+    assert statement["Action"] == "bedrock:InvokeModel" and len(statement["Resource"]) == len(model.resource_arns(stack))
+    for value in ("flex", "default"):
+        deny = resolved_deny(stack, value)
+        assert not deny_applies(deny, {}), "a call naming no tier is served at default and stays allowed"
+        assert not deny_applies(deny, {SERVICE_TIER_KEY: value})
+        assert [t for t in ("priority", "default", "flex", "reserved") if deny_applies(deny, {SERVICE_TIER_KEY: t})] == [
+            t for t in ("priority", "default", "flex", "reserved") if t != value]
+
+
+def test_the_literal_fence_and_the_deploy_time_fence_agree_on_every_call():
+    """The same tier given at synth and at deploy allows and denies the same calls."""
+    literal, token = cdk.Stack(cdk.App(), "Literal"), cdk.Stack(cdk.App(), "Tier")
+    bounded_map(literal, ConverseRequest(prompt="p", max_tokens=50, service_tier="flex"))
+    tier = cdk.CfnParameter(token, "Tier", type="String").value_as_string
+    bounded_map(token, ConverseRequest(prompt="p", max_tokens=50, service_tier=tier))  # type: ignore[arg-type]
+    [fixed], deploy_time = denies(literal), resolved_deny(token, "flex")
+    contexts = [{}, *({"bedrock:ServiceTier": t} for t in ("priority", "default", "flex", "reserved"))]
+    assert [deny_applies(fixed, c) for c in contexts] == [deny_applies(deploy_time, c) for c in contexts]
+
+
+def test_tier_fence_on_your_own_role_fences_a_deploy_time_tier_as_docs_tiers_says():
+    """docs/tiers.md guards add_to_principal_policy: only all four tiers leave nothing to deny."""
     from aws_cdk import aws_iam as iam
 
     stack = cdk.Stack(cdk.App(), "Roles")
     model = BedrockModel.from_id(NOVA)
-    assert model.tier_fence(stack, cdk.CfnParameter(stack, "Tier", type="String").value_as_string) is None
+    fence = model.tier_fence(stack, cdk.CfnParameter(stack, "Tier", type="String").value_as_string)
+    assert fence is not None and stack.resolve(fence.to_statement_json())["Condition"]["Null"] == {"bedrock:ServiceTier": "false"}
     role = iam.Role(stack, "Batch", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     with pytest.raises(TypeError):  # what the unguarded call gives: the reason docs/tiers.md guards it
         role.add_to_principal_policy(model.tier_fence(stack, ["priority", "default", "flex", "reserved"]))  # type: ignore[arg-type]
+
+
+def test_an_experiment_variant_with_a_deploy_time_tier_fences_its_model_to_its_variants_tiers():
+    from genai_pacer.models import SERVICE_TIER_KEY, tier_fences
+
+    stack = cdk.Stack(cdk.App(), "Tiers")
+    tier = cdk.CfnParameter(stack, "Tier", type="String").value_as_string
+    model = BedrockModel.from_id(NOVA)
+    [fence] = tier_fences(stack, [(model, "priority"), (model, tier)])
+    condition = stack.resolve(fence.to_statement_json())["Condition"]
+    assert sorted(condition["StringNotEquals"][SERVICE_TIER_KEY], key=str) == sorted(["priority", {"Ref": "Tier"}], key=str)
+    assert tier_fences(stack, [(model, None), (model, tier)]) == []  # the handler's own tier: nothing to fence
+
+
+def test_a_deploy_time_tier_fence_passes_cdk_nag():
+    from conftest import nag_findings
+    from genai_pacer import AnswerRouter, AnswerStore, QueuedInference
+
+    def compose(stack: cdk.Stack) -> None:
+        tier = cdk.CfnParameter(stack, "Tier", type="String", allowed_values=["priority", "default", "flex"]).value_as_string
+        model = BedrockModel.from_id(f"us.{NOVA}")
+        QueuedInference(stack, "Queue", model=model, max_concurrency=2, service_tier=tier)  # type: ignore[arg-type]
+        AnswerRouter(stack, "Router", answer_store=AnswerStore(stack, "Store"), model=model, service_tier=tier)  # type: ignore[arg-type]
+        BoundedMap(stack, "Map", max_concurrency=2, model=model,
+                   request=ConverseRequest(prompt="p", max_tokens=50, service_tier=tier))  # type: ignore[arg-type]
+
+    assert nag_findings(compose) == []
 
 
 def test_a_quota_still_finds_a_fenced_consumer_by_its_grant():
@@ -762,3 +856,22 @@ def test_settling_a_reserved_call_changes_only_its_own_hold():
     reservation.expire(1.0)
     reservation.release(first)  # already dropped by the window: nothing to give back
     assert (reservation.input_held, reservation.output_held) == (0, 0)
+
+
+def test_calls_of_every_caller_served_below_their_tier_are_graphed_from_aws_bedrock_step_functions_included():
+    """A Step Functions task runs no genai-pacer handler, so no ServedBelowRequestedTier counts its calls;
+    AWS/Bedrock publishes Invocations per ServiceTier and ResolvedServiceTier for every call of the model
+    (the service tiers page): the downgrade graph searches the lower served tier for each requested one,
+    for each ModelId value, and no alarm reads it."""
+    model = BedrockModel.from_id(f"us.{NOVA}")
+    template = dashboard_template(model)
+    below = titled(template, "served below the tier they asked for")
+    searches = [row[0] for row in below["metrics"] if isinstance(row[0], dict) and "SEARCH" in row[0]["expression"]]
+    pairs = ('(ServiceTier="priority" AND ResolvedServiceTier="default") OR (ServiceTier="priority" AND '
+             'ResolvedServiceTier="flex") OR (ServiceTier="reserved" AND ResolvedServiceTier="default") OR '
+             '(ServiceTier="reserved" AND ResolvedServiceTier="flex") OR (ServiceTier="default" AND ResolvedServiceTier="flex")')
+    assert [s["expression"] for s in searches] == [
+        f"SEARCH('{{AWS/Bedrock,ModelId,ResolvedServiceTier,ServiceTier}} MetricName=\"Invocations\" "
+        f"ModelId=\"{one}\" ({pairs})', 'Sum', 60)" for one in model.metric_model_ids]
+    assert all("every caller" in s["label"] for s in searches)
+    assert "ServiceTier" not in json.dumps(resources(template, "AWS::CloudWatch::Alarm"))

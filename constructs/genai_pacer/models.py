@@ -121,6 +121,19 @@ REQUESTED_REGION_KEY = "aws:RequestedRegion"
 #: were not set on a call, the Deny would match nothing and the role keeps the access it was granted
 #: (README, deploy-only facts).
 SERVICE_TIER_KEY = "bedrock:ServiceTier"
+#: How a role given a deploy-time tier is fenced: its other tiers are not known at synth, so the Deny names
+#: the tier it may use instead, StringNotEquals over the given tiers, and only where the call carries the
+#: key (Null false). Both from the IAM user guide's condition operators page
+#: (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition_operators.html):
+#: a negated operator such as StringNotEquals is TRUE when the key is not in the request, so on its own it
+#: would deny every call naming no tier (and ...IfExists is true for an absent key as well); the Null
+#: operator tests presence, and a statement's operators are ANDed
+#: (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_multi-value-conditions.html, where
+#: a negated operator's values are NOR-ed: none of them). So an untiered call stays allowed (served at
+#: default), a call at the parameter's value is allowed (a "default" one included: the key then holds
+#: "default", which the user guide's deny-all example lists), and any other tier is denied.
+NEGATED_OPERATOR = "StringNotEquals"
+PRESENCE_OPERATOR = "Null"
 #: The values it takes: botocore's ServiceTierType (the runtime's one list, checked by
 #: tests/test_aws_facts_bedrock.py).
 _SERVICE_TIER_VALUES = ("priority", "default", "flex", "reserved")
@@ -578,10 +591,11 @@ class BedrockModel:
                    streaming: bool = False) -> iam.PolicyStatement | None:
         """A Deny of this model's invoke actions at every service tier but `service_tier` (SERVICE_TIER_KEY),
         so a role given one tier cannot bill another, e.g. a background job at Priority. `service_tier`
-        is one tier, or every tier the role was given (an experiment's variants on this model). None for
-        a deploy-time tier (the other tiers are not known at synth) and when every tier was given
-        (nothing to deny). A call naming no tier does not match the key (the user guide's example), so
-        the role can still make untiered calls, served at default."""
+        is one tier, or every tier the role was given (an experiment's variants on this model), each a
+        literal or a deploy-time string (a CfnParameter's value_as_string: the Deny then names the tiers
+        the role may use, NEGATED_OPERATOR). None when every tier was given (nothing to deny). A call
+        naming no tier does not carry the key, so the role can still make untiered calls, served at
+        default."""
         one = isinstance(service_tier, str) or is_token(service_tier)
         given = [service_tier] if one else list(cast(Sequence[str], service_tier))
         with Checks("BedrockModel.tier_fence") as check:
@@ -711,25 +725,38 @@ def tier_fences(scope: Construct, calls: Sequence[tuple[BedrockModel, Any]], *,
     the caller chooses). Fenced per resource ARN, not per model: two models can share an ARN (a profile
     and its foundation model, or two profiles routing to one model), and a Deny per model would deny
     that ARN the union of both models' other tiers, i.e. every tier. An ARN a call reaches with no tier
-    or a deploy-time one is not fenced; the others are denied every tier no call on them names, one
-    statement per set of denied tiers. Tiers are checked by the caller (tier_fence, ExperimentVariant)."""
+    is not fenced; the others are denied every tier no call on them names, one statement per set of denied
+    tiers. An ARN reached with a deploy-time tier is denied every tier but the ones its calls name, where the
+    call names one (NEGATED_OPERATOR), one statement per set of tiers. Tiers are checked by the caller
+    (tier_fence, ExperimentVariant)."""
     reach: dict[str, set[Any]] = {}
     for model, tier in calls:
         for arn in model.resource_arns(scope):
             reach.setdefault(arn, set()).add(tier)
     fenced: dict[tuple[str, ...], list[str]] = {}
+    allowed_only: dict[tuple[str, ...], list[str]] = {}  # ARNs reached with a deploy-time tier
     for arn, tiers in reach.items():
-        if None in tiers or any(is_token(t) for t in tiers):
+        if None in tiers:
+            continue
+        if any(is_token(t) for t in tiers):
+            allowed_only.setdefault(tuple(sorted(tiers)), []).append(arn)
             continue
         denied = tuple(t for t in _SERVICE_TIER_VALUES if t not in tiers)
         if denied:
             fenced.setdefault(denied, []).append(arn)
+    actions = _actions(streaming, "BedrockModel.tier_fence")
     return [
         iam.PolicyStatement(
-            effect=iam.Effect.DENY, actions=_actions(streaming, "BedrockModel.tier_fence"), resources=arns,
+            effect=iam.Effect.DENY, actions=actions, resources=arns,
             conditions={"StringEquals": {SERVICE_TIER_KEY: list(denied)}},
         )
         for denied, arns in fenced.items()
+    ] + [
+        iam.PolicyStatement(
+            effect=iam.Effect.DENY, actions=actions, resources=arns,
+            conditions={NEGATED_OPERATOR: {SERVICE_TIER_KEY: list(given)}, PRESENCE_OPERATOR: {SERVICE_TIER_KEY: "false"}},
+        )
+        for given, arns in allowed_only.items()
     ]
 
 

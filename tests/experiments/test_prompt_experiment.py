@@ -387,9 +387,10 @@ def test_grant_evaluate_fences_each_arn_to_every_tier_that_reaches_it():
     assert shared and all(denied[arn] == {"priority", "reserved"} for arn in shared)
 
 
-def test_grant_evaluate_fences_no_model_a_variant_leaves_to_the_handler():
-    """A variant naming no tier is called at the tier the handler passes, a deploy-time tier is not known
-    at synth: their models keep every tier (as a construct given no tier does)."""
+def test_grant_evaluate_fences_no_model_a_variant_leaves_to_the_handler_and_a_deploy_time_tier_to_its_value():
+    """A variant naming no tier is called at the tier the handler passes: its model keeps every tier (as a
+    construct given no tier does). A deploy-time tier's other tiers are not known at synth: its model is
+    denied every tier but the parameter's, where a call names one (docs/tiers.md)."""
     stack = new_stack()
     tier = cdk.CfnParameter(stack, "Tier", type="String").value_as_string
     _, experiment = build(stack, variants=[
@@ -398,7 +399,10 @@ def test_grant_evaluate_fences_no_model_a_variant_leaves_to_the_handler():
         ExperimentVariant("chosen", HAIKU, 20, TextPrompt("q"), service_tier=tier),
     ])
     experiment.grant_evaluate(iam.Role(stack, "Evaluator", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
-    assert tier_denies(Template.from_stack(stack).to_json()) == []
+    [fence] = tier_denies(Template.from_stack(stack).to_json())
+    assert fence["Condition"] == {"StringNotEquals": {"bedrock:ServiceTier": [{"Ref": "Tier"}]},
+                                  "Null": {"bedrock:ServiceTier": "false"}}
+    assert all("claude-3-5-haiku" in json.dumps(arn) for arn in fence["Resource"])  # the NOVA ARN stays open
 
 
 def test_a_tier_fence_over_several_tiers_checks_each_and_denies_only_the_rest():

@@ -936,7 +936,8 @@ class PromptExperiment(Construct):
         Where every variant of a model names its service tier at synth, the grantee is denied that
         model's other tiers (BedrockModel.tier_fence), so the handler cannot bill a tier the experiment
         does not test, e.g. Priority for a Flex arm. A variant naming no tier is called at the tier
-        the handler passes, so its model is not fenced; nor is one with a deploy-time tier."""
+        the handler passes, so its model is not fenced; a deploy-time tier fences it to the tiers the
+        variants name (BedrockModel.tier_fence)."""
         with Checks("PromptExperiment.grant_evaluate", scope=self) as check:
             check.instance("streaming", streaming, bool, "True or False")
         grants = [self._grant_read(grantee)]

@@ -123,7 +123,7 @@ HOW_TO_READ = """\
 - **OTPS fell** (decode): the service generates more slowly; check *served latency mode* (optimized requests served at standard after the optimized quota ran out) and throttling. Prompt length does nothing here.
 - **TTFT and OTPS held, latency grew**: the answers got longer (*tokens per call*). Lower maxTokens toward the real p99 answer, or ask for shorter answers.
 
-**Service tiers.** Priority is served ahead of standard, Flex after it, and a Reserved tier reservation overflows to standard. The *served tier* row compares the handlers' latency, TTFT and OTPS per tier that served the calls, and counts calls served below the tier they asked for (Reserved overflowing, Priority served at standard). AWS/Bedrock's own per-tier graph appears only while AWS publishes the ServiceTier and ResolvedServiceTier dimensions.
+**Service tiers.** Priority is served ahead of standard, Flex after it, and a Reserved tier reservation overflows to standard. The *served tier* row compares the handlers' latency, TTFT and OTPS per tier that served the calls, and counts calls served below the tier they asked for (Reserved overflowing, Priority served at standard): the handlers' count, and AWS/Bedrock's, which counts every caller's calls (Step Functions tasks run no handler: their calls show there, and each task's answer names its served tier). AWS/Bedrock's own per-tier figures appear only while AWS publishes the ServiceTier and ResolvedServiceTier dimensions, and no alarm reads them.
 
 **Quota.** EstimatedTPMQuotaUsage is an absolute token count (cache writes and the output burndown included), not a percentage, and it leaves out the reservation each request holds from its start: input + maxTokens. The handlers' *reserved tokens* line shows that reservation; far above *settled tokens*, maxTokens is oversized and requests throttle while usage looks low. TimeToFirstToken exists for streaming calls only; AWS/Bedrock's figures mix every caller and API of the model, the handlers' figures are this application's calls only.
 """
@@ -213,6 +213,27 @@ def bedrock_tier_search(model_id: str, metric_name: str, *, statistic: str, name
         # a dynamic label: each series the SEARCH finds is named by its own tiers
         using_metrics={}, period=ONE_MINUTE,
         label=f"{name}: asked ${{PROP('Dim.{SERVICE_TIER_DIMENSION}')}}, served ${{PROP('Dim.{RESOLVED_SERVICE_TIER_DIMENSION}')}}",
+    )
+
+
+def bedrock_tier_downgrade_search(model_id: str, *, name: str) -> cloudwatch.MathExpression:
+    """AWS/Bedrock's Invocations of one ModelId value served below the tier they asked for (each requested
+    ServiceTier with each lower ResolvedServiceTier, pacer_runtime.metrics.TIER_RANK), a SEARCH over the
+    service tiers page's dimension set. AWS/Bedrock counts every call of the model, whatever made it, so
+    this is where the calls of Step Functions tasks (which run no genai-pacer handler to count them) show
+    up; empty, not wrong, if AWS publishes another scheme, and graphs only (an alarm cannot read a SEARCH)."""
+    rank = metrics_constants().TIER_RANK
+    below = " OR ".join(
+        f'({SERVICE_TIER_DIMENSION}="{asked}" AND {RESOLVED_SERVICE_TIER_DIMENSION}="{served}")'
+        for asked in rank for served in rank if rank[served] < rank[asked]
+    )
+    dimensions = ",".join((MODEL_ID_DIMENSION, RESOLVED_SERVICE_TIER_DIMENSION, SERVICE_TIER_DIMENSION))
+    return cloudwatch.MathExpression(
+        expression=f"SEARCH('{{{BEDROCK_NAMESPACE},{dimensions}}} MetricName=\"{INVOCATIONS}\" "
+                   f"{MODEL_ID_DIMENSION}=\"{model_id}\" ({below})', 'Sum', 60)",
+        using_metrics={}, period=ONE_MINUTE,
+        label=f"{name} (AWS/Bedrock, every caller): asked ${{PROP('Dim.{SERVICE_TIER_DIMENSION}')}}, "
+              f"served ${{PROP('Dim.{RESOLVED_SERVICE_TIER_DIMENSION}')}}",
     )
 
 
@@ -604,8 +625,10 @@ class LatencyDashboard(Construct):
         )
         allowed = watched.alarms.tier_downgrades if watched.alarms is not None else None
         below = _graph(
-            title=f"{label}: calls served below the tier they asked for (handlers' calls)",
-            left=[handler_metric(model_id, names.SERVED_BELOW_REQUESTED_TIER, statistic="Sum", label="calls per minute")],
+            title=f"{label}: calls served below the tier they asked for (handlers' calls; every caller where AWS publishes it)",
+            left=[handler_metric(model_id, names.SERVED_BELOW_REQUESTED_TIER, statistic="Sum", label="calls per minute")]
+            # Step Functions tasks run no handler: AWS/Bedrock's own count of every caller's calls shows theirs
+            + [bedrock_tier_downgrade_search(one, name=one) for one in metric_ids(watched.model)],
             right=[cloudwatch.MathExpression(
                 expression="100 * share", label="share of calls that named a tier, %", period=ONE_MINUTE,
                 using_metrics={"share": handler_metric(model_id, names.SERVED_BELOW_REQUESTED_TIER, statistic="Average")})],

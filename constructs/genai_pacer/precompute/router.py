@@ -125,8 +125,8 @@ class AnswerRouter(Construct):
     service_tier: the Bedrock service tier of a miss's call ("priority", "default", "flex" or
         "reserved"; docs/tiers.md): "priority" suits a miss, which a user is waiting for. A request
         cannot choose another, and the function's role is denied the other tiers
-        (BedrockModel.tier_fence). A deploy-time string reaches the function as it is (without the
-        Deny). Default: none (Bedrock serves at default).
+        (BedrockModel.tier_fence). A deploy-time string reaches the function as it is, and the Deny then
+        names the tier the role may use (docs/tiers.md). Default: none (Bedrock serves at default).
     max_output_tokens: the maxTokens of every miss's model call (a caller cannot set it: a request's
         inferenceConfig is refused). Size it from the p99 answer (planning.size_max_tokens): Bedrock
         reserves it against the quota on every call, and ModelQuota plans the router's share with it.

@@ -177,8 +177,8 @@ class QueuedInference(Construct):
         "reserved"; docs/tiers.md): "flex" suits a queue, whose work can wait. A message cannot
         choose another (a body with serviceTier is refused as a bad message), and the worker's role
         is denied the other tiers (BedrockModel.tier_fence). A deploy-time string reaches the worker
-        as it is (without the Deny: the other tiers are not known at synth). Default: none (Bedrock
-        serves at default).
+        as it is, and the Deny then names the tier the role may use (docs/tiers.md). Default: none
+        (Bedrock serves at default).
     bedrock_max_attempts: SDK attempts per call, the first included (>= 1). Default: 4.
     max_output_tokens: the longest answer a call may produce: the maxTokens a message gets when it
         sets none, and the most it may set. Sizes the time budget. Default: 1000.
