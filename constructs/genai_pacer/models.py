@@ -131,7 +131,9 @@ SERVICE_TIER_KEY = "bedrock:ServiceTier"
 #: (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_multi-value-conditions.html, where
 #: a negated operator's values are NOR-ed: none of them). So an untiered call stays allowed (served at
 #: default), a call at the parameter's value is allowed (a "default" one included: the key then holds
-#: "default", which the user guide's deny-all example lists), and any other tier is denied.
+#: "default", which the user guide's deny-all example lists), and any other tier is denied. Unlike the
+#: synth-time form, this one fails closed: were the key to hold another spelling than the guide's four values,
+#: the role's own calls would be denied (AccessDeniedException on the first call; docs/verified.md).
 NEGATED_OPERATOR = "StringNotEquals"
 PRESENCE_OPERATOR = "Null"
 #: The values it takes: botocore's ServiceTierType (the runtime's one list, checked by
