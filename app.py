@@ -18,6 +18,7 @@ from stacks.orchestration_stack import OrchestrationStack
 from stacks.precompute_stack import PrecomputeStack
 from stacks.queued_inference_stack import QueuedInferenceStack
 from stacks.retrieval_stack import RetrievalStack
+from stacks.shared_quota_stack import SharedQuotaStack
 
 
 def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) -> cdk.App:
@@ -32,6 +33,8 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
     precompute = PrecomputeStack(app, "GenaiPacerPrecompute", quota=quota)
     RetrievalStack(app, "GenaiPacerRetrieval")
     experiment = ExperimentStack(app, "GenaiPacerExperiment", quota=quota)
+    # Last of the stacks that draw shares: its QuotaLedger's consumers split at run time what the others leave.
+    SharedQuotaStack(app, "GenaiPacerSharedQuota", quota=quota)
     # One dashboard over the model the other stacks call, with their queues and workflows on it.
     ObservabilityStack(
         app,

@@ -25,6 +25,7 @@ def test_every_reference_stack_synthesizes_with_zero_nag_findings(reference_asse
         "GenaiPacerPrecompute.template.json",
         "GenaiPacerQueuedInference.template.json",
         "GenaiPacerRetrieval.template.json",
+        "GenaiPacerSharedQuota.template.json",
     ]
 
 
@@ -68,7 +69,7 @@ def test_every_model_call_in_every_state_machine_retries_throttles_with_full_jit
                     assert f"{service}.ThrottlingException" in retry["ErrorEquals"], name
                     assert retry["JitterStrategy"] == "FULL" and retry["MaxDelaySeconds"] > 0, name
                     checked += 1
-    assert checked == 7  # three branches and a synthesis, one per Map, one in the scheduled pre-computation
+    assert checked == 8  # three branches and a synthesis, one per Map (3), one in the scheduled pre-computation
 
 
 def test_every_consumer_of_the_model_draws_a_share_of_one_quota(reference_assembly, reference_templates):
@@ -83,6 +84,7 @@ def test_every_consumer_of_the_model_draws_a_share_of_one_quota(reference_assemb
         "GenaiPacerOrchestration/ReviewDigest", "GenaiPacerOrchestration/TickerSummaries",
         "GenaiPacerOrchestration/CatalogDescriptions", "GenaiPacerQueuedInference/ReviewSummaries",
         "GenaiPacerPrecompute/MorningNotes", "GenaiPacerPrecompute/Router", "GenaiPacerExperiment/Evaluator",
+        "GenaiPacerSharedQuota/Assistant", "GenaiPacerSharedQuota/TicketTriage", "GenaiPacerSharedQuota/NightlyBackfill",
     }
 
     def map_caps(stack: str) -> list[int]:
@@ -158,3 +160,95 @@ def test_the_router_asks_priority_for_its_misses_and_the_morning_run_flex_on_a_m
         if statement["Effect"] == "Deny" and "bedrock:ServiceTier" in json.dumps(statement.get("Condition", {}))
     )
     assert denied == [("default", "flex", "reserved"), ("priority", "default", "reserved")]
+
+
+LEDGER_SHARES = ("Assistant", "TicketTriage", "NightlyBackfill")
+
+
+def _function(template: dict, variable: str, value: str) -> dict:
+    (found,) = [f["Properties"] for f in resources(template, "AWS::Lambda::Function").values()
+                if f["Properties"].get("Environment", {}).get("Variables", {}).get(variable) == value]
+    return found
+
+
+def test_the_shared_quota_stacks_ledger_consumers_hold_floors_and_burst_caps_beside_the_apps_other_shares(
+        reference_assembly, reference_templates):
+    """stacks/shared_quota_stack.py: a function's QuotaPacer, a QueuedInference worker and a BoundedMap share
+    one QuotaLedger, each with its floor and burst cap where its runtime reads them; the app's other consumers
+    take no part in the ledger (which counts only its own consumers' holds), so the ledger's burst caps add up
+    to no more than the quota the others leave, and nothing the ledger admits can land on their shares."""
+    from genai_pacer.quota.ledger import LEDGER_ENVIRONMENT
+
+    (plan_file,) = reference_assembly.glob("genai-pacer-quota.*.json")
+    plan = json.loads(plan_file.read_text())
+    shares = {s["name"]: s for s in plan["shares"]}
+    ledger = [shares[name] for name in LEDGER_SHARES]
+    assert all(s["in_ledger"] and s["burst_tpm"] > s["tpm"] for s in ledger)
+    assert [s["name"] for s in plan["shares"] if s["in_ledger"]] == list(LEDGER_SHARES)
+    outside = sum(s["drawn_tpm"] for s in plan["shares"] if not s["in_ledger"])
+    assert sum(s["burst_tpm"] for s in ledger) <= plan["allocatable_tpm"] - outside
+    assert plan["allocation"] <= plan["warn_at"]  # the floors fit beside the other shares
+
+    template = reference_templates["GenaiPacerSharedQuota"]
+    _, _, consumer, quota_tpm, floor, burst, *_ = LEDGER_ENVIRONMENT
+    for name in ("Assistant", "TicketTriage"):  # the two processes: what SharedLedger.from_environment reads
+        variables = _function(template, consumer, name)["Environment"]["Variables"]
+        assert (float(variables[floor]), float(variables[burst]), float(variables[quota_tpm])) == (
+            round(shares[name]["tpm"]), round(shares[name]["burst_tpm"]), plan["allocatable_tpm"])
+    # one call at a time per process: the processes the floor sustains, each falling back to its part of it
+    assistant = _function(template, consumer, "Assistant")
+    assert assistant["ReservedConcurrentExecutions"] == shares["Assistant"]["executions"] >= 1
+    assert float(assistant["Environment"]["Variables"]["GENAI_PACER_TPM"]) * shares["Assistant"]["executions"] == (
+        pytest.approx(shares["Assistant"]["tpm"], abs=shares["Assistant"]["executions"]))
+    # the worker's and the Map's deploy-time caps are the calls their bursts sustain, more than their floors'
+    (mapping,) = resources(template, "AWS::Lambda::EventSourceMapping").values()
+    assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] == shares["TicketTriage"]["in_flight"] > (
+        shares["TicketTriage"]["planned_in_flight"])
+    (machine,) = resources(template, "AWS::StepFunctions::StateMachine").values()
+    (cap,) = [s["MaxConcurrency"] for s in all_states(definition(machine)).values() if s["Type"] == "Map"]
+    assert cap == shares["NightlyBackfill"]["in_flight"] > shares["NightlyBackfill"]["planned_in_flight"]
+    # every grant on the ledger's table is on this quota's item alone
+    writes = [statement for policy in resources(template, "AWS::IAM::Policy").values()
+              for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+              if "dynamodb:UpdateItem" in json.dumps(statement["Action"]) and "LeadingKeys" in json.dumps(statement)]
+    assert len(writes) >= 3  # the function, the worker, the state machine (and the sweeper)
+    assert {json.dumps(w["Condition"]) for w in writes} == {json.dumps(
+        {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["quota#" + plan["model_id"]]}})}
+
+
+def test_the_shared_quota_stacks_assistant_handler_holds_and_settles_its_call_in_the_ledger(
+        reference_templates, monkeypatch):
+    """The inline handler as deployed, with the variables the template gives it, against moto's DynamoDB
+    (the ledger's table) and a stubbed Bedrock: the call is answered and settles to its real usage in the
+    quota's item under the function's share."""
+    import boto3
+    from botocore.stub import Stubber
+    from genai_pacer.quota.ledger import LEDGER_ENVIRONMENT
+    from moto import mock_aws
+
+    template = reference_templates["GenaiPacerSharedQuota"]
+    function = _function(template, LEDGER_ENVIRONMENT[2], "Assistant")
+    variables = function["Environment"]["Variables"]
+    for name, value in {**variables, LEDGER_ENVIRONMENT[0]: "ledger", "AWS_DEFAULT_REGION": "us-east-1",
+                        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        assert isinstance(value, str), f"{name} is not resolved at synth: {value}"
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb")
+        dynamodb.create_table(TableName="ledger", BillingMode="PAY_PER_REQUEST",
+                              KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                              AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}])
+        module: dict = {}
+        exec(compile(function["Code"]["ZipFile"], "index.py", "exec"), module)
+        with Stubber(module["bedrock"]) as stub:
+            stub.add_response("converse", {
+                "output": {"message": {"role": "assistant", "content": [{"text": "Reset it from Settings."}]}},
+                "stopReason": "end_turn", "usage": {"inputTokens": 30, "outputTokens": 12, "totalTokens": 42},
+                "metrics": {"latencyMs": 100}},
+                {"modelId": variables["MODEL_ID"], "messages": [{"role": "user", "content": [{"text": "How do I reset?"}]}],
+                 "inferenceConfig": {"maxTokens": int(variables["MAX_TOKENS"])}})
+            assert module["handler"]({"question": "How do I reset?"}, None) == {"answer": "Reset it from Settings."}
+            stub.assert_no_pending_responses()
+        item = dynamodb.get_item(TableName="ledger", Key={"pk": {"S": "quota#" + variables[LEDGER_ENVIRONMENT[1]]}},
+                                 ConsistentRead=True)["Item"]
+    assert (item["held"], item["h#Assistant"]) == ({"N": "42"}, {"N": "42"})  # input + output x burndown 1
