@@ -249,6 +249,11 @@ def test_the_shared_quota_stacks_assistant_handler_holds_and_settles_its_call_in
                  "inferenceConfig": {"maxTokens": int(variables["MAX_TOKENS"])}})
             assert module["handler"]({"question": "How do I reset?"}, None) == {"answer": "Reset it from Settings."}
             stub.assert_no_pending_responses()
-        item = dynamodb.get_item(TableName="ledger", Key={"pk": {"S": "quota#" + variables[LEDGER_ENVIRONMENT[1]]}},
-                                 ConsistentRead=True)["Item"]
+        key = {"pk": {"S": "quota#" + variables[LEDGER_ENVIRONMENT[1]]}}
+        held = dynamodb.get_item(TableName="ledger", Key=key, ConsistentRead=True)["Item"]
+        # the settlement's return rides this process's next write (deferred: one ledger write a call) ...
+        assert held["held"] == held["h#Assistant"] and int(held["held"]["N"]) > 42
+        assert module["pacer"].ledger.deferred_tokens == int(held["held"]["N"]) - 42
+        module["pacer"].ledger.flush()  # ... or is written when it matters; here, by hand
+        item = dynamodb.get_item(TableName="ledger", Key=key, ConsistentRead=True)["Item"]
     assert (item["held"], item["h#Assistant"]) == ({"N": "42"}, {"N": "42"})  # input + output x burndown 1

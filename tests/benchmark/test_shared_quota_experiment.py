@@ -67,11 +67,13 @@ def test_a_failed_condition_comes_back_as_the_ledger_expects_with_the_item(bench
     assert table.conditional_failures == 1
 
 
-def test_one_consumer_at_light_load_costs_exactly_two_writes_a_call_and_never_conflicts(bench, plan):
-    """The protocol's steady-state cost: a reservation and a settlement per call, one read on first use."""
+def test_one_consumer_at_light_load_costs_about_one_write_a_call_and_never_conflicts(bench, plan):
+    """The protocol's steady-state cost: a reservation per call, the settlement's return riding the next
+    one (a few written alone, when they waited settle_delay_seconds), one read on first use."""
     row = bench.simulate(1, 20, plan=plan, load=0.5, minutes=2, seed=0)
     assert row["calls"] == row["requests"] > 0
-    assert row["ledger_writes_per_call"] == 2.0 and row["ledger_conflicts"] == row["conditional_check_failures"] == 0
+    assert 1.0 <= row["ledger_writes_per_call"] < 1.5
+    assert row["ledger_conflicts"] == row["conditional_check_failures"] == 0
     assert row["ledger_reads_per_call"] == round(1 / row["calls"], 3)
     assert row["p99_wait_s"] == 0.0  # nothing ever waited: the quota held every call at once
 
@@ -86,7 +88,7 @@ def test_the_simulation_is_exact_repeatable_and_keeps_every_consumer_inside_the_
     assert first["held_peak_pct_of_quota"] <= 100
     assert first["p50_wait_s"] > 0  # at 2x load the ledger made calls wait
     assert 0 < first["ledger_conflicts"] <= first["conditional_check_failures"]
-    assert first["ledger_writes_per_call"] >= 2
+    assert first["ledger_writes_per_call"] > 1  # a reservation per call, and the conflicts' retries
     assert first["largest_item_kb"] * 1024 <= bench.MAX_ITEM_BYTES
     assert first["seconds_over_partition_write_limit"] == 0  # three consumers are far from a partition's limit
     assert first != bench.simulate(3, 60, plan=plan, load=2.0, minutes=2, seed=2)  # the seed matters
