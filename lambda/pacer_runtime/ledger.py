@@ -11,10 +11,15 @@ The item (table key "pk" = "quota#<ledger id>", one item per model quota, accoun
     held                      N  tokens the window holds now, every consumer together
     h#<consumer>              N  the same, one consumer's (its floor and burst cap are checked on it)
     s#<start second>#<consumer> N tokens charged by that consumer's calls that started in that UTC
-                                 second, "YYYY-MM-DDTHH:MM:SS" (ISO 8601, so names sort as times)
+                                 second, named by its time of day, "HH:MM:SS": the day is left out
+                                 (it would be 11 of each slot's ~25 bytes, and a write is charged
+                                 per KB of the item), and read back as the moment of that time of
+                                 day nearest the reader's clock, unambiguous while slots live a
+                                 minute and clocks agree within hours. (Names of earlier versions,
+                                 "YYYY-MM-DDTHH:MM:SS", are still read.)
     w#<consumer>              S  "<time> <tokens>": when that consumer last had a call waiting
                                  within its floor ("YYYY-MM-DDTHH:MM:SS.mmmZ") and the tokens it
-                                 waits for (0 once served): borrowers leave them free while recent
+                                 waits for, removed once served: borrowers leave them free while recent
     wanted, wanted_by         S  the time of the latest want write and whose it is: a borrower's
                                  condition pins them, so a want written after the borrower's view
                                  fails the borrow, which is retried on the fresh item
@@ -93,10 +98,10 @@ Shares are floors; unused capacity is borrowed (precisely)
         consumers waited for within their floors in the last want_seconds (their w# wants).
     A call within its floor that finds the window full (others borrowed the room) writes
     w#c = "<now> <its reservation>" (at most once per want_seconds / 2 per process, at once again
-    after it was served). Borrowers then leave that much free, so c gets its floor back as the
+    after it was served; c's next reservation within its floor removes it). Borrowers then leave that much free, so c gets its floor back as the
     borrowed holds settle (seconds) and leave the window (at most window + 1 s + skew later): a floor
     is guaranteed up to the borrowing done while its owner was idle, never pre-empted (a Bedrock
-    charge cannot be taken back). c's next reservation within its floor sets its want to 0 in the
+    charge cannot be taken back). c's next reservation within its floor removes its want in the
     same write, so room is kept only while someone waits. A want the borrower has not seen yet
     fails its write: the condition pins "wanted" and "wanted_by", which every want write sets.
     (A first version stopped all borrowing while any owner waited: with one busy consumer and three
@@ -217,7 +222,13 @@ DAILY_QUOTA_DOC = "https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-r
 MINUTES_PER_DAY = 24 * 60
 #: Slots are whole UTC seconds: the finest start time a JSONPath state can name (see the docstring).
 SLOT_SECONDS = 1.0
-SLOT_FORMAT = "%Y-%m-%dT%H:%M:%S"
+#: A slot is named by its UTC time of day (see "The item"); read back as the moment nearest the reader's
+#: clock, so a name is unambiguous while its slot is within half a day of every clock.
+SLOT_FORMAT = "%H:%M:%S"
+HALF_DAY_SECONDS = SECONDS_PER_DAY / 2
+#: Slots named by their whole UTC second ("YYYY-MM-DDTHH:MM:SS"), as written before the item got smaller
+#: (items and state machines of earlier versions), are still read; wants keep this form, in milliseconds.
+ISO_SECOND_FORMAT = "%Y-%m-%dT%H:%M:%S"
 WINDOW_SECONDS = 60.0
 #: How long after its last write the quota item may be dropped by DynamoDB's TTL (a day: every
 #: slot in it expired long before).
@@ -306,7 +317,9 @@ class LedgerView:
     problems: list[str] = field(default_factory=list)
 
     @classmethod
-    def parse(cls, item: Mapping[str, Any] | None) -> LedgerView:
+    def parse(cls, item: Mapping[str, Any] | None, now: float | None = None) -> LedgerView:
+        """The item, parsed; a slot's time of day is read as the moment nearest `now` (default: time.time())."""
+        now = time.time() if now is None else now
         view = cls(raw=dict(item or {}))
         for name, value in (item or {}).items():
             if name in (PARTITION_KEY, TTL_ATTRIBUTE):
@@ -342,7 +355,7 @@ class LedgerView:
                 else:
                     view.consumers[name[len(CONSUMER_PREFIX):]] = number
             elif name.startswith(SLOT_PREFIX):
-                start, consumer = _parse_slot(name)
+                start, consumer = _parse_slot(name, now)
                 if number is None or start is None or consumer is None or number < 0:
                     view.problems.append(f"{name} is not a slot of a finite number of tokens >= 0: {_shown(value)}")
                 else:
@@ -577,7 +590,7 @@ class SharedLedger:
             self._adjust(hold, delta, "settled")
             return
         now = self.clock()
-        start, _ = _parse_slot(hold.slot)
+        start, _ = _parse_slot(hold.slot, now)
         if start is None or self._expired(start, now):  # it left the window: Bedrock ignores it too
             self.counts["late"] += 1
             return
@@ -685,7 +698,7 @@ class SharedLedger:
             self.counts["reads"] += 1
             item = self._call("get_item", TableName=self.table_name, Key=self.key, ConsistentRead=True).get("Item")
             with self._lock:
-                self._view, self._seen = LedgerView.parse(item), True
+                self._view, self._seen = LedgerView.parse(item, self.clock()), True
         with self._lock:
             return self._view
 
@@ -744,7 +757,7 @@ class SharedLedger:
         day = _day(start)
         day_back: dict[str, float] = {}
         for name, delta in carried.items():
-            returned_on = _slot_day(name)
+            returned_on = _slot_day(name, now)
             if returned_on is not None:
                 day_back[returned_on] = day_back.get(returned_on, 0.0) + delta
         spent = view.days.get(day, 0.0) + day_back.get(day, 0.0)
@@ -764,7 +777,7 @@ class SharedLedger:
             if held + tokens > self.quota_tpm - kept:
                 return LedgerRefusal(self._poll_delay(), None, f"{', '.join(sorted(wanting))} wait within their floors: "
                                      f"{kept:,.0f} tokens are kept for them", False)
-        slot = f"{SLOT_PREFIX}{_slot_name(start)}#{self.consumer}"  # settle() finds the day in its name
+        slot = f"{SLOT_PREFIX}{_slot_name(start)}#{self.consumer}"
         names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": slot, "#ttl": TTL_ATTRIBUTE,
                  "#day": DAY_PREFIX + day}
         values: dict[str, Any] = {":r": _n(tokens + carried.get(slot, 0.0)), ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS),
@@ -796,9 +809,9 @@ class SharedLedger:
                 clauses.append("attribute_not_exists(#wanted)")
         sets = ["#ttl = :ttl"]
         own_want = view.wants.get(self.consumer)
-        if within_floor and own_want is not None and own_want[1] > 0:  # served: borrowers need not keep it any more
-            names["#want"], values[":want"] = WANT_PREFIX + self.consumer, {"S": f"{own_want[0]} 0"}
-            sets.append("#want = :want")
+        if within_floor and own_want is not None:  # served: borrowers need not keep it any more (and the item is smaller)
+            names["#want"] = WANT_PREFIX + self.consumer
+            removes.append("#want")
         adds = ["#slot :r", "#day :dd"]
         # the other slots' returns, each IF its slot is still there (one another writer removed as expired
         # fails the write, which is retried on the fresh item without it); their days' too
@@ -888,7 +901,7 @@ class SharedLedger:
                 names[f"#s{i}"], values[f":s{i}"] = name, _n(delta)
                 adds.append(f"#s{i} :s{i}")
                 clauses.append(f"attribute_exists(#s{i})")
-                day = _slot_day(name)  # the day the hold was reserved on (a hold from before days were kept has none)
+                day = _slot_day(name, now)  # the day the hold was reserved on
                 if day is not None:
                     days[day] = days.get(day, 0.0) + delta
             for i, (day, delta) in enumerate(sorted(days.items())):
@@ -1035,10 +1048,10 @@ class SharedLedger:
             item = self._call("update_item", repeatable=repeatable, **request).get("Attributes")
         except _ConditionFailed as failed:
             with self._lock:
-                self._view, self._seen = LedgerView.parse(failed.item), True
+                self._view, self._seen = LedgerView.parse(failed.item, self.clock()), True
             return None
         with self._lock:
-            self._view, self._seen = LedgerView.parse(item), True
+            self._view, self._seen = LedgerView.parse(item, self.clock()), True
         return item
 
     def _call(self, operation: str, *, repeatable: bool = True, **request: Any) -> dict:
@@ -1106,21 +1119,34 @@ def _slot_name(start: float) -> str:
     return datetime.fromtimestamp(start, UTC).strftime(SLOT_FORMAT)
 
 
-def _parse_slot(name: str) -> tuple[float | None, str | None]:
+def _parse_slot(name: str, now: float) -> tuple[float | None, str | None]:
+    """A slot's start (epoch seconds) and consumer: "s#HH:MM:SS#c" is the moment of that UTC time of day
+    nearest `now`; "s#YYYY-MM-DDTHH:MM:SS#c" (an earlier version's name) is that second."""
     body = name[len(SLOT_PREFIX):]
     stamp, sep, consumer = body.partition("#")
     if not sep or not consumer:
         return None, None
+    if len(stamp) == 8 and stamp[2] == stamp[5] == ":":
+        hours, minutes, seconds = stamp[:2], stamp[3:5], stamp[6:]
+        if not (hours.isdigit() and minutes.isdigit() and seconds.isdigit()) or not (
+                int(hours) < 24 and int(minutes) < 60 and int(seconds) < 60):
+            return None, None
+        start = math.floor(now / SECONDS_PER_DAY) * SECONDS_PER_DAY + int(hours) * 3600 + int(minutes) * 60 + int(seconds)
+        if start - now > HALF_DAY_SECONDS:
+            start -= SECONDS_PER_DAY
+        elif now - start >= HALF_DAY_SECONDS:
+            start += SECONDS_PER_DAY
+        return float(start), consumer
     try:
-        return datetime.strptime(stamp, SLOT_FORMAT).replace(tzinfo=UTC).timestamp(), consumer
+        return datetime.strptime(stamp, ISO_SECOND_FORMAT).replace(tzinfo=UTC).timestamp(), consumer
     except ValueError:
         return None, None
 
 
-def _slot_day(name: str) -> str | None:
-    """The UTC day a slot's hold was reserved on ("s#YYYY-MM-DDT...#c" -> "YYYY-MM-DD"), None if its name has none."""
-    day = name[len(SLOT_PREFIX):len(SLOT_PREFIX) + len("YYYY-MM-DD")]
-    return day if _is_day(day) else None
+def _slot_day(name: str, now: float) -> str | None:
+    """The UTC day a slot's hold was reserved on (its start's), None if its name is not a slot's."""
+    start, _ = _parse_slot(name, now)
+    return None if start is None else _day(start)
 
 
 def _day(epoch: float) -> str:
@@ -1137,7 +1163,7 @@ def _is_day(text: str) -> bool:
 
 def _iso_ms(epoch: float) -> str:
     moment = datetime.fromtimestamp(epoch, UTC)
-    return moment.strftime(SLOT_FORMAT) + f".{moment.microsecond // 1000:03d}Z"
+    return moment.strftime(ISO_SECOND_FORMAT) + f".{moment.microsecond // 1000:03d}Z"
 
 
 def _shown(value: Any) -> str:

@@ -40,7 +40,8 @@ PARTITION_KEY = "pk"
 KEY_PREFIX = "quota#"
 TTL_ATTRIBUTE = "expires_at"
 #: The item's attributes a state machine writes as well: the window's tokens, one consumer's, one slot's
-#: (s#<UTC second>#<consumer>) and one UTC day's (d#<YYYY-MM-DD>).
+#: (s#<UTC time of day, HH:MM:SS>#<consumer>: the day is left out to keep the item small, and read back
+#: from the reader's clock) and one UTC day's (d#<YYYY-MM-DD>).
 HELD = "held"
 CONSUMER_PREFIX = "h#"
 SLOT_PREFIX = "s#"

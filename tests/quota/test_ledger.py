@@ -139,7 +139,7 @@ def test_a_floor_is_served_before_borrowers_and_borrowing_uses_what_others_leave
     assert a.try_reserve(50).borrowed  # borrowing goes on beside what b waits for
     assert isinstance(a.try_reserve(60), LedgerRefusal)  # but never into it
     assert isinstance(b.try_reserve(300), LedgerHold)
-    assert item(dynamodb)["w#b"]["S"].endswith(" 0")  # served: nothing is kept for b any more
+    assert "w#b" not in item(dynamodb)  # served: nothing is kept for b any more
     assert a.try_reserve(50).borrowed  # the last 50
     assert consistent(dynamodb).consumers == {"a": 700, "b": 300}
 
@@ -229,6 +229,8 @@ def test_a_malformed_item_is_repaired_not_trusted_and_other_quotas_are_untouched
 @pytest.mark.parametrize(("name", "value", "reason"), [
     ("s#2027-01-15T07:59:59#x", {"N": "-100000"}, "tokens >= 0"),  # would lend the quota tokens it never had
     ("s#2099-01-01T00:00:00#x", {"N": "900"}, "ahead of this clock"),  # would never leave the window
+    ("s#09:00:00#x", {"N": "900"}, "ahead of this clock"),  # an hour ahead of 08:00 (a time of day: the nearest)
+    ("s#99:00:00#x", {"N": "900"}, "not a slot"),  # no time of day
 ])
 def test_a_hostile_slot_that_would_let_the_quota_be_overdrawn_or_blocked_is_repaired_away(dynamodb, capsys, name, value, reason):
     clock = Clock()
@@ -340,7 +342,7 @@ def test_a_lagging_clock_writes_into_the_newest_slot_and_a_leading_cleaner_withi
     on_time, lagging, leading = Clock(), Clock(EPOCH - 5), Clock()
     ledger(dynamodb, on_time, "a").try_reserve(100)
     late = ledger(dynamodb, lagging, "b").try_reserve(100)
-    assert late.slot.startswith("s#2027-01-15T08:00:00#")  # the others' second, not five seconds earlier
+    assert late.slot.startswith("s#08:00:00#")  # the others' second, not five seconds earlier
     leading.now = EPOCH + 61.5  # a cleaner 0.5 s ahead of the others' clock when the window ends
     ledger(dynamodb, leading, "c", floor_tpm=0).try_reserve(10)
     assert consistent(dynamodb).held == 210  # nothing removed before second + window + skew
@@ -386,3 +388,17 @@ def test_a_charge_on_a_malformed_item_repairs_it_first(dynamodb, capsys):
     fresh.charge(50)
     assert consistent(dynamodb).held == 150 and fresh.counts["repairs"] == 1
     assert "h#a is not a finite number" in capsys.readouterr().out
+
+
+def test_a_slot_is_named_by_its_utc_time_of_day_and_read_back_as_the_nearest_such_moment():
+    """The slot name leaves the day out (a smaller item: one write unit per KB); read back against the
+    reader's clock, a slot named just before midnight is yesterday's a second after it, and a name of
+    an earlier version (with its date) still reads as its second."""
+    midnight = 1_800_057_600.0  # 2027-01-16T00:00:00Z
+    item = {"s#23:59:59#a": {"N": "5"}, "s#00:00:00#b": {"N": "7"}, "s#2027-01-15T23:59:58#c": {"N": "1"},
+            "held": {"N": "13"}, "h#a": {"N": "5"}, "h#b": {"N": "7"}, "h#c": {"N": "1"}}
+    view = LedgerView.parse(item, midnight + 1)
+    assert view.problems == []
+    assert {name: start - midnight for name, (start, _, _) in view.slots.items()} == {
+        "s#23:59:59#a": -1, "s#00:00:00#b": 0, "s#2027-01-15T23:59:58#c": -2}
+    assert LedgerView.parse(item, midnight - 3_600).slots["s#00:00:00#b"][0] == midnight  # an hour before: still the nearest

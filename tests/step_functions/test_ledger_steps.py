@@ -113,9 +113,11 @@ def test_the_slot_is_the_second_the_call_started_and_the_reservation_is_the_pace
         before = time.time()
         run = runner.run({"items": [{"prompt": "Summarize: " + "good battery, " * 40}]}).raise_for_status()
         item = item_of(runner, ledger)
+    from pacer_runtime.ledger import LedgerView
+
     (name,) = slots(item)
-    stamp, consumer = name.removeprefix("s#").split("#")
-    started = time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S")) - time.timezone
+    started, consumer, _ = LedgerView.parse(item, time.time()).slots[name]  # as the runtime reads it
+    assert name == "s#" + time.strftime("%H:%M:%S", time.gmtime(started)) + "#Summaries"  # s#<UTC time of day>#<consumer>
     assert consumer == "Summaries" and int(before) - 1 <= started <= time.time()
     (call,) = run.invocations
     # settled = reserved + delta: the settle step's delta is what the charge adds to the 3,000 reserved
@@ -471,7 +473,7 @@ def test_the_state_machines_attribute_names_are_the_runtimes():
 
     assert (ledger_steps.HELD, ledger_steps.CONSUMER_PREFIX, ledger_steps.SLOT_PREFIX) == (
         runtime.HELD, runtime.CONSUMER_PREFIX, runtime.SLOT_PREFIX)
-    assert runtime.SLOT_FORMAT == "%Y-%m-%dT%H:%M:%S"  # what the slot Pass cuts EnteredTime to
+    assert runtime.SLOT_FORMAT == "%H:%M:%S"  # what the slot Pass cuts EnteredTime to: its UTC time of day
 
 
 @pytest.mark.parametrize("burndown", [1, 15])

@@ -113,7 +113,7 @@ def test_a_calls_reservation_settlement_and_release_count_on_its_slots_day(enter
         bedrock.fail_next("ValidationException")  # the next call fails: its hold comes back, to the day too
         failed = runner.run({"items": [{"prompt": "And this."}]})
         after = item_of(runner, ledger)
-    assert list(slots(settled)) == [f"s#{DAY}T12:00:00#Summaries"]
+    assert list(slots(settled)) == ["s#12:00:00#Summaries"]
     charged = int(settled["held"]["N"])
     assert charged < RESERVED and day_of(settled) == {f"d#{DAY}": charged}  # the day keeps the settlement
     assert not failed.succeeded and "InvokeModel release" in [e["stateEnteredEventDetails"]["name"] for e in

@@ -9,10 +9,11 @@ JSONPath), cannot multiply (the only arithmetic intrinsic is States.MathAdd) and
 arithmetic. So a model task with `ledger=` writes the same item with the same three updates, every
 number that needs a product computed at synth:
 
-    <call> ledger slot   Pass: the hold's slot, s#<second the state was entered>#<consumer>, from the
-                         context object's EnteredTime ("2019-03-26T20:14:13.192Z": the fraction and
-                         zone split off with States.StringSplit), and its day, d#<the date before
-                         the 'T'>, in an envelope beside the item ({"input": <item>, "slot": ...,
+    <call> ledger slot   Pass: the hold's slot, s#<UTC time of day the state was entered>#<consumer>,
+                         from the context object's EnteredTime ("2019-03-26T20:14:13.192Z": the
+                         fraction and zone split off, then the date, with States.StringSplit:
+                         "s#20:14:13#<consumer>"), and its day, d#<the date before the 'T'>, in an
+                         envelope beside the item ({"input": <item>, "slot": ...,
                          "day": ...}: any JSON item works, and comes back as it was; see
                          ENVELOPE_INPUT).
     <call> reserve       DynamoDB UpdateItem (the optimized integration, no Lambda):
@@ -163,8 +164,11 @@ ENVELOPE_ANSWER = "$.answer"
 #: (https://docs.aws.amazon.com/step-functions/latest/dg/input-output-contextobject.html), in UTC with a
 #: fraction on AWS ("2019-03-26T20:14:13.192Z"); moto's interpreter writes Python's isoformat
 #: ("...T20:14:13.192000+00:00", no fraction at a whole second). Cutting at the first '.', 'Z' and '+'
-#: leaves the whole second in every one of these forms: the ledger's slot name (pacer_runtime.ledger
-#: SLOT_FORMAT). A '-hh:mm' offset is not cut (the date has '-' too): Step Functions writes UTC.
+#: leaves the whole second in every one of these forms, and what follows its 'T' (ENTERED_DAY_CUT) is its
+#: UTC time of day, the ledger's slot name (pacer_runtime.ledger SLOT_FORMAT "%H:%M:%S"). A '-hh:mm'
+#: offset is not cut (the date has '-' too): Step Functions writes UTC. Each cut is one single-character
+#: States.StringSplit (what every interpreter agrees on) and an ArrayGetItem: 8 nested intrinsics and the
+#: Format, within MAX_NESTED_INTRINSICS.
 ENTERED_TIME_CUTS = (".", "Z", "+")
 #: The item's attributes a state machine writes: SharedLedger's own names (lambda/pacer_runtime/ledger_layout.py,
 #: the one file both sides load).
@@ -319,11 +323,13 @@ class LedgerCall:
 
     def slot(self) -> sfn.Pass:
         """The hold's slot from the second the state was entered: "2019-03-26T20:14:13.192Z" loses its
-        fraction ('.') and its zone ('Z', or '+' in an offset form) to States.StringSplit."""
+        fraction ('.') and its zone ('Z', or '+' in an offset form), then its date ('T'), to
+        States.StringSplit: s#20:14:13#<consumer>."""
         entered = "$$.State.EnteredTime"
         second = entered
         for delimiter in ENTERED_TIME_CUTS:
             second = f"States.ArrayGetItem(States.StringSplit({second}, '{delimiter}'), 0)"
+        second = f"States.ArrayGetItem(States.StringSplit({second}, '{ENTERED_DAY_CUT}'), 1)"  # its UTC time of day
         name = f"{SLOT_PREFIX}{{}}#{_escaped(self.consumer.name)}"
         slot = f"States.Format('{name}', {second})"
         # The same EnteredTime's date: the slot's UTC day, as SharedLedger counts a hold on its slot's day.
