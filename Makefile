@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = $(shell PATH="$(PATH)" node -p 'process.versions.node.split(".")[0]' 2>/dev/null)
 DIST ?= dist
 
-.PHONY: synth test test-fast typecheck dist bench lint clean prereqs integ integ-update
+.PHONY: synth test test-fast typecheck dist bench bench-shared-quota lint clean prereqs integ integ-update
 
 synth: $(VENV)/.runtime-installed node_modules/.installed
 	cdk synth --no-notices --quiet
@@ -74,7 +74,26 @@ bench: $(VENV)/.dev-installed
 	$(VENV)/bin/python bench/service_tier_experiment.py --out $(BENCH_OUT)/service_tier_experiment.json > /dev/null
 	$(VENV)/bin/python bench/priority_flex_experiment.py --out $(BENCH_OUT)/priority_flex_experiment.json > /dev/null
 	$(VENV)/bin/python bench/load_replay_offline.py --out $(BENCH_OUT) > /dev/null
+	$(MAKE) bench-shared-quota
 	@echo "reports: $$(ls $(BENCH_OUT) | tr '\n' ' ')"
+
+# One Bedrock quota shared by several processes (issue 25; bench/shared_quota_experiment.py's docstring):
+# the ledger at 2x load with 1 and 4 processes (5 seeds) and 16 (3), a BoundedMap beside 4 processes,
+# half load against unbounded calls, the strategies without a ledger, and the simulation of 100 and
+# 1,000 consumers. Long: about 2 minutes of wall time per run on 2 cores (see docs/quota.md).
+SHARED_QUOTA := $(VENV)/bin/python bench/shared_quota_experiment.py
+bench-shared-quota: $(VENV)/.dev-installed
+	$(SHARED_QUOTA) --seeds 5 --time-scale 3 --configurations 1:whole,4:ledger \
+		--out $(BENCH_OUT)/shared_quota_experiment.json > /dev/null
+	$(SHARED_QUOTA) --seeds 3 --time-scale 3 --configurations 16:ledger \
+		--out $(BENCH_OUT)/shared_quota_experiment_16.json > /dev/null
+	$(SHARED_QUOTA) --seeds 5 --time-scale 3 --load 0.5 --configurations 4:unbounded,4:ledger,4:static \
+		--out $(BENCH_OUT)/shared_quota_experiment_half_load.json > /dev/null
+	$(SHARED_QUOTA) --seeds 5 --time-scale 3 --configurations 4:ledger --map-items 60 \
+		--out $(BENCH_OUT)/shared_quota_experiment_map.json > /dev/null
+	$(SHARED_QUOTA) --seeds 5 --time-scale 10 --configurations 1:whole,2:static,4:static,4:whole,16:static,16:whole \
+		--out $(BENCH_OUT)/shared_quota_experiment_baselines.json > /dev/null
+	$(SHARED_QUOTA) --simulate --seeds 2 --consumers 100,1000 > /dev/null
 
 # Integration tests (integ/README.md): one app per construct family. Offline, `make test` compares
 # each app's synthesis with its committed snapshot (tests/test_integ.py). With AWS credentials and a
