@@ -45,7 +45,8 @@ class PrecomputeStack(cdk.Stack):
                 prompt=sfn.JsonPath.format("Write this morning's note for {}.", sfn.JsonPath.string_at("$.item.ticker")),
                 max_tokens=profile.max_tokens,
                 # Nobody waits on a pre-computation run: Flex, served after standard traffic at a
-                # discount (docs/tiers.md; the default model takes it, settings.py).
+                # discount (docs/tiers.md). The service tiers page lists the default model, Amazon Nova 2
+                # Lite, for Flex and Priority (read in a copy of 2026-02-15; settings.py).
                 service_tier="flex",
             ),
             max_concurrency=rate,  # fitted to the inline Map's 1..40
@@ -79,7 +80,8 @@ class PrecomputeStack(cdk.Stack):
                 "review-summary#{product}": "Summarize the reviews of product {product} in three sentences.",
             },
             max_age=cdk.Duration.hours(24),
-            # A miss has a user waiting: Priority, served ahead of standard and Flex traffic.
+            # A miss has a user waiting: Priority, served ahead of standard and Flex traffic (the same
+            # page lists the default model for it; see the scheduled run above).
             service_tier="priority",
             max_output_tokens=profile.max_tokens,
             reserved_concurrency=router_share,  # 2 misses in flight: the router holds the share it is given

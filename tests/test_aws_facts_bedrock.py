@@ -74,10 +74,15 @@ def test_every_converse_field_the_request_writes_exists():
 
 
 def test_service_tiers_are_the_service_tier_type_enum_everywhere():
+    from genai_pacer import models
+    from genai_pacer.quota import model_quota
     from genai_pacer.testing import specs
 
     enum = tuple(shape("bedrock-runtime", "ServiceTierType")["enum"])
     assert enum == metrics_constants().SERVICE_TIERS == model_tasks.SERVICE_TIERS == specs.SERVICE_TIERS
+    # the IAM fence's values (bedrock:ServiceTier holds the tier name) and the quota's tier list
+    assert enum == models._SERVICE_TIER_VALUES == model_quota.SERVICE_TIERS
+    assert set(metrics_constants().TIER_RANK) == set(enum)  # "served below" ranks every tier
     assert metrics_constants().DEFAULT_TIER in enum
 
 
