@@ -173,3 +173,40 @@ def test_the_runner_filters_an_object_as_jayway_jsonpath_does():
         assert _interpreter._extract_json(SERVED_TIER_PATH, {"ServiceTier": {"Type": "flex"}, "StopReason": "x"}) == ["flex"]
         assert _interpreter._extract_json(SERVED_TIER_PATH, {"StopReason": "x"}) == []
         assert _interpreter._extract_json("$.a[?(@.t)].t", {"a": [{"t": 1}, {"u": 2}]}) == [1]
+
+
+def test_a_ledger_paced_call_placed_beside_its_item_keeps_the_item_and_records_the_tiers():
+    from genai_pacer import TaskOptions
+
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=400_000)
+    plan = quota.share("Map", quota.profile(input_tokens=100, output_tokens=20, max_tokens=50), fraction=0.5, call_seconds=4)
+    built = BoundedMap(stack, "Map", max_concurrency=plan, model=MODEL, ledger=QuotaLedger(stack, "Ledger", quota=quota),
+                       request=reserved(sfn.JsonPath.string_at("$.prompt")), task_options=TaskOptions(result_path="$.answer"))
+    with reservation(tpm_quota=1_000_000) as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run(prompts(2), state_machine=built.state_machine).raise_for_status()
+    assert sorted(item["prompt"] for item in run.output) == ["q0", "q1"]
+    assert sorted(item["answer"]["serviceTier"]["served"] for item in run.output) == ["default", "reserved"]
+
+
+def test_a_ledger_paced_scheduled_run_stores_both_tiers_after_settling():
+    from aws_cdk import aws_scheduler as scheduler
+    from genai_pacer import AnswerStore, ScheduledPrecompute
+    from pacer_runtime import answers
+
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=400_000)
+    plan = quota.share("Notes", quota.profile(input_tokens=100, output_tokens=20, max_tokens=50), fraction=0.3, call_seconds=4)
+    store = AnswerStore(stack, "Store")
+    items = [{"key": f"ticker-morning#t{i}", "ticker": f"T{i}"} for i in range(2)]
+    notes = ScheduledPrecompute(
+        stack, "Notes", answer_store=store, model=MODEL, max_concurrency=plan, items=items,
+        ledger=QuotaLedger(stack, "Ledger", quota=quota), request=reserved("Write the note."),
+        schedule=scheduler.ScheduleExpression.cron(minute="0", hour="6", time_zone=cdk.TimeZone.EUROPE_LONDON),
+    )
+    with reservation(tpm_quota=1_000_000) as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        run = runner.run({"items": items}, state_machine=notes.state_machine).raise_for_status()
+        stored = [answers.get_answer(runner.dynamodb, runner.physical_name(store.table), i["key"]) for i in items]
+    assert run.output["written"] == 2
+    assert sorted((a.requested_tier, a.served_tier) for a in stored) == sorted(
+        (c.service_tier, c.served_tier) for c in run.invocations) == [("reserved", "default"), ("reserved", "reserved")]
