@@ -116,8 +116,8 @@ SFN_CONVERSE_PASSES_SERVICE_TIER = "assumed"
 #: Where a ledger-paced call's selection keeps Converse's whole Usage until it is settled.
 LEDGER_USAGE = "ledgerUsage"
 #: The tier that served a call, from the Converse response: ConverseResponse's serviceTier (a ServiceTier,
-#: whose type is the tier), optional in botocore 1.44.8's bedrock-runtime model (tests/test_aws_facts_bedrock.py
-#: checks the member), so PascalCase ServiceTier.Type in the SDK integration's result. Selected through a
+#: whose type is the tier), optional in botocore 1.44.8's bedrock-runtime model (tests/step_functions/
+#: test_served_tier.py checks the member), so PascalCase ServiceTier.Type in the SDK integration's result. Selected through a
 #: filter on the response object, which makes the path indefinite: Step Functions' JSONPath (Jayway
 #: JsonPath) answers a list, [] when the response names no tier, where the definite $.ServiceTier.Type
 #: would fail the task (States.Runtime) after the call was served and billed.
