@@ -568,6 +568,7 @@ def simulate(consumers: int, calls_per_minute: float, *, plan: dict[str, Any], l
     from pacer_runtime.ledger import SharedLedger
     from pacer_runtime.quota_pacer import QuotaPacer
 
+    load_before = _load()
     quota = plan["settled_per_request"] * calls_per_minute
     # what QuotaPacer holds for the plan's mean call (prompt + max_tokens x burndown), and what it settles to
     reserve = QuotaPacer(quota, burndown=EXPERIMENT_MODEL.burndown).reservation(round(plan["mean_input_tokens"]),
@@ -651,6 +652,7 @@ def simulate(consumers: int, calls_per_minute: float, *, plan: dict[str, Any], l
         "largest_item_kb": round(table.largest_item / 1024, 1),
         "p50_wait_s": percentiles(waits).p50,
         "p99_wait_s": percentiles(waits).p99,
+        "load_average": f"{load_before} before, {_load()} after",
     }
 
 
@@ -700,7 +702,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"(max {row['ledger_writes_per_second_max']}), {row['ledger_conflicts']} conflicts, "
                     f"{row['write_units_per_second']} write units/s (max {row['write_units_per_second_max']}, "
                     f"{row['seconds_over_partition_write_limit']} s over {HOT_PARTITION_WRITE_UNITS:,}), "
-                    f"item up to {row['largest_item_kb']} KB")
+                    f"item up to {row['largest_item_kb']} KB, {row['ledger_writes_per_call']} writes/call "
+                    f"(load {row['load_average']})")
     else:
         configurations = parse_configurations(args.configurations)
         if args.map_items < 0 or (args.map_items and any(s != "ledger" for _, s in configurations)):

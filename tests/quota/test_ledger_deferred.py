@@ -227,3 +227,20 @@ def test_many_deferred_returns_go_in_writes_of_at_most_max_returns(dynamodb):
         assert len(operators.findall(request["ConditionExpression"])) <= runtime_ledger.MAX_EXPRESSION_OPERATORS
     view = consistent(dynamodb)
     assert view.held == 4 * len(holds)
+
+
+def test_a_stale_view_removes_no_expired_slot_unless_it_needs_the_room(dynamodb):
+    """Another writer has likely removed what a view seconds old shows expired: pinning those slots
+    would fail the write (a conflict, one write more), so it leaves them to a fresh view, unless it
+    needs their room."""
+    clock, counting = Clock(), Counting(dynamodb)
+    a = ledger(counting, clock, quota_tpm=1_000, floor_tpm=1_000)
+    first = a.try_reserve(600)
+    clock.now += 63  # the 600 left the window; a's view is 63 s old
+    small = a.try_reserve(300)  # fits beside the expired 600: one write, no removal pinned
+    assert isinstance(small, LedgerHold) and counting.writes == 2
+    assert first.slot in item(dynamodb) and consistent(dynamodb).held == 900
+    clock.now += 2  # stale again, and 300 more only fit without the expired 600
+    assert isinstance(a.try_reserve(300), LedgerHold) and counting.writes == 3
+    view = consistent(dynamodb)
+    assert first.slot not in view.slots and view.held == 600
