@@ -163,6 +163,26 @@ The daily token quota
     any more). Step Functions consumers count the day the same way, in the same attribute
     (their slot Pass names d#<the date of EnteredTime>; QuotaLedger.daily_tokens is their D).
 
+bedrock-mantle (SharedLedger(..., output_quota_tpm=...); pacer_runtime.quota_pacer.MANTLE_QUOTAS_DOC)
+    That endpoint has two quotas per model, input tokens per minute (input + cache writes +
+    max_tokens checked at admission; cache reads do not count) and output tokens per minute
+    (counted as generated), and no daily quota. The item keeps the input window as above (quota_tpm,
+    floor_tpm, burst_tpm are the input's; no d# is written) and the output window beside it, with the
+    same shape and rules:
+        oheld                 N  output tokens the output window holds, every consumer together
+        oh#<consumer>         N  the same, one consumer's
+        o#<second>#<consumer> N  output tokens of that consumer counted in that UTC second
+    Reserve adds r to the input attributes and m (the call's max_tokens: the most it may generate
+    while it runs) to the output ones in the one write, IF both windows and both of the consumer's
+    ceilings (output_floor_tpm, output_burst_tpm) hold them; expired slots of both families ride
+    along, pinned. Settle, in one write: ADD the input delta to the hold's slot (IF it exists, as
+    above), take m out of the hold's output slot (IF it exists) and ADD the output tokens to this
+    consumer's output slot of the current second: output counts from when it was generated, so it
+    leaves the window no earlier than Bedrock's count. A settlement whose slots already left still
+    counts its output (it was generated); a release takes both holds out. Wants (floors) are kept
+    for the input window only. Invariant: oheld = the sum of the o# slots, oh#c = c's; a malformed
+    output attribute is repaired from the valid slots like any other.
+
 Step Functions (genai_pacer.step_functions.ledger_steps)
     A JSONPath DynamoDB task takes part without a Lambda: a slot name from the context object's
     EnteredTime (whole seconds via States.StringSplit) and its day, reserve and settle as UpdateItem
@@ -182,7 +202,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as NotConnected
@@ -212,6 +232,11 @@ __all__ = [
 ]
 
 WANT_PREFIX = "w#"
+#: A bedrock-mantle quota's output tokens per minute, kept beside its input window in the same item
+#: (see "bedrock-mantle" in the module docstring): the output window's tokens, one consumer's, one slot's.
+OUTPUT_HELD = "oheld"
+OUTPUT_CONSUMER_PREFIX = "oh#"
+OUTPUT_SLOT_PREFIX = "o#"
 WANTED, WANTED_BY = "wanted", "wanted_by"
 DAY_FORMAT = "%Y-%m-%d"
 SECONDS_PER_DAY = 86_400
@@ -295,6 +320,8 @@ class LedgerHold:
     slot: str  # the slot attribute holding it
     started: float  # the ledger clock's time when it was reserved
     borrowed: bool
+    output: int = 0  # bedrock-mantle: the max_tokens it holds on the output window
+    output_slot: str | None = None  # ... and the output slot holding them
 
 
 @dataclass(frozen=True)
@@ -319,6 +346,9 @@ class LedgerView:
     slots: dict[str, tuple[float, str, float]] = field(default_factory=dict)  # name -> (start, consumer, tokens)
     wants: dict[str, tuple[str, float]] = field(default_factory=dict)  # consumer -> (ISO time, tokens it waits for)
     days: dict[str, float] = field(default_factory=dict)  # UTC day "YYYY-MM-DD" -> tokens that day
+    output_held: float = 0.0  # bedrock-mantle: the output window's tokens, and as held, consumers, slots are
+    output_consumers: dict[str, float] = field(default_factory=dict)
+    output_slots: dict[str, tuple[float, str, float]] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
@@ -360,21 +390,36 @@ class LedgerView:
                     view.problems.append(f"{name} is not a finite number: {_shown(value)}")
                 else:
                     view.consumers[name[len(CONSUMER_PREFIX):]] = number
-            elif name.startswith(SLOT_PREFIX):
-                start, consumer = _parse_slot(name, now)
+            elif name == OUTPUT_HELD:
+                if number is None:
+                    view.problems.append(f"{OUTPUT_HELD} is not a finite number: {_shown(value)}")
+                else:
+                    view.output_held = number
+            elif name.startswith(OUTPUT_CONSUMER_PREFIX):
+                if number is None:
+                    view.problems.append(f"{name} is not a finite number: {_shown(value)}")
+                else:
+                    view.output_consumers[name[len(OUTPUT_CONSUMER_PREFIX):]] = number
+            elif name.startswith(SLOT_PREFIX) or name.startswith(OUTPUT_SLOT_PREFIX):
+                output = name.startswith(OUTPUT_SLOT_PREFIX)
+                start, consumer = _parse_slot(name, now, OUTPUT_SLOT_PREFIX if output else SLOT_PREFIX)
                 if number is None or start is None or consumer is None or number < 0:
                     view.problems.append(f"{name} is not a slot of a finite number of tokens >= 0: {_shown(value)}")
                 else:
-                    view.slots[name] = (start, consumer, number)
+                    (view.output_slots if output else view.slots)[name] = (start, consumer, number)
             else:
                 view.problems.append(f"{name} is not an attribute of the ledger")
-        total = sum(tokens for _, _, tokens in view.slots.values())
-        if not view.problems and abs(view.held - total) > 0.5:
-            view.problems.append(f"held={view.held:g} differs from its slots' sum {total:g}")
-        for consumer in set(view.consumers) | {c for _, c, _ in view.slots.values()}:
-            own = sum(t for _, c, t in view.slots.values() if c == consumer)
-            if not view.problems and abs(view.consumers.get(consumer, 0.0) - own) > 0.5:
-                view.problems.append(f"h#{consumer}={view.consumers.get(consumer, 0.0):g} differs from its slots' sum {own:g}")
+        for held, consumers, slots, prefix, label in (
+                (view.held, view.consumers, view.slots, CONSUMER_PREFIX, HELD),
+                (view.output_held, view.output_consumers, view.output_slots, OUTPUT_CONSUMER_PREFIX, OUTPUT_HELD)):
+            total = sum(tokens for _, _, tokens in slots.values())
+            if not view.problems and abs(held - total) > 0.5:
+                view.problems.append(f"{label}={held:g} differs from its slots' sum {total:g}")
+            for consumer in set(consumers) | {c for _, c, _ in slots.values()}:
+                own = sum(t for _, c, t in slots.values() if c == consumer)
+                if not view.problems and abs(consumers.get(consumer, 0.0) - own) > 0.5:
+                    view.problems.append(f"{prefix}{consumer}={consumers.get(consumer, 0.0):g} differs from its slots' "
+                                         f"sum {own:g}")
         return view
 
     def newest_start(self) -> float:
@@ -434,10 +479,32 @@ class SharedLedger:
         max_poll_seconds: float = 2.0,
         settle_delay_seconds: float = 2.0,
         defer_below_fill: float = 0.75,
+        output_quota_tpm: float | None = None,
+        output_floor_tpm: float = 0.0,
+        output_burst_tpm: float | None = None,
     ):
+        mantle = output_quota_tpm is not None
         burst = quota_tpm if burst_tpm is None else burst_tpm
         daily: Any = quota_tpm * MINUTES_PER_DAY if daily_tokens is None and _finite(quota_tpm) else daily_tokens
         problems = []
+        if mantle:
+            output_burst: Any = output_quota_tpm if output_burst_tpm is None else output_burst_tpm
+            checked: tuple[tuple[str, Any, float], ...] = (
+                ("output_quota_tpm", output_quota_tpm, 1), ("output_floor_tpm", output_floor_tpm, 0),
+                ("output_burst_tpm", output_burst, 1))
+            for label, amount, least in checked:
+                if not _finite(amount) or amount < least:
+                    problems.append(f"{label}={amount!r} must be a finite number >= {least:g}")
+            if not problems and not output_floor_tpm <= output_burst <= output_quota_tpm:
+                problems.append(f"output_floor_tpm={output_floor_tpm:g} <= output_burst_tpm={output_burst:g} <= "
+                                f"output_quota_tpm={output_quota_tpm:g} must hold: a floor is a share of the quota")
+            if daily_tokens is not None:
+                problems.append(f"daily_tokens={daily_tokens!r} with output_quota_tpm: the daily token quota is "
+                                "bedrock-runtime's; a bedrock-mantle quota has none (drop it)")
+            daily = 1  # not kept: no day on bedrock-mantle
+        elif output_floor_tpm != 0.0 or output_burst_tpm is not None:
+            problems.append("output_floor_tpm/output_burst_tpm without output_quota_tpm: they are a bedrock-mantle "
+                            "consumer's output floor and cap (pass output_quota_tpm too, or drop them)")
         for label, text in (("table_name", table_name), ("ledger_id", ledger_id), ("consumer", consumer)):
             if not isinstance(text, str) or not text.strip():
                 problems.append(f"{label}={text!r} must be a non-empty string")
@@ -469,7 +536,13 @@ class SharedLedger:
             raise ValueError("SharedLedger: " + "; ".join(problems))
         self.table_name, self.ledger_id, self.consumer = table_name, ledger_id, consumer
         self.quota_tpm, self.floor_tpm, self.burst_tpm = float(quota_tpm), float(floor_tpm), float(burst)
-        self.daily_tokens = float(daily)
+        #: bedrock-mantle: the output window's quota, this consumer's floor and cap on it (quota_tpm and the
+        #: rest are then the input window's); None on bedrock-runtime.
+        self.output_quota_tpm = None if output_quota_tpm is None else float(output_quota_tpm)
+        self.output_floor_tpm = float(output_floor_tpm)
+        self.output_burst_tpm = None if output_quota_tpm is None else float(output_burst)
+        self.keeps_day = not mantle  # bedrock-runtime's daily token quota; bedrock-mantle lists none
+        self.daily_tokens = math.inf if mantle else float(daily)
         self.skew_seconds, self.want_seconds, self.window_seconds = float(skew_seconds), float(want_seconds), float(window_seconds)
         self.clock, self.sleep, self.rng = clock, sleep, rng or random.Random()
         self.conflict_retries, self.dynamodb_retries = conflict_retries, dynamodb_retries
@@ -521,11 +594,24 @@ class SharedLedger:
 
     # --- the protocol ----------------------------------------------------------------------------
 
-    def try_reserve(self, tokens: int) -> LedgerHold | LedgerRefusal:
+    def try_reserve(self, tokens: int, output_tokens: int | None = None) -> LedgerHold | LedgerRefusal:
         """Hold `tokens` in the shared window now, or say why not and when to try again (never waits
-        for room; retries only a write that lost a race, and DynamoDB's throttles)."""
+        for room; retries only a write that lost a race, and DynamoDB's throttles).
+
+        output_tokens: bedrock-mantle only, and required there: the call's max_tokens, held on the
+        output window in the same write (`tokens` is then input + cache writes + max_tokens)."""
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
             raise ValueError(f"SharedLedger.try_reserve: tokens={tokens!r} must be a whole number >= 1")
+        if self.output_quota_tpm is None and output_tokens is not None:
+            raise ValueError(f"SharedLedger.try_reserve: output_tokens={output_tokens!r} is for a bedrock-mantle ledger "
+                             "(output_quota_tpm); this one keeps one combined quota")
+        if self.output_quota_tpm is not None:
+            if not isinstance(output_tokens, int) or isinstance(output_tokens, bool) or output_tokens < 1:
+                raise ValueError(f"SharedLedger.try_reserve: output_tokens={output_tokens!r}: a bedrock-mantle ledger "
+                                 "holds the call's max_tokens (a whole number >= 1) on its output window; pass it")
+            if output_tokens > cast(float, self.output_burst_tpm):
+                raise ValueError(f"SharedLedger: max_tokens={output_tokens:,} exceeds the consumer's output burst cap "
+                                 f"of {self.output_burst_tpm:,.0f}, so it can never be held: lower maxTokens")
         if tokens > min(self.burst_tpm, self.daily_tokens):
             if tokens > self.daily_tokens:
                 raise ValueError(f"SharedLedger: a reservation of {tokens:,} tokens exceeds the daily token quota of "
@@ -543,12 +629,12 @@ class SharedLedger:
             # This consumer's deferred returns ride along (see "Deferred returns"): taken out while the
             # write is in flight (another thread's write cannot carry them too), put back if it fails.
             carried = self._carried(view, now)
-            decision = self._decide(view, tokens, now, carried)
+            decision = self._decide(view, tokens, now, carried, output_tokens or 0)
             with self._lock:
                 stale = now - self._view_at > FRESH_VIEW_SECONDS
             if stale and not isinstance(decision, LedgerRefusal) and "#e0" in decision[1]:
                 # a stale view removes no expired slot when the reservation fits without their room
-                lean = self._decide(view, tokens, now, carried, cleanup=False)
+                lean = self._decide(view, tokens, now, carried, output_tokens or 0, cleanup=False)
                 if not isinstance(lean, LedgerRefusal) and lean[0] == decision[0]:
                     decision = lean
             if isinstance(decision, LedgerRefusal):
@@ -561,7 +647,7 @@ class SharedLedger:
                 if self._returns_matter(now):  # someone waits within its floor: what this consumer returns is theirs
                     self.flush()
                 return decision
-            borrowed, names, values, condition, update, slot = decision
+            borrowed, names, values, condition, update, slot, output_slot = decision
             try:  # a write carrying returns is never repeated: applied twice, it would return tokens twice
                 outcome = self._write(update, condition, names, values, repeatable=not carried)
             except LedgerError as error:
@@ -582,13 +668,13 @@ class SharedLedger:
                 self._refused_at = -math.inf
                 if not borrowed:
                     self._want_written = -math.inf  # served: the next wait says so at once
-            return LedgerHold(tokens, slot, now, borrowed)
+            return LedgerHold(tokens, slot, now, borrowed, output_tokens or 0, output_slot)
         refusal = LedgerRefusal(self._poll_delay(), None, "the item kept changing under this write "
                                 f"({self.conflict_retries + 1} tries); trying again", within_floor=False)
         self.counts["refusals"] += 1
         return refusal
 
-    def settle(self, hold: LedgerHold, charge: float) -> None:
+    def settle(self, hold: LedgerHold, charge: float, output_tokens: int | None = None) -> None:
         """Turn a hold into its real charge (input + cache writes + output x burndown); a hold whose
         slot already left the window is not charged again (Bedrock ignores a late settlement).
 
@@ -596,9 +682,20 @@ class SharedLedger:
         deferred (see "Deferred returns" in the module docstring) and rides along this consumer's next
         write, unless it matters now: another consumer waits within its floor, or this consumer is not
         waiting itself and the window holds defer_below_fill of the quota or the oldest deferred return
-        is settle_delay_seconds old; then every deferred return is written at once (one write)."""
+        is settle_delay_seconds old; then every deferred return is written at once (one write).
+
+        output_tokens: a bedrock-mantle hold's output (required there; `charge` is then input + cache
+        writes): settled at once in one write (no deferral), its max_tokens leave the output window and
+        its output is counted from now, as that endpoint counts output when it is generated, even when
+        the hold's slots already left."""
         if not _finite(charge) or charge < 0:
             raise ValueError(f"SharedLedger.settle: charge={charge!r} must be a finite number >= 0")
+        if hold.output_slot is not None:
+            if not isinstance(output_tokens, int) or isinstance(output_tokens, bool) or output_tokens < 0:
+                raise ValueError(f"SharedLedger.settle: output_tokens={output_tokens!r}: a bedrock-mantle hold settles "
+                                 "with the call's output tokens (a whole number >= 0)")
+            self._adjust_mantle(hold, math.ceil(charge) - hold.tokens, output_tokens, "settled")
+            return
         delta = math.ceil(charge) - hold.tokens
         if delta >= 0 or self.settle_delay_seconds <= 0:
             self._adjust(hold, delta, "settled")
@@ -618,6 +715,9 @@ class SharedLedger:
     def release(self, hold: LedgerHold) -> None:
         """Return a hold at once: the call never reached Bedrock, or Bedrock throttled it (the
         deferred returns ride along)."""
+        if hold.output_slot is not None:
+            self._adjust_mantle(hold, -hold.tokens, 0, "released")
+            return
         self._adjust(hold, -hold.tokens, "released")
 
     def flush(self) -> None:
@@ -684,13 +784,18 @@ class SharedLedger:
             if view is None:  # repaired: try again on the item the repair returned
                 continue
             expired, freed_all, freed = self._expired_slots(view, now)
-            if not expired:
+            out_expired, out_freed_all, out_freed = self._expired_slots(view, now, output=True,
+                                                                        limit=MAX_CLEANUP - len(expired))
+            if not expired and not out_expired:
                 return removed
             names = {"#held": HELD, "#ttl": TTL_ATTRIBUTE}
             values: dict[str, Any] = {":number": {"S": "N"}, ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)}
             deltas: dict[str, float] = {"#held": -freed_all}
             clauses = ["(attribute_not_exists(#held) OR attribute_type(#held, :number))"]
             removes = self._removal(view, expired, freed, None, names, values, deltas, clauses)
+            if out_expired:  # bedrock-mantle's output slots leave the same way
+                names["#oheld"], deltas["#oheld"] = OUTPUT_HELD, -out_freed_all
+                removes += self._removal(view, out_expired, out_freed, None, names, values, deltas, clauses, output=True)
             for placeholder in deltas:  # an h# turned into text since the read fails the write, not the ADD
                 if placeholder != "#held":
                     clauses.append(f"(attribute_not_exists({placeholder}) OR attribute_type({placeholder}, :number))")
@@ -702,8 +807,8 @@ class SharedLedger:
             if self._write(update, " AND ".join(clauses), names, values) is None:
                 self.counts["conflicts"] += 1  # another writer moved first; its item is the new view
                 continue
-            removed += freed_all
-            self.counts["swept"] += len(expired)
+            removed += freed_all + out_freed_all
+            self.counts["swept"] += len(expired) + len(out_expired)
         return removed
 
     def view(self, *, refresh: bool = False) -> LedgerView:
@@ -726,33 +831,39 @@ class SharedLedger:
     def _expired(self, start: float, now: float) -> bool:
         return start + SLOT_SECONDS + self.window_seconds + self.skew_seconds <= now
 
-    def _expired_slots(self, view: LedgerView, now: float) -> tuple[list[str], float, dict[str, float]]:
-        """The slots that left the window at `now`, oldest first (at most MAX_CLEANUP), their tokens in
-        all and per consumer: what a write removes on the way (_decide) or a sweep removes alone."""
-        expired = sorted((name for name, (start, _, _) in view.slots.items() if self._expired(start, now)),
-                         key=lambda n: view.slots[n][0])[:MAX_CLEANUP]
+    def _expired_slots(self, view: LedgerView, now: float, *, output: bool = False,
+                       limit: int = MAX_CLEANUP) -> tuple[list[str], float, dict[str, float]]:
+        """The slots that left the window at `now`, oldest first (at most `limit`), their tokens in
+        all and per consumer: what a write removes on the way (_decide) or a sweep removes alone.
+        output: bedrock-mantle's output slots instead."""
+        slots = view.output_slots if output else view.slots
+        expired = sorted((name for name, (start, _, _) in slots.items() if self._expired(start, now)),
+                         key=lambda n: slots[n][0])[:max(limit, 0)]
         freed: dict[str, float] = {}
         for n in expired:
-            freed[view.slots[n][1]] = freed.get(view.slots[n][1], 0.0) + view.slots[n][2]
-        return expired, sum(view.slots[n][2] for n in expired), freed
+            freed[slots[n][1]] = freed.get(slots[n][1], 0.0) + slots[n][2]
+        return expired, sum(slots[n][2] for n in expired), freed
 
     @staticmethod
     def _removal(view: LedgerView, expired: list[str], freed: Mapping[str, float], skip: str | None,
-                 names: dict[str, str], values: dict[str, Any], deltas: dict[str, float], clauses: list[str]) -> list[str]:
+                 names: dict[str, str], values: dict[str, Any], deltas: dict[str, float], clauses: list[str], *,
+                 output: bool = False) -> list[str]:
         """Fill in the removal of `expired`: each slot pinned to the value seen (#e = :e), each other
         consumer's h# lowered by its freed tokens (`skip`'s is the caller's own delta); returns the
-        REMOVE operands. The caller adds -freed to held with its own delta."""
+        REMOVE operands. The caller adds -freed to held with its own delta. output: bedrock-mantle's
+        output slots, their oh# (placeholders #q, #f: both families may be removed in one write)."""
+        consumer_prefix, h, e = (OUTPUT_CONSUMER_PREFIX, "q", "f") if output else (CONSUMER_PREFIX, "h", "e")
         for i, consumer in enumerate(sorted(c for c in freed if c != skip)):
-            names[f"#h{i}"] = CONSUMER_PREFIX + consumer
-            deltas[f"#h{i}"] = -freed[consumer]
+            names[f"#{h}{i}"] = consumer_prefix + consumer
+            deltas[f"#{h}{i}"] = -freed[consumer]
         removes = []
         for i, name in enumerate(expired):
-            names[f"#e{i}"], values[f":e{i}"] = name, view.raw[name]
-            clauses.append(f"#e{i} = :e{i}")
-            removes.append(f"#e{i}")
+            names[f"#{e}{i}"], values[f":{e}{i}"] = name, view.raw[name]
+            clauses.append(f"#{e}{i} = :{e}{i}")
+            removes.append(f"#{e}{i}")
         return removes
 
-    def _decide(self, view: LedgerView, tokens: int, now: float, carried: Mapping[str, float], *,
+    def _decide(self, view: LedgerView, tokens: int, now: float, carried: Mapping[str, float], output: int = 0, *,
                 cleanup: bool = True) -> Any:
         # cleanup=False: decide on the item as it is, its expired slots still counted (FRESH_VIEW_SECONDS)
         expired, freed_all, freed = self._expired_slots(view, now) if cleanup else ([], 0.0, {})
@@ -761,6 +872,12 @@ class SharedLedger:
         held = view.held - freed_all + back
         mine = view.consumers.get(self.consumer, 0.0) - freed.get(self.consumer, 0.0) + back
         within_floor = mine + tokens <= self.floor_tpm
+        mantle = self.output_quota_tpm is not None
+        out_expired, out_freed_all, out_freed = (self._expired_slots(view, now, output=True, limit=MAX_CLEANUP - len(expired))
+                                                 if mantle and cleanup else ([], 0.0, {}))
+        out_held = view.output_held - out_freed_all
+        out_mine = view.output_consumers.get(self.consumer, 0.0) - out_freed.get(self.consumer, 0.0)
+        within_floor = within_floor and (not mantle or out_mine + output <= self.output_floor_tpm)
         since = _iso_ms(now - self.want_seconds)
         # What other consumers recently waited for within their floors: a borrower leaves it free.
         wanting = {c: need for c, (when, need) in view.wants.items() if c != self.consumer and when >= since and need > 0}
@@ -777,7 +894,7 @@ class SharedLedger:
             if returned_on is not None:
                 day_back[returned_on] = day_back.get(returned_on, 0.0) + delta
         spent = view.days.get(day, 0.0) + day_back.get(day, 0.0)
-        if spent + tokens > self.daily_tokens:
+        if self.keeps_day and spent + tokens > self.daily_tokens:
             midnight = (math.floor(now / SECONDS_PER_DAY) + 1) * SECONDS_PER_DAY - now
             self.counts["day_refusals"] += 1
             return LedgerRefusal(max(midnight, self._poll_delay()), midnight,
@@ -786,26 +903,49 @@ class SharedLedger:
                                  f"ledger's day ends at 00:00 UTC ({DAILY_QUOTA_DOC})", False)
         if held + tokens > self.quota_tpm:
             return self._refusal(view, tokens, now, "the quota's window is full", within_floor, held)
+        if mantle and out_held + output > cast(float, self.output_quota_tpm):
+            return self._refusal(view, output, now, "the quota's output window is full", within_floor, out_held,
+                                 output=True)
         if not within_floor:
             if mine + tokens > self.burst_tpm:
                 return self._refusal(view, tokens, now, f"the consumer holds {mine:,.0f} of its {self.burst_tpm:,.0f} "
                                      "burst cap", False, None)
+            if mantle and out_mine + output > cast(float, self.output_burst_tpm):
+                return self._refusal(view, output, now, f"the consumer holds {out_mine:,.0f} of its "
+                                     f"{self.output_burst_tpm:,.0f} output burst cap", False, None, output=True)
             if held + tokens > self.quota_tpm - kept:
                 return LedgerRefusal(self._poll_delay(), None, f"{', '.join(sorted(wanting))} wait within their floors: "
                                      f"{kept:,.0f} tokens are kept for them", False)
         slot = f"{SLOT_PREFIX}{_slot_name(start)}#{self.consumer}"
-        names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": slot, "#ttl": TTL_ATTRIBUTE,
-                 "#day": DAY_PREFIX + day}
-        values: dict[str, Any] = {":r": _n(tokens + carried.get(slot, 0.0)), ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS),
-                                  ":day": _n(self.daily_tokens - tokens - day_back.get(day, 0.0)),
-                                  ":dd": _n(tokens + day_back.get(day, 0.0))}
+        names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": slot, "#ttl": TTL_ATTRIBUTE}
+        values: dict[str, Any] = {":r": _n(tokens + carried.get(slot, 0.0)),
+                                  ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)}
         deltas = {"#held": tokens - freed_all + back, "#mine": tokens - freed.get(self.consumer, 0.0) + back}
         clauses: list[str] = []
         removes = self._removal(view, expired, freed, self.consumer, names, values, deltas, clauses)
-        yesterday = _day(start - SECONDS_PER_DAY)
-        for i, old in enumerate(sorted(d for d in view.days if d < yesterday)[:MAX_CLEANUP]):
-            names[f"#o{i}"] = DAY_PREFIX + old  # nothing adds to a day before yesterday any more
-            removes.append(f"#o{i}")
+        if self.keeps_day:
+            names["#day"] = DAY_PREFIX + day
+            values[":day"] = _n(self.daily_tokens - tokens - day_back.get(day, 0.0))
+            values[":dd"] = _n(tokens + day_back.get(day, 0.0))
+            yesterday = _day(start - SECONDS_PER_DAY)
+            for i, old in enumerate(sorted(d for d in view.days if d < yesterday)[:MAX_CLEANUP]):
+                names[f"#o{i}"] = DAY_PREFIX + old  # nothing adds to a day before yesterday any more
+                removes.append(f"#o{i}")
+        output_slot = None
+        if mantle:  # the output window beside it: max_tokens held from now, pinned and bounded the same way
+            output_slot = f"{OUTPUT_SLOT_PREFIX}{_slot_name(start)}#{self.consumer}"
+            names.update({"#oheld": OUTPUT_HELD, "#omine": OUTPUT_CONSUMER_PREFIX + self.consumer, "#oslot": output_slot})
+            values[":m"] = _n(output)
+            deltas["#oheld"] = output - out_freed_all
+            deltas["#omine"] = output - out_freed.get(self.consumer, 0.0)
+            removes += self._removal(view, out_expired, out_freed, self.consumer, names, values, deltas, clauses,
+                                     output=True)
+            values[":ototal"] = _n(cast(float, self.output_quota_tpm) - output + out_freed_all)
+            clauses.append("(attribute_not_exists(#oheld) OR (attribute_type(#oheld, :number) AND #oheld <= :ototal))")
+            out_ceiling = (self.output_floor_tpm if within_floor else cast(float, self.output_burst_tpm)) - output \
+                + out_freed.get(self.consumer, 0.0)
+            values[":omine"] = _n(out_ceiling)
+            clauses.append("(attribute_not_exists(#omine) OR (attribute_type(#omine, :number) AND #omine <= :omine))")
         values[":total"] = _n(self.quota_tpm - tokens + freed_all - back - (0.0 if within_floor else kept))
         # attribute_type first: a value that is not a number fails the condition (and is repaired),
         # never compares as something else
@@ -814,7 +954,8 @@ class SharedLedger:
         ceiling = (self.floor_tpm if within_floor else self.burst_tpm) - tokens + freed.get(self.consumer, 0.0) - back
         values[":mine"] = _n(ceiling)
         clauses.append("(attribute_not_exists(#mine) OR (attribute_type(#mine, :number) AND #mine <= :mine))")
-        clauses.append("(attribute_not_exists(#day) OR (attribute_type(#day, :number) AND #day <= :day))")
+        if self.keeps_day:
+            clauses.append("(attribute_not_exists(#day) OR (attribute_type(#day, :number) AND #day <= :day))")
         if not within_floor:  # a want written after this view changes "wanted": the write fails and is retried
             names["#wanted"] = WANTED
             if WANTED in view.raw and WANTED_BY in view.raw:
@@ -828,32 +969,37 @@ class SharedLedger:
         if within_floor and own_want is not None:  # served: borrowers need not keep it any more (and the item is smaller)
             names["#want"] = WANT_PREFIX + self.consumer
             removes.append("#want")
-        adds = ["#slot :r", "#day :dd"]
+        adds = ["#slot :r", *(["#day :dd"] if self.keeps_day else []), *(["#oslot :m"] if mantle else [])]
         # the other slots' returns, each IF its slot is still there (one another writer removed as expired
         # fails the write, which is retried on the fresh item without it); their days' too
         for i, name in enumerate(sorted(n for n in carried if n != slot)):
             names[f"#r{i}"], values[f":r{i}"] = name, _n(carried[name])
             adds.append(f"#r{i} :r{i}")
             clauses.append(f"attribute_exists(#r{i})")
-        for i, returned_on in enumerate(sorted(d for d in day_back if d != day)):
+        for i, returned_on in enumerate(sorted(d for d in day_back if d != day) if self.keeps_day else []):
             names[f"#y{i}"], values[f":y{i}"] = DAY_PREFIX + returned_on, _n(day_back[returned_on])
             adds.append(f"#y{i} :y{i}")
         for placeholder, delta in deltas.items():
             values[f":d{placeholder[1:]}"] = _n(delta)
             adds.append(f"{placeholder} :d{placeholder[1:]}")
         update = "ADD " + ", ".join(adds) + " SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
-        return (not within_floor, names, values, " AND ".join(clauses), update, slot)
+        return (not within_floor, names, values, " AND ".join(clauses), update, slot, output_slot)
 
     def _refusal(self, view: LedgerView, tokens: int, now: float, reason: str, within_floor: bool,
-                 held: float | None) -> LedgerRefusal:
-        """When to try again: the next poll, or sooner when slots leaving the window make room."""
+                 held: float | None, *, output: bool = False) -> LedgerRefusal:
+        """When to try again: the next poll, or sooner when slots leaving the window make room (output:
+        bedrock-mantle's output window, `tokens` being the output the call holds)."""
+        slots = view.output_slots if output else view.slots
+        quota = cast(float, self.output_quota_tpm) if output else self.quota_tpm
+        burst = cast(float, self.output_burst_tpm) if output else self.burst_tpm
         if held is not None:  # the quota's window is full: any consumer's slot leaving makes room
-            excess, whose = held + tokens - self.quota_tpm, None
+            excess, whose = held + tokens - quota, None
         else:  # the consumer's burst cap: only its own slots leaving make room
-            excess, whose = self.live_tokens(view, now, self.consumer) + tokens - self.burst_tpm, self.consumer
+            own = sum(t for start, c, t in slots.values() if c == self.consumer and not self._expired(start, now))
+            excess, whose = own + tokens - burst, self.consumer
         ready: float | None = None
         freed = 0.0
-        for start, owner, t in sorted(s for s in view.slots.values() if not self._expired(s[0], now)):
+        for start, owner, t in sorted(s for s in slots.values() if not self._expired(s[0], now)):
             if whose is None or owner == whose:
                 freed += t
                 if freed >= excess:
@@ -992,6 +1138,58 @@ class SharedLedger:
             return False
         return now - oldest >= self.settle_delay_seconds or view.held >= self.defer_below_fill * self.quota_tpm
 
+    def _adjust_mantle(self, hold: LedgerHold, delta: int, output_tokens: int, kind: str) -> None:
+        """A bedrock-mantle hold's settlement or release, in one write: the input slot adjusted by
+        `delta` while it is in the window (as _adjust), the output hold taken out of its slot while it
+        is, and `output_tokens` counted in this consumer's output slot of the current second. Each
+        slot's presence is pinned (attribute_exists), as the view says; a view that was stale fails
+        the write, whose returned item decides the next try. Never repeated when its answer was lost."""
+        assert hold.output_slot is not None
+        for _ in range(self.conflict_retries + 2):
+            now, view = self.clock(), self.view()
+            start = math.floor(now / SLOT_SECONDS) * SLOT_SECONDS
+            newest = max(view.newest_start(), max((s for s, _, _ in view.output_slots.values()), default=-math.inf))
+            if start < newest <= start + ADOPTED_SKEW_FACTOR * max(self.skew_seconds, SLOT_SECONDS):
+                start = newest  # as a reservation names its slot: a lagging clock counts longer, never shorter
+            names: dict[str, str] = {}
+            values: dict[str, Any] = {}
+            slot_deltas: dict[str, float] = {}
+            clauses: list[str] = []
+            in_window = hold.slot in view.slots
+            if in_window and delta:
+                names.update({"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": hold.slot})
+                values[":d"] = _n(delta)
+                clauses.append("attribute_exists(#slot)")
+            out_delta = float(output_tokens)
+            if hold.output_slot in view.output_slots:
+                slot_deltas[hold.output_slot] = -hold.output
+                out_delta -= hold.output
+                names["#ohold"] = hold.output_slot
+                clauses.append("attribute_exists(#ohold)")
+            if output_tokens:
+                now_slot = f"{OUTPUT_SLOT_PREFIX}{_slot_name(start)}#{self.consumer}"
+                slot_deltas[now_slot] = slot_deltas.get(now_slot, 0.0) + output_tokens
+            adds = ["#held :d", "#mine :d", "#slot :d"] if ":d" in values else []
+            for i, (name, amount) in enumerate(sorted(slot_deltas.items())):
+                names[f"#os{i}"], values[f":os{i}"] = name, _n(amount)
+                adds.append(f"#os{i} :os{i}")
+            if out_delta:
+                names.update({"#oheld": OUTPUT_HELD, "#omine": OUTPUT_CONSUMER_PREFIX + self.consumer})
+                values[":od"] = _n(out_delta)
+                adds += ["#oheld :od", "#omine :od"]
+            if not adds:
+                self.counts[kind if in_window else "late"] += 1
+                return
+            outcome = self._write("ADD " + ", ".join(adds), " AND ".join(clauses) or None, names, values,
+                                  repeatable=False)
+            if outcome is None:  # a slot left the window since the view: the returned item is the new view
+                self.counts["conflicts"] += 1
+                continue
+            self.counts[kind if in_window else "late"] += 1
+            return
+        raise LedgerError(f"SharedLedger: a {kind.removesuffix('d')} of a bedrock-mantle hold did not go through after "
+                          f"{self.conflict_retries + 2} tries", code="Conflict", retryable=True)
+
     def _trusted_view(self) -> tuple[float, LedgerView | None]:
         """Now, and the item as last seen, fit to decide on: the slots further ahead than any clock the
         ledger follows left out. None when it does not add up: it is repaired (one conditional write,
@@ -1012,12 +1210,16 @@ class SharedLedger:
         hold its tokens for as long as it is ahead (a broken clock, or a hostile write), so it is
         repaired away rather than trusted."""
         limit = now + FUTURE_SLOT_FACTOR * self.window_seconds
-        future = [name for name, (start, _, _) in view.slots.items() if start > limit]
+        future = [name for slots in (view.slots, view.output_slots) for name, (start, _, _) in slots.items()
+                  if start > limit]
         if not future:
             return view
         kept = {name: slot for name, slot in view.slots.items() if name not in future}
+        kept_output = {name: slot for name, slot in view.output_slots.items() if name not in future}
         return LedgerView(held=view.held, consumers=dict(view.consumers), slots=kept, wants=dict(view.wants),
-                          days=dict(view.days), raw=view.raw, problems=[*view.problems, *(f"{name} starts more than "
+                          days=dict(view.days), output_held=view.output_held,
+                          output_consumers=dict(view.output_consumers), output_slots=kept_output,
+                          raw=view.raw, problems=[*view.problems, *(f"{name} starts more than "
                           f"{FUTURE_SLOT_FACTOR * self.window_seconds:g} s ahead of this clock" for name in future)])
 
     def _repair(self, view: LedgerView) -> None:
@@ -1030,6 +1232,11 @@ class SharedLedger:
         targets = {HELD: sum(t for _, _, t in view.slots.values())}
         for consumer in consumers:
             targets[CONSUMER_PREFIX + consumer] = sum(t for _, c, t in view.slots.values() if c == consumer)
+        if view.output_slots or OUTPUT_HELD in view.raw or any(n.startswith(OUTPUT_CONSUMER_PREFIX) for n in view.raw):
+            targets[OUTPUT_HELD] = sum(t for _, _, t in view.output_slots.values())
+            for consumer in set(view.output_consumers) | {c for _, c, _ in view.output_slots.values()}:
+                targets[OUTPUT_CONSUMER_PREFIX + consumer] = sum(t for _, c, t in view.output_slots.values()
+                                                                 if c == consumer)
         names: dict[str, str] = {}
         values: dict[str, Any] = {}
         clauses, removes = [], []
@@ -1038,7 +1245,7 @@ class SharedLedger:
                 continue
             names[f"#a{i}"], values[f":a{i}"] = name, raw
             clauses.append(f"#a{i} = :a{i}")
-            valid = (name in view.slots or name in targets or (name.startswith(WANT_PREFIX) and name[2:] in view.wants)
+            valid = (name in view.slots or name in view.output_slots or name in targets or (name.startswith(WANT_PREFIX) and name[2:] in view.wants)
                      or (name.startswith(DAY_PREFIX) and name[len(DAY_PREFIX):] in view.days)
                      or (name in (WANTED, WANTED_BY) and isinstance(raw, Mapping) and isinstance(raw.get("S"), str)))
             if not valid:
@@ -1135,10 +1342,11 @@ def _slot_name(start: float) -> str:
     return datetime.fromtimestamp(start, UTC).strftime(SLOT_FORMAT)
 
 
-def _parse_slot(name: str, now: float) -> tuple[float | None, str | None]:
+def _parse_slot(name: str, now: float, prefix: str = SLOT_PREFIX) -> tuple[float | None, str | None]:
     """A slot's start (epoch seconds) and consumer: "s#HH:MM:SS#c" is the moment of that UTC time of day
-    nearest `now`; "s#YYYY-MM-DDTHH:MM:SS#c" (an earlier version's name) is that second."""
-    body = name[len(SLOT_PREFIX):]
+    nearest `now`; "s#YYYY-MM-DDTHH:MM:SS#c" (an earlier version's name) is that second. prefix: "o#"
+    for a bedrock-mantle output slot."""
+    body = name[len(prefix):]
     stamp, sep, consumer = body.partition("#")
     if not sep or not consumer:
         return None, None

@@ -60,6 +60,10 @@ a pacer refuses converse(): wrap the call in reserve() and settle the ticket wit
 - No RPM, burndown or daily quota applies there, and throttles lower both limits alike (a throttle
   does not say which quota refused it); the rest (waiting, deadlines, AdmissionRejected, releases)
   works as above.
+- Across processes: ledger=SharedLedger(..., output_quota_tpm=...) keeps both windows in the one
+  quota item (its module docstring); the pacer holds input and max_tokens there in one write and
+  settles the output from when the call returned. fallback_tpm is then the input's static share,
+  and the output's is output_tpm x fallback_tpm / input_tpm.
 
 Service tiers (https://docs.aws.amazon.com/bedrock/latest/userguide/service-tiers-inference.html):
 priority, default and flex calls share the model's one on-demand quota, so the pacer holds them all
@@ -448,6 +452,9 @@ class QuotaPacer:
                                               ledger=ledger))
         if ledger is not None and not isinstance(ledger, SharedLedger):
             problems.append(f"ledger={ledger!r} must be a pacer_runtime.ledger.SharedLedger or None")
+        elif ledger is not None and not mantle and ledger.output_quota_tpm is not None:
+            problems.append("ledger: this SharedLedger keeps a bedrock-mantle quota (output_quota_tpm); pace it with "
+                            "QuotaPacer(input_tpm=..., output_tpm=...), or give this pacer a bedrock-runtime ledger")
         if (reserved_input_tpm is None) != (reserved_output_tpm is None):
             problems.append("reserved_input_tpm and reserved_output_tpm go together: a Reserved tier reservation has "
                             "both budgets (pass both, or neither)")
@@ -652,7 +659,7 @@ class QuotaPacer:
                             # A call at the head asks once whatever the backoff: the last refusal
                             # was an earlier call's, and another process may have freed room since.
                             waiter.asked = True
-                            outcome = self._ask_ledger(reservation)
+                            outcome = self._ask_ledger(reservation, waiter.output)
                             now = self._now()
                             if isinstance(outcome, LedgerHold):
                                 return self._admit(waiter, now, outcome)
@@ -888,15 +895,17 @@ class QuotaPacer:
         assert self._output is not None
         return self._output.tpm * limit / self.tpm
 
-    def _ask_ledger(self, reservation: int) -> LedgerHold | LedgerRefusal | None:
+    def _ask_ledger(self, reservation: int, output: int = 0) -> LedgerHold | LedgerRefusal | None:
         """Ask the shared ledger with the lock released (a DynamoDB round trip); None after a
-        LedgerError, with the fallback switched on. Only the head waiter asks (FIFO is kept)."""
+        LedgerError, with the fallback switched on. Only the head waiter asks (FIFO is kept).
+        output: bedrock-mantle's max_tokens, held on the ledger's output window too."""
         assert self.ledger is not None
         self._ledger_busy = True
         self._cond.release()
         try:
             try:
-                outcome: LedgerHold | LedgerRefusal | LedgerError = self.ledger.try_reserve(reservation)
+                outcome: LedgerHold | LedgerRefusal | LedgerError = (
+                    self.ledger.try_reserve(reservation, output) if output else self.ledger.try_reserve(reservation))
             except LedgerError as error:
                 outcome = error
         finally:
@@ -915,14 +924,17 @@ class QuotaPacer:
             self._ledger_ready_at = None
         return outcome
 
-    def _ledger_end(self, ticket: Ticket, charge: float | None) -> None:
+    def _ledger_end(self, ticket: Ticket, charge: float | None, output_tokens: int | None = None) -> None:
         """Settle (charge) or return (None) the ticket's hold in the shared ledger, outside the lock.
-        A failure is counted and logged: the hold then leaves with its window, as Bedrock's would."""
+        A failure is counted and logged: the hold then leaves with its window, as Bedrock's would.
+        output_tokens: a bedrock-mantle call's output, counted on the ledger's output window."""
         if ticket.hold is None or self.ledger is None:
             return
         try:
             if charge is None:
                 self.ledger.release(ticket.hold)
+            elif ticket.hold.output_slot is not None:
+                self.ledger.settle(ticket.hold, charge, output_tokens)
             else:
                 self.ledger.settle(ticket.hold, charge)
         except LedgerError as error:
@@ -1062,7 +1074,7 @@ class QuotaPacer:
             if ticket.text_estimate:  # an exponentially weighted mean of real / estimated prompt tokens
                 self._input_ratio += 0.2 * (prompt / ticket.text_estimate - self._input_ratio)
             self._cond.notify_all()
-        self._ledger_end(ticket, settled)
+        self._ledger_end(ticket, settled, output_tokens)
         return settled
 
     def _keep_hold(self, ticket: Ticket, problem: Mapping[str, Any]) -> float:
@@ -1176,9 +1188,9 @@ def _mantle_conflicts(*, tpm: Any, input_tpm: Any, output_tpm: Any, rpm: Any, bu
         problems.append(f"model_max_tokens={model_max_tokens!r}: only QuotaPacer.converse reads it, which a "
                         "bedrock-mantle pacer does not make; pass the model's maximum as max_tokens to reserve() or "
                         "admit() for a request that sets none")
-    if ledger is not None:
-        problems.append("ledger: the shared ledger keeps bedrock-runtime's one combined quota, not bedrock-mantle's "
-                        "input and output quotas; pace each process on its own share (input_tpm, output_tpm)")
+    if ledger is not None and getattr(ledger, "output_quota_tpm", None) is None:
+        problems.append("ledger: this SharedLedger keeps bedrock-runtime's one combined quota; a bedrock-mantle pacer "
+                        "needs one that keeps its output window too (SharedLedger(..., output_quota_tpm=...))")
     return problems
 
 

@@ -1,0 +1,180 @@
+"""The shared ledger keeping a bedrock-mantle quota (SharedLedger(output_quota_tpm=...)) against moto's
+DynamoDB: input and output holds in the one item, both bounded by the same add/subtract-only
+conditional writes; output counted from its settlement; a consumer dying with held input and output
+tokens, a malformed output attribute, skewed clocks; and QuotaPacer(input_tpm, output_tpm) across
+"processes". Time is a fake epoch clock every ledger shares."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from pacer_runtime.ledger import OUTPUT_HELD, LedgerHold, LedgerRefusal, SharedLedger
+from pacer_runtime.quota_pacer import AdmissionRejected, QuotaPacer
+from test_ledger import EPOCH, TABLE, Clock, consistent, dynamodb, item, own_client
+
+__all__ = ["dynamodb"]  # the fixture, shared with test_ledger
+
+
+def mantle(client, clock, consumer="a", **options) -> SharedLedger:
+    settings = {"ledger_id": "m", "quota_tpm": 10_000, "floor_tpm": 5_000, "output_quota_tpm": 1_000,
+                "output_floor_tpm": 500, "client": client, "clock": clock, "sleep": lambda _: None, **options}
+    return SharedLedger(TABLE, consumer=consumer, **settings)
+
+
+def test_input_and_output_are_held_in_one_write_and_the_output_settles_from_now(dynamodb):
+    clock = Clock()
+    a = mantle(dynamodb, clock)
+    hold = a.try_reserve(2_500, 400)  # input + cache writes + max_tokens; max_tokens on the output window
+    assert isinstance(hold, LedgerHold) and hold.output_slot == "o#2027-01-15T08:00:00#a"
+    view = consistent(dynamodb)
+    assert (view.held, view.output_held, view.days) == (2_500, 400, {})  # no day on bedrock-mantle
+    assert a.counts["writes"] == 1
+    clock.now += 30
+    a.settle(hold, 2_100, 300)
+    view = consistent(dynamodb)
+    assert (view.held, view.output_held) == (2_100, 300)
+    assert {name: tokens for name, (_, _, tokens) in view.output_slots.items()} == {
+        "o#2027-01-15T08:00:00#a": 0, "o#2027-01-15T08:00:30#a": 300}  # counted when it was generated
+    released = a.try_reserve(1_000, 200)
+    a.release(released)
+    view = consistent(dynamodb)
+    assert (view.held, view.output_held, view.output_consumers) == (2_100, 300, {"a": 300})
+    clock.now += 32.1  # the input slot (t=0) leaves; the output counted at t=30 stays a minute more
+    a.try_reserve(1, 1)
+    view = consistent(dynamodb)
+    assert (view.held, view.output_held) == (1, 301)
+
+
+def test_the_output_window_refuses_with_the_input_window_free_and_says_when_room_frees(dynamodb):
+    clock = Clock()
+    a, b = mantle(dynamodb, clock), mantle(dynamodb, clock, "b")
+    a.settle(a.try_reserve(500, 900), 100, 800)
+    refusal = b.try_reserve(300, 300)
+    assert isinstance(refusal, LedgerRefusal) and refusal.reason == "the quota's output window is full"
+    assert refusal.ready_in == pytest.approx(62)  # the 800 output tokens' second + window + skew
+    assert isinstance(b.try_reserve(300, 200), LedgerHold)  # 800 + 200 fits
+    assert consistent(dynamodb).output_held == 1_000
+
+
+def test_a_consumer_that_dies_holding_input_and_output_tokens_frees_both_with_its_window(dynamodb):
+    clock = Clock()
+    dead, alive = mantle(dynamodb, clock, "dead"), mantle(dynamodb, clock, "alive")
+    hold = dead.try_reserve(9_000, 900)  # and its process dies: never settled
+    clock.now += 61.9
+    assert isinstance(alive.try_reserve(2_000, 200), LedgerRefusal)
+    clock.now += 0.2
+    assert isinstance(alive.try_reserve(2_000, 200), LedgerHold)
+    view = consistent(dynamodb)
+    assert (view.held, view.output_held) == (2_000, 200)
+    assert not [name for name in (*view.slots, *view.output_slots) if name.endswith("#dead")]
+    dead.settle(hold, 8_000, 700)  # the answer arrives after all: its output still counts, from now
+    view = consistent(dynamodb)
+    assert (view.held, view.output_held, view.output_consumers["dead"]) == (2_000, 900, 700)
+    assert dead.counts["late"] == 1
+
+
+def test_a_malformed_output_attribute_is_repaired_from_the_slots_not_trusted(dynamodb, capsys):
+    clock = Clock()
+    a = mantle(dynamodb, clock)
+    a.try_reserve(1_000, 300)
+    dynamodb.update_item(TableName=TABLE, Key={"pk": {"S": "quota#m"}}, UpdateExpression="SET #o = :bad, #x = :x",
+                         ExpressionAttributeNames={"#o": OUTPUT_HELD, "#x": "o#not-a-time#a"},
+                         ExpressionAttributeValues={":bad": {"S": "lots"}, ":x": {"N": "5"}})
+    fresh = mantle(dynamodb, clock)
+    assert isinstance(fresh.try_reserve(1_000, 300), LedgerHold) and fresh.counts["repairs"] == 1
+    view = consistent(dynamodb)
+    assert (view.held, view.output_held) == (2_000, 600) and "o#not-a-time#a" not in item(dynamodb)
+    assert "oheld is not a finite number" in capsys.readouterr().out
+
+
+def test_a_lagging_clock_counts_its_output_in_the_newest_second_and_a_leading_cleaner_frees_nothing_early(dynamodb):
+    on_time, lagging, leading = Clock(), Clock(EPOCH - 5), Clock()
+    a = mantle(dynamodb, on_time)
+    a.settle(a.try_reserve(100, 100), 100, 100)
+    late = mantle(dynamodb, lagging, "b")
+    hold = late.try_reserve(100, 100)
+    assert isinstance(hold, LedgerHold) and hold.output_slot == "o#2027-01-15T08:00:00#b"  # not 5 s earlier
+    late.settle(hold, 100, 50)
+    assert "o#2027-01-15T08:00:00#b" in consistent(dynamodb).output_slots
+    leading.now = EPOCH + 61.5  # 0.5 s ahead of the others when the window ends: within the skew
+    mantle(dynamodb, leading, "c", floor_tpm=0, output_floor_tpm=0).try_reserve(10, 10)
+    assert consistent(dynamodb).output_held == 160  # nothing removed before second + window + skew
+
+
+def test_concurrent_consumers_never_overdraw_the_output_window(dynamodb):
+    """24 threads, each a process of its own, race for 100-token output holds against 1,000 output TPM
+    (the input window has room for all): exactly 10 win, whatever the interleaving."""
+    clock = Clock()
+    lock = threading.Lock()
+    won: list[int] = []
+
+    def racer(index: int) -> None:
+        mine = mantle(own_client(), clock, f"c{index % 4}", floor_tpm=2_500, output_floor_tpm=250, conflict_retries=64)
+        for _ in range(2):
+            outcome = mine.try_reserve(100, 100)
+            if isinstance(outcome, LedgerHold):
+                with lock:
+                    won.append(outcome.output)
+
+    threads = [threading.Thread(target=racer, args=(i,)) for i in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    view = consistent(dynamodb)
+    assert view.output_held == sum(won) == 1_000 and view.held == 1_000
+
+
+def test_bad_mantle_settings_and_calls_are_refused_by_name(dynamodb):
+    clock = Clock()
+    with pytest.raises(ValueError, match="daily_tokens=5000 with output_quota_tpm"):
+        mantle(dynamodb, clock, daily_tokens=5_000)
+    with pytest.raises(ValueError, match="output_floor_tpm=2000 <= output_burst_tpm=1000 <= output_quota_tpm=1000"):
+        mantle(dynamodb, clock, output_floor_tpm=2_000)
+    with pytest.raises(ValueError, match="output_floor_tpm/output_burst_tpm without output_quota_tpm"):
+        SharedLedger(TABLE, ledger_id="m", consumer="a", quota_tpm=100, output_floor_tpm=5, client=dynamodb)
+    a = mantle(dynamodb, clock)
+    with pytest.raises(ValueError, match="output_tokens=None: a bedrock-mantle ledger holds the call's max_tokens"):
+        a.try_reserve(100)
+    with pytest.raises(ValueError, match="max_tokens=1,001 exceeds the consumer's output burst cap"):
+        a.try_reserve(2_000, 1_001)
+    hold = a.try_reserve(100, 10)
+    assert isinstance(hold, LedgerHold)
+    with pytest.raises(ValueError, match="output_tokens=None: a bedrock-mantle hold settles"):
+        a.settle(hold, 90)
+    runtime = SharedLedger(TABLE, ledger_id="r", consumer="a", quota_tpm=100, client=dynamodb, clock=clock)
+    with pytest.raises(ValueError, match="output_tokens=5 is for a bedrock-mantle ledger"):
+        runtime.try_reserve(10, 5)
+
+
+# --- QuotaPacer(input_tpm, output_tpm) across processes -----------------------------------------------
+
+
+def pacer(client, clock, consumer) -> QuotaPacer:
+    shared = mantle(client, clock, consumer, poll_seconds=0.01, max_poll_seconds=0.01)
+    return QuotaPacer(input_tpm=10_000, output_tpm=1_000, clock=clock, poll_seconds=0.005, ledger=shared,
+                      fallback_tpm=1_000)
+
+
+def test_mantle_pacers_in_two_processes_share_both_windows(dynamodb):
+    clock = Clock()
+    first, second = pacer(dynamodb, clock, "a"), pacer(own_client(), clock, "b")
+    with first.reserve(input_tokens=500, max_tokens=800) as ticket:
+        ticket.settle(input_tokens=480, output_tokens=700)
+    view = consistent(dynamodb)
+    assert (view.held, view.output_held) == (480, 700)
+    with pytest.raises(AdmissionRejected, match="the quota's output window is full"):  # its own window is empty
+        second.admit(second.reservation(500, 400), max_tokens=400, max_wait_seconds=1)
+    with second.reserve(input_tokens=500, max_tokens=300) as ticket:  # 700 + 300 fits
+        ticket.release()
+    assert consistent(dynamodb).output_held == 700
+
+
+def test_a_mantle_pacer_refuses_a_runtime_ledger_and_the_other_way_round(dynamodb):
+    clock = Clock()
+    runtime = SharedLedger(TABLE, ledger_id="r", consumer="a", quota_tpm=1_000, client=dynamodb, clock=clock)
+    with pytest.raises(ValueError, match="a bedrock-mantle pacer needs one that keeps its output window too"):
+        QuotaPacer(input_tpm=1_000, output_tpm=100, ledger=runtime)
+    with pytest.raises(ValueError, match="this SharedLedger keeps a bedrock-mantle quota"):
+        QuotaPacer(1_000, ledger=mantle(dynamodb, clock))
