@@ -81,8 +81,14 @@ and a reserved call's overflow, are held locally and in the shared ledger; a res
 reservation holds never touches the ledger, and one Bedrock served at default anyway (the
 reservation was full: other processes use it too) is charged to this process's window and to the
 shared ledger (SharedLedger.charge: no admission, Bedrock already charged it), so every process
-sees it. The reservation itself is per process: it is not shared across processes yet, so give
-each process its own part of it (reserved_input_tpm and reserved_output_tpm are that part).
+sees it. The reservation itself is shared the same way with reserved_ledger (a SharedLedger with
+two budgets: quota_tpm the reservation's input tokens per minute, output_quota_tpm its output): a
+reserved call is held there too (input and maxTokens, in one write) and overflows to the on-demand
+quota when every process together has used it, before it is sent; reserved_input_tpm and
+reserved_output_tpm are then this process's cap on it (the whole reservation, or less). Its output
+counts from when the call returned, a little longer than Bedrock may (a call that overflows early
+costs on-demand room, never a throttle). Without reserved_ledger, give each process its own part of
+the reservation.
 
 Use one pacer per model quota per process, shared by every thread. With bedrock_client, set
 max_attempts=1: each SDK retry would be a new reservation the pacer never admitted; retry through
@@ -379,6 +385,10 @@ class QuotaPacer:
         reservation, in input and output tokens per minute (both or neither; the module docstring
         says how reserved calls are held). Default: none: a call asking for `reserved` is held
         against tpm like any other (the pacer cannot know the reservation's room).
+    reserved_ledger: a pacer_runtime.ledger.SharedLedger keeping the Reserved tier reservation every
+        process shares (quota_tpm: its input, output_quota_tpm: its output tokens per minute; a ledger
+        id of its own, e.g. "<model>#reserved"); needs reserved_input_tpm/reserved_output_tpm (this
+        process's cap on it). Default: None (the reservation is this process's own part).
     daily_tokens: this process's part of the model's daily token quota ("Model invocation max tokens
         per day", by default the TPM quota x 1,440 for the whole model): every call admitted on a UTC
         day counts its reservation, then its settlement, on that day, and a call the day cannot hold
@@ -418,6 +428,7 @@ class QuotaPacer:
         reserved_output_tpm: float | None = None,
         daily_tokens: float | None = None,
         wall_clock: Callable[[], float] = time.time,
+        reserved_ledger: SharedLedger | None = None,
     ):
         mantle = input_tpm is not None or output_tpm is not None
         problems = [
@@ -455,6 +466,14 @@ class QuotaPacer:
         elif ledger is not None and not mantle and ledger.output_quota_tpm is not None:
             problems.append("ledger: this SharedLedger keeps a bedrock-mantle quota (output_quota_tpm); pace it with "
                             "QuotaPacer(input_tpm=..., output_tpm=...), or give this pacer a bedrock-runtime ledger")
+        if reserved_ledger is not None and (not isinstance(reserved_ledger, SharedLedger)
+                                            or reserved_ledger.output_quota_tpm is None):
+            problems.append(f"reserved_ledger={reserved_ledger!r} must be a SharedLedger keeping the reservation's input "
+                            "and output budgets (SharedLedger(..., quota_tpm=<reserved input TPM>, "
+                            "output_quota_tpm=<reserved output TPM>))")
+        if reserved_ledger is not None and reserved_input_tpm is None:
+            problems.append("reserved_ledger without reserved_input_tpm/reserved_output_tpm: those are what this process "
+                            "may hold of the shared reservation (its whole size, or less); pass them too")
         if (reserved_input_tpm is None) != (reserved_output_tpm is None):
             problems.append("reserved_input_tpm and reserved_output_tpm go together: a Reserved tier reservation has "
                             "both budgets (pass both, or neither)")
@@ -505,6 +524,8 @@ class QuotaPacer:
         self._counts.update(ledger_refusals=0, ledger_fallbacks=0, ledger_errors=0)
         self._reservation = (None if reserved_input_tpm is None or reserved_output_tpm is None
                              else _Reservation(reserved_input_tpm, reserved_output_tpm))
+        #: The Reserved tier reservation every process shares (a two-budget SharedLedger), or None.
+        self.reserved_ledger = reserved_ledger
         self._tiers: dict[str, int] = {}
         self._tier_counts = {"served_below_requested": 0, "reserved_overflows": 0}
         self.daily_tokens = None if daily_tokens is None else float(daily_tokens)
@@ -754,8 +775,16 @@ class QuotaPacer:
                 entry = self._reservation.take(now, estimate, max_tokens)
                 if entry is None:
                     self._tier_counts["reserved_overflows"] += 1
+        hold = None
+        if entry is not None and self.reserved_ledger is not None:
+            hold = self._ask_reserved_ledger(max(estimate, 1), max_tokens)
+            if hold is None:  # the reservation every process shares is full (or unusable): Bedrock would overflow it
+                with self._cond:
+                    self._reservation.release(entry)  # type: ignore[union-attr]
+                    self._tier_counts["reserved_overflows"] += 1
+                entry = None
         if entry is not None:
-            return self._converse_reserved(client, request, entry, stream=stream)
+            return self._converse_reserved(client, request, entry, stream=stream, hold=hold)
         with self.reserve(estimate, max_tokens, max_wait_seconds=max_wait_seconds, start_by=start_by) as ticket:
             ticket.text_estimate = raw  # the settlement then corrects the characters-per-token guess
             result = (converse_stream if stream else converse)(client, request)
@@ -769,11 +798,26 @@ class QuotaPacer:
             self._record_tiers(requested, result)
             return result
 
+    def _ask_reserved_ledger(self, input_tokens: int, max_tokens: int) -> LedgerHold | None:
+        """Hold a reserved call in the reservation every process shares (reserved_ledger); None when it
+        cannot (full, or a LedgerError: counted and logged), so the call overflows to the on-demand quota."""
+        assert self.reserved_ledger is not None
+        try:
+            outcome = self.reserved_ledger.try_reserve(input_tokens, max_tokens)
+        except LedgerError as error:
+            with self._cond:
+                self._counts["ledger_errors"] += 1
+            log("WARNING", "QuotaPacer: the shared reservation cannot be used; the reserved call goes to the "
+                "on-demand quota", error=str(error), code=error.code)
+            return None
+        return outcome if isinstance(outcome, LedgerHold) else None
+
     def _converse_reserved(self, client: Any, request: Mapping[str, Any], entry: tuple[list[float], list[float]], *,
-                           stream: bool) -> ConverseResult:
+                           stream: bool, hold: LedgerHold | None = None) -> ConverseResult:
         """A call the reservation holds: it never waits for on-demand room. Served at another tier (the
         reservation is shared with other processes, or the estimate was low), its usage moves to the
-        on-demand ledger, as Bedrock charges it there."""
+        on-demand ledger, as Bedrock charges it there. hold: its hold in the shared reservation, ended
+        the same way."""
         reservation = self._reservation
         assert reservation is not None
         try:
@@ -782,10 +826,14 @@ class QuotaPacer:
             if is_throttle(error) or isinstance(error, NEVER_SENT):
                 with self._cond:
                     reservation.release(entry)  # Bedrock charged nothing (or never saw it)
+                self._reserved_ledger_end(hold, None)
             raise
         shared = None
+        served_reserved = result.served_tier in (None, "reserved")
+        self._reserved_ledger_end(hold, (result.input_tokens + result.cache_write_tokens, result.output_tokens)
+                                  if served_reserved else None)
         with self._cond:
-            if result.served_tier in (None, "reserved"):
+            if served_reserved:
                 reservation.settle(entry, result.input_tokens + result.cache_write_tokens, result.output_tokens)
             else:
                 reservation.release(entry)
@@ -800,6 +848,22 @@ class QuotaPacer:
         if shared is not None:
             self._ledger_charge(shared)
         return result
+
+    def _reserved_ledger_end(self, hold: LedgerHold | None, usage: tuple[int, int] | None) -> None:
+        """Settle a hold of the shared reservation with (input + cache writes, output), or release it
+        (None: Bedrock charged the reservation nothing); a failure is counted and logged."""
+        if hold is None or self.reserved_ledger is None:
+            return
+        try:
+            if usage is None:
+                self.reserved_ledger.release(hold)
+            else:
+                self.reserved_ledger.settle(hold, usage[0], usage[1])
+        except LedgerError as error:
+            with self._cond:
+                self._counts["ledger_errors"] += 1
+            log("WARNING", "QuotaPacer: the shared reservation did not take a settlement; the hold stays until its "
+                "window passes", error=str(error), code=error.code)
 
     def _ledger_charge(self, tokens: float) -> None:
         """Charge the shared ledger with tokens Bedrock took from the on-demand quota unasked (a reserved

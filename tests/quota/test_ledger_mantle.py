@@ -178,3 +178,81 @@ def test_a_mantle_pacer_refuses_a_runtime_ledger_and_the_other_way_round(dynamod
         QuotaPacer(input_tpm=1_000, output_tpm=100, ledger=runtime)
     with pytest.raises(ValueError, match="this SharedLedger keeps a bedrock-mantle quota"):
         QuotaPacer(1_000, ledger=mantle(dynamodb, clock))
+
+
+# --- the Reserved tier reservation, shared the same way (issue 37 part 4) ----------------------------
+
+
+class Answers:
+    """A Converse client answering 10 input and 200 output tokens, served at the tiers given in turn."""
+
+    def __init__(self, *served: str) -> None:
+        self.served, self.calls = list(served), 0
+
+    def converse(self, **request):
+        tier = self.served[self.calls]
+        self.calls += 1
+        return {"output": {"message": {"content": [{"text": "ok"}]}}, "stopReason": "end_turn",
+                "usage": {"inputTokens": 10, "outputTokens": 200}, "serviceTier": {"type": tier}}
+
+
+RESERVED = {"modelId": "m", "messages": [{"role": "user", "content": [{"text": "p"}]}],
+            "inferenceConfig": {"maxTokens": 200}, "serviceTier": {"type": "reserved"}}
+
+
+def reserving_pacer(client, clock, consumer) -> QuotaPacer:
+    """A process with the whole reservation as its local cap, sharing it through a two-budget ledger."""
+    reservation = SharedLedger(TABLE, ledger_id="m#reserved", consumer=consumer, quota_tpm=1_000,
+                               output_quota_tpm=300, client=client, clock=clock, sleep=lambda _: None)
+    return QuotaPacer(10_000, clock=clock, poll_seconds=0.005, reserved_input_tpm=1_000, reserved_output_tpm=300,
+                      reserved_ledger=reservation)
+
+
+def reservation_item(client) -> dict:
+    from pacer_runtime.ledger import LedgerView
+
+    found = client.get_item(TableName=TABLE, Key={"pk": {"S": "quota#m#reserved"}}, ConsistentRead=True)["Item"]
+    view = LedgerView.parse(found)
+    assert view.problems == []
+    return {"input": view.held, "output": view.output_held}
+
+
+def test_the_reservation_is_shared_so_a_second_process_overflows_instead_of_overdrawing_it(dynamodb):
+    """Before, each process held its own part of the reservation: process b, whose local budgets were
+    empty, sent a reserved call that Bedrock then served at default. With the reservation in the shared
+    ledger, b sees a's hold and overflows to the on-demand quota itself."""
+    clock = Clock()
+    a, b = reserving_pacer(dynamodb, clock, "a"), reserving_pacer(own_client(), clock, "b")
+    assert a.converse(Answers("reserved"), RESERVED).served_tier == "reserved"
+    assert reservation_item(dynamodb) == {"input": 10, "output": 200}  # settled: 10 input, 200 output
+    client = Answers("default")
+    b.converse(client, RESERVED)  # 200 + 200 output tokens > 300: not held as reserved
+    stats = b.stats()
+    assert (stats.reserved_overflows, stats.reserved_output_held, stats.admitted) == (1, 0, 1)
+    assert reservation_item(dynamodb) == {"input": 10, "output": 200}
+    clock.now += 62.1  # a's output leaves the shared reservation's window
+    assert b.converse(Answers("reserved"), RESERVED).served_tier == "reserved"
+    assert b.stats().reserved_output_held == 200
+
+
+def test_a_reserved_call_throttled_returns_its_shared_hold(dynamodb):
+    from botocore.exceptions import ClientError
+
+    class Throttled:
+        def converse(self, **request):
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "Converse")
+
+    clock = Clock()
+    a = reserving_pacer(dynamodb, clock, "a")
+    with pytest.raises(ClientError):
+        a.converse(Throttled(), RESERVED)
+    assert reservation_item(dynamodb) == {"input": 0, "output": 0}
+
+
+def test_a_reserved_ledger_must_keep_two_budgets_and_comes_with_the_local_caps(dynamodb):
+    clock = Clock()
+    one_budget = SharedLedger(TABLE, ledger_id="r", consumer="a", quota_tpm=1_000, client=dynamodb, clock=clock)
+    with pytest.raises(ValueError, match="must be a SharedLedger keeping the reservation's input and output budgets"):
+        QuotaPacer(10_000, reserved_input_tpm=1_000, reserved_output_tpm=300, reserved_ledger=one_budget)
+    with pytest.raises(ValueError, match="reserved_ledger without reserved_input_tpm/reserved_output_tpm"):
+        QuotaPacer(10_000, reserved_ledger=mantle(dynamodb, clock))
