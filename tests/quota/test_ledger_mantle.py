@@ -256,3 +256,69 @@ def test_a_reserved_ledger_must_keep_two_budgets_and_comes_with_the_local_caps(d
         QuotaPacer(10_000, reserved_input_tpm=1_000, reserved_output_tpm=300, reserved_ledger=one_budget)
     with pytest.raises(ValueError, match="reserved_ledger without reserved_input_tpm/reserved_output_tpm"):
         QuotaPacer(10_000, reserved_ledger=mantle(dynamodb, clock))
+
+
+def test_the_sweeper_removes_expired_output_slots_too(dynamodb):
+    clock = Clock()
+    a = mantle(dynamodb, clock)
+    a.settle(a.try_reserve(1_000, 400), 900, 350)
+    clock.now += 62.1
+    swept = mantle(dynamodb, clock, "sweeper", floor_tpm=0, output_floor_tpm=0)
+    assert swept.sweep() == 900 + 350
+    view = consistent(dynamodb)
+    assert (view.held, view.output_held, view.slots, view.output_slots) == (0, 0, {}, {})
+
+
+def test_two_processes_sharing_a_mantle_ledger_are_never_throttled_by_the_emulators_mantle_quota(dynamodb):
+    """Two processes, each with the whole quota as its local cap (alone, each would overdraw it with the
+    other), pace through one shared mantle ledger against the emulator enforcing bedrock-mantle's
+    quotas: no call is throttled. Model time moves on a ManualClock only while every worker waits."""
+    from genai_pacer.testing import BedrockEmulator, ManualClock, QuotaModel, approx_tokens
+    from test_quota_pacer import finished, wait_until
+    from test_quota_pacer_mantle import PROMPT, REQUEST, SPEC
+
+    clock = ManualClock()
+    processes = []
+    for consumer in ("a", "b"):
+        shared = SharedLedger(TABLE, ledger_id="m", consumer=consumer, quota_tpm=SPEC.tpm_quota, floor_tpm=3_000,
+                              output_quota_tpm=SPEC.output_tpm_quota, output_floor_tpm=1_000, client=own_client(),
+                              clock=lambda: EPOCH + clock.now(), sleep=lambda _: None, poll_seconds=0.5,
+                              max_poll_seconds=1.0)
+        processes.append(QuotaPacer(input_tpm=SPEC.tpm_quota, output_tpm=SPEC.output_tpm_quota, clock=clock.now,
+                                    poll_seconds=0.002, expiry_margin_seconds=0, ledger=shared))
+    errors: list[BaseException] = []
+    calls = 4
+    with BedrockEmulator([SPEC], quota=QuotaModel(endpoint="bedrock-mantle"), clock=clock) as bedrock:
+
+        def worker(pacer: QuotaPacer) -> None:
+            client = bedrock.client(retries={"total_max_attempts": 1})
+            try:
+                for _ in range(calls):
+                    with pacer.reserve(approx_tokens(PROMPT), 500) as ticket:
+                        usage = client.converse(**REQUEST)["usage"]
+                        ticket.settle(input_tokens=usage["inputTokens"], output_tokens=usage["outputTokens"])
+            except BaseException as error:  # reported below, not lost in the thread
+                errors.append(error)
+
+        threads = [threading.Thread(target=worker, args=(p,), daemon=True) for p in processes]
+        for thread in threads:
+            thread.start()
+
+        def all_blocked() -> bool:
+            # a waiter asking the ledger (a DynamoDB round trip) is not blocked: time must not pass under it
+            waiting = sum(p.stats().waiting for p in processes if not p._ledger_busy)
+            return clock.sleepers + waiting >= sum(t.is_alive() for t in threads)
+
+        for _ in range(2_000):
+            if not any(t.is_alive() for t in threads):
+                break
+            wait_until(all_blocked, "every worker waits for its pacer or its answer")
+            clock.advance(1.0)
+        assert all(finished(thread) for thread in threads), (clock.now(), [p.stats() for p in processes],
+                                                              [i.outcome for i in bedrock.invocations], errors)
+        outcomes = [i.outcome for i in bedrock.invocations]
+    assert errors == []
+    assert outcomes == ["ok"] * 2 * calls  # the two processes together never overdrew either quota
+    assert sum(p.stats().settled_output_tokens for p in processes) == 2 * calls * 400
+    assert clock.now() >= 60  # 3,200 output tokens at 2,000 a minute: the shared output window paced them
+    assert all(p.stats().ledger_fallbacks == 0 for p in processes)
