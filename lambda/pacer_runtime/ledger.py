@@ -215,6 +215,7 @@ from .ledger_layout import (
     ENVIRONMENT,
     HELD,
     KEY_PREFIX,
+    OUTPUT_ENVIRONMENT,
     PARTITION_KEY,
     SLOT_PREFIX,
     TTL_ATTRIBUTE,
@@ -582,8 +583,10 @@ class SharedLedger:
             raise ValueError(f"SharedLedger.from_environment: {', '.join(missing)} not set; QuotaLedger.environment(share) "
                              "gives every variable")
         numbers: dict[str, float] = {}
+        output_quota, output_floor, output_burst = OUTPUT_ENVIRONMENT
         for key, name in ((quota, "quota_tpm"), (floor, "floor_tpm"), (burst, "burst_tpm"), (skew, "skew_seconds"),
-                          (daily, "daily_tokens")):
+                          (daily, "daily_tokens"), (output_quota, "output_quota_tpm"),
+                          (output_floor, "output_floor_tpm"), (output_burst, "output_burst_tpm")):
             text = env.get(key)
             if text:
                 try:

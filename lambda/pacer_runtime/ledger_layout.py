@@ -16,6 +16,7 @@ __all__ = [
     "ENVIRONMENT",
     "HELD",
     "KEY_PREFIX",
+    "OUTPUT_ENVIRONMENT",
     "PARTITION_KEY",
     "SLOT_PREFIX",
     "TTL_ATTRIBUTE",
@@ -34,6 +35,14 @@ ENVIRONMENT = (
     "GENAI_PACER_LEDGER_BURST_TPM",
     "GENAI_PACER_LEDGER_SKEW_SECONDS",
     DAILY_TOKENS_VARIABLE,
+)
+#: A bedrock-mantle quota's output window (SharedLedger's output_quota_tpm, output_floor_tpm and
+#: output_burst_tpm), set by QuotaLedger.environment(share) for a share of such a quota only; the day
+#: variable is then not set (bedrock-mantle has no daily quota).
+OUTPUT_ENVIRONMENT = (
+    "GENAI_PACER_LEDGER_OUTPUT_QUOTA_TPM",
+    "GENAI_PACER_LEDGER_OUTPUT_FLOOR_TPM",
+    "GENAI_PACER_LEDGER_OUTPUT_BURST_TPM",
 )
 #: The table's string partition key, the quota item's key ("quota#<ledger id>") and its TTL attribute.
 PARTITION_KEY = "pk"

@@ -567,6 +567,13 @@ class QuotaPacer:
                 values[name] = float(text)
             except ValueError:
                 raise ValueError(f"QuotaPacer.from_environment: {key}={text!r} is not a number") from None
+        if ledger is not None and ledger.output_quota_tpm is not None:  # a bedrock-mantle share in the ledger
+            share = values.pop("input_tpm", None)
+            values.pop("output_tpm", None)  # the output fallback follows the input's (output_tpm x fallback / input)
+            values["input_tpm"], values["output_tpm"] = ledger.burst_tpm, ledger.output_burst_tpm
+            if share is not None:
+                values["fallback_tpm"] = share
+            return cls(**{**values, "ledger": ledger, **options})
         if ledger is not None:
             share = values.pop("tpm", None)
             values["tpm"] = ledger.burst_tpm

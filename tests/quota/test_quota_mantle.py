@@ -14,8 +14,11 @@ from genai_pacer.quota.model_quota import PACER_MANTLE_ENVIRONMENT, ModelQuota
 from genai_pacer.quota_check import check_quota, load_plans, main
 from helpers import new_stack
 from pacer_runtime.quota_pacer import MANTLE_ENVIRONMENT, QuotaPacer
+from test_ledger import dynamodb
 from test_quota import synth, warnings_of
 from test_quota_check import ServiceQuotas, quota
+
+__all__ = ["dynamodb"]  # the fixture, shared with test_ledger
 
 GPT = BedrockModel.from_id("openai.gpt-oss-120b-1:0")
 PROFILE = planning.TokenProfile(input_tokens=2_000, output_tokens=300, max_tokens=500)
@@ -161,13 +164,37 @@ def test_bad_mantle_shares_are_refused_naming_the_argument(kwargs, message):
     assert not quota.shares
 
 
-def test_a_ledger_or_a_dashboard_of_a_mantle_quota_is_refused():
-    stack = new_stack()
-    quota = mantle_quota(stack)
-    with pytest.raises(InvalidPropsError, match="quota=Quota is a bedrock-mantle quota"):
-        QuotaLedger(stack, "Ledger", quota=quota)
+def test_a_dashboard_of_a_mantle_quota_is_refused():
     with pytest.raises(InvalidPropsError, match="EstimatedTPMQuotaUsage"):
-        TpmQuota.from_model_quota(quota)
+        TpmQuota.from_model_quota(mantle_quota())
+
+
+def test_a_ledger_of_a_mantle_quota_gives_each_share_both_windows_and_no_day(dynamodb):
+    from genai_pacer.quota.ledger import LEDGER_DAILY_TOKENS_VARIABLE, LEDGER_OUTPUT_ENVIRONMENT
+    from pacer_runtime.ledger import SharedLedger
+
+    stack = new_stack()
+    quota = mantle_quota(stack, keep_free=0.1)
+    quota.share("Workers", PROFILE, fraction=0.4, call_seconds=6, executions=2)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    env = ledger.environment("Workers")
+    assert LEDGER_DAILY_TOKENS_VARIABLE not in env  # bedrock-mantle has no daily quota
+    assert [env[name] for name in LEDGER_OUTPUT_ENVIRONMENT] == ["54000", "24000", "54000"]  # quota, floor, burst
+    env = {name: ("ledger" if name.endswith("_TABLE") else value) for name, value in env.items()}
+    pacer = QuotaPacer.from_environment(env, ledger=SharedLedger.from_environment(env, client=dynamodb))
+    assert (pacer.input_tpm, pacer.output_tpm, pacer.fallback_tpm) == (900_000, 54_000, 200_000)
+    assert pacer.ledger is not None and (pacer.ledger.output_floor_tpm, pacer.ledger.floor_tpm) == (24_000, 400_000)
+    with pytest.raises(InvalidPropsError, match="burst_tpm on a share of a bedrock-mantle quota"):
+        ledger.environment("Workers", burst_tpm=500_000)
+
+
+def test_a_runtime_consumer_given_a_mantle_ledger_is_refused():
+    from genai_pacer import QueuedInference
+
+    stack = new_stack()
+    ledger = QuotaLedger(stack, "Ledger", quota=mantle_quota(stack))
+    with pytest.raises(InvalidPropsError, match="keeps a bedrock-mantle quota, and this worker calls bedrock-runtime"):
+        QueuedInference(stack, "Queued", model=GPT, max_concurrency=4, ledger=ledger)
 
 
 def test_a_mantle_and_a_runtime_quota_of_one_model_are_two_quotas():

@@ -63,6 +63,7 @@ __all__ = [
     "LEDGER_DAILY_TOKENS_VARIABLE",
     "LEDGER_ENVIRONMENT",
     "LEDGER_KEY_PREFIX",
+    "LEDGER_OUTPUT_ENVIRONMENT",
     "LEDGER_PARTITION_KEY",
     "LEDGER_TTL_ATTRIBUTE",
     "QuotaLedger",
@@ -78,6 +79,9 @@ LEDGER_TTL_ATTRIBUTE: str = _LAYOUT.TTL_ATTRIBUTE
 #: (LEDGER_DAILY_TOKENS_VARIABLE).
 LEDGER_ENVIRONMENT: tuple[str, ...] = _LAYOUT.ENVIRONMENT
 LEDGER_DAILY_TOKENS_VARIABLE: str = _LAYOUT.DAILY_TOKENS_VARIABLE
+#: The variables environment(share) adds for a share of a bedrock-mantle quota: the output window's
+#: quota, the consumer's floor and burst cap on it (SharedLedger's output_quota_tpm, ...).
+LEDGER_OUTPUT_ENVIRONMENT: tuple[str, ...] = _LAYOUT.OUTPUT_ENVIRONMENT
 #: Every call of the protocol is an UpdateItem (reserve, settle, release, a floor owner's want, a
 #: repair); GetItem reads the item before a refusal and for stats.
 _USE_ACTIONS = ("dynamodb:UpdateItem", "dynamodb:GetItem")
@@ -132,7 +136,10 @@ class QuotaLedger(Construct):
     """The shared reservation ledger of one ModelQuota: a DynamoDB table every consumer's QuotaPacer uses.
 
     quota: required; the ModelQuota whose shares become floors. Its allocatable TPM (tpm_quota x
-        (1 - keep_free)) is what the consumers share at run time.
+        (1 - keep_free)) is what the consumers share at run time. A bedrock-mantle quota's
+        (input_tpm_quota, output_tpm_quota) ledger keeps its output window too (each share's output
+        TPM its floor there) and no day; only processes take part in it (QuotaPacer.from_environment):
+        the constructs that call Converse refuse it.
     table: an existing table: string partition key "pk", no sort key (refused otherwise where its
         schema is known; an imported table gets a warning saying what to check), TTL on
         "expires_at" (advised). Several quotas may share one table. Default: a new on-demand table,
@@ -182,12 +189,7 @@ class QuotaLedger(Construct):
         super().__init__(scope, id)
         skew: cdk.Duration = resolved(clock_skew)
         with Checks("QuotaLedger", scope=self) as check:
-            if check.instance("quota", quota, ModelQuota, "the ModelQuota whose shares become floors"):
-                check.rule(quota.endpoint == "bedrock-runtime",
-                           f"quota={quota.node.id} is a bedrock-mantle quota (input_tpm_quota, output_tpm_quota), and "
-                           "the ledger's consumers (QuotaPacer, the queue worker, the Step Functions tasks) call "
-                           "bedrock-runtime: pace each mantle consumer on its share (ModelQuota.pacer_environment)",
-                           id="quota.mantle-ledger")
+            check.instance("quota", quota, ModelQuota, "the ModelQuota whose shares become floors")
             check.instance("table", table, dynamodb.ITable, "a dynamodb.Table or dynamodb.Table.from_table_name(...)",
                            optional=True)
             check.instance("encryption_key", encryption_key, kms.IKey, "a kms.Key", optional=True)
@@ -233,6 +235,13 @@ class QuotaLedger(Construct):
         return self.quota.allocatable_tpm
 
     @property
+    def output_quota_tpm(self) -> float | None:
+        """On a bedrock-mantle quota, the output tokens per minute the consumers share:
+        output_tpm_quota x (1 - keep_free); None on bedrock-runtime."""
+        output = self.quota.output_tpm_quota
+        return None if output is None else round(output * (1 - self.quota.keep_free), 6)
+
+    @property
     def daily_tokens(self) -> int:
         """The day's tokens the consumers share: the allocatable part of the model's daily token quota,
         (daily_token_quota, default tpm_quota x 1,440) x (1 - keep_free), as quota_tpm is of the minute.
@@ -251,6 +260,10 @@ class QuotaLedger(Construct):
             "ledger", ledger, QuotaLedger, f"a QuotaLedger of the ModelQuota of {consumer}'s model", optional=True
         ):
             return None
+        check.rule(ledger.quota.endpoint == "bedrock-runtime",
+                   f"ledger=QuotaLedger {ledger.node.id} keeps a bedrock-mantle quota, and {consumer} calls "
+                   "bedrock-runtime (Converse), whose quota is another: pass the ledger of the model's bedrock-runtime "
+                   "ModelQuota", id="ledger.mantle-quota")
         ours, theirs = getattr(model, "model_id", None), ledger.quota.model.model_id
         if isinstance(ours, str) and not is_token(ours) and not is_token(theirs):
             check.rule(
@@ -306,6 +319,9 @@ class QuotaLedger(Construct):
                            f"burst_tpm={_show(burst_tpm)} differs from the burst_tpm={declared:,.0f} share {share!r} was "
                            "drawn with: the share's is the consumer's cap; drop burst_tpm here, or draw the share with "
                            "the burst you want", id="burst_tpm.differs-from-share")
+            elif burst_tpm is not None and self.output_quota_tpm is not None:
+                check.fail("burst_tpm on a share of a bedrock-mantle quota: its consumer may borrow up to the whole "
+                           "allocatable input and output quotas; drop it", id="burst_tpm.mantle-ledger")
             elif burst_tpm is not None:
                 if is_token(burst_tpm):
                     check.fail("burst_tpm is an unresolved CDK token; it is checked against the share at synth: pass "
@@ -314,8 +330,14 @@ class QuotaLedger(Construct):
                     check.number("burst_tpm", burst_tpm, minimum=floor, maximum=self.quota_tpm,
                                  fix=f"between the share's {floor:,.0f} TPM and the quota's allocatable "
                                  f"{self.quota_tpm:,.0f} TPM")
-        return {**self.quota.pacer_environment(share),
-                **self.consumer_variables(share, floor, declared if burst_tpm is None else burst_tpm)}
+        variables = {**self.quota.pacer_environment(share),
+                     **self.consumer_variables(share, floor, declared if burst_tpm is None else burst_tpm)}
+        if self.output_quota_tpm is not None and drawn is not None:  # bedrock-mantle: the output window too, no day
+            del variables[LEDGER_DAILY_TOKENS_VARIABLE]
+            variables.update(zip(LEDGER_OUTPUT_ENVIRONMENT, (
+                f"{self.output_quota_tpm:.0f}", f"{drawn.output_tpm or 0:.0f}", f"{self.output_quota_tpm:.0f}"),
+                strict=True))
+        return variables
 
     def consumer_variables(self, consumer: str, floor_tpm: float, burst_tpm: float | None = None) -> dict[str, str]:
         """The ledger's own variables (GENAI_PACER_LEDGER_*) for one consumer, unchecked: `environment`
