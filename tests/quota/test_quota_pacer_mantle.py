@@ -5,7 +5,6 @@ enforcing the same model that Bedrock never throttles (model time on a ManualClo
 from __future__ import annotations
 
 import threading
-from functools import partial
 
 import pytest
 from botocore.exceptions import ClientError
@@ -181,7 +180,7 @@ def test_a_paced_run_is_never_throttled_by_the_emulators_mantle_quota():
     p = QuotaPacer(input_tpm=SPEC.tpm_quota, output_tpm=SPEC.output_tpm_quota, clock=clock.now, poll_seconds=0.002,
                    expiry_margin_seconds=0)
     errors: list[BaseException] = []
-    done = threading.Semaphore(0)
+    ended: list[int] = []  # one entry per worker that finished (list.append is atomic)
     with BedrockEmulator([SPEC], quota=QuotaModel(endpoint="bedrock-mantle"), clock=clock) as bedrock:
 
         def worker() -> None:
@@ -194,21 +193,19 @@ def test_a_paced_run_is_never_throttled_by_the_emulators_mantle_quota():
             except BaseException as error:  # reported by the test below, not lost in the thread
                 errors.append(error)
             finally:
-                done.release()
+                ended.append(1)
 
-        def all_blocked(running: int) -> bool:
-            return clock.sleepers + p.stats().waiting >= running or not any(t.is_alive() for t in threads)
+        def all_blocked() -> bool:
+            # read each time: a worker that finishes while the driver waits must not be waited for
+            return clock.sleepers + p.stats().waiting >= WORKERS - len(ended)
 
         threads = [threading.Thread(target=worker, daemon=True) for _ in range(WORKERS)]
         for thread in threads:
             thread.start()
-        running = WORKERS
         for _ in range(5_000):  # model time moves a second at a time, only while every worker is blocked
-            while done.acquire(blocking=False):
-                running -= 1
-            if not running:
+            if len(ended) == WORKERS:
                 break
-            wait_until(partial(all_blocked, running), "every worker waits for the pacer or for its answer")
+            wait_until(all_blocked, "every worker waits for the pacer or for its answer")
             clock.advance(1.0)
         assert all(finished(thread) for thread in threads), f"workers still running after {GUARD_SECONDS} s"
         input_used, output_used = bedrock.quota_used(NOVA), bedrock.quota_used(NOVA, "output")
