@@ -1149,7 +1149,10 @@ class SharedLedger:
         the write, whose returned item decides the next try. Never repeated when its answer was lost."""
         assert hold.output_slot is not None
         for _ in range(self.conflict_retries + 2):
-            now, view = self.clock(), self.view()
+            now, trusted = self._trusted_view()
+            if trusted is None:  # repaired first (an ADD onto a malformed attribute would fail): try again
+                continue
+            view = trusted
             start = math.floor(now / SLOT_SECONDS) * SLOT_SECONDS
             newest = max(view.newest_start(), max((s for s, _, _ in view.output_slots.values()), default=-math.inf))
             if start < newest <= start + ADOPTED_SKEW_FACTOR * max(self.skew_seconds, SLOT_SECONDS):

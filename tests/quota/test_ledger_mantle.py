@@ -322,3 +322,16 @@ def test_two_processes_sharing_a_mantle_ledger_are_never_throttled_by_the_emulat
     assert sum(p.stats().settled_output_tokens for p in processes) == 2 * calls * 400
     assert clock.now() >= 60  # 3,200 output tokens at 2,000 a minute: the shared output window paced them
     assert all(p.stats().ledger_fallbacks == 0 for p in processes)
+
+
+def test_a_settlement_on_a_malformed_item_repairs_it_first(dynamodb, capsys):
+    clock = Clock()
+    a = mantle(dynamodb, clock)
+    hold = a.try_reserve(1_000, 300)
+    dynamodb.update_item(TableName=TABLE, Key={"pk": {"S": "quota#m"}}, UpdateExpression="SET #o = :bad",
+                         ExpressionAttributeNames={"#o": "oh#a"}, ExpressionAttributeValues={":bad": {"S": "many"}})
+    a.view(refresh=True)
+    a.settle(hold, 900, 250)  # an ADD onto the text would fail: the item is repaired, then settled
+    view = consistent(dynamodb)
+    assert (view.held, view.output_held, a.counts["repairs"]) == (900, 250, 1)
+    assert "oh#a is not a finite number" in capsys.readouterr().out
