@@ -171,7 +171,7 @@ bedrock-mantle (SharedLedger(..., output_quota_tpm=...); pacer_runtime.quota_pac
     same shape and rules:
         oheld                 N  output tokens the output window holds, every consumer together
         oh#<consumer>         N  the same, one consumer's
-        o#<second>#<consumer> N  output tokens of that consumer counted in that UTC second
+        o#<start second>#<consumer> N  output tokens of that consumer counted in that second (named as s# is)
     Reserve adds r to the input attributes and m (the call's max_tokens: the most it may generate
     while it runs) to the output ones in the one write, IF both windows and both of the consumer's
     ceilings (output_floor_tpm, output_burst_tpm) hold them; expired slots of both families ride
