@@ -332,8 +332,8 @@ def test_the_command_takes_a_quota_on_the_command_line_and_prints_json():
     [
         (["--model-id", HAIKU_PROFILE], "--model-id and --tpm go together"),
         (["--tpm", "1000"], "--model-id and --tpm go together"),
-        (["--share", "a=1", "--assembly", "."], "--share, --rpm, --daily-token-quota and --quota-code describe a quota "
-                                                 "given with --model-id"),
+        (["--share", "a=1", "--assembly", "."], "--share, --rpm, --daily-token-quota, --quota-code and --output-tpm "
+                                                 "describe a quota given with --model-id"),
         (["--assembly", "/nonexistent/cdk.out"], "/nonexistent/cdk.out is not a cloud assembly directory: run `cdk synth`"),
         (["--model-id", HAIKU_PROFILE, "--tpm", "lots"], "--tpm 'lots' is not a number > 0"),
         (["--model-id", HAIKU_PROFILE, "--tpm", "1000", "--rpm", "0"], "--rpm '0' is not a number > 0"),

@@ -205,3 +205,27 @@ def test_a_mantle_and_a_runtime_quota_of_one_model_are_two_quotas():
     runtime.share("B", PROFILE, fraction=0.1, call_seconds=6)
     synth(stack)
     assert not [w for w in warnings_of(stack) if "declared-twice" in w or "declare the same quota" in w]
+
+
+def test_quota_check_takes_a_mantle_quota_on_the_command_line(capsys):
+    argv = ["--model-id", "openai.gpt-oss-120b-1:0", "--tpm", "1000000", "--output-tpm", "60000",
+            "--share", "nightly=500000/30000", "--share", "chat=300000/35000", "--offline"]
+    assert main(argv) == 1  # 65,000 output TPM of 60,000
+    out = capsys.readouterr().out
+    assert "bedrock-mantle, 1,000,000 input and 60,000 output tokens per minute" in out
+    assert "  chat: 300,000 input TPM (30.0%), 35,000 output TPM (58.3%)" in out
+    assert "2 share(s) allocate 800,000 input TPM, 80.0%" in out
+    assert "ERROR   openai.gpt-oss-120b-1:0 in its Region (bedrock-mantle): 2 share(s) allocate 65,000 output TPM" in out
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--share", "nightly=500000"], "--share 'nightly=500000' with --output-tpm is not NAME=INPUT_TPM/OUTPUT_TPM"),
+    (["--rpm", "100"], "--rpm with --output-tpm: a bedrock-mantle quota has no RPM and no daily quota"),
+    (["--quota-code", "L-A1B2C3D4"], "--quota-code with --output-tpm"),
+])
+def test_quota_check_refuses_what_a_mantle_quota_cannot_take(extra, message, capsys):
+    argv = ["--model-id", "openai.gpt-oss-120b-1:0", "--tpm", "1000000", "--output-tpm", "60000", "--offline", *extra]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert main(["--output-tpm", "60000", "--offline"]) == 2
+    assert "--output-tpm describe a quota given with --model-id and --tpm" in capsys.readouterr().err

@@ -24,6 +24,11 @@ plan overdraws its quota or the account's, 2 when a plan could not be checked (b
 matching quota, an AWS error once credentials were found). --json prints one JSON object on every
 path: {"status": N, "results": [...], "errors": [...]}.
 
+A bedrock-mantle plan (ModelQuota(input_tpm_quota=..., output_tpm_quota=...), or --tpm with
+--output-tpm and shares NAME=INPUT_TPM/OUTPUT_TPM) is checked on both of its quotas, offline and
+against the account's "Bedrock Mantle input/output tokens per minute for <model>" (found by name);
+it has no RPM and no day to check.
+
 A declared requests-per-minute figure (rpm_quota, --rpm) is legacy: Bedrock no longer enforces RPM
 on the bedrock-runtime endpoint (planning.RPM_RULE), so it is reported as an INFO finding, offline
 and against the account's listed RPM quota if there is one, and never changes the exit status.
@@ -168,6 +173,12 @@ class DeclaredQuota:
         if self.table:
             return list(self.table)
         quota = self.tpm_quota
+        if self.output_tpm_quota is not None:
+            output = dict(self.output_shares)
+            return [f"{self.model_id} in {self.region or '(no Region given)'}: bedrock-mantle, {quota:,.0f} input and "
+                    f"{self.output_tpm_quota:,.0f} output tokens per minute"] + [
+                f"  {name}: {tpm:,.0f} input TPM ({tpm / quota:.1%}), {output[name]:,.0f} output TPM "
+                f"({output[name] / self.output_tpm_quota:.1%})" for name, tpm in self.shares]
         lines = [f"{self.model_id} in {self.region or '(no Region given)'}: {quota:,.0f} TPM"
                  + ("" if self.rpm_quota is None else f", {self.rpm_quota:,.0f} RPM (legacy)")]
         hours = {name: h for name, _, h in self.loads}
@@ -601,6 +612,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="the model's daily token quota (default: TPM x 1,440, the AWS default)")
     given.add_argument("--quota-code", help="the Service Quotas code (L-...) instead of matching by name "
                                             "(default: match the model's quota by name)")
+    given.add_argument("--output-tpm", metavar="TPM",
+                       help="a bedrock-mantle quota's output tokens per minute: --tpm is then its input tokens per "
+                            "minute and each --share is NAME=INPUT_TPM/OUTPUT_TPM (default: none, a bedrock-runtime "
+                            "quota)")
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object, {"status", "results", "errors"}, on every path (default: text)')
     report_argument_errors_as_json(parser)
@@ -653,16 +668,46 @@ def _declared(args: argparse.Namespace) -> list[DeclaredQuota]:
     if args.model_id or args.tpm is not None:
         if not (args.model_id and args.tpm is not None):
             raise QuotaCheckError("--model-id and --tpm go together: the quota to check and its declared TPM")
+        if args.output_tpm is not None:
+            return [_declared_mantle(args)]
         shares = [_share(text) for text in args.share]
         return [DeclaredQuota(
             args.model_id, args.region, _positive("--tpm", args.tpm) or 0.0, _positive("--rpm", args.rpm), 0.0,
             tuple((name, tpm) for name, tpm, _ in shares), args.quota_code,
             daily_token_quota=_positive("--daily-token-quota", args.daily_token_quota),
             loads=tuple(shares))]
-    if args.share or args.quota_code or args.rpm is not None or args.daily_token_quota is not None:
-        raise QuotaCheckError("--share, --rpm, --daily-token-quota and --quota-code describe a quota given with "
-                              "--model-id and --tpm")
+    if args.share or args.quota_code or args.rpm is not None or args.daily_token_quota is not None \
+            or args.output_tpm is not None:
+        raise QuotaCheckError("--share, --rpm, --daily-token-quota, --quota-code and --output-tpm describe a quota given "
+                              "with --model-id and --tpm")
     return load_plans(args.assembly)
+
+
+def _declared_mantle(args: argparse.Namespace) -> DeclaredQuota:
+    """A bedrock-mantle quota given on the command line: --tpm its input, --output-tpm its output tokens
+    per minute, each --share NAME=INPUT_TPM/OUTPUT_TPM; what bedrock-runtime alone has is refused."""
+    extra = [flag for flag, value in (("--rpm", args.rpm), ("--daily-token-quota", args.daily_token_quota),
+                                      ("--quota-code", args.quota_code)) if value is not None]
+    if extra:
+        raise QuotaCheckError(f"{', '.join(extra)} with --output-tpm: a bedrock-mantle quota has no RPM and no daily "
+                              "quota, and its two quotas are found by name ('Bedrock Mantle input/output tokens per "
+                              f"minute for <model>', {planning.MANTLE_QUOTAS_DOC})")
+    shares = []
+    for text in args.share:
+        name, sep, value = text.rpartition("=")
+        parts = value.split("/")
+        try:
+            amounts = [float(part) for part in parts] if len(parts) == 2 else []
+        except ValueError:
+            amounts = []
+        if not sep or not name or len(amounts) != 2 or not all(math.isfinite(a) and a > 0 for a in amounts):
+            raise QuotaCheckError(f"--share {text!r} with --output-tpm is not NAME=INPUT_TPM/OUTPUT_TPM with positive "
+                                  "figures, e.g. nightly=500000/30000")
+        shares.append((name, amounts[0], amounts[1]))
+    return DeclaredQuota(args.model_id, args.region, _positive("--tpm", args.tpm) or 0.0,
+                         shares=tuple((name, tpm) for name, tpm, _ in shares),
+                         output_tpm_quota=_positive("--output-tpm", args.output_tpm),
+                         output_shares=tuple((name, out) for name, _, out in shares))
 
 
 def run(args: argparse.Namespace, *, client_factory: Callable[[str | None], Any] | None = None,
