@@ -217,6 +217,8 @@ from .ledger_layout import (
     KEY_PREFIX,
     OUTPUT_ENVIRONMENT,
     PARTITION_KEY,
+    RESERVED_ENVIRONMENT,
+    RESERVED_SUFFIX,
     SLOT_PREFIX,
     TTL_ATTRIBUTE,
 )
@@ -594,6 +596,37 @@ class SharedLedger:
                 except ValueError:
                     raise ValueError(f"SharedLedger.from_environment: {key}={text!r} is not a number") from None
         return cls(env[table], ledger_id=env[ledger_id], consumer=env[consumer], **{**numbers, **options})
+
+    @classmethod
+    def reservation_from_environment(cls, environ: Mapping[str, str] | None = None,
+                                     **options: Any) -> SharedLedger | None:
+        """The Reserved tier reservation every reserved share draws on, as QuotaLedger.environment(share)
+        sets it for a share drawn at service_tier="reserved" (RESERVED_ENVIRONMENT): a two-budget item
+        (quota_tpm the reservation's input, output_quota_tpm its output tokens per minute; the share's
+        part of each its floors) under the quota's id + RESERVED_SUFFIX. None when not set."""
+        env = os.environ if environ is None else environ
+        if not env.get(RESERVED_ENVIRONMENT[0]):
+            return None
+        table, ledger_id, consumer, _, _, _, skew, _ = ENVIRONMENT
+        numbers: dict[str, float] = {}
+        for key, name in zip(RESERVED_ENVIRONMENT, ("quota_tpm", "output_quota_tpm", "floor_tpm", "output_floor_tpm"),
+                             strict=True):
+            text = env.get(key)
+            try:
+                numbers[name] = float(text) if text is not None else math.nan
+            except ValueError:
+                numbers[name] = math.nan
+            if not math.isfinite(numbers[name]):
+                raise ValueError(f"SharedLedger.reservation_from_environment: {key}={text!r} is not a number; "
+                                 "QuotaLedger.environment(share) gives every variable")
+        if env.get(skew):
+            numbers["skew_seconds"] = float(env[skew])
+        missing = [name for name in (table, ledger_id, consumer) if not env.get(name)]
+        if missing:
+            raise ValueError(f"SharedLedger.reservation_from_environment: {', '.join(missing)} not set; "
+                             "QuotaLedger.environment(share) gives every variable")
+        return cls(env[table], ledger_id=env[ledger_id] + RESERVED_SUFFIX, consumer=env[consumer],
+                   **{**numbers, **options})
 
     # --- the protocol ----------------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ __all__ = [
     "KEY_PREFIX",
     "OUTPUT_ENVIRONMENT",
     "PARTITION_KEY",
+    "RESERVED_ENVIRONMENT",
+    "RESERVED_SUFFIX",
     "SLOT_PREFIX",
     "TTL_ATTRIBUTE",
 ]
@@ -44,6 +46,17 @@ OUTPUT_ENVIRONMENT = (
     "GENAI_PACER_LEDGER_OUTPUT_FLOOR_TPM",
     "GENAI_PACER_LEDGER_OUTPUT_BURST_TPM",
 )
+#: A share drawn at the Reserved tier (ModelQuota.share(..., service_tier="reserved")): the model's
+#: reservation (input and output tokens per minute) and the share's part of it (its floor there),
+#: kept in the same table under the quota's id + RESERVED_SUFFIX as a two-budget item (the layout of
+#: a bedrock-mantle quota's), so every process of every reserved share draws on one reservation.
+RESERVED_ENVIRONMENT = (
+    "GENAI_PACER_LEDGER_RESERVED_INPUT_TPM",
+    "GENAI_PACER_LEDGER_RESERVED_OUTPUT_TPM",
+    "GENAI_PACER_LEDGER_RESERVED_FLOOR_INPUT_TPM",
+    "GENAI_PACER_LEDGER_RESERVED_FLOOR_OUTPUT_TPM",
+)
+RESERVED_SUFFIX = "#reserved"
 #: The table's string partition key, the quota item's key ("quota#<ledger id>") and its TTL attribute.
 PARTITION_KEY = "pk"
 KEY_PREFIX = "quota#"

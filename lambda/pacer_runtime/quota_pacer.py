@@ -567,6 +567,13 @@ class QuotaPacer:
                 values[name] = float(text)
             except ValueError:
                 raise ValueError(f"QuotaPacer.from_environment: {key}={text!r} is not a number") from None
+        reserved_ledger = options.pop("reserved_ledger", None)
+        if reserved_ledger is None and ledger is not None:
+            reserved_ledger = SharedLedger.reservation_from_environment(env, client=ledger.client)
+        if reserved_ledger is not None:  # the reservation every process shares: this process may use all of it
+            values["reserved_input_tpm"] = reserved_ledger.quota_tpm
+            values["reserved_output_tpm"] = reserved_ledger.output_quota_tpm
+            options["reserved_ledger"] = reserved_ledger
         if ledger is not None and ledger.output_quota_tpm is not None:  # a bedrock-mantle share in the ledger
             share = values.pop("input_tpm", None)
             values.pop("output_tpm", None)  # the output fallback follows the input's (output_tpm x fallback / input)

@@ -335,3 +335,41 @@ def test_a_settlement_on_a_malformed_item_repairs_it_first(dynamodb, capsys):
     view = consistent(dynamodb)
     assert (view.held, view.output_held, a.counts["repairs"]) == (900, 250, 1)
     assert "oh#a is not a finite number" in capsys.readouterr().out
+
+
+def test_a_reserved_shares_environment_shares_the_reservation_through_the_quotas_ledger(dynamodb):
+    """QuotaLedger.environment of a share drawn at the Reserved tier carries the reservation and the
+    share's part of it; QuotaPacer.from_environment then holds reserved calls in the one reservation
+    item every process shares (the quota's id + '#reserved'), which grant_use lets it write."""
+    import aws_cdk as cdk
+    from genai_pacer import BedrockModel, ModelQuota, QuotaLedger
+    from genai_pacer.quota.ledger import LEDGER_RESERVED_ENVIRONMENT
+    from helpers import new_stack, template_of
+
+    stack = new_stack()
+    model = BedrockModel.from_id("us.amazon.nova-2-lite-v1:0")
+    quota = ModelQuota(stack, "Quota", model=model, tpm_quota=400_000, reserved_input_tpm=1_000,
+                       reserved_output_tpm=300)
+    profile = quota.profile(input_tokens=10, output_tokens=200, max_tokens=200)
+    quota.share("Interactive", profile, calls=2, call_seconds=60, service_tier="reserved")  # some overflow: TPM > 0
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    env = ledger.environment("Interactive")
+    assert [env[name] for name in LEDGER_RESERVED_ENVIRONMENT] == ["1000", "300", "1000", "300"]
+    role = cdk.aws_iam.Role(stack, "Role", assumed_by=cdk.aws_iam.AccountRootPrincipal())
+    ledger.grant_use(role)
+    (statement,) = [s for p in template_of(stack).to_json()["Resources"].values() if p["Type"] == "AWS::IAM::Policy"
+                    for s in p["Properties"]["PolicyDocument"]["Statement"] if "dynamodb:UpdateItem" in s["Action"]]
+    keys = statement["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
+    assert keys == ["quota#us.amazon.nova-2-lite-v1:0", "quota#us.amazon.nova-2-lite-v1:0#reserved"]
+
+    clock = Clock()
+    env = {name: ("ledger" if name.endswith("_TABLE") else value) for name, value in env.items()}
+    one, two = (QuotaPacer.from_environment(env, ledger=SharedLedger.from_environment(
+        {**env, "GENAI_PACER_LEDGER_CONSUMER": name}, client=own_client(), clock=clock), clock=clock)
+        for name in ("one", "two"))
+    assert one.reserved_ledger is not None and one.reserved_ledger.ledger_id == "us.amazon.nova-2-lite-v1:0#reserved"
+    request = {"modelId": "m", "messages": [{"role": "user", "content": [{"text": "p"}]}],
+               "inferenceConfig": {"maxTokens": 200}, "serviceTier": {"type": "reserved"}}
+    assert one.converse(Answers("reserved"), request).served_tier == "reserved"
+    two.converse(Answers("default"), request)  # 200 + 200 output > 300: the shared reservation is full
+    assert (one.stats().reserved_overflows, two.stats().reserved_overflows) == (0, 1)

@@ -64,6 +64,7 @@ __all__ = [
     "LEDGER_ENVIRONMENT",
     "LEDGER_KEY_PREFIX",
     "LEDGER_OUTPUT_ENVIRONMENT",
+    "LEDGER_RESERVED_ENVIRONMENT",
     "LEDGER_PARTITION_KEY",
     "LEDGER_TTL_ATTRIBUTE",
     "QuotaLedger",
@@ -82,6 +83,9 @@ LEDGER_DAILY_TOKENS_VARIABLE: str = _LAYOUT.DAILY_TOKENS_VARIABLE
 #: The variables environment(share) adds for a share of a bedrock-mantle quota: the output window's
 #: quota, the consumer's floor and burst cap on it (SharedLedger's output_quota_tpm, ...).
 LEDGER_OUTPUT_ENVIRONMENT: tuple[str, ...] = _LAYOUT.OUTPUT_ENVIRONMENT
+#: The variables environment(share) adds for a share drawn at the Reserved tier: the model's
+#: reservation and the share's part of it, shared in the same table (SharedLedger.reservation_from_environment).
+LEDGER_RESERVED_ENVIRONMENT: tuple[str, ...] = _LAYOUT.RESERVED_ENVIRONMENT
 #: Every call of the protocol is an UpdateItem (reserve, settle, release, a floor owner's want, a
 #: repair); GetItem reads the item before a refusal and for stats.
 _USE_ACTIONS = ("dynamodb:UpdateItem", "dynamodb:GetItem")
@@ -332,6 +336,10 @@ class QuotaLedger(Construct):
                                  f"{self.quota_tpm:,.0f} TPM")
         variables = {**self.quota.pacer_environment(share),
                      **self.consumer_variables(share, floor, declared if burst_tpm is None else burst_tpm)}
+        if drawn is not None and drawn.reserved_budget is not None:  # the reservation every reserved share draws on
+            variables.update(zip(LEDGER_RESERVED_ENVIRONMENT, (
+                f"{self.quota.reserved_input_tpm:.0f}", f"{self.quota.reserved_output_tpm:.0f}",
+                f"{drawn.reserved_budget[0]:.0f}", f"{drawn.reserved_budget[1]:.0f}"), strict=True))
         if self.output_quota_tpm is not None and drawn is not None:  # bedrock-mantle: the output window too, no day
             del variables[LEDGER_DAILY_TOKENS_VARIABLE]
             variables.update(zip(LEDGER_OUTPUT_ENVIRONMENT, (
@@ -400,7 +408,10 @@ class QuotaLedger(Construct):
             actions=list(actions),
             resource_arns=[self.table.table_arn],
             # Only this quota's item: a consumer of one quota cannot write another's in a shared table.
-            conditions={"ForAllValues:StringEquals": {LEADING_KEYS: [LEDGER_KEY_PREFIX + self.ledger_id]}},
+            # With a Reserved tier reservation, its shared item too (environment(share) of a reserved share).
+            conditions={"ForAllValues:StringEquals": {LEADING_KEYS: [LEDGER_KEY_PREFIX + self.ledger_id] + (
+                [LEDGER_KEY_PREFIX + self.ledger_id + _LAYOUT.RESERVED_SUFFIX]
+                if self.quota.reserved_input_tpm is not None else [])}},
         )
         grant_table_key(self.table, grantee, key_actions)
         return grant
