@@ -88,7 +88,9 @@ class SharedQuotaStack(cdk.Stack):
         # draw beyond the floor when calls are shorter than the CALL_SECONDS planned.
         processes = planning.sustainable_rate(profile, tpm_quota=round(FLOORS["Assistant"] * room),
                                               call_seconds=CALL_SECONDS).max_concurrency
-        share("Assistant", executions=processes)
+        # A user waits on the assistant: under contention it is served before the others borrow the room
+        # (the worker and the Map take part as batch; floors are kept whatever the priorities).
+        share("Assistant", executions=processes, priority="interactive")
         triage = share("TicketTriage")
         backfill = share("NightlyBackfill")
         self.ledger = ledger = QuotaLedger(self, "Ledger", quota=quota)  # on demand, encrypted, TTL, PITR

@@ -197,6 +197,8 @@ def test_the_shared_quota_stacks_ledger_consumers_hold_floors_and_burst_caps_bes
             round(shares[name]["tpm"]), round(shares[name]["burst_tpm"]), plan["allocatable_tpm"])
     # one call at a time per process: the processes the floor sustains, each falling back to its part of it
     assistant = _function(template, consumer, "Assistant")
+    assert assistant["Environment"]["Variables"]["GENAI_PACER_LEDGER_PRIORITY"] == "interactive"
+    assert [s["name"] for s in plan["shares"] if s["priority"]] == ["Assistant"]
     assert assistant["ReservedConcurrentExecutions"] == shares["Assistant"]["executions"] >= 1
     assert float(assistant["Environment"]["Variables"]["GENAI_PACER_TPM"]) * shares["Assistant"]["executions"] == (
         pytest.approx(shares["Assistant"]["tpm"], abs=shares["Assistant"]["executions"]))

@@ -98,14 +98,33 @@ Shares are floors; unused capacity is borrowed (precisely)
         consumers waited for within their floors in the last want_seconds (their w# wants).
     A call within its floor that finds the window full (others borrowed the room) writes
     w#c = "<now> <its reservation>" (at most once per want_seconds / 2 per process, at once again
-    after it was served; c's next reservation within its floor removes it). Borrowers then leave that much free, so c gets its floor back as the
+    after it was served; c's next admitted reservation removes it). Borrowers then leave that much free, so c gets its floor back as the
     borrowed holds settle (seconds) and leave the window (at most window + 1 s + skew later): a floor
     is guaranteed up to the borrowing done while its owner was idle, never pre-empted (a Bedrock
-    charge cannot be taken back). c's next reservation within its floor removes its want in the
+    charge cannot be taken back). c's next admitted reservation removes its want in the
     same write, so room is kept only while someone waits. A want the borrower has not seen yet
     fails its write: the condition pins "wanted" and "wanted_by", which every want write sets.
     (A first version stopped all borrowing while any owner waited: with one busy consumer and three
     light ones, four processes used 58-62% of the quota in the saturated minutes.)
+
+Priorities (optional: ModelQuota.share(..., priority=...), PRIORITIES lowest first)
+    Floors decide who is guaranteed what; priorities decide who waits first for what the consumers
+    borrow. A consumer above the lowest priority (interactive) refused for want of room (the window,
+    or what is kept for others; not its own burst cap or the day) writes its want whether or not it
+    is within its floor: w#c = "<now> <tokens> <priority>" within its floor, "... <priority>
+    borrowing" beyond it. A borrowing call of consumer c leaves free the tokens of every recent want
+    of a floor owner (as before) and of every recent borrowing want of a higher priority than c's;
+    one of the same or a lower priority it does not wait behind. So under contention the interactive
+    consumer is served before a batch one borrows the room, and a batch consumer within its floor is
+    admitted whatever waits (floors are kept). Any admission removes the consumer's own want, and
+    its deferred returns are written at once while someone it gives way to waits. The same want
+    write sets PRIORITY_WAITING (until its time + want_seconds), the sign the state machines read
+    (they cannot read wants: step_functions.ledger_steps borrows only while it is absent); a write
+    that sees no recent want above the lowest priority (the served consumer's own reservation, any
+    other consumer's, or a sweep) removes it, pinned to the value it read, so a want written meanwhile
+    fails that write and is seen on the retry. A want without a priority is a floor owner's, as
+    before: items written by earlier versions parse unchanged (a version that predates priorities
+    repairs away the wants that name one, so run one version per quota).
 
 Contention and cost
     A busy consumer's call costs 1 conditional write at steady state (the reservation, carrying the
@@ -217,6 +236,9 @@ from .ledger_layout import (
     KEY_PREFIX,
     OUTPUT_ENVIRONMENT,
     PARTITION_KEY,
+    PRIORITIES,
+    PRIORITY_VARIABLE,
+    PRIORITY_WAITING,
     RESERVED_ENVIRONMENT,
     RESERVED_SUFFIX,
     SLOT_PREFIX,
@@ -332,12 +354,15 @@ class LedgerRefusal:
     """The ledger cannot hold the reservation now. retry_in: seconds until it is worth trying again
     (a jittered backoff, or sooner when a slot leaving the window makes room); ready_in: seconds
     until the window could hold it if nothing settles lower (None: unknown, e.g. while a floor owner
-    waits); reason: why, in words; within_floor: the call was within its consumer's floor."""
+    waits); reason: why, in words; within_floor: the call was within its consumer's floor;
+    waits_for_room: the window (or what is kept for others) refused it, not the consumer's own burst
+    cap or the day: a consumer that outranks others then says it waits (its want)."""
 
     retry_in: float
     ready_in: float | None
     reason: str
     within_floor: bool
+    waits_for_room: bool = True
 
 
 @dataclass
@@ -348,6 +373,9 @@ class LedgerView:
     consumers: dict[str, float] = field(default_factory=dict)
     slots: dict[str, tuple[float, str, float]] = field(default_factory=dict)  # name -> (start, consumer, tokens)
     wants: dict[str, tuple[str, float]] = field(default_factory=dict)  # consumer -> (ISO time, tokens it waits for)
+    #: consumer -> (its priority's rank, whether it waits to borrow): wants that name a priority ("Priorities")
+    want_priority: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    priority_waiting: str | None = None  # PRIORITY_WAITING: until when a consumer above the lowest priority waits
     days: dict[str, float] = field(default_factory=dict)  # UTC day "YYYY-MM-DD" -> tokens that day
     output_held: float = 0.0  # bedrock-mantle: the output window's tokens, and as held, consumers, slots are
     output_consumers: dict[str, float] = field(default_factory=dict)
@@ -367,14 +395,21 @@ class LedgerView:
                 if not (isinstance(value, Mapping) and isinstance(value.get("S"), str)):
                     view.problems.append(f"{name} is not a string: {_shown(value)}")
                 continue
-            if name.startswith(WANT_PREFIX):
-                text = value.get("S") if isinstance(value, Mapping) else None
-                when, _, need = text.partition(" ") if isinstance(text, str) else ("", "", "")
-                tokens = _number({"N": need}) if need else 0.0
-                if isinstance(text, str) and tokens is not None and tokens >= 0:
-                    view.wants[name[len(WANT_PREFIX):]] = (when, tokens)
+            if name == PRIORITY_WAITING:
+                if isinstance(value, Mapping) and isinstance(value.get("S"), str):
+                    view.priority_waiting = value["S"]
                 else:
-                    view.problems.append(f"{name} is not a want ('<time> <tokens>'): {_shown(value)}")
+                    view.problems.append(f"{name} is not a time: {_shown(value)}")
+                continue
+            if name.startswith(WANT_PREFIX):
+                want = _parse_want(value)
+                if want is not None:
+                    view.wants[name[len(WANT_PREFIX):]] = want[0]
+                    if want[1] is not None:
+                        view.want_priority[name[len(WANT_PREFIX):]] = want[1]
+                else:
+                    view.problems.append(f"{name} is not a want ('<time> <tokens>[ <priority>[ borrowing]]'): "
+                                         f"{_shown(value)}")
                 continue
             number = _number(value)
             if name.startswith(DAY_PREFIX):
@@ -480,6 +515,7 @@ class SharedLedger:
         max_backoff_seconds: float = 2.0,
         poll_seconds: float = 0.25,
         max_poll_seconds: float = 2.0,
+        priority: str = PRIORITIES[0],
         settle_delay_seconds: float = 2.0,
         defer_below_fill: float = 0.75,
         output_quota_tpm: float | None = None,
@@ -535,6 +571,9 @@ class SharedLedger:
             problems.append(f"defer_below_fill={defer_below_fill!r} must be a fraction of the quota between 0 and 1")
         if not callable(clock) or not callable(sleep):
             problems.append("clock and sleep must be functions")
+        if priority not in PRIORITIES:
+            problems.append(f"priority={priority!r} must be one of {', '.join(repr(p) for p in PRIORITIES)} (who waits "
+                            "first for what the consumers borrow)")
         if problems:
             raise ValueError("SharedLedger: " + "; ".join(problems))
         self.table_name, self.ledger_id, self.consumer = table_name, ledger_id, consumer
@@ -547,6 +586,7 @@ class SharedLedger:
         self.keeps_day = not mantle  # bedrock-runtime's daily token quota; bedrock-mantle lists none
         self.daily_tokens = math.inf if mantle else float(daily)
         self.skew_seconds, self.want_seconds, self.window_seconds = float(skew_seconds), float(want_seconds), float(window_seconds)
+        self.priority, self.rank = priority, PRIORITIES.index(priority)
         self.clock, self.sleep, self.rng = clock, sleep, rng or random.Random()
         self.conflict_retries, self.dynamodb_retries = conflict_retries, dynamodb_retries
         self.backoff_seconds, self.max_backoff_seconds = float(backoff_seconds), float(max_backoff_seconds)
@@ -595,7 +635,8 @@ class SharedLedger:
                     numbers[name] = float(text)
                 except ValueError:
                     raise ValueError(f"SharedLedger.from_environment: {key}={text!r} is not a number") from None
-        return cls(env[table], ledger_id=env[ledger_id], consumer=env[consumer], **{**numbers, **options})
+        chosen: dict[str, Any] = {"priority": env[PRIORITY_VARIABLE]} if env.get(PRIORITY_VARIABLE) else {}
+        return cls(env[table], ledger_id=env[ledger_id], consumer=env[consumer], **{**numbers, **chosen, **options})
 
     @classmethod
     def reservation_from_environment(cls, environ: Mapping[str, str] | None = None,
@@ -702,11 +743,11 @@ class SharedLedger:
             with self._lock:
                 self._refusals = 0
                 self._refused_at = -math.inf
-                if not borrowed:
-                    self._want_written = -math.inf  # served: the next wait says so at once
+                self._want_written = -math.inf  # served: the next wait says so at once
             return LedgerHold(tokens, slot, now, borrowed, output_tokens or 0, output_slot)
         refusal = LedgerRefusal(self._poll_delay(), None, "the item kept changing under this write "
-                                f"({self.conflict_retries + 1} tries); trying again", within_floor=False)
+                                f"({self.conflict_retries + 1} tries); trying again", within_floor=False,
+                                waits_for_room=False)
         self.counts["refusals"] += 1
         return refusal
 
@@ -823,6 +864,9 @@ class SharedLedger:
             out_expired, out_freed_all, out_freed = self._expired_slots(view, now, output=True,
                                                                         limit=MAX_CLEANUP - len(expired))
             if not expired and not out_expired:
+                if view.priority_waiting is not None and not self._outranking_wait(view, _iso_ms(now - self.want_seconds)):
+                    # nobody above the lowest priority waits any more: the state machines may borrow again
+                    self._write("REMOVE #pw", "#pw = :pw", {"#pw": PRIORITY_WAITING}, {":pw": {"S": view.priority_waiting}})
                 return removed
             names = {"#held": HELD, "#ttl": TTL_ATTRIBUTE}
             values: dict[str, Any] = {":number": {"S": "N"}, ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)}
@@ -915,8 +959,9 @@ class SharedLedger:
         out_mine = view.output_consumers.get(self.consumer, 0.0) - out_freed.get(self.consumer, 0.0)
         within_floor = within_floor and (not mantle or out_mine + output <= self.output_floor_tpm)
         since = _iso_ms(now - self.want_seconds)
-        # What other consumers recently waited for within their floors: a borrower leaves it free.
-        wanting = {c: need for c, (when, need) in view.wants.items() if c != self.consumer and when >= since and need > 0}
+        # What other consumers recently waited for within their floors, or to borrow with a higher priority
+        # than this consumer's: a borrower leaves it free ("Priorities").
+        wanting = self._waiting_before_me(view, since)
         kept = sum(wanting.values())
         # The slot: this writer's second, never older than the newest slot in the item (a clock
         # behind the others' then only keeps its holds longer). Its UTC day is the hold's day.
@@ -936,7 +981,7 @@ class SharedLedger:
             return LedgerRefusal(max(midnight, self._poll_delay()), midnight,
                                  f"the day's tokens are spent: {spent:,.0f} of the daily token quota of "
                                  f"{self.daily_tokens:,.0f} on {day} (UTC), and this call reserves {tokens:,}; the "
-                                 f"ledger's day ends at 00:00 UTC ({DAILY_QUOTA_DOC})", False)
+                                 f"ledger's day ends at 00:00 UTC ({DAILY_QUOTA_DOC})", False, waits_for_room=False)
         if held + tokens > self.quota_tpm:
             return self._refusal(view, tokens, now, "the quota's window is full", within_floor, held)
         if mantle and out_held + output > cast(float, self.output_quota_tpm):
@@ -950,7 +995,10 @@ class SharedLedger:
                 return self._refusal(view, output, now, f"the consumer holds {out_mine:,.0f} of its "
                                      f"{self.output_burst_tpm:,.0f} output burst cap", False, None, output=True)
             if held + tokens > self.quota_tpm - kept:
-                return LedgerRefusal(self._poll_delay(), None, f"{', '.join(sorted(wanting))} wait within their floors: "
+                outranking = sorted(c for c in wanting if view.want_priority.get(c, (0, False))[1])
+                why = "wait within their floors" if not outranking else (
+                    f"wait within their floors or outrank this {self.priority} consumer ({', '.join(outranking)})")
+                return LedgerRefusal(self._poll_delay(), None, f"{', '.join(sorted(wanting))} {why}: "
                                      f"{kept:,.0f} tokens are kept for them", False)
         slot = f"{SLOT_PREFIX}{_slot_name(start)}#{self.consumer}"
         names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": slot, "#ttl": TTL_ATTRIBUTE}
@@ -1002,9 +1050,15 @@ class SharedLedger:
                 clauses.append("attribute_not_exists(#wanted)")
         sets = ["#ttl = :ttl"]
         own_want = view.wants.get(self.consumer)
-        if within_floor and own_want is not None:  # served: borrowers need not keep it any more (and the item is smaller)
+        if own_want is not None:  # served (its floor, or what it waited to borrow): borrowers need not keep it any more
             names["#want"] = WANT_PREFIX + self.consumer
             removes.append("#want")
+        if view.priority_waiting is not None and not self._outranking_wait(view, since):
+            # No consumer above the lowest priority waits any more (this one is served now): the state
+            # machines may borrow again. Pinned: a want written since changes the flag and fails this write.
+            names["#pw"], values[":pw"] = PRIORITY_WAITING, {"S": view.priority_waiting}
+            clauses.append("#pw = :pw")
+            removes.append("#pw")
         adds = ["#slot :r", *(["#day :dd"] if self.keeps_day else []), *(["#oslot :m"] if mantle else [])]
         # the other slots' returns, each IF its slot is still there (one another writer removed as expired
         # fails the write, which is retried on the fresh item without it); their days' too
@@ -1055,16 +1109,37 @@ class SharedLedger:
         with self._lock:
             self._refusals += 1
             self._refused_at = now
-            write_want = refusal.within_floor and now - self._want_written >= self.want_seconds / 2
+            outranks = self.rank > 0 and refusal.waits_for_room  # lower priorities keep free what it waits for
+            write_want = ((refusal.within_floor or outranks)
+                          and now - self._want_written >= self.want_seconds / 2)
             if write_want:
                 self._want_written = now
-        if write_want:  # borrowers keep `tokens` free until this floor is served (an unconditional SET: one write)
+        if write_want:  # borrowers keep `tokens` free until this consumer is served (an unconditional SET: one write)
             self.counts["wants"] += 1
-            self._write("SET #w = :want, #wanted = :now, #wanted_by = :me, #ttl = :ttl", None,
-                        {"#w": WANT_PREFIX + self.consumer, "#wanted": WANTED, "#wanted_by": WANTED_BY,
-                         "#ttl": TTL_ATTRIBUTE},
-                        {":want": {"S": f"{_iso_ms(now)} {tokens}"}, ":now": {"S": _iso_ms(now)},
-                         ":me": {"S": self.consumer}, ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)})
+            want = f"{_iso_ms(now)} {tokens}"
+            if self.rank > 0:
+                want += f" {self.priority}" + ("" if refusal.within_floor else " borrowing")
+            update = "SET #w = :want, #wanted = :now, #wanted_by = :me, #ttl = :ttl"
+            names = {"#w": WANT_PREFIX + self.consumer, "#wanted": WANTED, "#wanted_by": WANTED_BY, "#ttl": TTL_ATTRIBUTE}
+            values = {":want": {"S": want}, ":now": {"S": _iso_ms(now)}, ":me": {"S": self.consumer},
+                      ":ttl": _n(math.ceil(now) + TTL_GRACE_SECONDS)}
+            if self.rank > 0:  # the state machines, which cannot read wants, borrow nothing until then
+                update += ", #pw = :until"
+                names["#pw"], values[":until"] = PRIORITY_WAITING, {"S": _iso_ms(now + self.want_seconds)}
+            self._write(update, None, names, values)
+
+    def _waiting_before_me(self, view: LedgerView, since: str) -> dict[str, float]:
+        """Who waits, since `since`, for tokens a borrowing call of this consumer leaves free, and for how
+        many: a consumer waiting within its floor, or one of a higher priority waiting to borrow."""
+        return {c: need for c, (when, need) in view.wants.items()
+                if c != self.consumer and when >= since and need > 0
+                and (not view.want_priority.get(c, (0, False))[1] or view.want_priority[c][0] > self.rank)}
+
+    def _outranking_wait(self, view: LedgerView, since: str) -> bool:
+        """Whether another consumer above the lowest priority waits (since `since`): what keeps the
+        PRIORITY_WAITING flag the state machines read."""
+        return any(c != self.consumer and when >= since and need > 0 and view.want_priority.get(c, (0, False))[0] > 0
+                   for c, (when, need) in view.wants.items())
 
     def _adjust(self, hold: LedgerHold, delta: int, kind: str) -> None:
         if delta == 0:
@@ -1168,8 +1243,8 @@ class SharedLedger:
             view = self._view
             waiting = now - self._refused_at <= 2 * self.max_poll_seconds
         since = _iso_ms(now - self.want_seconds)
-        if any(c != self.consumer and when >= since and need > 0 for c, (when, need) in view.wants.items()):
-            return True  # someone waits within its floor: every token back counts
+        if self._waiting_before_me(view, since):
+            return True  # someone waits within its floor, or outranks this consumer: every token back counts
         if waiting:  # this consumer's own next try carries them, and counts them as its room
             return False
         return now - oldest >= self.settle_delay_seconds or view.held >= self.defer_below_fill * self.quota_tpm
@@ -1256,6 +1331,7 @@ class SharedLedger:
         kept = {name: slot for name, slot in view.slots.items() if name not in future}
         kept_output = {name: slot for name, slot in view.output_slots.items() if name not in future}
         return LedgerView(held=view.held, consumers=dict(view.consumers), slots=kept, wants=dict(view.wants),
+                          want_priority=dict(view.want_priority), priority_waiting=view.priority_waiting,
                           days=dict(view.days), output_held=view.output_held,
                           output_consumers=dict(view.output_consumers), output_slots=kept_output,
                           raw=view.raw, problems=[*view.problems, *(f"{name} starts more than "
@@ -1286,7 +1362,8 @@ class SharedLedger:
             clauses.append(f"#a{i} = :a{i}")
             valid = (name in view.slots or name in view.output_slots or name in targets or (name.startswith(WANT_PREFIX) and name[2:] in view.wants)
                      or (name.startswith(DAY_PREFIX) and name[len(DAY_PREFIX):] in view.days)
-                     or (name in (WANTED, WANTED_BY) and isinstance(raw, Mapping) and isinstance(raw.get("S"), str)))
+                     or (name in (WANTED, WANTED_BY) and isinstance(raw, Mapping) and isinstance(raw.get("S"), str))
+                     or (name == PRIORITY_WAITING and view.priority_waiting is not None))
             if not valid:
                 removes.append(f"#a{i}")
         sets = []
@@ -1375,6 +1452,23 @@ def _number(value: Any) -> float | None:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _parse_want(value: Any) -> tuple[tuple[str, float], tuple[int, bool] | None] | None:
+    """A w# attribute: "<time> <tokens>" (a floor owner's), "<time> <tokens> <priority>" (the same, of a
+    consumer above the lowest priority) or "<time> <tokens> <priority> borrowing"; None if malformed."""
+    text = value.get("S") if isinstance(value, Mapping) else None
+    if not isinstance(text, str):
+        return None
+    parts = text.split(" ")
+    tokens = _number({"N": parts[1]}) if len(parts) >= 2 else 0.0 if len(parts) == 1 else None
+    if tokens is None or tokens < 0 or len(parts) > 4:
+        return None
+    if len(parts) <= 2:
+        return (parts[0], tokens), None
+    if parts[2] not in PRIORITIES or (len(parts) == 4 and parts[3] != "borrowing"):
+        return None
+    return (parts[0], tokens), (PRIORITIES.index(parts[2]), len(parts) == 4)
 
 
 def _slot_name(start: float) -> str:

@@ -20,6 +20,9 @@ __all__ = [
     "PARTITION_KEY",
     "RESERVED_ENVIRONMENT",
     "RESERVED_SUFFIX",
+    "PRIORITIES",
+    "PRIORITY_VARIABLE",
+    "PRIORITY_WAITING",
     "SLOT_PREFIX",
     "TTL_ATTRIBUTE",
 ]
@@ -57,6 +60,14 @@ RESERVED_ENVIRONMENT = (
     "GENAI_PACER_LEDGER_RESERVED_FLOOR_OUTPUT_TPM",
 )
 RESERVED_SUFFIX = "#reserved"
+#: A consumer's priority in the ledger (QuotaLedger.environment(share) sets it only for a share drawn with
+#: one; SharedLedger.from_environment reads it), lowest first: a borrowing call leaves free what a waiting
+#: consumer of a higher priority waits for, as it does for a consumer waiting within its floor.
+PRIORITY_VARIABLE = "GENAI_PACER_LEDGER_PRIORITY"
+PRIORITIES = ("batch", "interactive")
+#: Present in the item while a consumer above the lowest priority waits to borrow (its want is recent):
+#: what a state machine, which cannot read the wants, checks before it borrows (pacer_runtime.ledger).
+PRIORITY_WAITING = "priority_waiting"
 #: The table's string partition key, the quota item's key ("quota#<ledger id>") and its TTL attribute.
 PARTITION_KEY = "pk"
 KEY_PREFIX = "quota#"

@@ -74,7 +74,7 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...], Callable[..., Any], 
     "ModelQuota.share": (
         ModelQuota.share,
         ("name", "profile", "call_seconds", "fraction", "tpm", "calls", "executions", "hours_per_day", "service_tier",
-         "burst_tpm"),
+         "burst_tpm", "priority"),
         share,
         {},
     ),
@@ -107,5 +107,5 @@ def test_every_prop_given_every_kind_of_token_reaches_the_template_or_is_refused
 
 
 def test_the_table_counts():
-    assert len(CASES) == 4 * (14 + 10 + 6 + 2 + 5)
+    assert len(CASES) == 4 * (14 + 11 + 6 + 2 + 5)
     assert sum(len(passes) for *_rest, passes in TABLE.values()) == 0

@@ -66,6 +66,7 @@ __all__ = [
     "LEDGER_OUTPUT_ENVIRONMENT",
     "LEDGER_RESERVED_ENVIRONMENT",
     "LEDGER_PARTITION_KEY",
+    "LEDGER_PRIORITY_VARIABLE",
     "LEDGER_TTL_ATTRIBUTE",
     "QuotaLedger",
 ]
@@ -86,6 +87,9 @@ LEDGER_OUTPUT_ENVIRONMENT: tuple[str, ...] = _LAYOUT.OUTPUT_ENVIRONMENT
 #: The variables environment(share) adds for a share drawn at the Reserved tier: the model's
 #: reservation and the share's part of it, shared in the same table (SharedLedger.reservation_from_environment).
 LEDGER_RESERVED_ENVIRONMENT: tuple[str, ...] = _LAYOUT.RESERVED_ENVIRONMENT
+#: The consumer's priority (a share drawn with priority=), read by SharedLedger.from_environment.
+LEDGER_PRIORITY_VARIABLE: str = _LAYOUT.PRIORITY_VARIABLE
+PRIORITIES: tuple[str, ...] = _LAYOUT.PRIORITIES
 #: Every call of the protocol is an UpdateItem (reserve, settle, release, a floor owner's want, a
 #: repair); GetItem reads the item before a refusal and for stats.
 _USE_ACTIONS = ("dynamodb:UpdateItem", "dynamodb:GetItem")
@@ -349,12 +353,24 @@ class QuotaLedger(Construct):
 
     def consumer_variables(self, consumer: str, floor_tpm: float, burst_tpm: float | None = None) -> dict[str, str]:
         """The ledger's own variables (GENAI_PACER_LEDGER_*) for one consumer, unchecked: `environment`
-        checks a share's; a construct that takes part itself (QueuedInference(ledger=...)) checks its own."""
-        return dict(zip(LEDGER_ENVIRONMENT, (
+        checks a share's; a construct that takes part itself (QueuedInference(ledger=...)) checks its own.
+        The consumer's priority (LEDGER_PRIORITY_VARIABLE) only when its share was drawn with one."""
+        variables = dict(zip(LEDGER_ENVIRONMENT, (
             self.table.table_name, self.ledger_id, consumer, f"{self.quota_tpm:.0f}", f"{floor_tpm:.0f}",
             f"{self.quota_tpm if burst_tpm is None else burst_tpm:.0f}",
             f"{self.clock_skew.to_seconds(integral=False):g}", str(self.daily_tokens),
         ), strict=True))
+        drawn = self.quota.shares.get(consumer)
+        if drawn is not None and drawn.priority is not None:
+            variables[LEDGER_PRIORITY_VARIABLE] = drawn.priority
+        return variables
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether a share of the quota was drawn with a priority above the lowest: then a state machine
+        borrows only while no such consumer waits (step_functions.ledger_steps). Read at synth, after
+        every share is drawn."""
+        return any(share.priority not in (None, PRIORITIES[0]) for share in self.quota.shares.values())
 
     def hold(self, prompt_tokens: int, max_tokens: int) -> int:
         """What one call holds in the ledger while it runs: its prompt (input + cache writes + cache reads)

@@ -88,6 +88,7 @@ from constructs import Construct, IConstruct, IValidation
 
 from .._internal.checks import Checks, _show, is_token, warn
 from .._internal.docs import constructor_doc
+from .._internal.runtime_constants import ledger_layout
 from ..models import BedrockModel, as_bedrock_model
 from . import planning
 from .check import PLAN_FILE_PREFIX
@@ -134,6 +135,9 @@ MANTLE_INVOKE_ACTION = "bedrock-mantle:CreateInference"
 #: default and flex draw on the one on-demand quota; reserved on the model's reservation
 #: (planning.SERVICE_TIERS_DOC).
 SERVICE_TIERS = ("priority", "default", "flex", "reserved")
+#: A share's priority in a QuotaLedger, lowest first (pacer_runtime/ledger_layout.py, the one file the
+#: runtime and the constructs load).
+PRIORITIES: tuple[str, ...] = ledger_layout().PRIORITIES
 
 _SHARE_KINDS = ("fraction", "tpm", "calls")
 #: A Service Quotas quota code as the API accepts it (botocore service-quotas QuotaCode pattern,
@@ -204,6 +208,10 @@ class Share:
     #: On a bedrock-mantle quota, the share's output tokens per minute (tpm is then its input tokens per
     #: minute); None on bedrock-runtime.
     output_tpm: float | None = None
+    #: With a QuotaLedger, who waits first for the capacity consumers borrow (PRIORITIES, lowest first):
+    #: a borrowing call leaves free what a waiting consumer of a higher priority waits for. None: the
+    #: lowest ("batch"). Floors are kept whatever the priorities.
+    priority: str | None = None
 
     def reserved_plan(self, in_flight: int | None = None) -> planning.ReservedPlan | None:
         """For a reserved share: what its part of the reservation holds of `in_flight` calls back to
@@ -579,6 +587,7 @@ class QuotaPlan:
                     "burst_calls_per_execution": None if share.burst_per_execution is None
                     else share.burst_per_execution.max_concurrency,
                     "in_ledger": share.in_ledger,
+                    "priority": share.priority,
                     "executions": share.executions,
                     "calls_per_execution": share.per_execution.max_concurrency,
                     "in_flight": share.in_flight,
@@ -795,6 +804,7 @@ class ModelQuota(Construct):
         hours_per_day: float = 24.0,
         service_tier: str | None = None,
         burst_tpm: float | None = None,
+        priority: str | None = None,
     ) -> planning.RatePlan:
         """Draw a named share and return the plan one execution of the consumer uses.
 
@@ -830,6 +840,14 @@ class ModelQuota(Construct):
             and the constructs given ledger= make it the consumer's cap in the ledger. The plan
             returned is still the floor's. Refused with calls= (a fixed width has nothing to borrow up
             to) and with service_tier="reserved". Default: None (in a ledger, the allocatable quota).
+        priority: with a QuotaLedger, who waits first for what the consumers borrow: "interactive"
+            (a user waits on its calls) or "batch". A borrowing call leaves free what a waiting consumer
+            of a higher priority waits for, as it does what a consumer waiting within its floor waits
+            for; floors are kept whatever the priorities. QuotaLedger.environment(share) and
+            QueuedInference(ledger=...) give it to the consumer (GENAI_PACER_LEDGER_PRIORITY). A state
+            machine takes part as "batch" (it cannot write that it waits): "interactive" for a share a
+            state machine holds is refused, and so is a priority whose holder takes part in no ledger.
+            Default: None (the lowest, "batch").
         """
         with Checks(f"ModelQuota.share({_show(name)})", scope=self) as check:  # a token by its kind, never its encoding
             if is_token(name):
@@ -886,9 +904,17 @@ class ModelQuota(Construct):
                 check.rule(burst_tpm is None, "burst_tpm on a bedrock-mantle quota: a burst cap is what a consumer may "
                            "borrow in a QuotaLedger, which keeps bedrock-runtime's combined quota; drop it",
                            id="burst_tpm.mantle")
+                check.rule(priority is None, "priority on a bedrock-mantle quota: a priority decides who waits first "
+                           "in a QuotaLedger, which keeps bedrock-runtime's combined quota; drop it", id="priority.mantle")
             floor = None if not amount_ok or calls is not None or mantle else (
                 fraction * self.tpm_quota if fraction is not None else float(tpm))  # type: ignore[arg-type]
             burst_ok = mantle or self._check_burst(check, burst_tpm, floor, calls=calls, service_tier=service_tier)
+            if is_token(priority):
+                check.fail("priority is an unresolved CDK token, but the consumers' environment is written at synth: "
+                           f"pass one of {', '.join(PRIORITIES)}", id="priority.deploy-time")
+            elif priority is not None:
+                check.one_of("priority", priority, PRIORITIES, fix="who waits first in a QuotaLedger: 'interactive' "
+                             "for a consumer a user waits on, 'batch' for background work")
             share: Share | None = None
             if profile_ok and seconds_ok and kind_ok and amount_ok and executions_ok and not check.problems:
                 if calls is not None:
@@ -903,7 +929,8 @@ class ModelQuota(Construct):
                     if share is not None and burst_ok and burst_tpm is not None:
                         share = self._with_burst(share, float(burst_tpm))
         # None only on a path that recorded a problem, and Checks raised it on leaving the block.
-        share = dataclasses.replace(cast(Share, share), hours_per_day=float(hours_per_day), service_tier=service_tier)
+        share = dataclasses.replace(cast(Share, share), hours_per_day=float(hours_per_day), service_tier=service_tier,
+                                    priority=priority)
         if service_tier == "reserved":
             share = self._reserved(share)
         self._shares[name] = share
@@ -1262,6 +1289,10 @@ class _Enforced:
                 for holder in holders:
                     check.rule(holder.in_ledger, _burst_outside_ledger_message(
                         quota, plan, share, holder), id="share.burst-outside-ledger")
+            if share.priority is not None:
+                for holder in holders:
+                    check.rule(holder.in_ledger, _priority_outside_ledger_message(
+                        quota, plan, share, holder), id="share.priority-outside-ledger")
         if quota.require_shares:
             for consumer in plan.unshared:
                 check.fail(_unshared_message(quota, plan, consumer), id="consumer.unshared")
@@ -1447,6 +1478,16 @@ def _burst_outside_ledger_message(quota: ModelQuota, plan: QuotaPlan, share: Sha
         "decides how much runs at once; outside it, nothing would check its draw beyond the floor, and the burst is "
         "never used. Fix: give the holder ledger=QuotaLedger(...) (or ledger.grant_use(...) and "
         f"ledger.environment({share.name!r}) for a function of yours), or drop burst_tpm"
+    )
+
+
+def _priority_outside_ledger_message(quota: ModelQuota, plan: QuotaPlan, share: Share, holder: Consumer) -> str:
+    return (
+        f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} was drawn with priority={share.priority!r}, "
+        f"but its holder {holder.kind} {holder.path} takes part in no QuotaLedger of this quota: a priority decides "
+        "who waits first for what the ledger's consumers borrow, and outside the ledger nothing would read it. Fix: "
+        "give the holder ledger=QuotaLedger(...) (or ledger.grant_use(...) and "
+        f"ledger.environment({share.name!r}) for a function of yours), or drop priority"
     )
 
 

@@ -79,6 +79,25 @@ What a state machine cannot do, and what covers it:
   share's burst_tpm, default the quota's allocatable TPM), and its MaxConcurrency (or branch count)
   bounds it in calls. It writes no want
   either, so its floor is kept free for it only by the other consumers' burst caps.
+- Priorities (ModelQuota.share(..., priority=...); pacer_runtime.ledger, "Priorities"): a state machine
+  takes part as "batch", the lowest, since it cannot write that it waits (its refusals wait in the
+  task's Retry); a share a state machine holds drawn "interactive" is refused at synth. While a consumer
+  above the lowest priority waits, the processes keep PRIORITY_WAITING in the item (set by that
+  consumer's want, removed, pinned to its value, by the first process write or sweep that sees no such
+  want still recent: at most want_seconds, 5 s, after the last one, or at once when it is served). The
+  reservation's condition then admits the state machine only within its floor: (h#<consumer> absent
+  OR h#<consumer> <= floor - r) OR PRIORITY_WAITING absent, floor - r written at synth. So it never
+  borrows the room an interactive consumer waits for, and its floor is kept as before. Why not leave
+  free exactly what the waiter waits for, as a process does: that needs the number in the condition
+  (held <= Q - r - wanted), and a condition compares an attribute with a value, never with another
+  attribute or a sum; reading it first would take a GetItem state before each try (one more state
+  transition and read per try, when waiting is already what costs), and the read would be stale by
+  the write unless the write pinned it. Why not a time (a want's expiry compared with EnteredTime):
+  a Retry re-runs the task with the EnteredTime of its first try, so a waiter that died without being
+  served would block the state machine's borrowing until its Retry ran out; a flag the processes and
+  the sweeper remove needs no clock. The cost: while an interactive consumer waits, a state machine
+  beyond its floor waits too, even where the room would hold both, for at most want_seconds after the
+  last want (the batch throughput it gives up is what the interactive consumer waits for, and more).
 - It does not repair an item that does not add up: a `held` or h# that is not a number fails its
   condition (attribute_type), so it waits, as on a full window, until a process consumer repairs
   the item (SharedLedger repairs from the valid slots).
@@ -115,6 +134,7 @@ from ..quota.ledger import (
     LEDGER_KEY_PREFIX,
     LEDGER_PARTITION_KEY,
     LEDGER_TTL_ATTRIBUTE,
+    PRIORITIES,
     QuotaLedger,
 )
 
@@ -176,6 +196,9 @@ HELD: str = ledger_layout().HELD
 CONSUMER_PREFIX: str = ledger_layout().CONSUMER_PREFIX
 SLOT_PREFIX: str = ledger_layout().SLOT_PREFIX
 DAY_PREFIX: str = ledger_layout().DAY_PREFIX
+#: Present while a consumer above the lowest priority waits (pacer_runtime.ledger, "Priorities"): a state
+#: machine borrows only while it is absent.
+PRIORITY_WAITING: str = ledger_layout().PRIORITY_WAITING
 #: The day of $$.State.EnteredTime: the date before its 'T' (ISO 8601's date and time separator, in every
 #: form ENTERED_TIME_CUTS lists), the UTC day pacer_runtime.ledger names d#<day> by (DAY_FORMAT "%Y-%m-%d").
 ENTERED_DAY_CUT = "T"
@@ -235,6 +258,15 @@ def ledger_consumer(
         f"ledger: the share {share!r} names this consumer in the ledger's attribute names, which allow at most "
         "80 characters and no '#'; draw the share under such a name",
         id="ledger.state-machine-share-name",
+    ):
+        return None
+    drawn = quota.shares[share].priority
+    if not check.rule(
+        drawn in (None, PRIORITIES[0]),
+        f"ledger: the share {share!r} was drawn with priority={drawn!r}, but a state machine takes part as "
+        f"{PRIORITIES[0]!r}: it cannot write that it waits (a refused reservation waits in its task's Retry), so no "
+        f"consumer would keep room for it; draw the share with priority={PRIORITIES[0]!r} or none",
+        id="ledger.interactive-state-machine",
     ):
         return None
     floor = quota.shares[share].tpm
@@ -348,18 +380,27 @@ class LedgerCall:
 
     def reserve(self) -> tasks.DynamoUpdateItem:
         ledger = self.consumer.ledger
+        # Priorities (module docstring): within its floor, or while no consumer above the lowest priority waits.
+        floor_left = self.consumer.floor_tpm - self.r
+        values = {":r": tasks.DynamoAttributeValue.from_number(self.r),
+                  ":total": tasks.DynamoAttributeValue.from_number(ledger.quota_tpm - self.r),
+                  ":mine": tasks.DynamoAttributeValue.from_number(self.consumer.burst_tpm - self.r),
+                  ":day": tasks.DynamoAttributeValue.from_number(self.consumer.daily_tokens - self.r),
+                  ":number": tasks.DynamoAttributeValue.from_string("N")}
+        if floor_left >= 0:
+            values[":floor"] = tasks.DynamoAttributeValue.from_number(floor_left)
+            outranked = "(attribute_not_exists(#mine) OR #mine <= :floor OR attribute_not_exists(#waiting))"
+        else:  # no call of this consumer fits its floor: it always borrows
+            outranked = "attribute_not_exists(#waiting)"
         task = self._update(
             f"{self.id} reserve",
             update="ADD #held :r, #mine :r, #slot :r, #day :r REMOVE #ttl",
             condition=("(attribute_not_exists(#held) OR (attribute_type(#held, :number) AND #held <= :total)) AND "
                        "(attribute_not_exists(#mine) OR (attribute_type(#mine, :number) AND #mine <= :mine)) AND "
-                       "(attribute_not_exists(#day) OR (attribute_type(#day, :number) AND #day <= :day))"),
-            values={":r": tasks.DynamoAttributeValue.from_number(self.r),
-                    ":total": tasks.DynamoAttributeValue.from_number(ledger.quota_tpm - self.r),
-                    ":mine": tasks.DynamoAttributeValue.from_number(self.consumer.burst_tpm - self.r),
-                    ":day": tasks.DynamoAttributeValue.from_number(self.consumer.daily_tokens - self.r),
-                    ":number": tasks.DynamoAttributeValue.from_string("N")},
-            extra_names={"#ttl": LEDGER_TTL_ATTRIBUTE},
+                       "(attribute_not_exists(#day) OR (attribute_type(#day, :number) AND #day <= :day)) AND "
+                       + outranked),
+            values=values,
+            extra_names={"#ttl": LEDGER_TTL_ATTRIBUTE, "#waiting": PRIORITY_WAITING},
         )
         task.add_retry(errors=[CONDITIONAL_CHECK_FAILED], interval=cdk.Duration.seconds(LEDGER_RETRY_INTERVAL_SECONDS),
                        backoff_rate=2.0, max_attempts=LEDGER_RETRY_ATTEMPTS,
