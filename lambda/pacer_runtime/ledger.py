@@ -130,26 +130,31 @@ Contention and cost
     A busy consumer's call costs 1 conditional write at steady state (the reservation, carrying the
     returns of the calls settled since: "Deferred returns"); a call whose return matters at once
     (a nearly full window, someone waiting) or a release costs 2; plus 1 for each retry on a stale
-    view. A view that says the quota is full is checked
-    with one strongly consistent GetItem (read units are cheaper than write units and a partition
-    serves three times as many) before the call is refused; a waiting call costs one read per try.
-    Writes never read first: each write returns the item (ReturnValues ALL_NEW on success,
-    ReturnValuesOnConditionCheckFailure ALL_OLD on a failed condition: "no additional cost ... No
-    read capacity units are consumed", botocore's UpdateItem documentation), so the next write
-    starts from a fresh view. A failed condition on a view that says the call fits is a conflict
-    (another writer changed a pinned slot): retried at once, with fresh data, up to
-    conflict_retries times. A view that says the quota is full is a refusal: the caller waits and
-    tries again after a jittered backoff (poll_seconds doubling to max_poll_seconds), or at the
-    earliest slot expiry that makes room if sooner. Under 64 concurrent callers of one quota the
-    writes serialize on one item: DynamoDB serves at most 1,000 write units per second per
-    partition (HOT_PARTITION_WRITE_UNITS), and an UpdateItem costs one unit per KB of the larger
-    of the item before and after; an item of 4 consumers x 62 live slots is about 7 KB, so the
-    item sustains about 140 writes a second, 70 calls a second (4,200 a minute) on this protocol.
-    Many consumers change that: each call then starts its own slot, so the item grows with the calls
-    in the window, and stale views add conflicts. Simulated with this code (bench/shared_quota_experiment.py
-    --simulate; docs/quota.md), 100 consumers at 1,000 calls a minute ask about 1,070 write units a
-    second of the item (17 KB), 1,000 consumers 1,670-1,910: past a partition's limit. Past that,
-    shard the item or lease token blocks (layer 2).
+    view. A view that says the quota is full is checked with one strongly consistent GetItem (read
+    units are cheaper than write units and a partition serves three times as many) before the call
+    is refused; a waiting call costs one read per try. Writes never read first: each write returns
+    the item (ReturnValues ALL_NEW on success, ReturnValuesOnConditionCheckFailure ALL_OLD on a
+    failed condition: "no additional cost ... No read capacity units are consumed", botocore's
+    UpdateItem documentation), so the next write starts from a fresh view. A failed condition on a
+    view that says the call fits is a conflict (another writer changed a pinned slot): retried at
+    once, with fresh data, up to conflict_retries times; a view more than FRESH_VIEW_SECONDS old does
+    not pin the expired slots it sees unless it needs their room. A view that says the quota is full
+    is a refusal: the caller waits and tries again after a jittered backoff (poll_seconds doubling
+    to max_poll_seconds), or at the earliest slot expiry that makes room if sooner.
+    All writes of one quota serialize on one item: DynamoDB serves at most 1,000 write units per
+    second per partition (HOT_PARTITION_WRITE_UNITS), and an UpdateItem costs one unit per KB of
+    the larger of the item before and after. The item holds one slot per consumer and start second
+    in the window (about 20 bytes each with a short consumer name), so 4 consumers x 62 live slots
+    are about 5 KB and sustain about 200 writes a second, 200 calls a second at one write a call.
+    Many consumers each start their own slots, so the item grows with the calls in the window.
+    Simulated with this code (bench/shared_quota_experiment.py --simulate; docs/quota.md has the
+    table and the figures before): at 1,000 calls a minute and half the load, a call costs 1.0
+    write and the item asks well under 100 write units a second; at twice the load (the quota
+    saturated) a call costs 2.4-2.5 writes (the light consumers' returns written at once, their
+    wants, and writers racing for the same expired slots), and the item asks 631-641 units a second
+    on average at 100 consumers (16-18 seconds of 120 over the limit, at the peaks) and about 1,000
+    at 1,000 consumers: there one item is the bottleneck, and the next step is to shard it by
+    consumer or to have concurrent writers remove disjoint expired slots.
 
 Failures
     Throttling and server errors (THROTTLING_CODES) are retried with full-jitter backoff
@@ -1208,19 +1213,21 @@ class SharedLedger:
 
     def _carried(self, view: LedgerView, now: float) -> dict[str, float]:
         """Take out the deferred returns the next write carries (slot -> tokens, < 0; at most
-        MAX_RETURNS): those whose slot the view still holds and that have not left the window at `now`
-        (so none is in a slot the write removes as expired: that removal pins the slot's value). The
-        others are dropped, counted as late: Bedrock ignores a late settlement. The caller puts back
+        MAX_RETURNS): those whose slot the view holds and that have not left the window at `now` (so
+        none is in a slot the write removes as expired: that removal pins the slot's value). One
+        that left the window is dropped, counted as late: Bedrock ignores a late settlement. One whose
+        slot the view lacks stays (a view another thread's earlier write returned last may lack it; one
+        another writer removed is dropped once it left this clock's window). The caller puts back
         (_restore) what its write did not apply."""
         carried: dict[str, float] = {}
         late = 0
         with self._lock:
             for name in sorted(self._returns):
-                slot = view.slots.get(name)
-                if slot is None or self._expired(slot[0], now):
+                start, _ = _parse_slot(name, now)
+                if start is None or self._expired(start, now):
                     del self._returns[name]
                     late += 1
-                elif len(carried) < MAX_RETURNS:
+                elif name in view.slots and len(carried) < MAX_RETURNS:
                     carried[name] = self._returns.pop(name)[0]
         self.counts["late"] += late
         return carried
