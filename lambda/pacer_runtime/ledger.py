@@ -76,7 +76,8 @@ Deferred returns (one write per call at steady state)
     side): the window is never overdrawn. A return is dropped, never written, once its slot left
     the window (Bedrock ignores a late settlement) or is removed by the same write as expired (the
     removal pins the slot's value); a slot another writer removed meanwhile fails the write's
-    attribute_exists, and the retry, on the item that failure returned, leaves it out. A consumer
+    attribute_exists, and the retry, on the item that failure returned, leaves it out (until it
+    left this clock's window too, and is dropped). A consumer
     that dies carrying returns keeps its whole holds until their slots leave the window, as a dead
     holder does. A write carrying returns is never repeated when its answer is lost: the returns
     are dropped (they may have been applied) and a reservation is tried again without them.
@@ -149,12 +150,14 @@ Contention and cost
     Many consumers each start their own slots, so the item grows with the calls in the window.
     Simulated with this code (bench/shared_quota_experiment.py --simulate; docs/quota.md has the
     table and the figures before): at 1,000 calls a minute and half the load, a call costs 1.0
-    write and the item asks well under 100 write units a second; at twice the load (the quota
-    saturated) a call costs 2.4-2.5 writes (the light consumers' returns written at once, their
-    wants, and writers racing for the same expired slots), and the item asks 631-641 units a second
-    on average at 100 consumers (16-18 seconds of 120 over the limit, at the peaks) and about 1,000
-    at 1,000 consumers: there one item is the bottleneck, and the next step is to shard it by
-    consumer or to have concurrent writers remove disjoint expired slots.
+    write (2.2 before deferred returns) and the item asks 42-57 write units a second; at twice the
+    load (the quota saturated) a call costs 2.4-2.6 writes (3.0-3.3 before: the busy consumer's
+    1.1-1.24, the light consumers' returns written at once, their wants, and writers racing for the
+    same expired slots), and the item asks 631-641 units a second on average at 100 consumers
+    (16-18 seconds of 120 over the limit, at the peaks; 1,066-1,072 before) and 1,044-1,148 at
+    1,000 consumers (1,672-1,905 before): there one item is still the bottleneck, and the next step
+    is to shard it by consumer or to have concurrent writers remove disjoint expired slots (at
+    1,000 consumers 1.24-1.33 of a call's writes are such conflicts).
 
 Failures
     Throttling and server errors (THROTTLING_CODES) are retried with full-jitter backoff

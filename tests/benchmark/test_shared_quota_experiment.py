@@ -73,6 +73,8 @@ def test_one_consumer_at_light_load_costs_about_one_write_a_call_and_never_confl
     row = bench.simulate(1, 20, plan=plan, load=0.5, minutes=2, seed=0)
     assert row["calls"] == row["requests"] > 0
     assert 1.0 <= row["ledger_writes_per_call"] < 1.5
+    counts = row["ledger_counts"]  # each write a reservation, or deferred returns written on their own
+    assert counts["writes"] == counts["reserved"] + counts["flushes"] and counts["flushes"] < counts["reserved"] / 4
     assert row["ledger_conflicts"] == row["conditional_check_failures"] == 0
     assert row["ledger_reads_per_call"] == round(1 / row["calls"], 3)
     assert row["p99_wait_s"] == 0.0  # nothing ever waited: the quota held every call at once
