@@ -28,7 +28,11 @@ from genai_pacer import (
 )
 from genai_pacer.quota.ledger import LEADING_KEYS
 from genai_pacer.step_functions import ledger_steps
-from genai_pacer.step_functions.ledger_steps import CONDITIONAL_CHECK_FAILED, LEDGER_RETRY_ATTEMPTS
+from genai_pacer.step_functions.ledger_steps import (
+    CONDITIONAL_CHECK_FAILED,
+    DYNAMODB_RETRY_ERRORS,
+    LEDGER_RETRY_ATTEMPTS,
+)
 from genai_pacer.testing import BedrockEmulator, ModelSpec, StateMachineRunner
 from genai_pacer.testing.sfn import _interpreter
 from helpers import new_stack, policy_statements, refused, resources, template_of
@@ -144,19 +148,25 @@ def test_a_refused_reservation_waits_without_calling_the_model_and_proceeds_once
         hold = other.try_reserve(int(ledger.quota_tpm) - RESERVED + 1)  # one token too many for the state machine
         assert isinstance(hold, LedgerHold)
         waits: list[float] = []
-        original = _interpreter._ScaledTime.sleep
+        original = _interpreter._ScaledTime.wait
 
-        def wait(self, seconds: float) -> None:  # the Retry's wait: the other consumer's call ends meanwhile
+        def wait(self, seconds: float, env=None) -> None:  # the Retry's wait: the other consumer's call ends meanwhile
             waits.append(seconds)
             if len(waits) == 2:
                 other.release(hold)
-            original(self, seconds)
+            original(self, seconds, env)
 
-        monkeypatch.setattr(_interpreter._ScaledTime, "sleep", wait)
+        monkeypatch.setattr(_interpreter._ScaledTime, "wait", wait)
         run = runner.run({"items": [{"prompt": "Summarize this."}]}).raise_for_status()
         item = item_of(runner, ledger)
     assert failed_errors(run) == [CONDITIONAL_CHECK_FAILED] * 2  # refused twice, then admitted
     assert len(waits) == 2 and run.model_calls == 1 and run.throttled == 0  # waited in the ledger, not in a throttle
+    # each refused try entered the states docs/quota.md prices (LEDGER_STATES_PER_REFUSAL), then the call went on
+    entered = states_entered(run)
+    refusals = [s for s in entered if s in ("InvokeModel ledger try again?", "InvokeModel ledger wait",
+                                             "InvokeModel ledger slot again")] + ["InvokeModel reserve"] * (
+        entered.count("InvokeModel reserve") - 1)
+    assert len(refusals) == 2 * ledger_steps.LEDGER_STATES_PER_REFUSAL
     (call,) = run.invocations
     assert int(item["h#Summaries"]["N"]) == call.input_tokens + call.output_tokens * BURNDOWN
     assert int(item["held"]["N"]) == int(item["h#Summaries"]["N"])  # the released hold is gone
@@ -229,13 +239,28 @@ def test_a_customer_managed_table_key_is_granted_through_dynamodb_only():
     assert [s["Condition"] for s in kms_statements] == [{"StringEquals": {"kms:ViaService": "dynamodb.us-east-1.amazonaws.com"}}] * 2
 
 
-def test_the_reservation_is_retried_on_refusal_with_full_jitter_and_a_capped_backoff():
+def test_a_refused_reservation_waits_a_jittered_capped_backoff_and_tries_again_in_a_new_slot():
     stack, _, _ = ledger_stack()
     definition = json.dumps(template_of(stack).to_json())
     states = json.loads(_flat_definition(stack))["States"]["Map"]["ItemProcessor"]["States"]
-    (refusal,) = [r for r in states["InvokeModel reserve"]["Retry"] if r["ErrorEquals"] == [CONDITIONAL_CHECK_FAILED]]
-    assert refusal["MaxAttempts"] == LEDGER_RETRY_ATTEMPTS and refusal["JitterStrategy"] == "FULL"
-    assert refusal["MaxDelaySeconds"] == 8 and refusal["IntervalSeconds"] == 1
+    assert "Retry" not in states["InvokeModel reserve"]  # a Retry would try again in the slot of the first try
+    refusal, throttle = states["InvokeModel reserve"]["Catch"]
+    assert refusal["ErrorEquals"] == [CONDITIONAL_CHECK_FAILED] and refusal["Next"] == "InvokeModel ledger try again?"
+    assert throttle["ErrorEquals"] == list(DYNAMODB_RETRY_ERRORS) and throttle["Next"] == "InvokeModel ledger throttled again?"
+    (too_often,) = states["InvokeModel ledger throttled again?"]["Choices"]
+    assert too_often == {"Variable": "$.throttled.count", "NumericGreaterThanEquals": ledger_steps.DYNAMODB_RETRY_ATTEMPTS,
+                         "Next": "InvokeModel failed"}
+    assert states["InvokeModel ledger throttled"]["Next"] == "InvokeModel ledger wait"
+    (give_up,) = states["InvokeModel ledger try again?"]["Choices"]
+    assert give_up == {"Variable": "$.retries", "NumericGreaterThanEquals": LEDGER_RETRY_ATTEMPTS,
+                       "Next": "InvokeModel failed"}
+    assert states["InvokeModel ledger wait"] == {"Type": "Wait", "SecondsPath": "$.wait", "Next": "InvokeModel ledger slot again"}
+    first, again = states["InvokeModel ledger slot"]["Parameters"], states["InvokeModel ledger slot again"]["Parameters"]
+    assert first["wait.$"] == "States.MathRandom(1, 2)" and first["retries"] == 0 and first["backoff"] == 1
+    assert again["wait.$"] == "States.MathRandom(1, States.ArrayGetItem(States.Array(2, 4, 8), $.backoff))"
+    assert again["backoff.$"] == "States.ArrayGetItem(States.Array(1, 2, 2), $.backoff)"
+    assert again["slot.$"] == first["slot.$"] and again["input.$"] == "$.input"
+    assert states["InvokeModel ledger slot again"]["Next"] == "InvokeModel reserve"
     assert states["InvokeModel reserve"]["Parameters"]["ExpressionAttributeValues"][":total"] == {"N": str(QUOTA_TPM - RESERVED)}
     assert "InvokeModel settle" in definition
 
@@ -501,8 +526,10 @@ def test_every_ledger_task_retries_dynamodbs_throttles():
 
     stack, _, _ = ledger_stack()
     states = json.loads(_flat_definition(stack))["States"]["Map"]["ItemProcessor"]["States"]
-    for name in ("InvokeModel reserve", "InvokeModel settle", "InvokeModel release"):
+    for name in ("InvokeModel settle", "InvokeModel release"):  # the same slot, which the reservation wrote
         assert [r for r in states[name]["Retry"] if set(r["ErrorEquals"]) == set(DYNAMODB_RETRY_ERRORS)], name
+    # the reservation's throttles go back through a new slot (test_ledger_steps_faults executes it)
+    assert [c for c in states["InvokeModel reserve"]["Catch"] if set(c["ErrorEquals"]) == set(DYNAMODB_RETRY_ERRORS)]
 
 
 def test_what_the_ledger_adds_to_the_bill_is_what_docs_quota_states():
@@ -526,5 +553,8 @@ def test_what_the_ledger_adds_to_the_bill_is_what_docs_quota_states():
     assert f"${price * 1_000:.3f} per 1,000 state transitions" in docs
     assert f"each call enters {ledger_steps.LEDGER_STATES_PER_CALL} more states, about " \
            f"${ledger_steps.LEDGER_STATES_PER_CALL * price * 1_000:.2f} per 1,000 calls" in docs
-    assert f"up to {LEDGER_RETRY_ATTEMPTS} for a call that waits the whole 10 minutes, up to " \
-           f"${LEDGER_RETRY_ATTEMPTS * price * 1_000:.2f} per 1,000 such calls" in docs
+    per_refusal = ledger_steps.LEDGER_STATES_PER_REFUSAL
+    assert f"each refused try enters {per_refusal} more" in docs
+    assert f"up to {LEDGER_RETRY_ATTEMPTS} tries for a call that waits the whole 10 minutes, " \
+           f"{LEDGER_RETRY_ATTEMPTS * per_refusal} transitions, up to " \
+           f"${LEDGER_RETRY_ATTEMPTS * per_refusal * price * 1_000:.2f} per 1,000 such calls" in docs

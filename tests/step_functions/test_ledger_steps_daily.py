@@ -70,7 +70,7 @@ def no_waits(monkeypatch) -> list[float]:
     """The reservation's Retry waits nothing (the waits are recorded): a refusal that lasts runs its
     LEDGER_RETRY_ATTEMPTS tries at once."""
     waits: list[float] = []
-    monkeypatch.setattr(_interpreter._ScaledTime, "sleep", lambda self, seconds: waits.append(seconds))
+    monkeypatch.setattr(_interpreter._ScaledTime, "wait", lambda self, seconds, env=None: waits.append(seconds))
     return waits
 
 

@@ -144,17 +144,17 @@ def test_a_malformed_item_makes_the_state_machine_wait_until_a_process_repairs_i
                                                         "mystery": {"N": "1"}})
         other = process_consumer(runner, ledger)
         waits: list[float] = []
-        original = _interpreter._ScaledTime.sleep
+        original = _interpreter._ScaledTime.wait
 
-        def wait(self, seconds: float) -> None:  # the reservation's Retry: a process writes the item meanwhile
+        def wait(self, seconds: float, env=None) -> None:  # the refused reservation's wait: a process writes the item meanwhile
             waits.append(seconds)
             if len(waits) == 2:
                 hold = other.try_reserve(100)
                 assert isinstance(hold, LedgerHold)
                 other.release(hold)
-            original(self, seconds)
+            original(self, seconds, env)
 
-        monkeypatch.setattr(_interpreter._ScaledTime, "sleep", wait)
+        monkeypatch.setattr(_interpreter._ScaledTime, "wait", wait)
         run = runner.run(PROMPT).raise_for_status()
         item = item_of(runner, ledger)
     assert failed_errors(run) == [CONDITIONAL_CHECK_FAILED] * 2 and run.model_calls == 1
@@ -194,13 +194,11 @@ class _DatetimeModule:
         self.datetime = now
 
 
-@pytest.mark.xfail(strict=True, reason="the reservation's Retry keeps the slot its slot Pass named: a call admitted "
-                   "after waiting past the window writes its hold into a slot the next writer removes as expired")
 def test_a_reservation_admitted_after_a_long_wait_is_counted_for_the_minute_after_its_call_starts(monkeypatch):
-    """A refused reservation waits in its Retry (about 10 minutes at most). Bedrock counts the call from
-    when it starts, after the wait; the hold must count as long. The slot Pass names the slot once, before
-    the first try, so after a wait of more than a minute the admitted hold sits in a slot that already left
-    the window: the next process write removes it while Bedrock still counts the call."""
+    """A refused reservation waits and tries again (about 10 minutes at most). Bedrock counts the call from
+    when it starts, after the wait; the hold must count as long. Each try names its slot when it is made,
+    so after a wait of more than a minute the admitted hold sits in the slot of its own try, not one that
+    already left the window: the next process write keeps it while Bedrock still counts the call."""
     from moto.stepfunctions.parser.asl.component.state import state as moto_state
 
     start = datetime(2027, 1, 15, 12, 0, 0, 250_000, tzinfo=UTC)
@@ -212,16 +210,16 @@ def test_a_reservation_admitted_after_a_long_wait_is_counted_for_the_minute_afte
         hold = full.try_reserve(int(ledger.quota_tpm) - RESERVED + 1)
         assert isinstance(hold, LedgerHold)
         waits: list[float] = []
-        original = _interpreter._ScaledTime.sleep
+        original = _interpreter._ScaledTime.wait
 
-        def wait(self, seconds: float) -> None:  # the Retry waits 70 s of the case's time, then there is room
+        def wait(self, seconds: float, env=None) -> None:  # the first wait lasts 70 s of the case's time, then there is room
             waits.append(seconds)
             if len(waits) == 1:
                 now.moment = start + timedelta(seconds=70)
                 full.release(hold)
-            original(self, seconds)
+            original(self, seconds, env)
 
-        monkeypatch.setattr(_interpreter._ScaledTime, "sleep", wait)
+        monkeypatch.setattr(_interpreter._ScaledTime, "wait", wait)
         run = runner.run(PROMPT).raise_for_status()
         (call,) = run.invocations
         charged = call.input_tokens + call.output_tokens * BURNDOWN
@@ -230,3 +228,28 @@ def test_a_reservation_admitted_after_a_long_wait_is_counted_for_the_minute_afte
         assert isinstance(later.try_reserve(1), LedgerHold)
         view = LedgerView.parse(item_of(runner, ledger))
     assert view.consumers.get("Summaries") == charged
+
+
+def test_a_throttled_reservation_tries_again_in_the_slot_of_the_second_it_is_retried(monkeypatch):
+    """DynamoDB's throttles are waited out as refusals are, each try in a slot of its own second: a
+    reservation admitted after throttles (up to DYNAMODB_RETRY_ATTEMPTS waits of up to 8 s) counts for the
+    minute after its call starts, not for the minute after its first try."""
+    from moto.stepfunctions.parser.asl.component.state import state as moto_state
+
+    start = datetime(2027, 1, 15, 12, 0, 0, 250_000, tzinfo=UTC)
+    now = _MovingNow(start)
+    monkeypatch.setattr(moto_state, "datetime", _DatetimeModule(now))
+    stack, ledger, _ = ledger_stack()
+    raised = throttle_state_machine(monkeypatch, "reserve", 1)
+    with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
+        original = _interpreter._ScaledTime.wait
+
+        def wait(self, seconds: float, env=None) -> None:  # the throttled try's wait: 8 s of the case's time
+            now.moment = start + timedelta(seconds=8)
+            original(self, seconds, env)
+
+        monkeypatch.setattr(_interpreter._ScaledTime, "wait", wait)
+        run = runner.run(PROMPT).raise_for_status()
+        item = item_of(runner, ledger)
+    assert raised == ["reserve"] and failed_errors(run) == ["DynamoDB." + THROTTLE] and run.model_calls == 1
+    assert list(slots(item)) == ["s#12:00:08#Summaries"]

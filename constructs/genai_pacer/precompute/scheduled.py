@@ -234,8 +234,8 @@ class ScheduledPrecompute(Construct):
         Default: none.
     ledger: a `QuotaLedger` of the model's ModelQuota: each key's call reserves and settles in the
         quota's shared ledger beside the quota's other consumers (step_functions.ledger_steps), so a
-        nightly run takes what the day's traffic leaves instead of a static share. A refusal waits in
-        the reservation's Retry (about 10 minutes at most, then the key fails and is listed); a failed
+        nightly run takes what the day's traffic leaves instead of a static share. A refusal waits and
+        tries again (about 10 minutes at most, then the key fails and is listed); a failed
         call returns its hold. Needs the run's share (max_concurrency=quota.share(...), or a share
         named after this construct); given one drawn with burst_tpm, the Map's MaxConcurrency is the
         calls the burst sustains, and the ledger decides how many run. Default: none.
@@ -740,8 +740,9 @@ class ScheduledPrecompute(Construct):
         if ledger is None:
             call.next(has_text)
         else:
-            # reserve (a refusal waits in its Retry; one that never fits fails the key) -> call -> settle
-            reserve = ledger.reserve()
+            # reserve (a refusal waits and tries again in a new slot; one that never fits fails the key) -> call
+            # -> settle
+            slot, reserve = ledger.admission(key_failed, _ERROR)
             reserve.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
             settle = ledger.settle()
             # A slot that left the window, or DynamoDB failing past its Retry: the answer is paid for and is
@@ -749,8 +750,7 @@ class ScheduledPrecompute(Construct):
             settle.add_catch(has_text, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
             settle.next(has_text)
             call.next(ledger.charge("$.response.usage", settle))
-            slot = ledger.slot()
-            slot.next(reserve).next(call)
+            reserve.next(call)
             start = slot
         return (
             sfn.Choice(self, "Has key?")

@@ -24,9 +24,18 @@ number that needs a product computed at synth:
                          ledger's daily token quota, QuotaLedger.daily_tokens): r is the pacer's
                          reservation, the share profile's prompt (input + cache writes + cache reads)
                          + ceil(max_tokens x burndown). A refusal (DynamoDB.ConditionalCheckFailed
-                         Exception) is retried by the task's Retry: it waits, with full jitter and a
-                         capped backoff, and tries again; it never calls the model meanwhile, so the
-                         wait costs no throttle.
+                         Exception) is caught into:
+    <call> ledger try again?   Choice: after LEDGER_RETRY_ATTEMPTS refused tries (about 10 minutes),
+                         the call fails with that error, having called nothing (<call> failed);
+                         else
+    <call> ledger wait   Wait: the seconds the slot Pass drew (States.MathRandom, 1 s to a cap
+                         doubling from 2 to 8 s), then
+    <call> ledger slot again   Pass: a new slot and day from this state's EnteredTime, the count
+                         plus one (States.MathAdd) and the next wait; then the reservation again.
+                         It never calls the model meanwhile, so the wait costs no throttle. A
+                         throttled or failing DynamoDB (DYNAMODB_RETRY_ERRORS) is caught the same
+                         way (<call> ledger throttled again?, <call> ledger throttled: its own
+                         count, DYNAMODB_RETRY_ATTEMPTS tries, then the call fails with it).
     <call>               the Converse task, unchanged but for one more field in its selection (the
                          whole Usage); it reads the item from the envelope and puts its selection
                          beside it. Its own Retry still retries throttles while the hold is kept.
@@ -59,13 +68,25 @@ Why this mechanism and not another:
   burndown, known at synth, so charging it at write time keeps the item the pacers already read.
 - The slot, the charge and the answer travel in the state (an envelope), not in workflow variables:
   the offline runner's interpreter (moto's) resolves a variable reference only through JSONata.
+- Each try of a reservation names its own slot, so a loop of states (Catch, Choice, Wait, Pass) and
+  not the task's Retry: a Retry runs the task again with the input it first had, the slot named before
+  the first try. Bedrock counts a call from when it starts; a hold admitted after waiting more than a
+  minute in a slot named before the wait would already have left the window, and the next process
+  write would remove it while Bedrock still counts the call. The same holds for DynamoDB's throttles
+  of the reservation (their waits add up to most of a minute), so they take the same loop; the
+  settlement's and release's Retry keep theirs, since they must write the slot the reservation wrote.
+  The loop costs state transitions a Retry did not (LEDGER_STATES_PER_REFUSAL a refused try, against
+  one): the price of a hold that counts as long as Bedrock counts its call. The wait is drawn once per
+  try (States.MathRandom, jittered so that many waiting iterations do not retry together) and its cap
+  follows a small table (States.Array, indexed with States.ArrayGetItem), as a state machine cannot
+  multiply or compare numbers outside a Choice.
 
 The daily token quota: the day is counted as SharedLedger counts it (pacer_runtime.ledger, "The daily
 token quota"): the same d#<UTC day> attribute, the day of the hold's slot, the reservation checked
 against the ledger's daily tokens in the same conditional write, its settlement and release added in
 theirs (no write more per call), a settlement after the slot left the window not counted. So a Map
 cannot run past a daily quota the processes respect, nor they past what its calls spent. A
-reservation the day cannot hold is refused like one the window cannot hold: it waits in its Retry
+reservation the day cannot hold is refused like one the window cannot hold: it waits and tries again
 (about 10 minutes) and then fails with DynamoDB.ConditionalCheckFailedException, having called
 nothing; the day only frees at 00:00 UTC, so it fails rather than wait for it.
 
@@ -73,7 +94,7 @@ What a state machine cannot do, and what covers it:
 - It does not remove expired slots (no date arithmetic, no attribute listing): its holds leave the
   window when any process consumer writes the item, or when QuotaLedger's sweeper runs (added by
   ledger_consumer through note_state_machine; lambda/quota_sweeper calls SharedLedger.sweep every
-  5 s, so a hold counts at most about 5 s past its window, well inside the reservation's Retry).
+  5 s, so a hold counts at most about 5 s past its window, well inside a refused reservation's waiting).
 - It does not read other consumers' wants, so beyond its floor it borrows without leaving room for a
   floor owner who waits. It is admitted while the window holds Q and its own holds its burst cap (its
   share's burst_tpm, default the quota's allocatable TPM), and its MaxConcurrency (or branch count)
@@ -103,7 +124,7 @@ What a state machine cannot do, and what covers it:
   the item (SharedLedger repairs from the valid slots).
 - It does not set the item's TTL (no clock it can add to): it removes expires_at, so an item a state
   machine holds tokens in is never dropped by TTL; a process consumer's next write sets it again.
-- Each refused try adds a task's failure events to the execution history (Step Functions stops a
+- Each refused try adds its four states' events to the execution history (Step Functions stops a
   STANDARD execution at 25,000 events): an inline Map of many items that waits long should be a
   distributed one, whose child executions each have their own history.
 
@@ -143,26 +164,34 @@ __all__ = [
     "DYNAMODB_ERROR_PREFIX",
     "DYNAMODB_RETRY_ERRORS",
     "LEDGER_RETRY_ATTEMPTS",
+    "LEDGER_STATES_PER_REFUSAL",
     "LedgerConsumer",
 ]
 
-#: A refused reservation's Retry: the first wait 1 s (Step Functions' smallest), doubling, capped at 8 s
-#: (slots leave the window every second, so a long cap only idles the quota), full jitter. 150 tries wait
-#: about 10 minutes in all (7 s, then about 4 s a try on average), then the call fails as a throttle that
-#: outlived its Retry does.
-LEDGER_RETRY_INTERVAL_SECONDS = 1
-LEDGER_RETRY_MAX_DELAY_SECONDS = 8
-LEDGER_RETRY_ATTEMPTS = 150
+#: A refused reservation waits and tries again in a slot named at that try (LedgerCall.admission): each
+#: wait is a whole number of seconds drawn by States.MathRandom between 1 and a cap that doubles from 2 to
+#: 8 s (slots leave the window every second, so a long cap only idles the quota). The developer guide
+#: (https://docs.aws.amazon.com/step-functions/latest/dg/intrinsic-functions.html#asl-intrsc-func-math)
+#: says MathRandom returns "a random number between the specified start and end number" without saying
+#: whether the end is included (moto's interpreter includes it: random.randint), so each wait is 1 to 8 s
+#: either way, never 0 (a retry in the same second only adds state transitions). 135 retries wait about
+#: 9 to 10 minutes in all (4.5 s a try on average with the end included, 4 s without), the budget the
+#: task's Retry had before, then the call fails with DynamoDB.ConditionalCheckFailedException as it did.
+LEDGER_RETRY_WAIT_CAPS = (2, 4, 8)
+LEDGER_RETRY_MIN_SECONDS = 1
+LEDGER_RETRY_ATTEMPTS = 135
 #: What the ledger adds to a Standard workflow's bill (docs/quota.md states both, a test counts the states
 #: offline): the states a successful call enters beyond the call itself (slot, reserve, cache writes?,
-#: charge, charge output, settle), and one state transition for each Retry of a refused reservation, up
-#: to LEDGER_RETRY_ATTEMPTS. Step Functions pricing page (https://aws.amazon.com/step-functions/pricing/,
+#: charge, charge output, settle), and LEDGER_STATES_PER_REFUSAL for each refused try (ledger try again?,
+#: ledger wait, ledger slot again, reserve), up to LEDGER_RETRY_ATTEMPTS. Step Functions pricing page (https://aws.amazon.com/step-functions/pricing/,
 #: stored copy): "You are charged for the total number of state transitions across all your state
 #: machines, including retries"; US East (N. Virginia): $0.0250 per 1,000 state transitions.
 LEDGER_STATES_PER_CALL = 6
+LEDGER_STATES_PER_REFUSAL = 4
 STATE_TRANSITION_USD = 0.025 / 1_000
 #: A throttled or failing DynamoDB call of a ledger task (DYNAMODB_RETRY_ERRORS) is retried as
-#: ScheduledPrecompute's DynamoDB tasks are: 1 s doubling, 6 tries, full jitter.
+#: ScheduledPrecompute's DynamoDB tasks are: 1 s doubling, 6 tries, full jitter (the reservation's 6 tries
+#: go through LedgerCall.admission, each in a new slot, with the refusals' waits).
 DYNAMODB_RETRY_ATTEMPTS = 6
 #: "You can nest up to 10 intrinsic functions within a field"
 #: (https://docs.aws.amazon.com/step-functions/latest/dg/intrinsic-functions.html); States.MathAdd takes
@@ -353,10 +382,14 @@ class LedgerCall:
 
     # the states --------------------------------------------------------------------------------------
 
-    def slot(self) -> sfn.Pass:
+    def slot(self, again: bool = False) -> sfn.Pass:
         """The hold's slot from the second the state was entered: "2019-03-26T20:14:13.192Z" loses its
         fraction ('.') and its zone ('Z', or '+' in an offset form), then its date ('T'), to
-        States.StringSplit: s#20:14:13#<consumer>."""
+        States.StringSplit: s#20:14:13#<consumer>. Beside it, the refused tries so far (`retries`), the
+        throttled ones (`throttled.count`) and the wait before the next try should this one fail (`wait`, with
+        the index of the cap after it, `backoff`). `again`: the Pass a refused try comes back through,
+        which names a new slot for the next try (its input is the envelope, or the state with the ledger
+        field, not the item)."""
         entered = "$$.State.EnteredTime"
         second = entered
         for delimiter in ENTERED_TIME_CUTS:
@@ -366,11 +399,55 @@ class LedgerCall:
         slot = f"States.Format('{name}', {second})"
         # The same EnteredTime's date: the slot's UTC day, as SharedLedger counts a hold on its slot's day.
         day = f"States.Format('{DAY_PREFIX}{{}}', States.ArrayGetItem(States.StringSplit({entered}, '{ENTERED_DAY_CUT}'), 0))"
-        if self.slot_path == ENVELOPE_SLOT:
-            return sfn.Pass(self.scope, f"{self.id} ledger slot", parameters={"input.$": "$", "slot.$": slot, "day.$": day})
         parent, _, field = self.slot_path.rpartition(".")
-        return sfn.Pass(self.scope, f"{self.id} ledger slot", parameters={f"{field}.$": slot, "day.$": day},
-                        result_path=parent)
+        caps = ", ".join(str(c) for c in LEDGER_RETRY_WAIT_CAPS)
+        after = ", ".join(str(min(i + 1, len(LEDGER_RETRY_WAIT_CAPS) - 1)) for i in range(len(LEDGER_RETRY_WAIT_CAPS)))
+        tries: dict[str, Any] = {
+            "retries.$": f"States.MathAdd({parent}.retries, 1)",
+            "wait.$": f"States.MathRandom({LEDGER_RETRY_MIN_SECONDS}, States.ArrayGetItem(States.Array({caps}), "
+                      f"{parent}.backoff))",
+            "backoff.$": f"States.ArrayGetItem(States.Array({after}), {parent}.backoff)",
+            "throttled.$": f"{parent}.throttled",
+        } if again else {
+            "retries": 0,
+            "throttled": {"count": 0},
+            "wait.$": f"States.MathRandom({LEDGER_RETRY_MIN_SECONDS}, {LEDGER_RETRY_WAIT_CAPS[0]})",
+            "backoff": min(1, len(LEDGER_RETRY_WAIT_CAPS) - 1),
+        }
+        id = f"{self.id} ledger slot again" if again else f"{self.id} ledger slot"
+        if self.slot_path == ENVELOPE_SLOT:
+            item = ENVELOPE_INPUT if again else "$"
+            return sfn.Pass(self.scope, id, parameters={"input.$": item, "slot.$": slot, "day.$": day, **tries})
+        return sfn.Pass(self.scope, id, parameters={f"{field}.$": slot, "day.$": day, **tries}, result_path=parent)
+
+    def admission(self, refused: sfn.IChainable, error_path: str = ENVELOPE_ERROR) -> tuple[sfn.Pass, tasks.DynamoUpdateItem]:
+        """The slot Pass, then the reservation; a refusal (the ledger's condition failed) waits, names a
+        new slot and tries again, so the hold a try writes counts from that try, as Bedrock counts the
+        call from when it starts. A throttled or failing DynamoDB (DYNAMODB_RETRY_ERRORS) takes the same
+        way back, for the same reason, DYNAMODB_RETRY_ATTEMPTS times. After LEDGER_RETRY_ATTEMPTS refusals
+        (or DYNAMODB_RETRY_ATTEMPTS throttles) the error (Error and Cause at `error_path`) goes to `refused`, nothing
+        held. Returns the first state and the reservation task, for the caller's next state (and its own
+        catch of what is left, after these)."""
+        parent = self.slot_path.rpartition(".")[0]
+        first, again = self.slot(), self.slot(again=True)
+        reserve = self.reserve()
+        wait = sfn.Wait(self.scope, f"{self.id} ledger wait", time=sfn.WaitTime.seconds_path(f"{parent}.wait"))
+        retry = (sfn.Choice(self.scope, f"{self.id} ledger try again?")
+                 .when(sfn.Condition.number_greater_than_equals(f"{parent}.retries", LEDGER_RETRY_ATTEMPTS), refused)
+                 .otherwise(wait))
+        count = sfn.Pass(self.scope, f"{self.id} ledger throttled",
+                         parameters={"count.$": f"States.MathAdd({parent}.throttled.count, 1)"},
+                         result_path=f"{parent}.throttled")
+        throttled = (sfn.Choice(self.scope, f"{self.id} ledger throttled again?")
+                     .when(sfn.Condition.number_greater_than_equals(f"{parent}.throttled.count", DYNAMODB_RETRY_ATTEMPTS), refused)
+                     .otherwise(count))
+        count.next(wait)
+        wait.next(again)
+        again.next(reserve)
+        reserve.add_catch(retry, errors=[CONDITIONAL_CHECK_FAILED], result_path=error_path)
+        reserve.add_catch(throttled, errors=list(DYNAMODB_RETRY_ERRORS), result_path=error_path)
+        first.next(reserve)
+        return first, reserve
 
     def place(self, path: str) -> sfn.Pass:
         """The item with the answer at `path` (a reference path below $): ResultPath writes into the
@@ -379,6 +456,7 @@ class LedgerCall:
                         result_path=ENVELOPE_INPUT + path[1:], output_path=ENVELOPE_INPUT)
 
     def reserve(self) -> tasks.DynamoUpdateItem:
+        """The reservation's UpdateItem, with no Retry: admission() builds the way each try takes again."""
         ledger = self.consumer.ledger
         # Priorities (module docstring): within its floor, or while no consumer above the lowest priority waits.
         floor_left = self.consumer.floor_tpm - self.r
@@ -400,11 +478,8 @@ class LedgerCall:
                        "(attribute_not_exists(#day) OR (attribute_type(#day, :number) AND #day <= :day)) AND "
                        + outranked),
             values=values,
-            extra_names={"#ttl": LEDGER_TTL_ATTRIBUTE, "#waiting": PRIORITY_WAITING},
+            extra_names={"#ttl": LEDGER_TTL_ATTRIBUTE, "#waiting": PRIORITY_WAITING}, retry=False,
         )
-        task.add_retry(errors=[CONDITIONAL_CHECK_FAILED], interval=cdk.Duration.seconds(LEDGER_RETRY_INTERVAL_SECONDS),
-                       backoff_rate=2.0, max_attempts=LEDGER_RETRY_ATTEMPTS,
-                       max_delay=cdk.Duration.seconds(LEDGER_RETRY_MAX_DELAY_SECONDS), jitter_strategy=sfn.JitterType.FULL)
         return task
 
     def release(self) -> tasks.DynamoUpdateItem:
@@ -444,7 +519,7 @@ class LedgerCall:
 
     def _update(self, id: str, *, update: str, values: Mapping[str, tasks.DynamoAttributeValue],
                 condition: str = "attribute_exists(#slot)",
-                extra_names: Mapping[str, str] | None = None) -> tasks.DynamoUpdateItem:
+                extra_names: Mapping[str, str] | None = None, retry: bool = True) -> tasks.DynamoUpdateItem:
         ledger = self.consumer.ledger
         key = LEDGER_KEY_PREFIX + ledger.ledger_id
         task = tasks.DynamoUpdateItem(
@@ -456,8 +531,9 @@ class LedgerCall:
             expression_attribute_values=dict(values),
             result_path=sfn.JsonPath.DISCARD,
         )
-        task.add_retry(errors=list(DYNAMODB_RETRY_ERRORS), interval=cdk.Duration.seconds(1), backoff_rate=2.0,
-                       max_attempts=DYNAMODB_RETRY_ATTEMPTS, jitter_strategy=sfn.JitterType.FULL)
+        if retry:  # the reservation's own tries go through admission, each in a new slot
+            task.add_retry(errors=list(DYNAMODB_RETRY_ERRORS), interval=cdk.Duration.seconds(1), backoff_rate=2.0,
+                           max_attempts=DYNAMODB_RETRY_ATTEMPTS, jitter_strategy=sfn.JitterType.FULL)
         # aws-cdk-lib grants UpdateItem on the whole table: narrowed to this quota's item, as QuotaLedger's grants are.
         for statement in task._task_policies or []:
             statement.add_condition("ForAllValues:StringEquals", {LEADING_KEYS: [key]})

@@ -594,8 +594,10 @@ def model_call(
     settle.add_catch(head, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
     settle.next(head)
     task.next(call.charge(_join(source, LEDGER_USAGE), settle))
-    slot = call.slot()
-    slot.next(call.reserve()).next(task)
+    # a refusal waits and tries again in a new slot; one still refused after the ledger's retries fails the
+    # call as before (the same Fail, nothing held, so nothing to release)
+    slot, reserve = call.admission(failed, ENVELOPE_ERROR)
+    reserve.next(task)
     answered = pick.afterwards()
     if placed:
         answered = answered.next(call.place(path))

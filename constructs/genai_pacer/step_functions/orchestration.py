@@ -599,7 +599,8 @@ _PARALLEL_STATES = ("Prompts", "Synthesis", "Synthesis answer", "Synthesis no te
 #: What a prompt's name may not end with: the states model_call adds after a branch's name.
 _CALL_STATE_SUFFIXES = (" answer", " no text", " has text?", *TIER_STATE_SUFFIXES)
 #: The suffixes of the states a ledger-paced call adds after its name (ledger_steps.LedgerCall, model_call).
-_LEDGER_STATE_SUFFIXES = (" ledger slot", " reserve", " release", " failed", " cache writes?", " charge",
+_LEDGER_STATE_SUFFIXES = (" ledger slot", " ledger slot again", " ledger try again?", " ledger wait",
+                          " ledger throttled", " ledger throttled again?", " reserve", " release", " failed", " cache writes?", " charge",
                           " charge with cache writes", " settle", " ledger answer") + tuple(
                               f" charge output {i}" for i in range(1, 11))
 _STATE_NAME_FORBIDDEN = '<>{}[]?*"#%\\^|~`$&,;:/'

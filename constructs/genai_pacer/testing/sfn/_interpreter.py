@@ -541,24 +541,32 @@ def _execute_lambda(env, parameters, region, state_credentials) -> None:
 
 
 class _ScaledTime:
-    """Stands in for the `time` module in moto's retrier: sleeps 1/time_scale of the interval."""
+    """The case's clock: stands in for the `time` module in moto's retrier and waits for moto's Wait
+    states, both 1/time_scale of the interval. Every wait of an execution goes through `wait`, so a test
+    that moves the case's time while a state machine waits patches that one method."""
 
     def sleep(self, seconds: float) -> None:
+        self.wait(seconds)
+
+    def wait(self, seconds: float, env: Any = None) -> None:
+        """Wait `seconds` of the case's time; a Wait state's (env given) ends early when its execution stops."""
         scale = _ACTIVE.time_scale if _ACTIVE else 1.0
-        time.sleep(max(seconds, 0) / scale)
+        if env is None:
+            time.sleep(max(seconds, 0) / scale)
+            return
+        deadline = time.monotonic() + max(seconds, 0) / scale
+        while env.is_running():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            env.program_state_event.wait(remaining)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
 
 
 def _wait_interval(self, env, wait_seconds) -> None:
-    scale = _ACTIVE.time_scale if _ACTIVE else 1.0
-    deadline = time.monotonic() + max(wait_seconds, 0) / scale
-    while env.is_running():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return
-        env.program_state_event.wait(remaining)
+    _ScaledTime().wait(wait_seconds, env)
 
 
 # ---- JSONPath ----------------------------------------------------------------------------------
