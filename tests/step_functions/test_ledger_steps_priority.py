@@ -48,16 +48,16 @@ def test_a_state_machine_beyond_its_floor_waits_while_an_interactive_consumer_wa
     with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
         interactive, _ = interactive_waiting(runner, ledger, summaries_at_floor=True)
         waits: list[float] = []
-        original = _interpreter._ScaledTime.sleep
+        original = _interpreter._ScaledTime.wait
 
-        def wait(self, seconds: float) -> None:  # the reservation's Retry: the interactive consumer asks again
+        def wait(self, seconds: float, env=None) -> None:  # the reservation's wait: the interactive consumer asks again
             waits.append(seconds)
             if len(waits) == 2:
                 assert isinstance(interactive.try_reserve(NEED), LedgerHold)  # served first, the flag removed
                 assert PRIORITY_WAITING not in item_of(runner, ledger)
-            original(self, seconds)
+            original(self, seconds, env)
 
-        monkeypatch.setattr(_interpreter._ScaledTime, "sleep", wait)
+        monkeypatch.setattr(_interpreter._ScaledTime, "wait", wait)
         run = runner.run(PROMPT).raise_for_status()
         item = item_of(runner, ledger)
     # refused twice though the window had room for both (its 200,000 + 3,000 of 400,000): batch waits
