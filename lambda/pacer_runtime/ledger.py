@@ -426,27 +426,18 @@ class LedgerView:
                 else:
                     view.days[name[len(DAY_PREFIX):]] = number
                 continue
-            if name == HELD:
+            if name in (HELD, OUTPUT_HELD) or name.startswith((CONSUMER_PREFIX, OUTPUT_CONSUMER_PREFIX)):
                 if number is None:
-                    view.problems.append(f"held is not a finite number: {_shown(value)}")
-                else:
+                    view.problems.append(f"{name} is not a finite number: {_shown(value)}")
+                elif name == HELD:
                     view.held = number
-            elif name.startswith(CONSUMER_PREFIX):
-                if number is None:
-                    view.problems.append(f"{name} is not a finite number: {_shown(value)}")
-                else:
-                    view.consumers[name[len(CONSUMER_PREFIX):]] = number
-            elif name == OUTPUT_HELD:
-                if number is None:
-                    view.problems.append(f"{OUTPUT_HELD} is not a finite number: {_shown(value)}")
-                else:
+                elif name == OUTPUT_HELD:
                     view.output_held = number
-            elif name.startswith(OUTPUT_CONSUMER_PREFIX):
-                if number is None:
-                    view.problems.append(f"{name} is not a finite number: {_shown(value)}")
+                elif name.startswith(CONSUMER_PREFIX):
+                    view.consumers[name[len(CONSUMER_PREFIX):]] = number
                 else:
                     view.output_consumers[name[len(OUTPUT_CONSUMER_PREFIX):]] = number
-            elif name.startswith(SLOT_PREFIX) or name.startswith(OUTPUT_SLOT_PREFIX):
+            elif name.startswith((SLOT_PREFIX, OUTPUT_SLOT_PREFIX)):
                 output = name.startswith(OUTPUT_SLOT_PREFIX)
                 start, consumer = _parse_slot(name, now, OUTPUT_SLOT_PREFIX if output else SLOT_PREFIX)
                 if number is None or start is None or consumer is None or number < 0:

@@ -322,17 +322,9 @@ def check_plan(declared: DeclaredQuota) -> list[Finding]:
     if declared.output_tpm_quota is not None:
         return _mantle_plan_findings(declared, declared.output_tpm_quota, where)
     findings = []
-    allocatable = declared.tpm_quota * (1 - declared.keep_free)
     if declared.shares:
-        allocated = declared.allocated_tpm
-        over = allocated > allocatable * (1 + 1e-9)
-        findings.append(Finding(
-            "error" if over else "ok",
-            f"{where}: {len(declared.shares)} share(s) allocate {allocated:,.0f} TPM, {allocated / allocatable:.1%} of "
-            f"the declared {declared.tpm_quota:,.0f} TPM"
-            + (f" less {declared.keep_free:.0%} kept free" if declared.keep_free else "")
-            + ("; together they overdraw it and Bedrock throttles them: lower the shares or raise the quota" if over
-               else "")))
+        findings.append(_allocation(f"{where}: {len(declared.shares)} share(s)", declared.allocated_tpm, "TPM",
+                                    declared.tpm_quota, "TPM", declared.keep_free))
     findings += _tier_findings(declared, where)
     day = declared.day()
     findings += [Finding("warning", f"{where}: {warning}") for warning in day.warnings]
@@ -356,17 +348,20 @@ def _mantle_plan_findings(declared: DeclaredQuota, output_quota: float, where: s
                                 ("output", output_quota, declared.output_shares)):
         if not shares:
             continue
-        allocatable = quota * (1 - declared.keep_free)
-        allocated = sum(tpm for _, tpm in shares)
-        over = allocated > allocatable * (1 + 1e-9)
-        findings.append(Finding(
-            "error" if over else "ok",
-            f"{where} (bedrock-mantle): {len(shares)} share(s) allocate {allocated:,.0f} {kind} TPM, "
-            f"{allocated / allocatable:.1%} of the declared {quota:,.0f} {kind} tokens per minute"
-            + (f" less {declared.keep_free:.0%} kept free" if declared.keep_free else "")
-            + ("; together they overdraw it and Bedrock throttles them: lower the shares or raise the quota" if over
-               else "")))
+        findings.append(_allocation(f"{where} (bedrock-mantle): {len(shares)} share(s)", sum(tpm for _, tpm in shares),
+                                    f"{kind} TPM", quota, f"{kind} tokens per minute", declared.keep_free))
     return findings
+
+
+def _allocation(shares: str, allocated: float, unit: str, quota: float, quota_unit: str, keep_free: float) -> Finding:
+    """What `shares` allocate of one declared quota: an error when together they overdraw it."""
+    allocatable = quota * (1 - keep_free)
+    over = allocated > allocatable * (1 + 1e-9)
+    return Finding(
+        "error" if over else "ok",
+        f"{shares} allocate {allocated:,.0f} {unit}, {allocated / allocatable:.1%} of the declared {quota:,.0f} {quota_unit}"
+        + (f" less {keep_free:.0%} kept free" if keep_free else "")
+        + ("; together they overdraw it and Bedrock throttles them: lower the shares or raise the quota" if over else ""))
 
 
 def _tier_findings(declared: DeclaredQuota, where: str) -> list[Finding]:
