@@ -90,6 +90,21 @@ counts from when the call returned, a little longer than Bedrock may (a call tha
 costs on-demand room, never a throttle). Without reserved_ledger, give each process its own part of
 the reservation.
 
+A share with no on-demand room (issues 25 and 37): ModelQuota gives a share drawn at
+service_tier="reserved" whose calls the reservation holds completely an on-demand TPM of 0, so
+GENAI_PACER_TPM is 0. Such a pacer still starts and admits its reserved calls through the
+reservation (and reserved_ledger) as above; what has no on-demand room is chosen, not unbounded:
+- Without a ledger (QuotaPacer(0, reserved_input_tpm=..., reserved_output_tpm=...)): a call the
+  reservation cannot hold (a reserved call's overflow, or a call asking for another tier) is
+  refused at once with AdmissionRejected saying the share has no on-demand TPM; it is never sent
+  (waiting would not help: no room ever frees).
+- With a ledger (QuotaLedger.environment: tpm is the share's burst cap, fallback_tpm=0): the
+  overflow borrows on-demand room through the shared ledger like any call. While the ledger cannot
+  be used there is no static share to fall back to, so the call waits for the ledger (retried every
+  ledger_retry_seconds) and is refused with AdmissionRejected, naming the unusable ledger and
+  fallback_tpm=0, as soon as its deadline comes before the ledger's retry; it is never sent on the
+  pacer's own say-so (fallback_tpm=0 admits nothing, not even into an empty window).
+
 Use one pacer per model quota per process, shared by every thread. With bedrock_client, set
 max_attempts=1: each SDK retry would be a new reservation the pacer never admitted; retry through
 call_with_backoff / BoundedCalls / run_side_by_side instead, which call the pacer again for each
@@ -378,13 +393,16 @@ class QuotaPacer:
         holds (see the module docstring). tpm is then this process's local cap (the consumer's
         burst cap, or the whole quota). Default: None (this process alone).
     fallback_tpm: with a ledger, what this process may use on its own while the ledger cannot be
-        used: its static share. Default: tpm x 0.1 (min_fraction's default), never unbounded.
+        used: its static share. 0: none (a share the reservation holds completely): its on-demand calls
+        wait for the ledger, or are rejected (the module docstring). Default: tpm x 0.1
+        (min_fraction's default), never unbounded.
     ledger_retry_seconds: how long the pacer stays on fallback_tpm after a LedgerError before it
         tries the ledger again. Default: 5.
     reserved_input_tpm / reserved_output_tpm: this process's part of the model's Reserved tier
         reservation, in input and output tokens per minute (both or neither; the module docstring
         says how reserved calls are held). Default: none: a call asking for `reserved` is held
-        against tpm like any other (the pacer cannot know the reservation's room).
+        against tpm like any other (the pacer cannot know the reservation's room). With them, tpm
+        may be 0: a share with no on-demand room, whose other calls are rejected (module docstring).
     reserved_ledger: a pacer_runtime.ledger.SharedLedger keeping the Reserved tier reservation every
         process shares (quota_tpm: its input, output_quota_tpm: its output tokens per minute; a ledger
         id of its own, e.g. "<model>#reserved"); needs reserved_input_tpm/reserved_output_tpm (this
@@ -431,8 +449,13 @@ class QuotaPacer:
         reserved_ledger: SharedLedger | None = None,
     ):
         mantle = input_tpm is not None or output_tpm is not None
+        # A share the Reserved tier reservation holds completely has no on-demand TPM: tpm=0 is its size.
+        reserved_only = (not mantle and _is_number(tpm) and tpm == 0 and reserved_input_tpm is not None
+                         and reserved_output_tpm is not None)
         problems = [
-            *_positive("tpm", tpm, "the share's tokens per minute, e.g. 300000", optional=mantle),
+            *([] if reserved_only else _positive(
+                "tpm", tpm, "the share's tokens per minute, e.g. 300000; 0 only with reserved_input_tpm and "
+                "reserved_output_tpm, for a share the Reserved tier reservation holds completely", optional=mantle)),
             *_positive("input_tpm", input_tpm, "the share's bedrock-mantle input tokens per minute", optional=True),
             *_positive("output_tpm", output_tpm, "the share's bedrock-mantle output tokens per minute", optional=True),
             *_positive("rpm", rpm, "the share's requests per minute, or None", optional=True),
@@ -446,7 +469,8 @@ class QuotaPacer:
             *_bounded("expiry_margin_seconds", expiry_margin_seconds, 0, math.inf, "seconds, e.g. 0.5"),
             *_positive("chars_per_token", chars_per_token, "characters per token, e.g. 4"),
             *_positive("poll_seconds", poll_seconds, "seconds, e.g. 0.25"),
-            *_positive("fallback_tpm", fallback_tpm, "the share's static per-process TPM", optional=True),
+            *_bounded("fallback_tpm", fallback_tpm, 0, math.inf, "the share's static per-process TPM; 0 for a share "
+                      "with no on-demand TPM", optional=True),
             *_bounded("ledger_retry_seconds", ledger_retry_seconds, 0, 3600, "seconds, e.g. 5"),
             *_positive("reserved_input_tpm", reserved_input_tpm, "the reservation's input tokens per minute, or None",
                        optional=True),
@@ -520,6 +544,7 @@ class QuotaPacer:
         self._ledger_retry_at = -math.inf  # pacer time before which the ledger is not asked again
         self._ledger_ready_at: float | None = None  # the ledger's last prediction (pacer time)
         self._ledger_reason = ""
+        self._ledger_error = ""  # why the ledger could not be used last (a LedgerError's message)
         self._ledger_busy = False  # a waiter is asking the ledger (with the lock released)
         self._counts.update(ledger_refusals=0, ledger_fallbacks=0, ledger_errors=0)
         self._reservation = (None if reserved_input_tpm is None or reserved_output_tpm is None
@@ -542,6 +567,8 @@ class QuotaPacer:
         also uses the quota's shared ledger: its local cap is then the consumer's burst cap and
         GENAI_PACER_TPM (the static per-process share) becomes fallback_tpm. The reservation's
         variables apply either way (the reservation is this process's own, not in the ledger).
+        GENAI_PACER_TPM=0 (a reserved share the reservation holds completely) is taken: the pacer starts,
+        and its calls the reservation does not hold wait for the ledger or are rejected (module docstring).
         """
         env = os.environ if environ is None else environ
         tpm_name, rpm_name, burndown_name = ENVIRONMENT
@@ -656,6 +683,16 @@ class QuotaPacer:
         if self.daily_tokens is not None and reservation > self.daily_tokens:
             raise ValueError(f"QuotaPacer: a reservation of {reservation:,} tokens exceeds daily_tokens="
                              f"{self.daily_tokens:,.0f}, so it can never be admitted: lower maxTokens or raise daily_tokens")
+        if self.tpm == 0:  # a share the reservation holds completely: no on-demand room, ever
+            with self._cond:
+                self._counts["rejected_at_once"] += 1
+            raise AdmissionRejected(
+                f"QuotaPacer: a call reserving {reservation:,} tokens cannot be admitted: this share has no on-demand "
+                "TPM (tpm=0: a share drawn at service_tier='reserved' whose calls the Reserved tier reservation holds "
+                "completely), and the reservation did not hold this call (it asks for another tier, or the reservation "
+                "is full). It was not sent: send it as serviceTier reserved within the reservation, shed it, or draw "
+                "the share with on-demand room (ModelQuota.share with more calls than the reservation holds)",
+                reservation=reservation, earliest_start_seconds=None, late=False)
         if reservation > self.tpm:
             raise ValueError(
                 f"QuotaPacer: a reservation of {reservation:,} tokens exceeds the share's {self.tpm:,.0f} "
@@ -687,7 +724,8 @@ class QuotaPacer:
                         if self.ledger is None:
                             return self._admit(waiter, now)
                         if now < self._ledger_down_until:  # the ledger cannot be used: the static share
-                            if self._fits(reservation, self.fallback_tpm, output=waiter.output):
+                            # fallback_tpm=0 admits nothing: _fits lets any call into an empty window
+                            if self.fallback_tpm > 0 and self._fits(reservation, self.fallback_tpm, output=waiter.output):
                                 self._counts["ledger_fallbacks"] += 1
                                 return self._admit(waiter, now)
                         elif now >= self._ledger_retry_at or not waiter.asked:
@@ -708,7 +746,9 @@ class QuotaPacer:
                         eta = self._earliest_start(waiter, now)
                         if self.ledger is not None and now < self._ledger_down_until:
                             # on the fallback: its static share, or the ledger again once it is retried
-                            on_fallback = self._earliest_start(waiter, now, min(self.fallback_tpm, self._limit))
+                            fallback_limit = min(self.fallback_tpm, self._limit)
+                            on_fallback = (self._earliest_start(waiter, now, fallback_limit) if fallback_limit > 0
+                                           else math.inf)  # no static share: only the ledger's retry
                             eta = min(on_fallback, max(eta, self._ledger_down_until))
                         if (self.ledger is not None and self._ledger_ready_at is not None and now >= self._ledger_down_until
                                 and (waiter.asked or self._waiters[0] is not waiter)):
@@ -992,7 +1032,10 @@ class QuotaPacer:
             self._cond.notify_all()
         if isinstance(outcome, LedgerError):
             self._ledger_down_until = self._now() + self.ledger_retry_seconds
-            log("WARNING", "QuotaPacer: the shared ledger cannot be used; this process falls back to its static share",
+            self._ledger_error = str(outcome)
+            log("WARNING", "QuotaPacer: the shared ledger cannot be used; this process falls back to its static share"
+                + ("" if self.fallback_tpm > 0 else ", which is none (fallback_tpm=0): its on-demand calls wait for the "
+                   "ledger or are rejected"),
                 error=str(outcome), code=outcome.code, fallback_tpm=self.fallback_tpm,
                 retry_in_seconds=self.ledger_retry_seconds)
             metrics.emit({metrics.LEDGER_FALLBACKS: 1},
@@ -1108,7 +1151,14 @@ class QuotaPacer:
             + (f" and the output window {self._output.held:,.0f} of {self._output_limit(self._limit):,.0f} output "
                f"tokens per minute for its max_tokens={waiter.output:,}" if self._output is not None else "")
             + f" with {ahead} call(s) waiting ahead, so the earliest start is in {wait:.2f} s"
-            + (f" (the shared ledger: {self._ledger_reason})" if self.ledger is not None and self._ledger_reason else "")
+            + (f" (the shared ledger: {self._ledger_reason})" if self.ledger is not None and self._ledger_reason
+               and now >= self._ledger_down_until else "")
+            + ((f" (the shared ledger cannot be used ({self._ledger_error}) until it is retried in "
+                f"{self._ledger_down_until - now:.2f} s, and fallback_tpm=0: this share has no static on-demand TPM to "
+                "fall back to, as a share the Reserved tier reservation holds completely)" if self.fallback_tpm == 0 else
+                f" (the shared ledger cannot be used ({self._ledger_error}): on fallback_tpm={self.fallback_tpm:,.0f} "
+                f"until it is retried in {self._ledger_down_until - now:.2f} s)")
+               if self.ledger is not None and now < self._ledger_down_until else "")
             + (f" (the day's tokens are spent: {self._day_tokens:,.0f} of daily_tokens={self.daily_tokens:,.0f}; "
                "the pacer's day ends at 00:00 UTC)" if day else "")
             + ". It was not sent: shed it (a fallback answer, or ask the "
