@@ -6,11 +6,11 @@ each share is a floor its consumer always gets back, and above it the consumer b
 others leave, up to its burst cap (docs/quota.md, "One quota across processes").
 
 The app's other consumers (the orchestration, queue, pre-computation and experiment stacks) take no
-part in this ledger, and the ledger knows nothing of what they hold: its window check is against the
-whole allocatable quota. So this stack sizes its consumers from what the others leave: the floors are
-half of it, the burst caps add up to all of it, and the ledger's consumers never hold, between them,
-more than the others left. (In an app whose every consumer takes part, the bursts may add up to more
-than the quota: the ledger decides how much of each runs at any moment.)
+part in this ledger: the ledger sees none of their holds, so at synth it leaves their shares' TPM free
+(QuotaLedger.shared_tpm: the allocatable quota less the shares held outside every ledger, written into
+each consumer's GENAI_PACER_LEDGER_QUOTA_TPM and the Map's reservation). This stack sizes its consumers
+from what the others leave: the floors are half of it, the burst caps add up to all of it. (The burst
+caps may add up to more: the ledger decides how much of each runs at any moment.)
 """
 
 from __future__ import annotations

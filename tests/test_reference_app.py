@@ -175,8 +175,8 @@ def test_the_shared_quota_stacks_ledger_consumers_hold_floors_and_burst_caps_bes
         reference_assembly, reference_templates):
     """stacks/shared_quota_stack.py: a function's QuotaPacer, a QueuedInference worker and a BoundedMap share
     one QuotaLedger, each with its floor and burst cap where its runtime reads them; the app's other consumers
-    take no part in the ledger (which counts only its own consumers' holds), so the ledger's burst caps add up
-    to no more than the quota the others leave, and nothing the ledger admits can land on their shares."""
+    take no part in the ledger, so the ledger's consumers share the allocatable quota less what the others'
+    shares draw (QuotaLedger.shared_tpm), and nothing the ledger admits can land on their shares."""
     from genai_pacer.quota.ledger import LEDGER_ENVIRONMENT
 
     (plan_file,) = reference_assembly.glob("genai-pacer-quota.*.json")
@@ -194,7 +194,7 @@ def test_the_shared_quota_stacks_ledger_consumers_hold_floors_and_burst_caps_bes
     for name in ("Assistant", "TicketTriage"):  # the two processes: what SharedLedger.from_environment reads
         variables = _function(template, consumer, name)["Environment"]["Variables"]
         assert (float(variables[floor]), float(variables[burst]), float(variables[quota_tpm])) == (
-            round(shares[name]["tpm"]), round(shares[name]["burst_tpm"]), plan["allocatable_tpm"])
+            round(shares[name]["tpm"]), round(shares[name]["burst_tpm"]), round(plan["allocatable_tpm"] - outside))
     # one call at a time per process: the processes the floor sustains, each falling back to its part of it
     assistant = _function(template, consumer, "Assistant")
     assert assistant["Environment"]["Variables"]["GENAI_PACER_LEDGER_PRIORITY"] == "interactive"

@@ -157,7 +157,9 @@ def test_the_environment_gives_each_consumer_its_floor_burst_and_fallback():
     ledger = QuotaLedger(stack, "Ledger", quota=quota(stack, keep_free=0.1))
     env = ledger.environment("Interactive", burst_tpm=300_000)
     assert stack.resolve(env["GENAI_PACER_LEDGER_TABLE"]) == {"Ref": stack.get_logical_id(ledger.table.node.default_child)}
-    assert {k: env[k] for k in LEDGER_ENVIRONMENT[1:]} == {
+    batch = ledger.environment("Batch")  # both shares are the ledger's consumers: none is held outside it
+    # the minute and the burst cap are tokens resolved at synth (QuotaLedger.shared_tpm: none outside here)
+    assert {k: stack.resolve(env[k]) for k in LEDGER_ENVIRONMENT[1:]} == {
         "GENAI_PACER_LEDGER_ID": "us.amazon.nova-lite-v1:0",
         "GENAI_PACER_LEDGER_CONSUMER": "Interactive",
         "GENAI_PACER_LEDGER_QUOTA_TPM": "360000",  # 400,000 less keep_free
@@ -167,7 +169,7 @@ def test_the_environment_gives_each_consumer_its_floor_burst_and_fallback():
         "GENAI_PACER_LEDGER_DAILY_TOKENS": str(360_000 * 1_440),  # the day, less keep_free too
     }
     assert env["GENAI_PACER_TPM"] == "50000"  # the static per-process share: the fallback (4 executions)
-    assert ledger.environment("Batch")["GENAI_PACER_LEDGER_BURST_TPM"] == "360000"  # default: the whole quota
+    assert stack.resolve(batch["GENAI_PACER_LEDGER_BURST_TPM"]) == "360000"  # default: the whole quota
 
 
 @pytest.mark.parametrize(("share", "burst", "needle"), [

@@ -364,7 +364,7 @@ def test_a_reserved_shares_environment_shares_the_reservation_through_the_quotas
     assert keys == ["quota#us.amazon.nova-2-lite-v1:0", "quota#us.amazon.nova-2-lite-v1:0#reserved"]
 
     clock = Clock()
-    env = {name: ("ledger" if name.endswith("_TABLE") else value) for name, value in env.items()}
+    env = {name: ("ledger" if name.endswith("_TABLE") else stack.resolve(value)) for name, value in env.items()}
     one, two = (QuotaPacer.from_environment(env, ledger=SharedLedger.from_environment(
         {**env, "GENAI_PACER_LEDGER_CONSUMER": name}, client=own_client(), clock=clock), clock=clock)
         for name in ("one", "two"))

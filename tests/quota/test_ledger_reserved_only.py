@@ -44,7 +44,8 @@ def ledger_environment() -> dict[str, str]:
     stack, quota = reserved_only_quota()
     env = QuotaLedger(stack, "Ledger", quota=quota).environment("Interactive")
     assert env["GENAI_PACER_TPM"] == "0"  # the defect's input: no on-demand room of its own
-    return {name: (TABLE if name.endswith("_TABLE") else value) for name, value in env.items()}
+    # the minute and the burst cap are tokens resolved at synth (QuotaLedger.shared_tpm)
+    return {name: (TABLE if name.endswith("_TABLE") else stack.resolve(value)) for name, value in env.items()}
 
 
 def process(env: dict[str, str], clock: Clock, consumer: str, client=None) -> QuotaPacer:

@@ -55,6 +55,9 @@ def ledger_stack(stack: cdk.Stack | None = None, *, request: ConverseRequest | N
     plan = quota.share("Summaries", profile, fraction=0.5, call_seconds=4)
     quota.share("Interactive", profile, fraction=0.4, call_seconds=4)
     ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    # the Interactive share's process consumer (process_consumer) takes part through the ledger's variables: held by
+    # no construct of the app, it would otherwise count outside the ledger (QuotaLedger.outside_shares)
+    ledger.environment("Interactive")
     request = request or ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=MAX_TOKENS)
     props = {"model": MODEL, "ledger": ledger, **props}
     summaries = BoundedMap(stack, "Summaries", max_concurrency=plan, request=request, **props)

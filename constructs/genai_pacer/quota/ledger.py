@@ -234,13 +234,54 @@ class QuotaLedger(Construct):
         # The construct paths of who takes part (grant_use's grantees and their roles, the state machines'
         # constructs): the quota's plan counts a share those hold at its floor, not at their caps.
         self._members: set[str] = set()
+        # The shares this ledger gave a consumer its variables for (outside_shares: a share no construct synth
+        # sees holds is inside when its consumer got them).
+        self._declared: set[str] = set()
         quota._ledgers.append(self)
         cdk.Aspects.of(self).add(_WarnStateMachinesOnly(self))
 
     @property
     def quota_tpm(self) -> float:
-        """What the consumers share: the quota's allocatable TPM (tpm_quota x (1 - keep_free))."""
+        """The quota's allocatable TPM (tpm_quota x (1 - keep_free)): what the ledger's consumers share
+        when every share of the quota is held in a ledger (`shared_tpm()` is what they share)."""
         return self.quota.allocatable_tpm
+
+    def outside_shares(self) -> dict[str, float]:
+        """The shares of the quota held outside every QuotaLedger of it, with the TPM each draws
+        (Share.drawn_tpm: its TPM, or what its holders' caps draw if more), read from the quota's plan
+        of the complete app (ModelQuota.plan(consumers=True), computed once per synth).
+
+        A share is inside when every holder synth found takes part in a ledger of the quota
+        (Share.in_ledger), or, held by no construct synth can see, when a ledger gave a consumer its
+        variables (environment(share), consumer_variables, a state machine's ledger=): a process outside
+        the app then uses it through the ledger. Every other share is outside: a plain QuotaPacer or a
+        construct without ledger= holds it (or, held by nobody synth sees, something outside the app may
+        draw it, as the plan counts it). A bedrock-mantle quota's callers cannot be found (their grants
+        name projects): none is outside."""
+        # While the census runs it resolves the consumers' states (to read their max_tokens), and with them the
+        # tokens that call this: the number it reads there is never used, the tokens are resolved again after.
+        if self.output_quota_tpm is not None or self.quota._in_census:
+            return {}
+        plan = self.quota._complete_plan()
+        declared = set().union(*(getattr(ledger, "_declared", set()) for ledger in self.quota._ledgers))
+        return {share.name: share.drawn_tpm for share in plan.shares
+                if not share.in_ledger and (plan.holders(share) or share.name not in declared)}
+
+    def shared_tpm(self) -> float:
+        """Q, what the ledger's consumers share at run time: the allocatable TPM minus what the shares held
+        outside every ledger draw (`outside_shares()`). The ledger sees only its own consumers' holds, so
+        without this its consumers would borrow the TPM the outside shares use and the model would throttle
+        them all. Known once the app is complete: environment(share) and the state machines' reservations
+        carry it as a token resolved at synth (`lazy_tpm`)."""
+        return self.quota_tpm - sum(self.outside_shares().values())
+
+    def lazy_tpm(self, value: Any) -> str:
+        """A token, resolved at synth once the app is complete, for `value(shared_tpm())` written as a whole
+        number (as the other GENAI_PACER_LEDGER_* numbers are): what environment(share) and the state
+        machines' condition numbers carry for the minute, since consumers and shares are added after the
+        ledger (an experienced CDK user's order: the ledger first, its consumers later)."""
+        # uncached: the census resolves these tokens too (while it runs they are placeholders, outside_shares)
+        return cdk.Lazy.uncached_string(_Produce(lambda: f"{value(self.shared_tpm()):.0f}"))
 
     @property
     def output_quota_tpm(self) -> float | None:
@@ -355,9 +396,12 @@ class QuotaLedger(Construct):
         """The ledger's own variables (GENAI_PACER_LEDGER_*) for one consumer, unchecked: `environment`
         checks a share's; a construct that takes part itself (QueuedInference(ledger=...)) checks its own.
         The consumer's priority (LEDGER_PRIORITY_VARIABLE) only when its share was drawn with one."""
+        self._declared.add(consumer)  # a ledger consumer, even when synth sees no construct holding its share
+        # The minute and the burst cap: Q = shared_tpm() (the allocatable TPM less the shares held outside
+        # every ledger), resolved at synth; a burst cap above Q is Q (SharedLedger takes burst <= quota).
         variables = dict(zip(LEDGER_ENVIRONMENT, (
-            self.table.table_name, self.ledger_id, consumer, f"{self.quota_tpm:.0f}", f"{floor_tpm:.0f}",
-            f"{self.quota_tpm if burst_tpm is None else burst_tpm:.0f}",
+            self.table.table_name, self.ledger_id, consumer, self.lazy_tpm(lambda q: q), f"{floor_tpm:.0f}",
+            self.lazy_tpm(lambda q: q if burst_tpm is None else min(burst_tpm, q)),
             f"{self.clock_skew.to_seconds(integral=False):g}", str(self.daily_tokens),
         ), strict=True))
         drawn = self.quota.shares.get(consumer)
@@ -378,6 +422,38 @@ class QuotaLedger(Construct):
         hold_output_burndown, as every consumer of the ledger holds it). A call holding more than a
         consumer's burst cap can never be admitted (SharedLedger refuses it)."""
         return int(prompt_tokens) + math.ceil(max_tokens * self.quota.burndown)
+
+    def _check_outside(self, check: Checks, plan: Any) -> None:
+        """At synth, from the complete plan (ModelQuota's validation): the outside shares must leave the
+        ledger something, and what synth cannot count outside the ledger is named (a warning: the ledger
+        leaves free only what the plan counts)."""
+        outside = self.outside_shares()
+        if not outside:
+            return
+        shown = ", ".join(f"{name!r} ({tpm:,.0f} TPM)" for name, tpm in outside.items())
+        check.rule(
+            self.shared_tpm() >= 1,
+            f"QuotaLedger {self.node.id}: the shares held outside every ledger of ModelQuota {self.quota.node.id} "
+            f"({shown}) draw all of its {self.quota_tpm:,.0f} allocatable TPM, leaving the ledger's consumers nothing; "
+            "move them into the ledger (ledger.grant_use + ledger.environment(share), or ledger= on the construct) "
+            "or make them smaller", id="ledger.outside-shares-leave-nothing")
+        for share in plan.shares:
+            for holder in plan.holders(share) if share.name in outside else ():
+                if holder.deploy_time_cap:
+                    warn(self, "ledger-outside-deploy-time-cap",
+                         f"QuotaLedger {self.node.id} leaves free the {outside[share.name]:,.0f} TPM of share "
+                         f"{share.name!r}, held outside the ledger by {holder.kind} {holder.path}, but its cap is a "
+                         f"deploy-time value ({holder.cap}) synth cannot read, so it may draw more and the ledger's "
+                         "consumers borrow it: move it into the ledger (ledger.grant_use + ledger.environment(share), "
+                         "or ledger= on the construct), give it a cap known at synth, or cap the ledger's consumers' "
+                         "burst_tpm at what it leaves")
+        for consumer in plan.unshared:
+            if not consumer.in_ledger:
+                warn(self, "ledger-outside-unshared",
+                     f"QuotaLedger {self.node.id}: {consumer.kind} {consumer.path} calls the model outside the ledger "
+                     f"and holds no share of ModelQuota {self.quota.node.id}, so the ledger cannot leave free what it "
+                     f"draws ({consumer.worst_case()}) and its consumers may borrow it: draw it a share "
+                     "(max_concurrency=quota.share(...), or a share named after it), or move it into the ledger")
 
     def grant_use(self, grantee: iam.IGrantable) -> iam.Grant:
         """Reserve, settle and release in this quota's ledger (UpdateItem, GetItem on its item only)."""
@@ -443,6 +519,17 @@ class QuotaLedger(Construct):
                 f"table {table.node.path} has " + (f"its TTL on {ttl!r}" if ttl else "no TTL") + f": set "
                 f"time_to_live_attribute='{LEDGER_TTL_ATTRIBUTE}' so DynamoDB drops the items of quotas nobody uses",
             )
+
+
+@jsii.implements(cdk.IStringProducer)
+class _Produce:
+    """A cdk.Lazy.uncached_string producer calling `value` each time the token is resolved (at synth)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def produce(self, context: cdk.IResolveContext) -> str:
+        return cast(str, self.value())
 
 
 @jsii.implements(cdk.IAspect)

@@ -766,6 +766,8 @@ class ModelQuota(Construct):
         self._shares: dict[str, Share] = {}
         self._issued: dict[int, tuple[planning.RatePlan, str]] = {}  # id(plan) -> (plan, share name)
         self._ledgers: list[Any] = []  # the QuotaLedgers of this quota (each appends itself)
+        self._synth_plan: QuotaPlan | None = None  # plan(consumers=True) of the last validation (_complete_plan)
+        self._in_census = 0  # > 0 while the census runs (QuotaLedger.outside_shares)
         _QUOTAS.setdefault(self.node.root, []).append(self)
         self.node.add_validation(_Enforced(self))
         cdk.Aspects.of(self).add(_PublishPlan(self))
@@ -1083,6 +1085,16 @@ class ModelQuota(Construct):
         """The shares drawn so far, by name, in the order they were drawn."""
         return dict(self._shares)
 
+    def _complete_plan(self) -> QuotaPlan:
+        """plan(consumers=True) of the complete app, for the tokens resolved at synth (QuotaLedger.shared_tpm):
+        the one this synth's validation computed (validation runs once the app is built, before any token is
+        resolved), so the census runs once per synth however many tokens read it. A token resolved before
+        (by an Aspect such as cdk-nag's, or stack.resolve) computes it once and keeps it until the validation
+        computes it again: the template always carries the validation's."""
+        if self._synth_plan is None:
+            self._synth_plan = self.plan(consumers=True)
+        return self._synth_plan
+
     def plan(self, *, consumers: bool = False) -> QuotaPlan:
         """The quota and its shares as they stand (final once every consumer has drawn).
 
@@ -1095,7 +1107,11 @@ class ModelQuota(Construct):
                   and q._key() != self._key() and q.endpoint == ENDPOINTS[0]]
         # A bedrock-mantle caller's grant names projects, not models (MANTLE_INVOKE_ACTION): none is looked for.
         consumers = consumers and self.endpoint == ENDPOINTS[0]
-        found = tuple(_census(self)) if consumers else ()
+        self._in_census += 1  # the census resolves the consumers' states, which hold ledger tokens reading the plan
+        try:
+            found = tuple(_census(self)) if consumers else ()
+        finally:
+            self._in_census -= 1
         shares = tuple(dataclasses.replace(share, held_in_flight=_held_in_flight(share, found),
                                            held_max_tokens=_held_max_tokens(share, found),
                                            in_ledger=_held_in_ledger(share, found))
@@ -1272,6 +1288,7 @@ class _Enforced:
         # built after the quota, so these rules can only be judged once the app is complete. The same
         # Checks gives them ids; aws-cdk-lib puts the construct's path in front of each.
         quota, plan = self.quota, self.quota.plan(consumers=True)
+        quota._synth_plan = plan  # the census of this synth, read by the ledgers' tokens (_complete_plan)
         check = Checks("ModelQuota", scope=quota)
         if plan.over_allocated():
             check.fail(self._over_allocated(plan), id="shares.over-allocated")
@@ -1298,6 +1315,8 @@ class _Enforced:
                 check.fail(_unshared_message(quota, plan, consumer), id="consumer.unshared")
             for unheld in plan.unheld:
                 check.fail(_unheld_message(quota, plan, unheld), id="share.unheld")
+        for ledger in quota._ledgers:  # what the ledgers' consumers share depends on the complete plan
+            ledger._check_outside(check, plan)
         return check.errors()
 
     def _over_allocated(self, plan: QuotaPlan) -> str:
@@ -1353,6 +1372,7 @@ class _PublishPlan:
         if node is not self.quota:
             return
         quota, plan = self.quota, self.quota.plan(consumers=True)
+        quota._synth_plan = plan  # this synth's, for the ledgers' tokens an Aspect resolves before the validation
         outdir = cdk.Stage.of(quota).outdir if cdk.Stage.of(quota) is not None else None  # type: ignore[union-attr]
         if outdir is None or outdir in self.written:
             return  # once per assembly, however often it is synthesized

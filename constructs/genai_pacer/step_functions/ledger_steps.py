@@ -306,6 +306,7 @@ def ledger_consumer(
     profile = quota.shares[share].profile
     prompt = int(profile.input_tokens + profile.cache_write_tokens + profile.cache_read_tokens)
     ledger.note_state_machine(scope.node.path)
+    ledger._declared.add(share)
     return LedgerConsumer(ledger=ledger, name=share, floor_tpm=floor, burst_tpm=burst, input_tokens=prompt,
                           daily_tokens=ledger.daily_tokens)
 
@@ -461,8 +462,10 @@ class LedgerCall:
         # Priorities (module docstring): within its floor, or while no consumer above the lowest priority waits.
         floor_left = self.consumer.floor_tpm - self.r
         values = {":r": tasks.DynamoAttributeValue.from_number(self.r),
-                  ":total": tasks.DynamoAttributeValue.from_number(ledger.quota_tpm - self.r),
-                  ":mine": tasks.DynamoAttributeValue.from_number(self.consumer.burst_tpm - self.r),
+                  # Q and the burst cap (at most Q) known once the app is complete: QuotaLedger.shared_tpm
+                  ":total": tasks.DynamoAttributeValue.number_from_string(ledger.lazy_tpm(lambda q: q - self.r)),
+                  ":mine": tasks.DynamoAttributeValue.number_from_string(
+                      ledger.lazy_tpm(lambda q: min(self.consumer.burst_tpm, q) - self.r)),
                   ":day": tasks.DynamoAttributeValue.from_number(self.consumer.daily_tokens - self.r),
                   ":number": tasks.DynamoAttributeValue.from_string("N")}
         if floor_left >= 0:
