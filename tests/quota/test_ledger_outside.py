@@ -146,3 +146,20 @@ def test_a_caller_outside_the_ledger_holding_no_share_is_warned():
     MODEL.grant_invoke(iam.Role(stack, "Stray", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
     warned = [w for w in warnings_of(stack) if "ledger-outside-unshared" in w]
     assert len(warned) == 1 and "Stray" in warned[0] and "holds no share" in warned[0], warnings_of(stack)
+
+
+def test_outside_shares_that_take_the_whole_quota_are_refused_naming_them():
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=5)
+    profile = quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS)
+    quota.share("Everything", profile, fraction=1.0, call_seconds=4)  # held by no ledger consumer: outside
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    ledger.consumer_variables("Extra", 0.0)  # a consumer of the ledger with no floor: nothing left to share
+    try:
+        template_of(stack)
+    except Exception as error:  # aws-cdk-lib's validation error, with every problem
+        message = str(error)
+    else:
+        raise AssertionError("synth passed")
+    assert "ledger.outside-shares-leave-nothing" in message or "leaving the ledger's consumers nothing" in message
+    assert "'Everything' (400,000 TPM)" in message and "move them into the ledger" in message

@@ -428,7 +428,7 @@ class QuotaLedger(Construct):
         ledger something, and what synth cannot count outside the ledger is named (a warning: the ledger
         leaves free only what the plan counts)."""
         outside = self.outside_shares()
-        if not outside:
+        if not outside or not (self._declared or self._members):  # a ledger nobody uses shares nothing
             return
         shown = ", ".join(f"{name!r} ({tpm:,.0f} TPM)" for name, tpm in outside.items())
         check.rule(
