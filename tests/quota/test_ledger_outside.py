@@ -163,3 +163,22 @@ def test_outside_shares_that_take_the_whole_quota_are_refused_naming_them():
         raise AssertionError("synth passed")
     assert "ledger.outside-shares-leave-nothing" in message or "leaving the ledger's consumers nothing" in message
     assert "'Everything' (400,000 TPM)" in message and "move them into the ledger" in message
+
+
+def test_a_maps_call_that_holds_more_than_the_outside_shares_leave_is_refused_at_synth():
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=100_000, burndown=5)
+    small = quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS)
+    quota.share("Elsewhere", small, tpm=95_000, call_seconds=4)  # held by nobody in the ledger: outside
+    plan = quota.share("Summaries", small, tpm=4_000, call_seconds=60)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    # r = 1,000 + 1,000 x 5 = 6,000 tokens: within the 100,000 allocatable, above the 5,000 the outside share leaves
+    BoundedMap(stack, "Summaries", max_concurrency=plan, model=MODEL, ledger=ledger,
+               request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=1_000))
+    try:
+        template_of(stack)
+    except Exception as error:
+        message = str(error)
+    else:
+        raise AssertionError("synth passed")
+    assert "reserves 6,000 tokens a call" in message and "5,000 TPM" in message and "'Elsewhere'" in message

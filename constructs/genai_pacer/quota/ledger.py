@@ -237,6 +237,8 @@ class QuotaLedger(Construct):
         # The shares this ledger gave a consumer its variables for (outside_shares: a share no construct synth
         # sees holds is inside when its consumer got them).
         self._declared: set[str] = set()
+        # (share, request, r): each state machine request's hold, checked against Q at synth (_check_outside)
+        self._reservations: list[tuple[str, str, int]] = []
         quota._ledgers.append(self)
         cdk.Aspects.of(self).add(_WarnStateMachinesOnly(self))
 
@@ -437,6 +439,14 @@ class QuotaLedger(Construct):
             f"({shown}) draw all of its {self.quota_tpm:,.0f} allocatable TPM, leaving the ledger's consumers nothing; "
             "move them into the ledger (ledger.grant_use + ledger.environment(share), or ledger= on the construct) "
             "or make them smaller", id="ledger.outside-shares-leave-nothing")
+        shared = self.shared_tpm()
+        for share, request, held in self._reservations:
+            check.rule(
+                held <= shared,
+                f"QuotaLedger {self.node.id}: the state machine of share {share!r} reserves {held:,} tokens a call "
+                f"({request}), more than the {shared:,.0f} TPM its consumers share once the shares held outside it "
+                f"({shown}) are left free: it could never be admitted; lower max_tokens, or move those shares into "
+                "the ledger", id="ledger.reservation-above-shared")
         for share in plan.shares:
             for holder in plan.holders(share) if share.name in outside else ():
                 if holder.deploy_time_cap:
