@@ -26,7 +26,15 @@ plan checked at synth, and apps use it without a ledger); the ledger is a table 
 consumers' environments, and one table may keep several quotas. It reads the floors from the
 quota's shares, so the plan stays the one source of truth.
 
-Shares as floors, precisely (the runtime enforces it): Q = tpm_quota x (1 - keep_free); a consumer
+Shares held outside the ledger (a plain QuotaPacer's, a QueuedInference or a Map without ledger=) are
+left free: the ledger sees only its consumers' holds, so it would let them borrow the TPM those shares
+use and the model would throttle everyone. Q is therefore the allocatable TPM less what those shares
+draw (shared_tpm, outside_shares), read from the quota's plan of the complete app. Consumers and shares
+are added after the ledger, as CDK apps are written, so Q reaches the consumers' variables and the
+state machines' conditions as tokens resolved at synth (cdk.Lazy), the plan computed once per synth.
+
+Shares as floors, precisely (the runtime enforces it): Q = tpm_quota x (1 - keep_free) less the shares
+held outside every ledger of the quota; a consumer
 holding less than its share's TPM is admitted while the window holds Q; above its share it
 borrows up to its burst cap (the share's burst_tpm, ModelQuota.share(..., burst_tpm=...); default Q),
 leaving free what other consumers wait for within their shares. A
@@ -144,7 +152,8 @@ class QuotaLedger(Construct):
     """The shared reservation ledger of one ModelQuota: a DynamoDB table every consumer's QuotaPacer uses.
 
     quota: required; the ModelQuota whose shares become floors. Its allocatable TPM (tpm_quota x
-        (1 - keep_free)) is what the consumers share at run time. A bedrock-mantle quota's
+        (1 - keep_free)) less what its shares held outside every ledger draw (`shared_tpm()`, known
+        at synth) is what the consumers share at run time. A bedrock-mantle quota's
         (input_tpm_quota, output_tpm_quota) ledger keeps its output window too (each share's output
         TPM its floor there) and no day; only processes take part in it (QuotaPacer.from_environment):
         the constructs that call Converse refuse it.

@@ -97,8 +97,9 @@ What a state machine cannot do, and what covers it:
   5 s, so a hold counts at most about 5 s past its window, well inside a refused reservation's waiting).
 - It does not read other consumers' wants, so beyond its floor it borrows without leaving room for a
   floor owner who waits. It is admitted while the window holds Q and its own holds its burst cap (its
-  share's burst_tpm, default the quota's allocatable TPM), and its MaxConcurrency (or branch count)
-  bounds it in calls. It writes no want
+  share's burst_tpm, default Q; at most Q), and its MaxConcurrency (or branch count) bounds it in calls.
+  Q (QuotaLedger.shared_tpm: the allocatable TPM less the shares held outside every ledger) is known only
+  once the app is complete, so Q - r and burst - r are tokens resolved at synth. It writes no want
   either, so its floor is kept free for it only by the other consumers' burst caps.
 - Priorities (ModelQuota.share(..., priority=...); pacer_runtime.ledger, "Priorities"): a state machine
   takes part as "batch", the lowest, since it cannot write that it waits (its refusals wait in the
