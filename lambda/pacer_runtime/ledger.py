@@ -251,6 +251,9 @@ from .ledger_layout import (
     RESERVED_SUFFIX,
     SLOT_PREFIX,
     TTL_ATTRIBUTE,
+    WANT_PREFIX,
+    WANTED,
+    WANTED_BY,
 )
 from .structured_log import log
 
@@ -264,13 +267,11 @@ __all__ = [
     "SharedLedger",
 ]
 
-WANT_PREFIX = "w#"
 #: A bedrock-mantle quota's output tokens per minute, kept beside its input window in the same item
 #: (see "bedrock-mantle" in the module docstring): the output window's tokens, one consumer's, one slot's.
 OUTPUT_HELD = "oheld"
 OUTPUT_CONSUMER_PREFIX = "oh#"
 OUTPUT_SLOT_PREFIX = "o#"
-WANTED, WANTED_BY = "wanted", "wanted_by"
 DAY_FORMAT = "%Y-%m-%d"
 SECONDS_PER_DAY = 86_400
 #: "Model invocation max tokens per day for ${model}": "By default, this value is the per-minute

@@ -25,6 +25,9 @@ __all__ = [
     "PRIORITY_WAITING",
     "SLOT_PREFIX",
     "TTL_ATTRIBUTE",
+    "WANTED",
+    "WANTED_BY",
+    "WANT_PREFIX",
 ]
 
 #: The ledger's day for every consumer (QuotaLedger.daily_tokens): SharedLedger.from_environment's
@@ -79,3 +82,8 @@ HELD = "held"
 CONSUMER_PREFIX = "h#"
 SLOT_PREFIX = "s#"
 DAY_PREFIX = "d#"
+#: A consumer's want (w#<consumer> = "<time> <tokens>[ <priority>[ borrowing]]") and the time and writer of
+#: the latest want write, which a borrower's condition pins: written by a process refused within its floor
+#: and by a state machine's refused try within its floor (ledger_steps' LedgerCall.want).
+WANT_PREFIX = "w#"
+WANTED, WANTED_BY = "wanted", "wanted_by"

@@ -1,7 +1,7 @@
 """A share's priority in the QuotaLedger (`ModelQuota.share(..., priority=...)`), at synth: checked by
 name, recorded in the plan, given to each consumer that takes part (a function's environment, the queue
 worker's), refused where nothing would read it (a holder outside every ledger) or where it cannot be
-kept (an interactive state machine: it cannot write that it waits)."""
+kept (an interactive state machine: its want is never a priority's)."""
 
 from __future__ import annotations
 

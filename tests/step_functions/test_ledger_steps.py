@@ -166,8 +166,8 @@ def test_a_refused_reservation_waits_without_calling_the_model_and_proceeds_once
     assert len(waits) == 2 and run.model_calls == 1 and run.throttled == 0  # waited in the ledger, not in a throttle
     # each refused try entered the states docs/quota.md prices (LEDGER_STATES_PER_REFUSAL), then the call went on
     entered = states_entered(run)
-    refusals = [s for s in entered if s in ("InvokeModel ledger try again?", "InvokeModel ledger wait",
-                                             "InvokeModel ledger slot again")] + ["InvokeModel reserve"] * (
+    refusals = [s for s in entered if s in ("InvokeModel ledger try again?", "InvokeModel ledger want",
+                                             "InvokeModel ledger wait", "InvokeModel ledger slot again")] + ["InvokeModel reserve"] * (
         entered.count("InvokeModel reserve") - 1)
     assert len(refusals) == 2 * ledger_steps.LEDGER_STATES_PER_REFUSAL
     (call,) = run.invocations

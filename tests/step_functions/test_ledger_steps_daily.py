@@ -137,8 +137,10 @@ def test_a_map_cannot_run_past_the_day_a_process_spent(entered, no_waits):
         item = item_of(runner, ledger)
     assert int(item["held"]["N"]) == 0  # the window had room for every try
     assert not run.succeeded and run.error == CONDITIONAL_CHECK_FAILED
-    # the first try and every retry refused, never a model call
-    assert failed_errors(run) == [CONDITIONAL_CHECK_FAILED] * (LEDGER_RETRY_ATTEMPTS + 1) and run.model_calls == 0
+    # the first try and every retry refused, never a model call; and each refused try's want refused too
+    # (the day cannot hold it: a process refused for the day writes none), but for the last try's
+    assert failed_errors(run) == [CONDITIONAL_CHECK_FAILED] * (2 * LEDGER_RETRY_ATTEMPTS + 1) and run.model_calls == 0
+    assert "w#Summaries" not in item and "wanted" not in item
     assert len(no_waits) == LEDGER_RETRY_ATTEMPTS
     assert day_of(item) == {f"d#{DAY}": daily - RESERVED + 1}  # the refused tries added nothing
 

@@ -60,8 +60,10 @@ def test_a_state_machine_beyond_its_floor_waits_while_an_interactive_consumer_wa
         monkeypatch.setattr(_interpreter._ScaledTime, "wait", wait)
         run = runner.run(PROMPT).raise_for_status()
         item = item_of(runner, ledger)
-    # refused twice though the window had room for both (its 200,000 + 3,000 of 400,000): batch waits
-    assert failed_errors(run) == [CONDITIONAL_CHECK_FAILED] * 2 and run.model_calls == 1
+    # refused twice though the window had room for both (its 200,000 + 3,000 of 400,000): batch waits; each
+    # refused try's want refused too (it would borrow: a borrower writes no want)
+    assert failed_errors(run) == [CONDITIONAL_CHECK_FAILED] * 4 and run.model_calls == 1
+    assert "w#Summaries" not in item
     (call,) = run.invocations
     assert int(item["h#Interactive"]["N"]) == NEED
     assert int(item["h#Summaries"]["N"]) == FLOOR + call.input_tokens + call.output_tokens * BURNDOWN

@@ -847,8 +847,9 @@ class ModelQuota(Construct):
             of a higher priority waits for, as it does what a consumer waiting within its floor waits
             for; floors are kept whatever the priorities. QuotaLedger.environment(share) and
             QueuedInference(ledger=...) give it to the consumer (GENAI_PACER_LEDGER_PRIORITY). A state
-            machine takes part as "batch" (it cannot write that it waits): "interactive" for a share a
-            state machine holds is refused, and so is a priority whose holder takes part in no ledger.
+            machine takes part as "batch" (its want is a floor owner's, never a priority's):
+            "interactive" for a share a state machine holds is refused, and so is a priority whose
+            holder takes part in no ledger.
             Default: None (the lowest, "batch").
         """
         with Checks(f"ModelQuota.share({_show(name)})", scope=self) as check:  # a token by its kind, never its encoding

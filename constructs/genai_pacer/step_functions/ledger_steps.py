@@ -17,7 +17,8 @@ number that needs a product computed at synth:
                          "day": ...}: any JSON item works, and comes back as it was; see
                          ENVELOPE_INPUT).
     <call> reserve       DynamoDB UpdateItem (the optimized integration, no Lambda):
-                           ADD held :r, h#<consumer> :r, <slot> :r, <day> :r   REMOVE expires_at
+                           ADD held :r, h#<consumer> :r, <slot> :r, <day> :r
+                           REMOVE expires_at, w#<consumer>
                            IF (held is absent OR held <= Q - r) AND (h#<consumer> is absent OR
                               h#<consumer> <= burst - r) AND (<day> is absent OR <day> <= D - r)
                          r, Q - r, burst - r and D - r are numbers written at synth (D: the
@@ -28,6 +29,17 @@ number that needs a product computed at synth:
     <call> ledger try again?   Choice: after LEDGER_RETRY_ATTEMPTS refused tries (about 10 minutes),
                          the call fails with that error, having called nothing (<call> failed);
                          else
+    <call> ledger want   DynamoDB UpdateItem: this consumer's want, as a refused process writes it:
+                           SET w#<consumer> = "<time> r", wanted = "<time>", wanted_by = <consumer>
+                           IF (h#<consumer> is absent OR h#<consumer> <= floor - r) AND
+                              (<day> is absent OR <day> <= D - r)
+                         <time> the second this state was entered, "2019-03-26T20:14:13.000Z" (the
+                         processes' want time, to the millisecond: the fraction is dropped, see
+                         WANT_TIME_FORMAT). So borrowers beyond their floors leave r free while the
+                         want is recent (want_seconds), and the reservation that is admitted removes
+                         it (REMOVE w#<consumer>, as a served process does). Any failure (its
+                         condition: the try would borrow, or the day is spent; a throttle) is caught
+                         and ignored, and the loop goes on. Absent when r exceeds the floor.
     <call> ledger wait   Wait: the seconds the slot Pass drew (States.MathRandom, 1 s to a cap
                          doubling from 2 to 8 s), then
     <call> ledger slot again   Pass: a new slot and day from this state's EnteredTime, the count
@@ -99,11 +111,22 @@ What a state machine cannot do, and what covers it:
   floor owner who waits. It is admitted while the window holds Q and its own holds its burst cap (its
   share's burst_tpm, default Q; at most Q), and its MaxConcurrency (or branch count) bounds it in calls.
   Q (QuotaLedger.shared_tpm: the allocatable TPM less the shares held outside every ledger) is known only
-  once the app is complete, so Q - r and burst - r are tokens resolved at synth. It writes no want
-  either, so its floor is kept free for it only by the other consumers' burst caps.
+  once the app is complete, so Q - r and burst - r are tokens resolved at synth. It does write its own
+  want (<call> ledger want), so the processes borrowing beyond their floors leave its floor free, as they
+  do for a waiting process. Without it (before issue 25's fix) a BoundedMap with a floor share beside 4
+  busy processes waited its whole reservation budget and failed. Its want differs from a process's in
+  three ways: it is written on every refused try within the floor (a process writes at most once per
+  want_seconds / 2: the state machine keeps no memory between tries, and its tries are 1 to 8 s apart,
+  so one write a try is about as often); its time is the whole second, so it looks up to 1 s older than
+  it is and is kept that much less; and it is written even if the refusal was the consumer's own burst
+  cap (a floor is within the burst cap, so a try within its floor is refused by the window or the day,
+  and the day is in the condition). Between two tries more than want_seconds apart (a wait of 6 to 8 s
+  against the default 5 s) the want lapses for the rest of the wait, and a borrower may take the room;
+  the next try writes it again.
 - Priorities (ModelQuota.share(..., priority=...); pacer_runtime.ledger, "Priorities"): a state machine
-  takes part as "batch", the lowest, since it cannot write that it waits (its refusals wait in the
-  task's Retry); a share a state machine holds drawn "interactive" is refused at synth. While a consumer
+  takes part as "batch", the lowest, since the want it writes is a floor owner's, never one that
+  waits to borrow at a priority (a priority want's room is kept by every lower borrower: one write more
+  per refused try beyond the floor, and a PRIORITY_WAITING it cannot time); a share a state machine holds drawn "interactive" is refused at synth. While a consumer
   above the lowest priority waits, the processes keep PRIORITY_WAITING in the item (set by that
   consumer's want, removed, pinned to its value, by the first process write or sweep that sees no such
   want still recent: at most want_seconds, 5 s, after the last one, or at once when it is served). The
@@ -125,7 +148,7 @@ What a state machine cannot do, and what covers it:
   the item (SharedLedger repairs from the valid slots).
 - It does not set the item's TTL (no clock it can add to): it removes expires_at, so an item a state
   machine holds tokens in is never dropped by TTL; a process consumer's next write sets it again.
-- Each refused try adds its four states' events to the execution history (Step Functions stops a
+- Each refused try adds its five states' events to the execution history (Step Functions stops a
   STANDARD execution at 25,000 events): an inline Map of many items that waits long should be a
   distributed one, whose child executions each have their own history.
 
@@ -184,11 +207,11 @@ LEDGER_RETRY_ATTEMPTS = 135
 #: What the ledger adds to a Standard workflow's bill (docs/quota.md states both, a test counts the states
 #: offline): the states a successful call enters beyond the call itself (slot, reserve, cache writes?,
 #: charge, charge output, settle), and LEDGER_STATES_PER_REFUSAL for each refused try (ledger try again?,
-#: ledger wait, ledger slot again, reserve), up to LEDGER_RETRY_ATTEMPTS. Step Functions pricing page (https://aws.amazon.com/step-functions/pricing/,
+#: ledger want, ledger wait, ledger slot again, reserve), up to LEDGER_RETRY_ATTEMPTS. Step Functions pricing page (https://aws.amazon.com/step-functions/pricing/,
 #: stored copy): "You are charged for the total number of state transitions across all your state
 #: machines, including retries"; US East (N. Virginia): $0.0250 per 1,000 state transitions.
 LEDGER_STATES_PER_CALL = 6
-LEDGER_STATES_PER_REFUSAL = 4
+LEDGER_STATES_PER_REFUSAL = 5
 STATE_TRANSITION_USD = 0.025 / 1_000
 #: A throttled or failing DynamoDB call of a ledger task (DYNAMODB_RETRY_ERRORS) is retried as
 #: ScheduledPrecompute's DynamoDB tasks are: 1 s doubling, 6 tries, full jitter (the reservation's 6 tries
@@ -229,6 +252,18 @@ DAY_PREFIX: str = ledger_layout().DAY_PREFIX
 #: Present while a consumer above the lowest priority waits (pacer_runtime.ledger, "Priorities"): a state
 #: machine borrows only while it is absent.
 PRIORITY_WAITING: str = ledger_layout().PRIORITY_WAITING
+#: A consumer's want and who wrote the latest (ledger_layout's WANT_PREFIX, WANTED, WANTED_BY): a
+#: state machine refused within its floor writes them as a process does (LedgerCall.want).
+WANT_PREFIX: str = ledger_layout().WANT_PREFIX
+WANTED: str = ledger_layout().WANTED
+WANTED_BY: str = ledger_layout().WANTED_BY
+#: A want's time as pacer_runtime.ledger writes it (_iso_ms: ISO_SECOND_FORMAT, '.', milliseconds, 'Z';
+#: compared as text with the readers' own such times): the whole second of EnteredTime (ENTERED_TIME_CUTS)
+#: and ".000Z", as the fraction's digits differ between Step Functions (3) and moto (6, none at a whole
+#: second) and no intrinsic cuts a string to a length. So a want looks up to 1 s older than it is.
+WANT_TIME_FORMAT = "{}.000Z"
+#: What a Catch names to take every error (the Amazon States Language's States.ALL).
+ALL_ERRORS = "States.ALL"
 #: The day of $$.State.EnteredTime: the date before its 'T' (ISO 8601's date and time separator, in every
 #: form ENTERED_TIME_CUTS lists), the UTC day pacer_runtime.ledger names d#<day> by (DAY_FORMAT "%Y-%m-%d").
 ENTERED_DAY_CUT = "T"
@@ -294,8 +329,8 @@ def ledger_consumer(
     if not check.rule(
         drawn in (None, PRIORITIES[0]),
         f"ledger: the share {share!r} was drawn with priority={drawn!r}, but a state machine takes part as "
-        f"{PRIORITIES[0]!r}: it cannot write that it waits (a refused reservation waits in its task's Retry), so no "
-        f"consumer would keep room for it; draw the share with priority={PRIORITIES[0]!r} or none",
+        f"{PRIORITIES[0]!r}: it writes a want only within its floor, never that it waits to borrow "
+        f"(it keeps no priority in its want), so no consumer would keep room for it beyond; draw the share with priority={PRIORITIES[0]!r} or none",
         id="ledger.interactive-state-machine",
     ):
         return None
@@ -436,9 +471,13 @@ class LedgerCall:
         first, again = self.slot(), self.slot(again=True)
         reserve = self.reserve()
         wait = sfn.Wait(self.scope, f"{self.id} ledger wait", time=sfn.WaitTime.seconds_path(f"{parent}.wait"))
+        want = self.want()
         retry = (sfn.Choice(self.scope, f"{self.id} ledger try again?")
                  .when(sfn.Condition.number_greater_than_equals(f"{parent}.retries", LEDGER_RETRY_ATTEMPTS), refused)
-                 .otherwise(wait))
+                 .otherwise(want or wait))
+        if want is not None:  # its failures (not within its floor, throttles) are ignored: the loop goes on
+            want.add_catch(wait, errors=[ALL_ERRORS], result_path=sfn.JsonPath.DISCARD)
+            want.next(wait)
         count = sfn.Pass(self.scope, f"{self.id} ledger throttled",
                          parameters={"count.$": f"States.MathAdd({parent}.throttled.count, 1)"},
                          result_path=f"{parent}.throttled")
@@ -476,17 +515,49 @@ class LedgerCall:
             outranked = "(attribute_not_exists(#mine) OR #mine <= :floor OR attribute_not_exists(#waiting))"
         else:  # no call of this consumer fits its floor: it always borrows
             outranked = "attribute_not_exists(#waiting)"
+        removes = "#ttl, #want" if floor_left >= 0 else "#ttl"  # served: its want is removed, as a process's is
+        want = {"#want": WANT_PREFIX + self.consumer.name} if floor_left >= 0 else {}
         task = self._update(
             f"{self.id} reserve",
-            update="ADD #held :r, #mine :r, #slot :r, #day :r REMOVE #ttl",
+            update=f"ADD #held :r, #mine :r, #slot :r, #day :r REMOVE {removes}",
             condition=("(attribute_not_exists(#held) OR (attribute_type(#held, :number) AND #held <= :total)) AND "
                        "(attribute_not_exists(#mine) OR (attribute_type(#mine, :number) AND #mine <= :mine)) AND "
                        "(attribute_not_exists(#day) OR (attribute_type(#day, :number) AND #day <= :day)) AND "
                        + outranked),
             values=values,
-            extra_names={"#ttl": LEDGER_TTL_ATTRIBUTE, "#waiting": PRIORITY_WAITING}, retry=False,
+            extra_names={"#ttl": LEDGER_TTL_ATTRIBUTE, "#waiting": PRIORITY_WAITING, **want}, retry=False,
         )
         return task
+
+    def want(self) -> tasks.DynamoUpdateItem | None:
+        """A refused try within the consumer's floor writes its want as a process does (SharedLedger's
+        want write): w#<consumer> = "<time> <r>", `wanted` = the time, `wanted_by` = the consumer, so the
+        borrowers leave r free while it is recent. The time is the second this state was entered, in the
+        form pacer_runtime.ledger's wants keep (WANT_TIME_FORMAT). IF within the floor (h# absent or
+        <= floor - r) and the day holds r (as a process refused for the day writes none). None when no
+        call of this consumer fits its floor (it always borrows, and a borrower writes no want)."""
+        floor_left = self.consumer.floor_tpm - self.r
+        if floor_left < 0:
+            return None
+        second = sfn.JsonPath.string_at("$$.State.EnteredTime")
+        for delimiter in ENTERED_TIME_CUTS:
+            second = sfn.JsonPath.array_get_item(sfn.JsonPath.string_split(second, delimiter), 0)
+        at = sfn.JsonPath.format(WANT_TIME_FORMAT, second)
+        return self._update(
+            f"{self.id} ledger want",
+            update="SET #w = :want, #wanted = :at, #wanted_by = :me",
+            condition="(attribute_not_exists(#mine) OR #mine <= :floor) AND "
+                      "(attribute_not_exists(#day) OR #day <= :day)",
+            values={":want": tasks.DynamoAttributeValue.from_string(
+                        sfn.JsonPath.format(WANT_TIME_FORMAT + f" {self.r}", second)),
+                    ":at": tasks.DynamoAttributeValue.from_string(at),
+                    ":me": tasks.DynamoAttributeValue.from_string(self.consumer.name),
+                    ":floor": tasks.DynamoAttributeValue.from_number(floor_left),
+                    ":day": tasks.DynamoAttributeValue.from_number(self.consumer.daily_tokens - self.r)},
+            names={"#w": WANT_PREFIX + self.consumer.name, "#wanted": WANTED, "#wanted_by": WANTED_BY,
+                   "#mine": CONSUMER_PREFIX + self.consumer.name, "#day": sfn.JsonPath.string_at(self.day_path)},
+            retry=False,
+        )
 
     def release(self) -> tasks.DynamoUpdateItem:
         return self._update(f"{self.id} release", update="ADD #held :d, #mine :d, #slot :d, #day :d",
@@ -525,15 +596,19 @@ class LedgerCall:
 
     def _update(self, id: str, *, update: str, values: Mapping[str, tasks.DynamoAttributeValue],
                 condition: str = "attribute_exists(#slot)",
-                extra_names: Mapping[str, str] | None = None, retry: bool = True) -> tasks.DynamoUpdateItem:
+                extra_names: Mapping[str, str] | None = None, retry: bool = True,
+                names: Mapping[str, str] | None = None) -> tasks.DynamoUpdateItem:
+        """One conditional UpdateItem of the quota's item; `names` replaces the hold's attribute names
+        (#held, #mine, #slot, #day), which DynamoDB refuses unused."""
         ledger = self.consumer.ledger
         key = LEDGER_KEY_PREFIX + ledger.ledger_id
         task = tasks.DynamoUpdateItem(
             self.scope, id, table=ledger.table, key={LEDGER_PARTITION_KEY: tasks.DynamoAttributeValue.from_string(key)},
             update_expression=update, condition_expression=condition,
-            expression_attribute_names={"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer.name,
-                                        "#slot": sfn.JsonPath.string_at(self.slot_path),
-                                        "#day": sfn.JsonPath.string_at(self.day_path), **(extra_names or {})},
+            expression_attribute_names=dict(names) if names is not None else {
+                "#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer.name,
+                "#slot": sfn.JsonPath.string_at(self.slot_path),
+                "#day": sfn.JsonPath.string_at(self.day_path), **(extra_names or {})},
             expression_attribute_values=dict(values),
             result_path=sfn.JsonPath.DISCARD,
         )
