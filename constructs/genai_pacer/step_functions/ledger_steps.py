@@ -207,7 +207,7 @@ LEDGER_RETRY_ATTEMPTS = 135
 #: What the ledger adds to a Standard workflow's bill (docs/quota.md states both, a test counts the states
 #: offline): the states a successful call enters beyond the call itself (slot, reserve, cache writes?,
 #: charge, charge output, settle), and LEDGER_STATES_PER_REFUSAL for each refused try (ledger try again?,
-#: ledger want, ledger wait, ledger slot again, reserve), up to LEDGER_RETRY_ATTEMPTS. Step Functions pricing page (https://aws.amazon.com/step-functions/pricing/,
+#: ledger want, ledger wait, ledger slot again, reserve; one fewer where a call's r exceeds its floor: no want), up to LEDGER_RETRY_ATTEMPTS. Step Functions pricing page (https://aws.amazon.com/step-functions/pricing/,
 #: stored copy): "You are charged for the total number of state transitions across all your state
 #: machines, including retries"; US East (N. Virginia): $0.0250 per 1,000 state transitions.
 LEDGER_STATES_PER_CALL = 6
@@ -262,8 +262,6 @@ WANTED_BY: str = ledger_layout().WANTED_BY
 #: and ".000Z", as the fraction's digits differ between Step Functions (3) and moto (6, none at a whole
 #: second) and no intrinsic cuts a string to a length. So a want looks up to 1 s older than it is.
 WANT_TIME_FORMAT = "{}.000Z"
-#: What a Catch names to take every error (the Amazon States Language's States.ALL).
-ALL_ERRORS = "States.ALL"
 #: The day of $$.State.EnteredTime: the date before its 'T' (ISO 8601's date and time separator, in every
 #: form ENTERED_TIME_CUTS lists), the UTC day pacer_runtime.ledger names d#<day> by (DAY_FORMAT "%Y-%m-%d").
 ENTERED_DAY_CUT = "T"
@@ -476,7 +474,7 @@ class LedgerCall:
                  .when(sfn.Condition.number_greater_than_equals(f"{parent}.retries", LEDGER_RETRY_ATTEMPTS), refused)
                  .otherwise(want or wait))
         if want is not None:  # its failures (not within its floor, throttles) are ignored: the loop goes on
-            want.add_catch(wait, errors=[ALL_ERRORS], result_path=sfn.JsonPath.DISCARD)
+            want.add_catch(wait, errors=[sfn.Errors.ALL], result_path=sfn.JsonPath.DISCARD)
             want.next(wait)
         count = sfn.Pass(self.scope, f"{self.id} ledger throttled",
                          parameters={"count.$": f"States.MathAdd({parent}.throttled.count, 1)"},
