@@ -1305,12 +1305,12 @@ class _Enforced:
             )
             if share.burst_tpm is not None:
                 for holder in holders:
-                    check.rule(holder.in_ledger, _burst_outside_ledger_message(
-                        quota, plan, share, holder), id="share.burst-outside-ledger")
+                    check.rule(holder.in_ledger, _outside_ledger_message(
+                        quota, plan, share, holder, "burst_tpm"), id="share.burst-outside-ledger")
             if share.priority is not None:
                 for holder in holders:
-                    check.rule(holder.in_ledger, _priority_outside_ledger_message(
-                        quota, plan, share, holder), id="share.priority-outside-ledger")
+                    check.rule(holder.in_ledger, _outside_ledger_message(
+                        quota, plan, share, holder, "priority"), id="share.priority-outside-ledger")
         if quota.require_shares:
             for consumer in plan.unshared:
                 check.fail(_unshared_message(quota, plan, consumer), id="consumer.unshared")
@@ -1491,24 +1491,20 @@ def _deploy_time_cap_message(quota: ModelQuota, plan: QuotaPlan, consumer: Consu
     )
 
 
-def _burst_outside_ledger_message(quota: ModelQuota, plan: QuotaPlan, share: Share, holder: Consumer) -> str:
+def _outside_ledger_message(quota: ModelQuota, plan: QuotaPlan, share: Share, holder: Consumer, prop: str) -> str:
+    """Why a share's burst_tpm or priority does nothing when its holder is outside every ledger of the quota."""
+    if prop == "burst_tpm":
+        drawn, why = (f"burst_tpm={share.burst_tpm:,.0f} (its floor {share.tpm:,.0f} TPM), but its holder",
+                      "a burst is what a consumer of the ledger may borrow up to while the ledger decides how much runs "
+                      "at once; outside it, nothing would check its draw beyond the floor, and the burst is never used.")
+    else:
+        drawn, why = (f"priority={share.priority!r}, but its holder",
+                      "a priority decides who waits first for what the ledger's consumers borrow, and outside the "
+                      "ledger nothing would read it.")
     return (
-        f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} was drawn with burst_tpm="
-        f"{share.burst_tpm:,.0f} (its floor {share.tpm:,.0f} TPM), but its holder {holder.kind} {holder.path} takes part in "
-        "no QuotaLedger of this quota: a burst is what a consumer of the ledger may borrow up to while the ledger "
-        "decides how much runs at once; outside it, nothing would check its draw beyond the floor, and the burst is "
-        "never used. Fix: give the holder ledger=QuotaLedger(...) (or ledger.grant_use(...) and "
-        f"ledger.environment({share.name!r}) for a function of yours), or drop burst_tpm"
-    )
-
-
-def _priority_outside_ledger_message(quota: ModelQuota, plan: QuotaPlan, share: Share, holder: Consumer) -> str:
-    return (
-        f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} was drawn with priority={share.priority!r}, "
-        f"but its holder {holder.kind} {holder.path} takes part in no QuotaLedger of this quota: a priority decides "
-        "who waits first for what the ledger's consumers borrow, and outside the ledger nothing would read it. Fix: "
-        "give the holder ledger=QuotaLedger(...) (or ledger.grant_use(...) and "
-        f"ledger.environment({share.name!r}) for a function of yours), or drop priority"
+        f"ModelQuota {quota.node.id} ({plan.model_id}): share {share.name!r} was drawn with {drawn} {holder.kind} "
+        f"{holder.path} takes part in no QuotaLedger of this quota: {why} Fix: give the holder ledger=QuotaLedger(...) "
+        f"(or ledger.grant_use(...) and ledger.environment({share.name!r}) for a function of yours), or drop {prop}"
     )
 
 
