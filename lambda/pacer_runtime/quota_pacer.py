@@ -566,7 +566,8 @@ class QuotaPacer:
         With the variables QuotaLedger.environment(share) adds (GENAI_PACER_LEDGER_*), the pacer
         also uses the quota's shared ledger: its local cap is then the consumer's burst cap and
         GENAI_PACER_TPM (the static per-process share) becomes fallback_tpm. The reservation's
-        variables apply either way (the reservation is this process's own, not in the ledger).
+        variables apply either way; with the ledger's GENAI_PACER_LEDGER_RESERVED_* too, the reservation is
+        shared by every process through reserved_ledger (SharedLedger.reservation_from_environment).
         GENAI_PACER_TPM=0 (a reserved share the reservation holds completely) is taken: the pacer starts,
         and its calls the reservation does not hold wait for the ledger or are rejected (module docstring).
         """
