@@ -87,8 +87,11 @@ reserved call is held there too (input and maxTokens, in one write) and overflow
 quota when every process together has used it, before it is sent; reserved_input_tpm and
 reserved_output_tpm are then this process's cap on it (the whole reservation, or less). Its output
 counts from when the call returned, a little longer than Bedrock may (a call that overflows early
-costs on-demand room, never a throttle). Without reserved_ledger, give each process its own part of
-the reservation.
+costs on-demand room, never a throttle). While reserved_ledger cannot be used (LedgerError), the
+process holds reserved calls up to its own part of the reservation (reserved_fallback_input_tpm and
+_output_tpm: from_environment takes the share's static part), overflowing the rest, and asks again
+after ledger_retry_seconds, as it falls back to fallback_tpm for the on-demand quota. Without
+reserved_ledger, give each process its own part of the reservation.
 
 A share with no on-demand room (issues 25 and 37): ModelQuota gives a share drawn at
 service_tier="reserved" whose calls the reservation holds completely an on-demand TPM of 0, so
@@ -199,7 +202,7 @@ class PacerStats:
     unaccounted: int  # answers whose usage could not be read: each kept its hold as its charge
     clock_steps_back: int  # times the clock read earlier than before (taken as no time passing)
     ledger_refusals: int  # tries the shared ledger refused (the call waited, or was rejected)
-    ledger_fallbacks: int  # calls admitted on fallback_tpm while the shared ledger could not be used
+    ledger_fallbacks: int  # calls admitted on fallback_tpm (or reserved on the reservation's fallback part) while a shared ledger could not be used
     ledger_errors: int  # ledger settlements or releases that failed (the hold expires with its window)
     settled_tokens: float
     limit_tpm: float
@@ -407,6 +410,9 @@ class QuotaPacer:
         process shares (quota_tpm: its input, output_quota_tpm: its output tokens per minute; a ledger
         id of its own, e.g. "<model>#reserved"); needs reserved_input_tpm/reserved_output_tpm (this
         process's cap on it). Default: None (the reservation is this process's own part).
+    reserved_fallback_input_tpm / reserved_fallback_output_tpm: with reserved_ledger, what this process
+        holds of the reservation on its own while reserved_ledger cannot be used (its static part; both
+        or neither). Default: a tenth of reserved_input_tpm / reserved_output_tpm, as fallback_tpm's.
     daily_tokens: this process's part of the model's daily token quota ("Model invocation max tokens
         per day", by default the TPM quota x 1,440 for the whole model): every call admitted on a UTC
         day counts its reservation, then its settlement, on that day, and a call the day cannot hold
@@ -447,6 +453,8 @@ class QuotaPacer:
         daily_tokens: float | None = None,
         wall_clock: Callable[[], float] = time.time,
         reserved_ledger: SharedLedger | None = None,
+        reserved_fallback_input_tpm: float | None = None,
+        reserved_fallback_output_tpm: float | None = None,
     ):
         mantle = input_tpm is not None or output_tpm is not None
         # A share the Reserved tier reservation holds completely has no on-demand TPM: tpm=0 is its size.
@@ -477,6 +485,10 @@ class QuotaPacer:
             *_positive("reserved_output_tpm", reserved_output_tpm, "the reservation's output tokens per minute, or None",
                        optional=True),
             *_positive("daily_tokens", daily_tokens, "this process's tokens a day, or None", optional=True),
+            *_bounded("reserved_fallback_input_tpm", reserved_fallback_input_tpm, 0, math.inf,
+                      "this process's static part of the reservation's input tokens per minute, or None", optional=True),
+            *_bounded("reserved_fallback_output_tpm", reserved_fallback_output_tpm, 0, math.inf,
+                      "this process's static part of the reservation's output tokens per minute, or None", optional=True),
         ]
         if not callable(wall_clock):
             problems.append(f"wall_clock={wall_clock!r} must be a function returning epoch seconds")
@@ -498,6 +510,13 @@ class QuotaPacer:
         if reserved_ledger is not None and reserved_input_tpm is None:
             problems.append("reserved_ledger without reserved_input_tpm/reserved_output_tpm: those are what this process "
                             "may hold of the shared reservation (its whole size, or less); pass them too")
+        if (reserved_fallback_input_tpm is None) != (reserved_fallback_output_tpm is None):
+            problems.append("reserved_fallback_input_tpm and reserved_fallback_output_tpm go together (pass both, or "
+                            "neither)")
+        elif reserved_fallback_input_tpm is not None and reserved_ledger is None:
+            problems.append("reserved_fallback_input_tpm/reserved_fallback_output_tpm without reserved_ledger: they are "
+                            "what this process holds of the reservation while the shared reservation cannot be used; "
+                            "without one, reserved_input_tpm/reserved_output_tpm are this process's part already")
         if (reserved_input_tpm is None) != (reserved_output_tpm is None):
             problems.append("reserved_input_tpm and reserved_output_tpm go together: a Reserved tier reservation has "
                             "both budgets (pass both, or neither)")
@@ -551,6 +570,17 @@ class QuotaPacer:
                              else _Reservation(reserved_input_tpm, reserved_output_tpm))
         #: The Reserved tier reservation every process shares (a two-budget SharedLedger), or None.
         self.reserved_ledger = reserved_ledger
+        #: While reserved_ledger cannot be used: what this process holds of the reservation on its own (its
+        #: static part; default a tenth of its cap, as fallback_tpm), input and output tokens per minute.
+        self.reserved_fallback_tpm: tuple[float, float] | None = None
+        if self._reservation is not None and reserved_ledger is not None:
+            fallback_in = (reserved_fallback_input_tpm if reserved_fallback_input_tpm is not None
+                           else self._reservation.input.tpm * 0.1)
+            fallback_out = (reserved_fallback_output_tpm if reserved_fallback_output_tpm is not None
+                            else self._reservation.output.tpm * 0.1)
+            self.reserved_fallback_tpm = (min(float(fallback_in), self._reservation.input.tpm),
+                                          min(float(fallback_out), self._reservation.output.tpm))
+        self._reserved_down_until = -math.inf  # pacer time until which reserved_fallback_tpm applies
         self._tiers: dict[str, int] = {}
         self._tier_counts = {"served_below_requested": 0, "reserved_overflows": 0}
         self.daily_tokens = None if daily_tokens is None else float(daily_tokens)
@@ -599,6 +629,10 @@ class QuotaPacer:
         if reserved_ledger is None and ledger is not None:
             reserved_ledger = SharedLedger.reservation_from_environment(env, client=ledger.client)
         if reserved_ledger is not None:  # the reservation every process shares: this process may use all of it
+            # its own part (the share's static one) is what it holds while the shared reservation cannot be used
+            if values.get("reserved_input_tpm") is not None and values.get("reserved_output_tpm") is not None:
+                options.setdefault("reserved_fallback_input_tpm", values["reserved_input_tpm"])
+                options.setdefault("reserved_fallback_output_tpm", values["reserved_output_tpm"])
             values["reserved_input_tpm"] = reserved_ledger.quota_tpm
             values["reserved_output_tpm"] = reserved_ledger.output_quota_tpm
             options["reserved_ledger"] = reserved_ledger
@@ -832,12 +866,17 @@ class QuotaPacer:
                     self._tier_counts["reserved_overflows"] += 1
         hold = None
         if entry is not None and self.reserved_ledger is not None:
-            hold = self._ask_reserved_ledger(max(estimate, 1), max_tokens)
-            if hold is None:  # the reservation every process shares is full (or unusable): Bedrock would overflow it
-                with self._cond:
+            asked = self._ask_reserved_ledger(max(estimate, 1), max_tokens)
+            hold = asked if isinstance(asked, LedgerHold) else None
+            with self._cond:
+                # unusable: this process's static part of the reservation, never all of it on its own say-so
+                on_fallback = asked is None and self._within_reserved_fallback()
+                if on_fallback:
+                    self._counts["ledger_fallbacks"] += 1
+                elif hold is None:  # the reservation every process shares is full (or unusable past this part)
                     self._reservation.release(entry)  # type: ignore[union-attr]
                     self._tier_counts["reserved_overflows"] += 1
-                entry = None
+                    entry = None
         if entry is not None:
             return self._converse_reserved(client, request, entry, stream=stream, hold=hold)
         with self.reserve(estimate, max_tokens, max_wait_seconds=max_wait_seconds, start_by=start_by) as ticket:
@@ -853,19 +892,34 @@ class QuotaPacer:
             self._record_tiers(requested, result)
             return result
 
-    def _ask_reserved_ledger(self, input_tokens: int, max_tokens: int) -> LedgerHold | None:
-        """Hold a reserved call in the reservation every process shares (reserved_ledger); None when it
-        cannot (full, or a LedgerError: counted and logged), so the call overflows to the on-demand quota."""
+    def _ask_reserved_ledger(self, input_tokens: int, max_tokens: int) -> LedgerHold | LedgerRefusal | None:
+        """Hold a reserved call in the reservation every process shares (reserved_ledger): its hold, its
+        refusal (full: the call overflows to the on-demand quota), or None while it cannot be used (a
+        LedgerError: counted, logged, LedgerFallbacks published, and not asked again for ledger_retry_seconds)."""
         assert self.reserved_ledger is not None
+        with self._cond:
+            if self._now() < self._reserved_down_until:
+                return None
         try:
-            outcome = self.reserved_ledger.try_reserve(input_tokens, max_tokens)
+            return self.reserved_ledger.try_reserve(input_tokens, max_tokens)
         except LedgerError as error:
             with self._cond:
                 self._counts["ledger_errors"] += 1
-            log("WARNING", "QuotaPacer: the shared reservation cannot be used; the reserved call goes to the "
-                "on-demand quota", error=str(error), code=error.code)
+                self._reserved_down_until = self._now() + self.ledger_retry_seconds
+            fallback = self.reserved_fallback_tpm or (0.0, 0.0)
+            log("WARNING", "QuotaPacer: the shared reservation cannot be used; this process holds its own part of it, "
+                "and reserved calls past that part go to the on-demand quota", error=str(error), code=error.code,
+                reserved_fallback_input_tpm=fallback[0], reserved_fallback_output_tpm=fallback[1],
+                retry_in_seconds=self.ledger_retry_seconds)
+            metrics.emit({metrics.LEDGER_FALLBACKS: 1},
+                         {metrics.LEDGER_DIMENSION: self.reserved_ledger.ledger_id, **metrics.lambda_dimensions()})
             return None
-        return outcome if isinstance(outcome, LedgerHold) else None
+
+    def _within_reserved_fallback(self) -> bool:
+        """The reservation's local budgets (the call's entry included) within this process's own part."""
+        reservation, fallback = self._reservation, self.reserved_fallback_tpm
+        return (reservation is not None and fallback is not None and reservation.input.held <= fallback[0]
+                and reservation.output.held <= fallback[1])
 
     def _converse_reserved(self, client: Any, request: Mapping[str, Any], entry: tuple[list[float], list[float]], *,
                            stream: bool, hold: LedgerHold | None = None) -> ConverseResult:

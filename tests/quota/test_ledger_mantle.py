@@ -11,7 +11,7 @@ import threading
 import pytest
 from pacer_runtime.ledger import OUTPUT_HELD, LedgerHold, LedgerRefusal, SharedLedger
 from pacer_runtime.quota_pacer import AdmissionRejected, QuotaPacer
-from test_ledger import EPOCH, TABLE, Clock, consistent, dynamodb, item, own_client
+from test_ledger import EPOCH, TABLE, Clock, Flaky, client_error, consistent, dynamodb, item, own_client
 
 __all__ = ["dynamodb"]  # the fixture, shared with test_ledger
 
@@ -250,6 +250,47 @@ def test_a_reserved_call_throttled_returns_its_shared_hold(dynamodb):
     assert reservation_item(dynamodb) == {"input": 0, "output": 0}
 
 
+def test_while_the_shared_reservation_cannot_be_used_a_process_holds_its_own_part_of_it(dynamodb, capsys):
+    """DynamoDB throttles the reservation's item past the ledger's retries: the process holds reserved
+    calls within its static part of the reservation (not all of it on its own say-so, which would
+    overdraw it beside the other processes, and not none of it), overflows the rest, says so in
+    LedgerFallbacks by the reservation's id, and asks the shared reservation again ledger_retry_seconds
+    later. Before, every reserved call overflowed to the on-demand quota while the item was unusable."""
+    import json
+
+    clock = Clock()
+    throttling = Flaky(dynamodb, [client_error("ThrottlingException")] * 3)
+    reservation = SharedLedger(TABLE, ledger_id="m#reserved", consumer="a", quota_tpm=1_000, output_quota_tpm=300,
+                               client=throttling, clock=clock, sleep=lambda _: None, dynamodb_retries=2)
+    pacer = QuotaPacer(10_000, clock=clock, poll_seconds=0.005, reserved_input_tpm=1_000, reserved_output_tpm=300,
+                       reserved_ledger=reservation, reserved_fallback_input_tpm=500, reserved_fallback_output_tpm=200)
+    assert pacer.converse(Answers("reserved"), RESERVED).served_tier == "reserved"  # 200 output: its part holds it
+    assert throttling.calls == 3  # the first try and 2 retries, then this process's part
+    assert pacer.converse(Answers("default"), RESERVED).served_tier == "default"  # 200 + 200 > 200: overflows
+    assert throttling.calls == 3  # not asked again within ledger_retry_seconds
+    stats = pacer.stats()
+    assert (stats.ledger_fallbacks, stats.reserved_overflows, stats.reserved_output_held) == (1, 1, 200)
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert [(e["LedgerFallbacks"], e["LedgerId"]) for e in emf if "LedgerFallbacks" in e] == [(1, "m#reserved")]
+    assert "Item" not in dynamodb.get_item(TableName=TABLE, Key={"pk": {"S": "quota#m#reserved"}})  # nothing written
+    clock.now += 5  # ledger_retry_seconds later the shared reservation (answering now) is asked again
+    small = {**RESERVED, "inferenceConfig": {"maxTokens": 50}}  # 200 + 50 within the local cap of 300
+    assert pacer.converse(Answers("reserved"), small).served_tier == "reserved"
+    assert reservation_item(dynamodb) == {"input": 10, "output": 200}
+    assert throttling.calls == 5  # its reservation and its settlement (output above the hold: written at once)
+
+
+def test_a_reserved_fallback_needs_its_reserved_ledger_and_both_budgets():
+    with pytest.raises(ValueError, match="reserved_fallback_input_tpm and reserved_fallback_output_tpm go together"):
+        QuotaPacer(10_000, reserved_input_tpm=1_000, reserved_output_tpm=300, reserved_fallback_input_tpm=100)
+    with pytest.raises(ValueError, match="without reserved_ledger: they are what this process holds"):
+        QuotaPacer(10_000, reserved_input_tpm=1_000, reserved_output_tpm=300, reserved_fallback_input_tpm=100,
+                   reserved_fallback_output_tpm=30)
+    with pytest.raises(ValueError, match="reserved_fallback_output_tpm=-1"):
+        QuotaPacer(10_000, reserved_input_tpm=1_000, reserved_output_tpm=300, reserved_fallback_input_tpm=100,
+                   reserved_fallback_output_tpm=-1)
+
+
 def test_a_reserved_ledger_must_keep_two_budgets_and_comes_with_the_local_caps(dynamodb):
     clock = Clock()
     one_budget = SharedLedger(TABLE, ledger_id="r", consumer="a", quota_tpm=1_000, client=dynamodb, clock=clock)
@@ -369,6 +410,7 @@ def test_a_reserved_shares_environment_shares_the_reservation_through_the_quotas
         {**env, "GENAI_PACER_LEDGER_CONSUMER": name}, client=own_client(), clock=clock), clock=clock)
         for name in ("one", "two"))
     assert one.reserved_ledger is not None and one.reserved_ledger.ledger_id == "us.amazon.nova-2-lite-v1:0#reserved"
+    assert one.reserved_fallback_tpm == (1_000, 300)  # the share's own part, held while the item cannot be used
     request = {"modelId": "m", "messages": [{"role": "user", "content": [{"text": "p"}]}],
                "inferenceConfig": {"maxTokens": 200}, "serviceTier": {"type": "reserved"}}
     assert one.converse(Answers("reserved"), request).served_tier == "reserved"
