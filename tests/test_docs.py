@@ -137,3 +137,17 @@ def test_every_warning_id_is_named_on_its_capabilitys_page():
         if f"`{id}`" not in text and f"genai-pacer:{id}`" not in text:
             missing[id] = f"{where}, not on {page.name if page.exists() else 'any page'}"
     assert missing == {}
+
+
+def test_no_file_holds_a_merge_conflicts_markers():
+    """A conflict resolved by keeping its markers once shipped a CHANGELOG that read as a broken merge
+    (stop 43): no tracked file starts a line with git's conflict markers."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    marker = re.compile(r"^(<<<<<<<|>>>>>>>) ", re.M)
+    paths = [ROOT / name for name in filter(None, listed.split("\0"))]
+    marked = [str(path.relative_to(ROOT)) for path in paths
+              if path.is_file() and path.suffix not in {".png", ".gz", ".zip"}
+              and marker.search(path.read_text(errors="replace"))]
+    assert marked == []
