@@ -12,7 +12,7 @@ import json
 import pytest
 from aws_cdk import aws_stepfunctions as sfn
 from genai_pacer import BoundedMap, ConverseRequest, ModelQuota, QuotaLedger
-from genai_pacer.step_functions.ledger_steps import CONDITIONAL_CHECK_FAILED, LEDGER_RETRY_ATTEMPTS
+from genai_pacer.step_functions.ledger_steps import CONDITIONAL_CHECK_FAILED, LEDGER_WANT_RETRY_ATTEMPTS
 from genai_pacer.testing import StateMachineRunner
 from genai_pacer.testing.sfn import _interpreter
 from helpers import new_stack, refused
@@ -68,7 +68,7 @@ def entered(monkeypatch) -> datetime.datetime:
 @pytest.fixture
 def no_waits(monkeypatch) -> list[float]:
     """The reservation's Retry waits nothing (the waits are recorded): a refusal that lasts runs its
-    LEDGER_RETRY_ATTEMPTS tries at once."""
+    LEDGER_WANT_RETRY_ATTEMPTS tries at once."""
     waits: list[float] = []
     monkeypatch.setattr(_interpreter._ScaledTime, "wait", lambda self, seconds, env=None: waits.append(seconds))
     return waits
@@ -139,9 +139,9 @@ def test_a_map_cannot_run_past_the_day_a_process_spent(entered, no_waits):
     assert not run.succeeded and run.error == CONDITIONAL_CHECK_FAILED
     # the first try and every retry refused, never a model call; and each refused try's want refused too
     # (the day cannot hold it: a process refused for the day writes none), but for the last try's
-    assert failed_errors(run) == [CONDITIONAL_CHECK_FAILED] * (2 * LEDGER_RETRY_ATTEMPTS + 1) and run.model_calls == 0
+    assert failed_errors(run) == [CONDITIONAL_CHECK_FAILED] * (2 * LEDGER_WANT_RETRY_ATTEMPTS + 1) and run.model_calls == 0
     assert "w#Summaries" not in item and "wanted" not in item
-    assert len(no_waits) == LEDGER_RETRY_ATTEMPTS
+    assert len(no_waits) == LEDGER_WANT_RETRY_ATTEMPTS
     assert day_of(item) == {f"d#{DAY}": daily - RESERVED + 1}  # the refused tries added nothing
 
 
