@@ -24,11 +24,11 @@ PROMPT_TOKENS = 1_000
 RESERVED = PROMPT_TOKENS + MAX_TOKENS * 5  # a call's hold in the ledger: prompt + max_tokens x burndown
 
 
-def quota_with_outside_share(stack: cdk.Stack, *, outside_concurrency=None):
+def quota_with_outside_share(stack: cdk.Stack, *, outside_concurrency=None, outside_hours: float = 24.0, **quota_props):
     """A quota with a share held outside the ledger: a function named after it calls the model, no ledger."""
-    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=5)
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=5, **quota_props)
     profile = quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS)
-    outside = quota.share("Outside", profile, tpm=OUTSIDE_TPM, call_seconds=4)
+    outside = quota.share("Outside", profile, tpm=OUTSIDE_TPM, call_seconds=4, hours_per_day=outside_hours)
     function = lambda_.Function(
         stack, "Outside", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
         code=lambda_.Code.from_inline("def handler(event, context):\n    return None\n"),
@@ -182,3 +182,67 @@ def test_a_maps_call_that_holds_more_than_the_outside_shares_leave_is_refused_at
     else:
         raise AssertionError("synth passed")
     assert "reserves 6,000 tokens a call" in message and "5,000 TPM" in message and "'Elsewhere'" in message
+
+
+# --- the day -------------------------------------------------------------------------------------
+
+
+def synth_error(stack: cdk.Stack) -> str:
+    try:
+        template_of(stack)
+    except Exception as error:  # aws-cdk-lib's validation error, with every problem
+        return str(error)
+    raise AssertionError("synth passed")
+
+
+def test_the_day_a_ledger_consumer_and_a_maps_reservations_share_leaves_the_outside_shares_day_free():
+    """The default day is the TPM quota x 1,440: the ledger's is what it shares a minute x 1,440."""
+    stack = new_stack()
+    quota, profile = quota_with_outside_share(stack)
+    quota.share("Inside", profile, fraction=0.25, call_seconds=4)
+    plan = quota.share("Summaries", profile, fraction=0.25, call_seconds=4)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    inside_consumer(stack, quota, ledger)
+    BoundedMap(stack, "Summaries", max_concurrency=plan, model=MODEL, ledger=ledger,
+               request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=MAX_TOKENS))
+    day = (QUOTA_TPM - OUTSIDE_TPM) * 1_440  # 432,000,000; before: the whole 576,000,000
+    assert function_environment(stack, "Inside")["GENAI_PACER_LEDGER_DAILY_TOKENS"] == str(day)
+    states = map_states(stack)
+    # the reservation and the want are admitted while the day holds r
+    assert states["InvokeModel reserve"]["Parameters"]["ExpressionAttributeValues"][":day"] == {"N": str(day - RESERVED)}
+    assert states["InvokeModel ledger want"]["Parameters"]["ExpressionAttributeValues"][":day"] == {"N": str(day - RESERVED)}
+    assert ledger.shared_daily_tokens() == day and ledger.daily_tokens == QUOTA_TPM * 1_440
+
+
+def test_a_daily_token_quota_leaves_the_outside_shares_their_tpm_for_their_hours_a_day():
+    stack = new_stack()
+    quota, profile = quota_with_outside_share(stack, outside_hours=2, daily_token_quota=200_000_000, keep_free=0.1)
+    quota.share("Inside", profile, fraction=0.5, call_seconds=4)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    inside_consumer(stack, quota, ledger)
+    # 200,000,000 x 0.9 less the outside share's 100,000 TPM for 2 hours
+    assert function_environment(stack, "Inside")["GENAI_PACER_LEDGER_DAILY_TOKENS"] == str(180_000_000 - 12_000_000)
+
+
+def test_outside_shares_that_take_the_whole_day_are_refused_naming_them():
+    stack = new_stack()
+    quota, profile = quota_with_outside_share(stack, daily_token_quota=100_000_000)  # < 100,000 TPM x 1,440
+    quota.share("Inside", profile, fraction=0.5, call_seconds=4)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    inside_consumer(stack, quota, ledger)
+    message = synth_error(stack)
+    assert "'Outside' (100,000 TPM)" in message and "leaving the ledger's consumers no day" in message, message
+    assert "hours_per_day" in message and "daily_token_quota" in message
+
+
+def test_a_maps_call_that_holds_more_than_the_outside_shares_leave_of_the_day_is_refused_at_synth():
+    stack = new_stack()
+    # the outside share draws 100,000 TPM for 36 seconds a day: 60,000 of the 62,000, leaving 2,000 to the ledger
+    quota, profile = quota_with_outside_share(stack, outside_hours=0.01, daily_token_quota=62_000)
+    plan = quota.share("Summaries", profile, fraction=0.5, call_seconds=4)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    BoundedMap(stack, "Summaries", max_concurrency=plan, model=MODEL, ledger=ledger,
+               request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=MAX_TOKENS))
+    message = synth_error(stack)
+    assert f"reserves {RESERVED:,} tokens a call" in message and "more than the 2,000 tokens a day" in message, message
+    assert "'Outside'" in message

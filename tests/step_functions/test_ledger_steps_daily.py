@@ -81,7 +81,11 @@ def shares_and_ledger(stack, consumer: str, **quota_props):
     profile = quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS)
     plan = quota.share(consumer, profile, fraction=0.5, call_seconds=4, hours_per_day=1)
     quota.share("Interactive", profile, fraction=0.4, call_seconds=4, hours_per_day=1)
-    return plan, QuotaLedger(stack, "Ledger", quota=quota)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    # the Interactive process (process()) takes part through the ledger's variables: held by no construct of the
+    # app, its share would otherwise count outside the ledger and take its TPM from the minute and the day
+    ledger.environment("Interactive")
+    return plan, ledger
 
 
 def daily_stack(daily_token_quota: float | None = None, *, keep_free: float = 0.0):

@@ -29,9 +29,11 @@ quota's shares, so the plan stays the one source of truth.
 Shares held outside the ledger (a plain QuotaPacer's, a QueuedInference or a Map without ledger=) are
 left free: the ledger sees only its consumers' holds, so it would let them borrow the TPM those shares
 use and the model would throttle everyone. Q is therefore the allocatable TPM less what those shares
-draw (shared_tpm, outside_shares), read from the quota's plan of the complete app. Consumers and shares
+draw (shared_tpm, outside_shares), read from the quota's plan of the complete app, and the day the
+allocatable day less what they draw in theirs (shared_daily_tokens: x 1,440 by default). Consumers and shares
 are added after the ledger, as CDK apps are written, so Q reaches the consumers' variables and the
-state machines' conditions as tokens resolved at synth (cdk.Lazy), the plan computed once per synth.
+state machines' conditions as tokens resolved at synth (cdk.Lazy), the plan computed once per synth;
+so does the day.
 
 Shares as floors, precisely (the runtime enforces it): Q = tpm_quota x (1 - keep_free) less the shares
 held outside every ledger of the quota; a consumer
@@ -181,8 +183,9 @@ class QuotaLedger(Construct):
         KMS key ($1 a month) and a GetItem every 5 seconds. False when a process consumer of this
         quota is busy at all times.
 
-    Attributes: `table`, `quota`, `ledger_id`, `clock_skew`, `quota_tpm` and `daily_tokens` (the minute
-    and the day every consumer shares), `sweeper_function` (the sweeper, once a state machine uses the
+    Attributes: `table`, `quota`, `ledger_id`, `clock_skew`, `quota_tpm` and `daily_tokens` (the
+    allocatable minute and day; what the consumers share once the shares held outside every ledger are
+    left free: `shared_tpm()` and `shared_daily_tokens()`, known at synth), `sweeper_function` (the sweeper, once a state machine uses the
     ledger, else None). Grants: `grant_use` (UpdateItem,
     GetItem), `grant_read` (GetItem), each limited to this quota's item. Consumers receive
     `environment(share)`. `takes_part(path)` says whether a construct takes part (granted by grant_use,
@@ -269,14 +272,17 @@ class QuotaLedger(Construct):
         construct without ledger= holds it (or, held by nobody synth sees, something outside the app may
         draw it, as the plan counts it). A bedrock-mantle quota's callers cannot be found (their grants
         name projects): none is outside."""
+        return {share.name: share.drawn_tpm for share in self._outside()}
+
+    def _outside(self) -> list[Any]:
+        """The plan's shares (model_quota.Share) held outside every ledger of the quota: `outside_shares`."""
         # While the census runs it resolves the consumers' states (to read their max_tokens), and with them the
         # tokens that call this: the number it reads there is never used, the tokens are resolved again after.
         if self.output_quota_tpm is not None or self.quota._in_census:
-            return {}
+            return []
         plan = self.quota._complete_plan()
         declared = set().union(*(getattr(ledger, "_declared", set()) for ledger in self.quota._ledgers))
-        return {share.name: share.drawn_tpm for share in plan.shares
-                if not share.in_ledger and (plan.holders(share) or share.name not in declared)}
+        return [share for share in plan.shares if not share.in_ledger and (plan.holders(share) or share.name not in declared)]
 
     def shared_tpm(self) -> float:
         """Q, what the ledger's consumers share at run time: the allocatable TPM minus what the shares held
@@ -285,6 +291,25 @@ class QuotaLedger(Construct):
         them all. Known once the app is complete: environment(share) and the state machines' reservations
         carry it as a token resolved at synth (`lazy_tpm`)."""
         return self.quota_tpm - sum(self.outside_shares().values())
+
+    def shared_daily_tokens(self) -> int:
+        """The day the ledger's consumers share at run time, as `shared_tpm()` is of the minute: the
+        allocatable day (`daily_tokens`) less what the shares held outside every ledger draw in a day, each
+        its drawn TPM (`outside_shares()`) for its hours_per_day (ModelQuota.share; 24 by default, so x 1,440
+        as DAILY_QUOTA_DOC's default day is the TPM quota's). With the default daily_token_quota and outside
+        shares running all day, shared_tpm() x 1,440. The outside shares' processes spend the model's day on
+        Bedrock without the ledger's d# counter seeing it, so without this the ledger's consumers could spend
+        the whole day before 00:00 UTC and the model would refuse everyone. Known once the app is complete:
+        environment(share) and the state machines' reservations carry it as a token resolved at synth
+        (`lazy_day`)."""
+        outside = sum(share.drawn_tpm * planning.MINUTES_PER_DAY * share.hours_per_day / 24 for share in self._outside())
+        return math.floor(self.daily_tokens - outside)
+
+    def lazy_day(self, value: Any) -> str:
+        """A token, resolved at synth once the app is complete, for `value(shared_daily_tokens())` written as a
+        whole number: the day's GENAI_PACER_LEDGER_DAILY_TOKENS and the state machines' day ceilings (lazy_tpm's
+        counterpart for the day)."""
+        return cdk.Lazy.uncached_string(_Produce(lambda: f"{value(self.shared_daily_tokens()):.0f}"))
 
     def lazy_tpm(self, value: Any) -> str:
         """A token, resolved at synth once the app is complete, for `value(shared_tpm())` written as a whole
@@ -303,10 +328,11 @@ class QuotaLedger(Construct):
 
     @property
     def daily_tokens(self) -> int:
-        """The day's tokens the consumers share: the allocatable part of the model's daily token quota,
-        (daily_token_quota, default tpm_quota x 1,440) x (1 - keep_free), as quota_tpm is of the minute.
-        Every consumer counts the day in the same d#<UTC day> counter of the item: the processes'
-        SharedLedger and the state machines' reservations (step_functions.ledger_steps)."""
+        """The allocatable part of the model's daily token quota, (daily_token_quota, default tpm_quota x
+        1,440) x (1 - keep_free), as quota_tpm is of the minute: what the consumers share when every share
+        of the quota is held in a ledger (`shared_daily_tokens()` is what they share). Every consumer counts
+        the day in the same d#<UTC day> counter of the item: the processes' SharedLedger and the state
+        machines' reservations (step_functions.ledger_steps)."""
         daily = self.quota.daily_token_quota
         whole = self.quota.tpm_quota * planning.MINUTES_PER_DAY if daily is None else daily
         return math.floor(whole * (1 - self.quota.keep_free))
@@ -409,11 +435,12 @@ class QuotaLedger(Construct):
         The consumer's priority (LEDGER_PRIORITY_VARIABLE) only when its share was drawn with one."""
         self._declared.add(consumer)  # a ledger consumer, even when synth sees no construct holding its share
         # The minute and the burst cap: Q = shared_tpm() (the allocatable TPM less the shares held outside
-        # every ledger), resolved at synth; a burst cap above Q is Q (SharedLedger takes burst <= quota).
+        # every ledger), resolved at synth; a burst cap above Q is Q (SharedLedger takes burst <= quota). The
+        # day likewise: shared_daily_tokens().
         variables = dict(zip(LEDGER_ENVIRONMENT, (
             self.table.table_name, self.ledger_id, consumer, self.lazy_tpm(lambda q: q), f"{floor_tpm:.0f}",
             self.lazy_tpm(lambda q: q if burst_tpm is None else min(burst_tpm, q)),
-            f"{self.clock_skew.to_seconds(integral=False):g}", str(self.daily_tokens),
+            f"{self.clock_skew.to_seconds(integral=False):g}", self.lazy_day(lambda day: day),
         ), strict=True))
         drawn = self.quota.shares.get(consumer)
         if drawn is not None and drawn.priority is not None:
@@ -448,7 +475,13 @@ class QuotaLedger(Construct):
             f"({shown}) draw all of its {self.quota_tpm:,.0f} allocatable TPM, leaving the ledger's consumers nothing; "
             "move them into the ledger (ledger.grant_use + ledger.environment(share), or ledger= on the construct) "
             "or make them smaller", id="ledger.outside-shares-leave-nothing")
-        shared = self.shared_tpm()
+        shared, day = self.shared_tpm(), self.shared_daily_tokens()
+        check.rule(
+            day >= 1,
+            f"QuotaLedger {self.node.id}: the shares held outside every ledger of ModelQuota {self.quota.node.id} "
+            f"({shown}) draw all of its {self.daily_tokens:,} allocatable tokens a day at their TPM for their "
+            "hours_per_day, leaving the ledger's consumers no day; move them into the ledger, make them smaller, "
+            "draw them with the hours_per_day they run, or raise daily_token_quota", id="ledger.outside-shares-leave-no-day")
         for share, request, held in self._reservations:
             check.rule(
                 held <= shared,
@@ -456,6 +489,12 @@ class QuotaLedger(Construct):
                 f"({request}), more than the {shared:,.0f} TPM its consumers share once the shares held outside it "
                 f"({shown}) are left free: it could never be admitted; lower max_tokens, or move those shares into "
                 "the ledger", id="ledger.reservation-above-shared")
+            check.rule(
+                day < 1 or held <= day,
+                f"QuotaLedger {self.node.id}: the state machine of share {share!r} reserves {held:,} tokens a call "
+                f"({request}), more than the {day:,} tokens a day its consumers share once the shares held outside it "
+                f"({shown}) have drawn theirs: it could never be admitted; lower max_tokens, move those shares into "
+                "the ledger, or raise daily_token_quota", id="ledger.reservation-above-shared-day")
         for share in plan.shares:
             for holder in plan.holders(share) if share.name in outside else ():
                 if holder.deploy_time_cap:

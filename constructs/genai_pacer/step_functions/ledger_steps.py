@@ -22,7 +22,7 @@ number that needs a product computed at synth:
                            IF (held is absent OR held <= Q - r) AND (h#<consumer> is absent OR
                               h#<consumer> <= burst - r) AND (<day> is absent OR <day> <= D - r)
                          r, Q - r, burst - r and D - r are numbers written at synth (D: the
-                         ledger's daily token quota, QuotaLedger.daily_tokens): r is the pacer's
+                         ledger's day, QuotaLedger.shared_daily_tokens): r is the pacer's
                          reservation, the share profile's prompt (input + cache writes + cache reads)
                          + ceil(max_tokens x burndown). A refusal (DynamoDB.ConditionalCheckFailed
                          Exception) is caught into:
@@ -113,9 +113,9 @@ What a state machine cannot do, and what covers it:
   floor owner who waits. It is admitted while the window holds Q and its own holds its burst cap (its
   share's burst_tpm, default Q; at most Q), and its MaxConcurrency (or branch count) bounds it in calls.
   Q (QuotaLedger.shared_tpm: the allocatable TPM less the shares held outside every ledger) is known only
-  once the app is complete, so Q - r and burst - r are tokens resolved at synth. It does write its own
-  want (<call> ledger want), so the processes borrowing beyond their floors leave its floor free, as they
-  do for a waiting process. Without it (before issue 25's fix) a BoundedMap with a floor share beside 4
+  once the app is complete, so Q - r, burst - r and D - r (the day likewise: QuotaLedger.shared_daily_tokens)
+  are tokens resolved at synth. It does write its own want (<call> ledger want), so the processes
+  borrowing beyond their floors leave its floor free, as they do for a waiting process. Without it (before issue 25's fix) a BoundedMap with a floor share beside 4
   busy processes waited its whole reservation budget and failed. Its want differs from a process's in
   three ways: it is written on every refused try within the floor (a process writes at most once per
   want_seconds / 2: the state machine keeps no memory between tries, and its tries are 1 to 3 s apart,
@@ -326,7 +326,9 @@ class LedgerConsumer:
     floor_tpm: float
     burst_tpm: float
     input_tokens: int  # the share profile's prompt: input + cache writes + cache reads
-    daily_tokens: int  # the day's tokens every consumer shares (QuotaLedger.daily_tokens)
+    #: the allocatable day (QuotaLedger.daily_tokens), for the check at construction; the day the consumers
+    #: share, less the shares held outside every ledger, is QuotaLedger.shared_daily_tokens() at synth
+    daily_tokens: int
 
     def reservation(self, max_tokens: int) -> int:
         """r: what a call holds while it runs (QuotaPacer.reservation with hold_output_burndown)."""
@@ -559,7 +561,8 @@ class LedgerCall:
                   ":total": tasks.DynamoAttributeValue.number_from_string(ledger.lazy_tpm(lambda q: q - self.r)),
                   ":mine": tasks.DynamoAttributeValue.number_from_string(
                       ledger.lazy_tpm(lambda q: min(self.consumer.burst_tpm, q) - self.r)),
-                  ":day": tasks.DynamoAttributeValue.from_number(self.consumer.daily_tokens - self.r),
+                  # the day the consumers share once the outside shares drew theirs: QuotaLedger.shared_daily_tokens
+                  ":day": tasks.DynamoAttributeValue.number_from_string(ledger.lazy_day(lambda day: day - self.r)),
                   ":number": tasks.DynamoAttributeValue.from_string("N")}
         if floor_left >= 0:
             values[":floor"] = tasks.DynamoAttributeValue.from_number(floor_left)
@@ -604,7 +607,8 @@ class LedgerCall:
                     ":at": tasks.DynamoAttributeValue.from_string(at),
                     ":me": tasks.DynamoAttributeValue.from_string(self.consumer.name),
                     ":floor": tasks.DynamoAttributeValue.from_number(floor_left),
-                    ":day": tasks.DynamoAttributeValue.from_number(self.consumer.daily_tokens - self.r)},
+                    ":day": tasks.DynamoAttributeValue.number_from_string(
+                        self.consumer.ledger.lazy_day(lambda day: day - self.r))},
             names={"#w": WANT_PREFIX + self.consumer.name, "#wanted": WANTED, "#wanted_by": WANTED_BY,
                    "#mine": CONSUMER_PREFIX + self.consumer.name, "#day": sfn.JsonPath.string_at(self.day_path)},
             retry=False,
