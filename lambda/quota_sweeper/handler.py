@@ -18,9 +18,18 @@ time runs low, and the next scheduled invocation takes over: a slot then counts 
 about 8% longer than Bedrock keeps it. A sweep that finds nothing expired costs one strongly
 consistent GetItem; overlapping invocations are harmless (every removal is pinned to the value read).
 
+The Reserved tier reservation: when the quota has one (ModelQuota(reserved_input_tpm=...)), every
+reserved share's processes draw on one two-budget item beside the quota's, under its id +
+RESERVED_SUFFIX (SharedLedger.reservation_from_environment). Its slots leave the window like the
+quota's, and only its consumers' writes removed them: a reservation whose consumers went quiet kept
+every expired slot (and its item's size, which each write pays for, per KB) until one of them wrote
+again. So each sweep sweeps that item too, with the same removal.
+
 Environment (set by QuotaLedger): the GENAI_PACER_LEDGER_* variables of QuotaLedger.consumer_variables,
-under the consumer name SWEEPER_CONSUMER (the sweeper holds nothing; the name is never written).
-Result: {"sweeps": <how many>, "tokensRemoved": <tokens of the slots removed>}.
+under the consumer name SWEEPER_CONSUMER (the sweeper holds nothing; the name is never written), and,
+with a reservation, its GENAI_PACER_LEDGER_RESERVED_* (the sweeper's floors there 0).
+Result: {"sweeps": <how many>, "tokensRemoved": <tokens of the quota item's slots removed>}, and with a
+reservation "reservedTokensRemoved": <tokens of its item's slots removed, input and output>.
 """
 
 from __future__ import annotations
@@ -40,28 +49,36 @@ MARGIN_SECONDS = 5.0
 #: The consumer name the sweeper's SharedLedger is built with (it never writes an h# or a slot).
 SWEEPER_CONSUMER = "quota-sweeper"
 
-_ledger: SharedLedger | None = None
+_ledgers: tuple[SharedLedger, SharedLedger | None] | None = None
 
 
 def handler(event: Any, context: Any, *, environ: Mapping[str, str] | None = None,
             sleep: Callable[[float], None] = time.sleep, **options: Any) -> dict[str, float]:
-    """Sweep the quota's item now, then every SWEEP_INTERVAL_SECONDS while the invocation has time.
-    environ, sleep and options (SharedLedger's: client, clock) are for tests."""
-    global _ledger
-    if _ledger is None or environ is not None or options:
+    """Sweep the quota's item (and the reservation's, when the quota has one) now, then every
+    SWEEP_INTERVAL_SECONDS while the invocation has time. environ, sleep and options (SharedLedger's:
+    client, clock) are for tests."""
+    global _ledgers
+    if _ledgers is None or environ is not None or options:
         ledger = SharedLedger.from_environment(environ, **options)
+        reservation = SharedLedger.reservation_from_environment(environ, **{"client": ledger.client, **options})
         if environ is None and not options:
-            _ledger = ledger  # one client per execution environment
+            _ledgers = (ledger, reservation)  # one client per execution environment
     else:
-        ledger = _ledger
-    sweeps, removed = 0, 0.0
+        ledger, reservation = _ledgers
+    sweeps, removed, reserved_removed = 0, 0.0, 0.0
     while True:
         removed += ledger.sweep()
+        if reservation is not None:
+            reserved_removed += reservation.sweep()
         sweeps += 1
         if context.get_remaining_time_in_millis() / 1000 < SWEEP_INTERVAL_SECONDS + MARGIN_SECONDS:
             break
         sleep(SWEEP_INTERVAL_SECONDS)
-    if removed or ledger.counts["repairs"]:
-        log("INFO", "QuotaLedger sweeper: removed the slots that left the window", ledger_id=ledger.ledger_id,
-            sweeps=sweeps, tokens_removed=removed, repairs=ledger.counts["repairs"])
-    return {"sweeps": sweeps, "tokensRemoved": removed}
+    for swept, tokens in ((ledger, removed), (reservation, reserved_removed)):
+        if swept is not None and (tokens or swept.counts["repairs"]):
+            log("INFO", "QuotaLedger sweeper: removed the slots that left the window", ledger_id=swept.ledger_id,
+                sweeps=sweeps, tokens_removed=tokens, repairs=swept.counts["repairs"])
+    result = {"sweeps": sweeps, "tokensRemoved": removed}
+    if reservation is not None:
+        result["reservedTokensRemoved"] = reserved_removed
+    return result

@@ -130,6 +130,36 @@ def test_each_invocation_sweeps_every_interval_while_time_remains(dynamodb):
     assert result["sweeps"] == 1 + int((65 - stop) // sweeper.SWEEP_INTERVAL_SECONDS) + 1
 
 
+RESERVED_KEY = {"pk": {"S": "quota#m#reserved"}}
+#: The Reserved tier reservation's variables QuotaLedger gives its sweeper (the reservation, its floors 0).
+RESERVED_ENVIRON = {**ENVIRON, "GENAI_PACER_LEDGER_RESERVED_INPUT_TPM": "1000",
+                    "GENAI_PACER_LEDGER_RESERVED_OUTPUT_TPM": "300", "GENAI_PACER_LEDGER_RESERVED_FLOOR_INPUT_TPM": "0",
+                    "GENAI_PACER_LEDGER_RESERVED_FLOOR_OUTPUT_TPM": "0"}
+
+
+def test_the_reservations_item_is_swept_with_the_quotas(dynamodb):
+    """With a Reserved tier reservation, one sweep removes the expired slots of both items: the quota's and
+    the reservation's (input and output windows), which before only the reserved consumers' writes removed."""
+    old, live = slot(0, "Summaries"), slot(30, "Summaries")
+    put(dynamodb, {"held": 700, "h#Summaries": 700, old: 400, live: 300})
+    old_in, live_in = slot(0, "Interactive"), slot(30, "Interactive")
+    old_out, live_out = "o#" + old_in[2:], "o#" + live_in[2:]
+    put(dynamodb, {"held": 900, "h#Interactive": 900, old_in: 600, live_in: 300,
+                   "oheld": 250, "oh#Interactive": 250, old_out: 200, live_out: 50}, key=RESERVED_KEY)
+    context = Context(1.0)
+    result = sweeper.handler({}, context, environ=RESERVED_ENVIRON, sleep=context.sleep, client=dynamodb,
+                             clock=lambda: EPOCH + 70)
+    quota, reserved = item(dynamodb), item(dynamodb, RESERVED_KEY)
+    assert old not in quota and quota[live] == {"N": "300"} and quota["held"] == {"N": "300"}
+    assert old_in not in reserved and old_out not in reserved
+    assert result == {"sweeps": 1, "tokensRemoved": 400.0, "reservedTokensRemoved": 800.0}
+    assert (reserved[live_in], reserved[live_out]) == ({"N": "300"}, {"N": "50"})
+    assert (reserved["held"], reserved["h#Interactive"], reserved["oheld"], reserved["oh#Interactive"]) == (
+        {"N": "300"}, {"N": "300"}, {"N": "50"}, {"N": "50"})
+    # without a reservation the sweeper reads one item, as before
+    assert set(sweep(dynamodb, EPOCH + 70)[0]) == {"sweeps", "tokensRemoved"}
+
+
 def test_the_constructs_sweeper_settings_are_the_handlers():
     assert construct_ledger.SWEEPER_CONSUMER == sweeper.SWEEPER_CONSUMER
     # the invocation runs past the schedule's minute, so the next one overlaps it: no gap longer than an interval
@@ -180,6 +210,33 @@ def test_a_state_machine_consumer_adds_the_sweeper_on_a_one_minute_schedule_gran
     assert [(s["Action"], s["Condition"]) for s in on_table] == [(
         ["dynamodb:UpdateItem", "dynamodb:GetItem"],
         {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["quota#us.amazon.nova-lite-v1:0"]}})]
+
+
+def test_with_a_reservation_the_sweepers_environment_carries_it_and_its_grant_covers_its_item():
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=400_000, burndown=5, reserved_input_tpm=1_000,
+                       reserved_output_tpm=300)
+    plan = quota.share("Summaries", quota.profile(input_tokens=1_000, output_tokens=200, max_tokens=400),
+                       fraction=0.5, call_seconds=4)
+    ledger = QuotaLedger(stack, "Ledger", quota=quota)
+    BoundedMap(stack, "Summaries", max_concurrency=plan, model=MODEL, ledger=ledger,
+               request=ConverseRequest(prompt=sfn.JsonPath.string_at("$.prompt"), max_tokens=400))
+    template = template_of(stack).to_json()
+    function = stack.get_logical_id(ledger.sweeper_function.node.default_child)
+    env = template["Resources"][function]["Properties"]["Environment"]["Variables"]
+    assert [env[name] for name in construct_ledger.LEDGER_RESERVED_ENVIRONMENT] == ["1000", "300", "0", "0"]
+    reservation = SharedLedger.reservation_from_environment({**env, "GENAI_PACER_LEDGER_TABLE": TABLE}, client=object())
+    assert reservation is not None and reservation.ledger_id == "us.amazon.nova-lite-v1:0#reserved"
+    role = stack.get_logical_id(ledger.sweeper_function.role.node.default_child)
+    (statement,) = [s for p in resources(template, "AWS::IAM::Policy").values() if {"Ref": role} in p["Properties"]["Roles"]
+                    for s in p["Properties"]["PolicyDocument"]["Statement"] if "dynamodb:UpdateItem" in s["Action"]]
+    assert statement["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"] == [
+        "quota#us.amazon.nova-lite-v1:0", "quota#us.amazon.nova-lite-v1:0#reserved"]
+    # without one, none of these variables
+    stack, ledger = stack_with()
+    function = stack.get_logical_id(ledger.sweeper_function.node.default_child)
+    env = template_of(stack).to_json()["Resources"][function]["Properties"]["Environment"]["Variables"]
+    assert not set(construct_ledger.LEDGER_RESERVED_ENVIRONMENT) & set(env)
 
 
 def test_no_state_machine_no_sweeper():

@@ -175,7 +175,9 @@ class QuotaLedger(Construct):
     sweeper: whether a state machine's use of the ledger adds a function that removes the slots that
         left the window (a state machine cannot: step_functions.ledger_steps), run by an EventBridge
         rule once a minute, sweeping every 5 seconds within each invocation; granted UpdateItem and
-        GetItem on this quota's item only. Without it, a ledger that only state machines use keeps
+        GetItem on this quota's item only. With a Reserved tier reservation (ModelQuota's
+        reserved_input_tpm) it sweeps the reservation's item too (and is granted it), a second GetItem
+        every 5 seconds. Without it, a ledger that only state machines use keeps
         every hold until a process consumer writes the item, and stalls once the holds reach the
         quota (warned at synth). Default: True. It runs every minute whether or not a state machine
         runs: a 128 MB Arm function for about 65 s a minute, about $4.76 a month at us-east-1's
@@ -419,9 +421,7 @@ class QuotaLedger(Construct):
         variables = {**self.quota.pacer_environment(share),
                      **self.consumer_variables(share, floor, declared if burst_tpm is None else burst_tpm)}
         if drawn is not None and drawn.reserved_budget is not None:  # the reservation every reserved share draws on
-            variables.update(zip(LEDGER_RESERVED_ENVIRONMENT, (
-                f"{self.quota.reserved_input_tpm:.0f}", f"{self.quota.reserved_output_tpm:.0f}",
-                f"{drawn.reserved_budget[0]:.0f}", f"{drawn.reserved_budget[1]:.0f}"), strict=True))
+            variables.update(self._reservation_variables(*drawn.reserved_budget))
         if self.output_quota_tpm is not None and drawn is not None:  # bedrock-mantle: the output window too, no day
             del variables[LEDGER_DAILY_TOKENS_VARIABLE]
             variables.update(zip(LEDGER_OUTPUT_ENVIRONMENT, (
@@ -446,6 +446,13 @@ class QuotaLedger(Construct):
         if drawn is not None and drawn.priority is not None:
             variables[LEDGER_PRIORITY_VARIABLE] = drawn.priority
         return variables
+
+    def _reservation_variables(self, floor_input_tpm: float, floor_output_tpm: float) -> dict[str, str]:
+        """The Reserved tier reservation's variables (LEDGER_RESERVED_ENVIRONMENT, read by
+        SharedLedger.reservation_from_environment): the model's reservation and a consumer's floors in it."""
+        return dict(zip(LEDGER_RESERVED_ENVIRONMENT, (
+            f"{self.quota.reserved_input_tpm:.0f}", f"{self.quota.reserved_output_tpm:.0f}",
+            f"{floor_input_tpm:.0f}", f"{floor_output_tpm:.0f}"), strict=True))
 
     @property
     def prioritized(self) -> bool:
@@ -536,10 +543,16 @@ class QuotaLedger(Construct):
 
     def _add_sweeper(self) -> lambda_.Function:
         """The function that removes expired slots for the state machines (lambda/quota_sweeper), once a
-        minute; granted exactly what a process consumer is, on this quota's item."""
+        minute; granted exactly what a process consumer is, on this quota's item. With a Reserved tier
+        reservation (ModelQuota(reserved_input_tpm=...)), it sweeps the reservation's item too (the
+        variables environment(share) gives a reserved share, its floors there 0), which only the reserved
+        consumers' writes swept before; _grant covers that item."""
+        environment = self.consumer_variables(SWEEPER_CONSUMER, 0.0)
+        if self.quota.reserved_input_tpm is not None:
+            environment.update(self._reservation_variables(0.0, 0.0))
         function = handler_function(
             self, "Sweeper", handler="quota_sweeper.handler.handler",
-            environment=self.consumer_variables(SWEEPER_CONSUMER, 0.0), timeout=SWEEP_TIMEOUT,
+            environment=environment, timeout=SWEEP_TIMEOUT,
             memory_size=SWEEPER_MEMORY_MB,
         )
         self._grant(function, _USE_ACTIONS, _KEY_USE_ACTIONS)
