@@ -212,3 +212,32 @@ def test_a_max_output_tokens_the_ledger_could_never_hold_is_warned_naming_both_n
     QueuedInference(fits, "Queued", model=MODEL, max_concurrency=2, max_output_tokens=2_000,
                     ledger=QuotaLedger(fits, "Ledger", quota=q))
     assert _ledger_warnings(fits) == []
+
+
+def test_a_max_output_tokens_only_the_shares_outside_the_ledger_make_unholdable_is_warned():
+    """The worker's burst cap in the ledger is at most what the ledger's consumers share once the shares held
+    outside every ledger are left free (QuotaLedger.shared_tpm): 40,000 tokens held per message fit the
+    100,000 allocatable TPM, not the 30,000 a 70,000 TPM share held by a plain function leaves."""
+    from aws_cdk import aws_lambda as lambda_
+
+    def build(outside: bool) -> cdk.Stack:
+        stack = new_stack()
+        q = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=100_000, burndown=5)
+        small = q.profile(input_tokens=100, output_tokens=100, max_tokens=200)
+        if outside:  # a function holding a share, with no ledger
+            share = q.share("Outside", small, tpm=70_000, call_seconds=4)
+            function = lambda_.Function(
+                stack, "Outside", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
+                code=lambda_.Code.from_inline("def handler(event, context):\n    return None\n"),
+                reserved_concurrent_executions=share.max_concurrency)
+            MODEL.grant_invoke(function)
+        ledger = QuotaLedger(stack, "Ledger", quota=q)
+        QueuedInference(stack, "Queued", model=MODEL, max_concurrency=2, max_output_tokens=8_000, batch_size=1,
+                        ledger=ledger)
+        return stack
+
+    assert _ledger_warnings(build(outside=False)) == []  # 40,000 of the whole 100,000
+    (warning,) = _ledger_warnings(build(outside=True))
+    assert "max_output_tokens=8,000 x burndown 5 = 40,000 tokens held per message" in warning
+    assert "more than the worker's burst cap in the ledger (its 100,000 TPM less the shares held outside every " \
+           "ledger of the quota: 'Outside' (70,000 TPM)) (30,000 TPM)" in warning, warning

@@ -623,10 +623,24 @@ class QueuedInference(Construct):
         self.ledger_burst_tpm = ledger.quota_tpm if burst is None else burst
         # A message that sets no maxTokens holds max_output_tokens x burndown (its prompt on top): if that
         # alone is more than the ledger can ever hold for this worker, every such message is refused at run
-        # time. A warning, not a refusal: messages that send a smaller maxTokens still run.
-        held = 0 if is_token(self.max_output_tokens) else ledger.hold(0, self.max_output_tokens)
-        limits = [(self.ledger_burst_tpm, "the worker's burst cap in the ledger", "TPM"),
-                  (ledger.daily_tokens, "the ledger's whole day", "tokens")]
+        # time. A warning, not a refusal: messages that send a smaller maxTokens still run. Judged at synth,
+        # once the shares held outside every ledger are known (they shrink what the ledger can hold).
+        if not is_token(self.max_output_tokens):
+            held = ledger.hold(0, self.max_output_tokens)
+            ledger.check_at_synth(lambda: self._warn_hold_never_admitted(ledger, held))
+
+    def _warn_hold_never_admitted(self, ledger: QuotaLedger, held: int) -> None:
+        """At synth (QuotaLedger.check_at_synth): `held` (max_output_tokens x burndown) against what the
+        ledger can ever hold for this worker: its burst cap as the worker gets it, at most what the ledger's
+        consumers share once the shares held outside every ledger are left free (min(burst, shared_tpm()),
+        GENAI_PACER_LEDGER_BURST_TPM), and the day they share (shared_daily_tokens())."""
+        burst = cast(float, self.ledger_burst_tpm)
+        shared = ledger.shared_tpm()
+        limits = [(min(burst, shared), "the worker's burst cap in the ledger" + (
+                      f" (its {burst:,.0f} TPM less the shares held outside every ledger of the quota: "
+                      f"{', '.join(f'{name!r} ({tpm:,.0f} TPM)' for name, tpm in ledger.outside_shares().items())})"
+                      if shared < burst else ""), "TPM"),
+                  (ledger.shared_daily_tokens(), "the ledger's whole day", "tokens")]
         for limit, what, unit in limits:
             if held > limit:
                 warn(

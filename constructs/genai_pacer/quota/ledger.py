@@ -47,7 +47,7 @@ they settle and leave Bedrock's one-minute window, and borrowers keep free what 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 import aws_cdk as cdk
@@ -253,6 +253,8 @@ class QuotaLedger(Construct):
         self._declared: set[str] = set()
         # (share, request, r): each state machine request's hold, checked against Q at synth (_check_outside)
         self._reservations: list[tuple[str, str, int]] = []
+        # what a consumer checks once the app is complete (check_at_synth), run by _check_outside
+        self._synth_checks: list[Callable[[], None]] = []
         quota._ledgers.append(self)
         cdk.Aspects.of(self).add(_WarnStateMachinesOnly(self))
 
@@ -468,10 +470,19 @@ class QuotaLedger(Construct):
         consumer's burst cap can never be admitted (SharedLedger refuses it)."""
         return int(prompt_tokens) + math.ceil(max_tokens * self.quota.burndown)
 
+    def check_at_synth(self, check: Callable[[], None]) -> None:
+        """Run `check` at synth once the app is complete (from ModelQuota's validation, with this ledger's
+        own checks), when shared_tpm() and shared_daily_tokens() are known: what a consumer built before
+        its fellow consumers and shares (QueuedInference's warning on max_output_tokens) compares with
+        what the ledger's consumers share, not with the whole allocatable quota."""
+        self._synth_checks.append(check)
+
     def _check_outside(self, check: Checks, plan: Any) -> None:
-        """At synth, from the complete plan (ModelQuota's validation): the outside shares must leave the
-        ledger something, and what synth cannot count outside the ledger is named (a warning: the ledger
-        leaves free only what the plan counts)."""
+        """At synth, from the complete plan (ModelQuota's validation): the consumers' own checks
+        (check_at_synth), then the outside shares must leave the ledger something, and what synth cannot
+        count outside the ledger is named (a warning: the ledger leaves free only what the plan counts)."""
+        for consumer_check in self._synth_checks:
+            consumer_check()
         outside = self.outside_shares()
         if not outside or not (self._declared or self._members):  # a ledger nobody uses shares nothing
             return
