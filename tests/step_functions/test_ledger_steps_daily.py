@@ -12,7 +12,8 @@ import json
 import pytest
 from aws_cdk import aws_stepfunctions as sfn
 from genai_pacer import BoundedMap, ConverseRequest, ModelQuota, QuotaLedger
-from genai_pacer.step_functions.ledger_steps import CONDITIONAL_CHECK_FAILED, LEDGER_WANT_RETRY_ATTEMPTS
+from genai_pacer.step_functions import ledger_steps
+from genai_pacer.step_functions.ledger_steps import CONDITIONAL_CHECK_FAILED
 from genai_pacer.testing import StateMachineRunner
 from genai_pacer.testing.sfn import _interpreter
 from helpers import new_stack, refused
@@ -35,6 +36,7 @@ from test_ledger_steps import (
 )
 
 DAY = "2027-01-15"
+TRIES = 20  # the refused tries of a state machine whose day is spent (test_a_map_cannot_run_past_the_day_a_process_spent)
 #: 2027-01-15T12:00:00.250Z: the moment every execution's states are entered, and the processes' clock.
 MOMENT = datetime.datetime(2027, 1, 15, 12, 0, 0, 250_000, tzinfo=datetime.UTC)
 MIDNIGHT = datetime.datetime(2027, 1, 16, tzinfo=datetime.UTC).timestamp()
@@ -68,7 +70,7 @@ def entered(monkeypatch) -> datetime.datetime:
 @pytest.fixture
 def no_waits(monkeypatch) -> list[float]:
     """The reservation's Retry waits nothing (the waits are recorded): a refusal that lasts runs its
-    LEDGER_WANT_RETRY_ATTEMPTS tries at once."""
+    tries at once."""
     waits: list[float] = []
     monkeypatch.setattr(_interpreter._ScaledTime, "wait", lambda self, seconds, env=None: waits.append(seconds))
     return waits
@@ -125,9 +127,12 @@ def test_a_calls_reservation_settlement_and_release_count_on_its_slots_day(enter
     assert day_of(after) == {f"d#{DAY}": charged} and int(after["held"]["N"]) == charged
 
 
-def test_a_map_cannot_run_past_the_day_a_process_spent(entered, no_waits):
+def test_a_map_cannot_run_past_the_day_a_process_spent(entered, no_waits, monkeypatch):
     """The window is free, the day is not: the state machine's reservation is refused on the day alone,
-    calls nothing, and fails once its Retry is spent."""
+    calls nothing, and fails once its tries are spent. With a budget of TRIES tries, not the 300 of a real
+    state machine (test_ledger_steps checks that number in the definition): every try runs the same states,
+    and the whole budget offline takes several seconds of the test suite's."""
+    monkeypatch.setattr(ledger_steps, "LEDGER_WANT_RETRY_ATTEMPTS", TRIES)
     daily = 10_000
     stack, ledger = daily_stack(daily)
     with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
@@ -143,9 +148,9 @@ def test_a_map_cannot_run_past_the_day_a_process_spent(entered, no_waits):
     assert not run.succeeded and run.error == CONDITIONAL_CHECK_FAILED
     # the first try and every retry refused, never a model call; and each refused try's want refused too
     # (the day cannot hold it: a process refused for the day writes none), but for the last try's
-    assert failed_errors(run) == [CONDITIONAL_CHECK_FAILED] * (2 * LEDGER_WANT_RETRY_ATTEMPTS + 1) and run.model_calls == 0
+    assert failed_errors(run) == [CONDITIONAL_CHECK_FAILED] * (2 * TRIES + 1) and run.model_calls == 0
     assert "w#Summaries" not in item and "wanted" not in item
-    assert len(no_waits) == LEDGER_WANT_RETRY_ATTEMPTS
+    assert len(no_waits) == TRIES
     assert day_of(item) == {f"d#{DAY}": daily - RESERVED + 1}  # the refused tries added nothing
 
 
