@@ -252,6 +252,7 @@ from .ledger_layout import (
     SLOT_PREFIX,
     TTL_ATTRIBUTE,
     WANT_PREFIX,
+    WANT_SECONDS_VARIABLE,
     WANTED,
     WANTED_BY,
 )
@@ -477,7 +478,8 @@ class SharedLedger:
         the allocatable part of it, so the default stays inside it).
     skew_seconds: the clock skew between consumers it tolerates (slots are kept that much longer
         than the window). Default: 1.0. want_seconds: how long a floor owner's waiting call stops
-        others from borrowing. Default: 5.0. window_seconds: the quota window. Default: 60.
+        others from borrowing. Default: 5.0 (QuotaLedger.environment sets 12 s with its default skew, so a
+        state machine's want lasts between its tries). window_seconds: the quota window. Default: 60.
     client: a boto3 DynamoDB client, built with retries={"total_max_attempts": 1} (the ledger retries
         itself, and never repeats a settlement whose answer was lost). Default: such a client for the
         environment's Region. clock: epoch seconds shared
@@ -616,8 +618,9 @@ class SharedLedger:
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **options: Any) -> SharedLedger:
         """A ledger configured by the variables QuotaLedger.environment(share) sets (ENVIRONMENT), the
-        day every consumer shares (ledger_layout.DAILY_TOKENS_VARIABLE, QuotaLedger.daily_tokens)
-        included; a variable not set takes the parameter's default. `options` override them."""
+        day every consumer shares (ledger_layout.DAILY_TOKENS_VARIABLE, QuotaLedger.daily_tokens) and
+        how long a want is kept (WANT_SECONDS_VARIABLE) included; a variable not set takes the
+        parameter's default. `options` override them."""
         env = os.environ if environ is None else environ
         table, ledger_id, consumer, quota, floor, burst, skew, daily = ENVIRONMENT
         missing = [name for name in (table, ledger_id, consumer, quota) if not env.get(name)]
@@ -627,7 +630,8 @@ class SharedLedger:
         numbers: dict[str, float] = {}
         output_quota, output_floor, output_burst = OUTPUT_ENVIRONMENT
         for key, name in ((quota, "quota_tpm"), (floor, "floor_tpm"), (burst, "burst_tpm"), (skew, "skew_seconds"),
-                          (daily, "daily_tokens"), (output_quota, "output_quota_tpm"),
+                          (daily, "daily_tokens"), (WANT_SECONDS_VARIABLE, "want_seconds"),
+                          (output_quota, "output_quota_tpm"),
                           (output_floor, "output_floor_tpm"), (output_burst, "output_burst_tpm")):
             text = env.get(key)
             if text:

@@ -26,6 +26,7 @@ __all__ = [
     "SLOT_PREFIX",
     "TTL_ATTRIBUTE",
     "WANTED",
+    "WANT_SECONDS_VARIABLE",
     "WANTED_BY",
     "WANT_PREFIX",
 ]
@@ -33,6 +34,10 @@ __all__ = [
 #: The ledger's day for every consumer (QuotaLedger.daily_tokens): SharedLedger.from_environment's
 #: daily_tokens. Absent (a function configured before it was set), the runtime's default applies.
 DAILY_TOKENS_VARIABLE = "GENAI_PACER_LEDGER_DAILY_TOKENS"
+#: How long every consumer keeps another's want (SharedLedger's want_seconds), as QuotaLedger sets it: long
+#: enough for a state machine's want to last from one of its tries to the next (QuotaLedger.want_seconds).
+#: Absent, the runtime's default applies.
+WANT_SECONDS_VARIABLE = "GENAI_PACER_LEDGER_WANT_SECONDS"
 #: The variables QuotaLedger.environment(share) sets and SharedLedger.from_environment reads, in order.
 ENVIRONMENT = (
     "GENAI_PACER_LEDGER_TABLE",

@@ -129,10 +129,10 @@ def test_a_calls_reservation_settlement_and_release_count_on_its_slots_day(enter
 
 def test_a_map_cannot_run_past_the_day_a_process_spent(entered, no_waits, monkeypatch):
     """The window is free, the day is not: the state machine's reservation is refused on the day alone,
-    calls nothing, and fails once its tries are spent. With a budget of TRIES tries, not the 300 of a real
+    calls nothing, and fails once its tries are spent. With a budget of TRIES tries, not the 135 of a real
     state machine (test_ledger_steps checks that number in the definition): every try runs the same states,
     and the whole budget offline takes several seconds of the test suite's."""
-    monkeypatch.setattr(ledger_steps, "LEDGER_WANT_RETRY_ATTEMPTS", TRIES)
+    monkeypatch.setattr(ledger_steps, "LEDGER_RETRY_ATTEMPTS", TRIES)
     daily = 10_000
     stack, ledger = daily_stack(daily)
     with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:

@@ -70,10 +70,9 @@ def test_a_state_machine_refused_within_its_floor_writes_its_want_which_a_borrow
     wanted = seen[0]
     when, tokens = wanted["w#Summaries"]["S"].split(" ")
     assert tokens == str(RESERVED) and wanted["wanted"] == {"S": when} and wanted["wanted_by"] == {"S": "Summaries"}
-    # the form the processes write and compare (pacer_runtime.ledger._iso_ms): the end of the second the want
-    # state was entered
-    at = datetime.strptime(when, "%Y-%m-%dT%H:%M:%S.999Z").replace(tzinfo=UTC).timestamp()
-    assert int(before) <= at <= time.time() + 1
+    # the form the processes write and compare (pacer_runtime.ledger._iso_ms), the second the want state was entered
+    at = datetime.strptime(when, "%Y-%m-%dT%H:%M:%S.000Z").replace(tzinfo=UTC).timestamp()
+    assert int(before) - 1 <= at <= time.time()
     assert LedgerView.parse(wanted, time.time()).wants == {"Summaries": (when, float(RESERVED))}
     assert isinstance(seen[1]["again"], LedgerRefusal)  # the borrower left the want free
     assert "Summaries" in seen[1]["again"].reason
@@ -109,7 +108,7 @@ def test_a_state_machine_refused_beyond_its_floor_writes_no_want(monkeypatch):
 
 
 #: The second every state of the case is entered, near its end: the want's time is its whole second, so the
-#: fraction (0.9 s) is what a want's time could lose (WANT_TIME_FORMAT).
+#: fraction (0.9 s) is what a want's time loses (WANT_TIME_FORMAT).
 LATE_IN_A_SECOND = datetime(2027, 1, 15, 12, 0, 0, 900_000, tzinfo=UTC)
 #: The next try's states before its want lands (the slot Pass, the reservation, the Choice, the want task:
 #: tens of milliseconds each on AWS), generously.
@@ -138,18 +137,20 @@ def longest_waits(monkeypatch) -> datetime:
 
 def test_a_state_machine_within_its_floor_keeps_its_room_across_its_longest_wait(monkeypatch, longest_waits):
     """The window is full (a process borrowed all of it), so the state machine's call, within its floor, is
-    refused and writes its want before each wait. At its longest wait the borrower's hold ends, and the
-    borrower tries to borrow the room again at the end of that wait, its clock the ledger's clock_skew ahead:
-    the want written before the wait is still recent, so the borrower leaves the room free and the state
-    machine takes it at its next try. (Before: tries 1 to 8 s apart against the processes' 5 s want, so at
-    an 8 s wait the want had lapsed, the borrower took the room for a minute and the call kept waiting.)"""
+    refused and writes its want before each wait. At its longest wait (8 s) the borrower's hold ends, and the
+    borrower, configured by QuotaLedger's environment, tries to borrow the room again at the end of that wait,
+    its clock the ledger's clock_skew ahead: the want written before the wait is still recent, so the borrower
+    leaves the room free and the state machine takes it at its next try. (Before: the processes kept a want
+    5 s, so at an 8 s wait the want had lapsed, the borrower took the room for a minute and the call kept
+    waiting.)"""
     stack, ledger, _ = ledger_stack()
     moment = longest_waits.timestamp()
     ahead = [0.0]
+    variables = {name: stack.resolve(value) for name, value in ledger.consumer_variables("Busy", 0).items()}
     with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
-        busy = SharedLedger(runner.physical_name(ledger.table), ledger_id=MODEL_ID, consumer="Busy",
-                            quota_tpm=ledger.quota_tpm, floor_tpm=0, client=runner.dynamodb,
-                            clock=lambda: moment + ahead[0], sleep=lambda _: None)  # want_seconds: the default
+        variables["GENAI_PACER_LEDGER_TABLE"] = runner.physical_name(ledger.table)
+        busy = SharedLedger.from_environment(variables, client=runner.dynamodb, clock=lambda: moment + ahead[0],
+                                             sleep=lambda _: None)
         room = int(ledger.quota_tpm) - RESERVED + 1  # the window leaves the state machine 1 token short
         holds = [busy.try_reserve(room)]
         assert isinstance(holds[0], LedgerHold)
@@ -168,15 +169,11 @@ def test_a_state_machine_within_its_floor_keeps_its_room_across_its_longest_wait
         monkeypatch.setattr(_interpreter._ScaledTime, "wait", wait)
         run = runner.run(PROMPT).raise_for_status()
         item = item_of(runner, ledger)
-        at_once = runner.run(PROMPT).raise_for_status()  # the window has room: admitted at its first try
     (probe,) = probes
     assert isinstance(probe, LedgerRefusal), f"the borrower took the room after a {waits[-1]} s wait: the want lapsed"
     assert "Summaries" in probe.reason  # it left the state machine's want free
-    longest = max(ledger_steps.LEDGER_WANT_WAIT_CAPS)
-    assert waits == [2, longest, longest]  # each drawn at its cap
+    assert waits == list(ledger_steps.LEDGER_RETRY_WAIT_CAPS)  # each drawn at its cap, the last the longest
     assert failed_errors(run) == [CONDITIONAL_CHECK_FAILED] * 3 and run.model_calls == 1  # admitted at its next try
     assert "w#Summaries" not in item  # served: its want removed
-    # each refused try within the floor adds the history events the module docstring counts against the 25,000
-    assert (len(run.history) - len(at_once.history)) / 3 == ledger_steps.LEDGER_EVENTS_PER_REFUSAL
-    # the premise: a process keeps a want PROCESS_WANT_SECONDS (SharedLedger's default), which the waits fit in
-    assert busy.want_seconds == ledger_steps.PROCESS_WANT_SECONDS
+    # QuotaLedger's environment sets the want's life: the longest wait, the whole second, the skew and a margin
+    assert busy.want_seconds == ledger.want_seconds == 12

@@ -91,6 +91,17 @@ LEDGER_TTL_ATTRIBUTE: str = _LAYOUT.TTL_ATTRIBUTE
 #: (LEDGER_DAILY_TOKENS_VARIABLE).
 LEDGER_ENVIRONMENT: tuple[str, ...] = _LAYOUT.ENVIRONMENT
 LEDGER_DAILY_TOKENS_VARIABLE: str = _LAYOUT.DAILY_TOKENS_VARIABLE
+LEDGER_WANT_SECONDS_VARIABLE: str = _LAYOUT.WANT_SECONDS_VARIABLE
+#: The longest wait between two reservation tries of a state machine (step_functions.ledger_steps'
+#: LEDGER_RETRY_WAIT_CAPS end with it). A state machine writes its want on each refused try within its floor
+#: and cannot refresh it during the wait, so every consumer keeps a want (want_seconds) at least that long,
+#: plus the second its time is cut to (the want names the whole second its state was entered), the clock
+#: skew between Step Functions and the processes, and WANT_MARGIN_SECONDS for the states between two tries
+#: (a Pass, a Choice and two DynamoDB tasks, tens of milliseconds each on AWS): 12 s with the default skew.
+#: Before, the processes kept a want 5 s (SharedLedger's default) and a want written before a 6 to 8 s wait
+#: lapsed, so a borrower could take, for a minute, the room the state machine waited for within its floor.
+STATE_MACHINE_LONGEST_WAIT_SECONDS = 8
+WANT_MARGIN_SECONDS = 2
 #: The variables environment(share) adds for a share of a bedrock-mantle quota: the output window's
 #: quota, the consumer's floor and burst cap on it (SharedLedger's output_quota_tpm, ...).
 LEDGER_OUTPUT_ENVIRONMENT: tuple[str, ...] = _LAYOUT.OUTPUT_ENVIRONMENT
@@ -444,10 +455,17 @@ class QuotaLedger(Construct):
             self.lazy_tpm(lambda q: q if burst_tpm is None else min(burst_tpm, q)),
             f"{self.clock_skew.to_seconds(integral=False):g}", self.lazy_day(lambda day: day),
         ), strict=True))
+        variables[LEDGER_WANT_SECONDS_VARIABLE] = f"{self.want_seconds:g}"
         drawn = self.quota.shares.get(consumer)
         if drawn is not None and drawn.priority is not None:
             variables[LEDGER_PRIORITY_VARIABLE] = drawn.priority
         return variables
+
+    @property
+    def want_seconds(self) -> float:
+        """How long every consumer keeps another's want (LEDGER_WANT_SECONDS_VARIABLE): from one refused try
+        of a state machine to its next (STATE_MACHINE_LONGEST_WAIT_SECONDS), whole second, skew and margin."""
+        return STATE_MACHINE_LONGEST_WAIT_SECONDS + 1 + self.clock_skew.to_seconds(integral=False) + WANT_MARGIN_SECONDS
 
     def _reservation_variables(self, floor_input_tpm: float, floor_output_tpm: float) -> dict[str, str]:
         """The Reserved tier reservation's variables (LEDGER_RESERVED_ENVIRONMENT, read by

@@ -26,24 +26,22 @@ number that needs a product computed at synth:
                          reservation, the share profile's prompt (input + cache writes + cache reads)
                          + ceil(max_tokens x burndown). A refusal (DynamoDB.ConditionalCheckFailed
                          Exception) is caught into:
-    <call> ledger try again?   Choice: after LEDGER_RETRY_ATTEMPTS refused tries (about 10 minutes;
-                         LEDGER_WANT_RETRY_ATTEMPTS for a call that fits its floor, the same time),
+    <call> ledger try again?   Choice: after LEDGER_RETRY_ATTEMPTS refused tries (about 10 minutes),
                          the call fails with that error, having called nothing (<call> failed);
                          else
     <call> ledger want   DynamoDB UpdateItem: this consumer's want, as a refused process writes it:
                            SET w#<consumer> = "<time> r", wanted = "<time>", wanted_by = <consumer>
                            IF (h#<consumer> is absent OR h#<consumer> <= floor - r) AND
                               (<day> is absent OR <day> <= D - r)
-                         <time> the end of the second this state was entered,
-                         "2019-03-26T20:14:13.999Z" (the processes' want time, to the millisecond:
-                         see WANT_TIME_FORMAT). So borrowers beyond their floors leave r free while the
+                         <time> the second this state was entered, "2019-03-26T20:14:13.000Z" (the
+                         processes' want time, to the millisecond: the fraction is dropped, see
+                         WANT_TIME_FORMAT). So borrowers beyond their floors leave r free while the
                          want is recent (want_seconds), and the reservation that is admitted removes
                          it (REMOVE w#<consumer>, as a served process does). Any failure (its
                          condition: the try would borrow, or the day is spent; a throttle) is caught
                          and ignored, and the loop goes on. Absent when r exceeds the floor.
     <call> ledger wait   Wait: the seconds the slot Pass drew (States.MathRandom, 1 s to a cap
-                         doubling from 2 to 8 s; 1 s to a cap of 2, then 3 s, for a call that fits
-                         its floor, so its want outlives the wait), then
+                         doubling from 2 to 8 s), then
     <call> ledger slot again   Pass: a new slot and day from this state's EnteredTime, the count
                          plus one (States.MathAdd) and the next wait; then the reservation again.
                          It never calls the model meanwhile, so the wait costs no throttle. A
@@ -118,38 +116,27 @@ What a state machine cannot do, and what covers it:
   borrowing beyond their floors leave its floor free, as they do for a waiting process. Without it (before issue 25's fix) a BoundedMap with a floor share beside 4
   busy processes waited its whole reservation budget and failed. Its want differs from a process's in
   three ways: it is written on every refused try within the floor (a process writes at most once per
-  want_seconds / 2: the state machine keeps no memory between tries, and its tries are 1 to 3 s apart,
-  so one write a try is about as often); its time is the end of the whole second, so it looks up to 1 s
-  newer than it is; and it is written even if the refusal was the consumer's own burst cap (a floor is
-  within the burst cap, so a try within its floor is refused by the window or the day, and the day is
-  in the condition).
-- Its want outlives the wait between two tries. The processes keep a want want_seconds (5 s,
-  PROCESS_WANT_SECONDS); the tries of a call that cannot fit its floor are 1 to 8 s apart, and with those
-  waits a want written before a wait of 6 to 8 s lapsed for the rest of it, when a borrower could take
-  the room the state machine waits for within its floor and hold it a minute. So a call that fits its
-  floor (the only kind that writes a want) waits 1 to 2 s, then 1 to 3 s (LEDGER_WANT_WAIT_CAPS), and its
-  want's time is the end of its second (WANT_TIME_FORMAT): the next try writes the next want while the
-  last is still recent for about 2 s more, less the states between (the reservation's and want's writes,
-  a Pass and a Choice, tens of milliseconds each), which leaves room for Step Functions' clock and the
-  processes' to differ by the ledger's default clock_skew of 1 s. It tries LEDGER_WANT_RETRY_ATTEMPTS
-  (300) times instead of 135, the same 7.5 to 10 minutes of tries, and shorter waits also admit a floor
-  owner sooner (slots leave the window every second). Why not the others:
-  * a want carrying a later time (its second + the wait): JSONPath has no date arithmetic, and a time
-    built by adding to its seconds would need carries into the minute, hour and day;
-  * the processes keeping wants longer (want_seconds >= 8 s + 1 s + skew, set in QuotaLedger's
-    environment): every want a process writes, and PRIORITY_WAITING, would then keep room for a waiter
-    that died or gave up about twice as long, for every consumer of the quota, to serve one kind that
-    waits longer than it needs to; and the processes would still be the ones to change whenever the
-    state machine's waits do. The waits are the state machine's own, so the fix is there.
-  The cost: a call that waits its whole budget within its floor enters up to 300 x 5 states (1,500
-  transitions, against 675 before) and twice the history events (the next point).
+  want_seconds / 2: the state machine keeps no memory between tries, and its tries are 1 to 8 s apart,
+  so one write a try is about as often); its time is the whole second, so it looks up to 1 s older than
+  it is and is kept that much less; and it is written even if the refusal was the consumer's own burst
+  cap (a floor is within the burst cap, so a try within its floor is refused by the window or the day,
+  and the day is in the condition). Its want outlives the wait before its next try: QuotaLedger gives
+  every consumer a want_seconds (QuotaLedger.want_seconds, 12 s with the default skew) covering the longest
+  wait (8 s), the second its time is cut to, the clock skew and the states between. Before, the processes
+  kept a want 5 s, and across a wait of 6 to 8 s a borrower could take the room for a minute. Why the
+  processes' want and not the state machine's waits: shorter waits (at most 3 s) would have needed about
+  300 tries for the same 10 minutes, over twice the state transitions and history events per waiting call
+  (16 events a try: an inline Map's 25,000 fill twice as fast), and a want cannot carry a later time (no
+  date arithmetic in JSONPath). The cost is on the processes' side and small: a want of a waiter that
+  gave up (served wants are removed at once) keeps room 12 s instead of 5, and a process refreshes its
+  own want every want_seconds / 2 (6 s, fewer want writes).
 - Priorities (ModelQuota.share(..., priority=...); pacer_runtime.ledger, "Priorities"): a state machine
   takes part as "batch", the lowest, since the want it writes is a floor owner's, never one that
   waits to borrow at a priority (a priority want's room is kept by every lower borrower: one write more
   per refused try beyond the floor, and a PRIORITY_WAITING it cannot time); a share a state machine holds drawn "interactive" is refused at synth. While a consumer
   above the lowest priority waits, the processes keep PRIORITY_WAITING in the item (set by that
   consumer's want, removed, pinned to its value, by the first process write or sweep that sees no such
-  want still recent: at most want_seconds, 5 s, after the last one, or at once when it is served). The
+  want still recent: at most want_seconds (QuotaLedger.want_seconds, 12 s by default) after the last one, or at once when it is served). The
   reservation's condition then admits the state machine only within its floor: (h#<consumer> absent
   OR h#<consumer> <= floor - r) OR PRIORITY_WAITING absent, floor - r written at synth. So it never
   borrows the room an interactive consumer waits for, and its floor is kept as before. Why not leave
@@ -169,11 +156,8 @@ What a state machine cannot do, and what covers it:
 - It does not set the item's TTL (no clock it can add to): it removes expires_at, so an item a state
   machine holds tokens in is never dropped by TTL; a process consumer's next write sets it again.
 - Each refused try adds its five states' events to the execution history (Step Functions stops a
-  STANDARD execution at 25,000 events): LEDGER_EVENTS_PER_REFUSAL (16) events a try, measured offline (two
-  tasks of 5, a Choice, a Wait and a Pass of 2), so a call that waits its whole budget adds about 4,800 events within
-  its floor (300 tries) and about 1,500 beyond it (135 tries of 11, no want): about 5 such calls waiting at once
-  fill an inline Map's history. An inline Map of many items that waits long should be a distributed one,
-  whose child executions each have their own history.
+  STANDARD execution at 25,000 events): an inline Map of many items that waits long should be a
+  distributed one, whose child executions each have their own history.
 
 The reservation uses the share profile's prompt size, not each item's (a state machine cannot count
 tokens): a longer prompt holds less than Bedrock reserves for it until it settles, and the call's
@@ -203,6 +187,7 @@ from ..quota.ledger import (
     LEDGER_PARTITION_KEY,
     LEDGER_TTL_ATTRIBUTE,
     PRIORITIES,
+    STATE_MACHINE_LONGEST_WAIT_SECONDS,
     QuotaLedger,
 )
 
@@ -210,10 +195,8 @@ __all__ = [
     "CONDITIONAL_CHECK_FAILED",
     "DYNAMODB_ERROR_PREFIX",
     "DYNAMODB_RETRY_ERRORS",
-    "LEDGER_EVENTS_PER_REFUSAL",
     "LEDGER_RETRY_ATTEMPTS",
     "LEDGER_STATES_PER_REFUSAL",
-    "LEDGER_WANT_RETRY_ATTEMPTS",
     "LedgerConsumer",
 ]
 
@@ -226,36 +209,17 @@ __all__ = [
 #: either way, never 0 (a retry in the same second only adds state transitions). 135 retries wait about
 #: 9 to 10 minutes in all (4.5 s a try on average with the end included, 4 s without), the budget the
 #: task's Retry had before, then the call fails with DynamoDB.ConditionalCheckFailedException as it did.
-#: These are the waits of a call that cannot fit its share's floor (it always borrows, and writes no want).
-LEDGER_RETRY_WAIT_CAPS = (2, 4, 8)
+LEDGER_RETRY_WAIT_CAPS = (2, 4, STATE_MACHINE_LONGEST_WAIT_SECONDS)
 LEDGER_RETRY_MIN_SECONDS = 1
 LEDGER_RETRY_ATTEMPTS = 135
-#: How long the processes keep a want: SharedLedger's want_seconds default (pacer_runtime.ledger), which
-#: QuotaPacer.from_environment keeps (QuotaLedger sets no variable for it); a test keeps the two equal.
-PROCESS_WANT_SECONDS = 5.0
-#: The waits of a call that fits its share's floor, which writes its want on each refused try (LedgerCall.want):
-#: 1 s to a cap of 2 s, then 3 s, so its want never lapses between two tries (module docstring, "Its want
-#: outlives the wait"). At most 3 s, its want's time the end of the second its state was entered
-#: (WANT_TIME_FORMAT) and the processes keeping it PROCESS_WANT_SECONDS, a want is still recent about 2 s
-#: after the next try wrote the next one (less the few states between: time for the clocks of Step Functions
-#: and of the processes to differ by the ledger's default clock_skew of 1 s). 300 tries wait about 7.5 to 10
-#: minutes (2 s a try on average with the end included, 1.5 s without), the same budget as above.
-LEDGER_WANT_WAIT_CAPS = (2, 3)
-LEDGER_WANT_RETRY_ATTEMPTS = 300
 #: What the ledger adds to a Standard workflow's bill (docs/quota.md states both, a test counts the states
 #: offline): the states a successful call enters beyond the call itself (slot, reserve, cache writes?,
 #: charge, charge output, settle), and LEDGER_STATES_PER_REFUSAL for each refused try (ledger try again?,
-#: ledger want, ledger wait, ledger slot again, reserve), up to LEDGER_WANT_RETRY_ATTEMPTS (one fewer where a
-#: call's r exceeds its floor: no want; up to LEDGER_RETRY_ATTEMPTS). Step Functions pricing page
-#: (https://aws.amazon.com/step-functions/pricing/, stored copy): "You are charged for the total number of
-#: state transitions across all your state machines, including retries"; US East (N. Virginia): $0.0250 per
-#: 1,000 state transitions.
+#: ledger want, ledger wait, ledger slot again, reserve; one fewer where a call's r exceeds its floor: no want), up to LEDGER_RETRY_ATTEMPTS. Step Functions pricing page (https://aws.amazon.com/step-functions/pricing/,
+#: stored copy): "You are charged for the total number of state transitions across all your state
+#: machines, including retries"; US East (N. Virginia): $0.0250 per 1,000 state transitions.
 LEDGER_STATES_PER_CALL = 6
 LEDGER_STATES_PER_REFUSAL = 5
-#: The history events each refused try within a floor adds (its LEDGER_STATES_PER_REFUSAL states' entered and
-#: exited events, and each task's scheduled, started and failed or succeeded), counted offline by a test:
-#: what fills Step Functions' 25,000 events of a Standard execution (module docstring).
-LEDGER_EVENTS_PER_REFUSAL = 16
 STATE_TRANSITION_USD = 0.025 / 1_000
 #: A throttled or failing DynamoDB call of a ledger task (DYNAMODB_RETRY_ERRORS) is retried as
 #: ScheduledPrecompute's DynamoDB tasks are: 1 s doubling, 6 tries, full jitter (the reservation's 6 tries
@@ -303,12 +267,9 @@ WANTED: str = ledger_layout().WANTED
 WANTED_BY: str = ledger_layout().WANTED_BY
 #: A want's time as pacer_runtime.ledger writes it (_iso_ms: ISO_SECOND_FORMAT, '.', milliseconds, 'Z';
 #: compared as text with the readers' own such times): the whole second of EnteredTime (ENTERED_TIME_CUTS)
-#: and ".999Z", its last millisecond, as the fraction's digits differ between Step Functions (3) and moto
-#: (6, none at a whole second) and no intrinsic cuts a string to a length. The end of the second and not its
-#: start: the write lands after its state was entered, so the end is the nearer of the two, and a want then
-#: looks at most 1 s newer than it is (kept up to 1 s longer once its state machine stops wanting) rather
-#: than up to 1 s older (which took 1 s off the room between two tries: "Its want outlives the wait").
-WANT_TIME_FORMAT = "{}.999Z"
+#: and ".000Z", as the fraction's digits differ between Step Functions (3) and moto (6, none at a whole
+#: second) and no intrinsic cuts a string to a length. So a want looks up to 1 s older than it is.
+WANT_TIME_FORMAT = "{}.000Z"
 #: The day of $$.State.EnteredTime: the date before its 'T' (ISO 8601's date and time separator, in every
 #: form ENTERED_TIME_CUTS lists), the UTC day pacer_runtime.ledger names d#<day> by (DAY_FORMAT "%Y-%m-%d").
 ENTERED_DAY_CUT = "T"
@@ -463,11 +424,6 @@ class LedgerCall:
 
     def __post_init__(self) -> None:
         self.r = self.consumer.reservation(self.max_tokens)
-        #: A call that fits its floor writes its want on each refused try, so its tries are closer together
-        #: (module docstring, "Its want outlives the wait"), and more of them make the same budget.
-        self.wants = self.consumer.floor_tpm - self.r >= 0
-        self.wait_caps = LEDGER_WANT_WAIT_CAPS if self.wants else LEDGER_RETRY_WAIT_CAPS
-        self.attempts = LEDGER_WANT_RETRY_ATTEMPTS if self.wants else LEDGER_RETRY_ATTEMPTS
         #: The hold's day attribute (d#<UTC day>) sits beside its slot: the slot Pass writes both.
         self.day_path = self.slot_path.rpartition(".")[0] + ".day"
 
@@ -491,8 +447,8 @@ class LedgerCall:
         # The same EnteredTime's date: the slot's UTC day, as SharedLedger counts a hold on its slot's day.
         day = f"States.Format('{DAY_PREFIX}{{}}', States.ArrayGetItem(States.StringSplit({entered}, '{ENTERED_DAY_CUT}'), 0))"
         parent, _, field = self.slot_path.rpartition(".")
-        caps = ", ".join(str(c) for c in self.wait_caps)
-        after = ", ".join(str(min(i + 1, len(self.wait_caps) - 1)) for i in range(len(self.wait_caps)))
+        caps = ", ".join(str(c) for c in LEDGER_RETRY_WAIT_CAPS)
+        after = ", ".join(str(min(i + 1, len(LEDGER_RETRY_WAIT_CAPS) - 1)) for i in range(len(LEDGER_RETRY_WAIT_CAPS)))
         tries: dict[str, Any] = {
             "retries.$": f"States.MathAdd({parent}.retries, 1)",
             "wait.$": f"States.MathRandom({LEDGER_RETRY_MIN_SECONDS}, States.ArrayGetItem(States.Array({caps}), "
@@ -502,8 +458,8 @@ class LedgerCall:
         } if again else {
             "retries": 0,
             "throttled": {"count": 0},
-            "wait.$": f"States.MathRandom({LEDGER_RETRY_MIN_SECONDS}, {self.wait_caps[0]})",
-            "backoff": min(1, len(self.wait_caps) - 1),
+            "wait.$": f"States.MathRandom({LEDGER_RETRY_MIN_SECONDS}, {LEDGER_RETRY_WAIT_CAPS[0]})",
+            "backoff": min(1, len(LEDGER_RETRY_WAIT_CAPS) - 1),
         }
         id = f"{self.id} ledger slot again" if again else f"{self.id} ledger slot"
         if self.slot_path == ENVELOPE_SLOT:
@@ -516,8 +472,7 @@ class LedgerCall:
         new slot and tries again, so the hold a try writes counts from that try, as Bedrock counts the
         call from when it starts. A throttled or failing DynamoDB (DYNAMODB_RETRY_ERRORS) takes the same
         way back, for the same reason, DYNAMODB_RETRY_ATTEMPTS times. After LEDGER_RETRY_ATTEMPTS refusals
-        (`attempts`: LEDGER_WANT_RETRY_ATTEMPTS for a call that fits its floor; or DYNAMODB_RETRY_ATTEMPTS
-        throttles) the error (Error and Cause at `error_path`) goes to `refused`, nothing
+        (or DYNAMODB_RETRY_ATTEMPTS throttles) the error (Error and Cause at `error_path`) goes to `refused`, nothing
         held. Returns the first state and the reservation task, for the caller's next state (and its own
         catch of what is left, after these)."""
         parent = self.slot_path.rpartition(".")[0]
@@ -526,7 +481,7 @@ class LedgerCall:
         wait = sfn.Wait(self.scope, f"{self.id} ledger wait", time=sfn.WaitTime.seconds_path(f"{parent}.wait"))
         want = self.want()
         retry = (sfn.Choice(self.scope, f"{self.id} ledger try again?")
-                 .when(sfn.Condition.number_greater_than_equals(f"{parent}.retries", self.attempts), refused)
+                 .when(sfn.Condition.number_greater_than_equals(f"{parent}.retries", LEDGER_RETRY_ATTEMPTS), refused)
                  .otherwise(want or wait))
         if want is not None:  # its failures (not within its floor, throttles) are ignored: the loop goes on
             want.add_catch(wait, errors=[sfn.Errors.ALL], result_path=sfn.JsonPath.DISCARD)
