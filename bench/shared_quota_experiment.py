@@ -79,6 +79,7 @@ import multiprocessing
 import os
 import platform
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -515,10 +516,20 @@ class SimulatedDynamoDB:
         self.read_units: dict[int, int] = {}
         self.conditional_failures = 0
         self.largest_item = 0
+        #: the largest item's bytes by attribute family (ATTRIBUTE_FAMILIES), and how many attributes each
+        self.largest_item_bytes: dict[str, int] = {}
+        self.largest_item_attributes: dict[str, int] = {}
+        #: failed conditions by the clause that failed (CONFLICT_CAUSES)
+        self.failures_by_cause: dict[str, int] = {}
+        self._items: dict[str, tuple[dict[str, Any], int]] = {}  # the item as last written, and its bytes
 
     def _item(self, key: dict[str, Any]) -> dict[str, Any] | None:
-        item = self.backend.get_item(TABLE, key)
-        return item.to_json()["Attributes"] if item is not None else None
+        cached = self._items.get(key["pk"]["S"])
+        return dict(cached[0]) if cached is not None else None
+
+    def _size(self, key: dict[str, Any]) -> int:
+        cached = self._items.get(key["pk"]["S"])
+        return cached[1] if cached is not None else 0
 
     def _charge(self, counter: dict[int, int], units: int, *, write: bool) -> None:
         second = int(self.clock() - SIMULATION_EPOCH)
@@ -531,6 +542,7 @@ class SimulatedDynamoDB:
         from moto.dynamodb.exceptions import ConditionalCheckFailed
 
         before = self._item(request["Key"])
+        before_bytes = self._size(request["Key"])
         try:
             updated = self.backend.update_item(
                 request["TableName"], request["Key"], request["UpdateExpression"],
@@ -539,22 +551,65 @@ class SimulatedDynamoDB:
                 return_values_on_condition_check_failure=request.get("ReturnValuesOnConditionCheckFailure"))
         except ConditionalCheckFailed:
             self.conditional_failures += 1
+            cause = conflict_cause(request, before or {})
+            self.failures_by_cause[cause] = self.failures_by_cause.get(cause, 0) + 1
             # ASSUMPTION, not found on an AWS page: a failed conditional write is charged as a write of the
             # item as it was (it counts only in the write-unit figures; conflicts are counted apart)
-            self._charge(self.write_units, max(1, math.ceil(item_bytes(before) / WRITE_UNIT_BYTES)), write=True)
+            self._charge(self.write_units, max(1, math.ceil(before_bytes / WRITE_UNIT_BYTES)), write=True)
             raise ClientError({"Error": {"Code": "ConditionalCheckFailedException",
                                          "Message": "The conditional request failed"}, "Item": before},
                               "UpdateItem") from None
         after = updated.to_json()["Attributes"]
-        size = max(item_bytes(before), item_bytes(after))
-        self.largest_item = max(self.largest_item, item_bytes(after))
-        self._charge(self.write_units, max(1, math.ceil(size / WRITE_UNIT_BYTES)), write=True)
-        return {"Attributes": after}
+        after_bytes = item_bytes(after)
+        self._items[request["Key"]["pk"]["S"]] = (after, after_bytes)
+        if after_bytes > self.largest_item:
+            self.largest_item = after_bytes
+            self.largest_item_bytes, self.largest_item_attributes = {}, {}
+            for name, value in after.items():
+                family = attribute_family(name)
+                self.largest_item_bytes[family] = self.largest_item_bytes.get(family, 0) + attribute_bytes(name, value)
+                self.largest_item_attributes[family] = self.largest_item_attributes.get(family, 0) + 1
+        self._charge(self.write_units, max(1, math.ceil(max(before_bytes, after_bytes) / WRITE_UNIT_BYTES)), write=True)
+        return {"Attributes": dict(after)}
 
     def get_item(self, **request: Any) -> dict[str, Any]:
         item = self._item(request["Key"])
-        self._charge(self.read_units, max(1, math.ceil(item_bytes(item) / READ_UNIT_BYTES)), write=False)
+        self._charge(self.read_units, max(1, math.ceil(self._size(request["Key"]) / READ_UNIT_BYTES)), write=False)
         return {"Item": item} if item is not None else {}
+
+
+#: The quota item's attribute families (pacer_runtime.ledger's docstring, "The item"), by name prefix.
+ATTRIBUTE_FAMILIES = (("s#", "slots"), ("o#", "output slots"), ("h#", "consumers (h#)"),
+                      ("oh#", "output consumers (oh#)"), ("w#", "wants (w#)"), ("d#", "days (d#)"))
+
+
+def attribute_family(name: str) -> str:
+    """Which part of the ledger's item an attribute is (ATTRIBUTE_FAMILIES; the rest are fixed attributes)."""
+    for prefix, family in sorted(ATTRIBUTE_FAMILIES, key=lambda pair: -len(pair[0])):
+        if name.startswith(prefix):
+            return family
+    return "fixed (pk, held, wanted, expires_at...)"
+
+
+def conflict_cause(request: dict[str, Any], item: dict[str, Any]) -> str:
+    """Which clause of a failed ConditionExpression failed on `item` (the item before the write), by the
+    ledger's placeholders: a pinned expired slot (#e, #f: another writer removed or changed it), a pinned
+    consumer attribute (#p, #g: one removed with its last slot), the want pins (#wanted, #wanted_by, #pw),
+    a carried return's slot gone (attribute_exists), or else a ceiling (the window, the consumer's, the day)."""
+    condition = request.get("ConditionExpression") or ""
+    names, values = request.get("ExpressionAttributeNames", {}), request.get("ExpressionAttributeValues", {})
+    for placeholder, value in re.findall(r"(#\w+) = (:\w+)", condition):
+        if item.get(names[placeholder]) != values[value]:
+            kind = placeholder[1:].rstrip("0123456789")
+            return {"e": "an expired slot another writer removed", "f": "an expired slot another writer removed",
+                    "p": "a consumer attribute pinned for removal", "g": "a consumer attribute pinned for removal",
+                    "a": "a repair's pin"}.get(kind, "a want or priority pin")
+    if "attribute_not_exists(#wanted)" in condition and names.get("#wanted") in item:
+        return "a want or priority pin"
+    for placeholder in re.findall(r"attribute_exists\((#\w+)\)", condition):
+        if names[placeholder] not in item:
+            return "a carried return's slot gone"
+    return "a ceiling (the window, the consumer's or the day's)"
 
 
 def simulate(consumers: int, calls_per_minute: float, *, plan: dict[str, Any], load: float, minutes: float,
@@ -654,6 +709,15 @@ def simulate(consumers: int, calls_per_minute: float, *, plan: dict[str, Any], l
         "seconds_over_partition_write_limit": sum(1 for s in busy if table.write_units.get(s, 0) > HOT_PARTITION_WRITE_UNITS),
         "read_units_per_second_max": max(table.read_units.get(s, 0) for s in busy),
         "largest_item_kb": round(table.largest_item / 1024, 1),
+        # where the bytes and the writes go (docs/quota.md, "Where one item stops scaling")
+        "largest_item_bytes_by_family": dict(sorted(table.largest_item_bytes.items())),
+        "largest_item_attributes_by_family": dict(sorted(table.largest_item_attributes.items())),
+        "writes_per_call_by_kind": {kind: round(n / max(len(started), 1), 3) for kind, n in (
+            ("reservations", counts["reserved"]), ("failed conditions", table.conditional_failures),
+            ("returns written alone", counts["flushes"]), ("wants", counts["wants"]),
+            ("other", counts["writes"] - counts["reserved"] - table.conditional_failures - counts["flushes"]
+             - counts["wants"]))},
+        "failed_conditions_by_cause": dict(sorted(table.failures_by_cause.items())),
         "p50_wait_s": percentiles(waits).p50,
         "p99_wait_s": percentiles(waits).p99,
         "load_average": f"{load_before} before, {_load()} after",

@@ -454,8 +454,11 @@ class LedgerView:
             total = sum(tokens for _, _, tokens in slots.values())
             if not view.problems and abs(held - total) > 0.5:
                 view.problems.append(f"{label}={held:g} differs from its slots' sum {total:g}")
-            for consumer in set(consumers) | {c for _, c, _ in slots.values()}:
-                own = sum(t for _, c, t in slots.values() if c == consumer)
+            owned: dict[str, float] = {}  # one pass: an item of C consumers and S slots is parsed in O(C + S)
+            for _, c, t in slots.values():
+                owned[c] = owned.get(c, 0.0) + t
+            for consumer in set(consumers) | set(owned):
+                own = owned.get(consumer, 0.0)
                 if not view.problems and abs(consumers.get(consumer, 0.0) - own) > 0.5:
                     view.problems.append(f"{prefix}{consumer}={consumers.get(consumer, 0.0):g} differs from its slots' "
                                          f"sum {own:g}")
