@@ -9,7 +9,8 @@ them. QuotaPacer(ledger=...) admits a call only once the ledger holds its reserv
 The item (table key "pk" = "quota#<ledger id>", one item per model quota, account and Region)
 ----------------------------------------------------------------------------------------------
     held                      N  tokens the window holds now, every consumer together
-    h#<consumer>              N  the same, one consumer's (its floor and burst cap are checked on it)
+    h#<consumer>              N  the same, one consumer's (its floor and burst cap are checked on it);
+                                 absent (0) once its last slot left: removed with it (below)
     s#<start second>#<consumer> N tokens charged by that consumer's calls that started in that UTC
                                  second, named by its time of day, "HH:MM:SS": the day is left out
                                  (it would be 11 of each slot's ~25 bytes, and a write is charged
@@ -32,7 +33,12 @@ Invariant: held = sum of every s# attribute, and h#c = sum of c's. Every write k
 every write adds the same delta to a slot, to its consumer's h# and to held (an update expression
 can ADD and subtract, never multiply: UpdateExpression in botocore's dynamodb model, SET "add or
 subtract", ADD "mathematically added"), and removes a slot only while subtracting exactly the value
-its condition pins.
+its condition pins. A consumer's h# is removed in the write that removes its last slot (it would be
+0), pinned to the value seen (h#c = :seen, which its slots' pins already imply but a reservation of
+c since would change), so the item holds only the consumers with holds in the window: one update
+expression cannot both ADD to and REMOVE one attribute, so the writer's own h# (which its write
+ADDs to) is lowered, never removed. A missing h# counts as 0 for every reader and writer (the Step
+Functions reservation's condition is attribute_not_exists(h#c) OR h#c <= ceiling).
 
 Why one item with per-second slots, and not per-hold items or per-minute counters: admission must
 compare one number with the quota atomically, and a ConditionExpression compares an operand with
@@ -53,8 +59,9 @@ Reserve (before a call: the pacer's reservation, input + max_tokens, x burndown 
     ceilings are values, the condition only compares. A missing attribute counts as 0
     (attribute_not_exists(x) OR x <= :ceiling; ADD on a missing attribute starts from 0, botocore's
     UpdateExpression documentation). Slots the writer sees expired ride along in the same write:
-    REMOVE s#..., ADD -value to held and h#, each pinned by a clause s#... = :seen, and each ceiling
-    is raised by what it removes (the condition reads the item before the update).
+    REMOVE s#..., ADD -value to held and h# (or REMOVE the h# of a consumer left without a slot,
+    pinned), each pinned by a clause s#... = :seen, and each ceiling is raised by what it removes
+    (the condition reads the item before the update).
 Settle (input + cache writes + output x burndown, after it; cache reads are free)
     d = settled - held. Above the hold (d > 0: Bedrock charges more than was held), at once:
     UpdateItem ADD held :d, h#c :d, s#<start>#c :d, IF attribute_exists(slot): a slot that already
@@ -164,7 +171,8 @@ Failures
     (dynamodb_retries); what can never succeed (a missing table, a denied action, a malformed
     request) raises LedgerError at once. An item whose data does not add up (a value that is not a
     number, held != the sum of its slots) is repaired from its valid slots by one conditional write
-    and logged, never trusted; another quota's item in the same table is not touched.
+    and logged, never trusted; another quota's item in the same table is not touched. The repair
+    writes no h# for a consumer without a slot (absent is 0).
 
 Clock skew
     The slot names and expiries come from each writer's clock. A writer never names a slot older
@@ -936,14 +944,27 @@ class SharedLedger:
                  names: dict[str, str], values: dict[str, Any], deltas: dict[str, float], clauses: list[str], *,
                  output: bool = False) -> list[str]:
         """Fill in the removal of `expired`: each slot pinned to the value seen (#e = :e), each other
-        consumer's h# lowered by its freed tokens (`skip`'s is the caller's own delta); returns the
-        REMOVE operands. The caller adds -freed to held with its own delta. output: bedrock-mantle's
-        output slots, their oh# (placeholders #q, #f: both families may be removed in one write)."""
-        consumer_prefix, h, e = (OUTPUT_CONSUMER_PREFIX, "q", "f") if output else (CONSUMER_PREFIX, "h", "e")
-        for i, consumer in enumerate(sorted(c for c in freed if c != skip)):
-            names[f"#{h}{i}"] = consumer_prefix + consumer
-            deltas[f"#{h}{i}"] = -freed[consumer]
+        consumer's h# lowered by its freed tokens (`skip`'s is the caller's own delta), or removed with
+        its last slot, pinned to the value seen (#p = :p); returns the REMOVE operands. The caller adds
+        -freed to held with its own delta. output: bedrock-mantle's output slots, their oh#
+        (placeholders #q, #f, #g: both families may be removed in one write)."""
+        consumer_prefix, h, e, p = (OUTPUT_CONSUMER_PREFIX, "q", "f", "g") if output else (CONSUMER_PREFIX, "h", "e", "p")
+        slots = view.output_slots if output else view.slots
+        held_by = view.output_consumers if output else view.consumers
+        removing = set(expired)
+        left = {c for name, (_, c, _) in slots.items() if name not in removing}  # consumers keeping a slot
         removes = []
+        for i, consumer in enumerate(sorted(c for c in freed if c != skip)):
+            attribute = consumer_prefix + consumer
+            if consumer not in left and attribute in view.raw and abs(held_by.get(consumer, 0.0) - freed[consumer]) <= 0.5:
+                # its last slots leave: its h# goes too (pinned to the value seen: a reservation of that
+                # consumer since fails this write), so the item holds only consumers with holds in the window
+                names[f"#{p}{i}"], values[f":{p}{i}"] = attribute, view.raw[attribute]
+                clauses.append(f"#{p}{i} = :{p}{i}")
+                removes.append(f"#{p}{i}")
+                continue
+            names[f"#{h}{i}"] = attribute
+            deltas[f"#{h}{i}"] = -freed[consumer]
         for i, name in enumerate(expired):
             names[f"#{e}{i}"], values[f":{e}{i}"] = name, view.raw[name]
             clauses.append(f"#{e}{i} = :{e}{i}")
@@ -1361,6 +1382,11 @@ class SharedLedger:
             for consumer in set(view.output_consumers) | {c for _, c, _ in view.output_slots.values()}:
                 targets[OUTPUT_CONSUMER_PREFIX + consumer] = sum(t for _, c, t in view.output_slots.values()
                                                                  if c == consumer)
+        # a consumer without a slot has no h# (its last slot's removal takes it): 0 is left out, not written
+        slotted = {CONSUMER_PREFIX + c for _, c, _ in view.slots.values()} | {
+            OUTPUT_CONSUMER_PREFIX + c for _, c, _ in view.output_slots.values()}
+        targets = {name: total for name, total in targets.items()
+                   if name in (HELD, OUTPUT_HELD) or name in slotted}
         names: dict[str, str] = {}
         values: dict[str, Any] = {}
         clauses, removes = [], []

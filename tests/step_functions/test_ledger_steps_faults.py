@@ -113,7 +113,7 @@ def test_an_execution_whose_settlement_never_lands_keeps_its_hold_until_the_wind
         late = process_consumer(runner, ledger, clock=lambda: start + 62.1)  # past second + window + skew (1 s)
         assert isinstance(late.try_reserve(room + 1), LedgerHold)
         item = item_of(runner, ledger)
-    assert name not in item and int(item["h#Summaries"]["N"]) == 0 and int(item["held"]["N"]) == room + 1
+    assert name not in item and "h#Summaries" not in item and int(item["held"]["N"]) == room + 1  # h# left with its slot
 
 
 def test_a_process_whose_clock_lags_step_functions_writes_into_the_state_machines_second():

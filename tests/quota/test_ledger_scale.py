@@ -1,0 +1,87 @@
+"""The shared ledger at scale (issue 25, "cheap at scale"): the quota item keeps only the consumers
+holding something in the window (an h# leaves with its consumer's last slot). Against moto's DynamoDB, on a fake clock every ledger shares."""
+
+from __future__ import annotations
+
+from pacer_runtime.ledger import LedgerHold
+from test_ledger import TABLE, Clock, consistent, dynamodb, item, ledger
+
+__all__ = ["dynamodb"]  # the fixture, shared with test_ledger
+
+
+class Counting:
+    """The client, counting what the ledger sends."""
+
+    def __init__(self, client) -> None:
+        self.client, self.writes, self.reads, self.failed = client, 0, 0, 0
+
+    def update_item(self, **request):
+        self.writes += 1
+        try:
+            return self.client.update_item(**request)
+        except self.client.exceptions.ConditionalCheckFailedException:
+            self.failed += 1
+            raise
+
+    def get_item(self, **request):
+        self.reads += 1
+        return self.client.get_item(**request)
+
+
+def test_a_consumers_h_leaves_with_its_last_slot_and_the_removal_is_pinned(dynamodb):
+    """b's last slot leaves the window: the writer that removes it removes h#b too (a consumer without
+    a hold costs the item nothing), pinned to the value it saw, so a reservation of b in between fails
+    that write and the retry lowers h#b instead. held = the slots' sum and h#c = c's hold throughout."""
+    clock = Clock()
+    a, b = ledger(dynamodb, clock, "a"), ledger(dynamodb, clock, "b")
+    assert isinstance(b.try_reserve(100), LedgerHold)
+    clock.now += 62.1  # b's slot left the window
+    assert isinstance(a.try_reserve(100), LedgerHold)
+    assert "h#b" not in item(dynamodb) and consistent(dynamodb).consumers == {"a": 100}
+
+    assert isinstance(b.try_reserve(100), LedgerHold)  # back: ADD onto an absent h# starts from 0
+    clock.now += 62.1
+    a.view(refresh=True)  # a sees b's slot expired, and b holding nothing else
+    assert isinstance(b.try_reserve(100), LedgerHold)  # b's stale view leaves its expired slot: h#b = 200
+    assert consistent(dynamodb).consumers["b"] == 200
+    assert isinstance(a.try_reserve(100), LedgerHold)  # its removal of h#b (pinned to 100) fails; the retry lowers it
+    assert a.counts["conflicts"] == 1
+    view = consistent(dynamodb)
+    assert view.consumers == {"a": 100, "b": 100} and view.held == 200
+
+
+def test_a_state_machines_reservation_onto_an_absent_h_and_a_sweep_keep_the_invariant(dynamodb):
+    """A Step Functions consumer's reservation (ledger_steps: ADD #mine, IF attribute_not_exists(#mine)
+    OR #mine <= :mine) works when its h# is absent, and a sweep removes a consumer's h# with its last
+    slot as a reservation does."""
+    clock = Clock()
+    a = ledger(dynamodb, clock, "a")
+    assert isinstance(a.try_reserve(100), LedgerHold)
+    slot = "s#08:00:00#map"
+    dynamodb.update_item(
+        TableName=TABLE, Key={"pk": {"S": "quota#m"}}, UpdateExpression="ADD #held :r, #mine :r, #slot :r",
+        ConditionExpression="(attribute_not_exists(#held) OR (attribute_type(#held, :number) AND #held <= :total)) AND "
+                            "(attribute_not_exists(#mine) OR (attribute_type(#mine, :number) AND #mine <= :mine))",
+        ExpressionAttributeNames={"#held": "held", "#mine": "h#map", "#slot": slot},
+        ExpressionAttributeValues={":r": {"N": "50"}, ":total": {"N": "950"}, ":mine": {"N": "450"},
+                                   ":number": {"S": "N"}})
+    assert consistent(dynamodb).consumers == {"a": 100, "map": 50}
+    clock.now += 62.1
+    assert a.sweep() == 150
+    raw = item(dynamodb)
+    assert "h#map" not in raw and "h#a" not in raw and raw["held"] == {"N": "0"}
+    assert consistent(dynamodb).slots == {}
+
+
+def test_a_repair_leaves_out_the_h_of_a_consumer_without_a_slot(dynamodb, capsys):
+    """A malformed item is rebuilt from its valid slots; a consumer without one keeps no h# (absent is 0)."""
+    clock = Clock()
+    a = ledger(dynamodb, clock, "a")
+    assert isinstance(a.try_reserve(100), LedgerHold)
+    dynamodb.update_item(TableName=TABLE, Key={"pk": {"S": "quota#m"}}, UpdateExpression="SET #h = :h",
+                         ExpressionAttributeNames={"#h": "h#gone"}, ExpressionAttributeValues={":h": {"N": "70"}})
+    fresh = ledger(dynamodb, clock, "fresh")
+    assert isinstance(fresh.try_reserve(100), LedgerHold) and fresh.counts["repairs"] == 1
+    raw = item(dynamodb)
+    assert "h#gone" not in raw and consistent(dynamodb).consumers == {"a": 100, "fresh": 100}
+    assert "repaired" in capsys.readouterr().out
