@@ -146,7 +146,14 @@ Contention and cost
     UpdateItem documentation), so the next write starts from a fresh view. A failed condition on a
     view that says the call fits is a conflict (another writer changed a pinned slot): retried at
     once, with fresh data, up to conflict_retries times; a view more than FRESH_VIEW_SECONDS old does
-    not pin the expired slots it sees unless it needs their room. A view that says the quota is full
+    not pin the expired slots it sees unless it needs their room, and then it is read again first
+    (one GetItem), as is a view that old that would leave more than STALE_VIEW_FILL of the quota
+    held, and any view (even under a second old) of a consumer that lost a removal to another writer
+    in the last window: at saturation many waiting consumers try again when the same slot leaves,
+    and all but the first would pin a slot already removed. A failed condition is charged (in the
+    simulation, as DynamoDB is assumed to) as a write of the whole item against the partition's
+    1,000 write units; a read is a quarter of the units per KB, against its 3,000 read units. A lone
+    writer never loses a removal, so it never reads first. A view that says the quota is full
     is a refusal: the caller waits and tries again after a jittered backoff (poll_seconds doubling
     to max_poll_seconds), or at the earliest slot expiry that makes room if sooner.
     All writes of one quota serialize on one item: DynamoDB serves at most 1,000 write units per
@@ -333,6 +340,14 @@ MAX_RETURNS = 40
 #: in the simulation at half load (100 consumers, docs/quota.md): 0.155 conflicts a call without it.
 #: A fresh view removes them, as does any write that needs their room.
 FRESH_VIEW_SECONDS = 1.0
+#: A view older than FRESH_VIEW_SECONDS is read again (a strongly consistent GetItem) before a reservation
+#: that needs its expired slots' room (others have likely removed them: the pinned removal would fail) or
+#: that leaves more than this share of the quota held (the window may have filled since: the ceiling
+#: would fail). A failed condition is charged as a write of the whole item and counts against the
+#: partition's 1,000 write units a second; a read costs a quarter as much per KB and counts against its
+#: 3,000 read units. Measured in the simulation at 2x load (docs/quota.md): these failed writes were
+#: 0.5-1.3 of a call's 2.4-2.6 writes.
+STALE_VIEW_FILL = 0.75
 #: A sweep's writes after the conflicts it retries: MAX_CLEANUP slots each, so 25 writes remove the
 #: 1,000 slots of a minute of 16 consumers starting a call every second; more are left to the next sweep.
 MAX_EXPIRED_WRITES = 25
@@ -619,6 +634,7 @@ class SharedLedger:
         self._view_at = -math.inf  # the clock when the view was returned
         self._refusals = 0  # refusals in a row: the poll backoff's exponent
         self._want_written = -math.inf
+        self._lost_removal_at = -math.inf  # when a reservation's removal of expired slots last lost to another writer
         self._refused_at = -math.inf  # when a reservation was last refused (its caller is waiting), None once admitted
         #: Deferred returns: slot -> [tokens to add (negative), when the first was deferred]; see "Deferred returns".
         self._returns: dict[str, list[float]] = {}
@@ -729,6 +745,20 @@ class SharedLedger:
                 lean = self._decide(view, tokens, now, carried, output_tokens or 0, cleanup=False)
                 if not isinstance(lean, LedgerRefusal) and lean[0] == decision[0]:
                     decision = lean
+            removes = not isinstance(decision, LedgerRefusal) and ("#e0" in decision[1] or "#f0" in decision[1])
+            with self._lock:
+                age, lost = now - self._view_at, now - self._lost_removal_at <= self.window_seconds
+            if not refreshed and not isinstance(decision, LedgerRefusal) and (
+                    (removes and (stale or (lost and age > 0)))
+                    or (stale and view.held + tokens > STALE_VIEW_FILL * self.quota_tpm)):
+                # A view that needs its expired slots' room is read again first when it is stale or this
+                # consumer lately lost such a removal to another writer (the pinned removal would fail); a
+                # stale view that leaves the window nearly full too (its ceiling may have been reached
+                # since): see STALE_VIEW_FILL.
+                self._restore(carried)
+                self.view(refresh=True)
+                refreshed = True
+                continue
             if isinstance(decision, LedgerRefusal):
                 self._restore(carried)
                 if not refreshed:  # a refusal is decided on a fresh read (cheaper than a failing write)
@@ -751,6 +781,9 @@ class SharedLedger:
             if outcome is None:  # the condition failed: the view was stale; the error carried the fresh item
                 self._restore(carried)
                 self.counts["conflicts"] += 1
+                if "#e0" in names or "#f0" in names:
+                    with self._lock:
+                        self._lost_removal_at = now  # others remove what it sees expired: read before removing
                 continue
             self.counts["carried"] += len(carried)
             self.counts["reserved"] += 1

@@ -1,9 +1,11 @@
 """The shared ledger at scale (issue 25, "cheap at scale"): the quota item keeps only the consumers
-holding something in the window (an h# leaves with its consumer's last slot). Against moto's DynamoDB, on a fake clock every ledger shares."""
+holding something in the window (an h# leaves with its consumer's last slot), and a stale view is
+read again before a write it would lose (a failed condition is charged as a write of the whole item).
+Against moto's DynamoDB, on a fake clock every ledger shares."""
 
 from __future__ import annotations
 
-from pacer_runtime.ledger import LedgerHold
+from pacer_runtime.ledger import LedgerHold, LedgerRefusal, LedgerView
 from test_ledger import TABLE, Clock, consistent, dynamodb, item, ledger
 
 __all__ = ["dynamodb"]  # the fixture, shared with test_ledger
@@ -85,3 +87,54 @@ def test_a_repair_leaves_out_the_h_of_a_consumer_without_a_slot(dynamodb, capsys
     raw = item(dynamodb)
     assert "h#gone" not in raw and consistent(dynamodb).consumers == {"a": 100, "fresh": 100}
     assert "repaired" in capsys.readouterr().out
+
+
+def test_a_stale_view_reads_before_a_write_it_would_lose(dynamodb):
+    """A view seconds old that needs its expired slots' room (another writer removed them) or that
+    would leave the window nearly full (another writer filled it) is read again first: one read, and
+    no failed write (each of which DynamoDB charges as a write of the whole item)."""
+    clock, counting = Clock(), Counting(dynamodb)
+    a, b = ledger(dynamodb, clock, "a"), ledger(counting, clock, "b")
+    assert isinstance(a.try_reserve(400), LedgerHold)
+    assert isinstance(b.try_reserve(400), LedgerHold)  # b's view: a's 400 and its own
+    clock.now += 62.1
+    assert isinstance(a.try_reserve(100), LedgerHold)  # removes both expired slots
+    reads, writes = counting.reads, counting.writes
+    assert isinstance(b.try_reserve(600), LedgerHold)  # only fits without the expired 800, which a removed
+    assert (counting.reads - reads, counting.writes - writes, counting.failed, b.counts["conflicts"]) == (1, 1, 0, 0)
+    assert consistent(dynamodb).held == 700
+
+    clock.now += 5  # b's view is stale again, and says 700 of 1,000 are held; a takes 250 meanwhile
+    assert isinstance(a.try_reserve(250), LedgerHold)
+    reads, writes = counting.reads, counting.writes
+    refused = b.try_reserve(100)  # 800 would be held in b's view (> 75%): read first, and refused on it
+    assert isinstance(refused, LedgerRefusal) and "full" in refused.reason
+    assert (counting.reads - reads, counting.writes - writes, counting.failed) == (1, 0, 0)
+    view: LedgerView = consistent(dynamodb)
+    assert view.held == 950 and view.consumers == {"a": 350, "b": 600}
+
+
+def test_a_consumer_that_lost_a_removal_reads_before_its_next_one(dynamodb):
+    """Writers racing for the same freed room (many consumers retry when the same slot leaves): a view
+    under a second old pins an expired slot another writer has just removed, and fails. A consumer
+    that lost such a removal reads before its next one for a window, even from a view under a second
+    old, so the next race costs a read, not a failed write."""
+    clock, counting = Clock(), Counting(dynamodb)
+    a, b = ledger(dynamodb, clock, "a"), ledger(counting, clock, "b")
+    assert isinstance(ledger(dynamodb, clock, "dead").try_reserve(500), LedgerHold)
+    clock.now += 1
+    assert isinstance(ledger(dynamodb, clock, "dead2").try_reserve(400), LedgerHold)
+    clock.now += 61.1  # dead's 500 left the window; dead2's 400 has not yet
+    a.view(refresh=True)
+    b.view(refresh=True)
+    clock.now += 0.1
+    assert isinstance(a.try_reserve(500), LedgerHold)  # removes dead's slot
+    assert isinstance(b.try_reserve(100), LedgerHold)  # b's view pinned it too: lost, then admitted on the fresh item
+    assert (b.counts["conflicts"], counting.failed) == (1, 1)
+    clock.now += 0.9  # dead2's 400 leave; b's view is 0.9 s old
+    assert isinstance(a.try_reserve(100), LedgerHold)  # a removes them first
+    reads = counting.reads
+    assert isinstance(b.try_reserve(100), LedgerHold)  # b reads first this time: no failed write
+    assert (b.counts["conflicts"], counting.failed, counting.reads - reads) == (1, 1, 1)
+    view = consistent(dynamodb)
+    assert view.held == 800 and view.consumers == {"a": 600, "b": 200}
