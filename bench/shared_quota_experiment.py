@@ -598,12 +598,14 @@ def conflict_cause(request: dict[str, Any], item: dict[str, Any]) -> str:
     a carried return's slot gone (attribute_exists), or else a ceiling (the window, the consumer's, the day)."""
     condition = request.get("ConditionExpression") or ""
     names, values = request.get("ExpressionAttributeNames", {}), request.get("ExpressionAttributeValues", {})
-    for placeholder, value in re.findall(r"(#\w+) = (:\w+)", condition):
-        if item.get(names[placeholder]) != values[value]:
-            kind = placeholder[1:].rstrip("0123456789")
-            return {"e": "an expired slot another writer removed", "f": "an expired slot another writer removed",
-                    "p": "a consumer attribute pinned for removal", "g": "a consumer attribute pinned for removal",
-                    "a": "a repair's pin"}.get(kind, "a want or priority pin")
+    failed = {placeholder[1:].rstrip("0123456789") for placeholder, value in re.findall(r"(#\w+) = (:\w+)", condition)
+              if item.get(names[placeholder]) != values[value]}
+    for kinds, cause in (({"e", "f"}, "an expired slot another writer removed"),  # its consumer's pin fails with it
+                         ({"p", "g"}, "a consumer attribute pinned for removal"), ({"a"}, "a repair's pin")):
+        if failed & kinds:
+            return cause
+    if failed:
+        return "a want or priority pin"
     if "attribute_not_exists(#wanted)" in condition and names.get("#wanted") in item:
         return "a want or priority pin"
     for placeholder in re.findall(r"attribute_exists\((#\w+)\)", condition):

@@ -146,14 +146,16 @@ Contention and cost
     UpdateItem documentation), so the next write starts from a fresh view. A failed condition on a
     view that says the call fits is a conflict (another writer changed a pinned slot): retried at
     once, with fresh data, up to conflict_retries times; a view more than FRESH_VIEW_SECONDS old does
-    not pin the expired slots it sees unless it needs their room, and then it is read again first
-    (one GetItem), as is a view that old that would leave more than STALE_VIEW_FILL of the quota
-    held, and any view (even under a second old) of a consumer that lost a removal to another writer
-    in the last window: at saturation many waiting consumers try again when the same slot leaves,
-    and all but the first would pin a slot already removed. A failed condition is charged (in the
-    simulation, as DynamoDB is assumed to) as a write of the whole item against the partition's
-    1,000 write units; a read is a quarter of the units per KB, against its 3,000 read units. A lone
-    writer never loses a removal, so it never reads first. A view that says the quota is full
+    not pin the expired slots it sees unless it needs their room, and then, when other consumers
+    write too, it is read again first (one GetItem), as is a view that old that would leave more
+    than STALE_VIEW_FILL of the quota held. So is a view of any age that would remove another
+    consumer's slot that left the window after the view was read, or of a consumer that lost a
+    removal to another writer in the last window: at saturation every waiting consumer tries again
+    when the same slot leaves, and all but the first would pin a slot already removed. A failed
+    condition is charged (in the simulation, as DynamoDB is assumed to) as a write of the whole item
+    against the partition's 1,000 write units; a read is a quarter of the units per KB, against its
+    3,000 read units. A lone writer (no other consumer's slot in its view) never reads first. A view
+    that says the quota is full
     is a refusal: the caller waits and tries again after a jittered backoff (poll_seconds doubling
     to max_poll_seconds), or at the earliest slot expiry that makes room if sooner.
     All writes of one quota serialize on one item: DynamoDB serves at most 1,000 write units per
@@ -340,13 +342,14 @@ MAX_RETURNS = 40
 #: in the simulation at half load (100 consumers, docs/quota.md): 0.155 conflicts a call without it.
 #: A fresh view removes them, as does any write that needs their room.
 FRESH_VIEW_SECONDS = 1.0
-#: A view older than FRESH_VIEW_SECONDS is read again (a strongly consistent GetItem) before a reservation
-#: that needs its expired slots' room (others have likely removed them: the pinned removal would fail) or
-#: that leaves more than this share of the quota held (the window may have filled since: the ceiling
-#: would fail). A failed condition is charged as a write of the whole item and counts against the
-#: partition's 1,000 write units a second; a read costs a quarter as much per KB and counts against its
-#: 3,000 read units. Measured in the simulation at 2x load (docs/quota.md): these failed writes were
-#: 0.5-1.3 of a call's 2.4-2.6 writes.
+#: A view older than FRESH_VIEW_SECONDS, when other consumers write too, is read again (a strongly
+#: consistent GetItem) before a reservation that needs its expired slots' room (others have likely removed
+#: them: the pinned removal would fail) or that leaves more than this share of the quota held (the window
+#: may have filled since: the ceiling would fail); see "Contention and cost" for the other reads first.
+#: A failed condition is charged as a write of the whole item and counts against the partition's 1,000
+#: write units a second; a read costs a quarter as much per KB and counts against its 3,000 read units.
+#: Measured in the simulation at 2x load (docs/quota.md): failed writes were 0.57-1.33 of a call's
+#: 2.38-2.63 writes before these reads, 0.02-0.03 after.
 STALE_VIEW_FILL = 0.75
 #: A sweep's writes after the conflicts it retries: MAX_CLEANUP slots each, so 25 writes remove the
 #: 1,000 slots of a minute of 16 consumers starting a call every second; more are left to the next sweep.
@@ -747,14 +750,21 @@ class SharedLedger:
                     decision = lean
             removes = not isinstance(decision, LedgerRefusal) and ("#e0" in decision[1] or "#f0" in decision[1])
             with self._lock:
-                age, lost = now - self._view_at, now - self._lost_removal_at <= self.window_seconds
+                viewed_at, lost = self._view_at, now - self._lost_removal_at <= self.window_seconds
+            if not refreshed and removes and not stale and not lost:
+                contested = self._contested_removal(view, decision[1], viewed_at)
+            else:
+                contested = False
             if not refreshed and not isinstance(decision, LedgerRefusal) and (
-                    (removes and (stale or (lost and age > 0)))
-                    or (stale and view.held + tokens > STALE_VIEW_FILL * self.quota_tpm)):
-                # A view that needs its expired slots' room is read again first when it is stale or this
-                # consumer lately lost such a removal to another writer (the pinned removal would fail); a
-                # stale view that leaves the window nearly full too (its ceiling may have been reached
-                # since): see STALE_VIEW_FILL.
+                    (removes and (contested or (lost and now > viewed_at)))
+                    or (stale and (removes or view.held + tokens > STALE_VIEW_FILL * self.quota_tpm)
+                        and any(c != self.consumer for _, c, _ in view.slots.values()))):
+                # A view that needs its expired slots' room is read again first when another consumer's
+                # slot it would remove left the window after the view was read (every consumer waiting
+                # for that room tries again then), when this consumer lately lost such a removal to
+                # another writer, or when it is stale and others write too: the pinned removal would
+                # fail. A stale view that leaves the window nearly full too, when others write (its
+                # ceiling may have been reached since): see STALE_VIEW_FILL. A lone writer never reads first.
                 self._restore(carried)
                 self.view(refresh=True)
                 refreshed = True
@@ -1158,6 +1168,18 @@ class SharedLedger:
                     break
         retry = self._poll_delay()
         return LedgerRefusal(retry if ready is None else min(retry, ready), ready, reason, within_floor)
+
+    def _contested_removal(self, view: LedgerView, names: Mapping[str, str], viewed_at: float) -> bool:
+        """Whether a reservation's removal pins another consumer's slot that left the window after the
+        view was read: what every consumer waiting for that room tries to remove at that moment (a lone
+        writer's own slots never are)."""
+        for placeholder, name in names.items():
+            if placeholder[:2] in ("#e", "#f") and placeholder[2:].isdigit():
+                slot = (view.output_slots if placeholder[1] == "f" else view.slots).get(name)
+                if slot is not None and slot[1] != self.consumer and \
+                        slot[0] + SLOT_SECONDS + self.window_seconds + self.skew_seconds > viewed_at:
+                    return True
+        return False
 
     def _poll_delay(self) -> float:
         with self._lock:

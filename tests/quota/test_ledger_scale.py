@@ -138,3 +138,31 @@ def test_a_consumer_that_lost_a_removal_reads_before_its_next_one(dynamodb):
     assert (b.counts["conflicts"], counting.failed, counting.reads - reads) == (1, 1, 1)
     view = consistent(dynamodb)
     assert view.held == 800 and view.consumers == {"a": 600, "b": 200}
+
+
+def test_consumers_waiting_for_the_same_freed_room_read_before_removing_it_and_a_lone_writer_does_not(dynamodb):
+    """At saturation every waiting consumer tries again when the same slot leaves the window: a view
+    read before that (even under a second old) pinning another consumer's slot is read again first, so
+    the one that comes second costs a read, not a failed write. A lone writer removing its own slots
+    never reads first."""
+    clock = Clock()
+    a, b = Counting(dynamodb), Counting(dynamodb)
+    first, second = ledger(a, clock, "a"), ledger(b, clock, "b")
+    assert isinstance(ledger(dynamodb, clock, "dead").try_reserve(500), LedgerHold)
+    clock.now += 61.5  # dead's 500 leave the window at + 62
+    first.view(refresh=True)
+    second.view(refresh=True)
+    clock.now += 0.6
+    assert isinstance(first.try_reserve(500), LedgerHold) and (a.reads, a.failed) == (2, 0)  # read, then removed
+    assert isinstance(second.try_reserve(300), LedgerHold) and (b.reads, b.failed) == (2, 0)  # read: already gone
+    assert consistent(dynamodb).consumers == {"a": 500, "b": 300}
+
+    solo_client = Counting(dynamodb)
+    solo = ledger(solo_client, clock, "solo", ledger_id="solo", floor_tpm=1_000)
+    assert isinstance(solo.try_reserve(900), LedgerHold)
+    clock.now += 61.5
+    solo.view(refresh=True)
+    reads = solo_client.reads
+    clock.now += 0.6
+    assert isinstance(solo.try_reserve(500), LedgerHold)  # removes its own expired 900 without reading first
+    assert (solo_client.reads - reads, solo_client.writes, solo_client.failed) == (0, 2, 0)
