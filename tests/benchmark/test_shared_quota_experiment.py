@@ -99,6 +99,35 @@ def test_the_simulation_is_exact_repeatable_and_keeps_every_consumer_inside_the_
     assert exact(first) != exact(bench.simulate(3, 60, plan=plan, load=2.0, minutes=2, seed=2))  # the seed matters
 
 
+def test_the_simulation_says_where_the_items_bytes_and_each_calls_writes_go(bench, plan):
+    """What the cuts of issue 25 were chosen by: the largest item's bytes by attribute family add up to
+    its size, each call's writes by kind to the writes a call, and every failed condition has a cause."""
+    row = bench.simulate(3, 60, plan=plan, load=2.0, minutes=2, seed=1)
+    families = row["largest_item_bytes_by_family"]
+    assert round(sum(families.values()) / 1024, 1) == row["largest_item_kb"]
+    assert families["slots"] > families["consumers (h#)"] > 0
+    assert sum(row["largest_item_attributes_by_family"].values()) > row["largest_item_attributes_by_family"]["slots"] > 0
+    kinds = row["writes_per_call_by_kind"]
+    assert kinds["reservations"] == 1.0 and kinds["other"] == 0  # every call reserved once, nothing unaccounted
+    assert sum(kinds.values()) == pytest.approx(row["ledger_writes_per_call"], abs=0.005)
+    assert sum(row["failed_conditions_by_cause"].values()) == row["conditional_check_failures"]
+
+
+def test_a_failed_condition_is_blamed_on_the_clause_that_failed_first_a_removed_slot(bench):
+    """A removal pins the expired slot and, when it is its consumer's last, the consumer's h#: when
+    another writer removed both, the cause is the slot (the h# pin fails with it)."""
+    request = {"ConditionExpression": "#p0 = :p0 AND #e0 = :e0 AND (attribute_not_exists(#held) OR #held <= :total)",
+               "ExpressionAttributeNames": {"#p0": "h#b", "#e0": "s#00:00:01#b", "#held": "held"},
+               "ExpressionAttributeValues": {":p0": {"N": "100"}, ":e0": {"N": "100"}, ":total": {"N": "900"}}}
+    assert bench.conflict_cause(request, {"held": {"N": "950"}}) == "an expired slot another writer removed"
+    pinned = {"h#b": {"N": "100"}, "s#00:00:01#b": {"N": "100"}, "held": {"N": "950"}}
+    assert bench.conflict_cause(request, pinned) == "a ceiling (the window, the consumer's or the day's)"
+    assert bench.conflict_cause(request, {**pinned, "h#b": {"N": "200"}}) == "a consumer attribute pinned for removal"
+    gone = {"ConditionExpression": "attribute_exists(#r0)", "ExpressionAttributeNames": {"#r0": "s#00:00:02#a"},
+            "ExpressionAttributeValues": {}}
+    assert bench.conflict_cause(gone, {}) == "a carried return's slot gone"
+
+
 def test_simulate_writes_the_results_layout_with_its_sources(bench, tmp_path):
     out = tmp_path / "sim.json"
     assert bench.main(["--simulate", "--seeds", "1", "--consumers", "2", "--calls-per-minute", "30", "--minutes", "1.5",
