@@ -60,9 +60,9 @@ Run (about 2 minutes of wall time per run at time_scale 3; the static shares dra
         --out bench/results/shared_quota_experiment_16.json
     .venv/bin/python bench/shared_quota_experiment.py --seeds 2 --time-scale 3 --configurations 4:ledger --map-items 60 \
         --out bench/results/shared_quota_experiment_map.json
-    .venv/bin/python bench/shared_quota_experiment.py --simulate --seeds 2 --consumers 100    # 7-9 min
+    .venv/bin/python bench/shared_quota_experiment.py --simulate --seeds 2 --consumers 100    # 7-13 min
     .venv/bin/python bench/shared_quota_experiment.py --simulate --seeds 2 --consumers 1000 --minutes 2 \
-        --out bench/results/shared_quota_simulation_1000.json   # 4-5 min a seed
+        --out bench/results/shared_quota_simulation_1000.json   # 4-7 min a seed
     .venv/bin/python bench/shared_quota_experiment.py --simulate --seeds 2 --consumers 100,1000 --load 0.5 \
         --out bench/results/shared_quota_simulation_half_load.json
     (the wall times are on the shared 2-core machine, whose load the rows record)

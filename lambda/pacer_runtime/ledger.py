@@ -161,19 +161,22 @@ Contention and cost
     All writes of one quota serialize on one item: DynamoDB serves at most 1,000 write units per
     second per partition (HOT_PARTITION_WRITE_UNITS), and an UpdateItem costs one unit per KB of
     the larger of the item before and after. The item holds one slot per consumer and start second
-    in the window (about 20 bytes each with a short consumer name), so 4 consumers x 62 live slots
-    are about 5 KB and sustain about 200 writes a second, 200 calls a second at one write a call.
-    Many consumers each start their own slots, so the item grows with the calls in the window.
-    Simulated with this code (bench/shared_quota_experiment.py --simulate; docs/quota.md has the
-    table and the figures before): at 1,000 calls a minute and half the load, a call costs 1.0
-    write (2.2 before deferred returns) and the item asks 42-57 write units a second; at twice the
-    load (the quota saturated) a call costs 2.4-2.6 writes (3.0-3.3 before: the busy consumer's
-    1.1-1.24, the light consumers' returns written at once, their wants, and writers racing for the
-    same expired slots), and the item asks 631-641 units a second on average at 100 consumers
-    (16-18 seconds of 120 over the limit, at the peaks; 1,066-1,072 before) and 1,044-1,148 at
-    1,000 consumers (1,672-1,905 before): there one item is still the bottleneck, and the next step
-    is to shard it by consumer or to have concurrent writers remove disjoint expired slots (at
-    1,000 consumers 1.24-1.33 of a call's writes are such conflicts).
+    in the window (about 18 bytes each with a short consumer name) and one h# per consumer holding
+    something (about 9), so 4 consumers x 62 live slots are about 5 KB and sustain about 200 writes
+    a second, 200 calls a second at one write a call. Many consumers each start their own slots, so
+    the item grows with the calls in the window: about 15 bytes per call a minute.
+    Simulated with this code (bench/shared_quota_experiment.py --simulate, 2 seeds; docs/quota.md
+    has the table, each step's figures and the figures before): at 1,000 calls a minute and half
+    the load, a call costs 1.00-1.02 writes and the item asks 41-50 write units a second. At twice
+    the load (the quota saturated) a call costs 1.33 writes at 1,000 consumers and 1.82-1.85 at 100
+    (2.54-2.63 and 2.38-2.45 before the reads first and the smaller item): one reservation, the
+    light consumers' returns written at once (0.30 and 0.44 a call), at 100 consumers their wants
+    (0.37-0.40), and 0.01-0.03 failed writes. The item then asks 376-442 write units a second on
+    average at 1,000 consumers (4-5 seconds of 60 over the limit, at the peaks; 1,044-1,148 before)
+    and 413-417 at 100 (none over). The write units grow with the square of the calls a minute (the
+    writes and the item both grow with them): one item reaches the partition's limit on average at
+    about 1,500-1,600 calls a minute saturated; past that the ledger must be sharded, each shard a
+    consumer group with its own part of the quota (docs/quota.md, "What sharding would take").
 
 Failures
     Throttling and server errors (THROTTLING_CODES) are retried with full-jitter backoff
