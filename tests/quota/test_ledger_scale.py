@@ -166,3 +166,19 @@ def test_consumers_waiting_for_the_same_freed_room_read_before_removing_it_and_a
     clock.now += 0.6
     assert isinstance(solo.try_reserve(500), LedgerHold)  # removes its own expired 900 without reading first
     assert (solo_client.reads - reads, solo_client.writes, solo_client.failed) == (0, 2, 0)
+
+
+def test_a_bedrock_mantle_consumers_h_and_oh_leave_with_their_last_slots(dynamodb):
+    """Both windows: a dead consumer's input and output holds leave the window, and the writer that
+    removes its last slots of each family removes its h# and its oh# too."""
+    from test_ledger_mantle import mantle
+
+    clock = Clock()
+    assert isinstance(mantle(dynamodb, clock, "dead").try_reserve(2_000, 300), LedgerHold)
+    clock.now += 62.1
+    assert isinstance(mantle(dynamodb, clock, "alive").try_reserve(1_000, 200), LedgerHold)
+    raw = item(dynamodb)
+    assert "h#dead" not in raw and "oh#dead" not in raw
+    view = consistent(dynamodb)
+    assert (view.held, view.output_held, view.consumers, view.output_consumers) == (
+        1_000, 200, {"alive": 1_000}, {"alive": 200})
