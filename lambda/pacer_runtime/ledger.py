@@ -208,7 +208,8 @@ The daily token quota
     slot left the window is not counted (the day keeps the reservation, the larger figure as a rule).
     A reservation removes the d# attributes of days before yesterday (unpinned: nothing adds to them
     any more). Step Functions consumers count the day the same way, in the same attribute
-    (their slot Pass names d#<the date of EnteredTime>; QuotaLedger.daily_tokens is their D).
+    (their slot Pass names d#<the date of EnteredTime>; QuotaLedger.shared_daily_tokens() is their D: the
+    allocatable day less what the shares held outside every ledger draw).
 
 bedrock-mantle (SharedLedger(..., output_quota_tpm=...); pacer_runtime.quota_pacer.MANTLE_QUOTAS_DOC)
     That endpoint has two quotas per model, input tokens per minute (input + cache writes +
