@@ -52,12 +52,18 @@ def inside_consumer(stack: cdk.Stack, quota: ModelQuota, ledger: QuotaLedger) ->
     return function
 
 
-def test_a_ledger_consumer_shares_the_quota_less_the_share_held_outside_the_ledger():
-    stack = new_stack()
-    quota, profile = quota_with_outside_share(stack)
+def inside_ledger(stack, quota, profile) -> QuotaLedger:
+    """The "Inside" share (half the quota), the quota's ledger and the function consuming it."""
     quota.share("Inside", profile, fraction=0.5, call_seconds=4)
     ledger = QuotaLedger(stack, "Ledger", quota=quota)
     inside_consumer(stack, quota, ledger)
+    return ledger
+
+
+def test_a_ledger_consumer_shares_the_quota_less_the_share_held_outside_the_ledger():
+    stack = new_stack()
+    quota, profile = quota_with_outside_share(stack)
+    ledger = inside_ledger(stack, quota, profile)
     variables = function_environment(stack, "Inside")
     # Before: the whole allocatable 400,000 TPM, so the ledger's consumers borrowed the outside share's TPM
     assert variables["GENAI_PACER_LEDGER_QUOTA_TPM"] == str(QUOTA_TPM - OUTSIDE_TPM)
@@ -113,9 +119,7 @@ def test_every_share_in_the_ledger_leaves_the_whole_allocatable_quota_to_share()
     stack = new_stack()
     quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=5, keep_free=0.1)
     profile = quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS)
-    quota.share("Inside", profile, fraction=0.5, call_seconds=4)
-    ledger = QuotaLedger(stack, "Ledger", quota=quota)
-    inside_consumer(stack, quota, ledger)
+    inside_ledger(stack, quota, profile)
     assert function_environment(stack, "Inside")["GENAI_PACER_LEDGER_QUOTA_TPM"] == "360000"
 
 
@@ -127,9 +131,7 @@ def test_an_outside_holder_whose_cap_is_deploy_time_is_warned_naming_the_share_a
     stack = new_stack()
     cap = cdk.CfnParameter(stack, "OutsideConcurrency", type="Number", default=2)
     quota, profile = quota_with_outside_share(stack, outside_concurrency=cap.value_as_number)
-    quota.share("Inside", profile, fraction=0.5, call_seconds=4)
-    ledger = QuotaLedger(stack, "Ledger", quota=quota)
-    inside_consumer(stack, quota, ledger)
+    inside_ledger(stack, quota, profile)
     warned = [w for w in warnings_of(stack) if "ledger-outside-deploy-time-cap" in w]
     assert len(warned) == 1, warnings_of(stack)
     assert "share 'Outside'" in warned[0] and "move it into the ledger" in warned[0] and "burst_tpm" in warned[0]
@@ -140,9 +142,7 @@ def test_an_outside_holder_whose_cap_is_deploy_time_is_warned_naming_the_share_a
 def test_a_caller_outside_the_ledger_holding_no_share_is_warned():
     stack = new_stack()
     quota, profile = quota_with_outside_share(stack)
-    quota.share("Inside", profile, fraction=0.5, call_seconds=4)
-    ledger = QuotaLedger(stack, "Ledger", quota=quota)
-    inside_consumer(stack, quota, ledger)
+    inside_ledger(stack, quota, profile)
     MODEL.grant_invoke(iam.Role(stack, "Stray", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
     warned = [w for w in warnings_of(stack) if "ledger-outside-unshared" in w]
     assert len(warned) == 1 and "Stray" in warned[0] and "holds no share" in warned[0], warnings_of(stack)
@@ -217,9 +217,7 @@ def test_the_day_a_ledger_consumer_and_a_maps_reservations_share_leaves_the_outs
 def test_a_daily_token_quota_leaves_the_outside_shares_their_tpm_for_their_hours_a_day():
     stack = new_stack()
     quota, profile = quota_with_outside_share(stack, outside_hours=2, daily_token_quota=200_000_000, keep_free=0.1)
-    quota.share("Inside", profile, fraction=0.5, call_seconds=4)
-    ledger = QuotaLedger(stack, "Ledger", quota=quota)
-    inside_consumer(stack, quota, ledger)
+    inside_ledger(stack, quota, profile)
     # 200,000,000 x 0.9 less the outside share's 100,000 TPM for 2 hours
     assert function_environment(stack, "Inside")["GENAI_PACER_LEDGER_DAILY_TOKENS"] == str(180_000_000 - 12_000_000)
 
@@ -227,9 +225,7 @@ def test_a_daily_token_quota_leaves_the_outside_shares_their_tpm_for_their_hours
 def test_outside_shares_that_take_the_whole_day_are_refused_naming_them():
     stack = new_stack()
     quota, profile = quota_with_outside_share(stack, daily_token_quota=100_000_000)  # < 100,000 TPM x 1,440
-    quota.share("Inside", profile, fraction=0.5, call_seconds=4)
-    ledger = QuotaLedger(stack, "Ledger", quota=quota)
-    inside_consumer(stack, quota, ledger)
+    inside_ledger(stack, quota, profile)
     message = synth_error(stack)
     assert "'Outside' (100,000 TPM)" in message and "leaving the ledger's consumers no day" in message, message
     assert "hours_per_day" in message and "daily_token_quota" in message

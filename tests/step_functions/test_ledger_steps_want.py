@@ -121,7 +121,7 @@ class _LongestWait:
 
     class Random:
         def __init__(self, seed=None) -> None:
-            pass
+            self.seed = seed  # moto seeds its draw; the longest needs none
 
         def randint(self, start: int, end: int) -> int:
             return end
