@@ -172,6 +172,16 @@ def test_the_environment_gives_each_consumer_its_floor_burst_and_fallback():
     assert stack.resolve(batch["GENAI_PACER_LEDGER_BURST_TPM"]) == "360000"  # default: the whole quota
 
 
+def test_every_consumer_keeps_a_want_past_a_state_machines_longest_wait_and_the_clock_skew():
+    """GENAI_PACER_LEDGER_WANT_SECONDS: the longest wait (8 s) + the whole second + the skew + 2 s."""
+    stack = new_stack()
+    default = QuotaLedger(stack, "Ledger", quota=quota(stack))
+    assert default.environment("Batch")["GENAI_PACER_LEDGER_WANT_SECONDS"] == "12"
+    stack = new_stack()
+    skewed = QuotaLedger(stack, "Ledger", quota=quota(stack), clock_skew=cdk.Duration.seconds(5))
+    assert skewed.environment("Batch")["GENAI_PACER_LEDGER_WANT_SECONDS"] == "16" and skewed.want_seconds == 16
+
+
 @pytest.mark.parametrize(("share", "burst", "needle"), [
     ("Nobody", None, "not a share of ModelQuota Quota; drawn: Interactive, Batch"),
     ("Interactive", 100_000, "burst_tpm"),

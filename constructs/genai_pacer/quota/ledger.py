@@ -182,7 +182,8 @@ class QuotaLedger(Construct):
     clock_skew: the clock difference between consumers the ledger tolerates: each slot is kept this
         much longer than Bedrock's window, so a clock that far ahead never frees a charge early.
         Lambda functions are synchronized by AWS; more than a few seconds means a broken clock.
-        Between 0 and 30 seconds. Default: 1 second.
+        Between 0 and 30 seconds. Default: 1 second. It also lengthens `want_seconds` (how long every
+        consumer keeps a waiting consumer's want: a state machine's longest wait + 1 s + this + 2 s).
     sweeper: whether a state machine's use of the ledger adds a function that removes the slots that
         left the window (a state machine cannot: step_functions.ledger_steps), run by an EventBridge
         rule once a minute, sweeping every 5 seconds within each invocation; granted UpdateItem and
@@ -198,7 +199,7 @@ class QuotaLedger(Construct):
 
     Attributes: `table`, `quota`, `ledger_id`, `clock_skew`, `quota_tpm` and `daily_tokens` (the
     allocatable minute and day; what the consumers share once the shares held outside every ledger are
-    left free: `shared_tpm()` and `shared_daily_tokens()`, known at synth), `sweeper_function` (the sweeper, once a state machine uses the
+    left free: `shared_tpm()` and `shared_daily_tokens()`, known at synth), `want_seconds`, `sweeper_function` (the sweeper, once a state machine uses the
     ledger, else None). Grants: `grant_use` (UpdateItem,
     GetItem), `grant_read` (GetItem), each limited to this quota's item. Consumers receive
     `environment(share)`. `takes_part(path)` says whether a construct takes part (granted by grant_use,
