@@ -85,7 +85,7 @@ SHARED_QUOTA := $(VENV)/bin/python bench/shared_quota_experiment.py
 bench-shared-quota: $(VENV)/.dev-installed
 	$(SHARED_QUOTA) --seeds 5 --time-scale 3 --configurations 1:whole,4:ledger \
 		--out $(BENCH_OUT)/shared_quota_experiment.json > /dev/null
-	$(SHARED_QUOTA) --seeds 3 --time-scale 3 --configurations 16:ledger \
+	$(SHARED_QUOTA) --seeds 3 --time-scale 3 --configurations 1:whole,16:ledger \
 		--out $(BENCH_OUT)/shared_quota_experiment_16.json > /dev/null
 	$(SHARED_QUOTA) --seeds 5 --time-scale 3 --load 0.5 --configurations 4:unbounded,4:ledger,4:static \
 		--out $(BENCH_OUT)/shared_quota_experiment_half_load.json > /dev/null

@@ -56,8 +56,8 @@ Run (about 2 minutes of wall time per run at time_scale 3; the static shares dra
         --out bench/results/shared_quota_experiment_baselines.json
     .venv/bin/python bench/shared_quota_experiment.py --seeds 3 --time-scale 3 --load 0.5 \
         --configurations 4:unbounded,4:ledger,4:static --out bench/results/shared_quota_experiment_half_load.json
-    .venv/bin/python bench/shared_quota_experiment.py --seeds 2 --time-scale 3 --configurations 16:ledger \
-        --out bench/results/shared_quota_experiment_16.json
+    .venv/bin/python bench/shared_quota_experiment.py --seeds 3 --time-scale 3 --configurations 1:whole,16:ledger \
+        --out bench/results/shared_quota_experiment_16.json   # 12 min
     .venv/bin/python bench/shared_quota_experiment.py --seeds 2 --time-scale 3 --configurations 4:ledger --map-items 60 \
         --out bench/results/shared_quota_experiment_map.json
     .venv/bin/python bench/shared_quota_experiment.py --simulate --seeds 2 --consumers 100    # 7-13 min
