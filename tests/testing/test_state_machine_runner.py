@@ -875,6 +875,36 @@ def test_a_service_error_is_named_by_its_modeled_exception_or_the_sdks_base_exce
     assert error_name(api, code) == name
 
 
+def test_the_service_index_reads_each_models_service_id_as_botocore_loads_it():
+    """The aws-sdk name index reads serviceId from the head of each model file, not the loaded model."""
+    from botocore.session import get_session
+    from genai_pacer.testing.sfn._interpreter import _model_metadata_from_head, _service_id
+
+    session = get_session()
+    names = session.get_available_services()
+    sample = {*names[::8], "stepfunctions", "logs", "acm-pca", "mediapackage"}
+    assert {name: _service_id(session, name) for name in sample} == {
+        name: session.get_service_model(name).metadata["serviceId"] for name in sample}
+    # read from the head but where the metadata runs past it (mediapackage's, in botocore 1.44)
+    assert {name for name in sample if _model_metadata_from_head(session, name) is None} <= {"mediapackage"}
+
+
+def test_a_model_that_does_not_begin_with_its_metadata_is_loaded_whole(tmp_path):
+    import botocore.loaders
+    import botocore.session
+    from genai_pacer.testing.sfn._interpreter import _model_metadata_from_head, _service_id
+
+    model = tmp_path / "stepfunctions" / "2099-01-01" / "service-2.json"
+    model.parent.mkdir(parents=True)
+    model.write_text(json.dumps({"version": "2.0", "operations": {}, "shapes": {},
+                                 "metadata": {"serviceId": "Later SFN", "protocol": "json", "apiVersion": "2099-01-01"}}))
+    session = botocore.session.Session()
+    session.register_component("data_loader", botocore.loaders.Loader(extra_search_paths=[str(tmp_path)]))
+    assert _model_metadata_from_head(session, "stepfunctions") is None
+    assert _service_id(session, "stepfunctions") == "Later SFN"
+    assert _service_id(session, "appconfig") == "AppConfig"  # the others still come from their heads
+
+
 def test_a_call_the_fake_does_not_implement_is_refused_before_the_run_naming_the_method_to_add():
     read = task("arn:aws:states:::aws-sdk:appconfig:getDeployment", Parameters={**APP, "DeploymentNumber": 1},
                 Catch=[{"ErrorEquals": ["States.ALL"], "Next": "Hidden"}])
