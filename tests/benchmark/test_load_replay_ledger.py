@@ -162,6 +162,38 @@ def test_a_request_the_ledgers_day_could_never_admit_is_refused_at_synth_naming_
         runtime.try_reserve(ledger.hold(200, 1_000))
 
 
+def _replay_beside_an_outside_share(quota_props, tokens, share_props, outside_props):
+    """A LoadReplay in the ledger beside a share ("Elsewhere") no construct in the ledger holds."""
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=NOVA, **quota_props)
+    input_tokens, output_tokens, max_tokens = tokens
+    profile = quota.profile(input_tokens=input_tokens, output_tokens=output_tokens, max_tokens=max_tokens)
+    quota.share("Elsewhere", profile, call_seconds=60, **outside_props)
+    share = quota.share("Replay", profile, call_seconds=60, **share_props)
+    LoadReplay(stack, "Replay", model=NOVA, prompts_bucket=s3.Bucket.from_bucket_name(stack, "Prompts", "prompts-bucket"),
+               prompts_key="p.jsonl", requests=4, concurrency=1, profile=profile, share=share,
+               ledger=QuotaLedger(stack, "Ledger", quota=quota))
+    with pytest.raises(Exception) as refused:  # noqa: B017 - aws-cdk-lib's validation error lists every problem
+        Template.from_stack(stack)
+    return str(refused.value)
+
+
+def test_a_request_above_what_the_shares_outside_the_ledger_leave_is_refused_at_synth():
+    """The ledger's consumers share the quota less what the shares held outside it draw (QuotaLedger.shared_tpm,
+    shared_daily_tokens): a run whose every request holds more could never be admitted. 1,000 + 3,000 x 5 =
+    16,000 is within the 20,000 allocatable TPM (taken at construction) but above the 15,000 the outside
+    share leaves; a day of 62,000 less the outside share's 100,000 TPM for 36 s a day leaves 2,000, below a
+    request's 200 + 3,000 = 3,200."""
+    message = _replay_beside_an_outside_share(dict(tpm_quota=20_000, burndown=5), (1_000, 100, 3_000),
+                                              dict(fraction=0.75), dict(tpm=5_000))
+    assert "the run of LoadReplay Test/Replay reserves 16,000 tokens a call, more than the 15,000 TPM" in message, message
+    assert "('Elsewhere' (5,000 TPM))" in message and "ledger.reservation-above-shared" in message, message
+    message = _replay_beside_an_outside_share(dict(tpm_quota=QUOTA_TPM, daily_token_quota=62_000), (200, 60, 3_000),
+                                              dict(fraction=0.25), dict(tpm=100_000, hours_per_day=0.01))
+    assert "the run of LoadReplay Test/Replay reserves 3,200 tokens a call, more than the 2,000 tokens a day" in message, message
+    assert "ledger.reservation-above-shared-day" in message, message
+
+
 def test_a_runs_holds_are_in_the_shared_item_another_consumer_is_admitted_against():
     """A LoadReplay run and a process consumer (the Interactive share's SharedLedger) share one ledger:
     every request of the run was held and settled there under the run's share, to what its record

@@ -606,12 +606,12 @@ class LoadReplay(Construct):
             return None
         return name
 
-    @staticmethod
-    def _check_hold(check: Checks, ledger: QuotaLedger, profile: planning.TokenProfile, max_tokens: int | None) -> None:
+    def _check_hold(self, check: Checks, ledger: QuotaLedger, profile: planning.TokenProfile, max_tokens: int | None) -> None:
         """Each request holds its prompt + max_tokens x burndown in the ledger before it is sent; the run's
         burst cap there is the ledger's allocatable quota (ledger.environment sets no smaller one), and its day
-        the ledger's daily_tokens. A request holding more than either could never be admitted: every one would
-        fail the worker (SharedLedger refuses it)."""
+        the ledger's daily_tokens; once the app is complete, what the shares held outside the ledger leave of
+        both (QuotaLedger.note_reservation). A request holding more than either could never be admitted: every
+        one would fail the worker (SharedLedger refuses it)."""
         prompt = profile.input_tokens + profile.cache_write_tokens + profile.cache_read_tokens
         sent = max_tokens if max_tokens is not None else profile.max_tokens
         hold, burst = ledger.hold(prompt, sent), ledger.quota_tpm
@@ -628,6 +628,8 @@ class LoadReplay(Construct):
                    f"({ledger.daily_tokens:,} tokens: ModelQuota {ledger.quota.node.id}'s daily_token_quota x "
                    "(1 - keep_free)): no request could ever be admitted; lower max_tokens (or the profile's), or raise "
                    "daily_token_quota", id="ledger.hold-above-daily")
+        # and, once the app is complete, against what the shares held outside the ledger leave its consumers
+        ledger.note_reservation(f"the run of LoadReplay {self.node.path}", hold)
 
     @staticmethod
     def _check_targets(check: Checks, api: Any, **targets: Any) -> dict[str, float | None]:

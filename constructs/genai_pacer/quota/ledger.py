@@ -263,8 +263,8 @@ class QuotaLedger(Construct):
         # The shares this ledger gave a consumer its variables for (outside_shares: a share no construct synth
         # sees holds is inside when its consumer got them).
         self._declared: set[str] = set()
-        # (share, request, r): each state machine request's hold, checked against Q at synth (_check_outside)
-        self._reservations: list[tuple[str, str, int]] = []
+        # (who, r): each call's hold fixed at synth, checked against Q and the day at synth (note_reservation)
+        self._reservations: list[tuple[str, int]] = []
         # what a consumer checks once the app is complete (check_at_synth), run by _check_outside
         self._synth_checks: list[Callable[[], None]] = []
         quota._ledgers.append(self)
@@ -489,6 +489,13 @@ class QuotaLedger(Construct):
         consumer's burst cap can never be admitted (SharedLedger refuses it)."""
         return int(prompt_tokens) + math.ceil(max_tokens * self.quota.burndown)
 
+    def note_reservation(self, holder: str, held: int) -> None:
+        """A consumer each of whose calls holds `held` tokens, fixed at synth (a state machine's model task, a
+        LoadReplay run's requests), described by `holder` ("the state machine of share 'Nightly' (Summarize)").
+        Checked once the app is complete against what its consumers share (shared_tpm, shared_daily_tokens):
+        a call holding more than what the shares outside the ledger leave could never be admitted."""
+        self._reservations.append((holder, held))
+
     def check_at_synth(self, check: Callable[[], None]) -> None:
         """Run `check` at synth once the app is complete (from ModelQuota's validation, with this ledger's
         own checks), when shared_tpm() and shared_daily_tokens() are known: what a consumer built before
@@ -519,19 +526,18 @@ class QuotaLedger(Construct):
             f"({shown}) draw all of its {self.daily_tokens:,} allocatable tokens a day at their TPM for their "
             "hours_per_day, leaving the ledger's consumers no day; move them into the ledger, make them smaller, "
             "draw them with the hours_per_day they run, or raise daily_token_quota", id="ledger.outside-shares-leave-no-day")
-        for share, request, held in self._reservations:
+        for holder, held in self._reservations:
             check.rule(
                 held <= shared,
-                f"QuotaLedger {self.node.id}: the state machine of share {share!r} reserves {held:,} tokens a call "
-                f"({request}), more than the {shared:,.0f} TPM its consumers share once the shares held outside it "
-                f"({shown}) are left free: it could never be admitted; lower max_tokens, or move those shares into "
-                "the ledger", id="ledger.reservation-above-shared")
+                f"QuotaLedger {self.node.id}: {holder} reserves {held:,} tokens a call, more than the {shared:,.0f} "
+                f"TPM its consumers share once the shares held outside it ({shown}) are left free: it could never be "
+                "admitted; lower max_tokens, or move those shares into the ledger", id="ledger.reservation-above-shared")
             check.rule(
                 day < 1 or held <= day,
-                f"QuotaLedger {self.node.id}: the state machine of share {share!r} reserves {held:,} tokens a call "
-                f"({request}), more than the {day:,} tokens a day its consumers share once the shares held outside it "
-                f"({shown}) have drawn theirs: it could never be admitted; lower max_tokens, move those shares into "
-                "the ledger, or raise daily_token_quota", id="ledger.reservation-above-shared-day")
+                f"QuotaLedger {self.node.id}: {holder} reserves {held:,} tokens a call, more than the {day:,} tokens a "
+                f"day its consumers share once the shares held outside it ({shown}) have drawn theirs: it could never "
+                "be admitted; lower max_tokens, move those shares into the ledger, or raise daily_token_quota",
+                id="ledger.reservation-above-shared-day")
         for share in plan.shares:
             for holder in plan.holders(share) if share.name in outside else ():
                 if holder.deploy_time_cap:

@@ -380,7 +380,7 @@ def check_ledger_request(check: Checks, consumer: LedgerConsumer | None, request
         return
     r = consumer.reservation(request.max_tokens)
     # Checked again once the app is complete against what the shares outside the ledger leave (Q is known then)
-    consumer.ledger._reservations.append((consumer.name, name, r))
+    consumer.ledger.note_reservation(f"the state machine of share {consumer.name!r} ({name})", r)
     check.rule(
         r <= consumer.burst_tpm,
         f"{name}: a call reserves {r:,} tokens (the share's prompt + max_tokens={request.max_tokens:,} x burndown "
