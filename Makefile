@@ -17,12 +17,13 @@ synth: $(VENV)/.runtime-installed node_modules/.installed
 	@echo "synthesized: $$(ls cdk.out/*.template.json | tr '\n' ' ')"
 
 # The gate (CI runs it): lint, types and every test, the fresh-install ones included, property
-# tests on their fixed examples (HYPOTHESIS_PROFILE=ci). The tests run in one worker per core
-# (pytest-xdist): each worker has its own jsii process, the slow part. keeps the tests
-# of one xdist_group on one worker, so work a group shares (one part of the cdk-nag matrix) is done once.
-# mypy (about a minute cold, on one core, mostly reading aws-cdk-lib) runs beside them; its report
-# follows pytest's, and the target fails if either does.
-PYTEST_WORKERS ?= auto
+# tests on their fixed examples (HYPOTHESIS_PROFILE=ci). The tests run in pytest-xdist workers, each
+# with its own jsii process, one more than the cores: about a fifth of a worker's time is spent waiting
+# (the fresh-install tests' pip and npm, the emulator's scaled latency, sockets, timeouts under test),
+# which the extra worker fills (2 cores, pytest alone: 266 s with 3 workers, 278-285 s with 2).
+# mypy (about 20 s cold, on one core, mostly reading aws-cdk-lib) runs beside them; its report follows
+# pytest's, and the target fails if either does.
+PYTEST_WORKERS ?= $(shell python3 -c 'import os; n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(); print((n or 1) + 1)' 2>/dev/null || echo auto)
 test: $(VENV)/.dev-installed node_modules/.installed
 	$(VENV)/bin/ruff check .
 	@types_log=$$(mktemp); $(VENV)/bin/mypy > $$types_log 2>&1 & types=$$!; \
