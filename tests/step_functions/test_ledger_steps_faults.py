@@ -31,7 +31,7 @@ THROTTLE = "ProvisionedThroughputExceededException"
 PROMPT = {"items": [{"prompt": "Summarize this."}]}
 
 
-def throttle_state_machine(monkeypatch, kind: str, times: int) -> list[str]:
+def throttle_state_machine(monkeypatch, kind: str, times: int, consumer: str = "Summaries") -> list[str]:
     """DynamoDB throttles the state machine's next `times` writes of `kind` ("reserve" or "settle"), as a
     hot partition would; every other write (the process consumer's) goes through. Patched before the
     runner starts, so the runner's own wrapper of moto's backend wraps this one and restores it."""
@@ -42,7 +42,7 @@ def throttle_state_machine(monkeypatch, kind: str, times: int) -> list[str]:
     raised: list[str] = []
 
     def update_item(self, table_name, key, **request):
-        ours = (request.get("expression_attribute_names") or {}).get("#mine") == "h#Summaries"
+        ours = (request.get("expression_attribute_names") or {}).get("#mine") == "h#" + consumer
         reserve = "REMOVE #ttl" in request["update_expression"]
         release = (request.get("expression_attribute_values") or {}).get(":d") == {"N": str(-RESERVED)}
         matches = reserve if kind == "reserve" else not reserve and not release
@@ -74,20 +74,21 @@ def test_a_throttled_reservation_is_retried_and_the_call_goes_on_once_dynamodb_a
     assert int(item["held"]["N"]) == int(item["h#Summaries"]["N"]) == call.input_tokens + call.output_tokens * BURNDOWN
 
 
-def test_a_ledger_that_keeps_throttling_stops_the_call_before_the_model_never_unbounded(monkeypatch):
-    """A state machine keeps nothing between calls, so it has no floor of its own to fall back to (a
-    process does: QuotaPacer's fallback_tpm, the worker's part of its floor): when DynamoDB throttles
-    past the reservation's Retry, the call fails with the throttle, having called nothing and held
-    nothing, and the execution's failure is what Step Functions' own metrics count."""
+def test_a_ledger_that_keeps_throttling_is_left_for_the_floor_never_unbounded(monkeypatch):
+    """When DynamoDB throttles past the reservation's tries, the call goes on without the ledger, paced to
+    the share's floor (ledger_steps, "When DynamoDB fails"), as a process falls back to its static share: the
+    item is answered, nothing is held or settled in the item, and LedgerFallbacks is published by LedgerId.
+    (Before, the call failed with the throttle, having called nothing: a state machine had no fallback.)
+    test_ledger_steps_fallback.py holds the Map, the wait's seconds and the other constructs."""
     stack, ledger, _ = ledger_stack()
     raised = throttle_state_machine(monkeypatch, "reserve", 100)
     with emulator() as bedrock, StateMachineRunner(stack, bedrock=bedrock) as runner:
-        run = runner.run(PROMPT)
+        run = runner.run(PROMPT).raise_for_status()
         stored = runner.dynamodb.get_item(TableName=runner.physical_name(ledger.table), Key=KEY,
                                           ConsistentRead=True).get("Item")
-    assert not run.succeeded and run.error == "DynamoDB." + THROTTLE
-    assert len(raised) == DYNAMODB_RETRY_ATTEMPTS + 1  # the first try and every retry, then it gives up
-    assert run.model_calls == 0 and stored is None
+    assert len(raised) == DYNAMODB_RETRY_ATTEMPTS + 1  # the first try and every retry, then the fallback
+    assert run.model_calls == 1 and run.output[0]["stopReason"] == "end_turn"
+    assert "InvokeModel ledger fallback call" in states_entered(run) and stored is None
 
 
 def test_an_execution_whose_settlement_never_lands_keeps_its_hold_until_the_window_passes_and_no_longer(monkeypatch):

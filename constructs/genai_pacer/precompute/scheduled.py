@@ -91,7 +91,12 @@ from .._internal.sfn_dynamodb import (
 from ..models import BedrockModel, as_bedrock_model
 from ..quota import planning
 from ..quota.ledger import QuotaLedger
-from ..step_functions.ledger_steps import LedgerCall, check_ledger_request, ledger_consumer
+from ..step_functions.ledger_steps import (
+    FALLBACK_CALL_SUFFIX,
+    LedgerCall,
+    check_ledger_request,
+    ledger_consumer,
+)
 from ..step_functions.model_tasks import (
     SERVED_TIER_PATH,
     SERVED_TIERS,
@@ -356,7 +361,9 @@ class ScheduledPrecompute(Construct):
             in_unit(check, "schedule_max_event_age", schedule_max_event_age, "seconds",
                     why="EventBridge Scheduler's MaximumEventAgeInSeconds is")
             check.instance("dead_letter_queue", dead_letter_queue, sqs.IQueue, "an sqs.Queue", optional=True)
-            self.ledger_consumer = ledger_consumer(check, self, ledger, model=model, plan=max_concurrency)
+            # M, the fallback's calls at once: the Map's MaxConcurrency; one run at a time (the run lock)
+            self.ledger_consumer = ledger_consumer(check, self, ledger, model=model, plan=max_concurrency,
+                                                   calls_per_execution=cap, one_execution_at_a_time=True)
             check_ledger_request(check, self.ledger_consumer, request, None)
             check.instance("state_machine_options", options, StateMachineOptions, "StateMachineOptions(...)")
             check.alarm_actions("alarm_actions", alarm_actions)
@@ -591,8 +598,8 @@ class ScheduledPrecompute(Construct):
             cfn_schedule.add_property_override(
                 "Target.RetryPolicy.MaximumEventAgeInSeconds", schedule_max_event_age.to_seconds()
             )
-        if self.ledger_consumer is not None:
-            self.ledger_consumer.grant(self.state_machine)
+        if self.ledger_consumer is not None:  # PutMetricData in the namespace: FailedKeysMetricPolicy grants it
+            self.ledger_consumer.grant(self.state_machine, metric=False)
         self.alarms = {
             **execution_alarms(self, self.state_machine, alarm_actions, what=f"ScheduledPrecompute {id}"),
             "MissedStarts": threshold_alarm(
@@ -623,19 +630,16 @@ class ScheduledPrecompute(Construct):
             parameters={"key.$": "States.Format('items[{}]', $.index)", "error": "MissingKey"},
         )
         tiered = request.service_tier is not None
-        call, _ = model_call(
-            self, "Call model",
-            model=model, request=request, retry=retry,
-            options=TaskOptions(
-                result_selector={
-                    "texts.$": "$.Output.Message.Content[?(@.Text)].Text",
-                    "stopReason.$": "$.StopReason",
-                    "usage.$": "$.Usage",
-                    **({SERVED_TIERS + ".$": SERVED_TIER_PATH} if tiered else {}),
-                },
-                result_path="$.response",
-            ),
+        options = TaskOptions(
+            result_selector={
+                "texts.$": "$.Output.Message.Content[?(@.Text)].Text",
+                "stopReason.$": "$.StopReason",
+                "usage.$": "$.Usage",
+                **({SERVED_TIERS + ".$": SERVED_TIER_PATH} if tiered else {}),
+            },
+            result_path="$.response",
         )
+        call, _ = model_call(self, "Call model", model=model, request=request, retry=retry, options=options)
         ledger = None
         if self.ledger_consumer is not None:  # step_functions.ledger_steps, its slot and charge under $.ledger
             ledger = LedgerCall(self.ledger_consumer, self, "Call model", int(request.max_tokens),  # type: ignore[arg-type]
@@ -742,7 +746,15 @@ class ScheduledPrecompute(Construct):
         else:
             # reserve (a refusal waits and tries again in a new slot; one that never fits fails the key) -> call
             # -> settle
-            slot, reserve = ledger.admission(key_failed, _ERROR)
+            # DynamoDB failing the reservation past its tries: the same call without the ledger, after the
+            # floor's wait (ledger_steps, "When DynamoDB fails"), nothing to settle or release
+            fallback = None
+            if ledger.consumer.falls_back:
+                fallback, _ = model_call(self, f"Call model{FALLBACK_CALL_SUFFIX}", model=model, request=request,
+                                         retry=retry, options=options)
+                fallback.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
+                fallback.next(has_text)
+            slot, reserve = ledger.admission(key_failed, _ERROR, ledger.fallback(fallback) if fallback is not None else None)
             reserve.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
             settle = ledger.settle()
             # A slot that left the window, or DynamoDB failing past its Retry: the answer is paid for and is

@@ -169,16 +169,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from constructs import Construct
 
 from .._internal.checks import Checks, is_token, token_kind
-from .._internal.runtime_constants import ledger_layout
+from .._internal.runtime_constants import ledger_layout, metrics_constants
 from .._internal.sfn_dynamodb import CONDITIONAL_CHECK_FAILED, DYNAMODB_ERROR_PREFIX, DYNAMODB_RETRY_ERRORS
 from .._internal.tables import grant_table_key
 from ..quota.ledger import (
@@ -195,6 +196,7 @@ __all__ = [
     "CONDITIONAL_CHECK_FAILED",
     "DYNAMODB_ERROR_PREFIX",
     "DYNAMODB_RETRY_ERRORS",
+    "FALLBACK_STATE_SUFFIXES",
     "LEDGER_RETRY_ATTEMPTS",
     "LEDGER_STATES_PER_REFUSAL",
     "LedgerConsumer",
@@ -276,6 +278,29 @@ ENTERED_DAY_CUT = "T"
 #: Characters States.Format takes literally only escaped (\' \{ \} \\: the developer guide's intrinsic
 #: functions page, "Reserved characters in intrinsic functions").
 _INTRINSIC_ESCAPES = {"'": "\\'", "{": "\\{", "}": "\\}", "\\": "\\\\"}
+#: The fallback (module docstring, "When DynamoDB fails"): the states a call takes once its reservation's
+#: DynamoDB failures used up their DYNAMODB_RETRY_ATTEMPTS, after its name: the metric, the floor's wait,
+#: the model call without the ledger.
+FALLBACK_METRIC_SUFFIX = " ledger fallback metric"
+FALLBACK_WAIT_SUFFIX = " ledger fallback wait"
+FALLBACK_CALL_SUFFIX = " ledger fallback call"
+FALLBACK_STATE_SUFFIXES = (FALLBACK_METRIC_SUFFIX, FALLBACK_WAIT_SUFFIX, FALLBACK_CALL_SUFFIX)
+#: A Wait state's Seconds: "a positive, integer value from 0 up to 99999999" (the developer guide's Wait
+#: state page, https://docs.aws.amazon.com/step-functions/latest/dg/amazon-states-language-wait-state.html).
+WAIT_MAX_SECONDS = 99_999_999
+#: The fallback's metric is published as the processes publish theirs (pacer_runtime.metrics: NAMESPACE,
+#: LEDGER_FALLBACKS, LEDGER_DIMENSION; QuotaPacer emits it by LedgerId), through the AWS SDK integration:
+#: "arn:aws:states:::aws-sdk:<service>:<apiAction>" with the action in camel case
+#: (https://docs.aws.amazon.com/step-functions/latest/dg/supported-services-awssdk.html), CloudWatch's
+#: PutMetricData; its parameters as botocore's cloudwatch 2010-08-01 model names them (PutMetricDataInput:
+#: Namespace, MetricData; MetricDatum: MetricName, Dimensions, Value, Unit; Dimension: Name, Value).
+PUT_METRIC_DATA_RESOURCE = "arn:{partition}:states:::aws-sdk:cloudwatch:putMetricData"
+#: The IAM action, which takes no resource but "*", and the condition key that limits it to one namespace
+#: (CloudWatch user guide, "Using condition keys to limit access to CloudWatch namespaces",
+#: https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/iam-cw-condition-keys-namespace.html:
+#: "Action": "cloudwatch:PutMetricData", "Condition": {"StringEquals": {"cloudwatch:namespace": ...}}).
+PUT_METRIC_DATA_ACTION = "cloudwatch:PutMetricData"
+NAMESPACE_CONDITION_KEY = "cloudwatch:namespace"
 
 
 @dataclass(frozen=True)
@@ -290,15 +315,49 @@ class LedgerConsumer:
     #: the allocatable day (QuotaLedger.daily_tokens), for the check at construction; the day the consumers
     #: share, less the shares held outside every ledger, is QuotaLedger.shared_daily_tokens() at synth
     daily_tokens: int
+    #: the share's average call duration (its plan's call_seconds), c in the fallback's wait
+    call_seconds: float
+    #: M, the most calls the construct runs at once (module docstring, "When DynamoDB fails"): its Map's
+    #: MaxConcurrency or its branch count, times the executions its share may run at once
+    calls_at_once: int
 
     def reservation(self, max_tokens: int) -> int:
         """r: what a call holds while it runs (QuotaPacer.reservation with hold_output_burndown)."""
         return self.ledger.hold(self.input_tokens, max_tokens)
 
-    def grant(self, grantee: Any) -> None:
+    @property
+    def falls_back(self) -> bool:
+        """Whether a call whose reservation DynamoDB keeps failing goes on to the floor's fallback: only
+        with a floor (a share whose TPM is 0, such as a reserved share the reservation holds whole, has
+        none to fall back to: its call fails as before)."""
+        return self.floor_tpm > 0
+
+    def fallback_wait_seconds(self, r: int) -> int:
+        """w: the seconds each fallback call of reservation r waits before it calls, so that M calls at
+        once, each taking call_seconds, stay within the floor: M / (c + w) calls a second of r tokens
+        each is at most floor_tpm / 60 tokens a second, w = max(0, ceil(M x r x 60 / floor_tpm - c))
+        (module docstring, "When DynamoDB fails")."""
+        # rounded first, so a wait of exactly n seconds is not n + 1 for a float's last digit
+        return max(0, math.ceil(round(self.calls_at_once * r * 60 / self.floor_tpm - self.call_seconds, 9)))
+
+    def grant(self, grantee: sfn.StateMachine, *, metric: bool = True) -> None:
         """KMS on a customer-managed table key (the UpdateItem tasks grant UpdateItem themselves, on
-        this quota's item only)."""
+        this quota's item only), and, for the fallback's metric, cloudwatch:PutMetricData in the
+        processes' namespace only (`metric`: False where the state machine is granted it already)."""
         grant_table_key(self.ledger.table, grantee, ("kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"))
+        if not metric or not self.falls_back:
+            return
+        scope = cast(Construct, grantee.node.scope)  # a state machine is always built inside its construct
+        # PutMetricData takes no resource but "*": a policy of its own, so that only its finding is acknowledged
+        policy = iam.Policy(scope, "LedgerFallbackMetricPolicy", statements=[iam.PolicyStatement(
+            actions=[PUT_METRIC_DATA_ACTION], resources=["*"],
+            conditions={"StringEquals": {NAMESPACE_CONDITION_KEY: metrics_constants().NAMESPACE}})])
+        grantee.role.attach_inline_policy(policy)
+        cdk.Validations.of(policy).acknowledge(cdk.Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::*]",
+            reason=f"{PUT_METRIC_DATA_ACTION} supports no resource-level permissions; the statement is limited to the "
+                   f"{metrics_constants().NAMESPACE} namespace by the {NAMESPACE_CONDITION_KEY} condition (the shared "
+                   "quota ledger's LedgerFallbacks metric)"))
 
 
 def ledger_consumer(
@@ -308,11 +367,33 @@ def ledger_consumer(
     *,
     model: Any,
     plan: Any = None,
+    calls_per_execution: Any,
+    one_execution_at_a_time: bool = False,
 ) -> LedgerConsumer | None:
     """The consumer a construct's model calls are in `ledger`: the share it holds (given as
     max_concurrency=quota.share(...), or drawn under the construct's id). None (with the problem
-    recorded) without a ledger or when a check failed."""
+    recorded) without a ledger or when a check failed.
+
+    calls_per_execution: the most calls one execution runs at once (the Map's MaxConcurrency, the
+    branch count; None when its own check failed), times the share's executions (unless
+    `one_execution_at_a_time`: a construct whose runs never overlap) is M, the fallback's concurrency."""
     if QuotaLedger.of_model(check, ledger, model, consumer="this construct") is None:
+        return None
+    if calls_per_execution is None:  # its own check recorded why
+        return None
+    if is_token(calls_per_execution):
+        check.fail(f"max_concurrency is a deploy-time {token_kind(calls_per_execution)}, but with ledger= a call whose "
+                   "reservation DynamoDB keeps failing waits, before it calls without the ledger, the seconds that keep "
+                   "this many calls at once within the share's floor, written into the state machine at synth: pass an "
+                   "int or the share's plan", id="max_concurrency.deploy-time-with-ledger")
+        return None
+    if not check.rule(
+        calls_per_execution > 0,
+        "max_concurrency=0 (unbounded) with ledger=: a call whose reservation DynamoDB keeps failing calls without the "
+        "ledger, paced to the share's floor by the calls the construct runs at once, which an unbounded Map does not "
+        "limit; pass the share's plan (max_concurrency=quota.share(...)) or drop allow_unbounded",
+        id="max_concurrency.unbounded-with-ledger",
+    ):
         return None
     quota = ledger.quota
     share = QuotaLedger.share_name(quota, plan)
@@ -349,10 +430,13 @@ def ledger_consumer(
     burst = ledger.quota_tpm if declared is None else declared
     profile = quota.shares[share].profile
     prompt = int(profile.input_tokens + profile.cache_write_tokens + profile.cache_read_tokens)
+    drawn_share = quota.shares[share]
+    executions = 1 if one_execution_at_a_time else drawn_share.executions
     ledger.note_state_machine(scope.node.path)
     ledger._declared.add(share)
     return LedgerConsumer(ledger=ledger, name=share, floor_tpm=floor, burst_tpm=burst, input_tokens=prompt,
-                          daily_tokens=ledger.daily_tokens)
+                          daily_tokens=ledger.daily_tokens, call_seconds=float(drawn_share.per_execution.call_seconds),
+                          calls_at_once=int(calls_per_execution) * executions)
 
 
 def check_ledger_request(check: Checks, consumer: LedgerConsumer | None, request: Any, result_selector: Any,
@@ -395,6 +479,16 @@ def check_ledger_request(check: Checks, consumer: LedgerConsumer | None, request
         "daily_token_quota",
         id="request.reservation-above-daily",
     )
+    if consumer.falls_back:
+        wait = consumer.fallback_wait_seconds(r)
+        check.rule(
+            wait <= WAIT_MAX_SECONDS,
+            f"{name}: a call reserves {r:,} tokens, and {consumer.calls_at_once:,} of them at once within the share's "
+            f"floor of {consumer.floor_tpm:,.0f} TPM would each wait {wait:,} s when DynamoDB fails and the call goes on "
+            f"without the ledger, beyond a Wait state's {WAIT_MAX_SECONDS:,} s; lower max_tokens or max_concurrency, "
+            "or raise the share",
+            id="request.fallback-wait-above-wait-limit",
+        )
 
 
 def _escaped(text: str) -> str:
@@ -467,13 +561,16 @@ class LedgerCall:
             return sfn.Pass(self.scope, id, parameters={"input.$": item, "slot.$": slot, "day.$": day, **tries})
         return sfn.Pass(self.scope, id, parameters={f"{field}.$": slot, "day.$": day, **tries}, result_path=parent)
 
-    def admission(self, refused: sfn.IChainable, error_path: str = ENVELOPE_ERROR) -> tuple[sfn.Pass, tasks.DynamoUpdateItem]:
+    def admission(self, refused: sfn.IChainable, error_path: str, fallback: sfn.IChainable | None
+                  ) -> tuple[sfn.Pass, tasks.DynamoUpdateItem]:
         """The slot Pass, then the reservation; a refusal (the ledger's condition failed) waits, names a
         new slot and tries again, so the hold a try writes counts from that try, as Bedrock counts the
         call from when it starts. A throttled or failing DynamoDB (DYNAMODB_RETRY_ERRORS) takes the same
         way back, for the same reason, DYNAMODB_RETRY_ATTEMPTS times. After LEDGER_RETRY_ATTEMPTS refusals
-        (or DYNAMODB_RETRY_ATTEMPTS throttles) the error (Error and Cause at `error_path`) goes to `refused`, nothing
-        held. Returns the first state and the reservation task, for the caller's next state (and its own
+        the error (Error and Cause at `error_path`) goes to `refused`, nothing held; after
+        DYNAMODB_RETRY_ATTEMPTS throttles, to `fallback` (the states fallback() returns: the call goes on
+        without the ledger, paced to the floor), or to `refused` where there is none (a consumer without a
+        floor). Returns the first state and the reservation task, for the caller's next state (and its own
         catch of what is left, after these)."""
         parent = self.slot_path.rpartition(".")[0]
         first, again = self.slot(), self.slot(again=True)
@@ -490,7 +587,8 @@ class LedgerCall:
                          parameters={"count.$": f"States.MathAdd({parent}.throttled.count, 1)"},
                          result_path=f"{parent}.throttled")
         throttled = (sfn.Choice(self.scope, f"{self.id} ledger throttled again?")
-                     .when(sfn.Condition.number_greater_than_equals(f"{parent}.throttled.count", DYNAMODB_RETRY_ATTEMPTS), refused)
+                     .when(sfn.Condition.number_greater_than_equals(f"{parent}.throttled.count", DYNAMODB_RETRY_ATTEMPTS),
+                           fallback or refused)
                      .otherwise(count))
         count.next(wait)
         wait.next(again)
@@ -499,6 +597,40 @@ class LedgerCall:
         reserve.add_catch(throttled, errors=list(DYNAMODB_RETRY_ERRORS), result_path=error_path)
         first.next(reserve)
         return first, reserve
+
+    def fallback(self, call: sfn.IChainable) -> sfn.IChainable | None:
+        """What a call does once DynamoDB failed its reservation DYNAMODB_RETRY_ATTEMPTS times (module
+        docstring, "When DynamoDB fails"): publish LedgerFallbacks (its failure caught and ignored), wait
+        the floor's seconds (fallback_wait_seconds, fixed at synth), then `call`: the model task without
+        the ledger (no settlement, no release). None for a consumer without a floor (its call fails)."""
+        if not self.consumer.falls_back:
+            return None
+        names = metrics_constants()
+        parent = self.slot_path.rpartition(".")[0]
+        wait = sfn.Wait(self.scope, f"{self.id}{FALLBACK_WAIT_SUFFIX}",
+                        time=sfn.WaitTime.duration(cdk.Duration.seconds(self.consumer.fallback_wait_seconds(self.r))))
+        metric = sfn.CustomState(self.scope, f"{self.id}{FALLBACK_METRIC_SUFFIX}", state_json={
+            "Type": "Task",
+            "Resource": PUT_METRIC_DATA_RESOURCE.format(partition=cdk.Aws.PARTITION),
+            "Parameters": {
+                "Namespace": names.NAMESPACE,
+                "MetricData": [{
+                    "MetricName": names.LEDGER_FALLBACKS,
+                    "Unit": names.UNITS[names.LEDGER_FALLBACKS],
+                    "Value": 1,
+                    # what QuotaPacer publishes outside Lambda (no FunctionName): the ledger's id
+                    "Dimensions": [{"Name": names.LEDGER_DIMENSION, "Value": self.consumer.ledger.ledger_id}],
+                }],
+            },
+            # PutMetricData answers {}; kept beside the slot (a null ResultPath would be dropped on its way
+            # through jsii, and the result would replace the state)
+            "ResultPath": f"{parent}.fallback",
+        })
+        # a metric that cannot be published never fails the call
+        metric.add_catch(wait, errors=[sfn.Errors.ALL], result_path=sfn.JsonPath.DISCARD)
+        metric.next(wait)
+        wait.next(call)
+        return metric
 
     def place(self, path: str) -> sfn.Pass:
         """The item with the answer at `path` (a reference path below $): ResultPath writes into the

@@ -28,6 +28,7 @@ from .ledger_steps import (
     ENVELOPE_CALL,
     ENVELOPE_ERROR,
     ENVELOPE_INPUT,
+    FALLBACK_CALL_SUFFIX,
     LedgerCall,
     LedgerConsumer,
     check_ledger_request,
@@ -526,32 +527,38 @@ def model_call(
         retry.apply_to(task)
         return task, task
     selected = options.result_selector is not None
-    task = tasks.CallAwsService(
-        scope,
-        id,
-        service="bedrockruntime",
-        action="converse",
-        # The SDK integration would derive "bedrockruntime:converse", which is no IAM action.
-        iam_action=INVOKE_ACTIONS[0],
-        iam_resources=[model.invoke_arn(scope)],
-        # A tier given at synth: the role running the task is denied the others (BedrockModel.tier_fence).
-        additional_iam_statements=[fence] if (
-            request.service_tier is not None and (fence := model.tier_fence(scope, request.service_tier)) is not None
-        ) else None,
-        parameters=request.parameters(model.model_id),
-        result_selector=dict(options.result_selector)
-        if options.result_selector is not None
-        else {
-            "texts.$": "$.Output.Message.Content[?(@.Text)].Text",
-            "stopReason.$": "$.StopReason",
-            "usage": {"inputTokens.$": "$.Usage.InputTokens", "outputTokens.$": "$.Usage.OutputTokens"},
-            # the settlement's input (Converse's whole Usage: cache writes are optional in it)
-            **({LEDGER_USAGE + ".$": "$.Usage"} if ledger is not None else {}),
-            **({SERVED_TIERS + ".$": SERVED_TIER_PATH} if request.service_tier is not None else {}),
-        },
-        **common,
-    )
-    retry.apply_to(task)
+
+    def converse(name: str) -> tasks.CallAwsService:
+        """The Converse task under `name` (the call, or with a ledger also its fallback: the same call)."""
+        converse_task = tasks.CallAwsService(
+            scope,
+            name,
+            service="bedrockruntime",
+            action="converse",
+            # The SDK integration would derive "bedrockruntime:converse", which is no IAM action.
+            iam_action=INVOKE_ACTIONS[0],
+            iam_resources=[model.invoke_arn(scope)],
+            # A tier given at synth: the role running the task is denied the others (BedrockModel.tier_fence).
+            additional_iam_statements=[fence] if (
+                request.service_tier is not None and (fence := model.tier_fence(scope, request.service_tier)) is not None
+            ) else None,
+            parameters=request.parameters(model.model_id),
+            result_selector=dict(options.result_selector)
+            if options.result_selector is not None
+            else {
+                "texts.$": "$.Output.Message.Content[?(@.Text)].Text",
+                "stopReason.$": "$.StopReason",
+                "usage": {"inputTokens.$": "$.Usage.InputTokens", "outputTokens.$": "$.Usage.OutputTokens"},
+                # the settlement's input (Converse's whole Usage: cache writes are optional in it)
+                **({LEDGER_USAGE + ".$": "$.Usage"} if ledger is not None else {}),
+                **({SERVED_TIERS + ".$": SERVED_TIER_PATH} if request.service_tier is not None else {}),
+            },
+            **common,
+        )
+        retry.apply_to(converse_task)
+        return converse_task
+
+    task = converse(id)
     if selected:
         return task, task
     # Without a ledger the answer replaces the selection in place; with one it goes from the envelope
@@ -594,9 +601,15 @@ def model_call(
     settle.add_catch(head, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
     settle.next(head)
     task.next(call.charge(_join(source, LEDGER_USAGE), settle))
+    # DynamoDB failing the reservation past its tries: the same call without the ledger, after the floor's
+    # wait (ledger_steps, "When DynamoDB fails"); nothing was held, so nothing to settle or release
+    fallback = converse(f"{id}{FALLBACK_CALL_SUFFIX}") if ledger.falls_back else None
+    if fallback is not None:
+        fallback.add_catch(failed, errors=["States.ALL"], result_path=ENVELOPE_ERROR)
+        fallback.next(head)
     # a refusal waits and tries again in a new slot; one still refused after the ledger's retries fails the
     # call as before (the same Fail, nothing held, so nothing to release)
-    slot, reserve = call.admission(failed, ENVELOPE_ERROR)
+    slot, reserve = call.admission(failed, ENVELOPE_ERROR, call.fallback(fallback) if fallback is not None else None)
     reserve.next(task)
     answered = pick.afterwards()
     if placed:

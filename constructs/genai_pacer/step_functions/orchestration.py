@@ -43,7 +43,7 @@ from .._internal.s3 import (
 from ..models import BedrockModel, as_bedrock_model
 from ..quota import planning
 from ..quota.ledger import QuotaLedger
-from .ledger_steps import LedgerConsumer, check_ledger_request, ledger_consumer
+from .ledger_steps import FALLBACK_STATE_SUFFIXES, LedgerConsumer, check_ledger_request, ledger_consumer
 from .model_tasks import (
     ANSWER_BYTES_OVERHEAD,
     DEFAULT_RETRY_ERRORS,
@@ -143,6 +143,7 @@ class _MapBase(_ExecutionMetrics, Construct):
         task_options: TaskOptions | None,
         ledger: QuotaLedger | None = None,
         plan: Any = None,
+        cap: Any = None,
     ) -> tuple[sfn.IChainable | None, list[BedrockModel]]:
         model = as_bedrock_model(model)
         model_ok = check.instance("model", model, BedrockModel, _MODEL_HINT, optional=True)
@@ -175,7 +176,8 @@ class _MapBase(_ExecutionMetrics, Construct):
             "ConverseRequest(prompt=..., max_tokens=...) or NativeRequest(body=...)",
         ):
             return None, []
-        self.ledger_consumer = ledger_consumer(check, self, ledger, model=model, plan=plan)
+        # M, the fallback's calls at once: the Map's MaxConcurrency in each execution (ledger_steps)
+        self.ledger_consumer = ledger_consumer(check, self, ledger, model=model, plan=plan, calls_per_execution=cap)
         if ledger is not None:
             check_ledger_request(check, self.ledger_consumer, request, task_options.result_selector if task_options else None)
         check.raise_if_any()  # model_call needs valid inputs
@@ -273,7 +275,7 @@ class BoundedMap(_MapBase):
             retry = retry or BedrockRetry()
             processor, models = self._processor(
                 check, model=model, request=request, item_processor=item_processor, retry=retry, task_options=task_options,
-                ledger=ledger, plan=max_concurrency,
+                ledger=ledger, plan=max_concurrency, cap=cap,
             )
         self.map_state = sfn.Map(self, "Map", max_concurrency=cap, items_path=items_path)
         self.map_state.item_processor(processor)  # type: ignore[arg-type]
@@ -448,7 +450,7 @@ class BoundedDistributedMap(_MapBase):
             retry = retry or BedrockRetry()
             processor, models = self._processor(
                 check, model=model, request=request, item_processor=item_processor, retry=retry, task_options=task_options,
-                ledger=ledger, plan=max_concurrency,
+                ledger=ledger, plan=max_concurrency, cap=cap,
             )
         reader_cls = sfn.S3JsonLItemReader if items_format == "jsonl" else sfn.S3JsonItemReader
         map_props: dict[str, Any] = dict(
@@ -601,7 +603,7 @@ _CALL_STATE_SUFFIXES = (" answer", " no text", " has text?", *TIER_STATE_SUFFIXE
 #: The suffixes of the states a ledger-paced call adds after its name (ledger_steps.LedgerCall, model_call).
 _LEDGER_STATE_SUFFIXES = (" ledger slot", " ledger slot again", " ledger try again?", " ledger wait",
                           " ledger throttled", " ledger throttled again?", " reserve", " release", " failed", " cache writes?", " charge",
-                          " charge with cache writes", " settle", " ledger answer") + tuple(
+                          " charge with cache writes", " settle", " ledger answer", " ledger want", *FALLBACK_STATE_SUFFIXES) + tuple(
                               f" charge output {i}" for i in range(1, 11))
 _STATE_NAME_FORBIDDEN = '<>{}[]?*"#%\\^|~`$&,;:/'
 
@@ -671,7 +673,9 @@ class ParallelPrompts(_ExecutionMetrics, Construct):
                 for name, request in prompts.items():
                     _check_state_name(check, name)
                     check.instance(f"prompts[{name!r}]", request, (ConverseRequest, NativeRequest), "ConverseRequest(prompt=..., max_tokens=...)")
-            self.ledger_consumer = ledger_consumer(check, self, ledger, model=model)
+            # M, the fallback's calls at once: every branch of an execution runs at once (ledger_steps)
+            width = len(prompts) if isinstance(prompts, Mapping) and prompts else None
+            self.ledger_consumer = ledger_consumer(check, self, ledger, model=model, calls_per_execution=width)
             # The synthesis takes part when it calls the ledger's model (another model has its own quota).
             self._synthesis_paced = synthesis is not None and (
                 synthesis_model is None or getattr(synthesis_model, "model_id", None) == getattr(model, "model_id", None))
