@@ -314,3 +314,35 @@ def test_the_wait_is_the_floors_pace_for_the_calls_at_once():
         m, c, floor = consumer.calls_at_once, consumer.call_seconds, consumer.floor_tpm
         assert m / (c + w) * r <= floor / 60 + 1e-9
         assert w == 0 or m / (c + w - 1) * r > floor / 60
+
+
+def test_a_share_without_a_floor_keeps_failing_the_call_it_cannot_pace():
+    """A reserved share whose part of the reservation holds its calls whole draws 0 TPM on demand: no floor
+    to fall back to, so a reservation DynamoDB keeps failing fails the call as before, and nothing else."""
+    stack = new_stack()
+    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN,
+                       reserved_input_tpm=100_000, reserved_output_tpm=50_000)
+    plan = quota.share("Summaries", quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS),
+                       calls=2, call_seconds=4, service_tier="reserved")
+    summaries = BoundedMap(stack, "Summaries", max_concurrency=plan, model=MODEL, ledger=QuotaLedger(stack, "Ledger", quota=quota),
+                           request=ConverseRequest(prompt="Hi", max_tokens=MAX_TOKENS, service_tier="reserved"))
+    assert summaries.ledger_consumer.floor_tpm == 0
+    template = template_of(stack).to_json()
+    states = all_states(definition_with_refs(template))
+    assert states["InvokeModel ledger throttled again?"]["Choices"][0]["Next"] == "InvokeModel failed"
+    assert not [name for name in states if "fallback" in name]
+    assert not [s for s in policy_statements(template) if "cloudwatch:PutMetricData" in json.dumps(s["Action"])]
+
+
+def test_the_fallback_docs_quota_states_is_the_one_synth_writes():
+    from pathlib import Path
+
+    stack = new_stack()
+    consumer = ledger_stack(stack)[2].ledger_consumer
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "quota.md").read_text().split())
+    assert f"past its {DYNAMODB_RETRY_ATTEMPTS} retries" in docs
+    assert "`w = max(0, ceil(M x r x 60 / floor_tpm - call_seconds))`" in docs
+    assert (consumer.floor_tpm, consumer.calls_at_once, consumer.call_seconds, consumer.reservation(MAX_TOKENS)) == (
+        200_000, 6, 4, 3_000)
+    assert (f"A `BoundedMap` with a floor of 200,000 TPM, a plan of 6 calls at once of 4 s and `r` = 3,000 waits "
+            f"{consumer.fallback_wait_seconds(3_000)} s before each fallback call") in docs

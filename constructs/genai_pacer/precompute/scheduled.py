@@ -241,7 +241,8 @@ class ScheduledPrecompute(Construct):
         quota's shared ledger beside the quota's other consumers (step_functions.ledger_steps), so a
         nightly run takes what the day's traffic leaves instead of a static share. A refusal waits and
         tries again (about 10 minutes at most, then the key fails and is listed); a failed
-        call returns its hold. Needs the run's share (max_concurrency=quota.share(...), or a share
+        call returns its hold; a reservation DynamoDB keeps failing falls back to the share's floor
+        (LedgerFallbacks published, a wait fixed at synth, the call without the ledger). Needs the run's share (max_concurrency=quota.share(...), or a share
         named after this construct); given one drawn with burst_tpm, the Map's MaxConcurrency is the
         calls the burst sustains, and the ledger decides how many run. Default: none.
 

@@ -47,7 +47,9 @@ number that needs a product computed at synth:
                          It never calls the model meanwhile, so the wait costs no throttle. A
                          throttled or failing DynamoDB (DYNAMODB_RETRY_ERRORS) is caught the same
                          way (<call> ledger throttled again?, <call> ledger throttled: its own
-                         count, DYNAMODB_RETRY_ATTEMPTS tries, then the call fails with it).
+                         count, DYNAMODB_RETRY_ATTEMPTS tries), then the call goes on without the
+                         ledger, paced to the consumer's floor (below, "When DynamoDB fails"):
+    <call> ledger fallback metric, <call> ledger fallback wait, <call> ledger fallback call
     <call>               the Converse task, unchanged but for one more field in its selection (the
                          whole Usage); it reads the item from the envelope and puts its selection
                          beside it. Its own Retry still retries throttles while the hold is kept.
@@ -65,6 +67,55 @@ number that needs a product computed at synth:
                          hold then counts until its window passes, never less. Then the answer
                          states, as without a ledger; with a result_path below $, <call> ledger
                          answer puts the answer into the item.
+
+When DynamoDB fails (issue 25: "when DynamoDB throttles or cannot be reached, each consumer falls back to
+its guaranteed floor locally (never to unbounded) and publishes a metric saying so"): a process falls back
+to its static share (QuotaPacer's fallback_tpm). A state machine keeps nothing between calls, and its
+iterations share nothing but the item DynamoDB cannot serve, so its floor is kept by a wait fixed at synth.
+After DYNAMODB_RETRY_ATTEMPTS throttled or failing reservations (a refusal is the ledger answering: it still
+waits and, after LEDGER_RETRY_ATTEMPTS, fails), the call takes:
+
+    <call> ledger fallback metric   PutMetricData through the AWS SDK integration (aws-sdk:cloudwatch):
+                         LedgerFallbacks = 1 in the GenaiPacer namespace by LedgerId, what QuotaPacer
+                         publishes for its fallback outside Lambda (pacer_runtime.metrics). Any failure
+                         is caught and the call goes on: a metric never fails it. The role may
+                         PutMetricData in that namespace only (cloudwatch:namespace).
+    <call> ledger fallback wait     Wait: w seconds, written at synth (below).
+    <call> ledger fallback call     the same Converse task with the same Retry, without the ledger: no
+                         hold was written, so there is nothing to settle or release (DynamoDB is what
+                         fails). Its answer goes to the same answer states, so the item succeeds; its
+                         failure goes to <call> failed with its own error.
+
+The wait. The construct runs at most M calls at once: its Map's MaxConcurrency (the burst's plan when the
+share has burst_tpm: the burst cap in calls) or ParallelPrompts' branch count, times the executions the
+share was drawn for (ModelQuota.share(executions=...): MaxConcurrency and a Parallel's width apply to each
+execution); ScheduledPrecompute's runs never overlap (its run lock), so its M is its MaxConcurrency. Each of
+the M places runs one call after another. If each fallback call first waits w seconds and a call takes
+about c seconds (the share's call_seconds), the M places start at most M / (c + w) calls a second, each
+holding r (the reservation above, prompt + max_tokens x burndown: what Bedrock counts when the call starts),
+and the floor allows floor_tpm / 60 tokens a second (floor_tpm / r / 60 calls). So
+
+    w = max(0, ceil(M x r x 60 / floor_tpm - c))
+
+the least whole number of seconds (a Wait's Seconds is an integer, at most WAIT_MAX_SECONDS) that keeps
+M x r / (c + w) within floor_tpm / 60. Why this and not another:
+- No shared state: a token bucket or a count of the calls in flight needs a store, and the store that
+  fails is DynamoDB; a Lambda to keep one would add a function per call. A wait needs only M, r, c and the
+  floor, all known at synth (a deploy-time or unbounded max_concurrency is refused with ledger=: M is not).
+- Per call, with the call's own r: a ParallelPrompts branch of a larger max_tokens waits longer, each call
+  takes at most 1/M of the floor, and together they keep it. The synthesis is paced as one of the M (it may
+  run beside another execution's branches).
+- r, not the settled tokens: what Bedrock holds at admission is the reservation, so the wait errs long.
+- c is the share's average call: a shorter call starts its successor sooner, so the bound holds on average,
+  as the share's plan does (it counts calls of call_seconds too).
+- A floor that holds M calls back to back needs no wait (w = 0): the calls are as fast as without a ledger
+  and the construct's cap holds them.
+The floors add up within the quota (the plan checks it), so while every consumer falls back the quota
+holds, as when every process is on its static share. The fallback calls write nothing, so nobody sees them
+in the item: the other consumers' borrowing can meet them at the model, which Bedrock throttles and their
+Retry waits out (the ledger failing is rare; its Retry is what covered it before). A share whose TPM is 0
+(a reserved share its part of the reservation holds whole) has no floor: its call fails after the tries, as before. The
+wait counts against the execution's timeout (an EXPRESS ParallelPrompts runs at most 5 minutes).
 
 Why this mechanism and not another:
 - The same item and attributes as every process consumer, so each sees the others' holds: the

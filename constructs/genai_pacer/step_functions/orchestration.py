@@ -224,7 +224,10 @@ class BoundedMap(_MapBase):
         construct), a ConverseRequest with a max_tokens known at synth and the default selection.
         Given a share drawn with burst_tpm (max_concurrency=quota.share(..., burst_tpm=...)), the
         Map's MaxConcurrency is the calls the burst sustains, and the ledger decides how many run.
-        The state machine may UpdateItem the quota's item only. Default: none.
+        When DynamoDB keeps throttling or failing a reservation, the call falls back to the share's
+        floor: it publishes LedgerFallbacks, waits the seconds that keep MaxConcurrency calls within
+        the floor (fixed at synth) and calls without the ledger. The state machine may UpdateItem the
+        quota's item only, and PutMetricData in the GenaiPacer namespace only. Default: none.
 
     Attributes: `map_state`, `state_machine`, `alarms`, `ledger_consumer` (the Map's name, floor
     and reservation in the ledger; None without one). Metrics: `metric_failed_executions`,
