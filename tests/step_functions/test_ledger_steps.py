@@ -392,7 +392,11 @@ def test_a_synthesis_on_another_model_is_not_charged_to_this_quota():
     assert int(item["held"]["N"]) == sum(call.input_tokens + call.output_tokens * BURNDOWN for call in ours)
 
 
-def test_a_prompt_named_like_a_ledger_state_is_refused():
+@pytest.mark.parametrize("suffix", [" settle", " ledger want", " ledger fallback metric", " ledger fallback wait",
+                                    " ledger fallback call"])
+def test_a_prompt_named_like_a_ledger_state_is_refused(suffix):
+    """A prompt "Pros" has the states "Pros settle", "Pros ledger fallback call" and so on: a prompt of
+    such a name would clash with them."""
     stack = new_stack()
     quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
     quota.share("Review", quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS),
@@ -400,8 +404,8 @@ def test_a_prompt_named_like_a_ledger_state_is_refused():
     ledger = QuotaLedger(stack, "Ledger", quota=quota)
     request = ConverseRequest(prompt="Hi", max_tokens=MAX_TOKENS)
     problems = refused(lambda: ParallelPrompts(stack, "Review", model=MODEL, ledger=ledger,
-                                               prompts={"Pros": request, "Pros settle": request}))
-    assert any(p.startswith("prompt name 'Pros settle' ends like the ledger's own states") for p in problems), problems
+                                               prompts={"Pros": request, "Pros" + suffix: request}))
+    assert any(p.startswith(f"prompt name 'Pros{suffix}' ends like the ledger's own states") for p in problems), problems
 
 
 def test_a_scheduled_precompute_run_reserves_and_settles_each_key_and_a_failed_key_returns_its_hold():

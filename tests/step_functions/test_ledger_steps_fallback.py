@@ -346,20 +346,3 @@ def test_the_fallback_docs_quota_states_is_the_one_synth_writes():
         200_000, 6, 4, 3_000)
     assert (f"A `BoundedMap` with a floor of 200,000 TPM, a plan of 6 calls at once of 4 s and `r` = 3,000 waits "
             f"{consumer.fallback_wait_seconds(3_000)} s before each fallback call") in docs
-
-
-@pytest.mark.parametrize("suffix", [" ledger fallback metric", " ledger fallback wait", " ledger fallback call", " ledger want"])
-def test_a_prompt_named_like_a_fallback_or_want_state_is_refused(suffix):
-    """A prompt "Pros" has the states "Pros ledger fallback call" and so on: a prompt of that name would
-    clash with them."""
-    from genai_pacer import ParallelPrompts
-
-    stack = new_stack()
-    quota = ModelQuota(stack, "Quota", model=MODEL, tpm_quota=QUOTA_TPM, burndown=BURNDOWN)
-    quota.share("Review", quota.profile(input_tokens=PROMPT_TOKENS, output_tokens=200, max_tokens=MAX_TOKENS),
-                calls=2, call_seconds=4)
-    ledger = QuotaLedger(stack, "Ledger", quota=quota)
-    request = ConverseRequest(prompt="Hi", max_tokens=MAX_TOKENS)
-    problems = refused(lambda: ParallelPrompts(stack, "Review", model=MODEL, ledger=ledger,
-                                               prompts={"Pros": request, "Pros" + suffix: request}))
-    assert any(p.startswith(f"prompt name 'Pros{suffix}' ends like the ledger's own states") for p in problems), problems
