@@ -57,6 +57,7 @@ __all__ = [
     "INVALID_STORED_ITEMS",
     "LEDGER_FALLBACKS",
     "LEDGER_DIMENSION",
+    "emit_ledger_fallback",
     "EXPERIMENT_DIMENSION",
     "VARIANT_DIMENSION",
     "OUTCOMES",
@@ -244,6 +245,16 @@ def emf_line(
 def emit(values: Mapping[str, float], dimensions: Mapping[str, str], **options: Any) -> None:
     """Print one EMF line (Lambda sends stdout to CloudWatch Logs); options as in emf_line."""
     print(emf_line(values, dimensions, **options))
+
+
+def emit_ledger_fallback(ledger_id: str) -> None:
+    """LedgerFallbacks = 1 by LedgerId, and inside Lambda by FunctionName and LedgerId too: CloudWatch keeps
+    each dimension set as a metric of its own, so the LedgerId-only one, which the state machines publish as
+    well (step_functions.ledger_steps), is every consumer's fallbacks in one series (QuotaLedger's
+    metric_fallbacks), and the other names the function."""
+    dimensions = {LEDGER_DIMENSION: ledger_id, **lambda_dimensions()}
+    sets = [[LEDGER_DIMENSION]] + ([sorted(dimensions)] if len(dimensions) > 1 else [])
+    emit({LEDGER_FALLBACKS: 1}, dimensions, dimension_sets=sets)
 
 
 def lambda_dimensions() -> dict[str, str]:

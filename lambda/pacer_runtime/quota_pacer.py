@@ -911,8 +911,7 @@ class QuotaPacer:
                 "and reserved calls past that part go to the on-demand quota", error=str(error), code=error.code,
                 reserved_fallback_input_tpm=fallback[0], reserved_fallback_output_tpm=fallback[1],
                 retry_in_seconds=self.ledger_retry_seconds)
-            metrics.emit({metrics.LEDGER_FALLBACKS: 1},
-                         {metrics.LEDGER_DIMENSION: self.reserved_ledger.ledger_id, **metrics.lambda_dimensions()})
+            metrics.emit_ledger_fallback(self.reserved_ledger.ledger_id)
             return None
 
     def _within_reserved_fallback(self) -> bool:
@@ -1093,8 +1092,7 @@ class QuotaPacer:
                    "ledger or are rejected"),
                 error=str(outcome), code=outcome.code, fallback_tpm=self.fallback_tpm,
                 retry_in_seconds=self.ledger_retry_seconds)
-            metrics.emit({metrics.LEDGER_FALLBACKS: 1},
-                         {metrics.LEDGER_DIMENSION: self.ledger.ledger_id, **metrics.lambda_dimensions()})
+            metrics.emit_ledger_fallback(self.ledger.ledger_id)
             return None
         if isinstance(outcome, LedgerHold):
             self._ledger_ready_at = None

@@ -335,7 +335,7 @@ def admit(message: Message) -> Held | Wait:
         state["down_until"] = time.monotonic() + LEDGER_RETRY_SECONDS
         log("WARN", "the shared ledger cannot be used; this process falls back to its part of the worker's floor",
             reason="ledger-fallback", code=error.code, fallbackTpm=FALLBACK_TPM, retryInSeconds=LEDGER_RETRY_SECONDS)
-        metrics.emit({metrics.LEDGER_FALLBACKS: 1}, {metrics.LEDGER_DIMENSION: LEDGER.ledger_id, **metrics.lambda_dimensions()})
+        metrics.emit_ledger_fallback(LEDGER.ledger_id)
         return _fallback(tokens)
     if isinstance(outcome, LedgerHold):
         return Held(hold=outcome)

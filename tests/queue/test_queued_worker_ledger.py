@@ -202,6 +202,7 @@ def test_a_throttled_ledger_falls_back_to_the_processs_part_of_the_floor_with_th
     (metric,) = [json.loads(line) for line in lines if "LedgerFallbacks" in line]
     assert metric["LedgerFallbacks"] == 1 and metric["LedgerId"] == MODEL
     assert metric["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "LedgerFallbacks", "Unit": "Count"}]
+    assert metric["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["LedgerId"]]  # outside Lambda: by LedgerId only
     assert any('"reason": "ledger-fallback"' in line for line in lines)
 
 

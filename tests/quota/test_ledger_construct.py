@@ -208,3 +208,29 @@ def test_a_deploy_time_model_id_keys_the_item_by_the_quotas_path():
     drawn = ModelQuota(stack, "Quota", model=BedrockModel.foundation(model_id), tpm_quota=100_000)
     ledger = QuotaLedger(stack, "Ledger", quota=drawn)
     assert ledger.ledger_id == cdk.Names.unique_id(drawn) and not cdk.Token.is_unresolved(ledger.ledger_id)
+
+
+def test_an_alarm_on_the_fallbacks_counts_what_a_function_publishes_inside_lambda(capsys, monkeypatch):
+    """QuotaLedger.metric_fallbacks is the LedgerId-only series; a function's QuotaPacer publishes that set
+    beside its FunctionName one (CloudWatch keeps each dimension set as a metric of its own)."""
+    import json
+
+    from aws_cdk import aws_cloudwatch as cloudwatch
+    from pacer_runtime import metrics
+
+    stack = new_stack()
+    ledger = QuotaLedger(stack, "Ledger", quota=quota(stack))
+    cloudwatch.Alarm(stack, "Fallbacks", metric=ledger.metric_fallbacks(), threshold=1, evaluation_periods=1,
+                     comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)
+    (alarm,) = resources(template_of(stack), "AWS::CloudWatch::Alarm").values()
+    assert {k: alarm["Properties"][k] for k in ("Namespace", "MetricName", "Dimensions", "Statistic", "Period")} == {
+        "Namespace": "GenaiPacer", "MetricName": "LedgerFallbacks", "Statistic": "Sum", "Period": 300,
+        "Dimensions": [{"Name": "LedgerId", "Value": NOVA.model_id}]}
+
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "worker-fn")
+    metrics.emit_ledger_fallback(NOVA.model_id)
+    line = json.loads(capsys.readouterr().out)
+    (published,) = line["_aws"]["CloudWatchMetrics"]
+    assert (published["Namespace"], published["Metrics"]) == ("GenaiPacer", [{"Name": "LedgerFallbacks", "Unit": "Count"}])
+    assert published["Dimensions"] == [["LedgerId"], ["FunctionName", "LedgerId"]]
+    assert (line["LedgerId"], line["FunctionName"], line["LedgerFallbacks"]) == (NOVA.model_id, "worker-fn", 1)

@@ -52,6 +52,7 @@ from typing import Any, cast
 
 import aws_cdk as cdk
 import jsii
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -63,7 +64,7 @@ from constructs import Construct, IConstruct
 
 from .._internal.checks import Checks, Default, _show, is_token, resolved, warn
 from .._internal.docs import constructor_doc
-from .._internal.runtime_constants import ledger_layout
+from .._internal.runtime_constants import ledger_layout, metrics_constants
 from .._internal.secure import handler_function
 from .._internal.tables import check_existing_table, grant_table_key, table_or_new
 from . import planning
@@ -555,6 +556,16 @@ class QuotaLedger(Construct):
                      f"and holds no share of ModelQuota {self.quota.node.id}, so the ledger cannot leave free what it "
                      f"draws ({consumer.worst_case()}) and its consumers may borrow it: draw it a share "
                      "(max_concurrency=quota.share(...), or a share named after it), or move it into the ledger")
+
+    def metric_fallbacks(self, **props: Any) -> cloudwatch.Metric:
+        """Times a consumer of this ledger could not use it (DynamoDB kept throttling or refused) and fell back
+        to its floor: LedgerFallbacks by LedgerId, which every kind of consumer publishes (QuotaPacer, the
+        QueuedInference worker, the state machines' model tasks), so one alarm on it covers them all (a
+        function's own are also by FunctionName). Default: Sum over 5 minutes; props as cloudwatch.Metric's."""
+        names = metrics_constants()
+        return cloudwatch.Metric(**{"namespace": names.NAMESPACE, "metric_name": names.LEDGER_FALLBACKS,
+                                    "dimensions_map": {names.LEDGER_DIMENSION: self.ledger_id}, "statistic": "Sum",
+                                    "period": cdk.Duration.minutes(5), **props})
 
     def grant_use(self, grantee: iam.IGrantable) -> iam.Grant:
         """Reserve, settle and release in this quota's ledger (UpdateItem, GetItem on its item only)."""
