@@ -21,6 +21,8 @@ The item (table key "pk" = "quota#<ledger id>", one item per model quota, accoun
     w#<consumer>              S  "<time> <tokens>": when that consumer last had a call waiting
                                  within its floor ("YYYY-MM-DDTHH:MM:SS.mmmZ") and the tokens it
                                  waits for, removed once served: borrowers leave them free while recent
+                                 (on bedrock-mantle "<time> <tokens> o<output>": the output window's
+                                 too, see "bedrock-mantle"; a priority follows, see "Priorities")
     wanted, wanted_by         S  the time of the latest want write and whose it is: a borrower's
                                  condition pins them, so a want written after the borrower's view
                                  fails the borrow, which is retried on the fresh item
@@ -223,13 +225,23 @@ bedrock-mantle (SharedLedger(..., output_quota_tpm=...); pacer_runtime.quota_pac
     Reserve adds r to the input attributes and m (the call's max_tokens: the most it may generate
     while it runs) to the output ones in the one write, IF both windows and both of the consumer's
     ceilings (output_floor_tpm, output_burst_tpm) hold them; expired slots of both families ride
-    along, pinned. Settle, in one write: ADD the input delta to the hold's slot (IF it exists, as
-    above), take m out of the hold's output slot (IF it exists) and ADD the output tokens to this
-    consumer's output slot of the current second: output counts from when it was generated, so it
-    leaves the window no earlier than Bedrock's count. A settlement whose slots already left still
-    counts its output (it was generated); a release takes both holds out. Wants (floors) are kept
-    for the input window only. Invariant: oheld = the sum of the o# slots, oh#c = c's; a malformed
-    output attribute is repaired from the valid slots like any other.
+    along, pinned. A call is within its floor when both of the consumer's holds fit their floors.
+    Settle, in one write: ADD the input delta to the hold's slot (IF it exists, as above), take m out
+    of the hold's output slot (IF it exists) and ADD the output tokens to this consumer's output slot
+    of the current second: output counts from when it was generated, so it leaves the window no
+    earlier than Bedrock's count. A settlement whose slots already left still
+    counts its output (it was generated); a release takes both holds out.
+    Wants keep both windows: a call refused within its floor (by either window) writes
+    w#c = "<now> <r> o<m>" ("<now> <r> o<m> <priority>[ borrowing]" with a priority), and a
+    borrowing call is also refused when oheld + m > output quota - the m of the same wants its input
+    check keeps (the floor owners' and those of higher priorities), its write's output ceiling lowered
+    by as much (pinned by wanted, wanted_by as above). So a share is a floor on the output window too:
+    borrowers cannot keep taking the output room its owner waits for. The output part is "o" and whole
+    digits (at most 15), nothing else; a want without one keeps no output (bedrock-runtime's, and
+    those written before it existed), and one that does not parse is repaired away. A version before
+    the output part repairs away the wants that carry one: run one version per quota. Invariant:
+    oheld = the sum of the o# slots, oh#c = c's; a malformed output attribute is repaired from the
+    valid slots like any other.
 
 Step Functions (genai_pacer.step_functions.ledger_steps)
     A JSONPath DynamoDB task takes part without a Lambda: a slot name from the context object's
@@ -245,6 +257,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -294,6 +307,10 @@ __all__ = [
 OUTPUT_HELD = "oheld"
 OUTPUT_CONSUMER_PREFIX = "oh#"
 OUTPUT_SLOT_PREFIX = "o#"
+#: A bedrock-mantle want's output part, after its tokens: "o" and the output tokens it waits for, in whole
+#: digits (at most 15: exact in a float); anything else after "o" makes the want malformed (repaired away).
+WANT_OUTPUT_MARK = "o"
+WANT_OUTPUT_PATTERN = re.compile(r"o([0-9]{1,15})")
 DAY_FORMAT = "%Y-%m-%d"
 SECONDS_PER_DAY = 86_400
 #: "Model invocation max tokens per day for ${model}": "By default, this value is the per-minute
@@ -413,6 +430,9 @@ class LedgerView:
     consumers: dict[str, float] = field(default_factory=dict)
     slots: dict[str, tuple[float, str, float]] = field(default_factory=dict)  # name -> (start, consumer, tokens)
     wants: dict[str, tuple[str, float]] = field(default_factory=dict)  # consumer -> (ISO time, tokens it waits for)
+    #: bedrock-mantle: consumer -> the output tokens its want waits for on the output window (a want without
+    #: an output part, as bedrock-runtime consumers write, is absent here: 0)
+    want_output: dict[str, float] = field(default_factory=dict)
     #: consumer -> (its priority's rank, whether it waits to borrow): wants that name a priority ("Priorities")
     want_priority: dict[str, tuple[int, bool]] = field(default_factory=dict)
     priority_waiting: str | None = None  # PRIORITY_WAITING: until when a consumer above the lowest priority waits
@@ -447,8 +467,10 @@ class LedgerView:
                     view.wants[name[len(WANT_PREFIX):]] = want[0]
                     if want[1] is not None:
                         view.want_priority[name[len(WANT_PREFIX):]] = want[1]
+                    if want[2]:
+                        view.want_output[name[len(WANT_PREFIX):]] = want[2]
                 else:
-                    view.problems.append(f"{name} is not a want ('<time> <tokens>[ <priority>[ borrowing]]'): "
+                    view.problems.append(f"{name} is not a want ('<time> <tokens>[ o<output>][ <priority>[ borrowing]]'): "
                                          f"{_shown(value)}")
                 continue
             number = _number(value)
@@ -779,7 +801,7 @@ class SharedLedger:
                     self.view(refresh=True)
                     refreshed = True
                     continue
-                self._refused(decision, tokens, now)
+                self._refused(decision, tokens, now, output_tokens or 0)
                 if self._returns_matter(now):  # someone waits within its floor: what this consumer returns is theirs
                     self.flush()
                 return decision
@@ -1038,6 +1060,8 @@ class SharedLedger:
         # than this consumer's: a borrower leaves it free ("Priorities").
         wanting = self._waiting_before_me(view, since)
         kept = sum(wanting.values())
+        # bedrock-mantle: the output tokens the same wants wait for, kept free on the output window alike
+        kept_output = {c: view.want_output[c] for c in wanting if view.want_output.get(c, 0.0) > 0}
         # The slot: this writer's second, never older than the newest slot in the item (a clock
         # behind the others' then only keeps its holds longer). Its UTC day is the hold's day.
         own = math.floor(now / SLOT_SECONDS) * SLOT_SECONDS
@@ -1075,6 +1099,12 @@ class SharedLedger:
                     f"wait within their floors or outrank this {self.priority} consumer ({', '.join(outranking)})")
                 return LedgerRefusal(self._poll_delay(), None, f"{', '.join(sorted(wanting))} {why}: "
                                      f"{kept:,.0f} tokens are kept for them", False)
+            if mantle and out_held + output > cast(float, self.output_quota_tpm) - sum(kept_output.values()):
+                outranking = sorted(c for c in kept_output if view.want_priority.get(c, (0, False))[1])
+                why = "wait within their floors" if not outranking else (
+                    f"wait within their floors or outrank this {self.priority} consumer ({', '.join(outranking)})")
+                return LedgerRefusal(self._poll_delay(), None, f"{', '.join(sorted(kept_output))} {why}: "
+                                     f"{sum(kept_output.values()):,.0f} output tokens are kept for them", False)
         slot = f"{SLOT_PREFIX}{_slot_name(start)}#{self.consumer}"
         names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": slot, "#ttl": TTL_ATTRIBUTE}
         values: dict[str, Any] = {":r": _n(tokens + carried.get(slot, 0.0)),
@@ -1099,7 +1129,8 @@ class SharedLedger:
             deltas["#omine"] = output - out_freed.get(self.consumer, 0.0)
             removes += self._removal(view, out_expired, out_freed, self.consumer, names, values, deltas, clauses,
                                      output=True)
-            values[":ototal"] = _n(cast(float, self.output_quota_tpm) - output + out_freed_all)
+            values[":ototal"] = _n(cast(float, self.output_quota_tpm) - output + out_freed_all
+                                   - (0.0 if within_floor else sum(kept_output.values())))
             clauses.append("(attribute_not_exists(#oheld) OR (attribute_type(#oheld, :number) AND #oheld <= :ototal))")
             out_ceiling = (self.output_floor_tpm if within_floor else cast(float, self.output_burst_tpm)) - output \
                 + out_freed.get(self.consumer, 0.0)
@@ -1191,7 +1222,10 @@ class SharedLedger:
         ceiling = min(self.max_poll_seconds, self.poll_seconds * 2 ** min(exponent, 16))
         return self.poll_seconds / 2 + self.rng.random() * (ceiling - self.poll_seconds / 2)
 
-    def _refused(self, refusal: LedgerRefusal, tokens: int, now: float) -> None:
+    def _refused(self, refusal: LedgerRefusal, tokens: int, now: float, output: int = 0) -> None:
+        """Count a refusal, and write this consumer's want when it waits within its floor or outranks
+        others: `tokens` and, on bedrock-mantle, `output` (the call's max_tokens, what it holds on the
+        output window), whichever window refused it, so borrowers keep both free."""
         self.counts["refusals"] += 1
         with self._lock:
             self._refusals += 1
@@ -1204,6 +1238,8 @@ class SharedLedger:
         if write_want:  # borrowers keep `tokens` free until this consumer is served (an unconditional SET: one write)
             self.counts["wants"] += 1
             want = f"{_iso_ms(now)} {tokens}"
+            if self.output_quota_tpm is not None:  # and its max_tokens on the output window
+                want += f" {WANT_OUTPUT_MARK}{output}"
             if self.rank > 0:
                 want += f" {self.priority}" + ("" if refusal.within_floor else " borrowing")
             update = "SET #w = :want, #wanted = :now, #wanted_by = :me, #ttl = :ttl"
@@ -1420,6 +1456,7 @@ class SharedLedger:
         kept = {name: slot for name, slot in view.slots.items() if name not in future}
         kept_output = {name: slot for name, slot in view.output_slots.items() if name not in future}
         return LedgerView(held=view.held, consumers=dict(view.consumers), slots=kept, wants=dict(view.wants),
+                          want_output=dict(view.want_output),
                           want_priority=dict(view.want_priority), priority_waiting=view.priority_waiting,
                           days=dict(view.days), output_held=view.output_held,
                           output_consumers=dict(view.output_consumers), output_slots=kept_output,
@@ -1548,21 +1585,33 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _parse_want(value: Any) -> tuple[tuple[str, float], tuple[int, bool] | None] | None:
+def _parse_want(value: Any) -> tuple[tuple[str, float], tuple[int, bool] | None, float] | None:
     """A w# attribute: "<time> <tokens>" (a floor owner's), "<time> <tokens> <priority>" (the same, of a
-    consumer above the lowest priority) or "<time> <tokens> <priority> borrowing"; None if malformed."""
+    consumer above the lowest priority) or "<time> <tokens> <priority> borrowing"; on bedrock-mantle
+    "o<output>" follows <tokens> (the output tokens it waits for: WANT_OUTPUT_PATTERN, whole digits and
+    nothing else). Returns ((time, tokens), (priority rank, borrowing) or None, output: 0 without the
+    output part); None if malformed."""
     text = value.get("S") if isinstance(value, Mapping) else None
     if not isinstance(text, str):
         return None
     parts = text.split(" ")
     tokens = _number({"N": parts[1]}) if len(parts) >= 2 else 0.0 if len(parts) == 1 else None
-    if tokens is None or tokens < 0 or len(parts) > 4:
+    if tokens is None or tokens < 0:
+        return None
+    output = 0.0
+    if len(parts) >= 3 and parts[2].startswith(WANT_OUTPUT_MARK):
+        found = WANT_OUTPUT_PATTERN.fullmatch(parts[2])
+        if found is None:
+            return None
+        output = float(found.group(1))
+        del parts[2]
+    if len(parts) > 4:
         return None
     if len(parts) <= 2:
-        return (parts[0], tokens), None
+        return (parts[0], tokens), None, output
     if parts[2] not in PRIORITIES or (len(parts) == 4 and parts[3] != "borrowing"):
         return None
-    return (parts[0], tokens), (PRIORITIES.index(parts[2]), len(parts) == 4)
+    return (parts[0], tokens), (PRIORITIES.index(parts[2]), len(parts) == 4), output
 
 
 def _slot_name(start: float) -> str:
