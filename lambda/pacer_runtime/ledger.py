@@ -226,22 +226,21 @@ bedrock-mantle (SharedLedger(..., output_quota_tpm=...); pacer_runtime.quota_pac
     while it runs) to the output ones in the one write, IF both windows and both of the consumer's
     ceilings (output_floor_tpm, output_burst_tpm) hold them; expired slots of both families ride
     along, pinned. A call is within its floor when both of the consumer's holds fit their floors.
-    Settle, in one write: ADD the input delta to the hold's slot (IF it exists, as above), take m out
-    of the hold's output slot (IF it exists) and ADD the output tokens to this consumer's output slot
-    of the current second: output counts from when it was generated, so it leaves the window no
-    earlier than Bedrock's count. A settlement whose slots already left still
-    counts its output (it was generated); a release takes both holds out.
-    Wants keep both windows: a call refused within its floor (by either window) writes
-    w#c = "<now> <r> o<m>" ("<now> <r> o<m> <priority>[ borrowing]" with a priority), and a
-    borrowing call is also refused when oheld + m > output quota - the m of the same wants its input
-    check keeps (the floor owners' and those of higher priorities), its write's output ceiling lowered
-    by as much (pinned by wanted, wanted_by as above). So a share is a floor on the output window too:
-    borrowers cannot keep taking the output room its owner waits for. The output part is "o" and whole
-    digits (at most 15), nothing else; a want without one keeps no output (bedrock-runtime's, and
-    those written before it existed), and one that does not parse is repaired away. A version before
-    the output part repairs away the wants that carry one: run one version per quota. Invariant:
-    oheld = the sum of the o# slots, oh#c = c's; a malformed output attribute is repaired from the
-    valid slots like any other.
+    Settle, in one write: ADD the input delta to the hold's slot (IF it exists, as above), take m out of
+    the hold's output slot (IF it exists) and ADD the output tokens to this consumer's output slot of
+    the current second: output counts from when it was generated, so it leaves the window no earlier
+    than Bedrock's count. A settlement whose slots already left still counts its output (it was
+    generated); a release takes both holds out. Wants keep both windows: a call refused within its floor
+    (by either window) writes w#c = "<now> <r> o<m>" ("<now> <r> o<m> <priority>[ borrowing]" with a
+    priority), and a borrowing call is also refused when oheld + m > output quota - the m of the same
+    wants its input check keeps (the floor owners' and those of higher priorities), its write's output
+    ceiling lowered by as much (pinned by wanted, wanted_by as above). So a share is a floor on the
+    output window too: borrowers cannot keep taking the output room its owner waits for. The output part
+    is "o" and whole digits (at most 15), nothing else; a want without one keeps no output
+    (bedrock-runtime's, and those written before it existed), and one that does not parse is repaired
+    away. A version before the output part repairs away the wants that carry one: run one version per
+    quota. Invariant: oheld = the sum of the o# slots, oh#c = c's; a malformed output attribute is
+    repaired from the valid slots like any other.
 
 Step Functions (genai_pacer.step_functions.ledger_steps)
     A JSONPath DynamoDB task takes part without a Lambda: a slot name from the context object's
