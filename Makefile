@@ -17,13 +17,13 @@ synth: $(VENV)/.runtime-installed node_modules/.installed
 	@echo "synthesized: $$(ls cdk.out/*.template.json | tr '\n' ' ')"
 
 # The gate (CI runs it): lint, types and every test, the fresh-install ones included, property
-# tests on their fixed examples (HYPOTHESIS_PROFILE=ci). The tests run in pytest-xdist workers, each
-# with its own jsii process, one more than the cores: about a fifth of a worker's time is spent waiting
-# (the fresh-install tests' pip and npm, the emulator's scaled latency, sockets, timeouts under test),
-# which the extra worker fills (2 cores, pytest alone: 266 s with 3 workers, 278-285 s with 2).
-# mypy (about 20 s cold, on one core, mostly reading aws-cdk-lib) runs beside them; its report follows
-# pytest's, and the target fails if either does.
-PYTEST_WORKERS ?= $(shell python3 -c 'import os; n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(); print((n or 1) + 1)' 2>/dev/null || echo auto)
+# tests on their fixed examples (HYPOTHESIS_PROFILE=ci). The tests run in one pytest-xdist worker per
+# core, each with its own jsii process. One worker more did not pay on 2 cores: 5 min 18 s against
+# 5 min 00 s for the same commit (a980814, a quiet machine), 594 s of CPU against 498 s (a third jsii
+# process, collection and the session fixtures once more), though pytest alone, without mypy beside
+# it, was 12 s faster. mypy (about 20 s cold, on one core, mostly reading aws-cdk-lib) runs beside
+# them; its report follows pytest's, and the target fails if either does.
+PYTEST_WORKERS ?= auto
 test: $(VENV)/.dev-installed node_modules/.installed
 	$(VENV)/bin/ruff check .
 	@types_log=$$(mktemp); $(VENV)/bin/mypy > $$types_log 2>&1 & types=$$!; \
