@@ -346,3 +346,21 @@ def test_the_fallback_docs_quota_states_is_the_one_synth_writes():
         200_000, 6, 4, 3_000)
     assert (f"A `BoundedMap` with a floor of 200,000 TPM, a plan of 6 calls at once of 4 s and `r` = 3,000 waits "
             f"{consumer.fallback_wait_seconds(3_000)} s before each fallback call") in docs
+
+
+def test_a_fallback_wait_beyond_a_wait_states_limit_is_refused_naming_the_numbers():
+    """Out of reach of a Map (at most 10,000 calls at once, a burndown of at most 100: w <= 6,000 x M s),
+    so checked on the consumer directly: 200,000,000 calls at once of r = 3,000 within a floor of 200,000
+    TPM would each wait 200,000,000 x 3,000 x 60 / 200,000 - 4 s, beyond a Wait state's 99,999,999 s."""
+    import dataclasses
+
+    from genai_pacer._internal.checks import Checks
+    from genai_pacer.step_functions.ledger_steps import check_ledger_request
+
+    _, _, built = ledger_stack()
+    wide = dataclasses.replace(built.ledger_consumer, calls_at_once=200_000_000)
+    check = Checks("ParallelPrompts")
+    check_ledger_request(check, wide, ConverseRequest(prompt="Hi", max_tokens=MAX_TOKENS), None, name="prompts['Pros']")
+    assert [p.id for p in check.problems] == ["ParallelPrompts.request.fallback-wait-above-wait-limit"]
+    assert ("prompts['Pros']: a call reserves 3,000 tokens, and 200,000,000 of them at once within the share's floor of "
+            "200,000 TPM would each wait 179,999,996 s") in str(check.problems[0]), check.problems
