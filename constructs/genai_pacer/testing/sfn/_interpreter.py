@@ -125,6 +125,7 @@ from moto.stepfunctions.parser.asl.eval.program_state import (
     ProgramStopped,
     ProgramTimedOut,
 )
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.parse.intrinsic import preprocessor as intrinsic_preprocessor
 from moto.stepfunctions.parser.asl.parse.intrinsic.intrinsic_parser import IntrinsicParser
 from moto.stepfunctions.parser.asl.utils import json_path
@@ -695,6 +696,41 @@ def _parse_intrinsic_raw(src: str) -> tuple[Any, Any]:
     return parse_intrinsic(decoded_intrinsic(src))
 
 
+#: Distinct definitions whose ANTLR parse trees are kept (a runner's state machines, a test file's variants).
+_DEFINITION_TREES = 64
+
+
+@functools.lru_cache(maxsize=_DEFINITION_TREES)
+def _definition_tree(definition: str) -> Any:
+    """The first half of moto's AmazonStateLanguageParser.parse: the ANTLR parse of a definition, raising
+    ASLParserException on a syntax error (an error is not kept). moto parses a definition at
+    create_state_machine (to validate it) and again at every execution: ANTLR was about three quarters of
+    each parse, some 0.26 s for a ledger-paced Map, twice per run. The tree is only read afterwards."""
+    from antlr4 import CommonTokenStream, InputStream
+    from moto.stepfunctions.parser.asl.antlr.runtime.ASLLexer import ASLLexer
+    from moto.stepfunctions.parser.asl.antlr.runtime.ASLParser import ASLParser
+    from moto.stepfunctions.parser.asl.parse.asl_parser import ASLParserException, SyntaxErrorListener
+
+    listener = SyntaxErrorListener()
+    parser = ASLParser(CommonTokenStream(ASLLexer(InputStream(definition))))
+    parser.removeErrorListeners()
+    parser.addErrorListener(listener)
+    tree = parser.state_machine()
+    if listener.errors:
+        raise ASLParserException(errors=listener.errors)
+    return tree
+
+
+def _parse_definition(definition: str) -> tuple[Any, Any]:
+    """AmazonStateLanguageParser.parse with the parse tree kept per definition: the evaluation components
+    are built anew from it each time (moto's Preprocessor, with this module's patches of the intrinsics),
+    so no execution shares another's."""
+    from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+
+    tree = _definition_tree(definition)
+    return Preprocessor().visit(tree), tree
+
+
 def unescaped_literal(escaped: str) -> str:
     """A string literal's value: Step Functions' four escapes applied (others are refused by `_definition`)."""
     return _LITERAL_ESCAPE.sub(lambda m: m[1] if m[1] in INTRINSIC_ESCAPES else m[0], escaped)
@@ -1086,6 +1122,7 @@ def install(runtime: Runtime) -> None:
         _set(DistributedItemProcessorWorker, "_eval_input", _eval_input)
         _set(ResultWriterS3, "_handle_put_object", staticmethod(_handle_put_object))
         _set(IntrinsicParser, "parse", staticmethod(_parse_intrinsic_raw))
+        _set(AmazonStateLanguageParser, "parse", staticmethod(_parse_definition))
         _set(intrinsic_preprocessor.Preprocessor, "visitFunc_arg_string", _func_arg_string)
         _set(StringFormat, "_eval_body", _string_format)
         for module in [*_json_path_users(), json_path]:
