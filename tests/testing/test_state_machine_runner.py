@@ -1142,3 +1142,18 @@ def test_the_lambda_facts_are_botocore_s():
     assert "FunctionError" in invoke and "ExecutedVersion" in invoke
     assert f"The default is {_lambda.DEFAULT_TIMEOUT_SECONDS} seconds" in create["Timeout"].documentation
     assert f"The default value is {_lambda.DEFAULT_MEMORY_MB} MB" in create["MemorySize"].documentation
+
+
+def test_a_definition_is_parsed_once_and_each_execution_builds_its_own_states():
+    """The runner keeps a definition's ANTLR parse (moto parsed it at creation and at every execution);
+    each execution still evaluates components of its own, so two runs with different inputs do not mix."""
+    from genai_pacer.testing.sfn._interpreter import _definition_tree
+
+    machine = template({"Double": {"Type": "Pass", "Parameters": {"n.$": "States.MathAdd($.n, $.n)"}, "End": True}})
+    _definition_tree.cache_clear()
+    with StateMachineRunner(machine) as runner:
+        first = runner.run({"n": 2}).raise_for_status()
+        second = runner.run({"n": 5}).raise_for_status()
+    assert (first.output, second.output) == ({"n": 4}, {"n": 10})
+    parsed = _definition_tree.cache_info()
+    assert parsed.misses == 1 and parsed.hits >= 2, parsed  # created once, executed twice: one ANTLR parse
