@@ -1093,17 +1093,9 @@ class SharedLedger:
                 return self._refusal(view, output, now, f"the consumer holds {out_mine:,.0f} of its "
                                      f"{self.output_burst_tpm:,.0f} output burst cap", False, None, output=True)
             if held + tokens > self.quota_tpm - kept:
-                outranking = sorted(c for c in wanting if view.want_priority.get(c, (0, False))[1])
-                why = "wait within their floors" if not outranking else (
-                    f"wait within their floors or outrank this {self.priority} consumer ({', '.join(outranking)})")
-                return LedgerRefusal(self._poll_delay(), None, f"{', '.join(sorted(wanting))} {why}: "
-                                     f"{kept:,.0f} tokens are kept for them", False)
+                return self._kept_refusal(view, wanting, "tokens")
             if mantle and out_held + output > cast(float, self.output_quota_tpm) - sum(kept_output.values()):
-                outranking = sorted(c for c in kept_output if view.want_priority.get(c, (0, False))[1])
-                why = "wait within their floors" if not outranking else (
-                    f"wait within their floors or outrank this {self.priority} consumer ({', '.join(outranking)})")
-                return LedgerRefusal(self._poll_delay(), None, f"{', '.join(sorted(kept_output))} {why}: "
-                                     f"{sum(kept_output.values()):,.0f} output tokens are kept for them", False)
+                return self._kept_refusal(view, kept_output, "output tokens")
         slot = f"{SLOT_PREFIX}{_slot_name(start)}#{self.consumer}"
         names = {"#held": HELD, "#mine": CONSUMER_PREFIX + self.consumer, "#slot": slot, "#ttl": TTL_ATTRIBUTE}
         values: dict[str, Any] = {":r": _n(tokens + carried.get(slot, 0.0)),
@@ -1202,6 +1194,15 @@ class SharedLedger:
                     break
         retry = self._poll_delay()
         return LedgerRefusal(retry if ready is None else min(retry, ready), ready, reason, within_floor)
+
+    def _kept_refusal(self, view: LedgerView, waiting: Mapping[str, float], unit: str) -> LedgerRefusal:
+        """A borrower's refusal for what `waiting` (consumer -> tokens it waits for) is kept, naming them
+        and which of them outrank this consumer."""
+        outranking = sorted(c for c in waiting if view.want_priority.get(c, (0, False))[1])
+        why = "wait within their floors" if not outranking else (
+            f"wait within their floors or outrank this {self.priority} consumer ({', '.join(outranking)})")
+        return LedgerRefusal(self._poll_delay(), None, f"{', '.join(sorted(waiting))} {why}: "
+                             f"{sum(waiting.values()):,.0f} {unit} are kept for them", False)
 
     def _contested_removal(self, view: LedgerView, names: Mapping[str, str], viewed_at: float) -> bool:
         """Whether a reservation's removal pins another consumer's slot that left the window after the

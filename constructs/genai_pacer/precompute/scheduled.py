@@ -749,13 +749,10 @@ class ScheduledPrecompute(Construct):
             # -> settle
             # DynamoDB failing the reservation past its tries: the same call without the ledger, after the
             # floor's wait (ledger_steps, "When DynamoDB fails"), nothing to settle or release
-            fallback = None
-            if ledger.consumer.falls_back:
-                fallback, _ = model_call(self, f"Call model{FALLBACK_CALL_SUFFIX}", model=model, request=request,
-                                         retry=retry, options=options)
-                fallback.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
-                fallback.next(has_text)
-            slot, reserve = ledger.admission(key_failed, _ERROR, ledger.fallback(fallback) if fallback is not None else None)
+            fallback_call = model_call(self, f"Call model{FALLBACK_CALL_SUFFIX}", model=model, request=request,
+                                       retry=retry, options=options)[0] if ledger.consumer.falls_back else None
+            fallback = ledger.fallback(fallback_call, failed=key_failed, error_path=_ERROR, then=has_text)
+            slot, reserve = ledger.admission(key_failed, _ERROR, fallback)
             reserve.add_catch(key_failed, errors=["States.ALL"], result_path=_ERROR)
             settle = ledger.settle()
             # A slot that left the window, or DynamoDB failing past its Retry: the answer is paid for and is

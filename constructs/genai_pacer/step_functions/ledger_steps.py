@@ -649,13 +649,18 @@ class LedgerCall:
         first.next(reserve)
         return first, reserve
 
-    def fallback(self, call: sfn.IChainable) -> sfn.IChainable | None:
+    def fallback(self, call: sfn.TaskStateBase | None, *, failed: sfn.IChainable, error_path: str,
+                 then: sfn.IChainable) -> sfn.IChainable | None:
         """What a call does once DynamoDB failed its reservation DYNAMODB_RETRY_ATTEMPTS times (module
         docstring, "When DynamoDB fails"): publish LedgerFallbacks (its failure caught and ignored), wait
         the floor's seconds (fallback_wait_seconds, fixed at synth), then `call`: the model task without
-        the ledger (no settlement, no release). None for a consumer without a floor (its call fails)."""
-        if not self.consumer.falls_back:
+        the ledger (no settlement, no release), going on to `then`, its failure (Error and Cause at
+        `error_path`) to `failed`. None for a consumer without a floor (its call fails; the caller builds
+        no `call` then)."""
+        if call is None or not self.consumer.falls_back:
             return None
+        call.add_catch(failed, errors=[sfn.Errors.ALL], result_path=error_path)
+        call.next(then)
         names = metrics_constants()
         parent = self.slot_path.rpartition(".")[0]
         wait = sfn.Wait(self.scope, f"{self.id}{FALLBACK_WAIT_SUFFIX}",

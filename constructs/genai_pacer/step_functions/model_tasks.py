@@ -603,13 +603,11 @@ def model_call(
     task.next(call.charge(_join(source, LEDGER_USAGE), settle))
     # DynamoDB failing the reservation past its tries: the same call without the ledger, after the floor's
     # wait (ledger_steps, "When DynamoDB fails"); nothing was held, so nothing to settle or release
-    fallback = converse(f"{id}{FALLBACK_CALL_SUFFIX}") if ledger.falls_back else None
-    if fallback is not None:
-        fallback.add_catch(failed, errors=["States.ALL"], result_path=ENVELOPE_ERROR)
-        fallback.next(head)
+    fallback = call.fallback(converse(f"{id}{FALLBACK_CALL_SUFFIX}") if ledger.falls_back else None,
+                             failed=failed, error_path=ENVELOPE_ERROR, then=head)
     # a refusal waits and tries again in a new slot; one still refused after the ledger's retries fails the
     # call as before (the same Fail, nothing held, so nothing to release)
-    slot, reserve = call.admission(failed, ENVELOPE_ERROR, call.fallback(fallback) if fallback is not None else None)
+    slot, reserve = call.admission(failed, ENVELOPE_ERROR, fallback)
     reserve.next(task)
     answered = pick.afterwards()
     if placed:
