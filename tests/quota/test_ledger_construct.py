@@ -234,3 +234,19 @@ def test_an_alarm_on_the_fallbacks_counts_what_a_function_publishes_inside_lambd
     assert (published["Namespace"], published["Metrics"]) == ("GenaiPacer", [{"Name": "LedgerFallbacks", "Unit": "Count"}])
     assert published["Dimensions"] == [["LedgerId"], ["FunctionName", "LedgerId"]]
     assert (line["LedgerId"], line["FunctionName"], line["LedgerFallbacks"]) == (NOVA.model_id, "worker-fn", 1)
+
+
+def test_with_a_reservation_the_fallbacks_alarm_adds_the_reservation_items():
+    """A Reserved tier reservation's fallbacks are published by its own item's id (<ledger id>#reserved)."""
+    from aws_cdk import aws_cloudwatch as cloudwatch
+
+    stack = new_stack()
+    ledger = QuotaLedger(stack, "Ledger", quota=quota(stack, reserved_input_tpm=1_000, reserved_output_tpm=300))
+    cloudwatch.Alarm(stack, "Fallbacks", metric=ledger.metric_fallbacks(), threshold=1, evaluation_periods=1)
+    (alarm,) = resources(template_of(stack), "AWS::CloudWatch::Alarm").values()
+    queries = {q["Id"]: q for q in alarm["Properties"]["Metrics"]}
+    dimensions = {q["Id"]: q["MetricStat"]["Metric"]["Dimensions"] for q in queries.values() if "MetricStat" in q}
+    assert dimensions == {"shared": [{"Name": "LedgerId", "Value": NOVA.model_id}],
+                          "reserved": [{"Name": "LedgerId", "Value": NOVA.model_id + "#reserved"}]}
+    assert [q["Expression"] for q in queries.values() if "Expression" in q] == ["FILL(shared, 0) + FILL(reserved, 0)"]
+    assert {q["MetricStat"]["Stat"] for q in queries.values() if "MetricStat" in q} == {"Sum"}

@@ -557,15 +557,27 @@ class QuotaLedger(Construct):
                      f"draws ({consumer.worst_case()}) and its consumers may borrow it: draw it a share "
                      "(max_concurrency=quota.share(...), or a share named after it), or move it into the ledger")
 
-    def metric_fallbacks(self, **props: Any) -> cloudwatch.Metric:
+    def metric_fallbacks(self, **props: Any) -> cloudwatch.IMetric:
         """Times a consumer of this ledger could not use it (DynamoDB kept throttling or refused) and fell back
         to its floor: LedgerFallbacks by LedgerId, which every kind of consumer publishes (QuotaPacer, the
         QueuedInference worker, the state machines' model tasks), so one alarm on it covers them all (a
-        function's own are also by FunctionName). Default: Sum over 5 minutes; props as cloudwatch.Metric's."""
+        function's own are also by FunctionName). With a Reserved tier reservation, its item's fallbacks
+        (LedgerId <ledger_id>#reserved) are added in: a math expression of the two. Default: Sum over 5
+        minutes; props as cloudwatch.Metric's."""
         names = metrics_constants()
-        return cloudwatch.Metric(**{"namespace": names.NAMESPACE, "metric_name": names.LEDGER_FALLBACKS,
-                                    "dimensions_map": {names.LEDGER_DIMENSION: self.ledger_id}, "statistic": "Sum",
-                                    "period": cdk.Duration.minutes(5), **props})
+
+        def fallbacks(ledger_id: str) -> cloudwatch.Metric:
+            return cloudwatch.Metric(**{"namespace": names.NAMESPACE, "metric_name": names.LEDGER_FALLBACKS,
+                                        "dimensions_map": {names.LEDGER_DIMENSION: ledger_id}, "statistic": "Sum",
+                                        "period": cdk.Duration.minutes(5), **props})
+
+        shared = fallbacks(self.ledger_id)
+        if self.quota.reserved_input_tpm is None:
+            return shared
+        return cloudwatch.MathExpression(
+            expression="FILL(shared, 0) + FILL(reserved, 0)", label="LedgerFallbacks",
+            using_metrics={"shared": shared, "reserved": fallbacks(self.ledger_id + _LAYOUT.RESERVED_SUFFIX)},
+            period=props.get("period", cdk.Duration.minutes(5)))
 
     def grant_use(self, grantee: iam.IGrantable) -> iam.Grant:
         """Reserve, settle and release in this quota's ledger (UpdateItem, GetItem on its item only)."""
